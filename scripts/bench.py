@@ -1,0 +1,1160 @@
+#!/usr/bin/env python3
+"""STOMP broker load generator (stdlib only).
+
+Targets any STOMP 1.0/1.1/1.2 broker (stompmq, RabbitMQ's STOMP plugin, ActiveMQ, ...)
+over raw TCP sockets with pre-built frames.  Producer and consumer(s) run in separate OS
+processes (multiprocessing, fork) so that the generator itself is cheap and never the
+bottleneck: frames are batched many per ``sendall`` and incoming frames are parsed
+incrementally from large ``recv`` chunks using ``content-length``.
+
+Scenarios (``--scenario``):
+
+  queue      1 producer -> 1 queue -> 1 consumer, auto ack, no receipts, producer sends as
+             fast as TCP allows.  Reports msg/s at the consumer (first to last message
+             received, after the warm-up) and the producer's send rate.
+  queue-ack  like queue, but the consumer subscribes with ack:client-individual and
+             --prefetch N (sent as `prefetch`, `activemq.prefetchSize` and
+             `prefetch-count`) and ACKs every message (ACKs batched per recv chunk).
+  receipts   every SEND carries a receipt; at most --window un-receipted SENDs are
+             outstanding.  The consumer uses --ack (default client-individual) and
+             --prefetch (default 1000).  Reports msg/s at the consumer and producer.
+  fanout     1 producer -> /topic/... -> --subscribers consumers (each SUBSCRIBE is
+             confirmed by a receipt before publishing starts).  Reports deliveries/s
+             summed over subscribers, per-subscriber counts and losses.
+  latency    publish at a fixed --rate for --duration seconds; each body carries its send
+             timestamp (CLOCK_MONOTONIC, system-wide on Linux); reports publish-to-deliver
+             latency p50/p90/p99/p99.9/max in ms.
+  drain      pre-load --count messages (persistent, with receipts, --window outstanding),
+             optionally --pause seconds (restart the broker meanwhile: the consumer
+             retries its connection until --timeout), then drain with one consumer
+             (auto ack, or --ack client-individual with --prefetch) and report msg/s.
+  idle       open --connections-idle N connections (CONNECT / CONNECTED), hold them for
+             --duration seconds, close them; prints how many were opened.  With
+             --broker-pid the broker's RSS is sampled before, while holding and after.
+
+Result fields: rate (consumer side: messages after the warm-up divided by the time from the
+last warm-up message to the last message; fanout: deliveries summed over subscribers per
+second; latency: achieved publish rate), producer_rate (SENDs handed to the kernel per
+second; with plain SENDs this includes TCP buffering), producer_ingest_rate (until the
+broker's RECEIPT for the producer's DISCONNECT, i.e. until it has read every SEND),
+broker_cpu_s / broker_cpu_pct / broker_cpu_us_per_msg (with --broker-pid: utime+stime of
+the broker process during the run), loadgen_cpu_s (CPU used by this script's workers).
+
+Output: one summary line per run (``scenario=queue msgs=100000 rate=NNNNN msg/s ...``),
+plus a JSON line with --json.  An ERROR frame from the broker is printed and the script
+exits non-zero (exit status 1); a timeout or a connection failure also exits 1.  Every
+socket operation has a timeout (--timeout), so a stuck broker never hangs the script.
+
+Examples:
+
+  scripts/bench.py --scenario queue                                   # stompmq on :61613
+  scripts/bench.py --port 61614 --login guest --passcode guest --scenario receipts --persistent
+  scripts/bench.py --port 61616 --scenario fanout --subscribers 10 --broker-pid auto
+  scripts/bench.py --scenario latency --rate 1000 --duration 10
+  scripts/bench.py --scenario drain --count 200000 --pause 30        # restart broker in the pause
+  scripts/bench.py --scenario idle --connections-idle 1000 --duration 20 --broker-pid auto
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import multiprocessing as mp
+import os
+import queue as queue_mod
+import resource
+import select
+import socket
+import sys
+import time
+
+# ----------------------------------------------------------------------------- errors
+
+
+class BenchError(Exception):
+    """A failure that aborts the run (timeout, connection problem, protocol problem)."""
+
+
+class BrokerError(BenchError):
+    """The broker sent an ERROR frame."""
+
+
+# ----------------------------------------------------------------------------- framing
+
+
+def build_frame(command: str, headers: list[tuple[str, str]], body: bytes = b"") -> bytes:
+    head = command + "\n" + "".join(f"{k}:{v}\n" for k, v in headers) + "\n"
+    return head.encode() + body + b"\0"
+
+
+def header_value(hdr: bytes, name: bytes) -> bytes | None:
+    """First value of header ``name`` in a raw header block (command line included)."""
+    key = b"\n" + name + b":"
+    i = hdr.find(key)
+    if i < 0:
+        return None
+    i += len(key)
+    j = hdr.find(b"\n", i)
+    v = hdr[i:] if j < 0 else hdr[i:j]
+    return bytes(v.rstrip(b"\r"))
+
+
+def headers_dict(hdr: bytes) -> dict[str, str]:
+    d: dict[str, str] = {}
+    for line in bytes(hdr).split(b"\n")[1:]:
+        line = line.rstrip(b"\r")
+        if b":" in line:
+            k, v = line.split(b":", 1)
+            d.setdefault(k.decode(errors="replace"), v.decode(errors="replace"))
+    return d
+
+
+def frame_command(hdr: bytes) -> bytes:
+    i = hdr.find(b"\n")
+    return bytes(hdr if i < 0 else hdr[:i]).rstrip(b"\r")
+
+
+class FrameReader:
+    """Incremental STOMP frame parser over a socket.
+
+    ``read()`` does one ``recv`` (of up to 1 MiB) and returns the complete frames as
+    ``(command, raw_header_block, body_or_None)`` tuples.  Bodies are only copied out when
+    ``want_body`` is set.  ERROR frames raise ``BrokerError``.
+    """
+
+    def __init__(self, sock: socket.socket, want_body: bool = False):
+        self.sock = sock
+        self.buf = bytearray()
+        self.want_body = want_body
+        self.sep = b"\n\n"
+
+    def detect_crlf(self, data: bytes) -> None:
+        nl = data.find(b"\n")
+        if nl > 0 and data[nl - 1 : nl] == b"\r":
+            self.sep = b"\r\n\r\n"
+
+    def recv(self) -> bool:
+        try:
+            data = self.sock.recv(1 << 20)
+        except socket.timeout:
+            raise
+        except OSError as e:
+            raise BenchError(f"recv failed: {e}") from e
+        if not data:
+            return False
+        self.buf += data
+        return True
+
+    def parse(self) -> list:
+        buf = self.buf
+        n = len(buf)
+        pos = 0
+        sep = self.sep
+        seplen = len(sep)
+        want_body = self.want_body
+        out = []
+        while True:
+            while pos < n and (buf[pos] == 10 or buf[pos] == 13):
+                pos += 1  # heart-beats / EOLs between frames
+            if pos >= n:
+                break
+            he = buf.find(sep, pos)
+            if he < 0:
+                break
+            hdr = buf[pos:he]
+            bs = he + seplen
+            ci = hdr.find(b"\ncontent-length:")
+            if ci >= 0:
+                ce = hdr.find(b"\n", ci + 16)
+                length = int(hdr[ci + 16 : ce if ce >= 0 else len(hdr)].strip())
+                be = bs + length
+                if be >= n:
+                    break
+                if buf[be] != 0:
+                    raise BenchError("frame body not terminated by NUL after content-length")
+            else:
+                be = buf.find(b"\0", bs)
+                if be < 0:
+                    break
+            cmd_end = hdr.find(b"\n")
+            cmd = bytes(hdr if cmd_end < 0 else hdr[:cmd_end]).rstrip(b"\r")
+            if cmd == b"ERROR":
+                h = headers_dict(hdr)
+                raise BrokerError(
+                    f"ERROR frame: message={h.get('message', '')!r} "
+                    f"body={bytes(buf[bs:be]).decode(errors='replace')[:500]!r} headers={h}"
+                )
+            out.append((cmd, hdr, bytes(buf[bs:be]) if want_body else None))
+            pos = be + 1
+        if pos:
+            del buf[:pos]
+        return out
+
+    def read(self) -> list:
+        """One recv + parse.  Raises on EOF, socket.timeout propagates."""
+        if not self.recv():
+            # parse whatever is left (maybe an ERROR frame) before reporting EOF
+            self.parse()
+            raise BenchError("connection closed by broker")
+        return self.parse()
+
+    def read_until(self, pred, timeout: float, what: str):
+        """Read frames until pred(frame) is true; returns that frame."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for f in self.parse():
+                if pred(f):
+                    return f
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise BenchError(f"timeout waiting for {what}")
+            self.sock.settimeout(left)
+            try:
+                if not self.recv():
+                    self.parse()
+                    raise BenchError(f"connection closed by broker while waiting for {what}")
+            except socket.timeout:
+                raise BenchError(f"timeout ({timeout:g}s) waiting for {what}") from None
+
+
+# ----------------------------------------------------------------------------- connection
+
+
+class Conn:
+    def __init__(self, args, want_body: bool = False, retry_until: float | None = None):
+        self.args = args
+        self.timeout = args.timeout
+        self.sock = self._connect(retry_until)
+        self.reader = FrameReader(self.sock, want_body)
+        self.version = "1.0"
+        self._handshake()
+
+    def _connect(self, retry_until):
+        while True:
+            try:
+                s = socket.create_connection((self.args.host, self.args.port), timeout=self.timeout)
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                return s
+            except OSError as e:
+                if retry_until is not None and time.monotonic() < retry_until:
+                    time.sleep(0.5)
+                    continue
+                raise BenchError(f"connect to {self.args.host}:{self.args.port} failed: {e}") from e
+
+    def _handshake(self):
+        a = self.args
+        hs = []
+        if a.stomp_version != "1.0":
+            versions = {"1.1": "1.0,1.1", "1.2": "1.0,1.1,1.2"}[a.stomp_version]
+            hs += [("accept-version", versions), ("host", a.vhost), ("heart-beat", "0,0")]
+        if a.login is not None:
+            hs.append(("login", a.login))
+        if a.passcode is not None:
+            hs.append(("passcode", a.passcode))
+        self.send(build_frame("CONNECT", hs))
+        # detect CRLF framing on the CONNECTED frame
+        self.sock.settimeout(self.timeout)
+        deadline = time.monotonic() + self.timeout
+        while b"\n" not in self.reader.buf.lstrip(b"\r\n"):
+            if time.monotonic() > deadline:
+                raise BenchError("timeout waiting for CONNECTED")
+            try:
+                if not self.reader.recv():
+                    self.reader.parse()
+                    raise BenchError("connection closed by broker during CONNECT")
+            except socket.timeout:
+                raise BenchError(f"timeout ({self.timeout:g}s) waiting for CONNECTED") from None
+        self.reader.detect_crlf(bytes(self.reader.buf.lstrip(b"\r\n")))
+        f = self.reader.read_until(lambda f: True, self.timeout, "CONNECTED")
+        if f[0] != b"CONNECTED":
+            raise BenchError(f"expected CONNECTED, got {f[0]!r}")
+        v = header_value(f[1], b"version")
+        self.version = v.decode() if v else "1.0"
+
+    def send(self, data: bytes):
+        self.sock.settimeout(self.timeout)
+        try:
+            self.sock.sendall(data)
+        except socket.timeout:
+            raise BenchError(f"timeout ({self.timeout:g}s) sending to broker") from None
+        except OSError as e:
+            # the broker may have sent an ERROR frame before closing: surface it
+            try:
+                self.sock.settimeout(1.0)
+                while self.reader.recv():
+                    self.reader.parse()
+                self.reader.parse()
+            except BrokerError:
+                raise
+            except Exception:
+                pass
+            raise BenchError(f"send failed: {e}") from e
+
+    def wait_receipt(self, rid: str, what: str):
+        key = rid.encode()
+        self.reader.read_until(
+            lambda f: f[0] == b"RECEIPT" and header_value(f[1], b"receipt-id") == key,
+            self.timeout,
+            what,
+        )
+
+    def subscribe(self, dest: str, sub_id: str, ack: str, prefetch: int | None, extra=()):
+        hs = [("id", sub_id), ("destination", dest), ("ack", ack)]
+        if prefetch is not None:
+            p = str(prefetch)
+            hs += [("prefetch", p), ("activemq.prefetchSize", p), ("prefetch-count", p)]
+        hs += list(extra)
+        hs.append(("receipt", "sub-" + sub_id))
+        self.send(build_frame("SUBSCRIBE", hs))
+        self.wait_receipt("sub-" + sub_id, f"receipt for SUBSCRIBE {dest}")
+
+    def disconnect(self):
+        try:
+            self.send(build_frame("DISCONNECT", [("receipt", "bye")]))
+            self.wait_receipt("bye", "receipt for DISCONNECT")
+        finally:
+            self.close()
+
+    def close(self):
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def parse_headers(items) -> list[tuple[str, str]]:
+    out = []
+    for it in items or ():
+        if ":" not in it:
+            raise SystemExit(f"bad header {it!r}: expected NAME:VALUE")
+        k, v = it.split(":", 1)
+        out.append((k, v))
+    return out
+
+
+def set_affinity(cpus):
+    if cpus is not None:
+        try:
+            os.sched_setaffinity(0, cpus)
+        except OSError as e:
+            print(f"warning: sched_setaffinity({cpus}) failed: {e}", file=sys.stderr)
+
+
+def make_body(size: int, seq: int | None = None, ts: int | None = None) -> bytes:
+    """Body of exactly ``size`` bytes; optional sequence number / timestamp prefix."""
+    prefix = b""
+    if seq is not None:
+        prefix += b"%010d " % seq
+    if ts is not None:
+        prefix += b"%019d " % ts
+    if len(prefix) > size:
+        return prefix
+    return prefix + b"x" * (size - len(prefix))
+
+
+def send_prefix(args, dest: str) -> bytes:
+    hs = [("destination", dest), ("content-type", "application/octet-stream")]
+    if args.persistent:
+        hs.append(("persistent", "true"))
+    hs += parse_headers(args.send_header)
+    return ("SEND\n" + "".join(f"{k}:{v}\n" for k, v in hs)).encode()
+
+
+def ack_frame_builder(version: str, sub_id: str):
+    """Returns f(header_block) -> ACK frame bytes for the negotiated version."""
+    sub = sub_id.encode()
+    if version == "1.2":
+
+        def f(hdr):
+            v = header_value(hdr, b"ack") or header_value(hdr, b"message-id")
+            return b"ACK\nid:" + v + b"\n\n\0"
+
+    elif version == "1.1":
+
+        def f(hdr):
+            return b"ACK\nsubscription:" + sub + b"\nmessage-id:" + header_value(hdr, b"message-id") + b"\n\n\0"
+
+    else:
+
+        def f(hdr):
+            return b"ACK\nmessage-id:" + header_value(hdr, b"message-id") + b"\n\n\0"
+
+    return f
+
+
+# ----------------------------------------------------------------------------- broker stats
+
+
+def find_listener_pid(host: str, port: int) -> int | None:
+    """PID of the local process listening on host:port (via /proc/net/tcp*)."""
+    inodes = set()
+    for path in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(path) as fh:
+                next(fh)
+                for line in fh:
+                    parts = line.split()
+                    local, state, inode = parts[1], parts[3], parts[9]
+                    if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:
+                        inodes.add(inode)
+        except OSError:
+            pass
+    if not inodes:
+        return None
+    targets = {f"socket:[{i}]" for i in inodes}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                try:
+                    if os.readlink(f"/proc/{pid}/fd/{fd}") in targets:
+                        return int(pid)
+                except OSError:
+                    continue
+        except OSError:
+            continue
+    return None
+
+
+class BrokerStats:
+    def __init__(self, pid: int | None):
+        self.pid = pid
+        self.tck = os.sysconf("SC_CLK_TCK")
+
+    def cpu(self) -> float | None:
+        if not self.pid:
+            return None
+        try:
+            with open(f"/proc/{self.pid}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / self.tck  # utime + stime
+        except (OSError, IndexError, ValueError):
+            return None
+
+    def rss_kb(self) -> int | None:
+        if not self.pid:
+            return None
+        try:
+            with open(f"/proc/{self.pid}/status") as fh:
+                for line in fh:
+                    if line.startswith("VmRSS:"):
+                        return int(line.split()[1])
+        except OSError:
+            return None
+        return None
+
+
+def resolve_broker_pid(args) -> int | None:
+    if args.broker_pid is None:
+        return None
+    if args.broker_pid == "auto":
+        pid = find_listener_pid(args.host, args.port)
+        if pid is None:
+            print(f"warning: no local process found listening on port {args.port}", file=sys.stderr)
+        return pid
+    return int(args.broker_pid)
+
+
+# ----------------------------------------------------------------------------- workers
+
+
+def run_worker(target, result_q, *a):
+    """Process entry point: runs target, puts a result dict (or an error) on result_q."""
+    try:
+        res = target(*a)
+        result_q.put(res)
+    except BrokerError as e:
+        result_q.put({"error": str(e), "broker_error": True})
+    except BenchError as e:
+        result_q.put({"error": str(e)})
+    except socket.timeout:
+        result_q.put({"error": "socket timeout"})
+    except Exception as e:  # noqa: BLE001 - report anything
+        result_q.put({"error": f"{type(e).__name__}: {e}"})
+
+
+def producer(args, dest: str, go, done, mode: str, total: int, warmup: int):
+    """mode: 'plain' (fire and forget), 'receipts' (windowed receipts), 'seq' (plain with
+    sequence numbers in the body), 'paced' (fixed --rate with timestamps)."""
+    set_affinity(args.affinity)
+    conn = Conn(args)
+    prefix = send_prefix(args, dest)
+    if not go.wait(args.timeout):
+        conn.close()
+        raise BenchError("producer: timed out waiting for the consumers to be ready")
+    res = {"role": "producer"}
+    batch = args.batch
+    if mode in ("plain", "seq"):
+        if mode == "plain":
+            body = make_body(args.body_size)
+            frame = prefix + b"content-length:%d\n\n" % len(body) + body + b"\0"
+            full = frame * batch
+
+            def chunks(lo, hi):
+                k = lo
+                while k + batch <= hi:
+                    yield full
+                    k += batch
+                if k < hi:
+                    yield frame * (hi - k)
+
+        else:
+            frames = []
+            for i in range(total):
+                body = make_body(args.body_size, seq=i)
+                frames.append(prefix + b"content-length:%d\n\n" % len(body) + body + b"\0")
+
+            def chunks(lo, hi):
+                for k in range(lo, hi, batch):
+                    yield b"".join(frames[k : min(k + batch, hi)])
+
+        t_start = time.monotonic()
+        for c in chunks(0, warmup):
+            conn.send(c)
+        t0 = time.monotonic()
+        for c in chunks(warmup, total):
+            conn.send(c)
+        t1 = time.monotonic()
+        conn.disconnect()  # the DISCONNECT receipt comes after the broker read every SEND
+        t2 = time.monotonic()
+        measured = total - warmup
+        res.update(
+            sent=total,
+            rate=measured / (t1 - t0) if t1 > t0 else float("inf"),
+            ingest_rate=measured / (t2 - t0) if t2 > t0 else float("inf"),
+            send_s=t1 - t_start,
+            disconnect_receipt_s=t2 - t1,
+        )
+    elif mode == "receipts":
+        body = make_body(args.body_size)
+        pre = prefix + b"content-length:%d\nreceipt:" % len(body)
+        post = b"\n\n" + body + b"\0"
+        window = args.window
+        sent = receipted = 0
+        t0 = None
+        t_start = time.monotonic()
+        if warmup == 0:
+            t0 = t_start
+        sock = conn.sock
+        reader = conn.reader
+        while receipted < total:
+            outstanding = sent - receipted
+            if sent < total and outstanding < window:
+                n = min(batch, window - outstanding, total - sent)
+                conn.send(b"".join(pre + b"%d" % i + post for i in range(sent, sent + n)))
+                sent += n
+                # non-blocking poll for receipts
+                r, _, _ = select.select([sock], [], [], 0)
+                if not r:
+                    continue
+            sock.settimeout(args.timeout)
+            try:
+                frames = reader.read()
+            except socket.timeout:
+                raise BenchError(
+                    f"producer: timeout ({args.timeout:g}s) waiting for receipts "
+                    f"({receipted}/{total} receipted)"
+                ) from None
+            for f in frames:
+                if f[0] == b"RECEIPT":
+                    receipted += 1
+            if t0 is None and receipted >= warmup:
+                t0 = time.monotonic()
+        t1 = time.monotonic()
+        conn.disconnect()
+        res.update(sent=sent, receipted=receipted, send_s=t1 - t_start,
+                   rate=(total - warmup) / (t1 - t0) if t1 > t0 else float("inf"))
+    elif mode == "paced":
+        rate = args.rate
+        t_start = time.monotonic_ns()
+        sent = 0
+        bs = args.body_size
+        cl = b"content-length:%d\n\n" % max(bs, 31)
+        lag_max = 0
+        while sent < total:
+            now = time.monotonic_ns()
+            due = min(total, int((now - t_start) * rate / 1e9) + 1)
+            if due > sent:
+                lag_max = max(lag_max, due - sent)
+                parts = []
+                for i in range(sent, due):
+                    ts = time.monotonic_ns()
+                    parts.append(prefix + cl + make_body(bs, seq=i, ts=ts) + b"\0")
+                conn.send(b"".join(parts))
+                sent = due
+            else:
+                nxt = t_start + sent * 1e9 / rate
+                time.sleep(max(0.0, (nxt - time.monotonic_ns()) / 1e9))
+        t1 = time.monotonic_ns()
+        conn.disconnect()
+        res.update(sent=sent, send_s=(t1 - t_start) / 1e9, rate=sent / ((t1 - t_start) / 1e9),
+                   max_backlog=lag_max)
+    done.set()
+    return res
+
+
+def consumer(args, dest: str, idx: int, ready_q, done, mode: str, total: int, warmup: int,
+             ack: str, prefetch, retry_until=None):
+    """mode: 'count' (stop after total), 'seq' (fanout: stop on total or producer done +
+    --settle idle), 'latency' (bodies carry timestamps)."""
+    set_affinity(args.affinity)
+    want_body = mode in ("seq", "latency")
+    sub_id = str(idx)
+    while True:
+        try:
+            conn = Conn(args, want_body=want_body, retry_until=retry_until)
+            conn.subscribe(dest, sub_id, ack, prefetch, parse_headers(args.sub_header))
+            break
+        except BenchError:
+            # e.g. a broker that is still starting up after a restart (drain --pause)
+            if retry_until is None or time.monotonic() >= retry_until:
+                raise
+            time.sleep(0.5)
+    ready_q.put(("ready", idx))
+    acker = ack_frame_builder(conn.version, sub_id) if ack != "auto" else None
+    sock, reader = conn.sock, conn.reader
+    received = 0
+    t_first = t0 = t_last = None
+    measured = 0
+    lat = []
+    seen_max = -1
+    out_of_order = 0
+    short_to = min(0.5, args.timeout)
+    sock.settimeout(short_to)
+    last_data = time.monotonic()
+    while received < total:
+        try:
+            frames = reader.read()
+        except socket.timeout:
+            now = time.monotonic()
+            if mode != "count" and done.is_set() and now - last_data >= args.settle:
+                break
+            if now - last_data >= args.timeout:
+                raise BenchError(
+                    f"consumer {idx}: no message for {args.timeout:g}s "
+                    f"(received {received}/{total})"
+                ) from None
+            continue
+        now = time.monotonic()
+        now_ns = time.monotonic_ns()
+        last_data = now
+        acks = []
+        for cmd, hdr, body in frames:
+            if cmd != b"MESSAGE":
+                continue
+            received += 1
+            if acker is not None:
+                acks.append(acker(hdr))
+            if mode == "count":
+                if received == warmup or (warmup == 0 and received == 1):
+                    t0 = now
+                continue
+            seq = int(body[:10])
+            if seq < seen_max:
+                out_of_order += 1
+            seen_max = max(seen_max, seq)
+            if seq >= warmup:
+                if t0 is None:
+                    t0 = now
+                measured += 1
+                if mode == "latency":
+                    lat.append(now_ns - int(body[11:30]))
+        if t_first is None and received:
+            t_first = now
+        if received:
+            t_last = now
+        if acks:
+            conn.send(b"".join(acks))
+    if mode == "count":
+        measured = received - warmup if warmup else received - 1
+    conn.disconnect()
+    res = {
+        "role": "consumer",
+        "idx": idx,
+        "received": received,
+        "measured": measured,
+        "t_first": t_first,
+        "t0": t0,
+        "t_last": t_last,
+        "out_of_order": out_of_order,
+        "version": conn.version,
+    }
+    if mode == "latency":
+        res["lat_ns"] = lat
+    return res
+
+
+# ----------------------------------------------------------------------------- orchestration
+
+
+class Runner:
+    def __init__(self, args):
+        self.args = args
+        self.ctx = mp.get_context("fork")
+        self.result_q = self.ctx.Queue()
+        self.ready_q = self.ctx.Queue()
+        self.procs = []
+        self._early: list = []
+
+    def start(self, target, *a):
+        p = self.ctx.Process(target=run_worker, args=(target, self.result_q) + a, daemon=True)
+        p.start()
+        self.procs.append(p)
+        return p
+
+    def fail(self, msg: str, broker: bool = False):
+        for p in self.procs:
+            if p.is_alive():
+                p.terminate()
+        for p in self.procs:
+            p.join(2)
+        raise (BrokerError if broker else BenchError)(msg)
+
+    def wait_ready(self, n: int):
+        deadline = time.monotonic() + self.args.timeout + 5
+        got = 0
+        while got < n:
+            try:
+                self.ready_q.get(timeout=0.2)
+                got += 1
+                continue
+            except queue_mod.Empty:
+                pass
+            self._check_results_early()
+            if time.monotonic() > deadline:
+                self.fail(f"only {got}/{n} consumers subscribed within {self.args.timeout:g}s")
+
+    def _check_results_early(self):
+        try:
+            r = self.result_q.get_nowait()
+        except queue_mod.Empty:
+            return
+        if "error" in r:
+            self.fail(r["error"], r.get("broker_error", False))
+        self._early.append(r)
+
+    def collect(self, n: int) -> list[dict]:
+        results = list(self._early)
+        self._early = []
+        while len(results) < n:
+            try:
+                r = self.result_q.get(timeout=0.5)
+            except queue_mod.Empty:
+                dead = [p for p in self.procs if not p.is_alive() and p.exitcode not in (0, None)]
+                if dead:
+                    self.fail(f"worker process died with exit code {dead[0].exitcode}")
+                if all(not p.is_alive() for p in self.procs):
+                    # give the queue feeder a last chance
+                    try:
+                        r = self.result_q.get(timeout=2)
+                    except queue_mod.Empty:
+                        self.fail("workers exited without reporting results")
+                else:
+                    continue
+            if "error" in r:
+                self.fail(r["error"], r.get("broker_error", False))
+            results.append(r)
+        for p in self.procs:
+            p.join(5)
+        return results
+
+
+def unique_dest(args, scenario: str, topic: bool = False) -> str:
+    if args.destination:
+        return args.destination
+    prefix = args.topic_prefix if topic else args.destination_prefix
+    return f"{prefix}{scenario}-{os.getpid()}-{time.time_ns() // 1_000_000 % 10**9}"
+
+
+def pct(sorted_vals, p):
+    if not sorted_vals:
+        return None
+    k = max(0, min(len(sorted_vals) - 1, math.ceil(p / 100 * len(sorted_vals)) - 1))
+    return sorted_vals[k]
+
+
+def run_throughput(args, stats: BrokerStats) -> dict:
+    sc = args.scenario
+    warmup = args.warmup
+    total = args.count + warmup
+    subs = args.subscribers if sc == "fanout" else 1
+    if sc == "queue":
+        ack = args.ack or "auto"
+        pmode = "plain"
+    elif sc == "queue-ack":
+        ack = args.ack or "client-individual"
+        pmode = "plain"
+    elif sc == "receipts":
+        ack = args.ack or "client-individual"
+        pmode = "receipts"
+    elif sc == "fanout":
+        ack = args.ack or "auto"
+        pmode = "seq"
+    else:  # latency
+        ack = args.ack or "auto"
+        pmode = "paced"
+        total = int(args.rate * args.duration)
+        warmup = min(args.warmup, total // 10) if args.warmup else 0
+    prefetch = args.prefetch
+    if prefetch is None and ack != "auto":
+        prefetch = 1000
+    dest = unique_dest(args, sc, topic=(sc == "fanout"))
+    cmode = {"fanout": "seq", "latency": "latency"}.get(sc, "count")
+    if sc == "latency":
+        cmode = "latency"
+    R = Runner(args)
+    go = R.ctx.Event()
+    done = R.ctx.Event()
+    for i in range(subs):
+        R.start(consumer, args, dest, i, R.ready_q, done, cmode, total, warmup, ack, prefetch)
+    R.wait_ready(subs)
+    R.start(producer, args, dest, go, done, pmode, total, warmup)
+    cpu0, w0 = stats.cpu(), time.monotonic()
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    go.set()
+    results = R.collect(subs + 1)
+    cpu1, w1 = stats.cpu(), time.monotonic()
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    prod = next(r for r in results if r["role"] == "producer")
+    cons = sorted((r for r in results if r["role"] == "consumer"), key=lambda r: r["idx"])
+    out = {
+        "scenario": sc,
+        "destination": dest,
+        "msgs": args.count if sc != "latency" else prod["sent"],
+        "body_size": args.body_size,
+        "warmup": warmup,
+        "ack": ack,
+        "prefetch": prefetch,
+        "persistent": args.persistent,
+        "stomp_version": cons[0]["version"],
+        "producer_rate": round(prod["rate"], 1),
+    }
+    if "ingest_rate" in prod:
+        out["producer_ingest_rate"] = round(prod["ingest_rate"], 1)
+    if sc in ("queue", "queue-ack", "receipts"):
+        c = cons[0]
+        el = (c["t_last"] - c["t0"]) if c["t0"] is not None else 0
+        out["rate"] = round(c["measured"] / el, 1) if el > 0 else None
+        out["consumer_elapsed_s"] = round(el, 3)
+        out["received"] = c["received"]
+        if sc == "receipts":
+            out["window"] = args.window
+    elif sc == "fanout":
+        t0s = [c["t0"] for c in cons if c["t0"] is not None]
+        tls = [c["t_last"] for c in cons if c["t_last"] is not None]
+        el = max(tls) - min(t0s) if t0s and tls else 0
+        deliveries = sum(c["measured"] for c in cons)
+        out["subscribers"] = subs
+        out["rate"] = round(deliveries / el, 1) if el > 0 else None
+        out["rate_unit"] = "deliveries/s"
+        out["deliveries"] = deliveries
+        out["per_subscriber"] = [c["received"] for c in cons]
+        out["lost"] = subs * total - sum(c["received"] for c in cons)
+        out["out_of_order"] = sum(c["out_of_order"] for c in cons)
+        out["elapsed_s"] = round(el, 3)
+    else:  # latency
+        c = cons[0]
+        lat = sorted(c["lat_ns"])
+        out["target_rate"] = args.rate
+        out["duration_s"] = args.duration
+        out["received"] = c["received"]
+        out["lost"] = prod["sent"] - c["received"]
+        out["samples"] = len(lat)
+        for name, p in (("p50", 50), ("p90", 90), ("p99", 99), ("p99.9", 99.9), ("max", 100)):
+            v = pct(lat, p)
+            out[f"{name}_ms"] = round(v / 1e6, 3) if v is not None else None
+        out["rate"] = round(prod["rate"], 1)
+    if cpu0 is not None and cpu1 is not None:
+        out["broker_cpu_s"] = round(cpu1 - cpu0, 2)
+        out["broker_cpu_pct"] = round(100 * (cpu1 - cpu0) / (w1 - w0), 1)
+        n_msgs = out.get("deliveries") or out["msgs"]
+        out["broker_cpu_us_per_msg"] = round(1e6 * (cpu1 - cpu0) / n_msgs, 1)
+    out["loadgen_cpu_s"] = round(
+        (ru1.ru_utime + ru1.ru_stime) - (ru0.ru_utime + ru0.ru_stime), 2)
+    out["wall_s"] = round(w1 - w0, 3)
+    return out
+
+
+def run_drain(args, stats: BrokerStats) -> dict:
+    warmup = args.warmup
+    total = args.count + warmup
+    dest = unique_dest(args, "drain")
+    ack = args.ack or "auto"
+    prefetch = args.prefetch
+    if prefetch is None and ack != "auto":
+        prefetch = 1000
+    persistent_was = args.persistent
+    args.persistent = True
+    # phase 1: preload with receipts
+    R = Runner(args)
+    go, done = R.ctx.Event(), R.ctx.Event()
+    R.start(producer, args, dest, go, done, "receipts", total, 0)
+    go.set()
+    t = time.monotonic()
+    prod = R.collect(1)[0]
+    load_s = time.monotonic() - t
+    print(f"drain: pre-loaded {prod['receipted']} persistent messages into {dest} "
+          f"in {load_s:.2f}s ({prod['rate']:.0f} msg/s)", file=sys.stderr, flush=True)
+    retry_until = None
+    if args.pause:
+        print(f"drain: pausing {args.pause:g}s (restart the broker now if you want)",
+              file=sys.stderr, flush=True)
+        time.sleep(args.pause)
+        retry_until = time.monotonic() + args.timeout
+        if args.broker_pid == "auto":
+            stats.pid = None  # the broker may have been restarted: look it up again later
+    # phase 2: drain
+    R2 = Runner(args)
+    done2 = R2.ctx.Event()
+    done2.set()
+    R2.start(consumer, args, dest, 0, R2.ready_q, done2, "count", total, warmup, ack, prefetch,
+             retry_until)
+    R2.wait_ready(1)
+    if args.broker_pid == "auto" and stats.pid is None:
+        stats.pid = find_listener_pid(args.host, args.port)
+    cpu0, w0 = stats.cpu(), time.monotonic()
+    c = R2.collect(1)[0]
+    cpu1, w1 = stats.cpu(), time.monotonic()
+    args.persistent = persistent_was
+    el = (c["t_last"] - c["t0"]) if c["t0"] is not None else 0
+    out = {
+        "scenario": "drain",
+        "destination": dest,
+        "msgs": args.count,
+        "body_size": args.body_size,
+        "warmup": warmup,
+        "ack": ack,
+        "prefetch": prefetch,
+        "stomp_version": c["version"],
+        "rate": round(c["measured"] / el, 1) if el > 0 else None,
+        "preload_rate": round(prod["rate"], 1),
+        "preload_s": round(load_s, 3),
+        "paused_s": args.pause,
+        "received": c["received"],
+        "consumer_elapsed_s": round(el, 3),
+    }
+    if cpu0 is not None and cpu1 is not None:
+        out["broker_cpu_s"] = round(cpu1 - cpu0, 2)
+        out["broker_cpu_pct"] = round(100 * (cpu1 - cpu0) / (w1 - w0), 1)
+    return out
+
+
+def run_idle(args, stats: BrokerStats) -> dict:
+    n = args.connections_idle
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = n + 64
+    if soft < want:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(want, soft)), hard))
+        except (ValueError, OSError):
+            pass
+    rss0 = stats.rss_kb()
+    conns = []
+    error = None
+    t0 = time.monotonic()
+    try:
+        for _ in range(n):
+            conns.append(Conn(args))
+    except BenchError as e:
+        error = str(e)
+    t_open = time.monotonic() - t0
+    print(f"idle: opened {len(conns)}/{n} connections in {t_open:.2f}s; holding for "
+          f"{args.duration:g}s" + (f" (broker pid {stats.pid})" if stats.pid else ""),
+          file=sys.stderr, flush=True)
+    if error:
+        print(f"idle: stopped opening connections: {error}", file=sys.stderr, flush=True)
+    time.sleep(min(1.0, args.duration))
+    rss1 = stats.rss_kb()
+    time.sleep(max(0.0, args.duration - 1.0))
+    rss_hold_end = stats.rss_kb()
+    for c in conns:
+        c.close()  # plain TCP close; DISCONNECT round trips would take as long as opening
+    time.sleep(1.0)
+    rss2 = stats.rss_kb()
+    out = {
+        "scenario": "idle",
+        "requested": n,
+        "opened": len(conns),
+        "open_s": round(t_open, 3),
+        "held_s": args.duration,
+    }
+    if rss0 is not None:
+        out.update(rss_before_kb=rss0, rss_held_kb=max(rss1 or 0, rss_hold_end or 0),
+                   rss_after_kb=rss2)
+        if rss1 and conns:
+            out["rss_per_conn_kb"] = round((out["rss_held_kb"] - rss0) / len(conns), 1)
+    if error:
+        out["error"] = error
+    return out
+
+
+def summary_line(res: dict) -> str:
+    keys = [k for k in res if k not in ("per_subscriber", "destination")]
+    parts = []
+    for k in keys:
+        v = res[k]
+        if k == "rate":
+            unit = res.get("rate_unit", "msg/s")
+            parts.append(f"rate={v:.0f} {unit}" if isinstance(v, (int, float)) else f"rate={v}")
+        elif k == "rate_unit":
+            continue
+        elif isinstance(v, float):
+            parts.append(f"{k}={v:g}")
+        else:
+            parts.append(f"{k}={v}")
+    if "per_subscriber" in res:
+        parts.append("per_subscriber=" + ",".join(str(x) for x in res["per_subscriber"]))
+    if res.get("destination"):
+        parts.append(f"destination={res['destination']}")
+    return " ".join(parts)
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="bench.py",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    g = p.add_argument_group("broker")
+    g.add_argument("--host", default="127.0.0.1", help="broker host (default %(default)s)")
+    g.add_argument("--port", type=int, default=61613, help="broker STOMP port (default %(default)s)")
+    g.add_argument("--login", default=None, help="CONNECT login header (RabbitMQ: guest)")
+    g.add_argument("--passcode", default=None, help="CONNECT passcode header (RabbitMQ: guest)")
+    g.add_argument("--vhost", default="/",
+                   help="CONNECT host header, RabbitMQ's virtual host (default %(default)s)")
+    g.add_argument("--stomp-version", choices=["1.0", "1.1", "1.2"], default="1.2",
+                   help="highest STOMP version offered in accept-version (default %(default)s); "
+                        "ACK frames follow the version the broker negotiates")
+    g.add_argument("--timeout", type=float, default=30.0,
+                   help="timeout in seconds of every socket operation / wait for a frame; a "
+                        "consumer that sees no message for this long fails (default %(default)s)")
+    g.add_argument("--broker-pid", default=None, metavar="PID|auto",
+                   help="broker process to sample (CPU time utime+stime during the run, RSS for "
+                        "idle) from /proc; 'auto' = the local process listening on --port")
+
+    g = p.add_argument_group("workload")
+    g.add_argument("--scenario", default="queue",
+                   choices=["queue", "queue-ack", "receipts", "fanout", "latency", "drain", "idle"],
+                   help="what to measure (see above; default %(default)s)")
+    g.add_argument("--count", type=int, default=100000,
+                   help="measured messages (default %(default)s); not used by latency/idle")
+    g.add_argument("--warmup", type=int, default=1000,
+                   help="extra messages sent first and excluded from the timing (default "
+                        "%(default)s); for latency, that many first samples are dropped (at most "
+                        "10%% of the run)")
+    g.add_argument("--body-size", type=int, default=100,
+                   help="message body size in bytes (default %(default)s; latency needs >= 31 and "
+                        "pads smaller sizes up)")
+    g.add_argument("--persistent", action="store_true",
+                   help="add persistent:true to SENDs (needed for durable queues in "
+                        "RabbitMQ/ActiveMQ); drain always sends persistent messages")
+    g.add_argument("--destination-prefix", default="/queue/bench-",
+                   help="queue name prefix; the scenario, pid and a time stamp are appended so "
+                        "every run uses a fresh queue (default %(default)s)")
+    g.add_argument("--topic-prefix", default="/topic/bench-",
+                   help="topic name prefix used by fanout (default %(default)s)")
+    g.add_argument("--destination", default=None,
+                   help="use exactly this destination instead of a generated unique one")
+    g.add_argument("--ack", choices=["auto", "client", "client-individual"], default=None,
+                   help="consumer ack mode (default: auto for queue/fanout/latency/drain, "
+                        "client-individual for queue-ack/receipts); every message is ACKed, "
+                        "ACKs of one recv chunk are sent in one write")
+    g.add_argument("--prefetch", type=int, default=None,
+                   help="consumer prefetch, sent as `prefetch`, `activemq.prefetchSize` and "
+                        "`prefetch-count` (default: 1000 with client acks, not sent with auto ack)")
+    g.add_argument("--window", type=int, default=1000,
+                   help="max un-receipted SENDs outstanding in receipts and the drain pre-load "
+                        "(default %(default)s)")
+    g.add_argument("--subscribers", type=int, default=10,
+                   help="fanout: number of topic subscribers (default %(default)s)")
+    g.add_argument("--rate", type=float, default=1000,
+                   help="latency: messages per second (default %(default)s)")
+    g.add_argument("--duration", type=float, default=10,
+                   help="latency: seconds of publishing; idle: seconds to hold the connections "
+                        "(default %(default)s)")
+    g.add_argument("--pause", type=float, default=0,
+                   help="drain: seconds to wait between pre-load and drain, e.g. to restart the "
+                        "broker (the consumer then retries connecting for --timeout s)")
+    g.add_argument("--connections-idle", type=int, default=1000, metavar="N",
+                   help="idle: number of connections to open (default %(default)s)")
+    g.add_argument("--settle", type=float, default=2.0,
+                   help="fanout/latency: once the producer is done, a subscriber that has seen "
+                        "no message for this many seconds stops (lost messages) "
+                        "(default %(default)s)")
+    g.add_argument("--send-header", action="append", metavar="NAME:VALUE",
+                   help="extra header on every SEND (repeatable)")
+    g.add_argument("--sub-header", action="append", metavar="NAME:VALUE",
+                   help="extra header on every SUBSCRIBE (repeatable)")
+
+    g = p.add_argument_group("load generator")
+    g.add_argument("--batch", type=int, default=100,
+                   help="frames per sendall (default %(default)s)")
+    g.add_argument("--affinity", default=None, metavar="CPUS",
+                   help="pin the producer/consumer processes to these CPUs, e.g. '1' or '0,1' "
+                        "(pin the broker elsewhere with taskset)")
+    g.add_argument("--json", action="store_true", help="also print the result as one JSON line")
+    g.add_argument("--repeat", type=int, default=1,
+                   help="run the scenario this many times (fresh destination each time) and "
+                        "also print the median rate (default %(default)s)")
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.affinity is not None:
+        try:
+            args.affinity = {int(x) for x in args.affinity.split(",") if x != ""}
+        except ValueError:
+            print("--affinity expects a comma separated CPU list", file=sys.stderr)
+            return 2
+    if args.count < 1 or args.batch < 1 or args.window < 1 or args.subscribers < 1:
+        print("--count, --batch, --window and --subscribers must be >= 1", file=sys.stderr)
+        return 2
+    if args.warmup < 0:
+        print("--warmup must be >= 0", file=sys.stderr)
+        return 2
+    if args.scenario == "latency" and args.body_size < 31:
+        args.body_size = 31
+    rates = []
+    for _ in range(args.repeat):
+        stats = BrokerStats(resolve_broker_pid(args))
+        try:
+            if args.scenario == "drain":
+                res = run_drain(args, stats)
+            elif args.scenario == "idle":
+                res = run_idle(args, stats)
+            else:
+                res = run_throughput(args, stats)
+        except BrokerError as e:
+            print(f"bench: broker sent {e}", file=sys.stderr)
+            return 1
+        except BenchError as e:
+            print(f"bench: {e}", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:
+            return 130
+        print(summary_line(res), flush=True)
+        if args.json:
+            print(json.dumps(res), flush=True)
+        if res.get("rate") is not None:
+            rates.append(res["rate"])
+        if args.scenario == "idle" and res.get("error"):
+            return 1
+    if args.repeat > 1 and rates:
+        rates.sort()
+        med = rates[len(rates) // 2] if len(rates) % 2 else (rates[len(rates) // 2 - 1] + rates[len(rates) // 2]) / 2
+        print(f"scenario={args.scenario} runs={len(rates)} median_rate={med:.0f} "
+              f"rates={','.join(f'{r:.0f}' for r in rates)}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,21 @@
+"""Broker tuning that the command line and config file can change."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class BrokerConfig:
+    #: Prefetch of a client-ack subscription that names none (DESIGN §3).
+    default_prefetch: int = 100
+    #: Upper bound on any prefetch a client asks for.
+    max_prefetch: int = 10_000
+    #: Ready messages a durable queue keeps in memory; the rest is paged in.
+    window: int = 2_000
+    #: Seconds before an unacked delivery returns to its queue; 0 = never.
+    ack_timeout: float = 0.0
+    #: Redeliveries before a message goes to the dead-letter queue; None = unlimited.
+    max_redeliveries: int | None = None
+    #: Dead-letter queue name prefix: a message of /queue/X dies into /queue/<prefix>X.
+    dlq_prefix: str = "DLQ."

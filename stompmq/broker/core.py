@@ -1,0 +1,572 @@
+"""The broker: every frame after CONNECT goes through ``Broker.handle``.
+
+Theory of operation
+-------------------
+One ``Broker`` owns all state and runs on the trio thread; nothing in it is
+shared with other threads, so it needs no locks.  The server calls ``handle``
+synchronously for each frame; the broker routes, writes MESSAGE/RECEIPT bytes
+into the sessions' outboxes and buffers store writes, all without awaiting.
+What must wait runs in ``run``'s background tasks: the store's commit loop
+(which calls ``_on_commit`` to release RECEIPTs), the pager that loads ready
+messages of spilled queues, and the ack-timeout timer.
+
+A queue exists in memory only while it has subscribers or deliveries in
+flight (or, with a non-durable store, messages); otherwise its messages are
+only in the store and the queue costs nothing.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+
+import trio
+
+from ..protocol import Frame, escape
+from ..storage.base import Recovery, Store, StoredMessage, StoreError
+from .config import BrokerConfig
+from .delivery import BROKER_HEADERS, message_frame, message_tail
+from .destinations import Destination, Kind, parse_destination
+from .errors import ClientError
+from .queue import Queue
+from .session import Outbox, Session
+from .subscription import AckMode, Subscription
+from .topics import WILDCARD, TopicRouter
+
+log = logging.getLogger(__name__)
+
+#: Priority of a SEND that names none (the JMS convention).
+DEFAULT_PRIORITY = 4
+#: Header names that set a subscription's prefetch, first one present wins.
+PREFETCH_HEADERS = ("prefetch", "activemq.prefetchSize", "prefetch-count")
+
+_ACK_MODES = {mode.value: mode for mode in AckMode}
+
+
+class Broker:
+    def __init__(self, store: Store, config: BrokerConfig | None = None) -> None:
+        self.store = store
+        self.config = config or BrokerConfig()
+        self.queues: dict[str, Queue] = {}
+        self.topics = TopicRouter()
+        self.sessions: dict[str, Session] = {}
+        self._seq = 0
+        self._waiting: dict[Session, None] = {}  # sessions with receipts waiting on a commit
+        self._pages: deque[Queue] = deque()
+        self._page_wanted = trio.Event()
+        self._timers: list[tuple[float, int, Session, str, int]] = []
+        self._timer_counter = itertools.count()
+        self._timer_changed = trio.Event()
+        self._handlers: dict[str, Callable[[Session, Frame], None]] = {
+            "SEND": self._on_send,
+            "SUBSCRIBE": self._on_subscribe,
+            "UNSUBSCRIBE": self._on_unsubscribe,
+            "ACK": self._on_ack,
+            "NACK": self._on_nack,
+            "BEGIN": self._on_begin,
+            "COMMIT": self._on_commit_tx,
+            "ABORT": self._on_abort,
+        }
+        store.on_commit = self._on_commit
+        store.on_commit_failed = self._on_commit_failed
+
+    # -- lifecycle ------------------------------------------------------------
+    async def open(self) -> Recovery:
+        recovery = await self.store.open()
+        self._seq = recovery.last_seq
+        return recovery
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Background work for the broker's lifetime: store commits, paging, ack timeouts."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.store.run)
+            nursery.start_soon(self._pager)
+            nursery.start_soon(self._timer_loop)
+            task_status.started()
+
+    async def close(self) -> None:
+        await self.store.close()
+
+    # -- sessions ---------------------------------------------------------------
+    def open_session(self, session_id: str, version: str, outbox: Outbox, login: str | None = None) -> Session:
+        session = Session(session_id, version, outbox, login)
+        self.sessions[session_id] = session
+        return session
+
+    def close_session(self, session: Session) -> None:
+        """The connection is gone: abort its transactions, requeue what it held."""
+        if session.closed:
+            return
+        session.closed = True
+        session.transactions.clear()
+        for sub in list(session.subscriptions.values()):
+            self._drop_subscription(sub)
+        session.subscriptions.clear()
+        session.pending_receipts.clear()
+        self._waiting.pop(session, None)
+        self.sessions.pop(session.id, None)
+
+    def resume(self, session: Session) -> None:
+        """The session's outbox drained below its limit: give its subscriptions room again."""
+        for sub in session.subscriptions.values():
+            queue = sub.queue
+            if queue is not None and sub.active:
+                queue.make_ready(sub)
+                queue.pump()
+
+    # -- frames -----------------------------------------------------------------
+    def handle(self, session: Session, frame: Frame) -> None:
+        """Apply one client frame; raise ClientError to fail the connection."""
+        handler = self._handlers.get(frame.command)
+        if handler is None:
+            raise ClientError(f"unknown command {frame.command!r}")
+        handler(session, frame)
+        receipt = frame.headers.get("receipt")
+        if receipt is not None:
+            self.receipt(session, receipt)
+
+    def receipt(self, session: Session, receipt_id: str) -> None:
+        """Answer ``receipt_id`` once everything this frame wrote is committed."""
+        data = b"RECEIPT\nreceipt-id:%s\n\n\x00" % escape(receipt_id, session.version).encode()
+        ticket = self.store.sync_ticket()
+        if ticket <= self.store.committed and not session.pending_receipts:
+            session.outbox.write(data)
+        else:
+            session.pending_receipts.append((ticket, receipt_id, data))
+            self._waiting[session] = None
+
+    def _on_commit(self, ticket: int) -> None:
+        for session in list(self._waiting):
+            pending = session.pending_receipts
+            while pending and pending[0][0] <= ticket:
+                session.outbox.write(pending.popleft()[2])
+            if not pending:
+                del self._waiting[session]
+
+    def _on_commit_failed(self, ticket: int, error: StoreError) -> None:
+        for session in list(self._waiting):
+            pending = session.pending_receipts
+            if pending and pending[0][0] <= ticket:
+                receipt_id = pending[0][1]
+                del self._waiting[session]
+                pending.clear()
+                session.fail(f"could not store: {error}", receipt_id)
+
+    # -- SEND -------------------------------------------------------------------
+    def _on_send(self, session: Session, frame: Frame) -> None:
+        dest = parse_destination(frame.headers.get("destination"))
+        if dest.kind is Kind.QUEUE:
+            priority, ack_timeout = _send_options(frame.headers)
+        else:
+            priority, ack_timeout = DEFAULT_PRIORITY, None
+        tx = frame.headers.get("transaction")
+        if tx is not None:
+            self._transaction(session, tx).append(frame)
+            return
+        self._route(dest, frame, priority, ack_timeout)
+
+    def _route(self, dest: Destination, frame: Frame, priority: int, ack_timeout: float | None) -> None:
+        if dest.kind is Kind.QUEUE:
+            self.publish(dest.name, _user_headers(frame.headers), frame.body, priority, ack_timeout)
+        elif dest.kind is Kind.TOPIC:
+            if dest.name.endswith(WILDCARD):
+                raise ClientError(f"cannot SEND to a wildcard topic {dest.raw!r}")
+            self._publish_topic(dest, frame)
+        else:
+            raise ClientError(f"SEND to {dest.raw!r} is not supported")
+
+    def next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    def publish(
+        self,
+        queue_name: str,
+        headers: dict[str, str],
+        body: bytes,
+        priority: int = DEFAULT_PRIORITY,
+        ack_timeout: float | None = None,
+        redeliveries: int = 0,
+    ) -> StoredMessage:
+        """Store a message in a queue and hand it to a subscriber if one has room."""
+        self._seq += 1
+        msg = StoredMessage(
+            self._seq, queue_name, priority, headers, body, int(time.time() * 1000), ack_timeout, redeliveries
+        )
+        self.store.insert(msg)
+        queue = self.queues.get(queue_name)
+        if queue is None:
+            if self.store.durable:
+                return msg  # nobody listens: the message waits in the store only
+            queue = self._activate(queue_name)
+        queue.push(msg)
+        queue.pump()
+        return msg
+
+    def _publish_topic(self, dest: Destination, frame: Frame) -> None:
+        subs = list(self.topics.matching(dest.name))
+        if not subs:
+            return
+        self._seq += 1
+        msg = StoredMessage(
+            self._seq, dest.name, DEFAULT_PRIORITY, _user_headers(frame.headers), frame.body, int(time.time() * 1000)
+        )
+        tails: dict[str, bytes] = {}
+        for sub in subs:
+            session = sub.session
+            if not session.outbox.can_take_transient():
+                continue  # transient: a subscriber that cannot keep up misses it
+            ack_id = None
+            if sub.ack_mode is not AckMode.AUTO:
+                if len(sub.unacked) >= sub.prefetch:
+                    continue
+                ack_id = self._track(session, sub, msg)
+            version = session.version
+            tail = tails.get(version)
+            if tail is None:
+                tail = tails[version] = message_tail(msg, version)
+            session.outbox.write(
+                message_frame(msg, dest.raw, sub.id, ack_id if version == "1.2" else None, version, tail)
+            )
+
+    # -- delivery ---------------------------------------------------------------
+    def _activate(self, name: str) -> Queue:
+        durable = self.store.durable
+        queue = Queue(name, self, self.config.window if durable else None, spilled=durable)
+        self.queues[name] = queue
+        return queue
+
+    def _track(self, session: Session, sub: Subscription, msg: StoredMessage) -> str:
+        """Record an unacked delivery and return its ack id."""
+        ack_id = session.new_ack_id() if session.version == "1.2" else str(msg.seq)
+        sub.unacked[ack_id] = msg
+        session.deliveries[ack_id] = sub
+        return ack_id
+
+    def deliver(self, queue: Queue, sub: Subscription, msg: StoredMessage) -> None:
+        """Hand one queue message to one subscription (called by Queue.pump)."""
+        session = sub.session
+        version = session.version
+        if sub.ack_mode is AckMode.AUTO:
+            ack_id = None
+            self.store.delete(msg)
+        else:
+            ack_id = self._track(session, sub, msg)
+            queue.inflight[msg.seq] = sub
+            msg.delivered = True
+            self.store.update(msg)
+            timeout = msg.ack_timeout if msg.ack_timeout is not None else sub.ack_timeout
+            if timeout is None:
+                timeout = self.config.ack_timeout
+            if timeout > 0:
+                self._arm_timer(timeout, session, ack_id, msg.seq)
+        session.outbox.write(
+            message_frame(
+                msg,
+                queue.destination,
+                sub.id,
+                ack_id if version == "1.2" else None,
+                version,
+                message_tail(msg, version),
+            )
+        )
+
+    def _settle(self, sub: Subscription, ack_id: str) -> StoredMessage:
+        """Remove one unacked delivery from every index and return its message."""
+        msg = sub.unacked.pop(ack_id)
+        del sub.session.deliveries[ack_id]
+        if sub.queue is not None:
+            sub.queue.inflight.pop(msg.seq, None)
+        return msg
+
+    def _requeue(self, queue: Queue | None, msg: StoredMessage) -> None:
+        """Put an unacked queue message back, counting a redelivery."""
+        if queue is None:
+            return  # topic message: transient
+        msg.delivered = False
+        msg.redeliveries += 1
+        self.store.update(msg)
+        queue.requeue(msg)
+
+    def _after_settle(self, sub: Subscription) -> None:
+        queue = sub.queue
+        if queue is None:
+            return
+        if sub.active:
+            queue.make_ready(sub)
+        queue.pump()
+        if queue.idle:
+            self._deactivate(queue)
+
+    def _deactivate(self, queue: Queue) -> None:
+        if self.store.durable or not queue.size:
+            if self.queues.get(queue.name) is queue:
+                del self.queues[queue.name]
+
+    # -- SUBSCRIBE / UNSUBSCRIBE ------------------------------------------------
+    def _on_subscribe(self, session: Session, frame: Frame) -> None:
+        headers = frame.headers
+        dest = parse_destination(headers.get("destination"))
+        sub_id = headers.get("id")
+        if sub_id is None:
+            if session.version != "1.0":
+                raise ClientError("SUBSCRIBE without id header")
+            sub_id = dest.raw  # STOMP 1.0 made the id optional
+        if sub_id in session.subscriptions:
+            raise ClientError(f"duplicate subscription id {sub_id!r}")
+        mode = _ACK_MODES.get(headers.get("ack", "auto"))
+        if mode is None:
+            raise ClientError(f"ack header must be auto, client or client-individual, not {headers['ack']!r}")
+        prefetch = self._prefetch(headers)
+        ack_timeout = _seconds(headers, "ack-timeout")
+        if dest.kind is Kind.QUEUE:
+            queue = self.queues.get(dest.name) or self._activate(dest.name)
+            sub = Subscription(sub_id, session, dest.raw, mode, prefetch, ack_timeout, queue)
+            session.subscriptions[sub_id] = sub
+            queue.add_subscriber(sub)
+            queue.pump()
+        elif dest.kind is Kind.TOPIC:
+            sub = Subscription(sub_id, session, dest.raw, mode, prefetch, ack_timeout)
+            session.subscriptions[sub_id] = sub
+            self.topics.add(dest.name, sub)
+        else:
+            raise ClientError(f"cannot SUBSCRIBE to {dest.raw!r}")
+
+    def _prefetch(self, headers: dict[str, str]) -> int:
+        for name in PREFETCH_HEADERS:
+            value = headers.get(name)
+            if value is not None:
+                try:
+                    prefetch = int(value)
+                except ValueError:
+                    raise ClientError(f"{name} must be a positive integer, not {value!r}") from None
+                if prefetch < 1:
+                    raise ClientError(f"{name} must be a positive integer, not {value!r}")
+                return min(prefetch, self.config.max_prefetch)
+        return min(self.config.default_prefetch, self.config.max_prefetch)
+
+    def _on_unsubscribe(self, session: Session, frame: Frame) -> None:
+        sub_id = frame.headers.get("id")
+        if sub_id is None and session.version == "1.0":
+            sub_id = frame.headers.get("destination")
+        if sub_id is None:
+            raise ClientError("UNSUBSCRIBE without id header")
+        sub = session.subscriptions.pop(sub_id, None)
+        if sub is None:
+            raise ClientError(f"no subscription with id {sub_id!r}")
+        self._drop_subscription(sub)
+
+    def _drop_subscription(self, sub: Subscription) -> None:
+        sub.active = False
+        queue = sub.queue
+        for ack_id in list(sub.unacked):
+            self._requeue(queue, self._settle(sub, ack_id))
+        if queue is None:
+            self.topics.remove(sub.destination[len("/topic/") :], sub)
+            return
+        queue.subs.discard(sub)
+        queue.pump()
+        if queue.idle:
+            self._deactivate(queue)
+
+    # -- ACK / NACK -------------------------------------------------------------
+    def _ack_target(self, session: Session, headers: dict[str, str]) -> tuple[Subscription, str]:
+        ack_id = headers.get("id")
+        if ack_id is None:
+            if session.version == "1.2":
+                raise ClientError("ACK/NACK without id header")
+            ack_id = headers.get("message-id")
+            if ack_id is None:
+                raise ClientError("ACK/NACK without message-id header")
+        sub = session.deliveries.get(ack_id)
+        if sub is None:
+            raise ClientError(f"no unacked message with ack id {ack_id!r}")
+        named = headers.get("subscription")
+        if named is not None and named != sub.id and session.version != "1.2":
+            raise ClientError(f"message {ack_id!r} was not delivered to subscription {named!r}")
+        return sub, ack_id
+
+    def _acked_ids(self, sub: Subscription, ack_id: str) -> list[str]:
+        """The deliveries one ACK/NACK settles: cumulative for `client`, one otherwise."""
+        if sub.ack_mode is not AckMode.CLIENT:
+            return [ack_id]
+        ids = []
+        for candidate in sub.unacked:
+            ids.append(candidate)
+            if candidate == ack_id:
+                break
+        return ids
+
+    def _on_ack(self, session: Session, frame: Frame) -> None:
+        sub, ack_id = self._ack_target(session, frame.headers)
+        tx = frame.headers.get("transaction")
+        if tx is not None:
+            self._transaction(session, tx).append(frame)
+            return
+        self._apply_ack(sub, ack_id)
+
+    def _apply_ack(self, sub: Subscription, ack_id: str) -> None:
+        for one in self._acked_ids(sub, ack_id):
+            self.store.delete(self._settle(sub, one))
+        self._after_settle(sub)
+
+    def _on_nack(self, session: Session, frame: Frame) -> None:
+        if session.version == "1.0":
+            raise ClientError("NACK does not exist in STOMP 1.0")
+        sub, ack_id = self._ack_target(session, frame.headers)
+        tx = frame.headers.get("transaction")
+        if tx is not None:
+            self._transaction(session, tx).append(frame)
+            return
+        self._apply_nack(sub, ack_id, frame.headers.get("requeue", "true") != "false")
+
+    def _apply_nack(self, sub: Subscription, ack_id: str, requeue: bool) -> None:
+        for one in self._acked_ids(sub, ack_id):
+            msg = self._settle(sub, one)
+            if requeue:
+                self._requeue(sub.queue, msg)
+            else:
+                self.store.delete(msg)
+        self._after_settle(sub)
+
+    # -- transactions -------------------------------------------------------------
+    def _transaction(self, session: Session, tx: str) -> list[Frame]:
+        frames = session.transactions.get(tx)
+        if frames is None:
+            raise ClientError(f"no transaction {tx!r} in progress")
+        return frames
+
+    def _tx_id(self, frame: Frame) -> str:
+        tx = frame.headers.get("transaction")
+        if tx is None:
+            raise ClientError(f"{frame.command} without transaction header")
+        return tx
+
+    def _on_begin(self, session: Session, frame: Frame) -> None:
+        tx = self._tx_id(frame)
+        if tx in session.transactions:
+            raise ClientError(f"transaction {tx!r} already in progress")
+        session.transactions[tx] = []
+
+    def _on_abort(self, session: Session, frame: Frame) -> None:
+        tx = self._tx_id(frame)
+        if session.transactions.pop(tx, None) is None:
+            raise ClientError(f"no transaction {tx!r} in progress")
+
+    def _on_commit_tx(self, session: Session, frame: Frame) -> None:
+        """Apply a transaction's frames in one synchronous step, hence in one store group."""
+        tx = self._tx_id(frame)
+        frames = session.transactions.pop(tx, None)
+        if frames is None:
+            raise ClientError(f"no transaction {tx!r} in progress")
+        for f in frames:  # validate everything before applying anything
+            if f.command != "SEND":
+                self._ack_target(session, f.headers)
+        for f in frames:
+            headers = f.headers
+            if f.command == "SEND":
+                dest = parse_destination(headers["destination"])
+                priority, ack_timeout = _send_options(headers) if dest.kind is Kind.QUEUE else (DEFAULT_PRIORITY, None)
+                self._route(dest, f, priority, ack_timeout)
+                continue
+            ack_id = headers.get("id") or headers["message-id"]
+            sub = session.deliveries.get(ack_id)
+            if sub is None:
+                continue  # settled by an earlier cumulative ACK of this transaction
+            if f.command == "ACK":
+                self._apply_ack(sub, ack_id)
+            else:
+                self._apply_nack(sub, ack_id, headers.get("requeue", "true") != "false")
+
+    # -- paging -------------------------------------------------------------------
+    def request_page(self, queue: Queue) -> None:
+        queue.loading = True
+        self._pages.append(queue)
+        self._page_wanted.set()
+
+    async def _pager(self) -> None:
+        while True:
+            await self._page_wanted.wait()
+            self._page_wanted = trio.Event()
+            while self._pages:
+                queue = self._pages.popleft()
+                epoch, skipped = queue.epoch, queue.skipped
+                limit = max(1, self.config.window - queue.size)
+                try:
+                    rows = await self.store.load_ready(queue.name, queue.boundary, limit)
+                except StoreError:
+                    log.exception("paging queue %s failed", queue.name)
+                    queue.loading = False
+                    await trio.sleep(0.1)
+                    continue
+                queue.page_loaded(rows, epoch, skipped, limit)
+                if self.queues.get(queue.name) is not queue:
+                    continue
+                queue.pump()
+                if queue.idle:
+                    self._deactivate(queue)
+
+    # -- ack timeouts -----------------------------------------------------------------
+    def _arm_timer(self, timeout: float, session: Session, ack_id: str, seq: int) -> None:
+        deadline = trio.current_time() + timeout
+        if not self._timers or deadline < self._timers[0][0]:
+            self._timer_changed.set()
+        heapq.heappush(self._timers, (deadline, next(self._timer_counter), session, ack_id, seq))
+
+    async def _timer_loop(self) -> None:
+        while True:
+            if self._timers:
+                with trio.move_on_at(self._timers[0][0]):
+                    await self._timer_changed.wait()
+            else:
+                await self._timer_changed.wait()
+            self._timer_changed = trio.Event()
+            now = trio.current_time()
+            while self._timers and self._timers[0][0] <= now:
+                _, _, session, ack_id, seq = heapq.heappop(self._timers)
+                self._expire(session, ack_id, seq)
+
+    def _expire(self, session: Session, ack_id: str, seq: int) -> None:
+        """An ack timeout fired: if that delivery is still unacked, requeue it."""
+        sub = session.deliveries.get(ack_id)
+        if sub is None:
+            return
+        msg = sub.unacked.get(ack_id)
+        if msg is None or msg.seq != seq:
+            return
+        self._settle(sub, ack_id)
+        self._requeue(sub.queue, msg)
+        self._after_settle(sub)
+
+
+def _user_headers(headers: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in headers.items() if k not in BROKER_HEADERS}
+
+
+def _send_options(headers: dict[str, str]) -> tuple[int, float | None]:
+    """Priority and ack timeout of a SEND to a queue, validated."""
+    value = headers.get("priority")
+    if value is None:
+        priority = DEFAULT_PRIORITY
+    else:
+        if not (len(value) == 1 and value.isdigit()):
+            raise ClientError(f"priority must be an integer from 0 to 9, not {value!r}")
+        priority = int(value)
+    return priority, _seconds(headers, "ack-timeout")
+
+
+def _seconds(headers: dict[str, str], name: str) -> float | None:
+    value = headers.get(name)
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise ClientError(f"{name} must be a number of seconds, not {value!r}") from None
+    if not seconds >= 0 or seconds == float("inf"):
+        raise ClientError(f"{name} must be a finite number of seconds >= 0, not {value!r}")
+    return seconds

@@ -1,0 +1,67 @@
+"""Encoding of MESSAGE frames, split so fan-out encodes a message's shared part once.
+
+A MESSAGE is ``prefix + tail``: the prefix holds what differs per delivery
+(subscription, ack id, redelivery state), the tail holds what every delivery of
+the same message shares (user headers, priority, timestamp, content-length,
+body).  Topic fan-out builds the tail once per protocol version and reuses it
+for every subscriber; a queue delivery builds it once.
+"""
+
+from __future__ import annotations
+
+from ..protocol import encode_header_block, escape
+from ..storage.base import StoredMessage
+
+#: Headers the broker sets itself on MESSAGE frames; a SEND cannot override them.
+BROKER_HEADERS = frozenset(
+    {
+        "destination",
+        "message-id",
+        "subscription",
+        "ack",
+        "content-length",
+        "priority",
+        "redelivered",
+        "redelivery-count",
+        "timestamp",
+        "receipt",
+        "transaction",
+    }
+)
+
+
+def message_tail(msg: StoredMessage, version: str) -> bytes:
+    """The part of a MESSAGE frame shared by all its deliveries for ``version``."""
+    return b"".join(
+        (
+            b"priority:%d\ntimestamp:%d\ncontent-length:%d\n" % (msg.priority, msg.timestamp, len(msg.body)),
+            encode_header_block(msg.headers.items(), version),
+            b"\n",
+            msg.body,
+            b"\x00",
+        )
+    )
+
+
+def message_frame(
+    msg: StoredMessage,
+    destination: str,
+    subscription_id: str,
+    ack_id: str | None,
+    version: str,
+    tail: bytes,
+) -> bytes:
+    """A complete MESSAGE frame for one delivery."""
+    if msg.redeliveries:
+        redelivery = b"redelivered:true\nredelivery-count:%d\n" % msg.redeliveries
+    else:
+        redelivery = b"redelivered:false\nredelivery-count:0\n"
+    ack = b"ack:%s\n" % ack_id.encode() if ack_id is not None else b""
+    return b"MESSAGE\nsubscription:%s\nmessage-id:%d\ndestination:%s\n%s%s%s" % (
+        escape(subscription_id, version).encode(),
+        msg.seq,
+        escape(destination, version).encode(),
+        ack,
+        redelivery,
+        tail,
+    )

@@ -1,0 +1,113 @@
+"""STOMP frame encoding: frames (or header blocks) in, bytes out, no I/O.
+
+Theory of operation
+-------------------
+The broker encodes one MESSAGE per delivery, so encoding is shaped for the
+common case: header names and values without any character that needs
+escaping.  A header block is built with C-level joins
+(``"\\n".join(map(":".join, items))``) and then checked as a whole: it needs
+escaping only if it holds a backslash or CR, or more colons or newlines than
+the separators the join itself put there.  Only then is it rebuilt item by
+item with ``str.translate``.
+
+``encode_header_block`` exists so the broker can encode a message's user
+headers once per STOMP version and splice the cached bytes into every
+MESSAGE it delivers.  Because the receiver keeps the FIRST occurrence of a
+repeated header, the broker's own headers (destination, message-id,
+subscription, ack, content-length) must come before a spliced user block.
+
+Versions differ only in escaping: 1.0 has none, 1.1 escapes backslash,
+newline and colon, 1.2 adds CR.  CONNECT, CONNECTED and STOMP frames are never
+escaped.  Where a header cannot be expressed without escaping (a newline in
+any name or value, or a colon in a name) encoding raises LocalProtocolError
+rather than emit bytes that would split into forged headers on the wire.
+A CR at the end of a value cannot survive 1.0/1.1 (the receiver reads it as
+part of the CRLF line end); it is sent as is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+
+from .errors import LocalProtocolError
+from .frame import Frame
+
+_ESCAPE_TABLES: dict[str, dict[int, str] | None] = {
+    "1.0": None,
+    "1.1": str.maketrans({"\\": "\\\\", "\n": "\\n", ":": "\\c"}),
+    "1.2": str.maketrans({"\\": "\\\\", "\n": "\\n", ":": "\\c", "\r": "\\r"}),
+}
+"""Character -> escape sequence, per version; None means headers go out literally."""
+
+_UNESCAPED_COMMANDS = frozenset(("CONNECT", "CONNECTED", "STOMP"))
+"""Frames whose headers are never escaped (STOMP 1.2, "Value Encoding")."""
+
+_BODILESS_COMMANDS = frozenset(("CONNECTED", "RECEIPT"))
+"""Server frames that must not carry a body (checklist S07)."""
+
+
+def _table(version: str) -> dict[int, str] | None:
+    try:
+        return _ESCAPE_TABLES[version]
+    except KeyError:
+        raise LocalProtocolError(f"unsupported STOMP version {version!r}") from None
+
+
+def escape(value: str, version: str) -> str:
+    """Escape one header name or value for ``version`` (1.0: returned unchanged)."""
+    table = _table(version)
+    if table is None or not ("\\" in value or "\n" in value or ":" in value or "\r" in value):
+        return value
+    return value.translate(table)
+
+
+def _header_text(items: Collection[tuple[str, str]], table: dict[int, str] | None) -> str:
+    """Return the ``name:value\\n`` lines for ``items``, escaped with ``table``."""
+    if not items:
+        return ""
+    count = len(items)
+    text = "\n".join(map(":".join, items))
+    if text.count(":") == count and text.count("\n") == count - 1 and "\\" not in text and "\r" not in text:
+        return text + "\n"  # the common case: nothing to escape, nothing to reject
+    if table is None:
+        for name, value in items:
+            if "\n" in name or ":" in name or "\n" in value:
+                raise LocalProtocolError(f"header {name!r}: {value!r} cannot be sent without escaping")
+        return text + "\n"
+    return "".join([f"{name.translate(table)}:{value.translate(table)}\n" for name, value in items])
+
+
+def encode_header_block(headers: Iterable[tuple[str, str]], version: str) -> bytes:
+    """Encode ``(name, value)`` pairs as escaped ``name:value\\n`` lines for ``version``.
+
+    The result can be cached and spliced into many frames for sessions of
+    that version (after the frame's own headers: the first occurrence wins).
+    """
+    items = headers if isinstance(headers, Collection) else list(headers)
+    return _header_text(items, _table(version)).encode()
+
+
+def encode_frame(frame: Frame, version: str) -> bytes:
+    """Encode ``frame`` for a session speaking ``version``.
+
+    Adds ``content-length`` to every frame with a body, and to every MESSAGE
+    (checklist S09), unless the frame already has it; a ``content-length``
+    that disagrees with the body, or a body on CONNECTED/RECEIPT, raises
+    LocalProtocolError.
+    """
+    command, headers, body = frame
+    table = None if command in _UNESCAPED_COMMANDS else _table(version)
+    text = _header_text(headers.items(), table)
+    if body or command == "MESSAGE":
+        if body and command in _BODILESS_COMMANDS:
+            raise LocalProtocolError(f"a {command} frame cannot carry a body")
+        length = headers.get("content-length")
+        if length is None:
+            head = f"{command}\n{text}content-length:{len(body)}\n\n"
+        elif length == str(len(body)):
+            head = f"{command}\n{text}\n"
+        else:
+            raise LocalProtocolError(f"content-length {length!r} does not match the {len(body)}-byte body")
+    else:
+        head = f"{command}\n{text}\n"
+    return b"".join((head.encode(), body, b"\0"))

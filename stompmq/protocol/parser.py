@@ -1,0 +1,348 @@
+"""Incremental STOMP frame parser: bytes in, ``Frame`` objects out, no I/O.
+
+Theory of operation
+-------------------
+The broker runs on one thread and aims at tens of thousands of frames per
+second, so the parser is shaped around what CPython does fast: C-level
+``bytearray.find``, slicing, one ``decode`` and ``split`` per header block,
+and as few Python-level steps per frame as possible.  The server passes each
+receive buffer to ``FrameParser.feed`` whole; a 64 KiB read holding hundreds
+of frames is parsed in one call, in one loop that keeps its state in locals.
+
+Received bytes are appended to one ``bytearray``.  ``_pos`` marks the start
+of the first unconsumed frame; consumed bytes are not deleted per frame but
+only once the dead prefix is large (``_COMPACT_AT``), or all at once when
+everything was consumed, so compaction costs O(1) amortised per byte.
+
+A frame is parsed in two phases and a feed may stop in either:
+
+1. Header phase: find the blank line ending the header block, decode the
+   command line and headers in one go, and split them.  ``_scan`` remembers
+   how far the terminator search got, so bytes arriving one at a time are
+   searched once (linear, not quadratic).  The search is bounded by
+   ``max_header_bytes`` so an endless header block fails as soon as the
+   limit is passed instead of being buffered.
+2. Body phase: with ``content-length`` the body end is known, so waiting for
+   it costs one comparison per feed; without it the NUL search resumes from
+   ``_scan`` too.  ``max_body`` is checked as soon as it is known to be
+   exceeded, so an oversized body is refused without buffering it all.
+
+The blank line ending the header block is ``\\n\\n`` with LF line ends and
+``\\n\\r\\n`` with CRLF ones.  Searching for one pattern while the peer uses
+the other would scan far ahead on every frame, so the parser searches first
+for the style the previous frame used and checks for the other one only
+inside the found block.
+
+Header unescaping depends on the session's STOMP version.  It is skipped
+entirely for header blocks without a backslash (nearly all of them), and
+never applied to CONNECT/STOMP.  So that frames pipelined behind CONNECT in
+the same read are unescaped correctly, the parser adopts the version that
+``negotiate_version`` picks for the first CONNECT/STOMP; the server may still
+set ``version`` afterwards.
+
+Any violation raises ``ProtocolError``; the parser then stays broken (every
+later ``feed`` raises the same error) because the connection is about to be
+closed and the stream position is no longer trustworthy.  Frames completed
+earlier in the failing ``feed`` call are not returned.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+from .errors import ProtocolError
+from .frame import Frame
+from .negotiation import negotiate_version
+
+_COMPACT_AT = 256 * 1024
+"""Drop the consumed prefix only once it is this large: amortises the memmove of the live tail."""
+
+_CONNECT_COMMANDS = frozenset(("CONNECT", "STOMP"))
+"""Frames whose headers are never unescaped (STOMP 1.2, "Value Encoding")."""
+
+_COMMON_COMMANDS = frozenset(
+    ("SEND", "SUBSCRIBE", "UNSUBSCRIBE", "ACK", "NACK", "BEGIN", "COMMIT", "ABORT", "DISCONNECT", "CONNECT", "STOMP")
+)
+"""Commands accepted by one set lookup before the slower general ASCII-letters check."""
+
+_UNESCAPE_TABLES: dict[str, dict[str, str] | None] = {
+    "1.0": None,
+    "1.1": {"\\n": "\n", "\\c": ":", "\\\\": "\\"},
+    "1.2": {"\\n": "\n", "\\c": ":", "\\\\": "\\", "\\r": "\r"},
+}
+"""Escape sequence -> character, per version; None means headers are taken literally."""
+
+_ESCAPE = re.compile(r"\\.?", re.DOTALL)
+"""A backslash and the character after it (nothing after it = a trailing lone backslash)."""
+
+_EOLS = re.compile(rb"(?:\r?\n)+")
+"""Heart-beats and other EOLs between frames."""
+
+_new_frame = tuple.__new__
+"""Builds a Frame without NamedTuple's Python-level __new__ (it is one call per frame)."""
+
+
+class Limits(NamedTuple):
+    """Per-connection size limits; exceeding one is a ProtocolError (ERROR + close)."""
+
+    max_body: int = 16 * 1024 * 1024
+    """Largest body in bytes (the "frame size" users configure)."""
+    max_header_bytes: int = 64 * 1024
+    """Largest command line plus header block in bytes, excluding the blank line."""
+    max_headers: int = 1000
+    """Most header lines in one frame (repeated names count)."""
+
+
+def _unescape(text: str, table: dict[str, str], receipt: str | None) -> str:
+    def replace(match: re.Match[str]) -> str:
+        try:
+            return table[match.group()]
+        except KeyError:
+            raise ProtocolError(
+                f"undefined escape sequence {match.group()!r} in header {text!r}", receipt
+            ) from None
+
+    return _ESCAPE.sub(replace, text)
+
+
+def _unescaped_headers(lines: list[str], table: dict[str, str]) -> dict[str, str]:
+    """Split and unescape header lines; the slow path, taken only when a backslash occurs."""
+    raw: list[tuple[str, str]] = []
+    receipt = None
+    for line in lines:
+        name, colon, value = line.partition(":")
+        if not colon:
+            raise ProtocolError(f"header line without a colon: {line!r}")
+        raw.append((name, value))
+        if receipt is None and name == "receipt":
+            receipt = value  # escaped form; good enough to correlate the ERROR
+    headers: dict[str, str] = {}
+    for name, value in raw:
+        if "\\" in name:
+            name = _unescape(name, table, receipt)
+        if name not in headers:
+            headers[name] = _unescape(value, table, receipt) if "\\" in value else value
+    return headers
+
+
+class FrameParser:
+    """Turns a STOMP byte stream into frames; see the module docstring for the design."""
+
+    def __init__(self, limits: Limits = Limits()) -> None:
+        self.limits = limits
+        self._buf = bytearray()
+        self._pos = 0
+        """Start of the first unconsumed byte in ``_buf``."""
+        self._scan = 0
+        """Where the header-terminator or NUL search resumes."""
+        self._crlf = False
+        """Whether the previous frame ended its header block with CRLF."""
+        self._command: str | None = None
+        """Set while the headers of the frame at ``_pos`` are parsed but its body is incomplete."""
+        self._headers: dict[str, str] = {}
+        self._body_start = 0
+        self._body_len = -1
+        """The content-length of the pending body, or -1 when it ends at a NUL."""
+        self._checked = -1
+        """How far an incomplete header block has been checked for NUL and counted for lines."""
+        self._lines = 0
+        self._negotiated = False
+        self._error: ProtocolError | None = None
+        self._version = "1.2"
+        self._table = _UNESCAPE_TABLES["1.2"]
+
+    @property
+    def version(self) -> str:
+        """The session's STOMP version ("1.0", "1.1" or "1.2"); it selects header unescaping."""
+        return self._version
+
+    @version.setter
+    def version(self, version: str) -> None:
+        if version not in _UNESCAPE_TABLES:
+            raise ValueError(f"unsupported STOMP version {version!r}")
+        self._version = version
+        self._table = _UNESCAPE_TABLES[version]
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[Frame]:
+        """Append ``data`` and return every frame completed so far (possibly none).
+
+        Raises ProtocolError when the stream breaks STOMP or a limit; the
+        parser is unusable afterwards.
+        """
+        if self._error is not None:
+            raise self._error
+        buf = self._buf
+        buf += data
+        if self._command is not None and self._body_len >= 0 and self._body_start + self._body_len >= len(buf):
+            return []  # a long body with a known length is still arriving
+        try:
+            return self._parse(buf)
+        except ProtocolError as error:
+            self._error = error
+            raise
+
+    def _parse(self, buf: bytearray) -> list[Frame]:
+        # Everything the loop touches per frame is a local: attribute access costs.
+        n = len(buf)
+        pos = self._pos
+        scan = self._scan
+        crlf = self._crlf
+        command = self._command
+        headers = self._headers
+        body_start = self._body_start
+        body_len = self._body_len
+        max_body, max_header_bytes, max_headers = self.limits
+        table = self._table
+        frames: list[Frame] = []
+        append = frames.append
+
+        while True:
+            if command is None:
+                # ---- header phase -------------------------------------------------
+                if pos >= n:
+                    break
+                if buf[pos] < 65:  # below "A": an EOL (heart-beat), or garbage the command check rejects
+                    eols = _EOLS.match(buf, pos)
+                    if eols is not None:
+                        pos = eols.end()
+                        if pos >= n:
+                            break
+                if scan < pos:
+                    scan = pos
+                window = pos + max_header_bytes + 3
+                if window > n:
+                    window = n
+                if crlf:
+                    end = buf.find(b"\n\r\n", scan, window)
+                    if end >= 0:
+                        lf_end = buf.find(b"\n\n", scan, end + 1)
+                        if lf_end >= 0:
+                            end, crlf = lf_end, False
+                    else:
+                        end = buf.find(b"\n\n", scan, window)
+                        crlf = False
+                else:
+                    end = buf.find(b"\n\n", scan, window)
+                    if end < 0:
+                        end = buf.find(b"\n\r\n", scan, window)
+                        crlf = end >= 0
+                if end < 0:
+                    self._check_partial_header(buf, pos, n)
+                    scan = n - 2 if n - 2 > pos else pos
+                    break
+                try:
+                    text = buf[pos:end].decode()
+                except UnicodeDecodeError:
+                    raise ProtocolError("frame headers are not valid UTF-8") from None
+                if "\r" in text:
+                    if not crlf:
+                        # An LF-style search found "\n\n"; a CRLF blank line may come first.
+                        crlf_end = buf.find(b"\n\r\n", scan, end + 2)
+                        if crlf_end >= 0:
+                            end, crlf = crlf_end, True
+                            text = buf[pos:end].decode()
+                    text = text.replace("\r\n", "\n")
+                    if text[-1:] == "\r":
+                        text = text[:-1]  # the last header line's CR belongs to its EOL
+                if end - pos > max_header_bytes:
+                    raise ProtocolError(f"frame header block exceeds {max_header_bytes} bytes")
+                if "\0" in text:
+                    raise ProtocolError("NUL inside the header block (is the blank line after the headers missing?)")
+                body_start = end + 3 if crlf else end + 2
+
+                command, _, rest = text.partition("\n")
+                if command not in _COMMON_COMMANDS and not (command.isalpha() and command.isascii()):
+                    raise ProtocolError(f"malformed command line {command!r}")
+                headers = {}
+                if rest:
+                    lines = rest.split("\n")
+                    if len(lines) > max_headers:
+                        raise ProtocolError(f"frame has more than {max_headers} headers")
+                    if table is not None and "\\" in rest and command not in _CONNECT_COMMANDS:
+                        headers = _unescaped_headers(lines, table)
+                    else:
+                        for line in lines:
+                            name, colon, value = line.partition(":")
+                            if not colon:
+                                raise ProtocolError(f"header line without a colon: {line!r}", headers.get("receipt"))
+                            if name not in headers:
+                                headers[name] = value
+                    length = headers.get("content-length")
+                    if length is None:
+                        body_len = -1
+                    elif length.isdigit() and length.isascii():
+                        body_len = int(length)
+                        if body_len > max_body:
+                            raise ProtocolError(
+                                f"frame body of {body_len} bytes exceeds the limit of {max_body}",
+                                headers.get("receipt"),
+                            )
+                    else:
+                        raise ProtocolError(f"malformed content-length {length!r}", headers.get("receipt"))
+                else:
+                    body_len = -1
+                if command in _CONNECT_COMMANDS and not self._negotiated:
+                    self._negotiated = True
+                    adopted = negotiate_version(headers.get("accept-version"))
+                    if adopted is not None:
+                        self.version = adopted
+                        table = self._table
+                scan = body_start
+
+            # ---- body phase -----------------------------------------------------------
+            if body_len >= 0:
+                body_end = body_start + body_len
+                if body_end >= n:
+                    break
+                if buf[body_end]:
+                    raise ProtocolError(
+                        f"frame body is not followed by NUL after content-length {body_len}",
+                        headers.get("receipt"),
+                    )
+            else:
+                body_end = buf.find(b"\0", scan, body_start + max_body + 1)
+                if body_end < 0:
+                    if n > body_start + max_body:
+                        raise ProtocolError(f"frame body exceeds the limit of {max_body} bytes", headers.get("receipt"))
+                    scan = n
+                    break
+            append(_new_frame(Frame, (command, headers, bytes(buf[body_start:body_end]))))
+            pos = body_end + 1
+            command = None
+
+        self._crlf = crlf
+        self._command = command
+        self._headers = headers
+        self._body_len = body_len
+        if pos >= n:
+            buf.clear()
+            self._pos = self._scan = self._body_start = 0
+            self._checked = -1
+        elif pos >= _COMPACT_AT:
+            del buf[:pos]
+            self._pos = 0
+            self._scan = scan - pos
+            self._body_start = body_start - pos
+            self._checked -= pos
+        else:
+            self._pos = pos
+            self._scan = scan
+            self._body_start = body_start
+        return frames
+
+    def _check_partial_header(self, buf: bytearray, pos: int, n: int) -> None:
+        """Fail early on an incomplete header block that can already never be valid."""
+        if n - pos - 2 > self.limits.max_header_bytes:
+            raise ProtocolError(f"frame header block exceeds {self.limits.max_header_bytes} bytes")
+        checked = self._checked
+        if checked < pos:  # the counts belong to an earlier block
+            checked = pos
+            self._lines = 0
+        if buf.find(b"\0", checked, n) >= 0:
+            raise ProtocolError("NUL inside the header block (is the blank line after the headers missing?)")
+        self._lines += buf.count(b"\n", checked, n)
+        self._checked = n
+        if self._lines - 1 > self.limits.max_headers:  # the first LF ends the command line
+            raise ProtocolError(f"frame has more than {self.limits.max_headers} headers")
+

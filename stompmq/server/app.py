@@ -1,0 +1,60 @@
+"""Run a broker: open its store, listen, serve connections, shut down cleanly.
+
+``serve`` reports readiness through ``task_status`` with the listening
+sockets, so tests and the command line know when the port is open.
+Shutdown (cancellation, SIGINT/SIGTERM via ``run_until_signal``) closes every
+connection first, so their unacked messages are requeued, and only then closes
+the store, which commits everything still buffered.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+
+import trio
+
+from ..broker import Broker
+from .connection import Connection
+from .settings import ServerSettings
+
+log = logging.getLogger(__name__)
+
+
+async def serve(
+    broker: Broker,
+    settings: ServerSettings,
+    *,
+    task_status: trio.TaskStatus[list[trio.SocketListener]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Open the broker and serve clients until cancelled; the store is closed on the way out."""
+    await broker.open()
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(broker.run)
+            listeners = await trio.open_tcp_listeners(settings.port, host=settings.host)
+
+            async def handle(stream: trio.SocketStream) -> None:
+                await Connection(stream, broker, settings).run()
+
+            async with trio.open_nursery() as connections:
+                connections.start_soon(trio.serve_listeners, handle, listeners)
+                for listener in listeners:
+                    log.info("listening on %s", listener.socket.getsockname())
+                task_status.started(listeners)
+                await trio.sleep_forever()
+    finally:
+        with trio.CancelScope(shield=True):
+            await broker.close()
+            log.info("store closed")
+
+
+async def run_until_signal(broker: Broker, settings: ServerSettings) -> None:
+    """Serve until SIGINT or SIGTERM, then shut down gracefully."""
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(serve, broker, settings)
+            async for signum in signals:
+                log.info("received %s, shutting down", signal.Signals(signum).name)
+                nursery.cancel_scope.cancel()
+                break

@@ -1,0 +1,256 @@
+"""One client connection: bytes from the socket to the broker and back.
+
+Theory of operation
+-------------------
+Each connection runs three tasks in its own nursery:
+
+* the reader receives whatever the socket has (up to ``RECEIVE_BYTES``),
+  parses the whole buffer into frames at once and hands each frame to the
+  broker synchronously;
+* the writer takes everything in the outbox and sends it with one
+  ``send_all``;
+* the watchdog enforces the CONNECT deadline, sends heart-beats and closes a
+  peer that went silent for longer than its heart-beat allows (times the grace
+  factor).
+
+A STOMP error anywhere (``ProtocolError`` from the parser, ``ClientError``
+from the broker) queues an ERROR frame, lets the writer flush it, half-closes
+the socket and lingers briefly so the peer reads the ERROR before the close.
+Whatever happens, ``finally`` hands the session back to the broker, which
+requeues its unacked messages; no failure here reaches another connection.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+
+import trio
+
+from .. import __version__
+from ..broker import Broker, ClientError, Session
+from ..protocol import (
+    Frame,
+    FrameParser,
+    ProtocolError,
+    encode_frame,
+    heart_beat_intervals,
+    negotiate_version,
+    parse_heart_beat,
+)
+from .outbox import ConnectionOutbox
+from .settings import ServerSettings
+
+log = logging.getLogger(__name__)
+
+#: Bytes asked of the socket per receive: large enough to parse hundreds of frames per call.
+RECEIVE_BYTES = 256 * 1024
+#: Seconds an ERROR'd connection waits for the peer to close before closing itself.
+LINGER_SECONDS = 1.0
+#: Seconds a DISCONNECT waits for its RECEIPT's commit before closing anyway.
+DISCONNECT_WAIT_SECONDS = 30.0
+#: Store writes buffered before readers pause (bounds memory when the disk is slow).
+MAX_STORE_BACKLOG = 200_000
+#: Commands the broker handles after CONNECT (anything else is an unknown command).
+SESSION_COMMANDS = frozenset({"SEND", "SUBSCRIBE", "UNSUBSCRIBE", "ACK", "NACK", "BEGIN", "COMMIT", "ABORT"})
+
+_ids = itertools.count(1)
+
+
+class _Close(Exception):
+    """End the connection (after an ERROR or a DISCONNECT)."""
+
+
+class Connection:
+    def __init__(self, stream: trio.SocketStream, broker: Broker, settings: ServerSettings) -> None:
+        self.stream = stream
+        self.broker = broker
+        self.settings = settings
+        self.id = str(next(_ids))
+        self.outbox = ConnectionOutbox()
+        self.parser = FrameParser(settings.limits)
+        self.session: Session | None = None
+        self.version = "1.2"  # for frames we send before negotiation
+        self.last_recv = trio.current_time()
+        self.last_send = self.last_recv
+        self.send_every = 0.0  # seconds between our heart-beats, 0 = none
+        self.expect_every = 0.0  # seconds the peer may stay silent, 0 = forever
+        self._errored = False
+        self._broken = False  # the socket failed: nothing more can be sent
+        self._read_scope = trio.CancelScope()
+
+    async def run(self) -> None:
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._writer)
+                nursery.start_soon(self._watchdog)
+                with self._read_scope:
+                    try:
+                        await self._reader()
+                    except _Close:
+                        pass
+                    except (trio.BrokenResourceError, trio.ClosedResourceError):
+                        self._broken = True
+                if not self._broken:
+                    await self._finish()
+                nursery.cancel_scope.cancel()
+        except Exception:
+            log.exception("connection %s failed", self.id)
+        finally:
+            if self.session is not None:
+                self.broker.close_session(self.session)
+            with trio.CancelScope(shield=True):
+                await self.stream.aclose()
+
+    # -- reading ----------------------------------------------------------------
+    async def _reader(self) -> None:
+        stream, parser, outbox, store = self.stream, self.parser, self.outbox, self.broker.store
+        while True:
+            if outbox.size >= outbox.hard_limit:
+                await outbox.wait_below_hard_limit()
+            while store.backlog() > MAX_STORE_BACKLOG:
+                await trio.sleep(0.005)
+            data = await stream.receive_some(RECEIVE_BYTES)
+            if not data:
+                return
+            self.last_recv = trio.current_time()
+            try:
+                frames = parser.feed(data)
+            except ProtocolError as e:
+                self._error(e.message, e.receipt_id, e.detail)
+            for frame in frames:
+                self._on_frame(frame)
+
+    def _on_frame(self, frame: Frame) -> None:
+        session = self.session
+        command = frame.command
+        if session is None:
+            if command not in ("CONNECT", "STOMP"):
+                self._error(f"expected CONNECT, got {command}", frame.headers.get("receipt"))
+            self._connect(frame)
+            return
+        if command in SESSION_COMMANDS:
+            try:
+                self.broker.handle(session, frame)
+            except ClientError as e:
+                self._error(e.message, frame.headers.get("receipt"), e.detail)
+        elif command == "DISCONNECT":
+            receipt = frame.headers.get("receipt")
+            if receipt is not None:
+                self.broker.receipt(session, receipt)
+            raise _Close
+        elif command in ("CONNECT", "STOMP"):
+            self._error("already connected", frame.headers.get("receipt"))
+        else:
+            self._error(f"unknown command {command!r}", frame.headers.get("receipt"))
+
+    def _connect(self, frame: Frame) -> None:
+        headers = frame.headers
+        version = negotiate_version(headers.get("accept-version"))
+        if version is None:
+            self._error(
+                "no common STOMP version: this server speaks 1.0, 1.1 and 1.2",
+                extra={"version": "1.0,1.1,1.2"},
+            )
+        self.version = version
+        settings = self.settings
+        if settings.login is not None and (
+            headers.get("login") != settings.login or headers.get("passcode") != settings.passcode
+        ):
+            self._error("bad login or passcode")
+        try:
+            client_beats = parse_heart_beat(headers.get("heart-beat"))
+        except ProtocolError as e:
+            self._error(e.message)
+        send_ms, expect_ms = heart_beat_intervals(client_beats, settings.heart_beat)
+        self.send_every = send_ms / 1000
+        self.expect_every = expect_ms / 1000
+        self.parser.version = version
+        self.session = session = self.broker.open_session(self.id, version, self.outbox, headers.get("login"))
+        self.outbox.on_drain = lambda: self.broker.resume(session)
+        session.fail = self.fail
+        connected = {
+            "version": version,
+            "heart-beat": "%d,%d" % settings.heart_beat,
+            "server": f"stompmq/{__version__}",
+            "session": self.id,
+        }
+        self.outbox.write(encode_frame(Frame("CONNECTED", connected), version))
+
+    def _error(
+        self, message: str, receipt_id: str | None = None, detail: str = "", extra: dict[str, str] | None = None
+    ) -> None:
+        """Queue an ERROR frame and end the connection (STOMP: ERROR, then close)."""
+        headers = {"message": message.replace("\n", " ").replace("\r", " ")}
+        if receipt_id is not None:
+            headers["receipt-id"] = receipt_id
+        if extra:
+            headers.update(extra)
+        headers["content-type"] = "text/plain"
+        self.outbox.write(encode_frame(Frame("ERROR", headers, (detail or message).encode()), self.version))
+        self._errored = True
+        log.info("connection %s: ERROR %s", self.id, message)
+        raise _Close
+
+    def fail(self, message: str, receipt_id: str | None) -> None:
+        """The broker failed this session from outside a frame (e.g. a commit failed)."""
+        try:
+            self._error(message, receipt_id)
+        except _Close:
+            pass
+        self._read_scope.cancel()
+
+    # -- closing ------------------------------------------------------------------
+    async def _finish(self) -> None:
+        """Flush what is queued (receipts included), then close, lingering after an ERROR."""
+        with trio.move_on_after(DISCONNECT_WAIT_SECONDS):
+            session = self.session
+            if self._broken:
+                return
+            while session is not None and session.pending_receipts and not self._errored:
+                await trio.sleep(0.002)
+            await self.outbox.wait_drained()
+        if self._errored:
+            with trio.move_on_after(LINGER_SECONDS):
+                try:
+                    await self.stream.send_eof()
+                    while await self.stream.receive_some(RECEIVE_BYTES):
+                        pass
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    pass
+
+    # -- writing ------------------------------------------------------------------
+    async def _writer(self) -> None:
+        outbox, stream = self.outbox, self.stream
+        while True:
+            data = await outbox.take()
+            try:
+                await stream.send_all(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                self._broken = True
+                self._read_scope.cancel()
+                return
+            self.last_send = trio.current_time()
+            outbox.sent(len(data))
+
+    async def _watchdog(self) -> None:
+        connect_deadline = trio.current_time() + self.settings.connect_timeout
+        while self.session is None:
+            await trio.sleep_until(min(connect_deadline, trio.current_time() + 0.5))
+            if self.session is None and trio.current_time() >= connect_deadline:
+                self.fail("no CONNECT frame in time", None)
+                return
+        if not self.send_every and not self.expect_every:
+            return
+        grace = self.expect_every * self.settings.heart_beat_grace
+        tick = min(x for x in (self.send_every, self.expect_every) if x) / 2
+        while True:
+            await trio.sleep(tick)
+            now = trio.current_time()
+            if self.send_every and now - self.last_send >= self.send_every and self.outbox.empty:
+                self.outbox.write(b"\n")
+            if grace and now - self.last_recv > grace:
+                log.info("connection %s: no heart-beat for %.1f s, closing", self.id, now - self.last_recv)
+                self.fail("heart-beat timeout", None)
+                return
+

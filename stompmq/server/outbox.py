@@ -1,0 +1,86 @@
+"""A connection's bounded send buffer.
+
+The broker writes encoded frames here synchronously; the connection's writer
+task takes everything queued at once and sends it with one ``send_all``, so a
+burst of deliveries costs one system call.  Two limits bound memory:
+
+* below ``soft_limit`` queue deliveries may be added (``has_room``); above it
+  the broker stops dispatching to this connection and the messages stay in
+  their queues until the writer drains the buffer to half the soft limit and
+  calls ``on_drain``;
+* below ``hard_limit`` transient topic messages may be added; above it they
+  are dropped for this subscriber, and the connection stops reading its peer's
+  frames (whose RECEIPTs and ERRORs would land here).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import trio
+
+#: Bytes of queue deliveries allowed to wait for the socket per connection.
+SOFT_LIMIT = 512 * 1024
+#: Absolute bound on a connection's pending output.
+HARD_LIMIT = 8 * 1024 * 1024
+
+
+class ConnectionOutbox:
+    __slots__ = ("_chunks", "size", "_ready", "_drained", "blocked", "on_drain", "soft_limit", "hard_limit")
+
+    def __init__(self, soft_limit: int = SOFT_LIMIT, hard_limit: int = HARD_LIMIT) -> None:
+        self._chunks: list[bytes] = []
+        self.size = 0  # bytes queued or being sent
+        self._ready = trio.Event()
+        self._drained = trio.Event()
+        self.blocked = False  # has_room() said no since the last drain
+        self.on_drain: Callable[[], None] = lambda: None
+        self.soft_limit = soft_limit
+        self.hard_limit = hard_limit
+
+    def write(self, data: bytes) -> None:
+        self._chunks.append(data)
+        self.size += len(data)
+        self._ready.set()
+
+    def has_room(self) -> bool:
+        if self.size < self.soft_limit:
+            return True
+        self.blocked = True
+        return False
+
+    def can_take_transient(self) -> bool:
+        return self.size < self.hard_limit
+
+    @property
+    def empty(self) -> bool:
+        return self.size == 0
+
+    async def take(self) -> bytes:
+        """Wait for output and return all of it as one buffer."""
+        while not self._chunks:
+            await self._ready.wait()
+            self._ready = trio.Event()
+        chunks = self._chunks
+        self._chunks = []
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    def sent(self, nbytes: int) -> None:
+        """``nbytes`` taken earlier reached the socket."""
+        self.size -= nbytes
+        if self.size <= self.soft_limit // 2:
+            if self.size == 0:
+                self._drained.set()
+            if self.blocked:
+                self.blocked = False
+                self.on_drain()
+
+    async def wait_drained(self) -> None:
+        while self.size:
+            self._drained = trio.Event()
+            await self._drained.wait()
+
+    async def wait_below_hard_limit(self) -> None:
+        while self.size >= self.hard_limit:
+            self._drained = trio.Event()
+            await self._drained.wait()

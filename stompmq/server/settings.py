@@ -1,0 +1,22 @@
+"""What the network side of the server needs to know about its configuration."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..protocol import Limits
+
+
+@dataclass(slots=True)
+class ServerSettings:
+    host: str = "127.0.0.1"  # loopback: a broker without credentials is not exposed by default
+    port: int = 61613
+    login: str | None = None
+    passcode: str | None = None
+    limits: Limits = field(default_factory=Limits)
+    #: What the server offers in CONNECTED: (can send every ms, wants to receive every ms).
+    heart_beat: tuple[int, int] = (10_000, 10_000)
+    #: A peer may be this many times late with its heart-beats before it is closed.
+    heart_beat_grace: float = 2.0
+    #: Seconds a new connection has to send CONNECT.
+    connect_timeout: float = 10.0

@@ -1,0 +1,215 @@
+"""The Store interface every backend implements, and the records it moves.
+
+Theory of operation
+-------------------
+The broker runs on one trio thread and must never wait on the disk per message.
+So the write side of a store is *buffered and synchronous*: ``insert``,
+``update`` and ``delete`` only record the operation in the store's pending
+batch and return at once.  Operations on the same message coalesce inside a
+batch (insert + delete = nothing reaches the disk, which is how a message acked
+before its flush never touches the disk).
+
+Durability is asked for with tickets.  ``sync_ticket()`` returns the number of
+the commit group that will hold everything buffered so far (or the last
+committed ticket when nothing is pending) and makes sure that group is
+committed soon, without waiting for the flush interval.  When a group commits,
+the store calls ``on_commit(ticket)`` on the trio thread; when it fails it calls
+``on_commit_failed(ticket, error)`` and keeps the failed operations pending so a
+later group retries them.  Tickets commit in increasing order, so a connection
+that queues its RECEIPTs behind tickets keeps them in order.
+
+Reads (``load_ready``, ``count``) are async and rare: a queue pages in a window
+of ready messages at a time.  A read sees every operation buffered before it
+was called.
+
+Records are plain slotted objects owned by the broker; a store must copy the
+fields it needs when it takes a batch (the broker keeps mutating ``delivered``
+and ``redeliveries`` on its side).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+
+class StoreError(Exception):
+    """The store could not do what was asked (cannot open, disk full, locked ...).
+
+    The message is meant for an operator or an ERROR frame's ``message`` header.
+    """
+
+
+class StoredMessage:
+    """One message of one queue, as the broker and the store both see it.
+
+    ``headers`` holds the user headers of the SEND (never the broker's own
+    MESSAGE headers) and is never mutated after creation; ``body`` is bytes.
+    Order inside a queue is ``(priority desc, seq asc)``; ``seq`` is unique over
+    the whole store and strictly increasing.
+    """
+
+    __slots__ = (
+        "seq",
+        "queue",
+        "priority",
+        "headers",
+        "body",
+        "timestamp",
+        "ack_timeout",
+        "redeliveries",
+        "delivered",
+        "cache",
+    )
+
+    def __init__(
+        self,
+        seq: int,
+        queue: str,
+        priority: int,
+        headers: dict[str, str],
+        body: bytes,
+        timestamp: int,
+        ack_timeout: float | None = None,
+        redeliveries: int = 0,
+        delivered: bool = False,
+    ) -> None:
+        self.seq = seq
+        self.queue = queue
+        self.priority = priority
+        self.headers = headers
+        self.body = body
+        self.timestamp = timestamp  # milliseconds since the epoch, set by the broker
+        self.ack_timeout = ack_timeout  # seconds; None = use the subscription's default
+        self.redeliveries = redeliveries
+        self.delivered = delivered  # handed to a subscriber and not yet acked
+        self.cache: object = None  # broker-private (pre-encoded frame parts); never stored
+
+    @property
+    def order_key(self) -> tuple[int, int]:
+        """Sort key within a queue: higher priority first, then older first."""
+        return (-self.priority, self.seq)
+
+    def __repr__(self) -> str:
+        return f"StoredMessage(seq={self.seq}, queue={self.queue!r}, priority={self.priority})"
+
+
+@dataclass(frozen=True, slots=True)
+class ExchangeRecord:
+    """A declared exchange (only ``consistent-hash`` exists today)."""
+
+    name: str
+    type: str
+    # Declaration options (hash-header, hash-property, on-missing, ...), kept as given.
+    options: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class BindingRecord:
+    """A queue bound to an exchange with a weight."""
+
+    exchange: str
+    queue: str
+    weight: int
+
+
+@dataclass(slots=True)
+class Recovery:
+    """What a store hands the broker when it opens."""
+
+    last_seq: int  # highest seq ever stored (0 for an empty store)
+    exchanges: list[ExchangeRecord]
+    bindings: list[BindingRecord]
+
+
+CommitCallback = Callable[[int], None]
+FailureCallback = Callable[[int, StoreError], None]
+
+
+class Store(abc.ABC):
+    """A backend holding queued messages, exchanges and bindings.
+
+    Lifecycle: ``recovery = await store.open()``, then ``await store.run()`` in a
+    nursery (flush timer, commit loop) for the broker's lifetime, and
+    ``await store.close()`` at shutdown, which commits everything pending.
+    ``open`` also makes every message that was delivered but not acked ready
+    again, counting one more redelivery for it (at-least-once after a crash).
+    """
+
+    #: False for stores that lose everything at exit (the memory store).  The
+    #: broker keeps every message of such a store in memory and never pages.
+    durable: bool = True
+
+    def __init__(self) -> None:
+        self.on_commit: CommitCallback = lambda ticket: None
+        self.on_commit_failed: FailureCallback = lambda ticket, error: None
+
+    # -- lifecycle ---------------------------------------------------------
+    @abc.abstractmethod
+    async def open(self) -> Recovery: ...
+
+    @abc.abstractmethod
+    async def run(self) -> None:
+        """Run the store's background work until cancelled."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Commit everything pending and release the database."""
+
+    # -- buffered writes (trio thread, never block) -------------------------
+    @abc.abstractmethod
+    def insert(self, msg: StoredMessage) -> None: ...
+
+    @abc.abstractmethod
+    def update(self, msg: StoredMessage) -> None:
+        """Persist ``msg.delivered``, ``msg.redeliveries`` and ``msg.priority`` as they are now."""
+
+    @abc.abstractmethod
+    def delete(self, msg: StoredMessage) -> None:
+        """The message is acked or discarded."""
+
+    @abc.abstractmethod
+    def purge(self, queue: str) -> None:
+        """Delete every message of ``queue`` (messages the broker holds in memory included)."""
+
+    @abc.abstractmethod
+    def save_exchange(self, exchange: ExchangeRecord) -> None: ...
+
+    @abc.abstractmethod
+    def delete_exchange(self, name: str) -> None:
+        """Drop the exchange and its bindings."""
+
+    @abc.abstractmethod
+    def save_binding(self, binding: BindingRecord) -> None:
+        """Insert or replace the binding of (exchange, queue)."""
+
+    @abc.abstractmethod
+    def delete_binding(self, exchange: str, queue: str) -> None: ...
+
+    # -- durability ----------------------------------------------------------
+    @property
+    @abc.abstractmethod
+    def committed(self) -> int:
+        """The highest ticket whose group has committed."""
+
+    @abc.abstractmethod
+    def sync_ticket(self) -> int:
+        """Ticket covering every write buffered so far; schedules its commit now."""
+
+    @abc.abstractmethod
+    def backlog(self) -> int:
+        """Operations buffered and not yet committed (the server throttles readers on it)."""
+
+    # -- reads ---------------------------------------------------------------
+    @abc.abstractmethod
+    async def load_ready(
+        self, queue: str, after: tuple[int, int] | None, limit: int
+    ) -> Sequence[StoredMessage]:
+        """Up to ``limit`` messages of ``queue`` not delivered, in (priority desc, seq asc)
+        order, strictly after the order key ``after`` = ``(-priority, seq)`` (None: from the
+        start).  The broker filters out messages it holds in flight itself."""
+
+    @abc.abstractmethod
+    async def count(self, queue: str) -> int:
+        """Messages stored for ``queue``, ready and delivered-unacked alike."""

@@ -1,0 +1,74 @@
+"""The memory store: no durability, for ``--store memory`` and fast tests.
+
+The broker keeps every message of a non-durable store in its queues (it never
+pages), so this store has nothing to hold but exchanges and bindings; every
+write is already "committed" when it is made.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import trio
+
+from .base import BindingRecord, ExchangeRecord, Recovery, Store, StoredMessage
+
+
+class MemoryStore(Store):
+    durable = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._exchanges: dict[str, ExchangeRecord] = {}
+        self._bindings: dict[tuple[str, str], BindingRecord] = {}
+
+    async def open(self) -> Recovery:
+        return Recovery(0, list(self._exchanges.values()), list(self._bindings.values()))
+
+    async def run(self) -> None:
+        await trio.sleep_forever()
+
+    async def close(self) -> None:
+        pass
+
+    def insert(self, msg: StoredMessage) -> None:
+        pass
+
+    def update(self, msg: StoredMessage) -> None:
+        pass
+
+    def delete(self, msg: StoredMessage) -> None:
+        pass
+
+    def purge(self, queue: str) -> None:
+        pass
+
+    def save_exchange(self, exchange: ExchangeRecord) -> None:
+        self._exchanges[exchange.name] = exchange
+
+    def delete_exchange(self, name: str) -> None:
+        self._exchanges.pop(name, None)
+        for key in [k for k in self._bindings if k[0] == name]:
+            del self._bindings[key]
+
+    def save_binding(self, binding: BindingRecord) -> None:
+        self._bindings[(binding.exchange, binding.queue)] = binding
+
+    def delete_binding(self, exchange: str, queue: str) -> None:
+        self._bindings.pop((exchange, queue), None)
+
+    @property
+    def committed(self) -> int:
+        return 0
+
+    def sync_ticket(self) -> int:
+        return 0
+
+    def backlog(self) -> int:
+        return 0
+
+    async def load_ready(self, queue: str, after: tuple[int, int] | None, limit: int) -> Sequence[StoredMessage]:
+        return ()
+
+    async def count(self, queue: str) -> int:
+        raise NotImplementedError("the broker counts a memory store's queues itself")

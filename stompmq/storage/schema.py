@@ -1,0 +1,122 @@
+"""The durable schema, defined once in SQLAlchemy Core for every SQL backend.
+
+Alembic migrations (``stompmq/migrations/versions``) are written by hand to
+produce exactly these tables; a test compares ``alembic upgrade head`` against
+this ``metadata``.  The hot paths (the SQLite writer thread, later the
+PostgreSQL one) issue raw SQL against these tables; cold paths may use the
+``Table`` objects directly.
+
+Why the tables look like this:
+
+* ``messages.seq`` is assigned by the broker (global, strictly increasing), so
+  it is the primary key and never autoincrements.  On SQLite it is declared
+  ``INTEGER PRIMARY KEY`` so it *is* the rowid: no second key copy per row.
+* ``messages.queue_id`` references ``queues.id`` instead of repeating the
+  queue's name (up to 255 bytes) in every row and in every index entry: a
+  million messages over ten queues cost one small integer each.  Queue rows are
+  never deleted; the id of a name is stable for the life of the database.
+* ``ix_messages_queue_order`` is ``(queue_id, priority DESC, seq)``: exactly the
+  order a queue pages in (``WHERE queue_id = ? ORDER BY priority DESC, seq``),
+  so paging after a key is a range scan with no sort, and counting a queue
+  walks only that queue's slice of the index.
+* ``headers`` is JSON text of the SEND's user headers and ``exchanges.options``
+  JSON text of the declaration options: portable and never queried inside.
+* ``broker_meta`` is a small name-value table; ``last_seq`` there is the
+  highest seq ever handed to the store, so seqs stay increasing across restarts
+  even when every message was acked (deleted) before shutdown.
+* Foreign keys are declared for PostgreSQL and for readers; the SQLite store
+  does not turn on ``PRAGMA foreign_keys`` (a parent lookup per inserted
+  message buys nothing: the writer creates the queue row first).
+
+Only portable types are used (Integer, BigInteger, String, Text, Float,
+Boolean, LargeBinary) so the same metadata serves PostgreSQL.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+    Text,
+)
+
+# Queue and exchange names are at most 255 bytes of UTF-8 (DESIGN §3), hence at most 255 chars.
+NAME_LENGTH = 255
+# Exchange types are short words ("consistent-hash").
+TYPE_LENGTH = 64
+# Names in broker_meta are short identifiers chosen by the code.
+META_NAME_LENGTH = 64
+
+# Explicit constraint names so every backend and every migration agree on them.
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+# A 64-bit seq everywhere, but plain INTEGER on SQLite so that it is the rowid.
+SEQ_TYPE = BigInteger().with_variant(Integer(), "sqlite")
+
+metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+queues = Table(
+    "queues",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("name", String(NAME_LENGTH), nullable=False, unique=True),
+)
+
+messages = Table(
+    "messages",
+    metadata,
+    Column("seq", SEQ_TYPE, primary_key=True, autoincrement=False),
+    Column("queue_id", Integer, ForeignKey("queues.id"), nullable=False),
+    Column("priority", Integer, nullable=False),
+    Column("headers", Text, nullable=False),
+    Column("body", LargeBinary, nullable=False),
+    Column("delivered", Boolean, nullable=False),
+    Column("ack_timeout", Float, nullable=True),
+    Column("redeliveries", Integer, nullable=False),
+    Column("timestamp", BigInteger, nullable=False),
+)
+
+Index(
+    "ix_messages_queue_order",
+    messages.c.queue_id,
+    messages.c.priority.desc(),
+    messages.c.seq,
+)
+
+exchanges = Table(
+    "exchanges",
+    metadata,
+    Column("name", String(NAME_LENGTH), primary_key=True),
+    Column("type", String(TYPE_LENGTH), nullable=False),
+    Column("options", Text, nullable=False),
+)
+
+bindings = Table(
+    "bindings",
+    metadata,
+    Column("exchange", String(NAME_LENGTH), ForeignKey("exchanges.name"), primary_key=True),
+    # The queue's name, not its id: bindings are few, and a bound queue may hold no message yet.
+    Column("queue", String(NAME_LENGTH), primary_key=True),
+    Column("weight", Integer, nullable=False),
+)
+
+broker_meta = Table(
+    "broker_meta",
+    metadata,
+    Column("name", String(META_NAME_LENGTH), primary_key=True),
+    Column("value", Text, nullable=False),
+)

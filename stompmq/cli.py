@@ -8,6 +8,7 @@ import sys
 import trio
 
 from .broker import Broker
+from .broker.definitions import DefinitionsError
 from .config import load_config
 from .server import run_until_signal
 from .storage.base import StoreError
@@ -24,13 +25,26 @@ def main(argv: list[str] | None = None) -> int:
         store = open_store(config.store_url, flush_interval=config.flush_interval)
         broker = Broker(store, config.broker())
         trio.run(run_until_signal, broker, config.server())
-    except StoreError as e:
-        print(f"stompmq: store error: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:
-        print(f"stompmq: cannot listen on {config.host}:{config.port}: {e.strerror or e}", file=sys.stderr)
-        return 2
+    except BaseExceptionGroup as group:
+        return _startup_failure(group, config.host, config.port)
+    except (StoreError, DefinitionsError, OSError) as e:
+        return _startup_failure(e, config.host, config.port)
     return 0
+
+
+def _startup_failure(error: BaseException, host: str, port: int) -> int:
+    """Print the operator-facing reason the broker could not run; re-raise anything unexpected."""
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    if isinstance(error, StoreError):
+        print(f"stompmq: store error: {error}", file=sys.stderr)
+    elif isinstance(error, DefinitionsError):
+        print(f"stompmq: {error}", file=sys.stderr)
+    elif isinstance(error, OSError):
+        print(f"stompmq: cannot listen on {host}:{port}: {error.strerror or error}", file=sys.stderr)
+    else:
+        raise error
+    return 2
 
 
 if __name__ == "__main__":

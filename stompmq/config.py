@@ -31,6 +31,13 @@ def _heart_beat(value: str) -> tuple[int, int]:
     return send, receive
 
 
+def _flag(value: str) -> bool:
+    lowered = str(value).lower()
+    if lowered not in ("true", "false", "1", "0", "yes", "no"):
+        raise argparse.ArgumentTypeError(f"expected true or false, got {value!r}")
+    return lowered in ("true", "1", "yes")
+
+
 def _optional_int(value: str) -> int | None:
     return None if value in ("", "none", "unlimited") else int(value)
 
@@ -72,6 +79,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("ack-timeout", float, 0.0, "seconds before an unacked message is redelivered (0 = never); SEND/SUBSCRIBE 'ack-timeout' headers override", "SECONDS"),
     Option("max-redeliveries", _optional_int, None, "redeliveries before a message goes to its dead-letter queue (default unlimited)", "N"),
     Option("dlq-prefix", str, "DLQ.", "dead-letter queue of /queue/NAME is /queue/<prefix>NAME", "PREFIX"),
+    Option("dead-letter-rejected", _flag, False, "NACK with requeue:false moves the message to its dead-letter queue instead of discarding it", "BOOL"),
+    Option("definitions", str, None, "TOML or JSON file declaring exchanges, queues and bindings at start", "FILE"),
     Option("log-level", str, "INFO", "logging level (DEBUG, INFO, WARNING, ERROR)", "LEVEL"),
 )
 
@@ -113,6 +122,8 @@ class Config:
             ack_timeout=self.ack_timeout,
             max_redeliveries=self.max_redeliveries,
             dlq_prefix=self.dlq_prefix,
+            dead_letter_rejected=self.dead_letter_rejected,
+            definitions=self.definitions,
         )
 
 

@@ -19,3 +19,7 @@ class BrokerConfig:
     max_redeliveries: int | None = None
     #: Dead-letter queue name prefix: a message of /queue/X dies into /queue/<prefix>X.
     dlq_prefix: str = "DLQ."
+    #: NACK with requeue:false dead-letters the message instead of discarding it.
+    dead_letter_rejected: bool = False
+    #: TOML or JSON file of exchanges, queues and bindings applied at start.
+    definitions: str | None = None

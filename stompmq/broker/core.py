@@ -20,18 +20,22 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import sys
 import time
 from collections import deque
 from collections.abc import Callable
 
 import trio
 
-from ..protocol import Frame, escape
-from ..storage.base import Recovery, Store, StoredMessage, StoreError
+from ..protocol import Frame, encode_frame, escape
+from ..storage.base import BindingRecord, Recovery, Store, StoredMessage, StoreError
 from .config import BrokerConfig
+from .control import Answer, Control
+from .definitions import apply_definitions, load_definitions
 from .delivery import BROKER_HEADERS, message_frame, message_tail
 from .destinations import Destination, Kind, parse_destination
 from .errors import ClientError
+from .exchanges import Exchange, parse_weight
 from .queue import Queue
 from .session import Outbox, Session
 from .subscription import AckMode, Subscription
@@ -45,6 +49,8 @@ DEFAULT_PRIORITY = 4
 PREFETCH_HEADERS = ("prefetch", "activemq.prefetchSize", "prefetch-count")
 
 _ACK_MODES = {mode.value: mode for mode in AckMode}
+#: Ticket of a receipt whose answer is still being computed (it waits for everything).
+UNANSWERED = sys.maxsize
 
 
 class Broker:
@@ -54,6 +60,9 @@ class Broker:
         self.queues: dict[str, Queue] = {}
         self.topics = TopicRouter()
         self.sessions: dict[str, Session] = {}
+        self.exchanges: dict[str, Exchange] = {}
+        self.control = Control(self)
+        self._nursery: trio.Nursery | None = None
         self._seq = 0
         self._waiting: dict[Session, None] = {}  # sessions with receipts waiting on a commit
         self._pages: deque[Queue] = deque()
@@ -61,7 +70,7 @@ class Broker:
         self._timers: list[tuple[float, int, Session, str, int]] = []
         self._timer_counter = itertools.count()
         self._timer_changed = trio.Event()
-        self._handlers: dict[str, Callable[[Session, Frame], None]] = {
+        self._handlers: dict[str, Callable[[Session, Frame], Answer | None]] = {
             "SEND": self._on_send,
             "SUBSCRIBE": self._on_subscribe,
             "UNSUBSCRIBE": self._on_unsubscribe,
@@ -78,11 +87,22 @@ class Broker:
     async def open(self) -> Recovery:
         recovery = await self.store.open()
         self._seq = recovery.last_seq
+        for record in recovery.exchanges:
+            self.exchanges[record.name] = Exchange(record.name, dict(record.options))
+        for binding in recovery.bindings:
+            exchange = self.exchanges.get(binding.exchange)
+            if exchange is not None:
+                exchange.bindings[binding.queue] = binding.weight
+        for exchange in self.exchanges.values():
+            exchange.rebuild()
+        if self.config.definitions:
+            apply_definitions(self, load_definitions(self.config.definitions), self.config.definitions)
         return recovery
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Background work for the broker's lifetime: store commits, paging, ack timeouts."""
         async with trio.open_nursery() as nursery:
+            self._nursery = nursery
             nursery.start_soon(self.store.run)
             nursery.start_soon(self._pager)
             nursery.start_soon(self._timer_loop)
@@ -124,20 +144,47 @@ class Broker:
         handler = self._handlers.get(frame.command)
         if handler is None:
             raise ClientError(f"unknown command {frame.command!r}")
-        handler(session, frame)
+        answer = handler(session, frame)
         receipt = frame.headers.get("receipt")
-        if receipt is not None:
-            self.receipt(session, receipt)
+        if receipt is None:
+            if callable(answer):
+                self._spawn_answer(session, None, answer)
+        elif callable(answer):
+            self._spawn_answer(session, receipt, answer)
+        else:
+            self.receipt(session, receipt, answer)
 
-    def receipt(self, session: Session, receipt_id: str) -> None:
+    def receipt(self, session: Session, receipt_id: str, headers: dict[str, str] | None = None) -> None:
         """Answer ``receipt_id`` once everything this frame wrote is committed."""
-        data = b"RECEIPT\nreceipt-id:%s\n\n\x00" % escape(receipt_id, session.version).encode()
+        data = _receipt_frame(receipt_id, headers, session.version)
         ticket = self.store.sync_ticket()
         if ticket <= self.store.committed and not session.pending_receipts:
             session.outbox.write(data)
         else:
-            session.pending_receipts.append((ticket, receipt_id, data))
+            session.pending_receipts.append([ticket, receipt_id, data])
             self._waiting[session] = None
+
+    def _spawn_answer(self, session: Session, receipt_id: str | None, answer: Answer) -> None:
+        """Compute a control answer that needs the store, keeping the receipt in order."""
+        entry: list = [UNANSWERED, receipt_id, b""]
+        if receipt_id is not None:
+            session.pending_receipts.append(entry)
+            self._waiting[session] = None
+        assert self._nursery is not None and callable(answer)
+
+        async def complete() -> None:
+            try:
+                headers = await answer()
+            except StoreError as e:
+                if not session.closed:
+                    session.fail(f"store error: {e}", receipt_id)
+                return
+            if receipt_id is not None:
+                entry[2] = _receipt_frame(receipt_id, headers, session.version)
+                entry[0] = self.store.sync_ticket()
+                self._on_commit(self.store.committed)
+
+        self._nursery.start_soon(complete)
 
     def _on_commit(self, ticket: int) -> None:
         for session in list(self._waiting):
@@ -159,23 +206,31 @@ class Broker:
     # -- SEND -------------------------------------------------------------------
     def _on_send(self, session: Session, frame: Frame) -> None:
         dest = parse_destination(frame.headers.get("destination"))
-        if dest.kind is Kind.QUEUE:
-            priority, ack_timeout = _send_options(frame.headers)
-        else:
-            priority, ack_timeout = DEFAULT_PRIORITY, None
+        if dest.kind is Kind.CONTROL:
+            return self.control.run(dest.name, frame, session)
+        if dest.kind is Kind.TOPIC and dest.name.endswith(WILDCARD):
+            raise ClientError(f"cannot SEND to a wildcard topic {dest.raw!r}")
+        priority, ack_timeout = _send_options(frame.headers)
         tx = frame.headers.get("transaction")
         if tx is not None:
             self._transaction(session, tx).append(frame)
-            return
+            return None
         self._route(dest, frame, priority, ack_timeout)
+        return None
 
     def _route(self, dest: Destination, frame: Frame, priority: int, ack_timeout: float | None) -> None:
         if dest.kind is Kind.QUEUE:
             self.publish(dest.name, _user_headers(frame.headers), frame.body, priority, ack_timeout)
         elif dest.kind is Kind.TOPIC:
-            if dest.name.endswith(WILDCARD):
-                raise ClientError(f"cannot SEND to a wildcard topic {dest.raw!r}")
             self._publish_topic(dest, frame)
+        elif dest.kind is Kind.EXCHANGE:
+            name, _, key = dest.name.partition("/")
+            exchange = self.exchanges.get(name)
+            if exchange is None:
+                raise ClientError(f"no exchange named {name!r}")
+            queue = exchange.route(key, frame.headers)
+            if queue is not None:
+                self.publish(queue, _user_headers(frame.headers), frame.body, priority, ack_timeout)
         else:
             raise ClientError(f"SEND to {dest.raw!r} is not supported")
 
@@ -284,13 +339,29 @@ class Broker:
         return msg
 
     def _requeue(self, queue: Queue | None, msg: StoredMessage) -> None:
-        """Put an unacked queue message back, counting a redelivery."""
+        """Put an unacked queue message back, counting a redelivery; dead-letter it past the limit."""
         if queue is None:
             return  # topic message: transient
         msg.delivered = False
         msg.redeliveries += 1
+        limit = self.config.max_redeliveries
+        if limit is not None and msg.redeliveries > limit:
+            self._dead_letter(msg, f"redelivered more than {limit} times")
+            return
         self.store.update(msg)
         queue.requeue(msg)
+
+    def _dead_letter(self, msg: StoredMessage, reason: str) -> None:
+        """Move a message to its queue's dead-letter queue (or drop it if it already is one)."""
+        self.store.delete(msg)
+        prefix = self.config.dlq_prefix
+        if not prefix or msg.queue.startswith(prefix):
+            log.warning("dropping message %d of queue %s: %s", msg.seq, msg.queue, reason)
+            return
+        headers = dict(msg.headers)
+        headers["dead-letter-reason"] = reason
+        headers["original-destination"] = "/queue/" + msg.queue
+        self.publish(prefix + msg.queue, headers, msg.body, msg.priority)
 
     def _after_settle(self, sub: Subscription) -> None:
         queue = sub.queue
@@ -301,6 +372,14 @@ class Broker:
         queue.pump()
         if queue.idle:
             self._deactivate(queue)
+
+    def _drop_private_queue(self, name: str) -> None:
+        """An exchange subscription's private queue dies with its subscription (auto-delete)."""
+        exchange_name, marker, _ = name.partition(".private.")
+        exchange = self.exchanges.get(exchange_name) if marker else None
+        if exchange is not None and name in exchange.private:
+            exchange.unbind(name)
+            self.purge_queue(name)
 
     def _deactivate(self, queue: Queue) -> None:
         if self.store.durable or not queue.size:
@@ -333,8 +412,49 @@ class Broker:
             sub = Subscription(sub_id, session, dest.raw, mode, prefetch, ack_timeout)
             session.subscriptions[sub_id] = sub
             self.topics.add(dest.name, sub)
+        elif dest.kind is Kind.EXCHANGE:
+            self._subscribe_exchange(session, sub_id, dest, mode, prefetch, ack_timeout)
         else:
             raise ClientError(f"cannot SUBSCRIBE to {dest.raw!r}")
+
+    def _subscribe_exchange(
+        self, session: Session, sub_id: str, dest: Destination, mode: AckMode, prefetch: int, ack_timeout: float | None
+    ) -> None:
+        """RabbitMQ's consumer-side form: bind a private queue with the given weight and consume it."""
+        name, _, weight = dest.name.partition("/")
+        exchange = self.exchanges.get(name)
+        if exchange is None:
+            raise ClientError(f"no exchange named {name!r}")
+        queue_name = f"{name}.private.{session.id}.{sub_id}"
+        exchange.bind(queue_name, parse_weight(weight or None))
+        exchange.private.add(queue_name)
+        queue = self.queues.get(queue_name) or self._activate(queue_name)
+        sub = Subscription(sub_id, session, queue.destination, mode, prefetch, ack_timeout, queue)
+        session.subscriptions[sub_id] = sub
+        queue.add_subscriber(sub)
+        queue.pump()
+
+    def declare_exchange(self, name: str, options: dict[str, str]) -> None:
+        """Declare (idempotently) an exchange; redeclaring with other options is an error."""
+        exchange = self.exchanges.get(name)
+        if exchange is not None:
+            if exchange.options != options:
+                raise ClientError(f"exchange {name!r} exists with other options: {exchange.options}")
+            return
+        exchange = self.exchanges[name] = Exchange(name, options)
+        self.store.save_exchange(exchange.record)
+
+    def bind(self, exchange_name: str, queue: str, weight: int) -> None:
+        exchange = self.exchanges[exchange_name]
+        exchange.bind(queue, weight)
+        self.store.save_binding(BindingRecord(exchange_name, queue, weight))
+
+    def purge_queue(self, name: str) -> None:
+        """Drop every ready message of a queue; deliveries in flight stay with their consumers."""
+        self.store.purge(name)
+        queue = self.queues.get(name)
+        if queue is not None:
+            queue.clear()
 
     def _prefetch(self, headers: dict[str, str]) -> int:
         for name in PREFETCH_HEADERS:
@@ -369,6 +489,8 @@ class Broker:
             self.topics.remove(sub.destination[len("/topic/") :], sub)
             return
         queue.subs.discard(sub)
+        if not queue.subs:
+            self._drop_private_queue(queue.name)
         queue.pump()
         if queue.idle:
             self._deactivate(queue)
@@ -429,6 +551,8 @@ class Broker:
             msg = self._settle(sub, one)
             if requeue:
                 self._requeue(sub.queue, msg)
+            elif self.config.dead_letter_rejected and sub.queue is not None:
+                self._dead_letter(msg, "rejected with NACK requeue:false")
             else:
                 self.store.delete(msg)
         self._after_settle(sub)
@@ -469,9 +593,7 @@ class Broker:
         for f in frames:
             headers = f.headers
             if f.command == "SEND":
-                dest = parse_destination(headers["destination"])
-                priority, ack_timeout = _send_options(headers) if dest.kind is Kind.QUEUE else (DEFAULT_PRIORITY, None)
-                self._route(dest, f, priority, ack_timeout)
+                self._route(parse_destination(headers["destination"]), f, *_send_options(headers))
                 continue
             ack_id = headers.get("id") or headers["message-id"]
             sub = session.deliveries.get(ack_id)
@@ -539,6 +661,8 @@ class Broker:
         if msg is None or msg.seq != seq:
             return
         self._settle(sub, ack_id)
+        if sub.queue is not None:
+            sub.queue.expired(msg, sub)
         self._requeue(sub.queue, msg)
         self._after_settle(sub)
 
@@ -570,3 +694,9 @@ def _seconds(headers: dict[str, str], name: str) -> float | None:
     if not seconds >= 0 or seconds == float("inf"):
         raise ClientError(f"{name} must be a finite number of seconds >= 0, not {value!r}")
     return seconds
+
+
+def _receipt_frame(receipt_id: str, headers: dict[str, str] | None, version: str) -> bytes:
+    if not headers:
+        return b"RECEIPT\nreceipt-id:%s\n\n\x00" % escape(receipt_id, version).encode()
+    return encode_frame(Frame("RECEIPT", {"receipt-id": receipt_id, **headers}), version)

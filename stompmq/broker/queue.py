@@ -52,6 +52,7 @@ class Queue:
         "epoch",
         "loading",
         "skipped",
+        "avoid",
     )
 
     def __init__(self, name: str, broker: Broker, window: int | None, spilled: bool) -> None:
@@ -70,6 +71,8 @@ class Queue:
         self.epoch = 0  # bumped whenever the boundary moves back
         self.loading = False
         self.skipped = 0  # messages left in the store because they lie beyond the boundary
+        # seq -> subscription whose ack timeout expired for it: another one gets it if it can
+        self.avoid: dict[int, Subscription] | None = None
 
     # -- the ready window ---------------------------------------------------
     def _beyond_boundary(self, msg: StoredMessage) -> bool:
@@ -124,6 +127,9 @@ class Queue:
         self.spilled = True
         self.boundary = tail.order_key
         self.epoch += 1
+
+    def peek(self) -> StoredMessage:
+        return self.levels[self.prios[-1]][0]
 
     def pop(self) -> StoredMessage:
         prio = self.prios[-1]
@@ -198,11 +204,35 @@ class Queue:
                 ready_subs.popleft()
                 sub.in_ready = False
                 continue
+            if self.avoid is not None and self._passes_over(sub):
+                ready_subs.rotate(-1)
+                continue
             deliver(self, sub, self.pop())
             if len(ready_subs) > 1:
                 ready_subs.rotate(-1)
         if self.spilled and self.wants_page():
             self.broker.request_page(self)
+
+    def _passes_over(self, sub: Subscription) -> bool:
+        """Should ``sub`` skip the head message because its ack timeout expired there,
+        and another subscription with room can take it?"""
+        assert self.avoid is not None
+        seq = self.peek().seq
+        avoided = self.avoid.get(seq)
+        if avoided is None:
+            return False
+        if avoided is sub and any(s is not sub and s.active and s.has_room() for s in self.ready_subs):
+            return True
+        del self.avoid[seq]
+        if not self.avoid:
+            self.avoid = None
+        return False
+
+    def expired(self, msg: StoredMessage, sub: Subscription) -> None:
+        """``sub`` let ``msg``'s ack timeout expire: prefer another subscriber for it."""
+        if self.avoid is None:
+            self.avoid = {}
+        self.avoid[msg.seq] = sub
 
     @property
     def idle(self) -> bool:

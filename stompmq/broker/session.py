@@ -61,8 +61,8 @@ class Session:
         # ack id -> subscription holding that unacked delivery
         self.deliveries: dict[str, Subscription] = {}
         self.transactions: dict[str, list[Frame]] = {}
-        # (ticket, receipt id, encoded RECEIPT) waiting for the store to commit `ticket`
-        self.pending_receipts: deque[tuple[int, str, bytes]] = deque()
+        # [ticket, receipt id, encoded RECEIPT] waiting for the store to commit `ticket`
+        self.pending_receipts: deque[list] = deque()
         self.next_ack = 0
         self.closed = False
         #: Set by the server: send ERROR(message, receipt id) and close the connection.

@@ -134,6 +134,9 @@ class Connection:
                 self.broker.handle(session, frame)
             except ClientError as e:
                 self._error(e.message, frame.headers.get("receipt"), e.detail)
+            except Exception:
+                log.exception("connection %s: internal error handling %s", self.id, command)
+                self._error("internal error", frame.headers.get("receipt"))
         elif command == "DISCONNECT":
             receipt = frame.headers.get("receipt")
             if receipt is not None:

@@ -1,0 +1,115 @@
+"""Consistent-hash exchanges: declaration options, bindings, and picking a queue per message.
+
+An exchange routes each message to exactly one bound queue with ``HashRing``
+(weighted rendezvous hashing, see docs/consistent-hash.md), so routing depends
+only on the set of bindings: it is the same after any restart and on every
+broker sharing a database.  The hash input is, in this order of configuration:
+the header named by ``hash-header``; the property named by ``hash-property``;
+otherwise the routing key (the destination path after the exchange name, or the
+``routing-key`` header when the path has none).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..storage.base import ExchangeRecord
+from .errors import ClientError
+from .hashring import MAX_WEIGHT, HashRing
+
+EXCHANGE_TYPE = "consistent-hash"
+#: hash-property values and the SEND header that carries each (as RabbitMQ's STOMP adapter maps them).
+HASH_PROPERTIES = {"message-id": "amqp-message-id", "correlation-id": "correlation-id", "timestamp": "timestamp"}
+#: What to do with a message lacking its hash input: route it to one fixed queue, or reject it.
+ON_MISSING = ("route", "reject")
+#: What to do with a message when no queue is bound: answer ERROR, or drop it.
+ON_UNROUTABLE = ("error", "drop")
+#: Header carrying the routing key when the destination has no key part.
+ROUTING_KEY_HEADER = "routing-key"
+
+
+def declaration_options(headers: dict[str, str]) -> dict[str, str]:
+    """Validate a declare request and return the options to store (ERROR on any problem)."""
+    kind = headers.get("type", EXCHANGE_TYPE)
+    if kind != EXCHANGE_TYPE:
+        raise ClientError(f"unsupported exchange type {kind!r}: only {EXCHANGE_TYPE!r} exists")
+    options = {}
+    if "hash-header" in headers and "hash-property" in headers:
+        raise ClientError("hash-header and hash-property are mutually exclusive")
+    if "hash-header" in headers:
+        if not headers["hash-header"]:
+            raise ClientError("hash-header must name a header")
+        options["hash-header"] = headers["hash-header"]
+    if "hash-property" in headers:
+        prop = headers["hash-property"]
+        if prop not in HASH_PROPERTIES:
+            raise ClientError(f"unknown hash-property {prop!r}: use one of {', '.join(HASH_PROPERTIES)}")
+        options["hash-property"] = prop
+    for name, allowed in (("on-missing", ON_MISSING), ("on-unroutable", ON_UNROUTABLE)):
+        value = headers.get(name, allowed[0])
+        if value not in allowed:
+            raise ClientError(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
+        options[name] = value
+    return options
+
+
+def parse_weight(value: str | None) -> int:
+    if value is None:
+        return 1
+    if not value.isdigit() or not 1 <= int(value) <= MAX_WEIGHT:
+        raise ClientError(f"weight must be an integer from 1 to {MAX_WEIGHT}, not {value!r}")
+    return int(value)
+
+
+@dataclass
+class Exchange:
+    name: str
+    options: dict[str, str]
+    #: queue name -> weight, for stored and private (subscription) bindings alike
+    bindings: dict[str, int] = field(default_factory=dict)
+    #: queues bound by a SUBSCRIBE /exchange/NAME/WEIGHT: never stored, gone with the subscription
+    private: set[str] = field(default_factory=set)
+    unhashed: int = 0
+    routed: int = 0
+    ring: HashRing = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.rebuild()
+
+    @property
+    def record(self) -> ExchangeRecord:
+        return ExchangeRecord(self.name, EXCHANGE_TYPE, dict(self.options))
+
+    def rebuild(self) -> None:
+        self.ring = HashRing(self.name, self.bindings.items())
+
+    def bind(self, queue: str, weight: int) -> None:
+        self.bindings[queue] = weight
+        self.rebuild()
+
+    def unbind(self, queue: str) -> None:
+        del self.bindings[queue]
+        self.private.discard(queue)
+        self.rebuild()
+
+    def hash_input(self, key: str | None, headers: dict[str, str]) -> str | None:
+        if "hash-header" in self.options:
+            return headers.get(self.options["hash-header"])
+        if "hash-property" in self.options:
+            return headers.get(HASH_PROPERTIES[self.options["hash-property"]])
+        return key if key else headers.get(ROUTING_KEY_HEADER)
+
+    def route(self, key: str | None, headers: dict[str, str]) -> str | None:
+        """The queue for one message, None when nothing is bound or it must be dropped."""
+        value = self.hash_input(key, headers)
+        if value is None:
+            if self.options.get("on-missing") == "reject":
+                raise ClientError(f"message for exchange {self.name!r} lacks its hash input")
+            self.unhashed += 1
+        queue = self.ring.route(value if value is not None else "")
+        if queue is None:
+            if self.options.get("on-unroutable") == "drop":
+                return None
+            raise ClientError(f"exchange {self.name!r} has no bound queue")
+        self.routed += 1
+        return queue

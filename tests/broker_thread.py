@@ -1,0 +1,77 @@
+"""A real listening broker in a background thread, for end-to-end tests.
+
+The broker runs its own ``trio.run`` in a thread so the tests themselves can be
+plain synchronous code driving real sockets (raw bytes or stomp.py).  ``stop``
+cancels the broker the way SIGTERM would, so shutdown paths are exercised too.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import trio
+
+from stompmq.broker import Broker, BrokerConfig
+from stompmq.server import ServerSettings, serve
+from stompmq.storage.base import Store
+
+
+@dataclass
+class BrokerThread:
+    make_store: Callable[[], Store]
+    settings: ServerSettings = field(default_factory=lambda: ServerSettings(port=0))
+    config: BrokerConfig = field(default_factory=BrokerConfig)
+    port: int = 0
+    broker: Broker | None = None
+    _thread: threading.Thread | None = None
+    _token: trio.lowlevel.TrioToken | None = None
+    _cancel: trio.CancelScope | None = None
+    _error: BaseException | None = None
+
+    def start(self) -> BrokerThread:
+        ready = threading.Event()
+
+        async def main() -> None:
+            self._token = trio.lowlevel.current_trio_token()
+            self.broker = Broker(self.make_store(), self.config)
+            with trio.CancelScope() as scope:
+                self._cancel = scope
+                async with trio.open_nursery() as nursery:
+                    listeners = await nursery.start(serve, self.broker, self.settings)
+                    self.port = listeners[0].socket.getsockname()[1]
+                    ready.set()
+
+        def run() -> None:
+            try:
+                trio.run(main)
+            except BaseException as e:  # reported by stop()/start()
+                self._error = e
+            finally:
+                ready.set()
+
+        self._thread = threading.Thread(target=run, name="broker", daemon=True)
+        self._thread.start()
+        ready.wait(30)
+        if self._error is not None:
+            raise RuntimeError("broker failed to start") from self._error
+        return self
+
+    def call(self, fn: Callable[[], object]) -> object:
+        """Run ``fn`` on the broker's trio thread (to inspect broker state safely)."""
+        assert self._token is not None
+        return trio.from_thread.run_sync(fn, trio_token=self._token)
+
+    def stop(self) -> None:
+        if self._thread is None:
+            return
+        if self._token is not None and self._cancel is not None:
+            try:
+                trio.from_thread.run_sync(self._cancel.cancel, trio_token=self._token)
+            except trio.RunFinishedError:
+                pass
+        self._thread.join(30)
+        self._thread = None
+        if self._error is not None:
+            raise RuntimeError("broker failed") from self._error

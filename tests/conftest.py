@@ -1,0 +1,106 @@
+"""Shared fixtures: a real broker on a free loopback port, once per store kind."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from stompmq.broker import BrokerConfig
+from stompmq.server import ServerSettings
+from stompmq.storage.base import Store
+from stompmq.storage.memory import MemoryStore
+
+from .broker_thread import BrokerThread
+
+STORES = ["memory", "sqlite"]
+
+
+def make_store_factory(kind: str, tmp_path: Path):
+    if kind == "memory":
+        return MemoryStore
+    from stompmq.storage.sqlite import SQLiteStore
+
+    def make() -> Store:
+        return SQLiteStore(str(tmp_path / "broker.db"), flush_interval=0.01)
+
+    return make
+
+
+@pytest.fixture(params=STORES)
+def store_kind(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture
+def broker(store_kind: str, tmp_path: Path) -> Iterator[BrokerThread]:
+    """A started broker (per test, per store kind)."""
+    thread = BrokerThread(make_store_factory(store_kind, tmp_path)).start()
+    try:
+        yield thread
+    finally:
+        thread.stop()
+
+
+@pytest.fixture
+def memory_broker() -> Iterator[BrokerThread]:
+    """A broker on the memory store, for protocol-level tests that do not depend on storage."""
+    thread = BrokerThread(MemoryStore).start()
+    try:
+        yield thread
+    finally:
+        thread.stop()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def make_broker(store_kind: str, tmp_path: Path) -> Iterator[Callable[..., BrokerThread]]:
+    """Start brokers with custom ServerSettings/BrokerConfig on the parametrised store.
+
+    ``make_broker(settings=..., config=...)``; each call gets its own database
+    directory, and every broker started is stopped at teardown.
+    """
+    started: list[BrokerThread] = []
+
+    def make(settings: ServerSettings | None = None, config: BrokerConfig | None = None) -> BrokerThread:
+        directory = tmp_path / f"broker{len(started)}"
+        directory.mkdir()
+        thread = BrokerThread(
+            make_store_factory(store_kind, directory),
+            settings=settings or ServerSettings(port=0),
+            config=config or BrokerConfig(),
+        )
+        started.append(thread.start())
+        return thread
+
+    try:
+        yield make
+    finally:
+        for thread in started:
+            thread.stop()
+
+
+@pytest.fixture
+def make_memory_broker() -> Iterator[Callable[..., BrokerThread]]:
+    """Like ``make_broker`` but always on the memory store (protocol-level tests)."""
+    started: list[BrokerThread] = []
+
+    def make(settings: ServerSettings | None = None, config: BrokerConfig | None = None) -> BrokerThread:
+        thread = BrokerThread(
+            MemoryStore, settings=settings or ServerSettings(port=0), config=config or BrokerConfig()
+        )
+        started.append(thread.start())
+        return thread
+
+    try:
+        yield make
+    finally:
+        for thread in started:
+            thread.stop()

@@ -35,7 +35,7 @@ def store_url() -> str:
         or config.get_main_option("sqlalchemy.url")
     )
     if not url:
-        raise RuntimeError("no database URL: pass -x url=..., set STOMPMQ_STORE_URL or sqlalchemy.url")
+        raise RuntimeError("no database URL: use -x url=..., $STOMPMQ_STORE_URL or sqlalchemy.url")
     return str(url)
 
 

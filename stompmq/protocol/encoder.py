@@ -98,16 +98,16 @@ def encode_frame(frame: Frame, version: str) -> bytes:
     command, headers, body = frame
     table = None if command in _UNESCAPED_COMMANDS else _table(version)
     text = _header_text(headers.items(), table)
-    if body or command == "MESSAGE":
-        if body and command in _BODILESS_COMMANDS:
-            raise LocalProtocolError(f"a {command} frame cannot carry a body")
-        length = headers.get("content-length")
-        if length is None:
+    if body and command in _BODILESS_COMMANDS:
+        raise LocalProtocolError(f"a {command} frame cannot carry a body")
+    length = headers.get("content-length")
+    if length is None:
+        if body or command == "MESSAGE":
             head = f"{command}\n{text}content-length:{len(body)}\n\n"
-        elif length == str(len(body)):
-            head = f"{command}\n{text}\n"
         else:
-            raise LocalProtocolError(f"content-length {length!r} does not match the {len(body)}-byte body")
-    else:
+            head = f"{command}\n{text}\n"
+    elif length == str(len(body)):
         head = f"{command}\n{text}\n"
+    else:
+        raise LocalProtocolError(f"content-length {length!r} does not match the {len(body)}-byte body")
     return b"".join((head.encode(), body, b"\0"))

@@ -35,10 +35,10 @@ inside the found block.
 
 Header unescaping depends on the session's STOMP version.  It is skipped
 entirely for header blocks without a backslash (nearly all of them), and
-never applied to CONNECT/STOMP.  So that frames pipelined behind CONNECT in
-the same read are unescaped correctly, the parser adopts the version that
-``negotiate_version`` picks for the first CONNECT/STOMP; the server may still
-set ``version`` afterwards.
+never applied to CONNECT/STOMP/CONNECTED.  So that frames pipelined behind
+CONNECT in the same read are unescaped correctly, the parser adopts the
+version that ``negotiate_version`` picks for the first CONNECT/STOMP; the
+server may still set ``version`` afterwards.
 
 Any violation raises ``ProtocolError``; the parser then stays broken (every
 later ``feed`` raises the same error) because the connection is about to be
@@ -59,7 +59,10 @@ _COMPACT_AT = 256 * 1024
 """Drop the consumed prefix only once it is this large: amortises the memmove of the live tail."""
 
 _CONNECT_COMMANDS = frozenset(("CONNECT", "STOMP"))
-"""Frames whose headers are never unescaped (STOMP 1.2, "Value Encoding")."""
+"""Frames that open a session; the first one decides the version (see the module docstring)."""
+
+_UNESCAPED_COMMANDS = frozenset(("CONNECT", "STOMP", "CONNECTED"))
+"""Frames whose headers are never unescaped (STOMP 1.2, "Value Encoding"); CONNECTED for test clients."""
 
 _COMMON_COMMANDS = frozenset(
     ("SEND", "SUBSCRIBE", "UNSUBSCRIBE", "ACK", "NACK", "BEGIN", "COMMIT", "ABORT", "DISCONNECT", "CONNECT", "STOMP")
@@ -79,6 +82,9 @@ _ESCAPE = re.compile(r"\\.?", re.DOTALL)
 _EOLS = re.compile(rb"(?:\r?\n)+")
 """Heart-beats and other EOLs between frames."""
 
+_QUOTE_AT_MOST = 60
+"""Characters of offending input quoted in an error: it ends up in the ERROR frame's header."""
+
 _new_frame = tuple.__new__
 """Builds a Frame without NamedTuple's Python-level __new__ (it is one call per frame)."""
 
@@ -89,9 +95,14 @@ class Limits(NamedTuple):
     max_body: int = 16 * 1024 * 1024
     """Largest body in bytes (the "frame size" users configure)."""
     max_header_bytes: int = 64 * 1024
-    """Largest command line plus header block in bytes, excluding the blank line."""
+    """Largest command line plus header lines in bytes, their line ends included, the blank line not."""
     max_headers: int = 1000
     """Most header lines in one frame (repeated names count)."""
+
+
+def _quote(text: str) -> str:
+    """Return ``repr(text)``, cut short: enough to find the mistake, not a 64 KiB header."""
+    return repr(text) if len(text) <= _QUOTE_AT_MOST else repr(text[:_QUOTE_AT_MOST]) + "..."
 
 
 def _unescape(text: str, table: dict[str, str], receipt: str | None) -> str:
@@ -100,7 +111,7 @@ def _unescape(text: str, table: dict[str, str], receipt: str | None) -> str:
             return table[match.group()]
         except KeyError:
             raise ProtocolError(
-                f"undefined escape sequence {match.group()!r} in header {text!r}", receipt
+                f"undefined escape sequence {match.group()!r} in header {_quote(text)}", receipt
             ) from None
 
     return _ESCAPE.sub(replace, text)
@@ -109,20 +120,27 @@ def _unescape(text: str, table: dict[str, str], receipt: str | None) -> str:
 def _unescaped_headers(lines: list[str], table: dict[str, str]) -> dict[str, str]:
     """Split and unescape header lines; the slow path, taken only when a backslash occurs."""
     raw: list[tuple[str, str]] = []
-    receipt = None
     for line in lines:
         name, colon, value = line.partition(":")
         if not colon:
-            raise ProtocolError(f"header line without a colon: {line!r}")
+            raise ProtocolError(f"header line without a colon: {_quote(line)}")
         raw.append((name, value))
-        if receipt is None and name == "receipt":
-            receipt = value  # escaped form; good enough to correlate the ERROR
+    # Found first so that an error in any header can still name the frame's receipt (S34).
+    receipt = next((value for name, value in raw if name == "receipt"), None)
+    if receipt is not None and "\\" in receipt:
+        try:
+            receipt = _unescape(receipt, table, None)
+        except ProtocolError:
+            receipt = None
     headers: dict[str, str] = {}
     for name, value in raw:
+        # Every header is unescaped, even a repeat that is dropped: a bad escape is fatal anywhere.
         if "\\" in name:
             name = _unescape(name, table, receipt)
+        if "\\" in value:
+            value = _unescape(value, table, receipt)
         if name not in headers:
-            headers[name] = _unescape(value, table, receipt) if "\\" in value else value
+            headers[name] = value
     return headers
 
 
@@ -141,13 +159,17 @@ class FrameParser:
         self._command: str | None = None
         """Set while the headers of the frame at ``_pos`` are parsed but its body is incomplete."""
         self._headers: dict[str, str] = {}
+        """The pending frame's headers (meaningful only while ``_command`` is set)."""
         self._body_start = 0
+        """Where the pending frame's body starts in ``_buf``."""
         self._body_len = -1
         """The content-length of the pending body, or -1 when it ends at a NUL."""
         self._checked = -1
         """How far an incomplete header block has been checked for NUL and counted for lines."""
         self._lines = 0
+        """Line ends counted so far in that incomplete block (the first one ends the command line)."""
         self._negotiated = False
+        """Whether a CONNECT/STOMP has already set ``version`` (only the first one may)."""
         self._error: ProtocolError | None = None
         self._version = "1.2"
         self._table = _UNESCAPE_TABLES["1.2"]
@@ -202,15 +224,19 @@ class FrameParser:
                 # ---- header phase -------------------------------------------------
                 if pos >= n:
                     break
-                if buf[pos] < 65:  # below "A": an EOL (heart-beat), or garbage the command check rejects
+                first = buf[pos]
+                if first < 65:  # below "A": heart-beat EOLs, else not a command (TLS, binary junk)
                     eols = _EOLS.match(buf, pos)
                     if eols is not None:
                         pos = eols.end()
                         if pos >= n:
                             break
+                        first = buf[pos]
+                    if first < 65 and not (first == 13 and pos + 1 == n):  # a CR may await its LF
+                        raise ProtocolError(f"malformed command line: starts with byte {first:#04x}")
                 if scan < pos:
                     scan = pos
-                window = pos + max_header_bytes + 3
+                window = pos + max_header_bytes + 2  # a blank line may start at the limit's last byte
                 if window > n:
                     window = n
                 if crlf:
@@ -221,7 +247,8 @@ class FrameParser:
                             end, crlf = lf_end, False
                     else:
                         end = buf.find(b"\n\n", scan, window)
-                        crlf = False
+                        if end >= 0:
+                            crlf = False
                 else:
                     end = buf.find(b"\n\n", scan, window)
                     if end < 0:
@@ -231,21 +258,28 @@ class FrameParser:
                     self._check_partial_header(buf, pos, n)
                     scan = n - 2 if n - 2 > pos else pos
                     break
+                text: str | None
                 try:
                     text = buf[pos:end].decode()
                 except UnicodeDecodeError:
-                    raise ProtocolError("frame headers are not valid UTF-8") from None
-                if "\r" in text:
+                    text = None  # maybe a body byte: the block may end earlier, see below
+                if text is None or "\r" in text:
                     if not crlf:
-                        # An LF-style search found "\n\n"; a CRLF blank line may come first.
+                        # An LF-style search found "\n\n", but a CRLF blank line (which
+                        # needs a CR before "\n\n") may end the block earlier.
                         crlf_end = buf.find(b"\n\r\n", scan, end + 2)
                         if crlf_end >= 0:
                             end, crlf = crlf_end, True
+                            text = None
+                    if text is None:
+                        try:
                             text = buf[pos:end].decode()
+                        except UnicodeDecodeError:
+                            raise ProtocolError("frame headers are not valid UTF-8") from None
                     text = text.replace("\r\n", "\n")
                     if text[-1:] == "\r":
                         text = text[:-1]  # the last header line's CR belongs to its EOL
-                if end - pos > max_header_bytes:
+                if end + 1 - pos > max_header_bytes:
                     raise ProtocolError(f"frame header block exceeds {max_header_bytes} bytes")
                 if "\0" in text:
                     raise ProtocolError("NUL inside the header block (is the blank line after the headers missing?)")
@@ -253,19 +287,21 @@ class FrameParser:
 
                 command, _, rest = text.partition("\n")
                 if command not in _COMMON_COMMANDS and not (command.isalpha() and command.isascii()):
-                    raise ProtocolError(f"malformed command line {command!r}")
+                    raise ProtocolError(f"malformed command line {_quote(command)}")
                 headers = {}
                 if rest:
                     lines = rest.split("\n")
                     if len(lines) > max_headers:
                         raise ProtocolError(f"frame has more than {max_headers} headers")
-                    if table is not None and "\\" in rest and command not in _CONNECT_COMMANDS:
+                    if table is not None and "\\" in rest and command not in _UNESCAPED_COMMANDS:
                         headers = _unescaped_headers(lines, table)
                     else:
                         for line in lines:
                             name, colon, value = line.partition(":")
                             if not colon:
-                                raise ProtocolError(f"header line without a colon: {line!r}", headers.get("receipt"))
+                                raise ProtocolError(
+                                    f"header line without a colon: {_quote(line)}", headers.get("receipt")
+                                )
                             if name not in headers:
                                 headers[name] = value
                     length = headers.get("content-length")
@@ -279,7 +315,7 @@ class FrameParser:
                                 headers.get("receipt"),
                             )
                     else:
-                        raise ProtocolError(f"malformed content-length {length!r}", headers.get("receipt"))
+                        raise ProtocolError(f"malformed content-length {_quote(length)}", headers.get("receipt"))
                 else:
                     body_len = -1
                 if command in _CONNECT_COMMANDS and not self._negotiated:
@@ -333,7 +369,7 @@ class FrameParser:
 
     def _check_partial_header(self, buf: bytearray, pos: int, n: int) -> None:
         """Fail early on an incomplete header block that can already never be valid."""
-        if n - pos - 2 > self.limits.max_header_bytes:
+        if n - pos - 1 > self.limits.max_header_bytes:  # a blank line could start at n - 2 at the earliest
             raise ProtocolError(f"frame header block exceeds {self.limits.max_header_bytes} bytes")
         checked = self._checked
         if checked < pos:  # the counts belong to an earlier block
@@ -345,4 +381,3 @@ class FrameParser:
         self._checked = n
         if self._lines - 1 > self.limits.max_headers:  # the first LF ends the command line
             raise ProtocolError(f"frame has more than {self.limits.max_headers} headers")
-

@@ -1,0 +1,362 @@
+"""The durable SQLite store: a coalescing write buffer on the trio thread, group commits
+on one writer thread.
+
+Why it is shaped so (DESIGN §4):
+
+* The broker must never wait on the disk per message, so ``insert``/``update``/
+  ``delete`` only touch ``_pending``, a dict keyed by seq.  Keying by seq is what
+  makes coalescing free: insert + delete of a message acked before its flush
+  removes the entry (the message never touches the disk), insert + update stays
+  one insert, update + delete becomes a delete.  The entry keeps a reference to
+  the broker's ``StoredMessage``; its mutable fields (``delivered``,
+  ``redeliveries``, ``priority``) are copied into plain tuples when the batch
+  is taken, so a group commits the state of that moment and the writer thread
+  never reads objects the broker keeps mutating.
+* Purges, exchange and binding changes are rare and kept in order in
+  ``_structural``.  A purge drops the pending operations of its queue's
+  messages, so every message operation left in a batch was issued after the
+  batch's purges, which is why the writer may run structural operations first.
+* Group commit: the commit loop in ``run()`` keeps at most ONE group in
+  flight.  While it commits (one fsync), new writes pile up in ``_pending`` and
+  form the next group, so a thousand receipted SENDs share one fsync.  A group
+  is taken at once when ``sync_ticket()`` asked for it or ``max_group`` is
+  reached, otherwise ``flush_interval`` after the first buffered write.  One
+  group at a time also keeps failure simple: a failed group's operations are
+  merged back under the newer pending ones and retried by the next group
+  (after ``RETRY_BACKOFF``), and no later group ever ran on top of it.
+* Tickets are group numbers.  ``on_commit(t)`` means every group up to ``t``
+  is on disk (a failed group's operations travel in a later one); groups
+  commit in order, so tickets do.
+* Reads run on the writer thread behind the pending batch (handed over as a
+  group first), so they see every write buffered before them.  If that group
+  fails, the read raises StoreError rather than answer without those writes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import trio
+
+from stompmq.storage.base import (
+    BindingRecord,
+    ExchangeRecord,
+    Recovery,
+    Store,
+    StoredMessage,
+    StoreError,
+)
+from stompmq.storage.writer import (
+    Database,
+    DropBinding,
+    DropExchange,
+    GroupRows,
+    InsertRow,
+    Job,
+    Purge,
+    SaveBinding,
+    SaveExchange,
+    StructuralOp,
+    UpdateRow,
+    WriterThread,
+)
+
+# After a failed group, wait this long before the next try: a full disk is not fixed in a loop.
+RETRY_BACKOFF = 0.1
+
+# Kinds of pending message operations.
+INSERT, UPDATE, DELETE = 0, 1, 2
+
+PendingOp = tuple[int, StoredMessage]
+T = TypeVar("T")
+
+
+class _Group:
+    """One commit group handed to the writer thread."""
+
+    __slots__ = ("ticket", "ops", "structural", "job", "finished")
+
+    def __init__(
+        self, ticket: int, ops: dict[int, PendingOp], structural: list[StructuralOp]
+    ) -> None:
+        self.ticket = ticket
+        self.ops = ops  # kept (with the broker's objects) to merge back if the group fails
+        self.structural = structural
+        self.job: Job[None] | None = None  # the writer's reply
+        self.finished = trio.Event()  # the store has accounted for the reply
+
+    def __len__(self) -> int:
+        return len(self.ops) + len(self.structural)
+
+
+class SQLiteStore(Store):
+    """A durable store in one SQLite file (WAL, synchronous=FULL) with group commit."""
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        flush_interval: float = 0.05,
+        max_group: int = 10000,
+        max_page_count: int | None = None,
+    ) -> None:
+        super().__init__()
+        self.path = path
+        self._flush_interval = flush_interval
+        self._max_group = max_group
+        self._db = Database(path, max_page_count)
+        self._writer: WriterThread | None = None
+        self._closed = False
+        self._pending: dict[int, PendingOp] = {}
+        self._structural: list[StructuralOp] = []
+        self._pending_since = 0.0  # trio time of the first write of the current batch
+        self._urgent = False  # commit the batch without waiting for the interval
+        self._kick = trio.Event()  # wakes the commit loop
+        self._inflight: _Group | None = None
+        self._committed = 0
+        self._next_ticket = 1
+        self._last_seq = 0
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    async def open(self) -> Recovery:
+        if self._writer is not None:
+            raise StoreError(f"{self.path} is already open")
+        writer = WriterThread(self._db, trio.lowlevel.current_trio_token())
+        self._writer, self._closed = writer, False
+        writer.start()
+        try:
+            recovery = await writer.call(self._db.open)
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await self._stop_writer()
+            raise
+        self._last_seq = recovery.last_seq
+        return recovery
+
+    async def run(self) -> None:
+        while True:
+            await self._wait_for_work()
+            await self._wait_idle()
+            if self._closed:
+                return  # close() committed the last batch; writes after it are a caller bug
+            if self._has_pending() and not await self._commit_group():
+                await trio.sleep(RETRY_BACKOFF)
+
+    async def close(self) -> None:
+        if self._writer is None:
+            return
+        self._closed = True
+        try:
+            while self._has_pending() or self._inflight is not None:
+                await self._wait_idle()
+                if self._has_pending() and not await self._commit_group():
+                    raise StoreError(
+                        f"{self.backlog()} operations could not be committed to {self.path}"
+                        " at shutdown"
+                    )
+        finally:
+            with trio.CancelScope(shield=True):
+                await self._stop_writer()
+
+    async def _stop_writer(self) -> None:
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            await writer.stop()
+
+    # -- buffered writes ---------------------------------------------------------------------
+    def insert(self, msg: StoredMessage) -> None:
+        self._put(msg.seq, INSERT, msg)
+        if msg.seq > self._last_seq:
+            self._last_seq = msg.seq
+
+    def update(self, msg: StoredMessage) -> None:
+        entry = self._pending.get(msg.seq)
+        # A pending insert or update already copies the fields when the batch is taken.
+        self._put(msg.seq, UPDATE if entry is None else entry[0], msg)
+
+    def delete(self, msg: StoredMessage) -> None:
+        entry = self._pending.get(msg.seq)
+        if entry is not None and entry[0] == INSERT:
+            del self._pending[msg.seq]  # never reached the disk: nothing to do there
+        else:
+            self._put(msg.seq, DELETE, msg)
+
+    def purge(self, queue: str) -> None:
+        self._pending = {seq: op for seq, op in self._pending.items() if op[1].queue != queue}
+        self._add_structural(Purge(queue))
+
+    def save_exchange(self, exchange: ExchangeRecord) -> None:
+        self._add_structural(SaveExchange(exchange))
+
+    def delete_exchange(self, name: str) -> None:
+        self._add_structural(DropExchange(name))
+
+    def save_binding(self, binding: BindingRecord) -> None:
+        self._add_structural(SaveBinding(binding))
+
+    def delete_binding(self, exchange: str, queue: str) -> None:
+        self._add_structural(DropBinding(exchange, queue))
+
+    def _put(self, seq: int, kind: int, msg: StoredMessage) -> None:
+        if not self._has_pending():
+            self._batch_started()
+        self._pending[seq] = (kind, msg)
+        if len(self._pending) >= self._max_group and not self._urgent:
+            self._hurry()
+
+    def _add_structural(self, op: StructuralOp) -> None:
+        if not self._has_pending():
+            self._batch_started()
+        self._structural.append(op)
+
+    def _batch_started(self) -> None:
+        self._pending_since = trio.current_time()
+        self._kick.set()
+
+    def _hurry(self) -> None:
+        self._urgent = True
+        self._kick.set()
+
+    def _has_pending(self) -> bool:
+        return bool(self._pending or self._structural)
+
+    # -- durability --------------------------------------------------------------------------
+    @property
+    def committed(self) -> int:
+        return self._committed
+
+    def sync_ticket(self) -> int:
+        if self._has_pending():
+            self._hurry()
+            return self._next_ticket
+        if self._inflight is not None:
+            return self._inflight.ticket
+        return self._committed
+
+    def backlog(self) -> int:
+        inflight = len(self._inflight) if self._inflight is not None else 0
+        return len(self._pending) + len(self._structural) + inflight
+
+    # -- the commit loop ---------------------------------------------------------------------
+    async def _wait_for_work(self) -> None:
+        """Return when a batch should be taken: asked for, full, or old enough."""
+        while True:
+            deadline = math.inf
+            if self._has_pending():
+                if self._urgent:
+                    return
+                deadline = self._pending_since + self._flush_interval
+                if trio.current_time() >= deadline:
+                    return
+            self._kick = trio.Event()
+            with trio.move_on_at(deadline):
+                await self._kick.wait()
+
+    async def _wait_idle(self) -> None:
+        while self._inflight is not None:
+            await self._inflight.finished.wait()
+
+    def _submit_group(self) -> _Group:
+        """Take the whole pending batch as the next group and queue it on the writer."""
+        assert self._inflight is None and self._writer is not None
+        group = _Group(self._next_ticket, self._pending, self._structural)
+        self._next_ticket += 1
+        self._pending, self._structural, self._urgent = {}, [], False
+        self._inflight = group
+        group.job = self._writer.submit(self._db.commit, self._rows(group))
+        return group
+
+    def _rows(self, group: _Group) -> GroupRows:
+        """Copy what the writer needs, now: the broker goes on mutating its messages."""
+        inserts: list[InsertRow] = []
+        updates: list[UpdateRow] = []
+        deletes: list[tuple[int]] = []
+        for seq, (kind, m) in group.ops.items():
+            if kind == INSERT:
+                inserts.append(
+                    (seq, m.queue, m.priority, m.headers, m.body, m.delivered, m.ack_timeout,
+                     m.redeliveries, m.timestamp)
+                )
+            elif kind == UPDATE:
+                updates.append((m.delivered, m.redeliveries, m.priority, seq))
+            else:
+                deletes.append((seq,))
+        return GroupRows(group.structural, inserts, updates, deletes, self._last_seq)
+
+    async def _await_group(self, group: _Group) -> StoreError | None:
+        """Wait for ``group`` to commit or fail and account for it; return its error, if any."""
+        assert group.job is not None
+        try:
+            # Shielded: a group's outcome must be accounted for even if our caller is cancelled.
+            with trio.CancelScope(shield=True):
+                await group.job.wait()
+            self._inflight = None
+            error = group.job.error
+            if error is None:
+                self._committed = group.ticket
+                self.on_commit(group.ticket)
+                return None
+            self._merge_back(group)
+            if not isinstance(error, StoreError):
+                error = StoreError(f"commit to {self.path} failed: {error!r}")
+            self.on_commit_failed(group.ticket, error)
+            return error
+        finally:
+            group.finished.set()
+
+    async def _commit_group(self) -> bool:
+        return await self._await_group(self._submit_group()) is None
+
+    def _merge_back(self, group: _Group) -> None:
+        """Make a failed group's operations pending again, under the newer ones."""
+        newer = self._pending
+        purged = {op.queue for op in self._structural if isinstance(op, Purge)}
+        merged: dict[int, PendingOp] = {}
+        for seq, (kind, msg) in group.ops.items():
+            if msg.queue in purged:
+                continue  # a newer purge deletes it anyway
+            later = newer.get(seq)
+            if later is None:
+                merged[seq] = (kind, msg)
+            elif kind == INSERT:
+                if later[0] == DELETE:
+                    del newer[seq]  # the row never reached the disk
+                else:
+                    newer[seq] = (INSERT, later[1])  # the insert, with the newest fields
+        was_empty = not self._has_pending()
+        merged.update(newer)
+        self._pending = merged
+        self._structural = group.structural + self._structural
+        if self._has_pending():
+            if was_empty:
+                self._pending_since = trio.current_time()
+            self._hurry()  # retry after the back-off, not after the flush interval
+
+    # -- reads -------------------------------------------------------------------------------
+    async def load_ready(
+        self, queue: str, after: tuple[int, int] | None, limit: int
+    ) -> Sequence[StoredMessage]:
+        return await self._read(self._db.load_ready, queue, after, limit)
+
+    async def count(self, queue: str) -> int:
+        return await self._read(self._db.count, queue)
+
+    async def _read(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run a read on the writer thread behind every write buffered so far.
+
+        A read that cannot see them (their group failed) raises instead of answering
+        from a disk that lacks them: a pager would step over the missing messages.
+        """
+        if self._writer is None:
+            raise StoreError(f"{self.path} is not open")
+        await self._wait_idle()  # a failed group in flight is pending again afterwards
+        if not self._has_pending():
+            return await self._writer.call(fn, *args)
+        group = self._submit_group()
+        read = self._writer.submit(fn, *args)  # FIFO: right behind the group
+        error = await self._await_group(group)
+        if error is not None:
+            raise StoreError(f"read refused until buffered writes commit: {error}")
+        return await read.result()

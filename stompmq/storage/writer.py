@@ -1,0 +1,500 @@
+"""Everything the SQLite store runs off the trio thread: one thread, one connection.
+
+Why a dedicated thread and not ``trio.to_thread``: SQLite serialises writers
+anyway, a connection must stay on the thread that made it, and commit groups
+must reach the disk in ticket order.  One long-lived thread fed by a FIFO
+``queue.SimpleQueue`` gives all three for free: jobs run one at a time, in the
+order the trio side submitted them, so a read queued right behind a commit
+group sees that group's writes.  Replies go back with
+``TrioToken.run_sync_soon``, one per job (a group or a page), never one per
+message.
+
+The thread-confined half is :class:`Database`: the blocking open sequence
+(directory, file lock, integrity check, migrations, crash recovery), the group
+commit, and the paging reads.  It trusts its input: the trio side has already
+coalesced operations per message and copied the mutable fields, so a group is
+plain tuples and the commit is a few ``executemany`` calls in one transaction.
+
+Within a group, purges, exchange and binding changes run first (every pending
+operation on a purged queue's messages was issued after the purge, the trio
+side cancelled the older ones), then deletes, updates and inserts: deletes
+first so the pages they free are reused by the inserts of the same group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import queue
+import sqlite3
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+import trio
+
+from stompmq.storage.base import (
+    BindingRecord,
+    ExchangeRecord,
+    Recovery,
+    StoredMessage,
+    StoreError,
+)
+from stompmq.storage.migrate import upgrade_to_head
+
+T = TypeVar("T")
+
+# Page cache of the writer's connection, in KiB: keeps the paging index and recent pages hot.
+CACHE_SIZE_KIB = 64 * 1024
+# After open, wait this long for a lock held by an outside reader (sqlite3 shell, backup)
+# instead of failing a whole commit group; open itself uses 0 to fail fast.
+BUSY_TIMEOUT_MS = 2000
+# Truncate the WAL file back to this size after a checkpoint so a burst does not pin disk space.
+JOURNAL_SIZE_LIMIT = 64 * 1024 * 1024
+# Queue name -> id cache bound: millions of queues must not mean millions of cached entries.
+QUEUE_ID_CACHE_MAX = 100_000
+# Name of the high-water mark row in broker_meta.
+LAST_SEQ = "last_seq"
+
+_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_loads = json.JSONDecoder().decode
+
+
+# -- what a commit group carries ------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Purge:
+    queue: str
+
+
+@dataclass(frozen=True, slots=True)
+class SaveExchange:
+    exchange: ExchangeRecord
+
+
+@dataclass(frozen=True, slots=True)
+class DropExchange:
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class SaveBinding:
+    binding: BindingRecord
+
+
+@dataclass(frozen=True, slots=True)
+class DropBinding:
+    exchange: str
+    queue: str
+
+
+StructuralOp = Purge | SaveExchange | DropExchange | SaveBinding | DropBinding
+# (seq, queue, priority, headers, body, delivered, ack_timeout, redeliveries, timestamp)
+InsertRow = tuple[int, str, int, dict[str, str], bytes, bool, float | None, int, int]
+# (delivered, redeliveries, priority, seq): the parameter order of UPDATE_SQL.
+UpdateRow = tuple[bool, int, int, int]
+
+
+@dataclass(slots=True)
+class GroupRows:
+    """One commit group, already coalesced, with the mutable fields copied."""
+
+    structural: list[StructuralOp]
+    inserts: list[InsertRow]
+    updates: list[UpdateRow]
+    deletes: list[tuple[int]]
+    last_seq: int  # highest seq the broker ever handed to the store so far
+
+
+INSERT_SQL = (
+    "INSERT OR REPLACE INTO messages (seq, queue_id, priority, headers, body, delivered,"
+    " ack_timeout, redeliveries, timestamp) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+UPDATE_SQL = "UPDATE messages SET delivered = ?, redeliveries = ?, priority = ? WHERE seq = ?"
+DELETE_SQL = "DELETE FROM messages WHERE seq = ?"
+READY_COLUMNS = "seq, priority, headers, body, timestamp, ack_timeout, redeliveries"
+# Three range scans of ix_messages_queue_order, none needs a sort: from the start,
+# the rest of the key's priority, then the lower priorities.
+READY_FIRST_SQL = (
+    f"SELECT {READY_COLUMNS} FROM messages WHERE queue_id = ? AND delivered = 0"
+    " ORDER BY priority DESC, seq LIMIT ?"
+)
+READY_SAME_PRIORITY_SQL = (
+    f"SELECT {READY_COLUMNS} FROM messages WHERE queue_id = ? AND priority = ? AND seq > ?"
+    " AND delivered = 0 ORDER BY seq LIMIT ?"
+)
+READY_LOWER_PRIORITY_SQL = (
+    f"SELECT {READY_COLUMNS} FROM messages WHERE queue_id = ? AND priority < ?"
+    " AND delivered = 0 ORDER BY priority DESC, seq LIMIT ?"
+)
+
+
+class Database:
+    """The SQLite file as seen from the writer thread; every method blocks."""
+
+    def __init__(self, path: str, max_page_count: int | None = None) -> None:
+        self.path = os.path.abspath(path)
+        self._max_page_count = max_page_count
+        self._conn: sqlite3.Connection | None = None
+        self._lock_fd: int | None = None
+        self._queue_ids: dict[str, int] = {}
+        self._stored_last_seq = 0
+
+    # -- open / close ------------------------------------------------------------------------
+    def open(self) -> Recovery:
+        """Check, lock, migrate and recover the database; raise StoreError saying what is wrong."""
+        self._check_paths()
+        self._lock()
+        self._conn = self._connect()
+        try:
+            upgrade_to_head(f"sqlite:///{self.path}")
+        except Exception as exc:
+            raise StoreError(f"cannot migrate {self.path}: {_one_line(exc)}") from exc
+        return self._recover()
+
+    def close(self) -> None:
+        """Close the connection and release the file lock; safe after a failed open."""
+        try:
+            if self._conn is not None:
+                with contextlib.suppress(sqlite3.Error):
+                    self._conn.execute("PRAGMA optimize")
+                self._conn.close()
+        finally:
+            self._conn = None
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)  # releases the flock
+                self._lock_fd = None
+
+    def _check_paths(self) -> None:
+        directory = os.path.dirname(self.path)
+        try:
+            os.makedirs(directory, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot create directory {directory}: {exc.strerror}") from exc
+        if not os.access(directory, os.W_OK | os.X_OK):
+            raise StoreError(f"cannot use {self.path}: directory {directory} is not writable")
+        if os.path.isdir(self.path):
+            raise StoreError(f"cannot use {self.path}: it is a directory")
+        if os.path.exists(self.path) and not os.access(self.path, os.R_OK | os.W_OK):
+            raise StoreError(f"cannot use {self.path}: the file is not writable")
+
+    def _lock(self) -> None:
+        """Hold an exclusive flock on PATH.lock for the broker's lifetime."""
+        lock_path = self.path + ".lock"
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StoreError(f"cannot create lock file {lock_path}: {exc.strerror}") from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise StoreError(
+                f"{self.path} is locked by another process (pid {holder}):"
+                " is another broker running on it?"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._lock_fd = fd
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            # timeout=0: an outside process holding the database fails the open at once.
+            conn = sqlite3.connect(self.path, timeout=0, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open {self.path}: {exc}") from exc
+        try:
+            problems = [row[0] for row in conn.execute("PRAGMA quick_check").fetchall()]
+            if problems != ["ok"]:
+                raise StoreError(f"{self.path} is corrupt (quick_check: {'; '.join(problems[:3])})")
+            conn.execute("PRAGMA journal_mode = WAL").fetchall()
+            conn.execute("PRAGMA synchronous = FULL")
+            conn.execute(f"PRAGMA cache_size = -{CACHE_SIZE_KIB}")
+            conn.execute(f"PRAGMA journal_size_limit = {JOURNAL_SIZE_LIMIT}").fetchall()
+            if self._max_page_count is not None:
+                conn.execute(f"PRAGMA max_page_count = {int(self._max_page_count)}").fetchall()
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}").fetchall()
+        except sqlite3.Error as exc:
+            conn.close()
+            raise StoreError(_explain_open_error(self.path, exc)) from exc
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _recover(self) -> Recovery:
+        conn = self._connection()
+        try:
+            with _transaction(conn):
+                # At-least-once: whatever was out for delivery at the crash is ready again.
+                conn.execute(
+                    "UPDATE messages SET delivered = 0, redeliveries = redeliveries + 1"
+                    " WHERE delivered = 1"
+                )
+            (max_seq,) = conn.execute("SELECT COALESCE(MAX(seq), 0) FROM messages").fetchone()
+            row = conn.execute(
+                "SELECT value FROM broker_meta WHERE name = ?", (LAST_SEQ,)
+            ).fetchone()
+            self._stored_last_seq = int(row[0]) if row else 0
+            exchanges = [
+                ExchangeRecord(name, type_, _loads(options))
+                for name, type_, options in conn.execute(
+                    "SELECT name, type, options FROM exchanges ORDER BY name"
+                )
+            ]
+            bindings = [
+                BindingRecord(exchange, queue_name, weight)
+                for exchange, queue_name, weight in conn.execute(
+                    "SELECT exchange, queue, weight FROM bindings ORDER BY exchange, queue"
+                )
+            ]
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot recover {self.path}: {exc}") from exc
+        return Recovery(max(max_seq, self._stored_last_seq), exchanges, bindings)
+
+    # -- writes ------------------------------------------------------------------------------
+    def commit(self, group: GroupRows) -> None:
+        """Apply one group in one transaction; on failure roll it back entirely."""
+        conn = self._connection()
+        created: list[str] = []
+        try:
+            with _transaction(conn):
+                for op in group.structural:
+                    self._apply(conn, op)
+                if group.deletes:
+                    conn.executemany(DELETE_SQL, group.deletes)
+                if group.updates:
+                    conn.executemany(UPDATE_SQL, group.updates)
+                if group.inserts:
+                    conn.executemany(INSERT_SQL, self._insert_params(conn, group.inserts, created))
+                if group.last_seq > self._stored_last_seq:
+                    conn.execute(
+                        "INSERT INTO broker_meta (name, value) VALUES (?, ?)"
+                        " ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+                        (LAST_SEQ, str(group.last_seq)),
+                    )
+        except sqlite3.Error as exc:
+            for name in created:  # those queue rows were rolled back with the group
+                self._queue_ids.pop(name, None)
+            raise StoreError(f"commit to {self.path} failed: {exc}") from exc
+        self._stored_last_seq = max(self._stored_last_seq, group.last_seq)
+
+    def _apply(self, conn: sqlite3.Connection, op: StructuralOp) -> None:
+        match op:
+            case Purge(queue=name):
+                queue_id = self._queue_id(conn, name)
+                if queue_id is not None:
+                    conn.execute("DELETE FROM messages WHERE queue_id = ?", (queue_id,))
+            case SaveExchange(exchange=ex):
+                conn.execute(
+                    "INSERT OR REPLACE INTO exchanges (name, type, options) VALUES (?, ?, ?)",
+                    (ex.name, ex.type, _dumps(ex.options)),
+                )
+            case DropExchange(name=name):
+                conn.execute("DELETE FROM bindings WHERE exchange = ?", (name,))
+                conn.execute("DELETE FROM exchanges WHERE name = ?", (name,))
+            case SaveBinding(binding=b):
+                conn.execute(
+                    "INSERT OR REPLACE INTO bindings (exchange, queue, weight) VALUES (?, ?, ?)",
+                    (b.exchange, b.queue, b.weight),
+                )
+            case DropBinding(exchange=exchange, queue=name):
+                conn.execute(
+                    "DELETE FROM bindings WHERE exchange = ? AND queue = ?", (exchange, name)
+                )
+
+    def _insert_params(
+        self, conn: sqlite3.Connection, rows: list[InsertRow], created: list[str]
+    ) -> Iterable[tuple[Any, ...]]:
+        ids = {name: self._queue_id(conn, name, created) for name in {row[1] for row in rows}}
+        return [
+            (seq, ids[name], prio, _dumps(hdrs) if hdrs else "{}", body, dlv, ack, redel, ts)
+            for seq, name, prio, hdrs, body, dlv, ack, redel, ts in rows
+        ]
+
+    def _queue_id(
+        self, conn: sqlite3.Connection, name: str, created: list[str] | None = None
+    ) -> int | None:
+        """The id of queue ``name``; with ``created`` given, make the row if it is missing."""
+        queue_id = self._queue_ids.get(name)
+        if queue_id is not None:
+            return queue_id
+        row = conn.execute("SELECT id FROM queues WHERE name = ?", (name,)).fetchone()
+        if row is not None:
+            queue_id = int(row[0])
+        elif created is None:
+            return None
+        else:
+            queue_id = conn.execute("INSERT INTO queues (name) VALUES (?)", (name,)).lastrowid
+            assert queue_id is not None
+            created.append(name)
+        if len(self._queue_ids) >= QUEUE_ID_CACHE_MAX:
+            self._queue_ids.clear()
+        self._queue_ids[name] = queue_id
+        return queue_id
+
+    # -- reads -------------------------------------------------------------------------------
+    def load_ready(
+        self, queue_name: str, after: tuple[int, int] | None, limit: int
+    ) -> list[StoredMessage]:
+        conn = self._connection()
+        try:
+            queue_id = self._queue_id(conn, queue_name)
+            if queue_id is None or limit <= 0:
+                return []
+            if after is None:
+                rows = conn.execute(READY_FIRST_SQL, (queue_id, limit)).fetchall()
+            else:
+                priority, seq = -after[0], after[1]
+                rows = conn.execute(
+                    READY_SAME_PRIORITY_SQL, (queue_id, priority, seq, limit)
+                ).fetchall()
+                if len(rows) < limit:
+                    rows += conn.execute(
+                        READY_LOWER_PRIORITY_SQL, (queue_id, priority, limit - len(rows))
+                    ).fetchall()
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot read {self.path}: {exc}") from exc
+        return [
+            StoredMessage(
+                seq, queue_name, prio, _loads(hdrs) if hdrs != "{}" else {}, body, ts, ack, redel
+            )
+            for seq, prio, hdrs, body, ts, ack, redel in rows
+        ]
+
+    def count(self, queue_name: str) -> int:
+        conn = self._connection()
+        try:
+            queue_id = self._queue_id(conn, queue_name)
+            if queue_id is None:
+                return 0
+            (n,) = conn.execute(
+                "SELECT COUNT(*) FROM messages WHERE queue_id = ?", (queue_id,)
+            ).fetchone()
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot read {self.path}: {exc}") from exc
+        return int(n)
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise StoreError(f"{self.path} is not open")
+        return self._conn
+
+
+@contextlib.contextmanager
+def _transaction(conn: sqlite3.Connection) -> Any:
+    """BEGIN IMMEDIATE ... COMMIT, rolled back on any error (the connection is in autocommit)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+        raise
+
+
+def _one_line(exc: Exception) -> str:
+    """The first line of an error: SQLAlchemy appends the SQL and a link on later lines."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def _explain_open_error(path: str, exc: sqlite3.Error) -> str:
+    text = str(exc)
+    if "not a database" in text or "malformed" in text or "corrupt" in text:
+        return f"{path} is not a SQLite database or is corrupt ({text})"
+    if "locked" in text or "busy" in text:
+        return f"{path} is locked by another process ({text})"
+    if "readonly" in text or "read-only" in text:
+        return f"cannot use {path}: the file is not writable ({text})"
+    return f"cannot open {path}: {text}"
+
+
+# -- the thread -----------------------------------------------------------------------------
+class Job(Generic[T]):
+    """The reply to one job submitted to the writer thread, awaited on the trio thread."""
+
+    __slots__ = ("_done", "_value", "_error")
+
+    def __init__(self) -> None:
+        self._done = trio.Event()
+        self._value: T | None = None
+        self._error: Exception | None = None
+
+    def reply(self, value: T | None, error: Exception | None) -> None:
+        self._value, self._error = value, error
+        self._done.set()
+
+    async def wait(self) -> None:
+        """Wait until the job ran (success or not)."""
+        await self._done.wait()
+
+    @property
+    def error(self) -> Exception | None:
+        return self._error
+
+    async def result(self) -> T:
+        await self._done.wait()
+        if self._error is not None:
+            raise self._error
+        return self._value  # type: ignore[return-value]
+
+
+_STOP = None
+_Item = tuple[Callable[..., Any], tuple[Any, ...], Job[Any]]
+
+
+class WriterThread:
+    """Runs jobs one at a time, in submission order, on one thread; replies on the trio thread."""
+
+    def __init__(self, database: Database, token: trio.lowlevel.TrioToken) -> None:
+        self._db = database
+        self._token = token
+        self._jobs: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
+        self._stopped: Job[None] = Job()
+        self._thread = threading.Thread(
+            target=self._main, name=f"stompmq-sqlite {database.path}", daemon=True
+        )
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def submit(self, fn: Callable[..., T], *args: Any) -> Job[T]:
+        """Queue ``fn(*args)`` behind every job submitted before it; the Job holds its result."""
+        job: Job[T] = Job()
+        self._jobs.put((fn, args, job))
+        return job
+
+    async def call(self, fn: Callable[..., T], *args: Any) -> T:
+        return await self.submit(fn, *args).result()
+
+    async def stop(self) -> None:
+        """Close the database on the thread (after every queued job) and end the thread."""
+        self._jobs.put(_STOP)
+        await self._stopped.wait()
+        self._thread.join()  # the thread has replied as its last act: this returns at once
+
+    def _main(self) -> None:
+        try:
+            while (item := self._jobs.get()) is not _STOP:
+                fn, args, job = item
+                try:
+                    value, error = fn(*args), None
+                except Exception as exc:
+                    value, error = None, exc
+                self._reply(job, value, error)
+        finally:
+            try:
+                self._db.close()
+            finally:
+                self._reply(self._stopped, None, None)
+
+    def _reply(self, job: Job[Any], value: Any, error: Exception | None) -> None:
+        try:
+            self._token.run_sync_soon(job.reply, value, error)
+        except trio.RunFinishedError:
+            pass  # nobody is left to tell

@@ -1,0 +1,517 @@
+"""SQLiteStore against real files, a real writer thread and a separate sqlite3 reader.
+
+What the disk holds is always checked through an independent ``sqlite3``
+connection, never through the store itself, so "committed" means "a second
+process would see it".
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from stompmq.storage.base import BindingRecord, ExchangeRecord, StoredMessage, StoreError
+from stompmq.storage.sqlite import SQLiteStore
+
+# Long enough that nothing is flushed by the timer during a test that means to flush by hand.
+NEVER = 3600.0
+
+
+class Commits:
+    """Records what the store reports, checking each report against the file at that moment."""
+
+    def __init__(self, store: SQLiteStore) -> None:
+        self.store = store
+        self.ok: list[int] = []
+        self.failed: list[tuple[int, StoreError]] = []
+        self.on_disk_at_commit: list[set[int]] = []
+        store.on_commit = self._commit
+        store.on_commit_failed = self._failed
+
+    def _commit(self, ticket: int) -> None:
+        self.ok.append(ticket)
+        self.on_disk_at_commit.append(seqs_on_disk(self.store.path))
+
+    def _failed(self, ticket: int, error: StoreError) -> None:
+        self.failed.append((ticket, error))
+
+
+def msg(
+    seq: int, queue: str = "q", priority: int = 4, body: bytes = b"body", **kw: Any
+) -> StoredMessage:
+    return StoredMessage(seq, queue, priority, {"h": str(seq)}, body, 1_700_000_000_000 + seq, **kw)
+
+
+def rows_on_disk(path: str) -> dict[int, tuple[Any, ...]]:
+    """seq -> (queue, priority, delivered, redeliveries, headers, body), read from outside."""
+    conn = sqlite3.connect(path)
+    try:
+        return {
+            seq: tuple(rest)
+            for seq, *rest in conn.execute(
+                "SELECT m.seq, q.name, m.priority, m.delivered, m.redeliveries, m.headers, m.body"
+                " FROM messages m JOIN queues q ON q.id = m.queue_id"
+            )
+        }
+    finally:
+        conn.close()
+
+
+def seqs_on_disk(path: str) -> set[int]:
+    return set(rows_on_disk(path))
+
+
+async def committed(store: SQLiteStore, ticket: int) -> None:
+    with trio.fail_after(10):
+        while store.committed < ticket:
+            await trio.sleep(0.002)
+
+
+@asynccontextmanager
+async def running(path: Path | str, **kw: Any) -> AsyncIterator[SQLiteStore]:
+    """An open store with its commit loop running; closed (flushing) on exit."""
+    store = SQLiteStore(str(path), **kw)
+    await store.open()
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(store.run)
+            yield store
+            nursery.cancel_scope.cancel()
+    finally:
+        await store.close()
+
+
+# -- coalescing ---------------------------------------------------------------------------------
+def file_bytes(path: str) -> bytes:
+    """The database and its WAL, raw: what did reach the disk, deleted cells included."""
+    return b"".join(Path(path + suffix).read_bytes() for suffix in ("", "-wal"))
+
+
+async def test_insert_then_delete_never_reaches_the_file(tmp_path: Path) -> None:
+    async with running(tmp_path / "s.db", flush_interval=NEVER) as store:
+        acked, kept = msg(1, body=b"ACKED-BEFORE-FLUSH" * 8), msg(2, body=b"KEPT-MESSAGE" * 8)
+        store.insert(acked)
+        store.insert(kept)
+        store.delete(acked)
+        assert store.backlog() == 1
+        await committed(store, store.sync_ticket())
+        assert seqs_on_disk(store.path) == {2}
+        assert store.backlog() == 0
+        raw = file_bytes(store.path)
+        assert b"KEPT-MESSAGE" in raw
+        assert b"ACKED-BEFORE-FLUSH" not in raw
+
+
+async def test_insert_then_update_is_one_insert_with_the_new_fields(tmp_path: Path) -> None:
+    async with running(tmp_path / "s.db", flush_interval=NEVER) as store:
+        m = msg(1)
+        store.insert(m)
+        m.delivered, m.redeliveries, m.priority = True, 3, 9
+        store.update(m)
+        assert store.backlog() == 1
+        await committed(store, store.sync_ticket())
+        assert rows_on_disk(store.path)[1][:4] == ("q", 9, 1, 3)
+
+
+async def test_update_then_delete_is_a_delete(tmp_path: Path) -> None:
+    async with running(tmp_path / "s.db", flush_interval=NEVER) as store:
+        m = msg(1)
+        store.insert(m)
+        await committed(store, store.sync_ticket())
+        m.delivered = True
+        store.update(m)
+        store.delete(m)
+        assert store.backlog() == 1
+        await committed(store, store.sync_ticket())
+        assert seqs_on_disk(store.path) == set()
+
+
+async def test_fields_are_copied_when_the_batch_is_taken(tmp_path: Path) -> None:
+    async with running(tmp_path / "s.db", flush_interval=NEVER) as store:
+        m = msg(1)
+        store.insert(m)
+        ticket = store.sync_ticket()
+        await trio.testing.wait_all_tasks_blocked()  # the commit loop has taken the batch
+        m.delivered, m.redeliveries = True, 7  # later, without update(): not this group's business
+        await committed(store, ticket)
+        assert rows_on_disk(store.path)[1][2:4] == (0, 0)
+
+
+# -- group commit -------------------------------------------------------------------------------
+async def test_receipted_inserts_in_one_tick_share_a_group(tmp_path: Path) -> None:
+    async with running(tmp_path / "s.db", flush_interval=NEVER) as store:
+        commits = Commits(store)
+        tickets = []
+        for seq in range(1, 101):
+            store.insert(msg(seq))
+            tickets.append(store.sync_ticket())
+        assert tickets == sorted(tickets)
+        await committed(store, tickets[-1])
+        assert len(commits.ok) <= 2
+        assert commits.ok == sorted(commits.ok)
+        assert len(seqs_on_disk(store.path)) == 100
+
+
+async def test_writes_during_a_commit_form_the_next_group(tmp_path: Path) -> None:
+    async with running(tmp_path / "s.db", flush_interval=NEVER) as store:
+        commits = Commits(store)
+        store.insert(msg(1))
+        first = store.sync_ticket()
+        await trio.testing.wait_all_tasks_blocked()  # group `first` is in flight
+        assert store.sync_ticket() == first  # nothing new: the group in flight covers it all
+        store.insert(msg(2))
+        second = store.sync_ticket()
+        assert second == first + 1
+        assert store.backlog() == 2  # one in flight, one pending
+        await committed(store, second)
+        assert commits.ok == [first, second]
+        assert commits.on_disk_at_commit == [{1}, {1, 2}]
+        assert store.sync_ticket() == second  # idle: the last committed ticket
+
+
+async def test_flush_interval_commits_without_a_ticket(tmp_path: Path) -> None:
+    async with running(tmp_path / "s.db", flush_interval=0.02) as store:
+        store.insert(msg(1))
+        with trio.fail_after(5):
+            while store.committed < 1:
+                await trio.sleep(0.005)
+        assert seqs_on_disk(store.path) == {1}
+
+
+async def test_max_group_commits_without_waiting_for_the_interval(tmp_path: Path) -> None:
+    async with running(tmp_path / "s.db", flush_interval=NEVER, max_group=10) as store:
+        for seq in range(1, 11):
+            store.insert(msg(seq))
+        await committed(store, 1)
+        assert len(seqs_on_disk(store.path)) == 10
+
+
+async def test_close_commits_everything_pending(tmp_path: Path) -> None:
+    store = SQLiteStore(str(tmp_path / "s.db"), flush_interval=NEVER)
+    await store.open()
+    store.insert(msg(1))
+    store.save_exchange(ExchangeRecord("ex", "consistent-hash"))
+    await store.close()  # run() never ran
+    assert seqs_on_disk(store.path) == {1}
+    await store.close()  # twice is fine
+
+
+# -- reads --------------------------------------------------------------------------------------
+async def test_load_ready_orders_by_priority_then_seq_and_pages_after_a_key(tmp_path: Path) -> None:
+    async with running(tmp_path / "s.db", flush_interval=NEVER) as store:
+        messages = [msg(seq, priority=seq * 7 % 10) for seq in range(1, 41)]
+        for m in messages:
+            store.insert(m)
+        store.insert(msg(100, queue="other", priority=9))
+        delivered = messages[5]
+        delivered.delivered = True
+        store.update(delivered)  # delivered: never paged in
+        expected = sorted((m for m in messages if not m.delivered), key=lambda m: m.order_key)
+
+        # Unflushed writes are visible: the read runs behind them on the writer thread.
+        page = await store.load_ready("q", None, 1000)
+        assert [m.seq for m in page] == [m.seq for m in expected]
+
+        paged: list[StoredMessage] = []
+        after = None
+        while chunk := await store.load_ready("q", after, 3):
+            assert len(chunk) <= 3
+            paged += chunk
+            after = chunk[-1].order_key
+        assert [m.seq for m in paged] == [m.seq for m in expected]
+        first = paged[0]
+        original = next(m for m in messages if m.seq == first.seq)
+        assert (first.queue, first.priority, first.headers, first.body, first.timestamp) == (
+            "q", original.priority, original.headers, original.body, original.timestamp
+        )
+        assert not first.delivered
+        assert await store.load_ready("missing", None, 10) == []
+
+
+async def test_count_includes_delivered_and_sees_pending_writes(tmp_path: Path) -> None:
+    async with running(tmp_path / "s.db", flush_interval=NEVER) as store:
+        for seq in range(1, 6):
+            store.insert(msg(seq))
+        store.insert(msg(6, queue="other"))
+        m = msg(7)
+        m.delivered = True
+        store.insert(m)
+        assert await store.count("q") == 6
+        store.delete(msg(1))
+        assert await store.count("q") == 5
+        assert await store.count("other") == 1
+        assert await store.count("missing") == 0
+
+
+# -- restart ------------------------------------------------------------------------------------
+async def test_restart_recovers_unacked_messages_exchanges_bindings_and_last_seq(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "s.db"
+    async with running(path, flush_interval=NEVER) as store:
+        for seq in range(1, 6):
+            store.insert(msg(seq))
+        out = msg(3)
+        out.delivered = True
+        store.update(out)
+        store.save_exchange(ExchangeRecord("ex", "consistent-hash", {"hash-header": "k"}))
+        store.save_exchange(ExchangeRecord("gone", "consistent-hash"))
+        store.save_binding(BindingRecord("ex", "a", 10))
+        store.save_binding(BindingRecord("ex", "b", 20))
+        store.save_binding(BindingRecord("ex", "b", 30))  # replaces
+        store.save_binding(BindingRecord("gone", "a", 1))
+        store.delete_exchange("gone")  # takes its bindings along
+        store.insert(msg(7))
+        store.delete(msg(7))  # acked before any flush: never on disk, yet seq 7 was used
+        store.delete(msg(5))
+
+    store = SQLiteStore(str(path))
+    try:
+        recovery = await store.open()
+        assert recovery.last_seq == 7
+        assert recovery.exchanges == [ExchangeRecord("ex", "consistent-hash", {"hash-header": "k"})]
+        assert recovery.bindings == [BindingRecord("ex", "a", 10), BindingRecord("ex", "b", 30)]
+        ready = await store.load_ready("q", None, 100)
+        assert [m.seq for m in ready] == [1, 2, 3, 4]
+        assert {m.seq: m.redeliveries for m in ready} == {1: 0, 2: 0, 3: 1, 4: 0}
+        store.delete_binding("ex", "a")
+    finally:
+        await store.close()
+    assert rows_on_disk(str(path))[3][2:4] == (0, 1)
+
+    store = SQLiteStore(str(path))
+    try:
+        recovery = await store.open()
+        assert recovery.bindings == [BindingRecord("ex", "b", 30)]
+        assert (await store.load_ready("q", None, 100))[2].redeliveries == 1  # not counted twice
+    finally:
+        await store.close()
+
+
+# -- purge --------------------------------------------------------------------------------------
+async def test_purge_cancels_pending_inserts_and_deletes_stored_ones(tmp_path: Path) -> None:
+    async with running(tmp_path / "s.db", flush_interval=NEVER) as store:
+        store.insert(msg(1))
+        store.insert(msg(2, queue="other"))
+        await committed(store, store.sync_ticket())
+        store.insert(msg(3))
+        store.purge("q")
+        assert store.backlog() == 1  # msg 3 is gone from the batch, the purge is in
+        store.insert(msg(4))  # after the purge: survives it
+        await committed(store, store.sync_ticket())
+        assert seqs_on_disk(store.path) == {2, 4}
+
+
+# -- full disk ----------------------------------------------------------------------------------
+async def test_full_disk_reports_failure_keeps_the_ops_and_retries(tmp_path: Path) -> None:
+    big = b"x" * 2000  # two rows per 4 KiB page
+    async with running(tmp_path / "s.db", flush_interval=NEVER, max_page_count=100) as store:
+        commits = Commits(store)
+        first = [msg(seq, body=big) for seq in range(1, 81)]
+        for m in first:
+            store.insert(m)
+        await committed(store, store.sync_ticket())
+        before = seqs_on_disk(store.path)
+
+        for seq in range(100, 220):  # 60 more pages: over the limit
+            store.insert(msg(seq, body=big))
+        # A queue first seen in the failing group: its row is rolled back with the group.
+        store.insert(msg(220, queue="fresh"))
+        failed_ticket = store.sync_ticket()
+        with trio.fail_after(10):
+            while not commits.failed:
+                await trio.sleep(0.005)
+        ticket, error = commits.failed[0]
+        assert ticket == failed_ticket
+        assert "full" in str(error)
+        assert store.committed < failed_ticket
+        assert seqs_on_disk(store.path) == before  # rolled back as a whole
+        assert store.backlog() >= 121  # kept for a retry
+
+        for m in first:  # free space: the deletes run before the retried inserts
+            store.delete(m)
+        retry = store.sync_ticket()
+        await committed(store, retry)
+        assert seqs_on_disk(store.path) == set(range(100, 221))
+        assert rows_on_disk(store.path)[220][0] == "fresh"
+        # Every commit reported was on disk when reported, and none after the failure
+        # claimed more than the file held.
+        assert failed_ticket not in commits.ok
+        assert commits.on_disk_at_commit[0] == before
+
+
+# -- open failures ------------------------------------------------------------------------------
+async def expect_open_error(path: Path | str, *fragments: str) -> StoreError:
+    store = SQLiteStore(str(path))
+    with pytest.raises(StoreError) as info:
+        await store.open()
+    await store.close()  # safe after a failed open
+    message = str(info.value)
+    assert "\n" not in message
+    for fragment in fragments:
+        assert fragment in message
+    return info.value
+
+
+async def test_open_fails_when_the_directory_cannot_be_created(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("not a directory")
+    await expect_open_error(tmp_path / "file" / "s.db", "cannot create directory")
+
+
+@contextmanager
+def read_only(path: Path) -> Iterator[None]:
+    """Make ``path`` unwritable even for root (who ignores permission bits): chattr +i."""
+    if os.geteuid() != 0:
+        mode = path.stat().st_mode
+        path.chmod(0o555)
+        try:
+            yield
+        finally:
+            path.chmod(mode)
+        return
+    if subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode != 0:
+        pytest.skip("running as root without chattr +i support")
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", str(path)], check=True)
+
+
+async def test_open_fails_on_an_unwritable_directory(tmp_path: Path) -> None:
+    directory = tmp_path / "ro"
+    directory.mkdir()
+    with read_only(directory):
+        await expect_open_error(directory / "s.db", "directory", "is not writable")
+
+
+async def test_open_fails_on_an_unwritable_file(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    async with running(path):
+        pass
+    with read_only(path):
+        await expect_open_error(path, "the file is not writable")
+
+
+async def test_open_fails_when_another_store_holds_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    async with running(path):
+        await expect_open_error(path, "locked by another process", str(os.getpid()))
+    async with running(path):  # released at close
+        pass
+
+
+async def test_open_fails_on_a_file_that_is_not_a_database(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    path.write_bytes(b"this is certainly not sqlite\n" * 400)
+    await expect_open_error(path, "not a SQLite database or is corrupt")
+
+
+async def test_open_fails_on_a_corrupt_database(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    async with running(path, flush_interval=NEVER) as store:
+        for seq in range(1, 500):
+            store.insert(msg(seq, body=b"y" * 500))
+    data = bytearray(path.read_bytes())
+    page = 4096
+    assert len(data) > 10 * page
+    data[3 * page : 10 * page] = os.urandom(7 * page)  # trash b-tree pages, keep the header
+    path.write_bytes(bytes(data))
+    await expect_open_error(path, str(path))
+    error = await expect_open_error(path)
+    assert "corrupt" in str(error)
+
+
+# -- the whole contract, against a model ----------------------------------------------------------
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("insert"), st.sampled_from(["a", "b"]), st.integers(0, 9)),
+        st.tuples(st.just("update"), st.integers(0, 1000), st.integers(0, 9)),
+        st.tuples(st.just("delete"), st.integers(0, 1000)),
+        st.tuples(st.just("purge"), st.sampled_from(["a", "b"])),
+        st.tuples(st.just("sync")),
+        st.tuples(st.just("wait")),
+        st.tuples(st.just("read"), st.sampled_from(["a", "b"])),
+        st.tuples(st.just("fail")),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops)
+async def test_store_matches_a_model(script: list[tuple[Any, ...]]) -> None:
+    """Random writes, flushes, failed groups and reads: reads and the final file equal a model.
+
+    A "fail" step makes the next group the writer runs fail before it touches the file,
+    so the failed operations must be merged back under the newer ones and retried.
+    """
+    model: dict[int, StoredMessage] = {}
+    next_seq = 1
+    failures = 0
+    with tempfile.TemporaryDirectory() as directory:
+        path = os.path.join(directory, "s.db")
+        async with running(path, flush_interval=NEVER) as store:
+            real_commit = store._db.commit
+
+            def flaky_commit(group: Any) -> None:  # runs on the writer thread
+                nonlocal failures
+                if failures:
+                    failures -= 1
+                    raise StoreError("injected failure")
+                real_commit(group)
+
+            store._db.commit = flaky_commit  # type: ignore[method-assign]
+            for op in script:
+                live = sorted(model)
+                if op[0] == "insert":
+                    m = msg(next_seq, queue=op[1], priority=op[2])
+                    next_seq += 1
+                    model[m.seq] = m
+                    store.insert(m)
+                elif op[0] == "update" and live:
+                    m = model[live[op[1] % len(live)]]
+                    m.delivered = not m.delivered
+                    m.redeliveries += 1
+                    m.priority = op[2]
+                    store.update(m)
+                elif op[0] == "delete" and live:
+                    store.delete(model.pop(live[op[1] % len(live)]))
+                elif op[0] == "purge":
+                    model = {s: m for s, m in model.items() if m.queue != op[1]}
+                    store.purge(op[1])
+                elif op[0] == "sync":
+                    store.sync_ticket()
+                elif op[0] == "wait":
+                    await committed(store, store.sync_ticket())
+                elif op[0] == "read":
+                    ready = sorted(
+                        (m for m in model.values() if m.queue == op[1] and not m.delivered),
+                        key=lambda m: m.order_key,
+                    )
+                    try:
+                        page = await store.load_ready(op[1], None, 1000)
+                        stored = await store.count(op[1])
+                    except StoreError as error:
+                        assert "injected failure" in str(error)
+                        continue
+                    assert [m.seq for m in page] == [m.seq for m in ready]
+                    assert stored == sum(m.queue == op[1] for m in model.values())
+                elif op[0] == "fail":
+                    failures += 1
+            failures = 0
+        on_disk = rows_on_disk(path)
+        assert {
+            seq: (m.queue, m.priority, int(m.delivered), m.redeliveries) for seq, m in model.items()
+        } == {seq: row[:4] for seq, row in on_disk.items()}

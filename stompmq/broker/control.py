@@ -73,8 +73,7 @@ class Control:
 
     def _count_queue_subscribers(self, name: str, frame: Frame, session: Session) -> Answer:
         queue = self.broker.queues.get(name)
-        n = sum(1 for sub in queue.subs if sub.active and not sub.session.closed) if queue else 0
-        return {"num-subscribers": str(n)}
+        return {"num-subscribers": str(queue.nsubs if queue is not None else 0)}
 
     def _count_topic_subscribers(self, name: str, frame: Frame, session: Session) -> Answer:
         return {"num-subscribers": str(self.broker.topics.count(name))}

@@ -38,7 +38,7 @@ from .errors import ClientError
 from .exchanges import Exchange, parse_weight
 from .queue import Queue
 from .session import Outbox, Session
-from .subscription import AckMode, Subscription
+from .subscription import NO_DELIVERIES, AckMode, Subscription
 from .topics import WILDCARD, TopicRouter
 
 log = logging.getLogger(__name__)
@@ -298,6 +298,8 @@ class Broker:
     def _track(self, session: Session, sub: Subscription, msg: StoredMessage) -> str:
         """Record an unacked delivery and return its ack id."""
         ack_id = session.new_ack_id() if session.version == "1.2" else str(msg.seq)
+        if sub.unacked is NO_DELIVERIES:
+            sub.unacked = {}
         sub.unacked[ack_id] = msg
         session.deliveries[ack_id] = sub
         return ack_id
@@ -333,7 +335,9 @@ class Broker:
     def _settle(self, sub: Subscription, ack_id: str) -> StoredMessage:
         """Remove one unacked delivery from every index and return its message."""
         msg = sub.unacked.pop(ack_id)
-        del sub.session.deliveries[ack_id]
+        deliveries = sub.session.deliveries
+        if deliveries.get(ack_id) is sub:  # 1.0/1.1 keys may be shared: see _ack_target
+            del deliveries[ack_id]
         if sub.queue is not None:
             sub.queue.inflight.pop(msg.seq, None)
         return msg
@@ -404,7 +408,7 @@ class Broker:
         ack_timeout = _seconds(headers, "ack-timeout")
         if dest.kind is Kind.QUEUE:
             queue = self.queues.get(dest.name) or self._activate(dest.name)
-            sub = Subscription(sub_id, session, dest.raw, mode, prefetch, ack_timeout, queue)
+            sub = Subscription(sub_id, session, queue.destination, mode, prefetch, ack_timeout, queue)
             session.subscriptions[sub_id] = sub
             queue.add_subscriber(sub)
             queue.pump()
@@ -488,8 +492,8 @@ class Broker:
         if queue is None:
             self.topics.remove(sub.destination[len("/topic/") :], sub)
             return
-        queue.subs.discard(sub)
-        if not queue.subs:
+        queue.nsubs -= 1
+        if not queue.nsubs:
             self._drop_private_queue(queue.name)
         queue.pump()
         if queue.idle:
@@ -505,11 +509,18 @@ class Broker:
             if ack_id is None:
                 raise ClientError("ACK/NACK without message-id header")
         sub = session.deliveries.get(ack_id)
+        named = headers.get("subscription")
+        if named is not None and session.version != "1.2" and (sub is None or named != sub.id):
+            # 1.0/1.1 name a delivery by message-id, which two subscriptions of one session
+            # share when overlapping topic subscriptions both received the message.
+            other = session.subscriptions.get(named)
+            if other is None or ack_id not in other.unacked:
+                raise ClientError(f"message {ack_id!r} was not delivered to subscription {named!r}")
+            sub = other
+        if sub is None and session.version != "1.2":  # the shared key's entry was settled already
+            sub = next((s for s in session.subscriptions.values() if ack_id in s.unacked), None)
         if sub is None:
             raise ClientError(f"no unacked message with ack id {ack_id!r}")
-        named = headers.get("subscription")
-        if named is not None and named != sub.id and session.version != "1.2":
-            raise ClientError(f"message {ack_id!r} was not delivered to subscription {named!r}")
         return sub, ack_id
 
     def _acked_ids(self, sub: Subscription, ack_id: str) -> list[str]:
@@ -595,9 +606,9 @@ class Broker:
             if f.command == "SEND":
                 self._route(parse_destination(headers["destination"]), f, *_send_options(headers))
                 continue
-            ack_id = headers.get("id") or headers["message-id"]
-            sub = session.deliveries.get(ack_id)
-            if sub is None:
+            try:
+                sub, ack_id = self._ack_target(session, headers)
+            except ClientError:
                 continue  # settled by an earlier cumulative ACK of this transaction
             if f.command == "ACK":
                 self._apply_ack(sub, ack_id)
@@ -668,7 +679,11 @@ class Broker:
 
 
 def _user_headers(headers: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in headers.items() if k not in BROKER_HEADERS}
+    """The SEND headers a MESSAGE forwards (a SEND usually has few, so strip rather than filter)."""
+    user = headers.copy()
+    for name in BROKER_HEADERS.intersection(headers):
+        del user[name]
+    return user
 
 
 def _send_options(headers: dict[str, str]) -> tuple[int, float | None]:
@@ -677,7 +692,7 @@ def _send_options(headers: dict[str, str]) -> tuple[int, float | None]:
     if value is None:
         priority = DEFAULT_PRIORITY
     else:
-        if not (len(value) == 1 and value.isdigit()):
+        if not (len(value) == 1 and "0" <= value <= "9"):  # isdigit() admits non-ASCII digits
             raise ClientError(f"priority must be an integer from 0 to 9, not {value!r}")
         priority = int(value)
     return priority, _seconds(headers, "ack-timeout")

@@ -9,7 +9,7 @@ for every subscriber; a queue delivery builds it once.
 
 from __future__ import annotations
 
-from ..protocol import encode_header_block, escape
+from ..protocol import LocalProtocolError, encode_header_block, escape
 from ..storage.base import StoredMessage
 
 #: Headers the broker sets itself on MESSAGE frames; a SEND cannot override them.
@@ -30,12 +30,27 @@ BROKER_HEADERS = frozenset(
 )
 
 
+def _user_header_block(headers: dict[str, str], version: str) -> bytes:
+    """Encode a message's user headers for ``version``.
+
+    STOMP 1.0 has no escaping, so a header that a 1.1/1.2 sender wrote with an
+    escaped newline (or a colon in its name) cannot be expressed to a 1.0
+    subscriber: such headers are left out of that subscriber's MESSAGE rather
+    than failing the delivery (and with it the SEND of an unrelated producer).
+    """
+    try:
+        return encode_header_block(headers.items(), version)
+    except LocalProtocolError:
+        expressible = [(k, v) for k, v in headers.items() if not ("\n" in k or ":" in k or "\n" in v)]
+        return encode_header_block(expressible, version)
+
+
 def message_tail(msg: StoredMessage, version: str) -> bytes:
     """The part of a MESSAGE frame shared by all its deliveries for ``version``."""
     return b"".join(
         (
             b"priority:%d\ntimestamp:%d\ncontent-length:%d\n" % (msg.priority, msg.timestamp, len(msg.body)),
-            encode_header_block(msg.headers.items(), version),
+            _user_header_block(msg.headers, version),
             b"\n",
             msg.body,
             b"\x00",

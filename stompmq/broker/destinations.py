@@ -14,6 +14,8 @@ from .errors import ClientError
 
 #: Longest destination name in UTF-8 bytes (DESIGN §3); keeps index keys small.
 MAX_NAME_BYTES = 255
+#: Parsed destinations remembered; cleared wholesale when full (bounded memory, no LRU cost).
+MAX_MEMOISED = 10_000
 
 
 class Kind(Enum):
@@ -38,7 +40,23 @@ _PREFIXES = (
 
 
 def parse_destination(raw: str | None) -> Destination:
-    """Classify ``raw``; raise ClientError naming the problem when it is unusable."""
+    """Classify ``raw``; raise ClientError naming the problem when it is unusable.
+
+    Valid results are memoised: producers name the same few destinations over
+    and over, and this runs for every SEND.
+    """
+    if raw is not None:
+        known = _known.get(raw)
+        if known is not None:
+            return known
+    dest = _parse(raw)
+    if len(_known) >= MAX_MEMOISED:
+        _known.clear()
+    _known[raw] = dest  # type: ignore[index]
+    return dest
+
+
+def _parse(raw: str | None) -> Destination:
     if not raw:
         raise ClientError("missing destination header")
     if "\x00" in raw or "\n" in raw or "\r" in raw:
@@ -54,3 +72,6 @@ def parse_destination(raw: str | None) -> Destination:
     raise ClientError(
         f"unknown destination {raw!r}: use /queue/NAME, /topic/NAME, /exchange/NAME or /control/..."
     )
+
+
+_known: dict[str, Destination] = {}

@@ -44,7 +44,7 @@ class Queue:
         "levels",
         "prios",
         "size",
-        "subs",
+        "nsubs",
         "ready_subs",
         "inflight",
         "spilled",
@@ -63,7 +63,7 @@ class Queue:
         self.levels: dict[int, deque[StoredMessage]] = {}
         self.prios: list[int] = []  # priorities present in `levels`, ascending
         self.size = 0  # ready messages in memory
-        self.subs: set[Subscription] = set()
+        self.nsubs = 0  # subscriptions (the round-robin holds those with room)
         self.ready_subs: deque[Subscription] = deque()
         self.inflight: dict[int, Subscription] = {}  # seq -> subscription holding it
         self.spilled = spilled  # the store holds ready messages after `boundary`
@@ -160,7 +160,7 @@ class Queue:
             and not self.loading
             and self.window is not None
             and self.size <= self.window // 2
-            and bool(self.subs)
+            and self.nsubs > 0
         )
 
     def page_loaded(self, rows: Sequence[StoredMessage], epoch: int, skipped: int, limit: int) -> None:
@@ -186,7 +186,7 @@ class Queue:
 
     # -- subscribers ----------------------------------------------------------
     def add_subscriber(self, sub: Subscription) -> None:
-        self.subs.add(sub)
+        self.nsubs += 1
         self.make_ready(sub)
 
     def make_ready(self, sub: Subscription) -> None:
@@ -237,4 +237,4 @@ class Queue:
     @property
     def idle(self) -> bool:
         """No subscribers and nothing in flight: the queue may leave memory."""
-        return not self.subs and not self.inflight and not self.loading
+        return not self.nsubs and not self.inflight and not self.loading

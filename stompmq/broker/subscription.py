@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import Enum
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from ..storage.base import StoredMessage
@@ -10,6 +12,11 @@ from ..storage.base import StoredMessage
 if TYPE_CHECKING:
     from .queue import Queue
     from .session import Session
+
+
+#: Shared read-only stand-in for a subscription that has no unacked delivery yet: a million
+#: auto-ack subscriptions should not each carry an empty dict.
+NO_DELIVERIES: Mapping[str, StoredMessage] = MappingProxyType({})
 
 
 class AckMode(Enum):
@@ -58,7 +65,7 @@ class Subscription:
         self.ack_mode = ack_mode
         self.prefetch = prefetch
         self.ack_timeout = ack_timeout
-        self.unacked: dict[str, StoredMessage] = {}
+        self.unacked: dict[str, StoredMessage] = NO_DELIVERIES  # type: ignore[assignment]
         self.in_ready = False
         self.active = True
 

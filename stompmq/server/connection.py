@@ -78,6 +78,7 @@ class Connection:
         self._errored = False
         self._broken = False  # the socket failed: nothing more can be sent
         self._read_scope = trio.CancelScope()
+        self._session_opened = trio.Event()  # wakes the watchdog to start heart-beating at once
 
     async def run(self) -> None:
         try:
@@ -98,7 +99,10 @@ class Connection:
             log.exception("connection %s failed", self.id)
         finally:
             if self.session is not None:
-                self.broker.close_session(self.session)
+                try:
+                    self.broker.close_session(self.session)
+                except Exception:  # escaping here would take down every connection (DESIGN §5)
+                    log.exception("connection %s: closing its session failed", self.id)
             with trio.CancelScope(shield=True):
                 await self.stream.aclose()
 
@@ -170,6 +174,7 @@ class Connection:
         self.expect_every = expect_ms / 1000
         self.parser.version = version
         self.session = session = self.broker.open_session(self.id, version, self.outbox, headers.get("login"))
+        self._session_opened.set()
         self.outbox.on_drain = lambda: self.broker.resume(session)
         session.fail = self.fail
         connected = {
@@ -239,7 +244,9 @@ class Connection:
     async def _watchdog(self) -> None:
         connect_deadline = trio.current_time() + self.settings.connect_timeout
         while self.session is None:
-            await trio.sleep_until(min(connect_deadline, trio.current_time() + 0.5))
+            # not a 0.5 s poll: heart-beats must start right after CONNECTED (S17)
+            with trio.move_on_at(connect_deadline):
+                await self._session_opened.wait()
             if self.session is None and trio.current_time() >= connect_deadline:
                 self.fail("no CONNECT frame in time", None)
                 return
@@ -250,7 +257,9 @@ class Connection:
         while True:
             await trio.sleep(tick)
             now = trio.current_time()
-            if self.send_every and now - self.last_send >= self.send_every and self.outbox.empty:
+            # Beat one tick early: waiting for a full interval let gaps reach send_every + tick,
+            # breaking "at least every n ms" (S17) and tripping clients such as stomp.py.
+            if self.send_every and now - self.last_send >= self.send_every - tick and self.outbox.empty:
                 self.outbox.write(b"\n")
             if grace and now - self.last_recv > grace:
                 log.info("connection %s: no heart-beat for %.1f s, closing", self.id, now - self.last_recv)

@@ -47,8 +47,9 @@ from stompmq.storage.migrate import upgrade_to_head
 
 T = TypeVar("T")
 
-# Page cache of the writer's connection, in KiB: keeps the paging index and recent pages hot.
-CACHE_SIZE_KIB = 64 * 1024
+# Page cache of the writer's connection, in KiB: keeps the paging index and recent pages hot
+# while bounding RSS (the broker must hold 1M queued messages under 150 MB).
+CACHE_SIZE_KIB = 16 * 1024
 # After open, wait this long for a lock held by an outside reader (sqlite3 shell, backup)
 # instead of failing a whole commit group; open itself uses 0 to fail fast.
 BUSY_TIMEOUT_MS = 2000
@@ -209,7 +210,15 @@ class Database:
         try:
             problems = [row[0] for row in conn.execute("PRAGMA quick_check").fetchall()]
             if problems != ["ok"]:
-                raise StoreError(f"{self.path} is corrupt (quick_check: {'; '.join(problems[:3])})")
+                # One row may hold many lines ("*** in database main ***\nPage 8: ..."): the
+                # message must stay one line for the operator and for ERROR headers.
+                lines = [
+                    line.strip()
+                    for problem in problems
+                    for line in str(problem).splitlines()
+                    if line.strip() and not line.startswith("***")
+                ]
+                raise StoreError(f"{self.path} is corrupt (quick_check: {'; '.join(lines[:3])})")
             conn.execute("PRAGMA journal_mode = WAL").fetchall()
             conn.execute("PRAGMA synchronous = FULL")
             conn.execute(f"PRAGMA cache_size = -{CACHE_SIZE_KIB}")

@@ -1,0 +1,245 @@
+#!/usr/bin/env python3
+"""Scale and memory benchmarks: broker RSS under many messages, queues or subscriptions.
+
+Targets a running broker by --host/--port and reads its resident memory from
+/proc/<--pid>/status, so it measures any broker on this machine.  Stdlib only;
+pipelined raw STOMP frames with a receipt every --batch frames for flow control.
+
+  queued         --messages N over --queues Q (no subscribers), RSS before/after
+  queues         --queues Q queues holding one message each, RSS before/after
+  first-message  wait for the port, subscribe to --queue-name, time to the first MESSAGE
+  subscriptions  --connections C x --per-connection S queue subscriptions over --queues Q
+  prefix-topics  --subscriptions N prefix subscriptions, then publish rate to a topic
+  queue-fanout   --subscriptions N subscribers on one queue, then publish/deliver rate
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import time
+
+TIMEOUT = 60.0
+
+
+def rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise RuntimeError("no VmRSS")
+
+
+class Client:
+    """A pipelining raw STOMP client: frames are buffered and flushed with receipts."""
+
+    def __init__(self, host: str, port: int, login: str | None = None, passcode: str | None = None) -> None:
+        self.sock = socket.create_connection((host, port), timeout=TIMEOUT)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buf = bytearray()
+        self.pending: list[bytes] = []
+        self.receipts = 0
+        auth = f"login:{login}\npasscode:{passcode}\n" if login else ""
+        self.sock.sendall(f"CONNECT\naccept-version:1.2\nhost:/\n{auth}\n\x00".encode())
+        self.read_frame()
+
+    def read_frame(self) -> tuple[str, bytes]:
+        while True:
+            while self.buf[:1] in (b"\n", b"\r"):
+                del self.buf[:1]
+            end = self.buf.find(b"\x00")
+            if end >= 0:
+                head_end = self.buf.find(b"\n\n")
+                command = bytes(self.buf[: self.buf.find(b"\n")]).decode()
+                length = None
+                for line in bytes(self.buf[:head_end]).split(b"\n")[1:]:
+                    if line.startswith(b"content-length:"):
+                        length = int(line[15:])
+                if length is not None:
+                    end = head_end + 2 + length
+                    while len(self.buf) <= end:
+                        self._fill()
+                frame = bytes(self.buf[:end])
+                del self.buf[: end + 1]
+                if command == "ERROR":
+                    raise RuntimeError(f"broker ERROR: {frame!r}")
+                return command, frame
+            self._fill()
+
+    def _fill(self) -> None:
+        data = self.sock.recv(1 << 20)
+        if not data:
+            raise EOFError("broker closed the connection")
+        self.buf += data
+
+    def queue(self, frame: bytes) -> None:
+        self.pending.append(frame)
+
+    def flush(self, wait: bool = True) -> None:
+        """Send everything queued, the last frame carrying a receipt; wait for it."""
+        if not self.pending:
+            return
+        self.receipts += 1
+        last = self.pending[-1]
+        cut = last.index(b"\n") + 1
+        self.pending[-1] = last[:cut] + b"receipt:%d\n" % self.receipts + last[cut:]
+        self.sock.sendall(b"".join(self.pending))
+        self.pending.clear()
+        if wait:
+            while self.read_frame()[0] != "RECEIPT":
+                pass
+
+
+def send_frame(destination: str, body: bytes) -> bytes:
+    return b"SEND\ndestination:%s\ncontent-length:%d\n\n%s\x00" % (destination.encode(), len(body), body)
+
+
+def report(label: str, before: int, after: int, count: int, unit: str) -> None:
+    delta = after - before
+    print(
+        f"{label}: RSS before={before / 1024:.1f} MiB after={after / 1024:.1f} MiB "
+        f"delta={delta / 1024:.1f} MiB for {count} {unit} = {delta * 1024 / max(count, 1):.0f} bytes each"
+    )
+
+
+def scenario_queued(args: argparse.Namespace) -> None:
+    c = Client(args.host, args.port, args.login, args.passcode)
+    body = b"x" * args.body_size
+    before = rss_kib(args.pid)
+    frames = [send_frame(f"/queue/{args.prefix}{q}", body) for q in range(args.queues)]
+    t0 = time.time()
+    for i in range(args.messages):
+        c.queue(frames[i % args.queues])
+        if (i + 1) % args.batch == 0:
+            c.flush()
+    c.flush()
+    elapsed = time.time() - t0
+    time.sleep(args.settle)
+    print(f"sent {args.messages} messages in {elapsed:.1f} s ({args.messages / elapsed:.0f} msg/s)")
+    report("queued", before, rss_kib(args.pid), args.messages, "messages")
+
+
+def scenario_queues(args: argparse.Namespace) -> None:
+    c = Client(args.host, args.port, args.login, args.passcode)
+    body = b"x" * args.body_size
+    before = rss_kib(args.pid)
+    for q in range(args.queues):
+        c.queue(send_frame(f"/queue/{args.prefix}{q}", body))
+        if (q + 1) % args.batch == 0:
+            c.flush()
+    c.flush()
+    time.sleep(args.settle)
+    report("queues", before, rss_kib(args.pid), args.queues, "queues")
+
+
+def scenario_first_message(args: argparse.Namespace) -> None:
+    t0 = time.time()
+    while True:
+        try:
+            c = Client(args.host, args.port, args.login, args.passcode)
+            break
+        except OSError:
+            if time.time() - t0 > TIMEOUT:
+                raise
+            time.sleep(0.01)
+    connected = time.time() - t0
+    c.sock.sendall(f"SUBSCRIBE\nid:1\ndestination:/queue/{args.queue_name}\n\n\x00".encode())
+    while c.read_frame()[0] != "MESSAGE":
+        pass
+    print(f"first-message: connected after {connected:.2f} s, first MESSAGE after {time.time() - t0:.2f} s")
+
+
+def scenario_subscriptions(args: argparse.Namespace) -> None:
+    before = rss_kib(args.pid)
+    clients = []
+    n = 0
+    for ci in range(args.connections):
+        c = Client(args.host, args.port, args.login, args.passcode)
+        for si in range(args.per_connection):
+            q = (ci * args.per_connection + si) % args.queues
+            c.queue(f"SUBSCRIBE\nid:{si}\ndestination:/queue/{args.prefix}{q}\nack:client-individual\n\n\x00".encode())
+            n += 1
+        c.flush()
+        clients.append(c)
+    time.sleep(args.settle)
+    report("subscriptions", before, rss_kib(args.pid), n, "subscriptions")
+
+
+def scenario_prefix_topics(args: argparse.Namespace) -> None:
+    c = Client(args.host, args.port, args.login, args.passcode)
+    before = rss_kib(args.pid)
+    for i in range(args.subscriptions):
+        c.queue(f"SUBSCRIBE\nid:{i}\ndestination:/topic/{args.prefix}{i:07d}.*\n\n\x00".encode())
+        if (i + 1) % args.batch == 0:
+            c.flush()
+    c.flush()
+    report("prefix-topics", before, rss_kib(args.pid), args.subscriptions, "prefix subscriptions")
+    producer = Client(args.host, args.port, args.login, args.passcode)
+    frame = send_frame(f"/topic/{args.prefix}0000001.orders.eu", b"x" * args.body_size)
+    t0 = time.time()
+    for i in range(args.messages):
+        producer.queue(frame)
+        if (i + 1) % args.batch == 0:
+            producer.flush()
+    producer.flush()
+    elapsed = time.time() - t0
+    print(f"published {args.messages} to a topic among {args.subscriptions} prefix subscriptions: "
+          f"{args.messages / elapsed:.0f} msg/s")
+
+
+def scenario_queue_fanout(args: argparse.Namespace) -> None:
+    clients = []
+    per = max(1, args.subscriptions // args.connections)
+    for ci in range(args.connections):
+        c = Client(args.host, args.port, args.login, args.passcode)
+        for si in range(per):
+            c.queue(f"SUBSCRIBE\nid:{si}\ndestination:/queue/{args.queue_name}\n\n\x00".encode())
+        c.flush()
+        clients.append(c)
+    producer = Client(args.host, args.port, args.login, args.passcode)
+    frame = send_frame(f"/queue/{args.queue_name}", b"x" * args.body_size)
+    t0 = time.time()
+    for i in range(args.messages):
+        producer.queue(frame)
+        if (i + 1) % args.batch == 0:
+            producer.flush()
+    producer.flush()
+    elapsed = time.time() - t0
+    print(f"published {args.messages} to a queue with {per * args.connections} subscribers: "
+          f"{args.messages / elapsed:.0f} msg/s")
+
+
+SCENARIOS = {
+    "queued": scenario_queued,
+    "queues": scenario_queues,
+    "first-message": scenario_first_message,
+    "subscriptions": scenario_subscriptions,
+    "prefix-topics": scenario_prefix_topics,
+    "queue-fanout": scenario_queue_fanout,
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("scenario", choices=sorted(SCENARIOS))
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=61613)
+    parser.add_argument("--pid", type=int, default=0, help="broker process id, for RSS readings")
+    parser.add_argument("--login")
+    parser.add_argument("--passcode")
+    parser.add_argument("--messages", type=int, default=1_000_000)
+    parser.add_argument("--queues", type=int, default=10)
+    parser.add_argument("--connections", type=int, default=100)
+    parser.add_argument("--per-connection", type=int, default=10_000)
+    parser.add_argument("--subscriptions", type=int, default=100_000)
+    parser.add_argument("--body-size", type=int, default=100)
+    parser.add_argument("--batch", type=int, default=2000, help="frames between flow-control receipts")
+    parser.add_argument("--prefix", default="scale-", help="queue/topic name prefix")
+    parser.add_argument("--queue-name", default="scale-0")
+    parser.add_argument("--settle", type=float, default=1.0, help="seconds to wait before the RSS reading")
+    args = parser.parse_args()
+    SCENARIOS[args.scenario](args)
+
+
+if __name__ == "__main__":
+    main()

@@ -38,6 +38,8 @@ def _user_header_block(headers: dict[str, str], version: str) -> bytes:
     subscriber: such headers are left out of that subscriber's MESSAGE rather
     than failing the delivery (and with it the SEND of an unrelated producer).
     """
+    if not headers:
+        return b""
     try:
         return encode_header_block(headers.items(), version)
     except LocalProtocolError:
@@ -47,14 +49,12 @@ def _user_header_block(headers: dict[str, str], version: str) -> bytes:
 
 def message_tail(msg: StoredMessage, version: str) -> bytes:
     """The part of a MESSAGE frame shared by all its deliveries for ``version``."""
-    return b"".join(
-        (
-            b"priority:%d\ntimestamp:%d\ncontent-length:%d\n" % (msg.priority, msg.timestamp, len(msg.body)),
-            _user_header_block(msg.headers, version),
-            b"\n",
-            msg.body,
-            b"\x00",
-        )
+    return b"priority:%d\ntimestamp:%d\ncontent-length:%d\n%s\n%s\x00" % (
+        msg.priority,
+        msg.timestamp,
+        len(msg.body),
+        _user_header_block(msg.headers, version),
+        msg.body,
     )
 
 

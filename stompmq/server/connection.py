@@ -198,6 +198,13 @@ class Connection:
         self.outbox.write(encode_frame(Frame("ERROR", headers, (detail or message).encode()), self.version))
         self._errored = True
         log.info("connection %s: ERROR %s", self.id, message)
+        # The session ends with the ERROR, not after the linger: requeue what it holds at once
+        # and deliver nothing more to a connection that will never ACK it.
+        if self.session is not None and not self.session.closed:
+            try:
+                self.broker.close_session(self.session)
+            except Exception:
+                log.exception("connection %s: closing its session failed", self.id)
         raise _Close
 
     def fail(self, message: str, receipt_id: str | None) -> None:

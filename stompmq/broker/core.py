@@ -67,7 +67,7 @@ class Broker:
         self._waiting: dict[Session, None] = {}  # sessions with receipts waiting on a commit
         self._pages: deque[Queue] = deque()
         self._page_wanted = trio.Event()
-        self._timers: list[tuple[float, int, Session, str, int]] = []
+        self._timers: list[tuple[float, int, Session, str, int, int]] = []
         self._timer_counter = itertools.count()
         self._timer_changed = trio.Event()
         self._handlers: dict[str, Callable[[Session, Frame], Answer | None]] = {
@@ -224,15 +224,19 @@ class Broker:
         elif dest.kind is Kind.TOPIC:
             self._publish_topic(dest, frame)
         elif dest.kind is Kind.EXCHANGE:
-            name, _, key = dest.name.partition("/")
-            exchange = self.exchanges.get(name)
-            if exchange is None:
-                raise ClientError(f"no exchange named {name!r}")
-            queue = exchange.route(key, frame.headers)
+            queue = self._exchange_queue(dest, frame)
             if queue is not None:
                 self.publish(queue, _user_headers(frame.headers), frame.body, priority, ack_timeout)
         else:
             raise ClientError(f"SEND to {dest.raw!r} is not supported")
+
+    def _exchange_queue(self, dest: Destination, frame: Frame) -> str | None:
+        """The queue an exchange SEND goes to (None: dropped); ClientError if it cannot be routed."""
+        name, _, key = dest.name.partition("/")
+        exchange = self.exchanges.get(name)
+        if exchange is None:
+            raise ClientError(f"no exchange named {name!r}")
+        return exchange.route(key, frame.headers)
 
     def next_seq(self) -> int:
         self._seq += 1
@@ -320,7 +324,7 @@ class Broker:
             if timeout is None:
                 timeout = self.config.ack_timeout
             if timeout > 0:
-                self._arm_timer(timeout, session, ack_id, msg.seq)
+                self._arm_timer(timeout, session, ack_id, msg.seq, msg.redeliveries)
         session.outbox.write(
             message_frame(
                 msg,
@@ -459,6 +463,12 @@ class Broker:
         queue = self.queues.get(name)
         if queue is not None:
             queue.clear()
+            # Store.purge deletes the rows of deliveries in flight too: write them back (a group
+            # runs its purges before its inserts), or their requeue or a restart would lose them.
+            for sub in set(queue.inflight.values()):
+                for msg in sub.unacked.values():
+                    if queue.inflight.get(msg.seq) is sub:
+                        self.store.insert(msg)
 
     def _prefetch(self, headers: dict[str, str]) -> int:
         for name in PREFETCH_HEADERS:
@@ -598,13 +608,23 @@ class Broker:
         frames = session.transactions.pop(tx, None)
         if frames is None:
             raise ClientError(f"no transaction {tx!r} in progress")
-        for f in frames:  # validate everything before applying anything
+        # Validate everything before applying anything; exchange SENDs are routed here, so one
+        # that cannot be routed fails the COMMIT before any frame of it is applied.
+        routed: dict[int, str | None] = {}
+        for i, f in enumerate(frames):
             if f.command != "SEND":
                 self._ack_target(session, f.headers)
-        for f in frames:
+            else:
+                dest = parse_destination(f.headers["destination"])
+                if dest.kind is Kind.EXCHANGE:
+                    routed[i] = self._exchange_queue(dest, f)
+        for i, f in enumerate(frames):
             headers = f.headers
             if f.command == "SEND":
-                self._route(parse_destination(headers["destination"]), f, *_send_options(headers))
+                if i not in routed:
+                    self._route(parse_destination(headers["destination"]), f, *_send_options(headers))
+                elif (target := routed[i]) is not None:
+                    self.publish(target, _user_headers(headers), f.body, *_send_options(headers))
                 continue
             try:
                 sub, ack_id = self._ack_target(session, headers)
@@ -631,10 +651,16 @@ class Broker:
                 limit = max(1, self.config.window - queue.size)
                 try:
                     rows = await self.store.load_ready(queue.name, queue.boundary, limit)
-                except StoreError:
-                    log.exception("paging queue %s failed", queue.name)
+                except StoreError as e:
+                    # Ask again after a pause (a full disk refuses reads until the buffered
+                    # writes commit): nothing else would, and the subscribers would starve.
+                    log.warning("paging queue %s failed, retrying: %s", queue.name, e)
                     queue.loading = False
                     await trio.sleep(0.1)
+                    if self.queues.get(queue.name) is queue:
+                        queue.pump()  # requests the page again while it is still wanted
+                        if queue.idle:
+                            self._deactivate(queue)
                     continue
                 queue.page_loaded(rows, epoch, skipped, limit)
                 if self.queues.get(queue.name) is not queue:
@@ -644,11 +670,11 @@ class Broker:
                     self._deactivate(queue)
 
     # -- ack timeouts -----------------------------------------------------------------
-    def _arm_timer(self, timeout: float, session: Session, ack_id: str, seq: int) -> None:
+    def _arm_timer(self, timeout: float, session: Session, ack_id: str, seq: int, redeliveries: int) -> None:
         deadline = trio.current_time() + timeout
         if not self._timers or deadline < self._timers[0][0]:
             self._timer_changed.set()
-        heapq.heappush(self._timers, (deadline, next(self._timer_counter), session, ack_id, seq))
+        heapq.heappush(self._timers, (deadline, next(self._timer_counter), session, ack_id, seq, redeliveries))
 
     async def _timer_loop(self) -> None:
         while True:
@@ -660,16 +686,20 @@ class Broker:
             self._timer_changed = trio.Event()
             now = trio.current_time()
             while self._timers and self._timers[0][0] <= now:
-                _, _, session, ack_id, seq = heapq.heappop(self._timers)
-                self._expire(session, ack_id, seq)
+                _, _, session, ack_id, seq, redeliveries = heapq.heappop(self._timers)
+                self._expire(session, ack_id, seq, redeliveries)
 
-    def _expire(self, session: Session, ack_id: str, seq: int) -> None:
-        """An ack timeout fired: if that delivery is still unacked, requeue it."""
+    def _expire(self, session: Session, ack_id: str, seq: int, redeliveries: int) -> None:
+        """An ack timeout fired: if that delivery is still unacked, requeue it.
+
+        1.0/1.1 ack ids are message ids, so a later delivery of the same message to the same
+        session has the same key: every requeue counts a redelivery, which tells them apart.
+        """
         sub = session.deliveries.get(ack_id)
         if sub is None:
             return
         msg = sub.unacked.get(ack_id)
-        if msg is None or msg.seq != seq:
+        if msg is None or msg.seq != seq or msg.redeliveries != redeliveries:
             return
         self._settle(sub, ack_id)
         if sub.queue is not None:

@@ -128,6 +128,9 @@ class FrameReader:
         self.buf = bytearray()
         self.want_body = want_body
         self.sep = b"\n\n"
+        # frames parsed by read_until() that it did not consume (e.g. MESSAGEs arriving in
+        # the same chunk as a SUBSCRIBE receipt); handed out first by read()
+        self.pending: list = []
 
     def detect_crlf(self, data: bytes) -> None:
         nl = data.find(b"\n")
@@ -193,6 +196,9 @@ class FrameReader:
 
     def read(self) -> list:
         """One recv + parse.  Raises on EOF, socket.timeout propagates."""
+        if self.pending:
+            out, self.pending = self.pending, []
+            return out
         if not self.recv():
             # parse whatever is left (maybe an ERROR frame) before reporting EOF
             self.parse()
@@ -203,9 +209,13 @@ class FrameReader:
         """Read frames until pred(frame) is true; returns that frame."""
         deadline = time.monotonic() + timeout
         while True:
-            for f in self.parse():
+            frames, self.pending = self.pending + self.parse(), []
+            for i, f in enumerate(frames):
                 if pred(f):
+                    self.pending += frames[i + 1 :]
                     return f
+                if f[0] == b"MESSAGE":
+                    self.pending.append(f)  # keep deliveries, drop other unmatched frames
             left = deadline - time.monotonic()
             if left <= 0:
                 raise BenchError(f"timeout waiting for {what}")
@@ -282,7 +292,8 @@ class Conn:
             # the broker may have sent an ERROR frame before closing: surface it
             try:
                 self.sock.settimeout(1.0)
-                while self.reader.recv():
+                until = time.monotonic() + 2.0
+                while time.monotonic() < until and self.reader.recv():
                     self.reader.parse()
                 self.reader.parse()
             except BrokerError:

@@ -28,6 +28,8 @@ Scenarios (``--scenario``):
              optionally --pause seconds (restart the broker meanwhile: the consumer
              retries its connection until --timeout), then drain with one consumer
              (auto ack, or --ack client-individual with --prefetch) and report msg/s.
+  exchange   stompmq only: 1 producer -> consistent-hash exchange over --exchange-queues
+             queues (routing keys cycled over --keys) -> 1 consumer subscribed to all of them
   idle       open --connections-idle N connections (CONNECT / CONNECTED), hold them for
              --duration seconds, close them; prints how many were opened.  With
              --broker-pid the broker's RSS is sampled before, while holding and after.
@@ -500,8 +502,28 @@ def producer(args, dest: str, go, done, mode: str, total: int, warmup: int):
         raise BenchError("producer: timed out waiting for the consumers to be ready")
     res = {"role": "producer"}
     batch = args.batch
-    if mode in ("plain", "seq"):
-        if mode == "plain":
+    if mode in ("plain", "seq", "keys"):
+        if mode == "keys":
+            # an exchange: cycle the routing key over --keys values so every bound queue gets traffic
+            body = make_body(args.body_size)
+            tail = b"content-length:%d\n\n" % len(body) + body + b"\0"
+            def frame_for(k: int) -> bytes:
+                return send_prefix(args, f"{dest}/{k % args.keys}") + tail
+
+            if args.keys <= batch:
+                full = b"".join(frame_for(k) for k in range(batch))
+            else:
+                full = b""  # more keys than a batch: build every batch (in this process, off the broker's core)
+
+            def chunks(lo, hi):
+                k = lo
+                while k + batch <= hi:
+                    yield full or b"".join(frame_for(j) for j in range(k, k + batch))
+                    k += batch
+                if k < hi:
+                    yield b"".join(frame_for(j) for j in range(k, hi))
+
+        elif mode == "plain":
             body = make_body(args.body_size)
             frame = prefix + b"content-length:%d\n\n" % len(body) + body + b"\0"
             full = frame * batch
@@ -619,7 +641,9 @@ def consumer(args, dest: str, idx: int, ready_q, done, mode: str, total: int, wa
     while True:
         try:
             conn = Conn(args, want_body=want_body, retry_until=retry_until)
-            conn.subscribe(dest, sub_id, ack, prefetch, parse_headers(args.sub_header))
+            for j, one in enumerate(dest.split(",")):  # several queues: one subscription each
+                conn.subscribe(one, sub_id if j == 0 else f"{sub_id}-{j}", ack, prefetch,
+                               parse_headers(args.sub_header))
             break
         except BenchError:
             # e.g. a broker that is still starting up after a restart (drain --pause)
@@ -782,6 +806,21 @@ def unique_dest(args, scenario: str, topic: bool = False) -> str:
     return f"{prefix}{scenario}-{os.getpid()}-{time.time_ns() // 1_000_000 % 10**9}"
 
 
+def declare_exchange(args) -> tuple[str, str]:
+    """stompmq only: declare a consistent-hash exchange over --exchange-queues fresh queues.
+    Returns the producer's destination prefix and the consumer's comma-separated queues."""
+    name = f"bench-{os.getpid()}-{time.time_ns() // 1_000_000 % 10**9}"
+    queues = [f"/queue/{name}-q{i}" for i in range(args.exchange_queues)]
+    conn = Conn(args)
+    frames = [build_frame("SEND", [("destination", f"/control/declare/exchange/{name}"),
+                                   ("type", "consistent-hash")])]
+    frames += [build_frame("SEND", [("destination", f"/control/bind/exchange/{name}"),
+                                    ("queue", q), ("weight", "1")]) for q in queues]
+    conn.send(b"".join(frames))
+    conn.disconnect()  # its receipt follows every control frame
+    return f"/exchange/{name}", ",".join(queues)
+
+
 def pct(sorted_vals, p):
     if not sorted_vals:
         return None
@@ -806,6 +845,9 @@ def run_throughput(args, stats: BrokerStats) -> dict:
     elif sc == "fanout":
         ack = args.ack or "auto"
         pmode = "seq"
+    elif sc == "exchange":
+        ack = args.ack or "auto"
+        pmode = "keys"
     else:  # latency
         ack = args.ack or "auto"
         pmode = "paced"
@@ -815,6 +857,9 @@ def run_throughput(args, stats: BrokerStats) -> dict:
     if prefetch is None and ack != "auto":
         prefetch = 1000
     dest = unique_dest(args, sc, topic=(sc == "fanout"))
+    consumer_dest = dest
+    if sc == "exchange":
+        dest, consumer_dest = declare_exchange(args)
     cmode = {"fanout": "seq", "latency": "latency"}.get(sc, "count")
     if sc == "latency":
         cmode = "latency"
@@ -822,7 +867,7 @@ def run_throughput(args, stats: BrokerStats) -> dict:
     go = R.ctx.Event()
     done = R.ctx.Event()
     for i in range(subs):
-        R.start(consumer, args, dest, i, R.ready_q, done, cmode, total, warmup, ack, prefetch)
+        R.start(consumer, args, consumer_dest, i, R.ready_q, done, cmode, total, warmup, ack, prefetch)
     R.wait_ready(subs)
     R.start(producer, args, dest, go, done, pmode, total, warmup)
     cpu0, w0 = stats.cpu(), time.monotonic()
@@ -847,7 +892,9 @@ def run_throughput(args, stats: BrokerStats) -> dict:
     }
     if "ingest_rate" in prod:
         out["producer_ingest_rate"] = round(prod["ingest_rate"], 1)
-    if sc in ("queue", "queue-ack", "receipts"):
+    if sc == "exchange":
+        out["exchange_queues"] = args.exchange_queues
+    if sc in ("queue", "queue-ack", "receipts", "exchange"):
         c = cons[0]
         el = (c["t_last"] - c["t0"]) if c["t0"] is not None else 0
         out["rate"] = round(c["measured"] / el, 1) if el > 0 else None
@@ -1053,8 +1100,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     g = p.add_argument_group("workload")
     g.add_argument("--scenario", default="queue",
-                   choices=["queue", "queue-ack", "receipts", "fanout", "latency", "drain", "idle"],
+                   choices=["queue", "queue-ack", "receipts", "fanout", "latency", "drain", "idle",
+                            "exchange"],
                    help="what to measure (see above; default %(default)s)")
+    g.add_argument("--exchange-queues", type=int, default=10,
+                   help="exchange scenario (stompmq only): queues bound to the consistent-hash "
+                        "exchange, all consumed by one connection (default %(default)s)")
+    g.add_argument("--keys", type=int, default=1000,
+                   help="exchange scenario: distinct routing keys cycled by the producer "
+                        "(default %(default)s)")
     g.add_argument("--count", type=int, default=100000,
                    help="measured messages (default %(default)s); not used by latency/idle")
     g.add_argument("--warmup", type=int, default=1000,

@@ -111,7 +111,9 @@ class Control:
         return {}
 
     def _bind_target(self, frame: Frame) -> str:
-        dest = parse_destination(frame.headers.get("queue"))
+        if "queue" not in frame.headers:
+            raise ClientError(f"{frame.headers['destination']} needs a queue header naming /queue/NAME")
+        dest = parse_destination(frame.headers["queue"])
         if dest.kind is not Kind.QUEUE:
             raise ClientError(f"only queues can be bound to an exchange, not {dest.raw!r}")
         return dest.name

@@ -53,23 +53,52 @@ def load_definitions(path: str) -> dict[str, Any]:
 
 
 def apply_definitions(broker: Broker, data: dict[str, Any], source: str) -> None:
+    """Check the whole file, then apply it: a file with any invalid entry changes nothing."""
+    where = source  # the entry being checked, named in any error
+    declared: dict[str, dict[str, str]] = {}
+    binds: list[tuple[str, str, int]] = []
     try:
         for i, entry in enumerate(data.get("exchanges", [])):
             where = f"{source}: exchanges[{i}]"
             name = _field(entry, "name", where)
-            options = {k: str(v) for k, v in entry.items() if k != "name"}
-            broker.declare_exchange(name, declaration_options(options))
+            _known_keys(entry, EXCHANGE_KEYS, where)
+            if not name or "/" in name:
+                raise ClientError(f"exchange name {name!r} must be non-empty and must not contain '/'")
+            options = declaration_options({k: str(v) for k, v in entry.items() if k != "name"})
+            existing = broker.exchanges.get(name)
+            previous = declared.get(name, existing.options if existing is not None else None)
+            if previous is not None and previous != options:
+                raise ClientError(f"exchange {name!r} exists with other options: {previous}")
+            declared[name] = options
         for i, entry in enumerate(data.get("queues", [])):
-            _queue_name(_field(entry, "name", f"{source}: queues[{i}]"))
+            where = f"{source}: queues[{i}]"
+            _queue_name(_field(entry, "name", where))
+            _known_keys(entry, ("name",), where)
         for i, entry in enumerate(data.get("bindings", [])):
             where = f"{source}: bindings[{i}]"
             exchange = _field(entry, "exchange", where)
-            if exchange not in broker.exchanges:
+            _known_keys(entry, ("exchange", "queue", "weight"), where)
+            if exchange not in broker.exchanges and exchange not in declared:
                 raise ClientError(f"no exchange named {exchange!r}")
             queue = _queue_name(_field(entry, "queue", where))
-            broker.bind(exchange, queue, parse_weight(str(entry.get("weight", 1))))
+            binds.append((exchange, queue, parse_weight(str(entry.get("weight", 1)))))
     except ClientError as e:
-        raise DefinitionsError(f"{source}: {e.message}") from None
+        raise DefinitionsError(f"{where}: {e.message}") from None
+    for name, options in declared.items():
+        broker.declare_exchange(name, options)
+    for exchange, queue, weight in binds:
+        broker.bind(exchange, queue, weight)
+
+
+#: Keys an exchange entry may have: its name and the declaration options of /control/declare.
+EXCHANGE_KEYS = ("name", "type", "hash-header", "hash-property", "on-missing", "on-unroutable")
+
+
+def _known_keys(entry: dict[str, Any], allowed: tuple[str, ...], where: str) -> None:
+    """A misspelt key would otherwise be ignored silently (a binding of weight 1, say)."""
+    unknown = sorted(set(entry) - set(allowed))
+    if unknown:
+        raise DefinitionsError(f"{where}: unknown key {unknown[0]!r}: use {', '.join(allowed)}")
 
 
 def _field(entry: Any, name: str, where: str) -> str:

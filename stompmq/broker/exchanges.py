@@ -26,6 +26,9 @@ ON_MISSING = ("route", "reject")
 ON_UNROUTABLE = ("error", "drop")
 #: Header carrying the routing key when the destination has no key part.
 ROUTING_KEY_HEADER = "routing-key"
+#: Routing decisions remembered per exchange (keys repeat: customer ids, shard keys); the
+#: memo is dropped whenever the bindings change and when it fills (bounded, no LRU cost).
+ROUTE_MEMO_SIZE = 65_536
 
 
 def declaration_options(headers: dict[str, str]) -> dict[str, str]:
@@ -56,7 +59,9 @@ def declaration_options(headers: dict[str, str]) -> dict[str, str]:
 def parse_weight(value: str | None) -> int:
     if value is None:
         return 1
-    if not value.isdigit() or not 1 <= int(value) <= MAX_WEIGHT:
+    # isdigit() admits non-ASCII digits ("²") that int() refuses, and int() refuses very long
+    # strings: either would escape as an internal error instead of naming the problem.
+    if not (value.isascii() and value.isdigit()) or len(value) > 5 or not 1 <= int(value) <= MAX_WEIGHT:
         raise ClientError(f"weight must be an integer from 1 to {MAX_WEIGHT}, not {value!r}")
     return int(value)
 
@@ -72,6 +77,7 @@ class Exchange:
     unhashed: int = 0
     routed: int = 0
     ring: HashRing = field(init=False)
+    _memo: dict[str, str | None] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.rebuild()
@@ -82,6 +88,7 @@ class Exchange:
 
     def rebuild(self) -> None:
         self.ring = HashRing(self.name, self.bindings.items())
+        self._memo = {}
 
     def bind(self, queue: str, weight: int) -> None:
         self.bindings[queue] = weight
@@ -106,7 +113,14 @@ class Exchange:
             if self.options.get("on-missing") == "reject":
                 raise ClientError(f"message for exchange {self.name!r} lacks its hash input")
             self.unhashed += 1
-        queue = self.ring.route(value if value is not None else "")
+            value = ""
+        memo = self._memo
+        queue = memo.get(value)
+        if queue is None:
+            queue = self.ring.route(value)
+            if len(memo) >= ROUTE_MEMO_SIZE:
+                memo.clear()
+            memo[value] = queue
         if queue is None:
             if self.options.get("on-unroutable") == "drop":
                 return None

@@ -52,6 +52,7 @@ class Queue:
         "epoch",
         "loading",
         "skipped",
+        "late",
         "avoid",
     )
 
@@ -71,6 +72,8 @@ class Queue:
         self.epoch = 0  # bumped whenever the boundary moves back
         self.loading = False
         self.skipped = 0  # messages left in the store because they lie beyond the boundary
+        # lowest order key of a message skipped while a page was loading (the read may miss it)
+        self.late: tuple[int, int] | None = None
         # seq -> subscription whose ack timeout expired for it: another one gets it if it can
         self.avoid: dict[int, Subscription] | None = None
 
@@ -78,10 +81,17 @@ class Queue:
     def _beyond_boundary(self, msg: StoredMessage) -> bool:
         return self.spilled and (self.boundary is None or msg.order_key > self.boundary)
 
+    def _skip(self, msg: StoredMessage) -> None:
+        """Leave ``msg`` to the store.  A page being read may not see it (its write can commit
+        after the read), so remember the lowest such key: the page is only used before it."""
+        self.skipped += 1
+        if self.loading and (self.late is None or msg.order_key < self.late):
+            self.late = msg.order_key
+
     def push(self, msg: StoredMessage) -> None:
         """A freshly sent message: newest of its priority, so it goes last in its level."""
         if self._beyond_boundary(msg):
-            self.skipped += 1
+            self._skip(msg)
             return
         level = self.levels.get(msg.priority)
         if level is None:
@@ -95,7 +105,7 @@ class Queue:
     def requeue(self, msg: StoredMessage) -> None:
         """A message coming back (NACK, lost connection, ack timeout): back to its place by seq."""
         if self._beyond_boundary(msg):
-            self.skipped += 1
+            self._skip(msg)
             return
         level = self.levels.get(msg.priority)
         if level is None:
@@ -166,8 +176,11 @@ class Queue:
     def page_loaded(self, rows: Sequence[StoredMessage], epoch: int, skipped: int, limit: int) -> None:
         """Merge a page the store returned for a request made at ``epoch``/``skipped``."""
         self.loading = False
+        late, self.late = self.late, None
         if epoch != self.epoch:
             return  # the boundary moved back meanwhile; the broker asks again
+        if late is not None:  # the next page starts at the first message the read may have missed
+            rows = [m for m in rows if m.order_key < late]
         inflight = self.inflight
         for msg in rows:
             if msg.seq in inflight:
@@ -180,7 +193,7 @@ class Queue:
             self.size += 1
         if rows:
             self.boundary = rows[-1].order_key
-        if len(rows) < limit and skipped == self.skipped:
+        if late is None and len(rows) < limit and skipped == self.skipped:
             self.spilled = False
             self.boundary = None
 

@@ -96,7 +96,12 @@ class Broker:
         for exchange in self.exchanges.values():
             exchange.rebuild()
         if self.config.definitions:
-            apply_definitions(self, load_definitions(self.config.definitions), self.config.definitions)
+            try:
+                apply_definitions(self, load_definitions(self.config.definitions), self.config.definitions)
+            except BaseException:
+                with trio.CancelScope(shield=True):
+                    await self.store.close()  # release the database (and its lock): the start failed
+                raise
         return recovery
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:

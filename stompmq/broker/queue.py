@@ -95,8 +95,7 @@ class Queue:
             return
         level = self.levels.get(msg.priority)
         if level is None:
-            level = self.levels[msg.priority] = deque()
-            insort(self.prios, msg.priority)
+            level = self._new_level(msg.priority)
         level.append(msg)
         self.size += 1
         if self.window is not None and self.size > self.window:
@@ -109,8 +108,7 @@ class Queue:
             return
         level = self.levels.get(msg.priority)
         if level is None:
-            level = self.levels[msg.priority] = deque()
-            insort(self.prios, msg.priority)
+            level = self._new_level(msg.priority)
         if not level or level[0].seq > msg.seq:
             level.appendleft(msg)
         elif level[-1].seq < msg.seq:
@@ -121,6 +119,12 @@ class Queue:
         self.size += 1
         if self.window is not None and self.size > self.window:
             self._evict()
+
+    def _new_level(self, priority: int) -> deque[StoredMessage]:
+        level: deque[StoredMessage] = deque()
+        self.levels[priority] = level
+        insort(self.prios, priority)
+        return level
 
     def _evict(self) -> None:
         """Drop the tail of the window back to the store and move the boundary before it."""
@@ -187,8 +191,7 @@ class Queue:
                 continue
             level = self.levels.get(msg.priority)
             if level is None:
-                level = self.levels[msg.priority] = deque()
-                insort(self.prios, msg.priority)
+                level = self._new_level(msg.priority)
             level.append(msg)
             self.size += 1
         if rows:

@@ -190,7 +190,7 @@ def scenario_prefix_topics(args: argparse.Namespace) -> None:
 def scenario_queue_fanout(args: argparse.Namespace) -> None:
     clients = []
     per = max(1, args.subscriptions // args.connections)
-    for ci in range(args.connections):
+    for _ in range(args.connections):
         c = Client(args.host, args.port, args.login, args.passcode)
         for si in range(per):
             c.queue(f"SUBSCRIBE\nid:{si}\ndestination:/queue/{args.queue_name}\n\n\x00".encode())

@@ -7,8 +7,8 @@ shared with other threads, so it needs no locks.  The server calls ``handle``
 synchronously for each frame; the broker routes, writes MESSAGE/RECEIPT bytes
 into the sessions' outboxes and buffers store writes, all without awaiting.
 What must wait runs in ``run``'s background tasks: the store's commit loop
-(which calls ``_on_commit`` to release RECEIPTs), the pager that loads ready
-messages of spilled queues, and the ack-timeout timer.
+(whose commits release RECEIPTs through ``Receipts``), the pager that loads
+ready messages of spilled queues, and the ack-timeout heap (``AckTimers``).
 
 A queue exists in memory only while it has subscribers or deliveries in
 flight (or, with a non-durable store, messages); otherwise its messages are
@@ -17,40 +17,36 @@ only in the store and the queue costs nothing.
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import logging
-import sys
 import time
 from collections import deque
 from collections.abc import Callable
 
 import trio
 
-from ..protocol import Frame, encode_frame, escape
+from ..protocol import Frame
 from ..storage.base import BindingRecord, Recovery, Store, StoredMessage, StoreError
 from .config import BrokerConfig
 from .control import Answer, Control
 from .definitions import apply_definitions, load_definitions
-from .delivery import BROKER_HEADERS, message_frame, message_tail
+from .delivery import message_frame, message_tail
 from .destinations import Destination, Kind, parse_destination
 from .errors import ClientError
-from .exchanges import Exchange, parse_weight
+from .exchanges import PRIVATE_QUEUE_PREFIX, Exchange, parse_weight
 from .queue import Queue
+from .receipts import Receipts
+from .send_headers import DEFAULT_PRIORITY, seconds, send_options, user_headers
 from .session import Outbox, Session
 from .subscription import NO_DELIVERIES, AckMode, Subscription
+from .timers import AckTimers
 from .topics import WILDCARD, TopicRouter
 
 log = logging.getLogger(__name__)
 
-#: Priority of a SEND that names none (the JMS convention).
-DEFAULT_PRIORITY = 4
 #: Header names that set a subscription's prefetch, first one present wins.
 PREFETCH_HEADERS = ("prefetch", "activemq.prefetchSize", "prefetch-count")
 
 _ACK_MODES = {mode.value: mode for mode in AckMode}
-#: Ticket of a receipt whose answer is still being computed (it waits for everything).
-UNANSWERED = sys.maxsize
 
 
 class Broker:
@@ -61,15 +57,13 @@ class Broker:
         self.topics = TopicRouter()
         self.sessions: dict[str, Session] = {}
         self.exchanges: dict[str, Exchange] = {}
+        self._private: dict[str, str] = {}  # private queue of an exchange subscription -> exchange
         self.control = Control(self)
-        self._nursery: trio.Nursery | None = None
         self._seq = 0
-        self._waiting: dict[Session, None] = {}  # sessions with receipts waiting on a commit
+        self.receipts = Receipts(store)
         self._pages: deque[Queue] = deque()
         self._page_wanted = trio.Event()
-        self._timers: list[tuple[float, int, Session, str, int, int]] = []
-        self._timer_counter = itertools.count()
-        self._timer_changed = trio.Event()
+        self.timers = AckTimers()
         self._handlers: dict[str, Callable[[Session, Frame], Answer | None]] = {
             "SEND": self._on_send,
             "SUBSCRIBE": self._on_subscribe,
@@ -80,13 +74,13 @@ class Broker:
             "COMMIT": self._on_commit_tx,
             "ABORT": self._on_abort,
         }
-        store.on_commit = self._on_commit
-        store.on_commit_failed = self._on_commit_failed
 
     # -- lifecycle ------------------------------------------------------------
     async def open(self) -> Recovery:
         recovery = await self.store.open()
         self._seq = recovery.last_seq
+        for name in await self.store.queue_names(PRIVATE_QUEUE_PREFIX):
+            self.store.purge(name)  # private queues of subscriptions that a crash ended
         for record in recovery.exchanges:
             self.exchanges[record.name] = Exchange(record.name, dict(record.options))
         for binding in recovery.bindings:
@@ -107,10 +101,10 @@ class Broker:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Background work for the broker's lifetime: store commits, paging, ack timeouts."""
         async with trio.open_nursery() as nursery:
-            self._nursery = nursery
+            self.receipts.nursery = nursery
             nursery.start_soon(self.store.run)
             nursery.start_soon(self._pager)
-            nursery.start_soon(self._timer_loop)
+            nursery.start_soon(self.timers.run, self._expire)
             task_status.started()
 
     async def close(self) -> None:
@@ -131,8 +125,7 @@ class Broker:
         for sub in list(session.subscriptions.values()):
             self._drop_subscription(sub)
         session.subscriptions.clear()
-        session.pending_receipts.clear()
-        self._waiting.pop(session, None)
+        self.receipts.forget(session)
         self.sessions.pop(session.id, None)
 
     def resume(self, session: Session) -> None:
@@ -151,62 +144,10 @@ class Broker:
             raise ClientError(f"unknown command {frame.command!r}")
         answer = handler(session, frame)
         receipt = frame.headers.get("receipt")
-        if receipt is None:
-            if callable(answer):
-                self._spawn_answer(session, None, answer)
-        elif callable(answer):
-            self._spawn_answer(session, receipt, answer)
-        else:
-            self.receipt(session, receipt, answer)
-
-    def receipt(self, session: Session, receipt_id: str, headers: dict[str, str] | None = None) -> None:
-        """Answer ``receipt_id`` once everything this frame wrote is committed."""
-        data = _receipt_frame(receipt_id, headers, session.version)
-        ticket = self.store.sync_ticket()
-        if ticket <= self.store.committed and not session.pending_receipts:
-            session.outbox.write(data)
-        else:
-            session.pending_receipts.append([ticket, receipt_id, data])
-            self._waiting[session] = None
-
-    def _spawn_answer(self, session: Session, receipt_id: str | None, answer: Answer) -> None:
-        """Compute a control answer that needs the store, keeping the receipt in order."""
-        entry: list = [UNANSWERED, receipt_id, b""]
-        if receipt_id is not None:
-            session.pending_receipts.append(entry)
-            self._waiting[session] = None
-        assert self._nursery is not None and callable(answer)
-
-        async def complete() -> None:
-            try:
-                headers = await answer()
-            except StoreError as e:
-                if not session.closed:
-                    session.fail(f"store error: {e}", receipt_id)
-                return
-            if receipt_id is not None:
-                entry[2] = _receipt_frame(receipt_id, headers, session.version)
-                entry[0] = self.store.sync_ticket()
-                self._on_commit(self.store.committed)
-
-        self._nursery.start_soon(complete)
-
-    def _on_commit(self, ticket: int) -> None:
-        for session in list(self._waiting):
-            pending = session.pending_receipts
-            while pending and pending[0][0] <= ticket:
-                session.outbox.write(pending.popleft()[2])
-            if not pending:
-                del self._waiting[session]
-
-    def _on_commit_failed(self, ticket: int, error: StoreError) -> None:
-        for session in list(self._waiting):
-            pending = session.pending_receipts
-            if pending and pending[0][0] <= ticket:
-                receipt_id = pending[0][1]
-                del self._waiting[session]
-                pending.clear()
-                session.fail(f"could not store: {error}", receipt_id)
+        if callable(answer):
+            self.receipts.send_later(session, receipt, answer)
+        elif receipt is not None:
+            self.receipts.send(session, receipt, answer)
 
     # -- SEND -------------------------------------------------------------------
     def _on_send(self, session: Session, frame: Frame) -> None:
@@ -215,7 +156,7 @@ class Broker:
             return self.control.run(dest.name, frame, session)
         if dest.kind is Kind.TOPIC and dest.name.endswith(WILDCARD):
             raise ClientError(f"cannot SEND to a wildcard topic {dest.raw!r}")
-        priority, ack_timeout = _send_options(frame.headers)
+        priority, ack_timeout = send_options(frame.headers)
         tx = frame.headers.get("transaction")
         if tx is not None:
             self._transaction(session, tx).append(frame)
@@ -225,13 +166,13 @@ class Broker:
 
     def _route(self, dest: Destination, frame: Frame, priority: int, ack_timeout: float | None) -> None:
         if dest.kind is Kind.QUEUE:
-            self.publish(dest.name, _user_headers(frame.headers), frame.body, priority, ack_timeout)
+            self.publish(dest.name, user_headers(frame.headers), frame.body, priority, ack_timeout)
         elif dest.kind is Kind.TOPIC:
             self._publish_topic(dest, frame)
         elif dest.kind is Kind.EXCHANGE:
             queue = self._exchange_queue(dest, frame)
             if queue is not None:
-                self.publish(queue, _user_headers(frame.headers), frame.body, priority, ack_timeout)
+                self.publish(queue, user_headers(frame.headers), frame.body, priority, ack_timeout)
         else:
             raise ClientError(f"SEND to {dest.raw!r} is not supported")
 
@@ -277,7 +218,7 @@ class Broker:
             return
         self._seq += 1
         msg = StoredMessage(
-            self._seq, dest.name, DEFAULT_PRIORITY, _user_headers(frame.headers), frame.body, int(time.time() * 1000)
+            self._seq, dest.name, DEFAULT_PRIORITY, user_headers(frame.headers), frame.body, int(time.time() * 1000)
         )
         tails: dict[str, bytes] = {}
         for sub in subs:
@@ -329,7 +270,7 @@ class Broker:
             if timeout is None:
                 timeout = self.config.ack_timeout
             if timeout > 0:
-                self._arm_timer(timeout, session, ack_id, msg.seq, msg.redeliveries)
+                self.timers.arm(timeout, (session, ack_id, msg.seq, msg.redeliveries))
         session.outbox.write(
             message_frame(
                 msg,
@@ -388,11 +329,13 @@ class Broker:
 
     def _drop_private_queue(self, name: str) -> None:
         """An exchange subscription's private queue dies with its subscription (auto-delete)."""
-        exchange_name, marker, _ = name.partition(".private.")
-        exchange = self.exchanges.get(exchange_name) if marker else None
+        exchange_name = self._private.pop(name, None)
+        if exchange_name is None:
+            return
+        exchange = self.exchanges.get(exchange_name)
         if exchange is not None and name in exchange.private:
             exchange.unbind(name)
-            self.purge_queue(name)
+        self.purge_queue(name)
 
     def _deactivate(self, queue: Queue) -> None:
         if self.store.durable or not queue.size:
@@ -414,7 +357,7 @@ class Broker:
         if mode is None:
             raise ClientError(f"ack header must be auto, client or client-individual, not {headers['ack']!r}")
         prefetch = self._prefetch(headers)
-        ack_timeout = _seconds(headers, "ack-timeout")
+        ack_timeout = seconds(headers, "ack-timeout")
         if dest.kind is Kind.QUEUE:
             queue = self.queues.get(dest.name) or self._activate(dest.name)
             sub = Subscription(sub_id, session, queue.destination, mode, prefetch, ack_timeout, queue)
@@ -438,9 +381,10 @@ class Broker:
         exchange = self.exchanges.get(name)
         if exchange is None:
             raise ClientError(f"no exchange named {name!r}")
-        queue_name = f"{name}.private.{session.id}.{sub_id}"
+        queue_name = f"{PRIVATE_QUEUE_PREFIX}{name}.{session.id}.{sub_id}"
         exchange.bind(queue_name, parse_weight(weight or None))
         exchange.private.add(queue_name)
+        self._private[queue_name] = name
         queue = self.queues.get(queue_name) or self._activate(queue_name)
         sub = Subscription(sub_id, session, queue.destination, mode, prefetch, ack_timeout, queue)
         session.subscriptions[sub_id] = sub
@@ -627,9 +571,9 @@ class Broker:
             headers = f.headers
             if f.command == "SEND":
                 if i not in routed:
-                    self._route(parse_destination(headers["destination"]), f, *_send_options(headers))
+                    self._route(parse_destination(headers["destination"]), f, *send_options(headers))
                 elif (target := routed[i]) is not None:
-                    self.publish(target, _user_headers(headers), f.body, *_send_options(headers))
+                    self.publish(target, user_headers(headers), f.body, *send_options(headers))
                 continue
             try:
                 sub, ack_id = self._ack_target(session, headers)
@@ -675,25 +619,6 @@ class Broker:
                     self._deactivate(queue)
 
     # -- ack timeouts -----------------------------------------------------------------
-    def _arm_timer(self, timeout: float, session: Session, ack_id: str, seq: int, redeliveries: int) -> None:
-        deadline = trio.current_time() + timeout
-        if not self._timers or deadline < self._timers[0][0]:
-            self._timer_changed.set()
-        heapq.heappush(self._timers, (deadline, next(self._timer_counter), session, ack_id, seq, redeliveries))
-
-    async def _timer_loop(self) -> None:
-        while True:
-            if self._timers:
-                with trio.move_on_at(self._timers[0][0]):
-                    await self._timer_changed.wait()
-            else:
-                await self._timer_changed.wait()
-            self._timer_changed = trio.Event()
-            now = trio.current_time()
-            while self._timers and self._timers[0][0] <= now:
-                _, _, session, ack_id, seq, redeliveries = heapq.heappop(self._timers)
-                self._expire(session, ack_id, seq, redeliveries)
-
     def _expire(self, session: Session, ack_id: str, seq: int, redeliveries: int) -> None:
         """An ack timeout fired: if that delivery is still unacked, requeue it.
 
@@ -711,42 +636,3 @@ class Broker:
             sub.queue.expired(msg, sub)
         self._requeue(sub.queue, msg)
         self._after_settle(sub)
-
-
-def _user_headers(headers: dict[str, str]) -> dict[str, str]:
-    """The SEND headers a MESSAGE forwards (a SEND usually has few, so strip rather than filter)."""
-    user = headers.copy()
-    for name in BROKER_HEADERS.intersection(headers):
-        del user[name]
-    return user
-
-
-def _send_options(headers: dict[str, str]) -> tuple[int, float | None]:
-    """Priority and ack timeout of a SEND to a queue, validated."""
-    value = headers.get("priority")
-    if value is None:
-        priority = DEFAULT_PRIORITY
-    else:
-        if not (len(value) == 1 and "0" <= value <= "9"):  # isdigit() admits non-ASCII digits
-            raise ClientError(f"priority must be an integer from 0 to 9, not {value!r}")
-        priority = int(value)
-    return priority, _seconds(headers, "ack-timeout")
-
-
-def _seconds(headers: dict[str, str], name: str) -> float | None:
-    value = headers.get(name)
-    if value is None:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        raise ClientError(f"{name} must be a number of seconds, not {value!r}") from None
-    if not seconds >= 0 or seconds == float("inf"):
-        raise ClientError(f"{name} must be a finite number of seconds >= 0, not {value!r}")
-    return seconds
-
-
-def _receipt_frame(receipt_id: str, headers: dict[str, str] | None, version: str) -> bytes:
-    if not headers:
-        return b"RECEIPT\nreceipt-id:%s\n\n\x00" % escape(receipt_id, version).encode()
-    return encode_frame(Frame("RECEIPT", {"receipt-id": receipt_id, **headers}), version)

@@ -144,7 +144,7 @@ class Connection:
         elif command == "DISCONNECT":
             receipt = frame.headers.get("receipt")
             if receipt is not None:
-                self.broker.receipt(session, receipt)
+                self.broker.receipts.send(session, receipt)
             raise _Close
         elif command in ("CONNECT", "STOMP"):
             self._error("already connected", frame.headers.get("receipt"))

@@ -447,7 +447,7 @@ def test_subscribe_to_exchange_binds_a_private_queue(broker, ending):
         binds = bindings(c, "subx")
         private = [q for q in binds if q != "shared"]
         assert len(private) == 1 and binds[private[0]] == 2
-        assert private[0].startswith("subx.private.")
+        assert private[0].startswith("amq.gen.subx.")
         # the private queue is not the client's to bind or unbind
         with Client(broker.port) as other:
             other.frame("SEND", {**_bind("subx", queue="/queue/" + private[0]), "receipt": "r"})
@@ -748,5 +748,32 @@ def test_failed_start_releases_the_store_and_changes_nothing(tmp_path):
     try:
         with Client(thread.port) as c:
             assert bindings(c, "e") == {"q": 2}
+    finally:
+        thread.stop()
+
+
+async def _store_orphan(path: Path, queue: str) -> None:
+    """What a kill -9 leaves behind: a stored message of a subscription's private queue."""
+    from stompmq.storage.base import StoredMessage
+    from stompmq.storage.sqlite import SQLiteStore
+
+    store = SQLiteStore(str(path))
+    await store.open()
+    store.insert(StoredMessage(1, queue, 4, {}, b"orphan", 0))
+    store.insert(StoredMessage(2, "kept", 4, {}, b"user queue", 0))
+    await store.close()
+
+
+def test_private_queues_left_by_a_crash_are_purged_at_start(tmp_path):
+    """A private queue dies with its subscription; one orphaned by a crash must not wait on disk
+    for a later subscription that happens to get the same name."""
+    import trio
+
+    trio.run(_store_orphan, tmp_path / "broker.db", "amq.gen.e.1.0")
+    thread = BrokerThread(make_store_factory("sqlite", tmp_path)).start()
+    try:
+        with Client(thread.port) as c:
+            assert count_msgs(c, "amq.gen.e.1.0") == 0
+            assert count_msgs(c, "kept") == 1
     finally:
         thread.stop()

@@ -26,6 +26,10 @@ ON_MISSING = ("route", "reject")
 ON_UNROUTABLE = ("error", "drop")
 #: Header carrying the routing key when the destination has no key part.
 ROUTING_KEY_HEADER = "routing-key"
+#: Name prefix reserved for the private queue of a SUBSCRIBE /exchange/NAME/WEIGHT (as RabbitMQ
+#: reserves "amq.gen"): such queues die with their subscription, and any left by a crash are
+#: purged when the broker starts.
+PRIVATE_QUEUE_PREFIX = "amq.gen."
 #: Routing decisions remembered per exchange (keys repeat: customer ids, shard keys); the
 #: memo is dropped whenever the bindings change and when it fills (bounded, no LRU cost).
 ROUTE_MEMO_SIZE = 65_536

@@ -211,5 +211,9 @@ class Store(abc.ABC):
         start).  The broker filters out messages it holds in flight itself."""
 
     @abc.abstractmethod
+    async def queue_names(self, prefix: str) -> list[str]:
+        """Names of the queues the store knows that start with ``prefix`` (cold path: start-up)."""
+
+    @abc.abstractmethod
     async def count(self, queue: str) -> int:
         """Messages stored for ``queue``, ready and delivered-unacked alike."""

@@ -70,5 +70,8 @@ class MemoryStore(Store):
     async def load_ready(self, queue: str, after: tuple[int, int] | None, limit: int) -> Sequence[StoredMessage]:
         return ()
 
+    async def queue_names(self, prefix: str) -> list[str]:
+        return []
+
     async def count(self, queue: str) -> int:
         raise NotImplementedError("the broker counts a memory store's queues itself")

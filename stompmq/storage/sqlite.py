@@ -343,6 +343,9 @@ class SQLiteStore(Store):
     async def count(self, queue: str) -> int:
         return await self._read(self._db.count, queue)
 
+    async def queue_names(self, prefix: str) -> list[str]:
+        return await self._read(self._db.queue_names, prefix)
+
     async def _read(self, fn: Callable[..., T], *args: Any) -> T:
         """Run a read on the writer thread behind every write buffered so far.
 

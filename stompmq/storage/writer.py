@@ -387,6 +387,16 @@ class Database:
             raise StoreError(f"cannot read {self.path}: {exc}") from exc
         return int(n)
 
+    def queue_names(self, prefix: str) -> list[str]:
+        conn = self._connection()
+        try:
+            rows = conn.execute(
+                "SELECT name FROM queues WHERE substr(name, 1, ?) = ?", (len(prefix), prefix)
+            ).fetchall()
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot read {self.path}: {exc}") from exc
+        return [name for (name,) in rows]
+
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None:
             raise StoreError(f"{self.path} is not open")

@@ -141,8 +141,20 @@ class SQLiteStore(Store):
             await self._wait_idle()
             if self._closed:
                 return  # close() committed the last batch; writes after it are a caller bug
-            if self._has_pending() and not await self._commit_group():
-                await trio.sleep(RETRY_BACKOFF)
+            if self._has_pending():
+                if not await self._commit_group():
+                    await trio.sleep(RETRY_BACKOFF)
+            elif self._urgent:
+                self._commit_nothing()
+
+    def _commit_nothing(self) -> None:
+        """A ticket was promised but its writes cancelled out (an insert acked before its
+        flush): with nothing in flight it is committed already, so say so, or its receipts
+        would wait for some unrelated later write."""
+        self._urgent = False
+        self._committed = self._next_ticket
+        self._next_ticket += 1
+        self.on_commit(self._committed)
 
     async def close(self) -> None:
         if self._writer is None:
@@ -244,9 +256,9 @@ class SQLiteStore(Store):
         """Return when a batch should be taken: asked for, full, or old enough."""
         while True:
             deadline = math.inf
+            if self._urgent:  # asked for (or full); possibly with nothing left to write
+                return
             if self._has_pending():
-                if self._urgent:
-                    return
                 deadline = self._pending_since + self._flush_interval
                 if trio.current_time() >= deadline:
                     return

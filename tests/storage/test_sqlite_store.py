@@ -164,6 +164,19 @@ async def test_receipted_inserts_in_one_tick_share_a_group(tmp_path: Path) -> No
         assert len(seqs_on_disk(store.path)) == 100
 
 
+async def test_a_promised_ticket_commits_when_its_writes_cancel_out(tmp_path: Path) -> None:
+    """A receipt waits on the ticket of an insert that is then acked before its flush: with
+    nothing left to write the ticket still commits, at once, not at some unrelated later write."""
+    async with running(tmp_path / "s.db", flush_interval=NEVER) as store:
+        commits = Commits(store)
+        store.insert(msg(1))
+        ticket = store.sync_ticket()
+        store.delete(msg(1))
+        await committed(store, ticket)
+        assert commits.ok == [ticket]
+        assert seqs_on_disk(store.path) == set()
+
+
 async def test_writes_during_a_commit_form_the_next_group(tmp_path: Path) -> None:
     async with running(tmp_path / "s.db", flush_interval=NEVER) as store:
         commits = Commits(store)

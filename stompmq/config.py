@@ -75,7 +75,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("connect-timeout", float, 10.0, "seconds a new connection has to send CONNECT", "SECONDS"),
     Option("default-prefetch", int, 100, "prefetch of a client-ack subscription that asks for none", "N"),
     Option("max-prefetch", int, 10_000, "upper bound on the prefetch a subscription may ask for", "N"),
-    Option("window", int, 2000, "ready messages a queue keeps in memory; the rest is paged in from the store", "N"),
+    Option("window", int, 10_000, "ready messages a queue keeps in memory; the rest is paged in from the store", "N"),
     Option("ack-timeout", float, 0.0, "seconds before an unacked message is redelivered (0 = never); SEND/SUBSCRIBE 'ack-timeout' headers override", "SECONDS"),
     Option("max-redeliveries", _optional_int, None, "redeliveries before a message goes to its dead-letter queue (default unlimited)", "N"),
     Option("dlq-prefix", str, "DLQ.", "dead-letter queue of /queue/NAME is /queue/<prefix>NAME", "PREFIX"),

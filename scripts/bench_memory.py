@@ -94,6 +94,17 @@ def send_frame(destination: str, body: bytes) -> bytes:
     return b"SEND\ndestination:%s\ncontent-length:%d\n\n%s\x00" % (destination.encode(), len(body), body)
 
 
+def publish_rate(producer: Client, frame: bytes, args: argparse.Namespace) -> float:
+    """Send ``frame`` --messages times, pipelined with a receipt every --batch; messages/s."""
+    t0 = time.time()
+    for i in range(args.messages):
+        producer.queue(frame)
+        if (i + 1) % args.batch == 0:
+            producer.flush()
+    producer.flush()
+    return args.messages / (time.time() - t0)
+
+
 def report(label: str, before: int, after: int, count: int, unit: str) -> None:
     delta = after - before
     print(
@@ -176,15 +187,8 @@ def scenario_prefix_topics(args: argparse.Namespace) -> None:
     report("prefix-topics", before, rss_kib(args.pid), args.subscriptions, "prefix subscriptions")
     producer = Client(args.host, args.port, args.login, args.passcode)
     frame = send_frame(f"/topic/{args.prefix}0000001.orders.eu", b"x" * args.body_size)
-    t0 = time.time()
-    for i in range(args.messages):
-        producer.queue(frame)
-        if (i + 1) % args.batch == 0:
-            producer.flush()
-    producer.flush()
-    elapsed = time.time() - t0
-    print(f"published {args.messages} to a topic among {args.subscriptions} prefix subscriptions: "
-          f"{args.messages / elapsed:.0f} msg/s")
+    rate = publish_rate(producer, frame, args)
+    print(f"published {args.messages} to a topic among {args.subscriptions} prefix subscriptions: {rate:.0f} msg/s")
 
 
 def scenario_queue_fanout(args: argparse.Namespace) -> None:
@@ -198,15 +202,8 @@ def scenario_queue_fanout(args: argparse.Namespace) -> None:
         clients.append(c)
     producer = Client(args.host, args.port, args.login, args.passcode)
     frame = send_frame(f"/queue/{args.queue_name}", b"x" * args.body_size)
-    t0 = time.time()
-    for i in range(args.messages):
-        producer.queue(frame)
-        if (i + 1) % args.batch == 0:
-            producer.flush()
-    producer.flush()
-    elapsed = time.time() - t0
-    print(f"published {args.messages} to a queue with {per * args.connections} subscribers: "
-          f"{args.messages / elapsed:.0f} msg/s")
+    rate = publish_rate(producer, frame, args)
+    print(f"published {args.messages} to a queue with {per * args.connections} subscribers: {rate:.0f} msg/s")
 
 
 SCENARIOS = {

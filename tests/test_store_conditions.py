@@ -17,21 +17,18 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import random
 import sqlite3
-import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 
 from stompmq.broker import BrokerConfig
 from stompmq.storage.sqlite import SQLiteStore
 
 from .broker_process import BrokerProcess, Peer, port_open
 from .broker_thread import BrokerThread
+from .unwritable import immutable
 
 #: A broker that hits a start error must be gone well within this (it should take < 1 s).
 START_ERROR_EXIT_TIMEOUT = 20.0
@@ -71,25 +68,6 @@ def expect_start_error(db: Path, *words: str) -> str:
         return line
     finally:
         broker.close()
-
-
-@contextlib.contextmanager
-def immutable(path: Path) -> Iterator[None]:
-    """Make ``path`` unwritable even for root, who ignores permission bits (chattr +i)."""
-    if os.geteuid() != 0:
-        mode = path.stat().st_mode
-        path.chmod(0o555 if path.is_dir() else 0o444)
-        try:
-            yield
-        finally:
-            path.chmod(mode)
-        return
-    if subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode != 0:
-        pytest.skip("running as root on a filesystem without chattr +i support")
-    try:
-        yield
-    finally:
-        subprocess.run(["chattr", "-i", str(path)], check=True)
 
 
 def make_database(db: Path, messages: int = 3) -> None:

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import subprocess
 import tempfile
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,8 @@ from hypothesis import strategies as st
 
 from stompmq.storage.base import BindingRecord, ExchangeRecord, StoredMessage, StoreError
 from stompmq.storage.sqlite import SQLiteStore
+
+from ..unwritable import immutable
 
 # Long enough that nothing is flushed by the timer during a test that means to flush by hand.
 NEVER = 3600.0
@@ -383,29 +384,10 @@ async def test_open_fails_when_the_directory_cannot_be_created(tmp_path: Path) -
     await expect_open_error(tmp_path / "file" / "s.db", "cannot create directory")
 
 
-@contextmanager
-def read_only(path: Path) -> Iterator[None]:
-    """Make ``path`` unwritable even for root (who ignores permission bits): chattr +i."""
-    if os.geteuid() != 0:
-        mode = path.stat().st_mode
-        path.chmod(0o555)
-        try:
-            yield
-        finally:
-            path.chmod(mode)
-        return
-    if subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode != 0:
-        pytest.skip("running as root without chattr +i support")
-    try:
-        yield
-    finally:
-        subprocess.run(["chattr", "-i", str(path)], check=True)
-
-
 async def test_open_fails_on_an_unwritable_directory(tmp_path: Path) -> None:
     directory = tmp_path / "ro"
     directory.mkdir()
-    with read_only(directory):
+    with immutable(directory):
         await expect_open_error(directory / "s.db", "directory", "is not writable")
 
 
@@ -413,7 +395,7 @@ async def test_open_fails_on_an_unwritable_file(tmp_path: Path) -> None:
     path = tmp_path / "s.db"
     async with running(path):
         pass
-    with read_only(path):
+    with immutable(path):
         await expect_open_error(path, "the file is not writable")
 
 

@@ -8,7 +8,7 @@ not listen in time.  Every wait has a timeout: a broker that hangs fails the
 test instead of hanging it.  stderr goes to a file, so a chatty broker can
 never block on a full pipe.
 
-``Peer`` is a small STOMP 1.2 client on top of ``RawClient`` for these suites:
+``Peer`` is the end-to-end ``Client`` (tests/stompclient.py) with what these suites add:
 receipts, MESSAGE reads that fail on ERROR, ``/control`` counts, and a way to
 prove the broker handled every frame sent so far without asking for a commit.
 """
@@ -22,11 +22,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import deque
-from itertools import count
 from pathlib import Path
 
-from .rawclient import TIMEOUT, RawClient, RawFrame
+from .rawclient import RawFrame
+from .stompclient import Client
 
 #: Seconds a broker gets to open its store and listen (imports + migrations + recovery).
 START_TIMEOUT = 30.0
@@ -178,58 +177,9 @@ class BrokerProcess:
         self.close()
 
 
-# -- a minimal client for these suites -----------------------------------------------------------
-# Built on RawClient (independent frame splitting, a timeout on every read).
-
-_rids = count(1)
-
-
-class BrokerError(AssertionError):
-    """The broker answered ERROR where the test expected something else."""
-
-    def __init__(self, frame: RawFrame) -> None:
-        super().__init__(f"ERROR from the broker: {frame.headers.get('message')!r} {frame}")
-        self.frame = frame
-
-
-class Peer(RawClient):
-    """A STOMP 1.2 connection with receipts, a stash for frames read early, and /control counts."""
-
-    def __init__(self, port: int, **headers: str) -> None:
-        super().__init__(port)
-        self.stash: deque[RawFrame] = deque()
-        self.connect(**headers)
-
-    def next(self, timeout: float = TIMEOUT) -> RawFrame:
-        return self.stash.popleft() if self.stash else self.recv(timeout)
-
-    def wait_receipt(self, receipt_id: str, timeout: float = TIMEOUT) -> RawFrame:
-        for frame in list(self.stash):
-            if frame.command == "RECEIPT" and frame.headers.get("receipt-id") == receipt_id:
-                self.stash.remove(frame)
-                return frame
-        while True:
-            frame = self.recv(timeout)
-            if frame.command == "ERROR":
-                raise BrokerError(frame)
-            if frame.command == "RECEIPT" and frame.headers.get("receipt-id") == receipt_id:
-                return frame
-            self.stash.append(frame)
-
-    def request(self, command: str, headers: dict[str, str] | None = None, body: bytes = b"") -> RawFrame:
-        """Send a frame with a fresh receipt and wait for that RECEIPT (an ERROR raises)."""
-        rid = f"req-{next(_rids)}"
-        self.frame(command, {**(headers or {}), "receipt": rid}, body)
-        return self.wait_receipt(rid)
-
-    def message(self, timeout: float = TIMEOUT) -> RawFrame:
-        """The next MESSAGE (RECEIPTs before it are dropped, an ERROR raises)."""
-        while True:
-            frame = self.next(timeout)
-            if frame.command == "MESSAGE":
-                return frame
-            if frame.command == "ERROR":
-                raise BrokerError(frame)
+# -- a client for these suites ---------------------------------------------------------------------
+class Peer(Client):
+    """A STOMP 1.2 connection (receipts, a stash for frames read early) plus /control counts."""
 
     def count(self, queue: str) -> int:
         """``num-messages`` of ``/control/count-msgs/queue/<queue>`` (ready + unacked, from the store)."""

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -54,10 +54,24 @@ def memory_broker() -> Iterator[BrokerThread]:
         thread.stop()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+@contextmanager
+def _brokers(store_for: Callable[[int], Callable[[], Store]]) -> Iterator[Callable[..., BrokerThread]]:
+    """``make(settings=..., config=...)`` starts a broker on ``store_for(n)`` (n = brokers so far);
+    every broker started is stopped at the end."""
+    started: list[BrokerThread] = []
+
+    def make(settings: ServerSettings | None = None, config: BrokerConfig | None = None) -> BrokerThread:
+        thread = BrokerThread(
+            store_for(len(started)), settings=settings or ServerSettings(port=0), config=config or BrokerConfig()
+        )
+        started.append(thread.start())
+        return thread
+
+    try:
+        yield make
+    finally:
+        for thread in started:
+            thread.stop()
 
 
 @pytest.fixture
@@ -67,40 +81,18 @@ def make_broker(store_kind: str, tmp_path: Path) -> Iterator[Callable[..., Broke
     ``make_broker(settings=..., config=...)``; each call gets its own database
     directory, and every broker started is stopped at teardown.
     """
-    started: list[BrokerThread] = []
 
-    def make(settings: ServerSettings | None = None, config: BrokerConfig | None = None) -> BrokerThread:
-        directory = tmp_path / f"broker{len(started)}"
+    def store_for(n: int) -> Callable[[], Store]:
+        directory = tmp_path / f"broker{n}"
         directory.mkdir()
-        thread = BrokerThread(
-            make_store_factory(store_kind, directory),
-            settings=settings or ServerSettings(port=0),
-            config=config or BrokerConfig(),
-        )
-        started.append(thread.start())
-        return thread
+        return make_store_factory(store_kind, directory)
 
-    try:
+    with _brokers(store_for) as make:
         yield make
-    finally:
-        for thread in started:
-            thread.stop()
 
 
 @pytest.fixture
 def make_memory_broker() -> Iterator[Callable[..., BrokerThread]]:
     """Like ``make_broker`` but always on the memory store (protocol-level tests)."""
-    started: list[BrokerThread] = []
-
-    def make(settings: ServerSettings | None = None, config: BrokerConfig | None = None) -> BrokerThread:
-        thread = BrokerThread(
-            MemoryStore, settings=settings or ServerSettings(port=0), config=config or BrokerConfig()
-        )
-        started.append(thread.start())
-        return thread
-
-    try:
+    with _brokers(lambda n: MemoryStore) as make:
         yield make
-    finally:
-        for thread in started:
-            thread.stop()

@@ -184,10 +184,6 @@ class Broker:
             raise ClientError(f"no exchange named {name!r}")
         return exchange.route(key, frame.headers)
 
-    def next_seq(self) -> int:
-        self._seq += 1
-        return self._seq
-
     def publish(
         self,
         queue_name: str,

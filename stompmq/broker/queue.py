@@ -164,9 +164,6 @@ class Queue:
         self.boundary = None
         self.epoch += 1
 
-    def ready_messages(self) -> list[StoredMessage]:
-        return [m for p in reversed(self.prios) for m in self.levels[p]]
-
     # -- paging -------------------------------------------------------------
     def wants_page(self) -> bool:
         return (

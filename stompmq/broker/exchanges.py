@@ -30,9 +30,6 @@ ROUTING_KEY_HEADER = "routing-key"
 #: reserves "amq.gen"): such queues die with their subscription, and any left by a crash are
 #: purged when the broker starts.
 PRIVATE_QUEUE_PREFIX = "amq.gen."
-#: Routing decisions remembered per exchange (keys repeat: customer ids, shard keys); the
-#: memo is dropped whenever the bindings change and when it fills (bounded, no LRU cost).
-ROUTE_MEMO_SIZE = 65_536
 
 
 def declaration_options(headers: dict[str, str]) -> dict[str, str]:
@@ -81,9 +78,14 @@ class Exchange:
     unhashed: int = 0
     routed: int = 0
     ring: HashRing = field(init=False)
-    _memo: dict[str, str | None] = field(init=False, default_factory=dict)
+    #: the header holding the hash input; None: the routing key (resolved once, not per message)
+    _hash_header: str | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
+        if "hash-header" in self.options:
+            self._hash_header = self.options["hash-header"]
+        elif "hash-property" in self.options:
+            self._hash_header = HASH_PROPERTIES[self.options["hash-property"]]
         self.rebuild()
 
     @property
@@ -92,7 +94,6 @@ class Exchange:
 
     def rebuild(self) -> None:
         self.ring = HashRing(self.name, self.bindings.items())
-        self._memo = {}
 
     def bind(self, queue: str, weight: int) -> None:
         self.bindings[queue] = weight
@@ -103,28 +104,19 @@ class Exchange:
         self.private.discard(queue)
         self.rebuild()
 
-    def hash_input(self, key: str | None, headers: dict[str, str]) -> str | None:
-        if "hash-header" in self.options:
-            return headers.get(self.options["hash-header"])
-        if "hash-property" in self.options:
-            return headers.get(HASH_PROPERTIES[self.options["hash-property"]])
-        return key if key else headers.get(ROUTING_KEY_HEADER)
-
     def route(self, key: str | None, headers: dict[str, str]) -> str | None:
-        """The queue for one message, None when nothing is bound or it must be dropped."""
-        value = self.hash_input(key, headers)
+        """The queue for one message, None when nothing is bound or it must be dropped.
+
+        No per-key memo: the native router decides in about 0.2 us, close to a dict lookup,
+        and a memo would only cost insertions when every key is new.
+        """
+        header = self._hash_header
+        value = headers.get(header) if header is not None else key or headers.get(ROUTING_KEY_HEADER)
         if value is None:
             if self.options.get("on-missing") == "reject":
                 raise ClientError(f"message for exchange {self.name!r} lacks its hash input")
             self.unhashed += 1
-            value = ""
-        memo = self._memo
-        queue = memo.get(value)
-        if queue is None:
-            queue = self.ring.route(value)
-            if len(memo) >= ROUTE_MEMO_SIZE:
-                memo.clear()
-            memo[value] = queue
+        queue = self.ring.route(value)
         if queue is None:
             if self.options.get("on-unroutable") == "drop":
                 return None

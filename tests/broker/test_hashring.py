@@ -16,7 +16,10 @@ The properties come from the consistent-hash exchange issue:
 
 ``reference_route`` below is an independent, deliberately naive transcription
 of the algorithm in docs/consistent-hash.md (one queue at a time, float score
-for every queue). The fast implementation must agree with it exactly.
+for every queue). Both fast routers -- the native one (``_rendezvous.c``) and
+the pure-Python fallback -- must agree with it exactly; the tests that pin
+answers run against each (``native`` parameter), the statistical ones against
+the default.
 """
 
 from __future__ import annotations
@@ -37,7 +40,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stompmq.broker.hashring import MAX_WEIGHT, NO_KEY, HashRing
+from stompmq.broker.hashring import MAX_WEIGHT, NATIVE, NO_KEY, HashRing
+
+#: Run a test against the native router and the pure-Python one.
+both_routers = pytest.mark.parametrize("native", [True, False], ids=["native", "python"])
 
 KEYS = [str(i) for i in range(100_000)]
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -259,19 +265,21 @@ def test_no_key_moves_between_unchanged_queues(exchange: str, bindings: dict[str
     bindings=st.dictionaries(st.text(min_size=1, max_size=6), weights, max_size=40),
     keys=st.lists(st.one_of(st.binary(max_size=12), st.text(max_size=12), st.none()), min_size=1, max_size=10),
 )
+@both_routers
 def test_matches_reference_implementation(
-    exchange: str, bindings: dict[str, int], keys: list[bytes | str | None]
+    native: bool, exchange: str, bindings: dict[str, int], keys: list[bytes | str | None]
 ) -> None:
-    ring = HashRing(exchange, bindings.items())
+    ring = HashRing(exchange, bindings.items(), native=native)
     for key in keys:
         assert ring.route(key) == reference_route(exchange, list(bindings.items()), key)
 
 
+@both_routers
 @pytest.mark.parametrize("weights_used", [(1,), (1, 7)], ids=["one-weight", "two-weights"])
-def test_segments_larger_than_code_space_match_reference(weights_used: tuple[int, ...]) -> None:
+def test_segments_larger_than_code_space_match_reference(native: bool, weights_used: tuple[int, ...]) -> None:
     # More than SEGMENT_LANES (4095) queues of one weight split into several segments.
     bindings = [(f"q{i:05d}", weights_used[i % len(weights_used)]) for i in range(9000)]
-    ring = HashRing("wide", bindings)
+    ring = HashRing("wide", bindings, native=native)
     for key in ["0", "1", "2", "3", "4", "5"]:
         assert ring.route(key) == reference_route("wide", bindings, key)
 
@@ -384,30 +392,63 @@ def test_worked_example() -> None:
     assert HashRing("orders", [("q1", 1), ("q2", 1), ("q3", 1)]).route("customer-42") == winner
 
 
+@both_routers
 @pytest.mark.parametrize(("exchange", "bindings", "key", "queue"), GOLDEN_VECTORS)
 def test_golden_vectors(
-    exchange: str, bindings: list[tuple[str, int]], key: bytes | str | None, queue: str | None
+    native: bool, exchange: str, bindings: list[tuple[str, int]], key: bytes | str | None, queue: str | None
 ) -> None:
-    assert HashRing(exchange, bindings).route(key) == queue
+    assert HashRing(exchange, bindings, native=native).route(key) == queue
     assert reference_route(exchange, bindings, key) == queue
 
 
 # --- API and validation ------------------------------------------------------
 
 
-def test_empty_and_single_binding() -> None:
-    assert HashRing("x").route("anything") is None
-    assert HashRing("x", [("only", 5)]).route("anything") == "only"
+@both_routers
+def test_empty_and_single_binding(native: bool) -> None:
+    assert HashRing("x", native=native).route("anything") is None
+    assert HashRing("x", [("only", 5)], native=native).route("anything") == "only"
 
 
-def test_missing_key_routes_as_empty_key() -> None:
-    ring = HashRing("x", equal_queues(7))
+@both_routers
+def test_missing_key_routes_as_empty_key(native: bool) -> None:
+    ring = HashRing("x", equal_queues(7), native=native)
     assert ring.route(None) == ring.route(NO_KEY) == ring.route("") == reference_route("x", list(equal_queues(7)), b"")
 
 
-def test_str_key_is_its_utf8_bytes() -> None:
-    ring = HashRing("x", equal_queues(9))
+@both_routers
+def test_str_key_is_its_utf8_bytes(native: bool) -> None:
+    ring = HashRing("x", equal_queues(9), native=native)
     assert all(ring.route(k) == ring.route(k.encode("utf-8")) for k in ["ключ", "键", "k\u00e9y", *KEYS[:200]])
+
+
+@both_routers
+def test_keys_of_every_length_across_hash_blocks(native: bool) -> None:
+    # BLAKE2b works on 128-byte blocks: lengths around 0, 128, 256 and 384 take every
+    # path of the native hash (empty message, one partial block, exact blocks, several).
+    bindings = list(equal_queues(64))
+    ring = HashRing("blocks", bindings, native=native)
+    rng = random.Random(7693)
+    for length in range(0, 400):
+        key = bytes(rng.randrange(256) for _ in range(length))
+        assert ring.route(key) == reference_route("blocks", bindings, key), length
+        text = "é" * (length // 2)  # two UTF-8 bytes per character
+        assert ring.route(text) == reference_route("blocks", bindings, text), length
+
+
+@both_routers
+def test_unencodable_or_unhashable_keys_raise(native: bool) -> None:
+    ring = HashRing("x", equal_queues(3), native=native)
+    with pytest.raises(UnicodeEncodeError):
+        ring.route("\ud800")  # a lone surrogate has no UTF-8 form
+    with pytest.raises(TypeError):
+        ring.route(42)  # type: ignore[arg-type]
+
+
+def test_native_router_is_built() -> None:
+    # setup.py marks the extension optional so installs without a compiler still work, but
+    # every machine we test and benchmark on has one: a silent fallback would go unnoticed.
+    assert NATIVE, "stompmq.broker._rendezvous is missing: reinstall with a C compiler (pip install -e .)"
 
 
 def test_derived_rings() -> None:

@@ -151,28 +151,30 @@ class Broker:
 
     # -- SEND -------------------------------------------------------------------
     def _on_send(self, session: Session, frame: Frame) -> None:
-        dest = parse_destination(frame.headers.get("destination"))
-        if dest.kind is Kind.CONTROL:
+        headers = frame.headers
+        dest = parse_destination(headers.get("destination"))
+        kind = dest.kind
+        if kind is Kind.CONTROL:
             return self.control.run(dest.name, frame, session)
-        if dest.kind is Kind.TOPIC and dest.name.endswith(WILDCARD):
+        if kind is Kind.TOPIC and dest.name.endswith(WILDCARD):
             raise ClientError(f"cannot SEND to a wildcard topic {dest.raw!r}")
-        priority, ack_timeout = send_options(frame.headers)
-        tx = frame.headers.get("transaction")
-        if tx is not None:
-            self._transaction(session, tx).append(frame)
+        priority, ack_timeout = send_options(headers)
+        if "transaction" in headers:
+            self._transaction(session, headers["transaction"]).append(frame)
             return None
         self._route(dest, frame, priority, ack_timeout)
         return None
 
     def _route(self, dest: Destination, frame: Frame, priority: int, ack_timeout: float | None) -> None:
-        if dest.kind is Kind.QUEUE:
+        kind = dest.kind
+        if kind is Kind.QUEUE:
             self.publish(dest.name, user_headers(frame.headers), frame.body, priority, ack_timeout)
-        elif dest.kind is Kind.TOPIC:
-            self._publish_topic(dest, frame)
-        elif dest.kind is Kind.EXCHANGE:
+        elif kind is Kind.EXCHANGE:
             queue = self._exchange_queue(dest, frame)
             if queue is not None:
                 self.publish(queue, user_headers(frame.headers), frame.body, priority, ack_timeout)
+        elif kind is Kind.TOPIC:
+            self._publish_topic(dest, frame)
         else:
             raise ClientError(f"SEND to {dest.raw!r} is not supported")
 

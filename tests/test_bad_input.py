@@ -111,6 +111,14 @@ BAD_FRAMES = {
     "destination-escaped-cr": b"SEND\ndestination:/queue/by\\rstander\n\nx\x00",
     "subscribe-destination-escaped-newline": b"SUBSCRIBE\nid:s\ndestination:/queue/a\\nb\n\n\x00",
     "destination-too-long": b"SEND\ndestination:/queue/" + b"q" * 250 + b"\n\nx\x00",
+    # 137 characters but 267 UTF-8 bytes: the limit is in bytes
+    "destination-too-long-multibyte": b"SEND\ndestination:/queue/" + "é".encode() * 130 + b"\n\nx\x00",
+    # keyed exchange destinations take a short parsing path; each of these must leave it
+    "exchange-key-escaped-newline": b"SEND\ndestination:/exchange/nope/k\\ney\n\nx\x00",
+    "exchange-name-escaped-cr": b"SEND\ndestination:/exchange/no\\rpe/key\n\nx\x00",
+    "exchange-key-too-long": b"SEND\ndestination:/exchange/e/" + b"k" * 250 + b"\n\nx\x00",
+    "exchange-key-too-long-multibyte": b"SEND\ndestination:/exchange/e/" + "é".encode() * 130 + b"\n\nx\x00",
+    "exchange-empty-name": b"SEND\ndestination:/exchange//key\n\nx\x00",
     # unknown destination prefixes
     "unknown-prefix": b"SEND\ndestination:/tmp/bystander\n\nx\x00",
     "no-leading-slash": b"SEND\ndestination:queue/bystander\n\nx\x00",

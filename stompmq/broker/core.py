@@ -180,11 +180,10 @@ class Broker:
 
     def _exchange_queue(self, dest: Destination, frame: Frame) -> str | None:
         """The queue an exchange SEND goes to (None: dropped); ClientError if it cannot be routed."""
-        name, _, key = dest.name.partition("/")
-        exchange = self.exchanges.get(name)
+        exchange = self.exchanges.get(dest.name)
         if exchange is None:
-            raise ClientError(f"no exchange named {name!r}")
-        return exchange.route(key, frame.headers)
+            raise ClientError(f"no exchange named {dest.name!r}")
+        return exchange.route(dest.key, frame.headers)
 
     def publish(
         self,
@@ -375,12 +374,12 @@ class Broker:
         self, session: Session, sub_id: str, dest: Destination, mode: AckMode, prefetch: int, ack_timeout: float | None
     ) -> None:
         """RabbitMQ's consumer-side form: bind a private queue with the given weight and consume it."""
-        name, _, weight = dest.name.partition("/")
+        name = dest.name
         exchange = self.exchanges.get(name)
         if exchange is None:
             raise ClientError(f"no exchange named {name!r}")
         queue_name = f"{PRIVATE_QUEUE_PREFIX}{name}.{session.id}.{sub_id}"
-        exchange.bind(queue_name, parse_weight(weight or None))
+        exchange.bind(queue_name, parse_weight(dest.key or None))
         exchange.private.add(queue_name)
         self._private[queue_name] = name
         queue = self.queues.get(queue_name) or self._activate(queue_name)

@@ -32,11 +32,14 @@ class Kind:
 
 class Destination(NamedTuple):
     kind: str  # one of the Kind constants
-    name: str  # the part after "/queue/", "/topic/", ...
+    name: str  # the part after "/queue/", "/topic/", "/control/"; for an exchange, its name
     raw: str  # the destination as the client wrote it
+    #: only for /exchange/NAME/REST: REST (a SEND's routing key, a SUBSCRIBE's weight), else ""
+    key: str = ""
 
 
 _KINDS = {kind: kind for kind in (Kind.QUEUE, Kind.TOPIC, Kind.EXCHANGE, Kind.CONTROL)}
+_EXCHANGE_PREFIX = "/exchange/"
 #: Builds a Destination without the Python-level __new__ a NamedTuple call goes through (3x faster).
 _new_destination = tuple.__new__
 
@@ -46,27 +49,31 @@ def parse_destination(raw: str | None) -> Destination:
 
     Valid results are memoised: producers name the same few destinations over
     and over, and this runs for every SEND. Exchange destinations that carry a
-    routing key are not: their keys are often all different (order ids,
-    session ids), and a memo that every message misses only costs insertions.
+    routing key are not: keys are often new on every message (order ids,
+    session ids), so a memo would only cost insertions. They take a short path
+    instead, which falls back to the full checks for anything unusual.
     """
     known = _known.get(raw)  # type: ignore[arg-type]
     if known is not None:
         return known
+    if raw is not None and raw.startswith(_EXCHANGE_PREFIX):
+        cut = raw.find("/", 10)
+        # isprintable() rules out NUL, CR and LF in one pass; ASCII makes chars = bytes.
+        if cut > 10 and len(raw) <= MAX_NAME_BYTES and raw.isprintable() and raw.isascii():
+            return _new_destination(Destination, (Kind.EXCHANGE, raw[10:cut], raw, raw[cut + 1 :]))
     dest = _parse(raw)
-    if dest.kind is not Kind.EXCHANGE or "/" not in dest.name:
-        if len(_known) >= MAX_MEMOISED:
-            _known.clear()
-        _known[raw] = dest  # type: ignore[index]
+    if len(_known) >= MAX_MEMOISED:
+        _known.clear()
+    _known[raw] = dest  # type: ignore[index]
     return dest
 
 
 def _parse(raw: str | None) -> Destination:
     if not raw:
         raise ClientError("missing destination header")
-    # isprintable() is one pass that is True for nearly every name and rules out all three.
     if not raw.isprintable() and ("\x00" in raw or "\n" in raw or "\r" in raw):
         raise ClientError("destination must not contain NUL, CR or LF")
-    if len(raw) > MAX_NAME_BYTES and len(raw.encode()) > MAX_NAME_BYTES:
+    if len(raw) > MAX_NAME_BYTES or (not raw.isascii() and len(raw.encode()) > MAX_NAME_BYTES):
         raise ClientError(f"destination longer than {MAX_NAME_BYTES} bytes")
     head, slash, name = raw[1:].partition("/")
     kind = _KINDS.get(head) if raw[0] == "/" and slash else None
@@ -74,9 +81,12 @@ def _parse(raw: str | None) -> Destination:
         raise ClientError(
             f"unknown destination {raw!r}: use /queue/NAME, /topic/NAME, /exchange/NAME or /control/..."
         )
+    key = ""
+    if kind is Kind.EXCHANGE:
+        name, _, key = name.partition("/")
     if not name:
         raise ClientError(f"destination {raw!r} has an empty name")
-    return _new_destination(Destination, (kind, name, raw))
+    return _new_destination(Destination, (kind, name, raw, key))
 
 
 _known: dict[str, Destination] = {}

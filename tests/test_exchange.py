@@ -777,3 +777,12 @@ def test_private_queues_left_by_a_crash_are_purged_at_start(tmp_path):
             assert count_msgs(c, "kept") == 1
     finally:
         thread.stop()
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["native", "fallback"])
+def test_start_warns_only_when_the_native_router_is_missing(make_memory_broker, monkeypatch, caplog, native):
+    monkeypatch.setattr("stompmq.server.app.NATIVE", native)
+    with caplog.at_level("WARNING", logger="stompmq.server.app"):
+        make_memory_broker()
+    warned = [r for r in caplog.records if "native router" in r.getMessage()]
+    assert len(warned) == (0 if native else 1)

@@ -15,6 +15,7 @@ import signal
 import trio
 
 from ..broker import Broker
+from ..broker.hashring import NATIVE
 from .connection import Connection
 from .settings import ServerSettings
 
@@ -41,6 +42,11 @@ async def serve(
                 connections.start_soon(trio.serve_listeners, handle, listeners)
                 for listener in listeners:
                     log.info("listening on %s", listener.socket.getsockname())
+                if not NATIVE:
+                    log.warning(
+                        "the native router (stompmq.broker._rendezvous) is not built: consistent-hash "
+                        "exchanges route in pure Python, 10-25x slower; reinstall with a C compiler"
+                    )
                 task_status.started(listeners)
                 await trio.sleep_forever()
     finally:

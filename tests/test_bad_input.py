@@ -160,12 +160,30 @@ BAD_FRAMES = {
 }
 
 
+# What the ERROR must say where another check could fail the frame first (no exchange is
+# declared on the hostile broker, so a destination check that let these through would still
+# end in "no exchange named ...").
+EXPECTED_MESSAGE = {
+    "destination-escaped-newline": "must not contain NUL, CR or LF",
+    "destination-escaped-cr": "must not contain NUL, CR or LF",
+    "destination-too-long": "longer than 255 bytes",
+    "destination-too-long-multibyte": "longer than 255 bytes",
+    "exchange-key-escaped-newline": "must not contain NUL, CR or LF",
+    "exchange-name-escaped-cr": "must not contain NUL, CR or LF",
+    "exchange-key-too-long": "longer than 255 bytes",
+    "exchange-key-too-long-multibyte": "longer than 255 bytes",
+    "exchange-empty-name": "has an empty name",
+    "unknown-exchange": "no exchange named 'nope'",
+}
+
+
 @pytest.mark.parametrize("name", list(BAD_FRAMES))
 def test_bad_frame_errors_and_leaves_others_untouched(hostile_broker, bystander, name):
     with connected(hostile_broker.port) as offender:
         offender.send(BAD_FRAMES[name])
         error = offender.expect_error()
         assert error["message"], error
+        assert EXPECTED_MESSAGE.get(name, "") in error["message"], error
         assert error.headers.get("content-type", "text/plain").startswith("text/plain")
     assert_untouched(hostile_broker, bystander, name)
 

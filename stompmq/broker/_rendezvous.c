@@ -200,7 +200,15 @@ static PyObject *Router_new(PyTypeObject *type, PyObject *args, PyObject *kwds) 
             PyErr_SetString(PyExc_ValueError, "weights must be positive and in ascending order");
             goto fail;
         }
-        if (weight != previous) {
+        /* winner() keeps the first of equal m, so within a weight the names must ascend. */
+        if (weight == previous) {
+            int order = PyUnicode_Compare(PyTuple_GET_ITEM(names, i - 1), PyTuple_GET_ITEM(names, i));
+            if (order == -1 && PyErr_Occurred()) goto fail;
+            if (order >= 0) {
+                PyErr_SetString(PyExc_ValueError, "names must ascend within a weight");
+                goto fail;
+            }
+        } else {
             self->starts[self->runs] = i;
             self->weights[self->runs] = (double)weight;
             self->runs++;
@@ -253,10 +261,15 @@ static PyObject *Router_route(Router *self, PyObject *key) {
         return Py_NewRef(PyTuple_GET_ITEM(self->names, 0));
     }
     if (PyUnicode_Check(key)) {
-        Py_ssize_t len;
-        const char *data = PyUnicode_AsUTF8AndSize(key, &len);
-        if (data == NULL) return NULL;
-        h = keyed_hash(&self->hash, (const unsigned char *)data, len);
+        if (PyUnicode_IS_COMPACT_ASCII(key)) { /* the common case: the characters are the UTF-8 */
+            h = keyed_hash(&self->hash, PyUnicode_DATA(key), PyUnicode_GET_LENGTH(key));
+        } else {
+            /* Not PyUnicode_AsUTF8AndSize: it would attach the UTF-8 copy to the key for its lifetime. */
+            PyObject *utf8 = PyUnicode_AsUTF8String(key);
+            if (utf8 == NULL) return NULL;
+            h = keyed_hash(&self->hash, (const unsigned char *)PyBytes_AS_STRING(utf8), PyBytes_GET_SIZE(utf8));
+            Py_DECREF(utf8);
+        }
     } else if (key == Py_None) {
         h = self->hash.empty;
     } else {
@@ -277,7 +290,7 @@ static PyMethodDef Router_methods[] = {
 static PyTypeObject RouterType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "stompmq.broker._rendezvous.Router",
-    .tp_doc = PyDoc_STR("Router(hash_key, names, seeds, weights): lanes in (weight, name) order; immutable."),
+    .tp_doc = PyDoc_STR("Router(hash_key, names, seeds, weights): lanes in (weight, name) order, checked; immutable."),
     .tp_basicsize = sizeof(Router),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = Router_new,

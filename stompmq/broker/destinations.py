@@ -62,10 +62,19 @@ def parse_destination(raw: str | None) -> Destination:
         if cut > 10 and len(raw) <= MAX_NAME_BYTES and raw.isprintable() and raw.isascii():
             return _new_destination(Destination, (Kind.EXCHANGE, raw[10:cut], raw, raw[cut + 1 :]))
     dest = _parse(raw)
-    if len(_known) >= MAX_MEMOISED:
-        _known.clear()
-    _known[raw] = dest  # type: ignore[index]
+    if not dest.key:
+        if len(_known) >= MAX_MEMOISED:
+            _known.clear()
+        _known[raw] = dest  # type: ignore[index]
     return dest
+
+
+def _utf8_length(raw: str) -> int:
+    # Frames are strictly decoded UTF-8, but a JSON definitions file can hold a lone surrogate.
+    try:
+        return len(raw.encode())
+    except UnicodeEncodeError:
+        raise ClientError(f"destination {raw!r} is not encodable as UTF-8") from None
 
 
 def _parse(raw: str | None) -> Destination:
@@ -73,7 +82,7 @@ def _parse(raw: str | None) -> Destination:
         raise ClientError("missing destination header")
     if not raw.isprintable() and ("\x00" in raw or "\n" in raw or "\r" in raw):
         raise ClientError("destination must not contain NUL, CR or LF")
-    if len(raw) > MAX_NAME_BYTES or (not raw.isascii() and len(raw.encode()) > MAX_NAME_BYTES):
+    if len(raw) > MAX_NAME_BYTES or (not raw.isascii() and _utf8_length(raw) > MAX_NAME_BYTES):
         raise ClientError(f"destination longer than {MAX_NAME_BYTES} bytes")
     head, slash, name = raw[1:].partition("/")
     kind = _KINDS.get(head) if raw[0] == "/" and slash else None

@@ -262,7 +262,7 @@ class HashRing:
     of this class.
     """
 
-    __slots__ = ("_exchange", "_weights", "route")
+    __slots__ = ("_exchange", "_weights", "_native", "route")
 
     def __init__(self, exchange: str, bindings: Iterable[tuple[str, int]] = (), *, native: bool = NATIVE) -> None:
         if not isinstance(exchange, str):
@@ -280,6 +280,7 @@ class HashRing:
             weights[queue] = weight
         self._exchange = exchange
         self._weights = MappingProxyType(dict(sorted(weights.items())))
+        self._native = native
 
         order = sorted(weights.items(), key=lambda item: (item[1], item[0]))
         names = tuple(queue for queue, _ in order)
@@ -316,10 +317,12 @@ class HashRing:
 
     def with_binding(self, queue: str, weight: int = 1) -> HashRing:
         """A ring with ``queue`` added, or re-weighted if already bound."""
-        return HashRing(self._exchange, {**self._weights, queue: weight}.items())
+        return HashRing(self._exchange, {**self._weights, queue: weight}.items(), native=self._native)
 
     def without(self, queue: str) -> HashRing:
         """A ring with ``queue`` unbound; KeyError if it is not bound."""
         if queue not in self._weights:
             raise KeyError(queue)
-        return HashRing(self._exchange, ((q, w) for q, w in self._weights.items() if q != queue))
+        return HashRing(
+            self._exchange, ((q, w) for q, w in self._weights.items() if q != queue), native=self._native
+        )

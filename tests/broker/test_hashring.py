@@ -40,7 +40,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stompmq.broker.hashring import MAX_WEIGHT, NATIVE, NO_KEY, HashRing
+from stompmq.broker.hashring import KEY_HASH_KEY, MAX_WEIGHT, NATIVE, NO_KEY, HashRing, _LaneRouter
 
 #: Run a test against the native router and the pure-Python one.
 both_routers = pytest.mark.parametrize("native", [True, False], ids=["native", "python"])
@@ -449,6 +449,36 @@ def test_native_router_is_built() -> None:
     # setup.py marks the extension optional so installs without a compiler still work, but
     # every machine we test and benchmark on has one: a silent fallback would go unnoticed.
     assert NATIVE, "stompmq.broker._rendezvous is missing: reinstall with a C compiler (pip install -e .)"
+
+
+def test_native_router_checks_lane_order() -> None:
+    # The winner search keeps the first of equal m, so HashRing hands lanes over sorted;
+    # the router refuses anything else rather than break the name tie-break silently.
+    from stompmq.broker._rendezvous import Router
+
+    with pytest.raises(ValueError, match="names must ascend"):
+        Router(KEY_HASH_KEY, ("b", "a"), (1, 2), (1, 1))
+    with pytest.raises(ValueError, match="ascending order"):
+        Router(KEY_HASH_KEY, ("a", "b"), (1, 2), (2, 1))
+    with pytest.raises(ValueError, match="one entry per lane"):
+        Router(KEY_HASH_KEY, ("a", "b"), (1,), (1, 1))
+    assert Router(KEY_HASH_KEY, ("b", "a"), (1, 2), (1, 2)).route("k") in ("a", "b")
+
+
+def test_native_router_leaves_keys_as_they_were() -> None:
+    # PyUnicode_AsUTF8AndSize would cache a UTF-8 copy inside every non-ASCII key it saw.
+    ring = HashRing("x", equal_queues(5), native=True)
+    key = "ключ" * 50
+    size = sys.getsizeof(key)
+    ring.route(key)
+    assert sys.getsizeof(key) == size
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["native", "python"])
+def test_derived_rings_keep_the_router_choice(native: bool) -> None:
+    ring = HashRing("x", [("a", 1), ("b", 2)], native=native)
+    for derived in (ring.with_binding("c", 3), ring.without("a")):
+        assert isinstance(derived.route.__self__, _LaneRouter) is not native
 
 
 def test_derived_rings() -> None:

@@ -16,7 +16,6 @@ store, NACKed messages keep their place, and inactive queues cost no memory.
 from __future__ import annotations
 
 import contextlib
-import json
 import random
 import sqlite3
 import time
@@ -27,6 +26,7 @@ from stompmq.broker import BrokerConfig
 from stompmq.storage.sqlite import SQLiteStore
 
 from .broker_process import BrokerProcess, Peer, port_open
+from .on_disk import stored_headers
 from .broker_thread import BrokerThread
 from .unwritable import immutable
 
@@ -35,20 +35,6 @@ START_ERROR_EXIT_TIMEOUT = 20.0
 
 
 # ------------------------------------------------------------------------------------- helpers
-def stored_headers(db: Path, queue: str) -> list[dict[str, str]]:
-    """User headers of every message of ``queue`` on disk, seen by an outside connection."""
-    conn = sqlite3.connect(str(db), timeout=10)
-    try:
-        rows = conn.execute(
-            "SELECT m.headers FROM messages m JOIN queues q ON q.id = m.queue_id"
-            " WHERE q.name = ? ORDER BY m.seq",
-            (queue,),
-        ).fetchall()
-    finally:
-        conn.close()
-    return [json.loads(h) for (h,) in rows]
-
-
 def expect_start_error(db: Path, *words: str) -> str:
     """Run the CLI on ``db``; it must exit 2 at once with one ``store error`` line naming ``words``."""
     broker = BrokerProcess(db)

@@ -142,7 +142,6 @@ static inline uint64_t mix(uint64_t z) {
 typedef struct {
     PyObject_HEAD
     KeyedHash hash;
-    Py_ssize_t count;
     PyObject *names;    /* tuple of str, lanes in (weight, name) order */
     uint64_t *seeds;    /* per lane */
     Py_ssize_t *starts; /* runs of equal weight: lanes starts[i] .. starts[i + 1] - 1 */
@@ -176,7 +175,6 @@ static PyObject *Router_new(PyTypeObject *type, PyObject *args, PyObject *kwds) 
         PyErr_SetString(PyExc_ValueError, "names, seeds and weights must have one entry per lane");
         goto fail;
     }
-    self->count = n;
     Py_INCREF(names);
     self->names = names;
     self->seeds = PyMem_Calloc((size_t)n + 1, sizeof(uint64_t));
@@ -256,8 +254,9 @@ static Py_ssize_t winner(const Router *self, uint64_t h) {
 
 static PyObject *Router_route(Router *self, PyObject *key) {
     uint64_t h;
-    if (self->count <= 1) {
-        if (self->count == 0) Py_RETURN_NONE;
+    Py_ssize_t count = PyTuple_GET_SIZE(self->names);
+    if (count <= 1) {
+        if (count == 0) Py_RETURN_NONE;
         return Py_NewRef(PyTuple_GET_ITEM(self->names, 0));
     }
     if (PyUnicode_Check(key)) {

@@ -38,8 +38,10 @@ class Destination(NamedTuple):
     key: str = ""
 
 
+# Maps a parsed namespace to the Kind constant itself, so kinds can be compared with "is".
 _KINDS = {kind: kind for kind in (Kind.QUEUE, Kind.TOPIC, Kind.EXCHANGE, Kind.CONTROL)}
 _EXCHANGE_PREFIX = "/exchange/"
+_NAME_AT = len(_EXCHANGE_PREFIX)
 #: Builds a Destination without the Python-level __new__ a NamedTuple call goes through (3x faster).
 _new_destination = tuple.__new__
 
@@ -57,10 +59,10 @@ def parse_destination(raw: str | None) -> Destination:
     if known is not None:
         return known
     if raw is not None and raw.startswith(_EXCHANGE_PREFIX):
-        cut = raw.find("/", 10)
+        cut = raw.find("/", _NAME_AT)
         # isprintable() rules out NUL, CR and LF in one pass; ASCII makes chars = bytes.
-        if cut > 10 and len(raw) <= MAX_NAME_BYTES and raw.isprintable() and raw.isascii():
-            return _new_destination(Destination, (Kind.EXCHANGE, raw[10:cut], raw, raw[cut + 1 :]))
+        if cut > _NAME_AT and len(raw) <= MAX_NAME_BYTES and raw.isprintable() and raw.isascii():
+            return _new_destination(Destination, (Kind.EXCHANGE, raw[_NAME_AT:cut], raw, raw[cut + 1 :]))
     dest = _parse(raw)
     if not dest.key:
         if len(_known) >= MAX_MEMOISED:

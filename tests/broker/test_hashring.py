@@ -474,7 +474,7 @@ def test_native_router_leaves_keys_as_they_were() -> None:
     assert sys.getsizeof(key) == size
 
 
-@pytest.mark.parametrize("native", [True, False], ids=["native", "python"])
+@both_routers
 def test_derived_rings_keep_the_router_choice(native: bool) -> None:
     ring = HashRing("x", [("a", 1), ("b", 2)], native=native)
     for derived in (ring.with_binding("c", 3), ring.without("a")):

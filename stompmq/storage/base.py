@@ -18,6 +18,10 @@ the store calls ``on_commit(ticket)`` on the trio thread; when it fails it calls
 later group retries them.  Tickets commit in increasing order, so a connection
 that queues its RECEIPTs behind tickets keeps them in order.
 
+A store that falls behind the disk says so with ``backlog()``, and
+``wait_backlog_below`` lets the server hold its readers back until the store
+has caught up, woken by the store rather than by polling.
+
 Reads (``load_ready``, ``count``) are async and rare: a queue pages in a window
 of ready messages at a time.  A read sees every operation buffered before it
 was called.
@@ -60,7 +64,7 @@ class StoredMessage:
         "ack_timeout",
         "redeliveries",
         "delivered",
-        "cache",
+        "timer",
     )
 
     def __init__(
@@ -84,7 +88,9 @@ class StoredMessage:
         self.ack_timeout = ack_timeout  # seconds; None = use the subscription's default
         self.redeliveries = redeliveries
         self.delivered = delivered  # handed to a subscriber and not yet acked
-        self.cache: object = None  # broker-private (pre-encoded frame parts); never stored
+        # Broker-private, never stored: the ack-timeout deadline of the delivery in flight, so an
+        # ACK can cancel it (a message is in flight to at most one subscription at a time).
+        self.timer: object = None
 
     @property
     def order_key(self) -> tuple[int, int]:
@@ -200,6 +206,12 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def backlog(self) -> int:
         """Operations buffered and not yet committed (the server throttles readers on it)."""
+
+    @abc.abstractmethod
+    async def wait_backlog_below(self, limit: int) -> None:
+        """Return once ``backlog() < limit``: at once, without a checkpoint, if it already is;
+        otherwise re-checked each time a commit group finishes (committed or failed), never
+        by polling.  Needs ``run()`` going to make progress."""
 
     # -- reads ---------------------------------------------------------------
     @abc.abstractmethod

@@ -4,7 +4,7 @@ The broker migrates its database itself at start (``alembic upgrade head``), so
 an operator never has to remember a separate step.  The migration scripts ship
 inside the package (``stompmq/migrations``) and are located from this file, not
 from the working directory, so an installed broker finds them anywhere.  This
-is blocking code: the SQLite store calls it on its writer thread.
+is blocking code: the SQLite backend calls it on the database thread.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Alembic migrations (``stompmq/migrations/versions``) are written by hand to
 produce exactly these tables; a test compares ``alembic upgrade head`` against
-this ``metadata``.  The hot paths (the SQLite writer thread, later the
+this ``metadata``.  The hot paths (the SQLite backend, later the
 PostgreSQL one) issue raw SQL against these tables; cold paths may use the
 ``Table`` objects directly.
 

@@ -1,377 +1,416 @@
-"""The durable SQLite store: a coalescing write buffer on the trio thread, group commits
-on one writer thread.
+"""The durable SQLite store: the group-commit engine over one SQLite file.
 
-Why it is shaped so (DESIGN §4):
+Theory of operation
+-------------------
+Everything about buffering, tickets and retries is the engine's
+(:mod:`stompmq.storage.groupcommit`); this module holds only what is SQLite's,
+in :class:`SQLiteBackend`, which runs on the engine's database thread and
+blocks: the open sequence (directory, file lock, integrity check, PRAGMAs,
+migrations, crash recovery), the group commit, and the paging reads.
 
-* The broker must never wait on the disk per message, so ``insert``/``update``/
-  ``delete`` only touch ``_pending``, a dict keyed by seq.  Keying by seq is what
-  makes coalescing free: insert + delete of a message acked before its flush
-  removes the entry (the message never touches the disk), insert + update stays
-  one insert, update + delete becomes a delete.  The entry keeps a reference to
-  the broker's ``StoredMessage``; its mutable fields (``delivered``,
-  ``redeliveries``, ``priority``) are copied into plain tuples when the batch
-  is taken, so a group commits the state of that moment and the writer thread
-  never reads objects the broker keeps mutating.
-* Purges, exchange and binding changes are rare and kept in order in
-  ``_structural``.  A purge drops the pending operations of its queue's
-  messages, so every message operation left in a batch was issued after the
-  batch's purges, which is why the writer may run structural operations first.
-* Group commit: the commit loop in ``run()`` keeps at most ONE group in
-  flight.  While it commits (one fsync), new writes pile up in ``_pending`` and
-  form the next group, so a thousand receipted SENDs share one fsync.  A group
-  is taken at once when ``sync_ticket()`` asked for it or ``max_group`` is
-  reached, otherwise ``flush_interval`` after the first buffered write.  One
-  group at a time also keeps failure simple: a failed group's operations are
-  merged back under the newer pending ones and retried by the next group
-  (after ``RETRY_BACKOFF``), and no later group ever ran on top of it.
-* Tickets are group numbers.  ``on_commit(t)`` means every group up to ``t``
-  is on disk (a failed group's operations travel in a later one); groups
-  commit in order, so tickets do.
-* Reads run on the writer thread behind the pending batch (handed over as a
-  group first), so they see every write buffered before them.  If that group
-  fails, the read raises StoreError rather than answer without those writes.
+* One file, WAL journal, ``synchronous = FULL``: a commit is one fsync of the
+  WAL, and an outside ``sqlite3`` reader does not hold up the broker's commits.
+* An exclusive ``flock`` on ``PATH.lock`` for the broker's lifetime: SQLite's own
+  locks only serialise transactions, they do not stop a second broker from
+  using the same file; the lock file also names the holder's pid for the operator.
+* The commit trusts its input: the engine has already coalesced operations per
+  message and copied the mutable fields, so a group is a few ``executemany``
+  calls in one ``BEGIN IMMEDIATE`` transaction, in the order ``Backend.commit``
+  prescribes.
+* Queue names live once, in ``queues``; messages carry a queue id.  The ids are
+  cached, and a queue row created by a group that then fails is forgotten with
+  the rolled-back group.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+import contextlib
+import fcntl
+import json
+import os
+import sqlite3
+from collections.abc import Iterator
 
-import trio
-
-from stompmq.storage.base import (
-    BindingRecord,
-    ExchangeRecord,
-    Recovery,
-    Store,
-    StoredMessage,
-    StoreError,
-)
-from stompmq.storage.writer import (
-    Database,
+from stompmq.storage.base import BindingRecord, ExchangeRecord, Recovery, StoredMessage, StoreError
+from stompmq.storage.groupcommit import FLUSH_INTERVAL, MAX_GROUP, GroupCommitStore
+from stompmq.storage.groups import (
     DropBinding,
     DropExchange,
     GroupRows,
     InsertRow,
-    Job,
     Purge,
     SaveBinding,
     SaveExchange,
     StructuralOp,
-    UpdateRow,
-    WriterThread,
+)
+from stompmq.storage.migrate import upgrade_to_head
+
+# Page cache of the connection, in KiB: keeps the paging index and recent pages hot while
+# bounding RSS (the broker must hold 1M queued messages under 150 MB).
+CACHE_SIZE_KIB = 16 * 1024
+# After open, wait this long for a lock held by an outside reader (sqlite3 shell, backup)
+# instead of failing a whole commit group; open itself uses 0 to fail fast.
+BUSY_TIMEOUT_MS = 2000
+# Truncate the WAL file back to this size after a checkpoint so a burst does not pin disk space.
+JOURNAL_SIZE_LIMIT = 64 * 1024 * 1024
+# Queue name -> id cache bound: millions of queues must not mean millions of cached entries.
+QUEUE_ID_CACHE_MAX = 100_000
+# Name of the high-water mark row in broker_meta.
+LAST_SEQ = "last_seq"
+
+_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_loads = json.JSONDecoder().decode
+
+# An insert as its SQL parameters: InsertRow with the queue id and the headers as JSON.
+InsertParams = tuple[int, int, int, str, bytes, bool, float | None, int, int]
+
+INSERT_SQL = (
+    "INSERT OR REPLACE INTO messages (seq, queue_id, priority, headers, body, delivered,"
+    " ack_timeout, redeliveries, timestamp) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+# Parameters in the order of groups.UpdateRow.
+UPDATE_SQL = "UPDATE messages SET delivered = ?, redeliveries = ?, priority = ? WHERE seq = ?"
+DELETE_SQL = "DELETE FROM messages WHERE seq = ?"
+READY_COLUMNS = "seq, priority, headers, body, timestamp, ack_timeout, redeliveries"
+# Three range scans of ix_messages_queue_order, none needs a sort: from the start,
+# the rest of the key's priority, then the lower priorities.
+READY_FIRST_SQL = (
+    f"SELECT {READY_COLUMNS} FROM messages WHERE queue_id = ? AND delivered = 0"
+    " ORDER BY priority DESC, seq LIMIT ?"
+)
+READY_SAME_PRIORITY_SQL = (
+    f"SELECT {READY_COLUMNS} FROM messages WHERE queue_id = ? AND priority = ? AND seq > ?"
+    " AND delivered = 0 ORDER BY seq LIMIT ?"
+)
+READY_LOWER_PRIORITY_SQL = (
+    f"SELECT {READY_COLUMNS} FROM messages WHERE queue_id = ? AND priority < ?"
+    " AND delivered = 0 ORDER BY priority DESC, seq LIMIT ?"
 )
 
-# After a failed group, wait this long before the next try: a full disk is not fixed in a loop.
-RETRY_BACKOFF = 0.1
 
-# Kinds of pending message operations.
-INSERT, UPDATE, DELETE = 0, 1, 2
+class SQLiteBackend:
+    """The SQLite file as seen from the database thread; every method blocks (see ``Backend``)."""
 
-PendingOp = tuple[int, StoredMessage]
-T = TypeVar("T")
+    def __init__(self, path: str, max_page_count: int | None = None) -> None:
+        self.path = os.path.abspath(path)
+        self._max_page_count = max_page_count
+        self._conn: sqlite3.Connection | None = None
+        self._lock_fd: int | None = None
+        self._queue_ids: dict[str, int] = {}
+        self._stored_last_seq = 0
+
+    @property
+    def name(self) -> str:
+        return self.path
+
+    # -- open / close ------------------------------------------------------------------------
+    def open(self) -> Recovery:
+        """Check, lock, migrate and recover the database; raise StoreError saying what is wrong."""
+        self._check_paths()
+        self._lock()
+        self._conn = self._connect()
+        try:
+            upgrade_to_head(f"sqlite:///{self.path}")
+        except Exception as exc:
+            raise StoreError(f"cannot migrate {self.path}: {_one_line(exc)}") from exc
+        return self._recover()
+
+    def close(self) -> None:
+        """Close the connection and release the file lock; safe after a failed open."""
+        try:
+            if self._conn is not None:
+                with contextlib.suppress(sqlite3.Error):
+                    self._conn.execute("PRAGMA optimize")
+                self._conn.close()
+        finally:
+            self._conn = None
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)  # releases the flock
+                self._lock_fd = None
+
+    def _check_paths(self) -> None:
+        directory = os.path.dirname(self.path)
+        try:
+            os.makedirs(directory, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot create directory {directory}: {exc.strerror}") from exc
+        if not os.access(directory, os.W_OK | os.X_OK):
+            raise StoreError(f"cannot use {self.path}: directory {directory} is not writable")
+        if os.path.isdir(self.path):
+            raise StoreError(f"cannot use {self.path}: it is a directory")
+        if os.path.exists(self.path) and not os.access(self.path, os.R_OK | os.W_OK):
+            raise StoreError(f"cannot use {self.path}: the file is not writable")
+
+    def _lock(self) -> None:
+        """Hold an exclusive flock on PATH.lock for the broker's lifetime."""
+        lock_path = self.path + ".lock"
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StoreError(f"cannot create lock file {lock_path}: {exc.strerror}") from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise StoreError(
+                f"{self.path} is locked by another process (pid {holder}):"
+                " is another broker running on it?"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._lock_fd = fd
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            # timeout=0: an outside process holding the database fails the open at once.
+            conn = sqlite3.connect(self.path, timeout=0, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open {self.path}: {exc}") from exc
+        try:
+            problems = [row[0] for row in conn.execute("PRAGMA quick_check").fetchall()]
+            if problems != ["ok"]:
+                # One row may hold many lines ("*** in database main ***\nPage 8: ..."): the
+                # message must stay one line for the operator and for ERROR headers.
+                lines = [
+                    line.strip()
+                    for problem in problems
+                    for line in str(problem).splitlines()
+                    if line.strip() and not line.startswith("***")
+                ]
+                raise StoreError(f"{self.path} is corrupt (quick_check: {'; '.join(lines[:3])})")
+            conn.execute("PRAGMA journal_mode = WAL").fetchall()
+            conn.execute("PRAGMA synchronous = FULL")
+            conn.execute(f"PRAGMA cache_size = -{CACHE_SIZE_KIB}")
+            conn.execute(f"PRAGMA journal_size_limit = {JOURNAL_SIZE_LIMIT}").fetchall()
+            if self._max_page_count is not None:
+                conn.execute(f"PRAGMA max_page_count = {int(self._max_page_count)}").fetchall()
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}").fetchall()
+        except sqlite3.Error as exc:
+            conn.close()
+            raise StoreError(_explain_open_error(self.path, exc)) from exc
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _recover(self) -> Recovery:
+        conn = self._connection()
+        try:
+            with _transaction(conn):
+                # At-least-once: whatever was out for delivery at the crash is ready again.
+                conn.execute(
+                    "UPDATE messages SET delivered = 0, redeliveries = redeliveries + 1"
+                    " WHERE delivered = 1"
+                )
+            (max_seq,) = conn.execute("SELECT COALESCE(MAX(seq), 0) FROM messages").fetchone()
+            row = conn.execute(
+                "SELECT value FROM broker_meta WHERE name = ?", (LAST_SEQ,)
+            ).fetchone()
+            self._stored_last_seq = int(row[0]) if row else 0
+            exchanges = [
+                ExchangeRecord(name, type_, _loads(options))
+                for name, type_, options in conn.execute(
+                    "SELECT name, type, options FROM exchanges ORDER BY name"
+                )
+            ]
+            bindings = [
+                BindingRecord(exchange, queue_name, weight)
+                for exchange, queue_name, weight in conn.execute(
+                    "SELECT exchange, queue, weight FROM bindings ORDER BY exchange, queue"
+                )
+            ]
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot recover {self.path}: {exc}") from exc
+        return Recovery(max(max_seq, self._stored_last_seq), exchanges, bindings)
+
+    # -- writes ------------------------------------------------------------------------------
+    def commit(self, group: GroupRows) -> None:
+        """Apply one group in one transaction, in the order of ``Backend.commit``; on failure
+        roll it back entirely."""
+        conn = self._connection()
+        created: list[str] = []
+        try:
+            with _transaction(conn):
+                for op in group.structural:
+                    self._apply(conn, op)
+                if group.deletes:
+                    conn.executemany(DELETE_SQL, group.deletes)
+                if group.updates:
+                    conn.executemany(UPDATE_SQL, group.updates)
+                if group.inserts:
+                    conn.executemany(INSERT_SQL, self._insert_params(conn, group.inserts, created))
+                if group.last_seq > self._stored_last_seq:
+                    conn.execute(
+                        "INSERT INTO broker_meta (name, value) VALUES (?, ?)"
+                        " ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+                        (LAST_SEQ, str(group.last_seq)),
+                    )
+        except sqlite3.Error as exc:
+            for name in created:  # those queue rows were rolled back with the group
+                self._queue_ids.pop(name, None)
+            raise StoreError(f"commit to {self.path} failed: {exc}") from exc
+        self._stored_last_seq = max(self._stored_last_seq, group.last_seq)
+
+    def _apply(self, conn: sqlite3.Connection, op: StructuralOp) -> None:
+        match op:
+            case Purge(queue=name):
+                queue_id = self._find_queue(conn, name)
+                if queue_id is not None:
+                    conn.execute("DELETE FROM messages WHERE queue_id = ?", (queue_id,))
+            case SaveExchange(exchange=ex):
+                conn.execute(
+                    "INSERT OR REPLACE INTO exchanges (name, type, options) VALUES (?, ?, ?)",
+                    (ex.name, ex.type, _dumps(ex.options)),
+                )
+            case DropExchange(name=name):
+                conn.execute("DELETE FROM bindings WHERE exchange = ?", (name,))
+                conn.execute("DELETE FROM exchanges WHERE name = ?", (name,))
+            case SaveBinding(binding=b):
+                conn.execute(
+                    "INSERT OR REPLACE INTO bindings (exchange, queue, weight) VALUES (?, ?, ?)",
+                    (b.exchange, b.queue, b.weight),
+                )
+            case DropBinding(exchange=exchange, queue=name):
+                conn.execute(
+                    "DELETE FROM bindings WHERE exchange = ? AND queue = ?", (exchange, name)
+                )
+
+    def _insert_params(
+        self, conn: sqlite3.Connection, rows: list[InsertRow], created: list[str]
+    ) -> list[InsertParams]:
+        ids = {name: self._make_queue(conn, name, created) for name in {row[1] for row in rows}}
+        return [
+            (seq, ids[name], prio, _dumps(hdrs) if hdrs else "{}", body, dlv, ack, redel, ts)
+            for seq, name, prio, hdrs, body, dlv, ack, redel, ts in rows
+        ]
+
+    def _find_queue(self, conn: sqlite3.Connection, name: str) -> int | None:
+        """The id of queue ``name``, None if it has no row."""
+        queue_id = self._queue_ids.get(name)
+        if queue_id is None:
+            row = conn.execute("SELECT id FROM queues WHERE name = ?", (name,)).fetchone()
+            if row is None:
+                return None
+            queue_id = self._remember(name, int(row[0]))
+        return queue_id
+
+    def _make_queue(self, conn: sqlite3.Connection, name: str, created: list[str]) -> int:
+        """The id of queue ``name``, making its row (and noting it in ``created``) if missing."""
+        queue_id = self._find_queue(conn, name)
+        if queue_id is None:
+            new_id = conn.execute("INSERT INTO queues (name) VALUES (?)", (name,)).lastrowid
+            assert new_id is not None
+            created.append(name)
+            queue_id = self._remember(name, new_id)
+        return queue_id
+
+    def _remember(self, name: str, queue_id: int) -> int:
+        if len(self._queue_ids) >= QUEUE_ID_CACHE_MAX:
+            self._queue_ids.clear()
+        self._queue_ids[name] = queue_id
+        return queue_id
+
+    # -- reads -------------------------------------------------------------------------------
+    def load_ready(
+        self, queue: str, after: tuple[int, int] | None, limit: int
+    ) -> list[StoredMessage]:
+        with self._reading() as conn:
+            queue_id = self._find_queue(conn, queue)
+            if queue_id is None or limit <= 0:
+                return []
+            if after is None:
+                rows = conn.execute(READY_FIRST_SQL, (queue_id, limit)).fetchall()
+            else:
+                priority, seq = -after[0], after[1]
+                rows = conn.execute(
+                    READY_SAME_PRIORITY_SQL, (queue_id, priority, seq, limit)
+                ).fetchall()
+                if len(rows) < limit:
+                    rows += conn.execute(
+                        READY_LOWER_PRIORITY_SQL, (queue_id, priority, limit - len(rows))
+                    ).fetchall()
+        return [
+            StoredMessage(
+                seq, queue, prio, _loads(hdrs) if hdrs != "{}" else {}, body, ts, ack, redel
+            )
+            for seq, prio, hdrs, body, ts, ack, redel in rows
+        ]
+
+    def count(self, queue: str) -> int:
+        with self._reading() as conn:
+            queue_id = self._find_queue(conn, queue)
+            if queue_id is None:
+                return 0
+            (n,) = conn.execute(
+                "SELECT COUNT(*) FROM messages WHERE queue_id = ?", (queue_id,)
+            ).fetchone()
+        return int(n)
+
+    def queue_names(self, prefix: str) -> list[str]:
+        with self._reading() as conn:
+            rows = conn.execute(
+                "SELECT name FROM queues WHERE substr(name, 1, ?) = ?", (len(prefix), prefix)
+            ).fetchall()
+        return [name for (name,) in rows]
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[sqlite3.Connection]:
+        """The connection, for a read whose SQLite errors become one StoreError."""
+        conn = self._connection()
+        try:
+            yield conn
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot read {self.path}: {exc}") from exc
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise StoreError(f"{self.path} is not open")
+        return self._conn
 
 
-class _Group:
-    """One commit group handed to the writer thread."""
-
-    __slots__ = ("ticket", "ops", "structural", "job", "finished")
-
-    def __init__(
-        self, ticket: int, ops: dict[int, PendingOp], structural: list[StructuralOp]
-    ) -> None:
-        self.ticket = ticket
-        self.ops = ops  # kept (with the broker's objects) to merge back if the group fails
-        self.structural = structural
-        self.job: Job[None] | None = None  # the writer's reply
-        self.finished = trio.Event()  # the store has accounted for the reply
-
-    def __len__(self) -> int:
-        return len(self.ops) + len(self.structural)
+@contextlib.contextmanager
+def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
+    """BEGIN IMMEDIATE ... COMMIT, rolled back on any error (the connection is in autocommit)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+        raise
 
 
-class SQLiteStore(Store):
+def _one_line(exc: Exception) -> str:
+    """The first line of an error: SQLAlchemy appends the SQL and a link on later lines."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def _explain_open_error(path: str, exc: sqlite3.Error) -> str:
+    text = str(exc)
+    if "not a database" in text or "malformed" in text or "corrupt" in text:
+        return f"{path} is not a SQLite database or is corrupt ({text})"
+    if "locked" in text or "busy" in text:
+        return f"{path} is locked by another process ({text})"
+    if "readonly" in text or "read-only" in text:
+        return f"cannot use {path}: the file is not writable ({text})"
+    return f"cannot open {path}: {text}"
+
+
+class SQLiteStore(GroupCommitStore):
     """A durable store in one SQLite file (WAL, synchronous=FULL) with group commit."""
 
     def __init__(
         self,
         path: str,
         *,
-        flush_interval: float = 0.05,
-        max_group: int = 10000,
+        flush_interval: float = FLUSH_INTERVAL,
+        max_group: int = MAX_GROUP,
         max_page_count: int | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__(
+            SQLiteBackend(path, max_page_count), flush_interval=flush_interval, max_group=max_group
+        )
         self.path = path
-        self._flush_interval = flush_interval
-        self._max_group = max_group
-        self._db = Database(path, max_page_count)
-        self._writer: WriterThread | None = None
-        self._closed = False
-        self._pending: dict[int, PendingOp] = {}
-        self._structural: list[StructuralOp] = []
-        self._pending_since = 0.0  # trio time of the first write of the current batch
-        self._urgent = False  # commit the batch without waiting for the interval
-        self._kick = trio.Event()  # wakes the commit loop
-        self._inflight: _Group | None = None
-        self._committed = 0
-        self._next_ticket = 1
-        self._last_seq = 0
-
-    # -- lifecycle ---------------------------------------------------------------------------
-    async def open(self) -> Recovery:
-        if self._writer is not None:
-            raise StoreError(f"{self.path} is already open")
-        writer = WriterThread(self._db, trio.lowlevel.current_trio_token())
-        self._writer, self._closed = writer, False
-        writer.start()
-        try:
-            recovery = await writer.call(self._db.open)
-        except BaseException:
-            with trio.CancelScope(shield=True):
-                await self._stop_writer()
-            raise
-        self._last_seq = recovery.last_seq
-        return recovery
-
-    async def run(self) -> None:
-        while True:
-            await self._wait_for_work()
-            await self._wait_idle()
-            if self._closed:
-                return  # close() committed the last batch; writes after it are a caller bug
-            if self._has_pending():
-                if not await self._commit_group():
-                    await trio.sleep(RETRY_BACKOFF)
-            elif self._urgent:
-                self._commit_nothing()
-
-    def _commit_nothing(self) -> None:
-        """A ticket was promised but its writes cancelled out (an insert acked before its
-        flush): with nothing in flight it is committed already, so say so, or its receipts
-        would wait for some unrelated later write."""
-        self._urgent = False
-        self._committed = self._next_ticket
-        self._next_ticket += 1
-        self.on_commit(self._committed)
-
-    async def close(self) -> None:
-        if self._writer is None:
-            return
-        self._closed = True
-        try:
-            while self._has_pending() or self._inflight is not None:
-                await self._wait_idle()
-                if self._has_pending() and not await self._commit_group():
-                    raise StoreError(
-                        f"{self.backlog()} operations could not be committed to {self.path}"
-                        " at shutdown"
-                    )
-        finally:
-            with trio.CancelScope(shield=True):
-                await self._stop_writer()
-
-    async def _stop_writer(self) -> None:
-        writer, self._writer = self._writer, None
-        if writer is not None:
-            await writer.stop()
-
-    # -- buffered writes ---------------------------------------------------------------------
-    def insert(self, msg: StoredMessage) -> None:
-        self._put(msg.seq, INSERT, msg)
-        if msg.seq > self._last_seq:
-            self._last_seq = msg.seq
-
-    def update(self, msg: StoredMessage) -> None:
-        entry = self._pending.get(msg.seq)
-        # A pending insert or update already copies the fields when the batch is taken.
-        self._put(msg.seq, UPDATE if entry is None else entry[0], msg)
-
-    def delete(self, msg: StoredMessage) -> None:
-        entry = self._pending.get(msg.seq)
-        if entry is not None and entry[0] == INSERT:
-            del self._pending[msg.seq]  # never reached the disk: nothing to do there
-        else:
-            self._put(msg.seq, DELETE, msg)
-
-    def purge(self, queue: str) -> None:
-        self._pending = {seq: op for seq, op in self._pending.items() if op[1].queue != queue}
-        self._add_structural(Purge(queue))
-
-    def save_exchange(self, exchange: ExchangeRecord) -> None:
-        self._add_structural(SaveExchange(exchange))
-
-    def delete_exchange(self, name: str) -> None:
-        self._add_structural(DropExchange(name))
-
-    def save_binding(self, binding: BindingRecord) -> None:
-        self._add_structural(SaveBinding(binding))
-
-    def delete_binding(self, exchange: str, queue: str) -> None:
-        self._add_structural(DropBinding(exchange, queue))
-
-    def _put(self, seq: int, kind: int, msg: StoredMessage) -> None:
-        if not self._has_pending():
-            self._batch_started()
-        self._pending[seq] = (kind, msg)
-        if len(self._pending) >= self._max_group and not self._urgent:
-            self._hurry()
-
-    def _add_structural(self, op: StructuralOp) -> None:
-        if not self._has_pending():
-            self._batch_started()
-        self._structural.append(op)
-
-    def _batch_started(self) -> None:
-        self._pending_since = trio.current_time()
-        self._kick.set()
-
-    def _hurry(self) -> None:
-        self._urgent = True
-        self._kick.set()
-
-    def _has_pending(self) -> bool:
-        return bool(self._pending or self._structural)
-
-    # -- durability --------------------------------------------------------------------------
-    @property
-    def committed(self) -> int:
-        return self._committed
-
-    def sync_ticket(self) -> int:
-        if self._has_pending():
-            self._hurry()
-            return self._next_ticket
-        if self._inflight is not None:
-            return self._inflight.ticket
-        return self._committed
-
-    def backlog(self) -> int:
-        inflight = len(self._inflight) if self._inflight is not None else 0
-        return len(self._pending) + len(self._structural) + inflight
-
-    # -- the commit loop ---------------------------------------------------------------------
-    async def _wait_for_work(self) -> None:
-        """Return when a batch should be taken: asked for, full, or old enough."""
-        while True:
-            deadline = math.inf
-            if self._urgent:  # asked for (or full); possibly with nothing left to write
-                return
-            if self._has_pending():
-                deadline = self._pending_since + self._flush_interval
-                if trio.current_time() >= deadline:
-                    return
-            self._kick = trio.Event()
-            with trio.move_on_at(deadline):
-                await self._kick.wait()
-
-    async def _wait_idle(self) -> None:
-        while self._inflight is not None:
-            await self._inflight.finished.wait()
-
-    def _submit_group(self) -> _Group:
-        """Take the whole pending batch as the next group and queue it on the writer."""
-        assert self._inflight is None and self._writer is not None
-        group = _Group(self._next_ticket, self._pending, self._structural)
-        self._next_ticket += 1
-        self._pending, self._structural, self._urgent = {}, [], False
-        self._inflight = group
-        group.job = self._writer.submit(self._db.commit, self._rows(group))
-        return group
-
-    def _rows(self, group: _Group) -> GroupRows:
-        """Copy what the writer needs, now: the broker goes on mutating its messages."""
-        inserts: list[InsertRow] = []
-        updates: list[UpdateRow] = []
-        deletes: list[tuple[int]] = []
-        for seq, (kind, m) in group.ops.items():
-            if kind == INSERT:
-                inserts.append(
-                    (seq, m.queue, m.priority, m.headers, m.body, m.delivered, m.ack_timeout,
-                     m.redeliveries, m.timestamp)
-                )
-            elif kind == UPDATE:
-                updates.append((m.delivered, m.redeliveries, m.priority, seq))
-            else:
-                deletes.append((seq,))
-        return GroupRows(group.structural, inserts, updates, deletes, self._last_seq)
-
-    async def _await_group(self, group: _Group) -> StoreError | None:
-        """Wait for ``group`` to commit or fail and account for it; return its error, if any."""
-        assert group.job is not None
-        try:
-            # Shielded: a group's outcome must be accounted for even if our caller is cancelled.
-            with trio.CancelScope(shield=True):
-                await group.job.wait()
-            self._inflight = None
-            error = group.job.error
-            if error is None:
-                self._committed = group.ticket
-                self.on_commit(group.ticket)
-                return None
-            self._merge_back(group)
-            if not isinstance(error, StoreError):
-                error = StoreError(f"commit to {self.path} failed: {error!r}")
-            self.on_commit_failed(group.ticket, error)
-            return error
-        finally:
-            group.finished.set()
-
-    async def _commit_group(self) -> bool:
-        return await self._await_group(self._submit_group()) is None
-
-    def _merge_back(self, group: _Group) -> None:
-        """Make a failed group's operations pending again, under the newer ones."""
-        newer = self._pending
-        purged = {op.queue for op in self._structural if isinstance(op, Purge)}
-        merged: dict[int, PendingOp] = {}
-        for seq, (kind, msg) in group.ops.items():
-            if msg.queue in purged:
-                continue  # a newer purge deletes it anyway
-            later = newer.get(seq)
-            if later is None:
-                merged[seq] = (kind, msg)
-            elif kind == INSERT:
-                if later[0] == DELETE:
-                    del newer[seq]  # the row never reached the disk
-                else:
-                    newer[seq] = (INSERT, later[1])  # the insert, with the newest fields
-        was_empty = not self._has_pending()
-        merged.update(newer)
-        self._pending = merged
-        self._structural = group.structural + self._structural
-        if self._has_pending():
-            if was_empty:
-                self._pending_since = trio.current_time()
-            self._hurry()  # retry after the back-off, not after the flush interval
-
-    # -- reads -------------------------------------------------------------------------------
-    async def load_ready(
-        self, queue: str, after: tuple[int, int] | None, limit: int
-    ) -> Sequence[StoredMessage]:
-        return await self._read(self._db.load_ready, queue, after, limit)
-
-    async def count(self, queue: str) -> int:
-        return await self._read(self._db.count, queue)
-
-    async def queue_names(self, prefix: str) -> list[str]:
-        return await self._read(self._db.queue_names, prefix)
-
-    async def _read(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run a read on the writer thread behind every write buffered so far.
-
-        A read that cannot see them (their group failed) raises instead of answering
-        from a disk that lacks them: a pager would step over the missing messages.
-        """
-        if self._writer is None:
-            raise StoreError(f"{self.path} is not open")
-        await self._wait_idle()  # a failed group in flight is pending again afterwards
-        if not self._has_pending():
-            return await self._writer.call(fn, *args)
-        group = self._submit_group()
-        read = self._writer.submit(fn, *args)  # FIFO: right behind the group
-        error = await self._await_group(group)
-        if error is not None:
-            raise StoreError(f"read refused until buffered writes commit: {error}")
-        return await read.result()

@@ -1,8 +1,10 @@
-"""SQLiteStore against real files, a real writer thread and a separate sqlite3 reader.
+"""SQLiteStore (the group-commit engine on SQLiteBackend) against real files, a real database
+thread and a separate sqlite3 reader.
 
 What the disk holds is always checked through an independent ``sqlite3``
 connection, never through the store itself, so "committed" means "a second
-process would see it".
+process would see it".  Tests that must hold or fail a commit at a chosen moment
+run the engine on a real ``SQLiteBackend`` wrapped in ``ControlledBackend``.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import tempfile
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -21,13 +24,19 @@ import trio.testing
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from stompmq.storage.base import BindingRecord, ExchangeRecord, StoredMessage, StoreError
-from stompmq.storage.sqlite import SQLiteStore
+from stompmq.storage.base import BindingRecord, ExchangeRecord, Recovery, StoredMessage, StoreError
+from stompmq.storage.groupcommit import RETRY_BACKOFF, GroupCommitStore
+from stompmq.storage.groups import GroupRows
+from stompmq.storage.memory import MemoryStore
+from stompmq.storage.sqlite import SQLiteBackend, SQLiteStore
 
 from ..unwritable import immutable
 
 # Long enough that nothing is flushed by the timer during a test that means to flush by hand.
 NEVER = 3600.0
+# Real seconds a ControlledBackend waits for a commit or for release(): a failing test must
+# end, not hang on a held group (time may be frozen by a MockClock, so this is thread-side).
+GATE_TIMEOUT = 10.0
 
 
 class Commits:
@@ -74,24 +83,79 @@ def seqs_on_disk(path: str) -> set[int]:
     return set(rows_on_disk(path))
 
 
-async def committed(store: SQLiteStore, ticket: int) -> None:
+async def committed(store: GroupCommitStore, ticket: int) -> None:
     with trio.fail_after(10):
         while store.committed < ticket:
             await trio.sleep(0.002)
 
 
 @asynccontextmanager
-async def running(path: Path | str, **kw: Any) -> AsyncIterator[SQLiteStore]:
-    """An open store with its commit loop running; closed (flushing) on exit."""
-    store = SQLiteStore(str(path), **kw)
+async def serving(store: GroupCommitStore) -> AsyncIterator[None]:
+    """``store`` open with its commit loop running; closed (flushing) on exit."""
     await store.open()
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(store.run)
-            yield store
+            yield
             nursery.cancel_scope.cancel()
     finally:
         await store.close()
+
+
+@asynccontextmanager
+async def running(path: Path | str, **kw: Any) -> AsyncIterator[SQLiteStore]:
+    """An open SQLiteStore with its commit loop running; closed (flushing) on exit."""
+    store = SQLiteStore(str(path), **kw)
+    async with serving(store):
+        yield store
+
+
+class ControlledBackend:
+    """A real SQLiteBackend whose commits a test can hold at a gate and make fail, both on the
+    database thread before the commit touches the file."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.sqlite = SQLiteBackend(str(path))
+        self.failures = 0  # so many next commits raise StoreError("injected failure")
+        self.hold = False  # commits wait at the gate until release()
+        self._entered = threading.Semaphore(0)
+        self._gate = threading.Semaphore(0)
+
+    @property
+    def name(self) -> str:
+        return self.sqlite.name
+
+    def commit(self, group: GroupRows) -> None:
+        if self.hold:
+            self._entered.release()
+            if not self._gate.acquire(timeout=GATE_TIMEOUT):
+                raise StoreError("held too long: the test failed before release()")
+        if self.failures:
+            self.failures -= 1
+            raise StoreError("injected failure")
+        self.sqlite.commit(group)
+
+    async def entered(self) -> None:
+        """Wait until a held commit is at the gate (its group is in flight)."""
+        assert await trio.to_thread.run_sync(self._entered.acquire, True, GATE_TIMEOUT), "no commit"
+
+    def release(self) -> None:
+        self._gate.release()
+
+    def open(self) -> Recovery:
+        return self.sqlite.open()
+
+    def load_ready(self, queue: str, after: tuple[int, int] | None, limit: int) -> list[StoredMessage]:
+        return self.sqlite.load_ready(queue, after, limit)
+
+    def count(self, queue: str) -> int:
+        return self.sqlite.count(queue)
+
+    def queue_names(self, prefix: str) -> list[str]:
+        return self.sqlite.queue_names(prefix)
+
+    def close(self) -> None:
+        self.sqlite.close()
 
 
 # -- coalescing ---------------------------------------------------------------------------------
@@ -234,7 +298,7 @@ async def test_load_ready_orders_by_priority_then_seq_and_pages_after_a_key(tmp_
         store.update(delivered)  # delivered: never paged in
         expected = sorted((m for m in messages if not m.delivered), key=lambda m: m.order_key)
 
-        # Unflushed writes are visible: the read runs behind them on the writer thread.
+        # Unflushed writes are visible: the read runs behind them on the database thread.
         page = await store.load_ready("q", None, 1000)
         assert [m.seq for m in page] == [m.seq for m in expected]
 
@@ -328,6 +392,88 @@ async def test_purge_cancels_pending_inserts_and_deletes_stored_ones(tmp_path: P
         assert seqs_on_disk(store.path) == {2, 4}
 
 
+# The contract of Backend.commit that Broker.purge_queue relies on: a group runs its purges
+# before its message rows, because every message operation left in a group after a purge was
+# issued after that purge.
+async def test_purge_then_insert_in_one_batch_survives_the_commit_and_a_restart(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "s.db"
+    async with running(path, flush_interval=NEVER) as store:
+        in_flight = msg(1)
+        store.insert(in_flight)
+        store.insert(msg(2))
+        await committed(store, store.sync_ticket())
+        in_flight.delivered = True
+        store.update(in_flight)
+        store.purge("q")
+        store.insert(in_flight)  # written back after the purge, as Broker.purge_queue does
+        store.insert(msg(3))  # a SEND after the purge
+        assert store.backlog() == 3  # one batch: the purge and two inserts
+        await committed(store, store.sync_ticket())
+        assert seqs_on_disk(store.path) == {1, 3}
+        assert rows_on_disk(store.path)[1][2] == 1  # still out for delivery
+    store = SQLiteStore(str(path))
+    try:
+        await store.open()
+        ready = await store.load_ready("q", None, 10)
+        assert [(m.seq, m.redeliveries) for m in ready] == [(1, 1), (3, 0)]
+    finally:
+        await store.close()
+
+
+async def test_insert_then_purge_before_the_flush_stores_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    async with running(path, flush_interval=NEVER) as store:
+        store.insert(msg(1, body=b"PURGED-BEFORE-FLUSH" * 8))
+        store.purge("q")
+        assert store.backlog() == 1  # the purge alone
+        await committed(store, store.sync_ticket())
+        assert seqs_on_disk(store.path) == set()
+        assert b"PURGED-BEFORE-FLUSH" not in file_bytes(store.path)
+    store = SQLiteStore(str(path))
+    try:
+        await store.open()
+        assert await store.count("q") == 0
+    finally:
+        await store.close()
+
+
+async def test_failed_group_merged_back_under_a_newer_purge_is_not_resurrected(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "s.db"
+    backend = ControlledBackend(path)
+    store = GroupCommitStore(backend, flush_interval=NEVER)
+    failed: list[int] = []
+    store.on_commit_failed = lambda ticket, error: failed.append(ticket)
+    async with serving(store):
+        stored = msg(1)
+        store.insert(stored)
+        await committed(store, store.sync_ticket())
+        stored.delivered = True
+        store.update(stored)
+        store.insert(msg(2))
+        store.insert(msg(3, queue="other"))
+        backend.hold, backend.failures = True, 1
+        ticket = store.sync_ticket()
+        await backend.entered()  # the group (update 1, insert 2, insert 3) is in flight
+        store.purge("q")  # newer than the group: its ops on q must not come back after it
+        store.insert(msg(4))  # after the purge: survives it
+        backend.hold = False
+        backend.release()
+        await committed(store, store.sync_ticket())
+        assert failed == [ticket]
+        assert seqs_on_disk(str(path)) == {3, 4}
+    store = SQLiteStore(str(path))
+    try:
+        await store.open()
+        assert [m.seq for m in await store.load_ready("q", None, 10)] == [4]
+        assert [m.seq for m in await store.load_ready("other", None, 10)] == [3]
+    finally:
+        await store.close()
+
+
 # -- full disk ----------------------------------------------------------------------------------
 async def test_full_disk_reports_failure_keeps_the_ops_and_retries(tmp_path: Path) -> None:
     big = b"x" * 2000  # two rows per 4 KiB page
@@ -364,6 +510,62 @@ async def test_full_disk_reports_failure_keeps_the_ops_and_retries(tmp_path: Pat
         # claimed more than the file held.
         assert failed_ticket not in commits.ok
         assert commits.on_disk_at_commit[0] == before
+
+
+# -- back-pressure ------------------------------------------------------------------------------
+async def test_wait_backlog_below_returns_at_once_when_below(tmp_path: Path) -> None:
+    async with running(tmp_path / "s.db", flush_interval=NEVER) as store:
+        store.insert(msg(1))
+        with trio.testing.assert_no_checkpoints():
+            await store.wait_backlog_below(2)
+    with trio.testing.assert_no_checkpoints():
+        await MemoryStore().wait_backlog_below(1)
+
+
+async def test_wait_backlog_below_wakes_when_groups_finish_without_polling(
+    tmp_path: Path, mock_clock: trio.testing.MockClock
+) -> None:
+    """Time stands still here (it moves only when the test jumps it), so what wakes the waiter
+    can only be a group finishing, never a timer; a failed group wakes it too, to re-check."""
+    backend = ControlledBackend(tmp_path / "s.db")
+    store = GroupCommitStore(backend, flush_interval=NEVER)
+    failed, group_committed = trio.Event(), trio.Event()
+    store.on_commit_failed = lambda ticket, error: failed.set()
+    store.on_commit = lambda ticket: group_committed.set()
+    backlog_at_return: list[int] = []
+
+    async def waiter() -> None:
+        await store.wait_backlog_below(3)
+        backlog_at_return.append(store.backlog())
+
+    async with serving(store), trio.open_nursery() as nursery:
+        for seq in range(1, 4):
+            store.insert(msg(seq))
+        backend.hold, backend.failures = True, 1
+        store.sync_ticket()
+        await backend.entered()  # group 1 (seqs 1-3) is in flight
+        store.insert(msg(4))
+        store.insert(msg(5))
+        assert store.backlog() == 5
+        nursery.start_soon(waiter)
+        await trio.testing.wait_all_tasks_blocked()
+        assert backlog_at_return == []
+
+        backend.release()  # group 1 fails: its ops are pending again
+        await failed.wait()
+        await trio.testing.wait_all_tasks_blocked()
+        assert backlog_at_return == []
+        assert store.backlog() == 5
+
+        mock_clock.jump(RETRY_BACKOFF)  # the retry: group 2 takes all five
+        await backend.entered()
+        store.insert(msg(6))  # waits for the next group
+        backend.hold = False
+        backend.release()
+        await group_committed.wait()  # group 2
+        await trio.testing.wait_all_tasks_blocked()  # a sleeping waiter would still sleep
+        assert backlog_at_return == [1]  # seq 6 is still pending: below 3 is enough
+    assert seqs_on_disk(backend.name) == {1, 2, 3, 4, 5, 6}
 
 
 # -- open failures ------------------------------------------------------------------------------
@@ -449,25 +651,16 @@ ops = st.lists(
 async def test_store_matches_a_model(script: list[tuple[Any, ...]]) -> None:
     """Random writes, flushes, failed groups and reads: reads and the final file equal a model.
 
-    A "fail" step makes the next group the writer runs fail before it touches the file,
+    A "fail" step makes the next group the database thread runs fail before it touches the file,
     so the failed operations must be merged back under the newer ones and retried.
     """
     model: dict[int, StoredMessage] = {}
     next_seq = 1
-    failures = 0
     with tempfile.TemporaryDirectory() as directory:
         path = os.path.join(directory, "s.db")
-        async with running(path, flush_interval=NEVER) as store:
-            real_commit = store._db.commit
-
-            def flaky_commit(group: Any) -> None:  # runs on the writer thread
-                nonlocal failures
-                if failures:
-                    failures -= 1
-                    raise StoreError("injected failure")
-                real_commit(group)
-
-            store._db.commit = flaky_commit  # type: ignore[method-assign]
+        backend = ControlledBackend(path)
+        store = GroupCommitStore(backend, flush_interval=NEVER)
+        async with serving(store):
             for op in script:
                 live = sorted(model)
                 if op[0] == "insert":
@@ -504,8 +697,8 @@ async def test_store_matches_a_model(script: list[tuple[Any, ...]]) -> None:
                     assert [m.seq for m in page] == [m.seq for m in ready]
                     assert stored == sum(m.queue == op[1] for m in model.values())
                 elif op[0] == "fail":
-                    failures += 1
-            failures = 0
+                    backend.failures += 1
+            backend.failures = 0
         on_disk = rows_on_disk(path)
         assert {
             seq: (m.queue, m.priority, int(m.delivered), m.redeliveries) for seq, m in model.items()

@@ -1,0 +1,86 @@
+"""The backend protocol: what a SQL database must provide to sit under the group-commit engine.
+
+Theory of operation
+-------------------
+Everything that makes a store fast and safe for the broker (coalescing, tickets,
+one group in flight, retry of a failed group, reads behind pending writes) lives
+once, in :class:`stompmq.storage.groupcommit.GroupCommitStore`.  A database
+plugs in by writing one class with the blocking methods below and nothing else:
+``SQLiteBackend`` today; a PostgreSQL backend would hold one psycopg 3
+connection and ``COPY`` the inserts in binary.
+
+Every method is called on ONE dedicated thread
+(:class:`stompmq.storage.thread.DatabaseThread`), one call at a time, in the
+order the engine submitted them: ``open`` first, ``close`` last.  So a backend
+keeps a single connection and needs no locking of its own, and a read submitted
+after a commit sees that commit.  A backend never sees the broker's
+``StoredMessage`` objects on the way in: a group carries copies
+(:mod:`stompmq.storage.groups`).
+
+Errors: a method that cannot do its job raises :class:`StoreError` with a
+one-line message for an operator (it ends up in an ERROR frame or on stderr).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from stompmq.storage.base import Recovery, StoredMessage
+from stompmq.storage.groups import GroupRows
+
+
+class Backend(Protocol):
+    """A database as the group-commit engine's thread sees it; every method blocks."""
+
+    @property
+    def name(self) -> str:
+        """The database as an operator knows it (a file path, a DSN without its password):
+        used in error messages and in the name of the database thread."""
+
+    def open(self) -> Recovery:
+        """Connect, check, migrate to the newest schema, and recover.
+
+        Recovery makes every message stored as delivered ready again with one more
+        redelivery (at-least-once after a crash), and returns the highest seq ever
+        stored (the larger of the stored ``last_seq`` and the highest stored seq),
+        the exchanges sorted by name and the bindings sorted by (exchange, queue).
+        """
+
+    def commit(self, group: GroupRows) -> None:
+        """Apply ``group`` in ONE transaction: all of it or, on any failure, none of it
+        (roll back and raise StoreError; the engine keeps the operations and retries them in
+        a later group, merged under newer ones).
+
+        The order inside the transaction is part of the contract:
+
+        1. ``group.structural`` first, in the order given (purges, exchange and binding
+           changes).  The engine relies on it: ``Store.purge`` drops every older pending
+           operation of the queue's messages, so each message row left in a group was issued
+           *after* the group's purges and must survive them.  ``Broker.purge_queue`` counts on
+           exactly that when it writes its deliveries in flight back as inserts right after
+           the purge.
+        2. then ``deletes``, ``updates``, ``inserts``.  A seq appears at most once in a group,
+           so these never conflict; deletes go first so the space they free serves the inserts.
+           An insert replaces a stored row of the same seq.
+
+        Finally store ``group.last_seq`` when it is higher than the one stored, so ``open``
+        recovers it even after every message up to it is gone (seqs are never reused).
+        """
+
+    def load_ready(
+        self, queue: str, after: tuple[int, int] | None, limit: int
+    ) -> Sequence[StoredMessage]:
+        """Up to ``limit`` messages of ``queue`` not delivered, in (priority desc, seq asc)
+        order, strictly after the order key ``after`` (None: from the start); fresh
+        ``StoredMessage`` objects (see ``Store.load_ready``)."""
+
+    def count(self, queue: str) -> int:
+        """Messages stored for ``queue``, ready and delivered alike."""
+
+    def queue_names(self, prefix: str) -> list[str]:
+        """Names of the queues the database knows that start with ``prefix``."""
+
+    def close(self) -> None:
+        """Release the connection and any lock.  Called exactly once, last, also after a
+        failed open (then with only part of the database open, or none of it)."""

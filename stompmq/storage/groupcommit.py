@@ -1,0 +1,400 @@
+"""The group-commit engine: a coalescing write buffer on the trio thread, group commits on a
+database thread, over any SQL backend.
+
+Theory of operation (DESIGN §4)
+-------------------------------
+* The broker must never wait on the disk per message, so ``insert``/``update``/
+  ``delete`` only touch ``_pending``, a dict keyed by seq.  Keying by seq is what
+  makes coalescing free: insert + delete of a message acked before its flush
+  removes the entry (the message never touches the disk), insert + update stays
+  one insert, update + delete becomes a delete.  The entry keeps a reference to
+  the broker's ``StoredMessage``; its mutable fields (``delivered``,
+  ``redeliveries``, ``priority``) are copied into plain tuples when the batch
+  is taken, so a group commits the state of that moment and the database thread
+  never reads objects the broker keeps mutating.
+* Purges, exchange and binding changes are rare and kept in order in
+  ``_structural``.  A purge drops the pending operations of its queue's
+  messages, so every message operation left in a batch was issued after the
+  batch's purges: that is why a backend runs the structural operations first
+  (the contract of ``Backend.commit``), and why ``Broker.purge_queue`` may write
+  its deliveries in flight back right after a purge.
+* Group commit: the commit loop in ``run()`` keeps at most ONE group in
+  flight.  While it commits (one fsync), new writes pile up in ``_pending`` and
+  form the next group, so a thousand receipted SENDs share one fsync.  A group
+  is taken at once when ``sync_ticket()`` asked for it or ``max_group`` is
+  reached, otherwise ``flush_interval`` after the first buffered write.  One
+  group at a time also keeps failure simple: a failed group's operations are
+  merged back under the newer pending ones and retried by the next group
+  (after ``RETRY_BACKOFF``), and no later group ever ran on top of it.  A purge
+  among the newer operations wins over the failed group's operations on that
+  queue, which are dropped, not resurrected.
+* Tickets are group numbers.  ``on_commit(t)`` means every group up to ``t``
+  is on disk (a failed group's operations travel in a later one); groups
+  commit in order, so tickets do.
+* Every group that finishes, committed or failed, sets one ``trio.Event``:
+  ``wait_backlog_below`` and the wait for the group in flight sleep on it, so
+  nothing here polls.
+* Reads run on the database thread behind the pending batch (handed over as a
+  group first), so they see every write buffered before them.  If that group
+  fails, the read raises StoreError rather than answer without those writes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import TypeVar, TypeVarTuple
+
+import trio
+
+from stompmq.storage.backend import Backend
+from stompmq.storage.base import (
+    BindingRecord,
+    ExchangeRecord,
+    Recovery,
+    Store,
+    StoredMessage,
+    StoreError,
+)
+from stompmq.storage.groups import (
+    DeleteRow,
+    DropBinding,
+    DropExchange,
+    GroupRows,
+    InsertRow,
+    Purge,
+    SaveBinding,
+    SaveExchange,
+    StructuralOp,
+    UpdateRow,
+)
+from stompmq.storage.thread import DatabaseThread, Job
+
+# Longest a buffered write waits for its group when nobody asks for a ticket: bounds what a
+# crash loses of unreceipted SENDs while letting bursts share one fsync.
+FLUSH_INTERVAL = 0.05
+# Pending message operations that start a group without waiting for the interval: a full
+# batch gains nothing by waiting, and a shorter transaction lets a read queued behind it through.
+MAX_GROUP = 10_000
+# After a failed group, wait this long before the next try: a full disk is not fixed in a loop.
+RETRY_BACKOFF = 0.1
+
+# Kinds of pending message operations.
+INSERT, UPDATE, DELETE = 0, 1, 2
+
+PendingOp = tuple[int, StoredMessage]
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
+
+
+class _Group:
+    """One commit group handed to the database thread."""
+
+    __slots__ = ("ticket", "ops", "structural", "job")
+
+    def __init__(
+        self,
+        ticket: int,
+        ops: dict[int, PendingOp],
+        structural: list[StructuralOp],
+        job: Job[None],
+    ) -> None:
+        self.ticket = ticket
+        self.ops = ops  # kept (with the broker's objects) to merge back if the group fails
+        self.structural = structural
+        self.job = job  # the database thread's reply
+
+    def __len__(self) -> int:
+        return len(self.ops) + len(self.structural)
+
+
+class GroupCommitStore(Store):
+    """A durable store: group commits of coalesced writes to ``backend`` on its own thread."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        flush_interval: float = FLUSH_INTERVAL,
+        max_group: int = MAX_GROUP,
+    ) -> None:
+        super().__init__()
+        self._backend = backend
+        self._flush_interval = flush_interval
+        self._max_group = max_group
+        self._thread: DatabaseThread | None = None
+        self._closed = False
+        self._pending: dict[int, PendingOp] = {}
+        self._structural: list[StructuralOp] = []
+        self._pending_since = 0.0  # trio time of the first write of the current batch
+        self._urgent = False  # commit the batch without waiting for the interval
+        self._kick = trio.Event()  # wakes the commit loop
+        self._inflight: _Group | None = None
+        self._group_finished = trio.Event()  # set (and replaced) each time a group finishes
+        self._committed = 0
+        self._next_ticket = 1
+        self._last_seq = 0
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    async def open(self) -> Recovery:
+        backend = self._backend
+        if self._thread is not None:
+            raise StoreError(f"{backend.name} is already open")
+        thread = DatabaseThread(
+            f"stompmq-db {backend.name}", backend.close, trio.lowlevel.current_trio_token()
+        )
+        self._thread, self._closed = thread, False
+        thread.start()
+        try:
+            recovery = await thread.call(backend.open)
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await self._stop_thread()
+            raise
+        self._last_seq = recovery.last_seq
+        return recovery
+
+    async def run(self) -> None:
+        while True:
+            await self._wait_for_work()
+            await self._wait_idle()
+            if self._closed:
+                return  # close() committed the last batch; writes after it are a caller bug
+            if self._has_pending():
+                if not await self._commit_group():
+                    await trio.sleep(RETRY_BACKOFF)
+            elif self._urgent:
+                self._commit_nothing()
+
+    def _commit_nothing(self) -> None:
+        """A ticket was promised but its writes cancelled out (an insert acked before its
+        flush): with nothing in flight it is committed already, so say so, or its receipts
+        would wait for some unrelated later write."""
+        self._urgent = False
+        self._committed = self._next_ticket
+        self._next_ticket += 1
+        self.on_commit(self._committed)
+
+    async def close(self) -> None:
+        if self._thread is None:
+            return
+        self._closed = True
+        try:
+            while self._has_pending() or self._inflight is not None:
+                await self._wait_idle()
+                if self._has_pending() and not await self._commit_group():
+                    raise StoreError(
+                        f"{self.backlog()} operations could not be committed to"
+                        f" {self._backend.name} at shutdown"
+                    )
+        finally:
+            with trio.CancelScope(shield=True):
+                await self._stop_thread()
+
+    async def _stop_thread(self) -> None:
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            await thread.stop()
+
+    # -- buffered writes ---------------------------------------------------------------------
+    def insert(self, msg: StoredMessage) -> None:
+        self._put(msg.seq, INSERT, msg)
+        if msg.seq > self._last_seq:
+            self._last_seq = msg.seq
+
+    def update(self, msg: StoredMessage) -> None:
+        entry = self._pending.get(msg.seq)
+        # A pending insert or update already copies the fields when the batch is taken.
+        self._put(msg.seq, UPDATE if entry is None else entry[0], msg)
+
+    def delete(self, msg: StoredMessage) -> None:
+        entry = self._pending.get(msg.seq)
+        if entry is not None and entry[0] == INSERT:
+            del self._pending[msg.seq]  # never reached the disk: nothing to do there
+        else:
+            self._put(msg.seq, DELETE, msg)
+
+    def purge(self, queue: str) -> None:
+        # Every message operation left pending after this was issued after the purge.
+        self._pending = {seq: op for seq, op in self._pending.items() if op[1].queue != queue}
+        self._add_structural(Purge(queue))
+
+    def save_exchange(self, exchange: ExchangeRecord) -> None:
+        self._add_structural(SaveExchange(exchange))
+
+    def delete_exchange(self, name: str) -> None:
+        self._add_structural(DropExchange(name))
+
+    def save_binding(self, binding: BindingRecord) -> None:
+        self._add_structural(SaveBinding(binding))
+
+    def delete_binding(self, exchange: str, queue: str) -> None:
+        self._add_structural(DropBinding(exchange, queue))
+
+    def _put(self, seq: int, kind: int, msg: StoredMessage) -> None:
+        if not self._has_pending():
+            self._batch_started()
+        self._pending[seq] = (kind, msg)
+        if len(self._pending) >= self._max_group and not self._urgent:
+            self._hurry()
+
+    def _add_structural(self, op: StructuralOp) -> None:
+        if not self._has_pending():
+            self._batch_started()
+        self._structural.append(op)
+
+    def _batch_started(self) -> None:
+        self._pending_since = trio.current_time()
+        self._kick.set()
+
+    def _hurry(self) -> None:
+        self._urgent = True
+        self._kick.set()
+
+    def _has_pending(self) -> bool:
+        return bool(self._pending or self._structural)
+
+    # -- durability --------------------------------------------------------------------------
+    @property
+    def committed(self) -> int:
+        return self._committed
+
+    def sync_ticket(self) -> int:
+        if self._has_pending():
+            self._hurry()
+            return self._next_ticket
+        if self._inflight is not None:
+            return self._inflight.ticket
+        return self._committed
+
+    def backlog(self) -> int:
+        inflight = len(self._inflight) if self._inflight is not None else 0
+        return len(self._pending) + len(self._structural) + inflight
+
+    async def wait_backlog_below(self, limit: int) -> None:
+        while self.backlog() >= limit:
+            await self._group_finished.wait()
+
+    # -- the commit loop ---------------------------------------------------------------------
+    async def _wait_for_work(self) -> None:
+        """Return when a batch should be taken: asked for, full, or old enough."""
+        while True:
+            deadline = math.inf
+            if self._urgent:  # asked for (or full); possibly with nothing left to write
+                return
+            if self._has_pending():
+                deadline = self._pending_since + self._flush_interval
+                if trio.current_time() >= deadline:
+                    return
+            self._kick = trio.Event()
+            with trio.move_on_at(deadline):
+                await self._kick.wait()
+
+    async def _wait_idle(self) -> None:
+        while self._inflight is not None:
+            await self._group_finished.wait()
+
+    def _submit_group(self) -> _Group:
+        """Take the whole pending batch as the next group and queue it on the database thread."""
+        assert self._inflight is None and self._thread is not None
+        ops, structural = self._pending, self._structural
+        job = self._thread.submit(self._backend.commit, self._rows(ops, structural))
+        group = self._inflight = _Group(self._next_ticket, ops, structural, job)
+        self._next_ticket += 1
+        self._pending, self._structural, self._urgent = {}, [], False
+        return group
+
+    def _rows(self, ops: dict[int, PendingOp], structural: list[StructuralOp]) -> GroupRows:
+        """Copy what the backend needs, now: the broker goes on mutating its messages."""
+        inserts: list[InsertRow] = []
+        updates: list[UpdateRow] = []
+        deletes: list[DeleteRow] = []
+        for seq, (kind, m) in ops.items():
+            if kind == INSERT:
+                inserts.append(
+                    (seq, m.queue, m.priority, m.headers, m.body, m.delivered, m.ack_timeout,
+                     m.redeliveries, m.timestamp)
+                )
+            elif kind == UPDATE:
+                updates.append((m.delivered, m.redeliveries, m.priority, seq))
+            else:
+                deletes.append((seq,))
+        return GroupRows(structural, inserts, updates, deletes, self._last_seq)
+
+    async def _await_group(self, group: _Group) -> StoreError | None:
+        """Wait for ``group`` to commit or fail and account for it; return its error, if any."""
+        try:
+            # Shielded: a group's outcome must be accounted for even if our caller is cancelled.
+            with trio.CancelScope(shield=True):
+                error = await group.job.wait()
+            self._inflight = None
+            if error is None:
+                self._committed = group.ticket
+                self.on_commit(group.ticket)
+                return None
+            self._merge_back(group)
+            if not isinstance(error, StoreError):
+                error = StoreError(f"commit to {self._backend.name} failed: {error!r}")
+            self.on_commit_failed(group.ticket, error)
+            return error
+        finally:
+            finished, self._group_finished = self._group_finished, trio.Event()
+            finished.set()
+
+    async def _commit_group(self) -> bool:
+        return await self._await_group(self._submit_group()) is None
+
+    def _merge_back(self, group: _Group) -> None:
+        """Make a failed group's operations pending again, under the newer ones."""
+        newer = self._pending
+        purged = {op.queue for op in self._structural if isinstance(op, Purge)}
+        merged: dict[int, PendingOp] = {}
+        for seq, (kind, msg) in group.ops.items():
+            if msg.queue in purged:
+                continue  # a newer purge deletes it anyway
+            later = newer.get(seq)
+            if later is None:
+                merged[seq] = (kind, msg)
+            elif kind == INSERT:
+                if later[0] == DELETE:
+                    del newer[seq]  # the row never reached the disk
+                else:
+                    newer[seq] = (INSERT, later[1])  # the insert, with the newest fields
+        was_empty = not self._has_pending()
+        merged.update(newer)
+        self._pending = merged
+        self._structural = group.structural + self._structural
+        if self._has_pending():
+            if was_empty:
+                self._pending_since = trio.current_time()
+            self._hurry()  # retry after the back-off, not after the flush interval
+
+    # -- reads -------------------------------------------------------------------------------
+    async def load_ready(
+        self, queue: str, after: tuple[int, int] | None, limit: int
+    ) -> Sequence[StoredMessage]:
+        return await self._read(self._backend.load_ready, queue, after, limit)
+
+    async def count(self, queue: str) -> int:
+        return await self._read(self._backend.count, queue)
+
+    async def queue_names(self, prefix: str) -> list[str]:
+        return await self._read(self._backend.queue_names, prefix)
+
+    async def _read(self, fn: Callable[[*Ts], T], *args: *Ts) -> T:
+        """Run a read on the database thread behind every write buffered so far.
+
+        A read that cannot see them (their group failed) raises instead of answering
+        from a disk that lacks them: a pager would step over the missing messages.
+        """
+        if self._thread is None:
+            raise StoreError(f"{self._backend.name} is not open")
+        await self._wait_idle()  # a failed group in flight is pending again afterwards
+        if not self._has_pending():
+            return await self._thread.call(fn, *args)
+        group = self._submit_group()
+        read = self._thread.submit(fn, *args)  # FIFO: right behind the group
+        error = await self._await_group(group)
+        if error is not None:
+            raise StoreError(f"read refused until buffered writes commit: {error}")
+        return await read.result()

@@ -1,0 +1,86 @@
+"""What a commit group carries from the group-commit engine to a database backend.
+
+Theory of operation
+-------------------
+The engine (:mod:`stompmq.storage.groupcommit`) coalesces the broker's writes on
+the trio thread and hands a backend one :class:`GroupRows` per commit.  These
+records are the whole vocabulary between the two, so they say nothing about any
+particular database: a group is plain, immutable-by-convention data that the
+database thread may read while the broker goes on mutating its own
+``StoredMessage`` objects.
+
+Message rows are tuples, not objects, because a group may hold tens of thousands
+of them and tuples are the cheapest thing to build on the trio thread and the
+shape DB-API ``executemany`` and COPY both take directly.  Their field order is
+part of the contract and is spelled out on each alias.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from stompmq.storage.base import BindingRecord, ExchangeRecord
+
+
+# -- structural operations: rare, kept in the order the broker issued them ------------------
+@dataclass(frozen=True, slots=True)
+class Purge:
+    """Delete every stored message of ``queue``."""
+
+    queue: str
+
+
+@dataclass(frozen=True, slots=True)
+class SaveExchange:
+    """Insert or replace the exchange of that name."""
+
+    exchange: ExchangeRecord
+
+
+@dataclass(frozen=True, slots=True)
+class DropExchange:
+    """Delete the exchange and its bindings."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class SaveBinding:
+    """Insert or replace the binding of (exchange, queue)."""
+
+    binding: BindingRecord
+
+
+@dataclass(frozen=True, slots=True)
+class DropBinding:
+    """Delete the binding of (exchange, queue)."""
+
+    exchange: str
+    queue: str
+
+
+StructuralOp = Purge | SaveExchange | DropExchange | SaveBinding | DropBinding
+
+# -- message rows: one per message, at most one row per seq in a group ------------------------
+# (seq, queue, priority, headers, body, delivered, ack_timeout, redeliveries, timestamp)
+InsertRow = tuple[int, str, int, dict[str, str], bytes, bool, float | None, int, int]
+# (delivered, redeliveries, priority, seq): SET delivered, redeliveries, priority WHERE seq.
+UpdateRow = tuple[bool, int, int, int]
+# (seq,)
+DeleteRow = tuple[int]
+
+
+@dataclass(slots=True)
+class GroupRows:
+    """One commit group, already coalesced, with the mutable fields copied.
+
+    How a backend must apply it (one transaction; ``structural`` first, in order, then
+    ``deletes``, ``updates``, ``inserts``) is the contract of ``Backend.commit``
+    (:mod:`stompmq.storage.backend`).
+    """
+
+    structural: list[StructuralOp]
+    inserts: list[InsertRow]
+    updates: list[UpdateRow]
+    deletes: list[DeleteRow]
+    last_seq: int  # highest seq the broker ever handed to the store so far

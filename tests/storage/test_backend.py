@@ -1,0 +1,114 @@
+"""The order rules of ``Backend.commit``, checked on each backend directly, without the engine.
+
+The group-commit engine relies on them (see ``stompmq.storage.backend``), so a new backend
+(PostgreSQL) joins ``BACKENDS`` and must pass these before it goes under ``GroupCommitStore``.
+What a backend stored is read back through the backend itself, after a reopen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from stompmq.storage.backend import Backend
+from stompmq.storage.base import BindingRecord, ExchangeRecord, Recovery
+from stompmq.storage.groups import (
+    DeleteRow,
+    DropBinding,
+    DropExchange,
+    GroupRows,
+    InsertRow,
+    Purge,
+    SaveBinding,
+    SaveExchange,
+    StructuralOp,
+    UpdateRow,
+)
+from stompmq.storage.sqlite import SQLiteBackend
+
+# Each backend, made on a database in a given (empty at first) directory.
+BACKENDS: dict[str, Callable[[Path], Backend]] = {
+    "sqlite": lambda directory: SQLiteBackend(str(directory / "s.db")),
+}
+
+
+@pytest.fixture(params=sorted(BACKENDS))
+def make_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], Backend]:
+    """Makes a closed backend on the test's database (the same database each time)."""
+    make = BACKENDS[request.param]
+    return lambda: make(tmp_path)
+
+
+@contextmanager
+def opened(make_backend: Callable[[], Backend]) -> Iterator[tuple[Backend, Recovery]]:
+    backend = make_backend()
+    try:
+        yield backend, backend.open()
+    finally:
+        backend.close()
+
+
+def row(seq: int, queue: str = "q", delivered: bool = False) -> InsertRow:
+    return (seq, queue, 4, {"h": str(seq)}, b"body", delivered, None, 0, 1_700_000_000_000 + seq)
+
+
+def group(
+    last_seq: int,
+    structural: list[StructuralOp] | None = None,
+    inserts: list[InsertRow] | None = None,
+    updates: list[UpdateRow] | None = None,
+    deletes: list[DeleteRow] | None = None,
+) -> GroupRows:
+    return GroupRows(structural or [], inserts or [], updates or [], deletes or [], last_seq)
+
+
+def test_commit_runs_purges_before_the_message_rows_of_its_group(
+    make_backend: Callable[[], Backend],
+) -> None:
+    with opened(make_backend) as (backend, _):
+        backend.commit(group(3, inserts=[row(1), row(2), row(3, "other")]))
+        # Every message row of a group was issued after the group's purges: a delivery in
+        # flight written back (seq 2), a fresh SEND (seq 4), an ack on another queue (seq 3).
+        backend.commit(
+            group(
+                4,
+                structural=[Purge("q")],
+                inserts=[row(2, delivered=True), row(4)],
+                deletes=[(3,)],
+            )
+        )
+        assert [m.seq for m in backend.load_ready("q", None, 10)] == [4]
+        assert (backend.count("q"), backend.count("other")) == (2, 0)
+    with opened(make_backend) as (backend, recovery):
+        assert recovery.last_seq == 4
+        ready = backend.load_ready("q", None, 10)
+        assert [(m.seq, m.redeliveries) for m in ready] == [(2, 1), (4, 0)]
+
+
+def test_commit_runs_structural_ops_in_the_order_given(
+    make_backend: Callable[[], Backend],
+) -> None:
+    a = ExchangeRecord("a", "consistent-hash")
+    b = ExchangeRecord("b", "consistent-hash", {"hash-header": "k"})
+    with opened(make_backend) as (backend, _):
+        backend.commit(
+            group(
+                0,
+                structural=[
+                    SaveExchange(a),
+                    SaveBinding(BindingRecord("a", "q", 1)),
+                    DropExchange("a"),  # takes its binding along
+                    SaveExchange(b),
+                    SaveBinding(BindingRecord("b", "q", 2)),
+                    SaveBinding(BindingRecord("b", "r", 2)),
+                    SaveBinding(BindingRecord("b", "q", 3)),  # replaces
+                    DropBinding("b", "r"),
+                ],
+            )
+        )
+    with opened(make_backend) as (_, recovery):
+        assert recovery.exchanges == [b]
+        assert recovery.bindings == [BindingRecord("b", "q", 3)]

@@ -11,6 +11,8 @@ pipelined raw STOMP frames with a receipt every --batch frames for flow control.
   subscriptions  --connections C x --per-connection S queue subscriptions over --queues Q
   prefix-topics  --subscriptions N prefix subscriptions, then publish rate to a topic
   queue-fanout   --subscriptions N subscribers on one queue, then publish/deliver rate
+  ack-timeouts   --messages N through one queue, delivered with ack-timeout:3600 and each
+                 acked; RSS before/after (ack-timeout memory must follow what is unacked)
 """
 
 from __future__ import annotations
@@ -206,7 +208,43 @@ def scenario_queue_fanout(args: argparse.Namespace) -> None:
     print(f"published {args.messages} to a queue with {per * args.connections} subscribers: {rate:.0f} msg/s")
 
 
+def _ack_id(frame: bytes) -> bytes:
+    start = frame.index(b"\nack:") + 5
+    return frame[start : frame.index(b"\n", start)]
+
+
+def scenario_ack_timeouts(args: argparse.Namespace) -> None:
+    producer = Client(args.host, args.port, args.login, args.passcode)
+    consumer = Client(args.host, args.port, args.login, args.passcode)
+    consumer.queue(
+        f"SUBSCRIBE\nid:1\ndestination:/queue/{args.queue_name}\nack:client-individual\n"
+        f"ack-timeout:3600\nprefetch:{args.batch}\n\n\x00".encode()
+    )
+    consumer.flush()
+    frame = send_frame(f"/queue/{args.queue_name}", b"x" * args.body_size)
+    before = rss_kib(args.pid)
+    peak = before
+    for done in range(0, args.messages, args.batch):
+        n = min(args.batch, args.messages - done)
+        for _ in range(n):
+            producer.queue(frame)
+        producer.flush()
+        received = 0
+        while received < n:
+            command, message = consumer.read_frame()
+            if command == "MESSAGE":
+                consumer.queue(b"ACK\nid:%s\n\n\x00" % _ack_id(message))
+                received += 1
+        consumer.flush()
+        if done % (args.batch * 50) == 0:
+            peak = max(peak, rss_kib(args.pid))
+    time.sleep(args.settle)
+    print(f"ack-timeouts: peak RSS {peak / 1024:.1f} MiB during the run")
+    report("ack-timeouts", before, rss_kib(args.pid), args.messages, "messages delivered and acked")
+
+
 SCENARIOS = {
+    "ack-timeouts": scenario_ack_timeouts,
     "queued": scenario_queued,
     "queues": scenario_queues,
     "first-message": scenario_first_message,

@@ -17,7 +17,6 @@ import json
 import socket
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -30,6 +29,7 @@ from stompmq.storage.memory import MemoryStore
 from .broker_thread import BrokerThread
 from .conftest import make_store_factory
 from .stompclient import Client
+from .waiting import wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 KEYS_100K = [str(i) for i in range(100_000)]
@@ -143,13 +143,6 @@ def expected_routes(exchange: str, binds: dict[str, int], keys) -> dict[str, str
 def chi_squared(counts: list[int]) -> float:
     expected = sum(counts) / len(counts)
     return sum((n - expected) ** 2 / expected for n in counts)
-
-
-def wait_until(check, what: str, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 # ---------------------------------------------------------------------------- distribution

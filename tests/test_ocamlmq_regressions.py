@@ -9,7 +9,6 @@ test runs on both stores through the ``broker``/``make_broker`` fixtures.
 from __future__ import annotations
 
 import sqlite3
-import time
 from pathlib import Path
 
 import pytest
@@ -22,6 +21,7 @@ from stompmq.storage.sqlite import SQLiteStore
 from .broker_thread import BrokerThread
 from .conftest import make_store_factory
 from .stompclient import Client
+from .waiting import send_all, wait_sessions, wait_until
 
 
 def control(c: Client, path: str, **headers: str):
@@ -38,30 +38,12 @@ def num_subscribers(c: Client, kind: str, name: str) -> int:
     return int(control(c, f"count-subscribers/{kind}/{name}")["num-subscribers"])
 
 
-def send_all(port: int, destination: str, bodies, headers: dict[str, str] | None = None) -> None:
-    with Client(port) as producer:
-        for body in bodies:
-            producer.send_to(destination, body, receipt=False, headers=headers)
-        producer.sync()
-
-
-def wait_until(check, what: str, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
-
-
 def received(c: Client) -> list:
     """Every MESSAGE sent to ``c`` so far (dispatch is synchronous: a round trip suffices)."""
     c.sync()
     msgs = [f for f in c.stash if f.command == "MESSAGE"]
     c.stash.clear()
     return msgs
-
-
-def wait_sessions(broker, n: int) -> None:
-    wait_until(lambda: broker.call(lambda: len(broker.broker.sessions)) == n, f"{n} sessions")
 
 
 # ---------------------------------------------------------------------------- 1
@@ -76,7 +58,7 @@ def test_unsubscribed_connection_gets_nothing_after_ack_or_ack_timeout(broker, t
         c.subscribe("/queue/left", "gone", ack="client-individual")
         c.subscribe("/queue/left", "gone-too", ack="client")
         c.subscribe("/queue/work", "kept", ack="client-individual", **{"ack-timeout": "0.3"})
-        send_all(broker.port, "/queue/work", ["job"])
+        send_all(broker.port, "/queue/work", ["job"], receipt=False)
         job = c.message()
         c.unsubscribe("gone")
         c.unsubscribe("gone-too")
@@ -89,7 +71,7 @@ def test_unsubscribed_connection_gets_nothing_after_ack_or_ack_timeout(broker, t
             again = c.message()  # expired and came back: the only subscriber of /queue/work
             assert (again.body, again["redelivery-count"]) == (b"job", "1")
             c.ack(again)
-        send_all(broker.port, "/queue/left", ["not for c", "nor this"])
+        send_all(broker.port, "/queue/left", ["not for c", "nor this"], receipt=False)
         c.expect_nothing(wait=0.1)
         assert num_subscribers(c, "queue", "left") == 0
         assert count_msgs(c, "left") == 2
@@ -125,7 +107,7 @@ def test_dead_connections_not_counted_in_num_subscribers(make_broker, death):
         wait_until(lambda: num_subscribers(alive, "queue", "dead") == 1, "dead subscribers to go")
         assert num_subscribers(alive, "topic", "dead.news") == 2
         assert num_subscribers(alive, "topic", "dead.other") == 1
-        send_all(broker.port, "/queue/dead", [str(i) for i in range(3)])
+        send_all(broker.port, "/queue/dead", [str(i) for i in range(3)], receipt=False)
         assert [m.body for m in alive.messages(3)] == [b"0", b"1", b"2"]
     finally:
         for c in [alive, *dying]:
@@ -142,7 +124,7 @@ def test_duplicate_topic_subscription_never_delivers_twice_under_one_id(broker, 
     the same id (in 1.0 the destination is the id) is an ERROR, and nothing is duplicated."""
     with Client(broker.port, version) as c:
         sub_id = c.subscribe("/topic/dup", None if version == "1.0" else "same")
-        send_all(broker.port, "/topic/dup", ["one"])
+        send_all(broker.port, "/topic/dup", ["one"], receipt=False)
         first = c.message()
         assert first.body == b"one"
         headers = {"destination": "/topic/dup", "receipt": "again"}
@@ -159,7 +141,7 @@ def test_duplicate_topic_subscription_never_delivers_twice_under_one_id(broker, 
         c.unsubscribe(ids[0]) if version != "1.0" else c.request("UNSUBSCRIBE", {"destination": "/topic/dup"})
         c.subscribe("/topic/dup", ids[0])
         c.subscribe("/topic/du*", ids[1])
-        send_all(broker.port, "/topic/dup", ["two"])
+        send_all(broker.port, "/topic/dup", ["two"], receipt=False)
         msgs = c.messages(2)
         c.expect_nothing(wait=0.1)
         assert sorted(m["subscription"] for m in msgs) == sorted(ids)
@@ -173,9 +155,9 @@ def test_auto_ack_subscriber_does_not_stall_after_prefetch(broker):
     """ocamlmq fault: an ack:auto subscription counted its deliveries against the prefetch
     and, never ACKing, stalled after ``prefetch`` messages."""
     with Client(broker.port) as c:
-        send_all(broker.port, "/queue/auto", [f"stored-{i}" for i in range(300)])
+        send_all(broker.port, "/queue/auto", [f"stored-{i}" for i in range(300)], receipt=False)
         c.subscribe("/queue/auto", ack="auto", prefetch="2")
-        send_all(broker.port, "/queue/auto", [f"live-{i}" for i in range(300)])
+        send_all(broker.port, "/queue/auto", [f"live-{i}" for i in range(300)], receipt=False)
         got = [m.body.decode() for m in c.messages(600)]
         c.expect_nothing()
         assert got == [f"stored-{i}" for i in range(300)] + [f"live-{i}" for i in range(300)]
@@ -195,7 +177,7 @@ def test_stored_message_never_left_undelivered_while_a_subscriber_has_room(make_
         holder = Client(broker.port)
         timeout = {"ack-timeout": "0.3"} if requeue == "ack-timeout" else {}
         holder.subscribe("/queue/pump", "h", ack="client-individual", prefetch="4", **timeout)
-        send_all(broker.port, "/queue/pump", [str(i) for i in range(10)])
+        send_all(broker.port, "/queue/pump", [str(i) for i in range(10)], receipt=False)
         held = holder.messages(4)
         waiting_prefetch = "1" if requeue == "ack-frees-room" else "100"
         waiting.subscribe("/queue/pump", "w", ack="client-individual", prefetch=waiting_prefetch)
@@ -240,7 +222,7 @@ def test_stored_messages_delivered_after_restart_without_any_send(tmp_path: Path
     try:
         with Client(first.port) as c:
             c.subscribe("/queue/restart", ack="client-individual", prefetch="3")
-            send_all(first.port, "/queue/restart", [str(i) for i in range(25)])
+            send_all(first.port, "/queue/restart", [str(i) for i in range(25)], receipt=False)
             held = c.messages(3)  # unacked at shutdown: ready again after the restart
             assert [m.body for m in held] == [b"0", b"1", b"2"]
     finally:
@@ -283,13 +265,13 @@ def test_message_sent_during_a_page_read_is_not_left_behind(tmp_path: Path):
     store = PageGateStore(str(tmp_path / "gate.db"))
     broker = BrokerThread(lambda: store, config=BrokerConfig(window=5)).start()
     try:
-        send_all(broker.port, "/queue/gate", [f"old-{i}" for i in range(10)])  # priority 4
+        send_all(broker.port, "/queue/gate", [f"old-{i}" for i in range(10)], receipt=False)  # priority 4
         broker.call(lambda: setattr(store, "hold", True))
         with Client(broker.port) as c:
             c.subscribe("/queue/gate", ack="client-individual", prefetch="1")
             wait_until(lambda: broker.call(lambda: store.reads_held) == 1, "the page read")
             # the page (old-0..old-4) is read; now a higher priority message arrives
-            send_all(broker.port, "/queue/gate", ["urgent"], headers={"priority": "5"})
+            send_all(broker.port, "/queue/gate", ["urgent"], lambda i: {"priority": "5"}, receipt=False)
             broker.call(lambda: setattr(store, "hold", False))
             got = []
             for _ in range(11):
@@ -318,7 +300,7 @@ def test_fresh_send_never_overtakes_an_older_ready_message(make_broker, store_ki
     if durable_only and where == "restart":
         thread = BrokerThread(lambda: SQLiteStore(store.path), config=BrokerConfig(window=4)).start()
         try:
-            send_all(thread.port, "/queue/fifo", [f"old-{i}" for i in range(30)])
+            send_all(thread.port, "/queue/fifo", [f"old-{i}" for i in range(30)], receipt=False)
         finally:
             thread.stop()
     if durable_only:
@@ -328,7 +310,7 @@ def test_fresh_send_never_overtakes_an_older_ready_message(make_broker, store_ki
     try:
         with Client(broker.port) as c:
             if not (durable_only and where == "restart"):
-                send_all(broker.port, "/queue/fifo", [f"old-{i}" for i in range(30)])
+                send_all(broker.port, "/queue/fifo", [f"old-{i}" for i in range(30)], receipt=False)
             if where == "window":
                 c.subscribe("/queue/fifo", ack="client-individual", prefetch="1")
                 first = c.message()
@@ -343,7 +325,7 @@ def test_fresh_send_never_overtakes_an_older_ready_message(make_broker, store_ki
                 broker.call(lambda: setattr(store, "hold", True))
                 c.subscribe("/queue/fifo", ack="auto")
                 wait_until(lambda: broker.call(lambda: store.reads_held) == 1, "the page read")
-                send_all(broker.port, "/queue/fifo", ["fresh"])  # while the first page is read
+                send_all(broker.port, "/queue/fifo", ["fresh"], receipt=False)  # while the first page is read
                 broker.call(lambda: setattr(store, "hold", False))
                 got = c.messages(31)
             else:

@@ -8,27 +8,13 @@ order, the redelivery count or a message fails here.
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from stompmq.broker import BrokerConfig
-from stompmq.broker.core import PREFETCH_HEADERS
+from stompmq.broker.subscriptions import PREFETCH_HEADERS
 
 from .stompclient import Client
-
-
-def wait_sessions(broker, n: int) -> None:
-    deadline = time.monotonic() + 5
-    while broker.call(lambda: len(broker.broker.sessions)) != n:
-        assert time.monotonic() < deadline, "sessions not closed in time"
-        time.sleep(0.01)
-
-
-def send_all(port: int, destination: str, bodies, headers_for=None) -> None:
-    with Client(port) as producer:
-        for i, body in enumerate(bodies):
-            producer.send_to(destination, body, headers=headers_for(i) if headers_for else None)
+from .waiting import send_all, wait_sessions
 
 
 # ---------------------------------------------------------------------------- competing consumers

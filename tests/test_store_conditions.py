@@ -152,7 +152,7 @@ def test_disk_full_errors_the_sends_that_could_not_be_stored(tmp_path: Path) -> 
         # Let the queue's first (empty) page load finish, so every message sent below stays
         # in its in-memory window: the consumer can then drain it without reading the store.
         deadline = time.monotonic() + 10
-        while not thread.call(lambda: not thread.broker.queues["full"].spilled):
+        while not thread.call(lambda: not thread.broker.queues["full"].window.spilled):
             assert time.monotonic() < deadline, "the first page of /queue/full never loaded"
             time.sleep(0.005)
 

@@ -16,6 +16,7 @@ import pytest
 from stompmq.broker import BrokerConfig
 
 from .stompclient import BrokerError, Client
+from .waiting import send_all, wait_sessions, wait_until
 
 TIMEOUT = 0.5  # the ack timeout used where a test waits for an expiry (seconds)
 
@@ -37,26 +38,6 @@ def counts(c: Client, queue: str) -> tuple[int, int, int]:
 
 def subscribers(c: Client, kind: str, name: str) -> int:
     return int(control(c, f"count-subscribers/{kind}/{name}")["num-subscribers"])
-
-
-def send_all(port: int, destination: str, bodies, headers_for=None) -> None:
-    with Client(port) as producer:
-        for i, body in enumerate(bodies):
-            producer.send_to(destination, body, headers=headers_for(i) if headers_for else None)
-
-
-def wait_sessions(broker, n: int) -> None:
-    deadline = time.monotonic() + 5
-    while broker.call(lambda: len(broker.broker.sessions)) != n:
-        assert time.monotonic() < deadline, "sessions not closed in time"
-        time.sleep(0.01)
-
-
-def wait_until(check, what: str, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 def order_key(prio: int, seq: int) -> tuple[int, int]:

@@ -1,7 +1,7 @@
-"""The broker engine: destinations, queues, topics, subscriptions and dispatch (no sockets)."""
+"""The broker engine: destinations, queues, topics, subscriptions and dispatch (no sockets, no trio)."""
 
 from .config import BrokerConfig
-from .core import Broker
+from .engine import Broker
 from .errors import ClientError
 from .session import Outbox, Session
 

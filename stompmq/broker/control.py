@@ -2,10 +2,11 @@
 
 A control SEND names ``/control/VERB/KIND/NAME``.  The verb table below is the
 whole surface; an unknown verb or kind is an ERROR.  A handler returns either
-the RECEIPT headers at once or, when it must read the store (counting messages
-of a durable queue), an async function the broker awaits before answering, in
-order with the session's other receipts.  A control SEND without ``receipt``
-still runs.
+the RECEIPT headers at once or, when it must read the store first (counting
+the messages of a durable queue), a ``Deferred`` answer: the engine has the
+runtime read the store and answers in order with the session's other
+receipts.  A control SEND without ``receipt`` still runs.  Handlers use only
+the public methods of the dispatcher and the router.
 
 Counts follow ocamlmq: ``num-messages`` counts ready and unacked messages;
 ``num-ready`` and ``num-unacked`` split it.
@@ -14,26 +15,36 @@ Counts follow ocamlmq: ``num-messages`` counts ready and unacked messages;
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import Any
 
 from ..protocol import Frame
-from ..storage.base import BindingRecord
+from ..storage.base import Store
 from .destinations import Kind, parse_destination
+from .dispatch import Dispatcher
 from .errors import ClientError
-from .exchanges import Exchange, declaration_options, parse_weight
-
-if TYPE_CHECKING:
-    from .core import Broker
-    from .session import Session
+from .exchanges import declaration_options, parse_weight
+from .routing import Router
 
 Headers = dict[str, str]
-Answer = Headers | Callable[[], Awaitable[Headers]]
+
+
+@dataclass(frozen=True, slots=True)
+class Deferred:
+    """An answer that needs a store read: ``answer(await fetch(store))`` gives the headers."""
+
+    fetch: Callable[[Store], Awaitable[Any]]
+    answer: Callable[[Any], Headers]
+
+
+Answer = Headers | Deferred
 
 
 class Control:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        self._verbs: dict[tuple[str, str], Callable[[str, Frame, Session], Answer]] = {
+    def __init__(self, dispatcher: Dispatcher, router: Router) -> None:
+        self.dispatcher = dispatcher
+        self.router = router
+        self._verbs: dict[tuple[str, str], Callable[[str, Frame], Answer]] = {
             ("count-msgs", "queue"): self._count_msgs,
             ("count-subscribers", "queue"): self._count_queue_subscribers,
             ("count-subscribers", "topic"): self._count_topic_subscribers,
@@ -47,7 +58,7 @@ class Control:
             ("stats", "exchange"): self._exchange_stats,
         }
 
-    def run(self, path: str, frame: Frame, session: Session) -> Answer:
+    def run(self, path: str, frame: Frame) -> Answer:
         verb, _, rest = path.partition("/")
         kind, _, name = rest.partition("/")
         handler = self._verbs.get((verb, kind))
@@ -55,104 +66,85 @@ class Control:
             raise ClientError(f"unknown control destination /control/{path}")
         if not name:
             raise ClientError(f"/control/{verb}/{kind}/ needs a name")
-        return handler(name, frame, session)
+        return handler(name, frame)
 
-    # -- queues -------------------------------------------------------------------
-    def _count_msgs(self, name: str, frame: Frame, session: Session) -> Answer:
-        broker = self.broker
-        queue = broker.queues.get(name)
+    # -- queues -------------------------------------------------------------------------------
+    def _count_msgs(self, name: str, frame: Frame) -> Answer:
+        dispatcher = self.dispatcher
+        queue = dispatcher.queues.get(name)
         unacked = len(queue.inflight) if queue is not None else 0
-        if not broker.store.durable:
+        if not dispatcher.store.durable:
             ready = queue.size if queue is not None else 0
             return _counts(ready + unacked, unacked)
 
-        async def count() -> Headers:
-            return _counts(await broker.store.count(name), unacked)
+        def fetch(store: Store) -> Awaitable[int]:
+            return store.count(name)
 
-        return count
+        return Deferred(fetch, lambda total: _counts(total, unacked))
 
-    def _count_queue_subscribers(self, name: str, frame: Frame, session: Session) -> Answer:
-        queue = self.broker.queues.get(name)
+    def _count_queue_subscribers(self, name: str, frame: Frame) -> Answer:
+        queue = self.dispatcher.queues.get(name)
         return {"num-subscribers": str(queue.nsubs if queue is not None else 0)}
 
-    def _count_topic_subscribers(self, name: str, frame: Frame, session: Session) -> Answer:
-        return {"num-subscribers": str(self.broker.topics.count(name))}
+    def _count_topic_subscribers(self, name: str, frame: Frame) -> Answer:
+        return {"num-subscribers": str(self.router.topics.count(name))}
 
-    def _purge(self, name: str, frame: Frame, session: Session) -> Answer:
-        self.broker.purge_queue(name)
+    def _purge(self, name: str, frame: Frame) -> Answer:
+        self.dispatcher.purge(name)
         return {}
 
-    def _delete_queue(self, name: str, frame: Frame, session: Session) -> Answer:
-        broker = self.broker
-        broker.purge_queue(name)
-        for exchange in list(broker.exchanges.values()):
-            if name in exchange.bindings:
-                exchange.unbind(name)
-                broker.store.delete_binding(exchange.name, name)
+    def _delete_queue(self, name: str, frame: Frame) -> Answer:
+        self.dispatcher.purge(name)
+        self.router.unbind_everywhere(name)
         return {}
 
-    # -- exchanges ----------------------------------------------------------------
-    def _exchange(self, name: str) -> Exchange:
-        exchange = self.broker.exchanges.get(name)
-        if exchange is None:
-            raise ClientError(f"no exchange named {name!r}")
-        return exchange
-
-    def _declare_exchange(self, name: str, frame: Frame, session: Session) -> Answer:
+    # -- exchanges ----------------------------------------------------------------------------
+    def _declare_exchange(self, name: str, frame: Frame) -> Answer:
         if "/" in name:
             raise ClientError(f"exchange name {name!r} must not contain '/'")
-        self.broker.declare_exchange(name, declaration_options(frame.headers))
+        self.router.declare_exchange(name, declaration_options(frame.headers))
         return {}
 
-    def _delete_exchange(self, name: str, frame: Frame, session: Session) -> Answer:
-        self._exchange(name)
-        del self.broker.exchanges[name]
-        self.broker.store.delete_exchange(name)
+    def _delete_exchange(self, name: str, frame: Frame) -> Answer:
+        self.router.delete_exchange(name)
         return {}
 
-    def _bind_target(self, frame: Frame) -> str:
-        if "queue" not in frame.headers:
-            raise ClientError(f"{frame.headers['destination']} needs a queue header naming /queue/NAME")
-        dest = parse_destination(frame.headers["queue"])
-        if dest.kind is not Kind.QUEUE:
-            raise ClientError(f"only queues can be bound to an exchange, not {dest.raw!r}")
-        return dest.name
-
-    def _bind(self, name: str, frame: Frame, session: Session) -> Answer:
+    def _bind(self, name: str, frame: Frame) -> Answer:
         """Bind a queue; binding an already bound queue again updates its weight."""
-        exchange = self._exchange(name)
-        queue = self._bind_target(frame)
-        weight = parse_weight(frame.headers.get("weight"))
-        if queue in exchange.private:
-            raise ClientError(f"queue {queue!r} is a subscription's private queue")
-        exchange.bind(queue, weight)
-        self.broker.store.save_binding(BindingRecord(name, queue, weight))
+        self.router.exchange(name)
+        queue = _bind_target(frame)
+        self.router.bind(name, queue, parse_weight(frame.headers.get("weight")))
         return {}
 
-    def _unbind(self, name: str, frame: Frame, session: Session) -> Answer:
-        exchange = self._exchange(name)
-        queue = self._bind_target(frame)
-        if queue not in exchange.bindings or queue in exchange.private:
-            raise ClientError(f"queue {queue!r} is not bound to exchange {name!r}")
-        exchange.unbind(queue)
-        self.broker.store.delete_binding(name, queue)
+    def _unbind(self, name: str, frame: Frame) -> Answer:
+        self.router.exchange(name)
+        self.router.unbind(name, _bind_target(frame))
         return {}
 
-    def _list_bindings(self, name: str, frame: Frame, session: Session) -> Answer:
-        exchange = self._exchange(name)
+    def _list_bindings(self, name: str, frame: Frame) -> Answer:
+        exchange = self.router.exchange(name)
         headers = {"num-bindings": str(len(exchange.bindings))}
         for i, queue in enumerate(sorted(exchange.bindings)):
             headers[f"binding-{i}-queue"] = "/queue/" + queue
             headers[f"binding-{i}-weight"] = str(exchange.bindings[queue])
         return headers
 
-    def _exchange_stats(self, name: str, frame: Frame, session: Session) -> Answer:
-        exchange = self._exchange(name)
+    def _exchange_stats(self, name: str, frame: Frame) -> Answer:
+        exchange = self.router.exchange(name)
         return {
             "num-bindings": str(len(exchange.bindings)),
             "num-routed": str(exchange.routed),
             "num-unhashed": str(exchange.unhashed),
         }
+
+
+def _bind_target(frame: Frame) -> str:
+    if "queue" not in frame.headers:
+        raise ClientError(f"{frame.headers['destination']} needs a queue header naming /queue/NAME")
+    dest = parse_destination(frame.headers["queue"])
+    if dest.kind is not Kind.QUEUE:
+        raise ClientError(f"only queues can be bound to an exchange, not {dest.raw!r}")
+    return dest.name
 
 
 def _counts(total: int, unacked: int) -> Headers:

@@ -26,14 +26,12 @@ from __future__ import annotations
 import json
 import tomllib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .destinations import Kind, parse_destination
 from .errors import ClientError
 from .exchanges import declaration_options, parse_weight
-
-if TYPE_CHECKING:
-    from .core import Broker
+from .routing import Router
 
 
 class DefinitionsError(ValueError):
@@ -52,7 +50,7 @@ def load_definitions(path: str) -> dict[str, Any]:
     return data
 
 
-def apply_definitions(broker: Broker, data: dict[str, Any], source: str) -> None:
+def apply_definitions(router: Router, data: dict[str, Any], source: str) -> None:
     """Check the whole file, then apply it: a file with any invalid entry changes nothing."""
     where = source  # the entry being checked, named in any error
     declared: dict[str, dict[str, str]] = {}
@@ -65,7 +63,7 @@ def apply_definitions(broker: Broker, data: dict[str, Any], source: str) -> None
             if not name or "/" in name:
                 raise ClientError(f"exchange name {name!r} must be non-empty and must not contain '/'")
             options = declaration_options({k: str(v) for k, v in entry.items() if k != "name"})
-            existing = broker.exchanges.get(name)
+            existing = router.exchanges.get(name)
             previous = declared.get(name, existing.options if existing is not None else None)
             if previous is not None and previous != options:
                 raise ClientError(f"exchange {name!r} exists with other options: {previous}")
@@ -78,16 +76,19 @@ def apply_definitions(broker: Broker, data: dict[str, Any], source: str) -> None
             where = f"{source}: bindings[{i}]"
             exchange = _field(entry, "exchange", where)
             _known_keys(entry, ("exchange", "queue", "weight"), where)
-            if exchange not in broker.exchanges and exchange not in declared:
+            if exchange not in router.exchanges and exchange not in declared:
                 raise ClientError(f"no exchange named {exchange!r}")
             queue = _queue_name(_field(entry, "queue", where))
             binds.append((exchange, queue, parse_weight(str(entry.get("weight", 1)))))
     except ClientError as e:
         raise DefinitionsError(f"{where}: {e.message}") from None
-    for name, options in declared.items():
-        broker.declare_exchange(name, options)
-    for exchange, queue, weight in binds:
-        broker.bind(exchange, queue, weight)
+    try:
+        for name, options in declared.items():
+            router.declare_exchange(name, options)
+        for exchange, queue, weight in binds:
+            router.bind(exchange, queue, weight)
+    except ClientError as e:  # a binding to a subscription's private queue, say
+        raise DefinitionsError(f"{source}: {e.message}") from None
 
 
 #: Keys an exchange entry may have: its name and the declaration options of /control/declare.
@@ -104,7 +105,8 @@ def _known_keys(entry: dict[str, Any], allowed: tuple[str, ...], where: str) -> 
 def _field(entry: Any, name: str, where: str) -> str:
     if not isinstance(entry, dict) or not isinstance(entry.get(name), str):
         raise DefinitionsError(f"{where}: needs a string '{name}'")
-    return entry[name]
+    value: str = entry[name]
+    return value
 
 
 def _queue_name(value: str) -> str:

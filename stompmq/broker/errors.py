@@ -11,7 +11,6 @@ from __future__ import annotations
 class ClientError(Exception):
     """The client asked for something invalid; answer ERROR and close."""
 
-    def __init__(self, message: str, detail: str = "") -> None:
+    def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
-        self.detail = detail

@@ -114,6 +114,10 @@ import math
 import struct
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from . import _rendezvous
 
 # Largest accepted binding weight: ratios beyond 10000:1 are configuration mistakes, not balancing.
 MAX_WEIGHT = 10_000
@@ -138,6 +142,7 @@ _CODE_BITS = 12
 _CODE_MASK = (1 << _CODE_BITS) - 1
 _KEY_HASHER = hashlib.blake2b(digest_size=8, key=KEY_HASH_KEY)
 
+_NativeRouter: type[_rendezvous.Router] | None
 try:
     from ._rendezvous import Router as _NativeRouter
 except ImportError:  # installed without a C compiler: the pure-Python router gives the same answers
@@ -234,7 +239,7 @@ class _LaneRouter:
             z = right ^ ((left ^ right) & (left_wins - (left_wins >> 64)))
         lanes = self._unpack(z.to_bytes(self._tail_bytes, "little"))
         if len(self._segments) == 1:
-            return names[SEGMENT_LANES - (max(lanes) & _CODE_MASK)]
+            return names[SEGMENT_LANES - (int(max(lanes)) & _CODE_MASK)]
         best_score = -1.0
         best_name = ""
         for start, stop, weight in self._segments:

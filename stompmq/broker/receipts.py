@@ -4,21 +4,19 @@ A receipt is queued behind the store ticket that covers every write buffered
 when its frame was handled (``Store.sync_ticket``); the store's commit callback
 releases, per session, every receipt whose ticket has committed, in the order
 the frames arrived.  A ``/control`` answer that must read the store first takes
-its place in the same line with an "unanswered" ticket, so it never overtakes
-an earlier receipt nor lets a later one overtake it.  When a commit fails, the
+its place in the same line with an "unanswered" ticket (``reserve``), so it
+never overtakes an earlier receipt nor lets a later one overtake it; the
+runtime performs the read and ``answer`` fills it in.  When a commit fails, the
 sessions waiting on it get an ERROR instead (through ``Session.fail``).
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Awaitable, Callable
-
-import trio
 
 from ..protocol import Frame, encode_frame, escape
 from ..storage.base import Store, StoreError
-from .session import Session
+from .session import PendingReceipt, Session
 
 #: Ticket of a receipt whose answer is still being computed (it waits for everything).
 UNANSWERED = sys.maxsize
@@ -36,7 +34,6 @@ class Receipts:
     def __init__(self, store: Store) -> None:
         self.store = store
         self._waiting: dict[Session, None] = {}  # sessions with receipts queued
-        self.nursery: trio.Nursery | None = None  # set by the broker's run(); hosts late answers
         store.on_commit = self.committed
         store.on_commit_failed = self.failed
 
@@ -47,46 +44,37 @@ class Receipts:
         if ticket <= self.store.committed and not session.pending_receipts:
             session.outbox.write(data)
         else:
-            session.pending_receipts.append([ticket, receipt_id, data])
+            session.pending_receipts.append(PendingReceipt(ticket, receipt_id, data))
             self._waiting[session] = None
 
-    def send_later(
-        self, session: Session, receipt_id: str | None, answer: Callable[[], Awaitable[Headers]]
-    ) -> None:
-        """Run ``answer`` (it reads the store); its headers go into the receipt, in order."""
-        entry: list = [UNANSWERED, receipt_id, b""]
-        if receipt_id is not None:
-            session.pending_receipts.append(entry)
-            self._waiting[session] = None
-        assert self.nursery is not None, "the broker is not running"
+    def reserve(self, session: Session, receipt_id: str) -> PendingReceipt:
+        """Hold ``receipt_id``'s place in line until ``answer`` gives its headers."""
+        entry = PendingReceipt(UNANSWERED, receipt_id, b"")
+        session.pending_receipts.append(entry)
+        self._waiting[session] = None
+        return entry
 
-        async def complete() -> None:
-            try:
-                headers = await answer()
-            except StoreError as e:
-                if not session.closed:
-                    session.fail(f"store error: {e}", receipt_id)
-                return
-            if receipt_id is not None:
-                entry[2] = receipt_frame(receipt_id, headers, session.version)
-                entry[0] = self.store.sync_ticket()
-                self.committed(self.store.committed)
-
-        self.nursery.start_soon(complete)
+    def answer(self, session: Session, entry: PendingReceipt, headers: Headers) -> None:
+        """The reserved receipt's headers are known: release it after what was buffered by now."""
+        if session.closed or entry.receipt_id is None:
+            return
+        entry.data = receipt_frame(entry.receipt_id, headers, session.version)
+        entry.ticket = self.store.sync_ticket()
+        self.committed(self.store.committed)
 
     def committed(self, ticket: int) -> None:
         for session in list(self._waiting):
             pending = session.pending_receipts
-            while pending and pending[0][0] <= ticket:
-                session.outbox.write(pending.popleft()[2])
+            while pending and pending[0].ticket <= ticket:
+                session.outbox.write(pending.popleft().data)
             if not pending:
                 del self._waiting[session]
 
     def failed(self, ticket: int, error: StoreError) -> None:
         for session in list(self._waiting):
             pending = session.pending_receipts
-            if pending and pending[0][0] <= ticket:
-                receipt_id = pending[0][1]
+            if pending and pending[0].ticket <= ticket:
+                receipt_id = pending[0].receipt_id
                 del self._waiting[session]
                 pending.clear()
                 session.fail(f"could not store: {error}", receipt_id)

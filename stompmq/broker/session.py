@@ -1,29 +1,32 @@
-"""Per-connection broker state: subscriptions, deliveries awaiting ACK, transactions.
+"""Per-connection broker state: the session, its subscriptions and their unacked deliveries.
 
 The server creates one ``Session`` per connection and gives it an ``Outbox``
-(the connection's bounded send buffer).  The broker writes encoded frames into
+(the connection's bounded send buffer).  The engine writes encoded frames into
 the outbox synchronously and asks it whether there is room before each queue
-delivery; that is the whole of back-pressure from the broker's point of view.
+delivery; that is the whole of back-pressure from the engine's point of view.
 
-RECEIPTs may have to wait for a store commit.  To keep a connection's receipts
-in the order of its frames, a receipt is queued behind any receipt still
-waiting, together with the store ticket it needs.
+Sessions and subscriptions point at each other (a subscription is delivered
+through its session's outbox, a session owns its subscriptions), so they live
+in one module.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from enum import Enum
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Protocol
 
 from ..protocol import Frame
+from ..storage.base import StoredMessage
 
 if TYPE_CHECKING:
-    from .subscription import Subscription
+    from .queue import Queue
 
 
 class Outbox(Protocol):
-    """What the broker needs from a connection's send side."""
+    """What the engine needs from a connection's send side."""
 
     def write(self, data: bytes) -> None:
         """Queue bytes for the socket; never blocks."""
@@ -35,8 +38,19 @@ class Outbox(Protocol):
         """True while a topic message may be added (below the hard limit)."""
 
 
+class PendingReceipt:
+    """A RECEIPT waiting for the store to commit ``ticket`` (or, unanswered, for a read)."""
+
+    __slots__ = ("ticket", "receipt_id", "data")
+
+    def __init__(self, ticket: int, receipt_id: str | None, data: bytes) -> None:
+        self.ticket = ticket
+        self.receipt_id = receipt_id
+        self.data = data
+
+
 class Session:
-    """One connected client as the broker sees it."""
+    """One connected client as the engine sees it."""
 
     __slots__ = (
         "id",
@@ -61,8 +75,8 @@ class Session:
         # ack id -> subscription holding that unacked delivery
         self.deliveries: dict[str, Subscription] = {}
         self.transactions: dict[str, list[Frame]] = {}
-        # [ticket, receipt id, encoded RECEIPT] waiting for the store to commit `ticket`
-        self.pending_receipts: deque[list] = deque()
+        # receipts waiting for a commit, in the order of the frames that asked for them
+        self.pending_receipts: deque[PendingReceipt] = deque()
         self.next_ack = 0
         self.closed = False
         #: Set by the server: send ERROR(message, receipt id) and close the connection.
@@ -74,3 +88,68 @@ class Session:
 
     def __repr__(self) -> str:
         return f"Session({self.id})"
+
+
+#: Shared read-only stand-in for a subscription that has no unacked delivery yet: a million
+#: auto-ack subscriptions should not each carry an empty dict.
+NO_DELIVERIES: Mapping[str, StoredMessage] = MappingProxyType({})
+
+
+class AckMode(Enum):
+    AUTO = "auto"
+    CLIENT = "client"  # cumulative
+    CLIENT_INDIVIDUAL = "client-individual"
+
+
+class Subscription:
+    """One SUBSCRIBE of one session.
+
+    ``unacked`` maps ack id -> message in delivery order, which is what a
+    cumulative (``client``) ACK walks.  ``in_ready`` says whether the
+    subscription currently sits in its queue's round-robin of subscriptions
+    with room; ``active`` turns False at UNSUBSCRIBE so the queue can drop it
+    lazily instead of searching for it.
+    """
+
+    __slots__ = (
+        "id",
+        "session",
+        "destination",
+        "queue",
+        "ack_mode",
+        "prefetch",
+        "ack_timeout",
+        "unacked",
+        "in_ready",
+        "active",
+    )
+
+    def __init__(
+        self,
+        sub_id: str,
+        session: Session,
+        destination: str,
+        ack_mode: AckMode,
+        prefetch: int,
+        ack_timeout: float | None,
+        queue: Queue | None = None,
+    ) -> None:
+        self.id = sub_id
+        self.session = session
+        self.destination = destination
+        self.queue = queue
+        self.ack_mode = ack_mode
+        self.prefetch = prefetch
+        self.ack_timeout = ack_timeout
+        self.unacked: dict[str, StoredMessage] = NO_DELIVERIES  # type: ignore[assignment]
+        self.in_ready = False
+        self.active = True
+
+    def has_room(self) -> bool:
+        """May a queue message be delivered now?  Auto-ack is bounded by the socket only."""
+        if not self.session.outbox.has_room():
+            return False
+        return self.ack_mode is AckMode.AUTO or len(self.unacked) < self.prefetch
+
+    def __repr__(self) -> str:
+        return f"Subscription({self.session.id}/{self.id} -> {self.destination})"

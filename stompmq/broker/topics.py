@@ -12,7 +12,7 @@ from __future__ import annotations
 from bisect import insort
 from collections.abc import Iterator
 
-from .subscription import Subscription
+from .session import Subscription
 
 #: A SUBSCRIBE destination ending in this character subscribes by prefix.
 WILDCARD = "*"

@@ -11,11 +11,10 @@ from __future__ import annotations
 class ProtocolError(Exception):
     """The peer sent something STOMP does not allow."""
 
-    def __init__(self, message: str, receipt_id: str | None = None, detail: str = "") -> None:
+    def __init__(self, message: str, receipt_id: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.receipt_id = receipt_id
-        self.detail = detail
 
 
 class LocalProtocolError(Exception):

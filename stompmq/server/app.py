@@ -17,6 +17,7 @@ import trio
 from ..broker import Broker
 from ..broker.hashring import NATIVE
 from .connection import Connection
+from .runtime import Runtime
 from .settings import ServerSettings
 
 log = logging.getLogger(__name__)
@@ -29,14 +30,15 @@ async def serve(
     task_status: trio.TaskStatus[list[trio.SocketListener]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Open the broker and serve clients until cancelled; the store is closed on the way out."""
-    await broker.open()
+    runtime = Runtime(broker)
+    await runtime.open()
     try:
         async with trio.open_nursery() as nursery:
-            await nursery.start(broker.run)
+            await nursery.start(runtime.run)
             listeners = await trio.open_tcp_listeners(settings.port, host=settings.host)
 
             async def handle(stream: trio.SocketStream) -> None:
-                await Connection(stream, broker, settings).run()
+                await Connection(stream, runtime, settings).run()
 
             async with trio.open_nursery() as connections:
                 connections.start_soon(trio.serve_listeners, handle, listeners)
@@ -51,7 +53,7 @@ async def serve(
                 await trio.sleep_forever()
     finally:
         with trio.CancelScope(shield=True):
-            await broker.close()
+            await runtime.close()
             log.info("store closed")
 
 

@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import itertools
 import logging
+from typing import NoReturn
 
 import trio
 
 from .. import __version__
-from ..broker import Broker, ClientError, Session
+from ..broker import ClientError, Session
 from ..protocol import (
     Frame,
     FrameParser,
@@ -39,6 +40,7 @@ from ..protocol import (
     parse_heart_beat,
 )
 from .outbox import ConnectionOutbox
+from .runtime import Runtime
 from .settings import ServerSettings
 
 log = logging.getLogger(__name__)
@@ -62,9 +64,10 @@ class _Close(Exception):
 
 
 class Connection:
-    def __init__(self, stream: trio.SocketStream, broker: Broker, settings: ServerSettings) -> None:
+    def __init__(self, stream: trio.abc.HalfCloseableStream, runtime: Runtime, settings: ServerSettings) -> None:
         self.stream = stream
-        self.broker = broker
+        self.runtime = runtime
+        self.broker = runtime.broker
         self.settings = settings
         self.id = str(next(_ids))
         self.outbox = ConnectionOutbox()
@@ -100,6 +103,7 @@ class Connection:
         finally:
             if self.session is not None:
                 try:
+                    self.runtime.tick()
                     self.broker.close_session(self.session)
                 except Exception:  # escaping here would take down every connection (DESIGN §5)
                     log.exception("connection %s: closing its session failed", self.id)
@@ -108,20 +112,20 @@ class Connection:
 
     # -- reading ----------------------------------------------------------------
     async def _reader(self) -> None:
-        stream, parser, outbox, store = self.stream, self.parser, self.outbox, self.broker.store
+        stream, parser, outbox, store, runtime = self.stream, self.parser, self.outbox, self.broker.store, self.runtime
         while True:
             if outbox.size >= outbox.hard_limit:
                 await outbox.wait_below_hard_limit()
-            while store.backlog() > MAX_STORE_BACKLOG:
-                await trio.sleep(0.005)
+            await store.wait_backlog_below(MAX_STORE_BACKLOG)
             data = await stream.receive_some(RECEIVE_BYTES)
             if not data:
                 return
             self.last_recv = trio.current_time()
+            runtime.tick()
             try:
                 frames = parser.feed(data)
             except ProtocolError as e:
-                self._error(e.message, e.receipt_id, e.detail)
+                self._error(e.message, e.receipt_id)
             for frame in frames:
                 self._on_frame(frame)
 
@@ -137,14 +141,14 @@ class Connection:
             try:
                 self.broker.handle(session, frame)
             except ClientError as e:
-                self._error(e.message, frame.headers.get("receipt"), e.detail)
+                self._error(e.message, frame.headers.get("receipt"))
             except Exception:
                 log.exception("connection %s: internal error handling %s", self.id, command)
                 self._error("internal error", frame.headers.get("receipt"))
         elif command == "DISCONNECT":
             receipt = frame.headers.get("receipt")
             if receipt is not None:
-                self.broker.receipts.send(session, receipt)
+                self.broker.receipt(session, receipt)
             raise _Close
         elif command in ("CONNECT", "STOMP"):
             self._error("already connected", frame.headers.get("receipt"))
@@ -175,7 +179,7 @@ class Connection:
         self.parser.version = version
         self.session = session = self.broker.open_session(self.id, version, self.outbox, headers.get("login"))
         self._session_opened.set()
-        self.outbox.on_drain = lambda: self.broker.resume(session)
+        self.outbox.on_drain = lambda: self._resume(session)
         session.fail = self.fail
         connected = {
             "version": version,
@@ -185,9 +189,14 @@ class Connection:
         }
         self.outbox.write(encode_frame(Frame("CONNECTED", connected), version))
 
+    def _resume(self, session: Session) -> None:
+        """The outbox drained: the engine may deliver to this connection again."""
+        self.runtime.tick()
+        self.broker.resume(session)
+
     def _error(
-        self, message: str, receipt_id: str | None = None, detail: str = "", extra: dict[str, str] | None = None
-    ) -> None:
+        self, message: str, receipt_id: str | None = None, extra: dict[str, str] | None = None
+    ) -> NoReturn:
         """Queue an ERROR frame and end the connection (STOMP: ERROR, then close)."""
         headers = {"message": message.replace("\n", " ").replace("\r", " ")}
         if receipt_id is not None:
@@ -195,13 +204,14 @@ class Connection:
         if extra:
             headers.update(extra)
         headers["content-type"] = "text/plain"
-        self.outbox.write(encode_frame(Frame("ERROR", headers, (detail or message).encode()), self.version))
+        self.outbox.write(encode_frame(Frame("ERROR", headers, message.encode()), self.version))
         self._errored = True
         log.info("connection %s: ERROR %s", self.id, message)
         # The session ends with the ERROR, not after the linger: requeue what it holds at once
         # and deliver nothing more to a connection that will never ACK it.
         if self.session is not None and not self.session.closed:
             try:
+                self.runtime.tick()
                 self.broker.close_session(self.session)
             except Exception:
                 log.exception("connection %s: closing its session failed", self.id)
@@ -222,8 +232,9 @@ class Connection:
             session = self.session
             if self._broken:
                 return
+            # Each released RECEIPT is written to the outbox, so wait for writes, not for time.
             while session is not None and session.pending_receipts and not self._errored:
-                await trio.sleep(0.002)
+                await self.outbox.wait_written()
             await self.outbox.wait_drained()
         if self._errored:
             with trio.move_on_after(LINGER_SECONDS):

@@ -26,13 +26,24 @@ HARD_LIMIT = 8 * 1024 * 1024
 
 
 class ConnectionOutbox:
-    __slots__ = ("_chunks", "size", "_ready", "_drained", "blocked", "on_drain", "soft_limit", "hard_limit")
+    __slots__ = (
+        "_chunks",
+        "size",
+        "_ready",
+        "_drained",
+        "_written",
+        "blocked",
+        "on_drain",
+        "soft_limit",
+        "hard_limit",
+    )
 
     def __init__(self, soft_limit: int = SOFT_LIMIT, hard_limit: int = HARD_LIMIT) -> None:
         self._chunks: list[bytes] = []
         self.size = 0  # bytes queued or being sent
         self._ready = trio.Event()
         self._drained = trio.Event()
+        self._written: trio.Event | None = None  # set by the next write, while someone waits
         self.blocked = False  # has_room() said no since the last drain
         self.on_drain: Callable[[], None] = lambda: None
         self.soft_limit = soft_limit
@@ -42,6 +53,9 @@ class ConnectionOutbox:
         self._chunks.append(data)
         self.size += len(data)
         self._ready.set()
+        if self._written is not None:
+            self._written.set()
+            self._written = None
 
     def has_room(self) -> bool:
         if self.size < self.soft_limit:
@@ -74,6 +88,12 @@ class ConnectionOutbox:
             if self.blocked:
                 self.blocked = False
                 self.on_drain()
+
+    async def wait_written(self) -> None:
+        """Wait for the next ``write`` (a RECEIPT being released, say)."""
+        if self._written is None:
+            self._written = trio.Event()
+        await self._written.wait()
 
     async def wait_drained(self) -> None:
         while self.size:

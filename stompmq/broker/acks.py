@@ -1,0 +1,136 @@
+"""Settling deliveries: ACK, NACK, ack timeouts, and requeueing what a subscription held.
+
+A delivery is *settled* when it leaves every index that tracks it (the
+subscription's ``unacked``, the session's ``deliveries``, the queue's
+``inflight``) and its ack-timeout timer is cancelled, so memory follows the
+deliveries in flight, not the history.  Then the message is deleted (ACK),
+requeued with one more redelivery (NACK, ack timeout, a subscription or
+connection gone), or dead-lettered past ``--max-redeliveries``.
+
+Ack ids: STOMP 1.2 ACKs name the ``ack`` header of the MESSAGE (a per-session
+counter); 1.0 and 1.1 name the ``message-id``, which two overlapping topic
+subscriptions of one session share, so ``target`` also looks at the
+``subscription`` header.
+"""
+
+from __future__ import annotations
+
+from ..storage.base import StoredMessage
+from .dead_letters import dead_letter
+from .dispatch import Dispatcher
+from .errors import ClientError
+from .queue import Queue
+from .session import AckMode, Session, Subscription
+
+
+class Acks:
+    def __init__(self, dispatcher: Dispatcher) -> None:
+        self.dispatcher = dispatcher
+        self.store = dispatcher.store
+        self.config = dispatcher.config
+        self.deadlines = dispatcher.deadlines
+
+    def target(self, session: Session, headers: dict[str, str]) -> tuple[Subscription, str]:
+        """The subscription and ack id an ACK/NACK names; ClientError if it names nothing unacked."""
+        ack_id = headers.get("id")
+        if ack_id is None:
+            if session.version == "1.2":
+                raise ClientError("ACK/NACK without id header")
+            ack_id = headers.get("message-id")
+            if ack_id is None:
+                raise ClientError("ACK/NACK without message-id header")
+        sub = session.deliveries.get(ack_id)
+        named = headers.get("subscription")
+        if named is not None and session.version != "1.2" and (sub is None or named != sub.id):
+            # 1.0/1.1 name a delivery by message-id, which two subscriptions of one session
+            # share when overlapping topic subscriptions both received the message.
+            other = session.subscriptions.get(named)
+            if other is None or ack_id not in other.unacked:
+                raise ClientError(f"message {ack_id!r} was not delivered to subscription {named!r}")
+            sub = other
+        if sub is None and session.version != "1.2":  # the shared key's entry was settled already
+            sub = next((s for s in session.subscriptions.values() if ack_id in s.unacked), None)
+        if sub is None:
+            raise ClientError(f"no unacked message with ack id {ack_id!r}")
+        return sub, ack_id
+
+    def ack(self, sub: Subscription, ack_id: str) -> None:
+        for one in _acked_ids(sub, ack_id):
+            self.store.delete(self.settle(sub, one))
+        self.after_settle(sub)
+
+    def nack(self, sub: Subscription, ack_id: str, requeue: bool) -> None:
+        for one in _acked_ids(sub, ack_id):
+            msg = self.settle(sub, one)
+            if requeue:
+                self.requeue(sub.queue, msg)
+            elif self.config.dead_letter_rejected and sub.queue is not None:
+                dead_letter(self.dispatcher, msg, "rejected with NACK requeue:false")
+            else:
+                self.store.delete(msg)
+        self.after_settle(sub)
+
+    def expire(self, session: Session, ack_id: str, msg: StoredMessage) -> None:
+        """An ack timeout fired (it is cancelled when its delivery settles, so it is live)."""
+        sub = session.deliveries.get(ack_id)
+        if sub is None or sub.unacked.get(ack_id) is not msg:
+            return  # a 1.0/1.1 key shared by two subscriptions: the other one holds it now
+        self.settle(sub, ack_id)
+        if sub.queue is not None:
+            sub.queue.expired(msg, sub)
+        self.requeue(sub.queue, msg)
+        self.after_settle(sub)
+
+    def release(self, sub: Subscription) -> None:
+        """The subscription ends: everything it holds unacked goes back to its queue."""
+        for ack_id in list(sub.unacked):
+            self.requeue(sub.queue, self.settle(sub, ack_id))
+
+    def settle(self, sub: Subscription, ack_id: str) -> StoredMessage:
+        """Remove one unacked delivery from every index and return its message."""
+        msg = sub.unacked.pop(ack_id)
+        deliveries = sub.session.deliveries
+        if deliveries.get(ack_id) is sub:  # 1.0/1.1 keys may be shared: see target()
+            del deliveries[ack_id]
+        if sub.queue is not None:
+            sub.queue.inflight.pop(msg.seq, None)
+        timer = msg.timer
+        if timer is not None:
+            msg.timer = None
+            self.deadlines.cancel(timer)  # type: ignore[arg-type]
+        return msg
+
+    def requeue(self, queue: Queue | None, msg: StoredMessage) -> None:
+        """Put an unacked queue message back, counting a redelivery; dead-letter it past the limit."""
+        if queue is None:
+            return  # topic message: transient
+        msg.delivered = False
+        msg.redeliveries += 1
+        limit = self.config.max_redeliveries
+        if limit is not None and msg.redeliveries > limit:
+            dead_letter(self.dispatcher, msg, f"redelivered more than {limit} times")
+            return
+        self.store.update(msg)
+        queue.window.requeue(msg)
+
+    def after_settle(self, sub: Subscription) -> None:
+        """The subscription has room again: deliver to it, and let an idle queue go."""
+        queue = sub.queue
+        if queue is None:
+            return
+        if sub.active:
+            queue.make_ready(sub)
+        self.dispatcher.pump(queue)
+        self.dispatcher.deactivate_if_idle(queue)
+
+
+def _acked_ids(sub: Subscription, ack_id: str) -> list[str]:
+    """The deliveries one ACK/NACK settles: cumulative for `client`, one otherwise."""
+    if sub.ack_mode is not AckMode.CLIENT:
+        return [ack_id]
+    ids = []
+    for candidate in sub.unacked:
+        ids.append(candidate)
+        if candidate == ack_id:
+            break
+    return ids

@@ -1,0 +1,178 @@
+"""Queues in memory and delivery: publishing into a queue, dispatching it, paging it in.
+
+Theory of operation
+-------------------
+A queue exists in memory only while it has subscribers, deliveries in flight or
+a page read pending (or, with a non-durable store, messages); otherwise its
+messages are only in the store and the queue costs nothing.
+
+``publish`` buffers the store insert and hands the message to a subscriber if
+one has room; ``pump`` pairs ready messages with subscribers (``Queue.dispatch``)
+and delivers them.  An auto-ack delivery deletes the message; a client-ack
+delivery tracks it as unacked and arms its ack timeout.  When a queue's ready
+window runs low, ``pump`` asks the runtime for a page (``Reads``) and
+``page_loaded`` merges it.  Deadlines are armed with a kind (``ACK_TIMEOUT``,
+``PAGE_RETRY``) that the engine maps to its handlers, so nothing here calls
+back into the modules above it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Sequence
+from functools import partial
+
+from ..storage.base import Store, StoredMessage, StoreError
+from .config import BrokerConfig
+from .delivery import message_frame, message_tail
+from .queue import Queue
+from .reads import Reads, StoreRead
+from .send_headers import DEFAULT_PRIORITY
+from .session import NO_DELIVERIES, AckMode, Session, Subscription
+from .timers import Deadlines
+from .window import PageRequest
+
+log = logging.getLogger(__name__)
+
+#: Deadline kinds: an unacked delivery's ack timeout; a failed page read's retry.
+ACK_TIMEOUT = "ack-timeout"
+PAGE_RETRY = "page-retry"
+#: Seconds before a failed page read is retried (a full disk refuses reads until writes commit).
+PAGE_RETRY_SECONDS = 0.1
+
+
+class Dispatcher:
+    def __init__(self, store: Store, config: BrokerConfig, deadlines: Deadlines, reads: Reads) -> None:
+        self.store = store
+        self.config = config
+        self.deadlines = deadlines
+        self.reads = reads
+        self.queues: dict[str, Queue] = {}
+        self.seq = 0  # the last sequence number handed out
+        self.wall_ms = 0  # wall-clock time for message timestamps, set by the engine
+
+    # -- queues in memory ---------------------------------------------------------------------
+    def activate(self, name: str) -> Queue:
+        """The queue's in-memory state, created on first use."""
+        queue = self.queues.get(name)
+        if queue is None:
+            durable = self.store.durable
+            queue = self.queues[name] = Queue(name, self.config.window if durable else None, spilled=durable)
+        return queue
+
+    def deactivate_if_idle(self, queue: Queue) -> None:
+        if queue.idle and (self.store.durable or not queue.size) and self.queues.get(queue.name) is queue:
+            del self.queues[queue.name]
+
+    # -- publishing and delivering ------------------------------------------------------------
+    def publish(
+        self,
+        queue_name: str,
+        headers: dict[str, str],
+        body: bytes,
+        priority: int = DEFAULT_PRIORITY,
+        ack_timeout: float | None = None,
+        redeliveries: int = 0,
+    ) -> StoredMessage:
+        """Store a message in a queue and hand it to a subscriber if one has room."""
+        self.seq += 1
+        msg = StoredMessage(self.seq, queue_name, priority, headers, body, self.wall_ms, ack_timeout, redeliveries)
+        self.store.insert(msg)
+        queue = self.queues.get(queue_name)
+        if queue is None:
+            if self.store.durable:
+                return msg  # nobody listens: the message waits in the store only
+            queue = self.activate(queue_name)
+        queue.window.push(msg)
+        self.pump(queue)
+        return msg
+
+    def new_message(self, destination: str, headers: dict[str, str], body: bytes) -> StoredMessage:
+        """A message that is never stored (a topic publish), numbered like the others."""
+        self.seq += 1
+        return StoredMessage(self.seq, destination, DEFAULT_PRIORITY, headers, body, self.wall_ms)
+
+    def pump(self, queue: Queue) -> None:
+        """Deliver what the queue can deliver now; ask for a page when its window runs low."""
+        for sub, msg in queue.dispatch():
+            self.deliver(queue, sub, msg)
+        if queue.window.spilled and queue.wants_page():
+            self._request_page(queue)
+
+    def track(self, session: Session, sub: Subscription, msg: StoredMessage) -> str:
+        """Record an unacked delivery and return its ack id."""
+        ack_id = session.new_ack_id() if session.version == "1.2" else str(msg.seq)
+        if sub.unacked is NO_DELIVERIES:
+            sub.unacked = {}
+        sub.unacked[ack_id] = msg
+        session.deliveries[ack_id] = sub
+        return ack_id
+
+    def deliver(self, queue: Queue, sub: Subscription, msg: StoredMessage) -> None:
+        """Hand one queue message to one subscription."""
+        session = sub.session
+        version = session.version
+        if sub.ack_mode is AckMode.AUTO:
+            ack_id = None
+            self.store.delete(msg)
+        else:
+            ack_id = self.track(session, sub, msg)
+            queue.inflight[msg.seq] = sub
+            msg.delivered = True
+            self.store.update(msg)
+            timeout = msg.ack_timeout if msg.ack_timeout is not None else sub.ack_timeout
+            if timeout is None:
+                timeout = self.config.ack_timeout
+            if timeout > 0:
+                msg.timer = self.deadlines.arm(timeout, ACK_TIMEOUT, session, ack_id, msg)
+        session.outbox.write(
+            message_frame(
+                msg,
+                queue.destination,
+                sub.id,
+                ack_id if version == "1.2" else None,
+                version,
+                message_tail(msg, version),
+            )
+        )
+
+    def purge(self, name: str) -> None:
+        """Drop every ready message of a queue; deliveries in flight stay with their consumers."""
+        self.store.purge(name)
+        queue = self.queues.get(name)
+        if queue is not None:
+            queue.window.clear()
+            # Store.purge deletes the rows of deliveries in flight too: write them back. The
+            # store's contract orders a batch's purges before its inserts (storage/backend.py).
+            for sub in set(queue.inflight.values()):
+                for msg in sub.unacked.values():
+                    if queue.inflight.get(msg.seq) is sub:
+                        self.store.insert(msg)
+
+    # -- paging -------------------------------------------------------------------------------
+    def _request_page(self, queue: Queue) -> None:
+        request = queue.window.start_page()
+        name = queue.name
+
+        def fetch(store: Store) -> Awaitable[Sequence[StoredMessage]]:
+            return store.load_ready(name, request.after, request.limit)
+
+        self.reads.submit(StoreRead(fetch, partial(self._page_loaded, queue, request), partial(self._page_failed, queue)))
+
+    def _page_loaded(self, queue: Queue, request: PageRequest, rows: Sequence[StoredMessage]) -> None:
+        queue.window.page_loaded(request, rows, queue.inflight)
+        if self.queues.get(queue.name) is queue:
+            self.pump(queue)
+            self.deactivate_if_idle(queue)
+
+    def _page_failed(self, queue: Queue, error: StoreError) -> None:
+        # The window stays "loading" until the retry, so no pump asks again meanwhile: a store
+        # that refuses reads (a full disk, until the buffered writes commit) is not hammered.
+        log.warning("paging queue %s failed, retrying: %s", queue.name, error)
+        self.deadlines.arm(PAGE_RETRY_SECONDS, PAGE_RETRY, queue)
+
+    def retry_page(self, queue: Queue) -> None:
+        queue.window.page_failed()
+        if self.queues.get(queue.name) is queue:
+            self.pump(queue)  # asks again while the page is still wanted
+            self.deactivate_if_idle(queue)

@@ -1,0 +1,256 @@
+"""The engine: every frame after CONNECT goes through ``Broker.handle``.
+
+Theory of operation
+-------------------
+One ``Broker`` owns all state and runs on one thread; nothing in it is shared
+with other threads, so it needs no locks.  It is pure: it imports no trio,
+owns no task, opens no socket and reads no clock.  The runtime in server/
+drives it:
+
+* ``advance(now, wall)`` gives it the time (trio's clock for deadlines, the
+  wall clock for message timestamps) before handing it work;
+* ``handle(session, frame)`` applies one client frame synchronously: MESSAGE
+  and RECEIPT bytes go into the sessions' outboxes, store writes into the
+  store's buffer (the store commits them in groups and its commit callback
+  releases RECEIPTs through ``Receipts``);
+* ``next_deadline()`` says when to call ``run_due()`` (ack timeouts, page-read
+  retries); ``reads`` holds the store reads it wants (page loads, ``/control``
+  counts), which the runtime performs and hands back;
+* the waker set with ``set_waker`` is called when a deadline comes earlier or a
+  read is queued, so the runtime never polls.
+
+Who owns what (imports point down this list, never up):
+
+    engine        frames -> the modules below; sessions; time; deadlines -> handlers
+    control       /control verbs, over the dispatcher and the router
+    transactions  BEGIN/COMMIT/ABORT, over the router and acks
+    subscriptions SUBSCRIBE/UNSUBSCRIBE, over the dispatcher, acks and router
+    routing       SEND -> queue / topic / exchange; exchanges and topics
+    acks          ACK/NACK/ack timeouts: settle, requeue
+    dead_letters  moving undeliverable messages to /queue/DLQ.<name>
+    dispatch      queues in memory, publish, deliver, paging requests
+    queue         one queue's round-robin over subscribers; window: its ready window
+    session, timers, reads, receipts, delivery, destinations, exchanges, topics, ...
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ..protocol import Frame
+from ..storage.base import Recovery, Store, StoreError
+from .acks import Acks
+from .config import BrokerConfig
+from .control import Control, Deferred
+from .definitions import apply_definitions
+from .destinations import Kind, parse_destination
+from .dispatch import ACK_TIMEOUT, PAGE_RETRY, Dispatcher
+from .errors import ClientError
+from .exchanges import Exchange
+from .queue import Queue
+from .reads import Reads, StoreRead
+from .receipts import Headers, Receipts
+from .routing import Router
+from .send_headers import send_options
+from .session import Outbox, Session
+from .subscriptions import Subscriptions
+from .timers import Deadlines
+from .topics import WILDCARD, TopicRouter
+from .transactions import Transactions, requeue_wanted
+
+Handler = Callable[[Session, Frame], "Headers | Deferred | None"]
+
+
+class Broker:
+    def __init__(self, store: Store, config: BrokerConfig | None = None) -> None:
+        self.store = store
+        self.config = config = config or BrokerConfig()
+        self.sessions: dict[str, Session] = {}
+        self.deadlines = Deadlines()
+        self.reads = Reads()
+        self.receipts = Receipts(store)
+        self.dispatcher = Dispatcher(store, config, self.deadlines, self.reads)
+        self.acks = Acks(self.dispatcher)
+        self.router = Router(self.dispatcher)
+        self.subscriptions = Subscriptions(self.dispatcher, self.acks, self.router, config)
+        self.transactions = Transactions(self.router, self.acks)
+        self.control = Control(self.dispatcher, self.router)
+        self._handlers: dict[str, Handler] = {
+            "SEND": self._on_send,
+            "SUBSCRIBE": self._on_subscribe,
+            "UNSUBSCRIBE": self._on_unsubscribe,
+            "ACK": self._on_ack,
+            "NACK": self._on_nack,
+            "BEGIN": self._on_begin,
+            "COMMIT": self._on_commit,
+            "ABORT": self._on_abort,
+        }
+        self._timer_handlers: dict[str, Callable[..., None]] = {
+            ACK_TIMEOUT: self.acks.expire,
+            PAGE_RETRY: self.dispatcher.retry_page,
+        }
+
+    # -- what the runtime and the tests look at -------------------------------------------------
+    @property
+    def queues(self) -> dict[str, Queue]:
+        return self.dispatcher.queues
+
+    @property
+    def exchanges(self) -> dict[str, Exchange]:
+        return self.router.exchanges
+
+    @property
+    def topics(self) -> TopicRouter:
+        return self.router.topics
+
+    # -- driving --------------------------------------------------------------------------------
+    def recover(self, recovery: Recovery, stale_queues: list[str], definitions: dict[str, Any] | None = None,
+                source: str = "") -> None:
+        """Take over what the store recovered; purge ``stale_queues`` (private queues of
+        subscriptions that a crash ended); apply a definitions file's contents."""
+        self.dispatcher.seq = recovery.last_seq
+        for name in stale_queues:
+            self.dispatcher.purge(name)
+        for record in recovery.exchanges:
+            self.router.exchanges[record.name] = Exchange(record.name, dict(record.options))
+        for binding in recovery.bindings:
+            exchange = self.router.exchanges.get(binding.exchange)
+            if exchange is not None:
+                exchange.bindings[binding.queue] = binding.weight
+        for exchange in self.router.exchanges.values():
+            exchange.rebuild()
+        if definitions is not None:
+            apply_definitions(self.router, definitions, source)
+
+    def set_waker(self, wake: Callable[[], None]) -> None:
+        """``wake`` is called when a deadline comes earlier or a store read is queued."""
+        self.deadlines.on_earlier = wake
+        self.reads.on_pending = wake
+
+    def advance(self, now: float, wall: float) -> None:
+        """The time: ``now`` on the runtime's monotonic clock, ``wall`` in epoch seconds."""
+        self.deadlines.now = now
+        self.dispatcher.wall_ms = int(wall * 1000)
+
+    def next_deadline(self) -> float:
+        """When ``run_due`` has work next (infinity: nothing is armed)."""
+        return self.deadlines.next_deadline()
+
+    def run_due(self) -> None:
+        """Run every deadline due at the time given last."""
+        deadlines, handlers = self.deadlines, self._timer_handlers
+        while (due := deadlines.pop_due()) is not None:
+            kind, args = due
+            handlers[kind](*args)
+
+    def take_read(self) -> StoreRead | None:
+        """The next store read the engine wants, if any."""
+        pending = self.reads.pending
+        return pending.popleft() if pending else None
+
+    # -- sessions -------------------------------------------------------------------------------
+    def open_session(self, session_id: str, version: str, outbox: Outbox, login: str | None = None) -> Session:
+        session = Session(session_id, version, outbox, login)
+        self.sessions[session_id] = session
+        return session
+
+    def close_session(self, session: Session) -> None:
+        """The connection is gone: abort its transactions, requeue what it held."""
+        if session.closed:
+            return
+        session.closed = True
+        session.transactions.clear()
+        for sub in list(session.subscriptions.values()):
+            self.subscriptions.drop(sub)
+        session.subscriptions.clear()
+        self.receipts.forget(session)
+        self.sessions.pop(session.id, None)
+
+    def resume(self, session: Session) -> None:
+        """The session's outbox drained below its limit: give its subscriptions room again."""
+        for sub in session.subscriptions.values():
+            queue = sub.queue
+            if queue is not None and sub.active:
+                queue.make_ready(sub)
+                self.dispatcher.pump(queue)
+
+    def receipt(self, session: Session, receipt_id: str) -> None:
+        """A RECEIPT that only waits for what is buffered now (DISCONNECT's)."""
+        self.receipts.send(session, receipt_id)
+
+    # -- frames ---------------------------------------------------------------------------------
+    def handle(self, session: Session, frame: Frame) -> None:
+        """Apply one client frame; raise ClientError to fail the connection."""
+        handler = self._handlers.get(frame.command)
+        if handler is None:
+            raise ClientError(f"unknown command {frame.command!r}")
+        answer = handler(session, frame)
+        receipt = frame.headers.get("receipt")
+        if isinstance(answer, Deferred):
+            self._answer_later(session, receipt, answer)
+        elif receipt is not None:
+            self.receipts.send(session, receipt, answer)
+
+    def _answer_later(self, session: Session, receipt: str | None, deferred: Deferred) -> None:
+        entry = self.receipts.reserve(session, receipt) if receipt is not None else None
+
+        def done(result: object) -> None:
+            if entry is not None:
+                self.receipts.answer(session, entry, deferred.answer(result))
+
+        def failed(error: StoreError) -> None:
+            if not session.closed:
+                session.fail(f"store error: {error}", receipt)
+
+        self.reads.submit(StoreRead(deferred.fetch, done, failed))
+
+    def _on_send(self, session: Session, frame: Frame) -> Headers | Deferred | None:
+        headers = frame.headers
+        dest = parse_destination(headers.get("destination"))
+        kind = dest.kind
+        if kind is Kind.CONTROL:
+            return self.control.run(dest.name, frame)
+        if kind is Kind.TOPIC and dest.name.endswith(WILDCARD):
+            raise ClientError(f"cannot SEND to a wildcard topic {dest.raw!r}")
+        priority, ack_timeout = send_options(headers)
+        if "transaction" in headers:
+            self.transactions.frames(session, headers).append(frame)
+            return None
+        self.router.route(dest, frame, priority, ack_timeout)
+        return None
+
+    def _on_subscribe(self, session: Session, frame: Frame) -> None:
+        headers = frame.headers
+        self.subscriptions.subscribe(session, parse_destination(headers.get("destination")), headers)
+
+    def _on_unsubscribe(self, session: Session, frame: Frame) -> None:
+        self.subscriptions.unsubscribe(session, frame.headers)
+
+    def _on_ack(self, session: Session, frame: Frame) -> None:
+        sub, ack_id = self.acks.target(session, frame.headers)
+        if "transaction" in frame.headers:
+            self.transactions.frames(session, frame.headers).append(frame)
+            return
+        self.acks.ack(sub, ack_id)
+
+    def _on_nack(self, session: Session, frame: Frame) -> None:
+        if session.version == "1.0":
+            raise ClientError("NACK does not exist in STOMP 1.0")
+        sub, ack_id = self.acks.target(session, frame.headers)
+        if "transaction" in frame.headers:
+            self.transactions.frames(session, frame.headers).append(frame)
+            return
+        self.acks.nack(sub, ack_id, requeue_wanted(frame.headers))
+
+    def _on_begin(self, session: Session, frame: Frame) -> None:
+        self.transactions.begin(session, frame)
+
+    def _on_commit(self, session: Session, frame: Frame) -> None:
+        self.transactions.commit(session, frame)
+
+    def _on_abort(self, session: Session, frame: Frame) -> None:
+        self.transactions.abort(session, frame)
+
+
+

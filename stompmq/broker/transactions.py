@@ -1,0 +1,86 @@
+"""Transactions: SEND, ACK and NACK frames held per session until COMMIT or ABORT.
+
+COMMIT applies the held frames in one synchronous step, so their store writes
+land in one commit group: all of them or none reach the disk.  Everything is
+validated before anything is applied; exchange SENDs are routed during that
+check, so one that cannot be routed fails the COMMIT before any frame of it is
+applied.  ABORT, or the connection's end, drops the frames.
+"""
+
+from __future__ import annotations
+
+from ..protocol import Frame
+from .acks import Acks
+from .destinations import Kind, parse_destination
+from .errors import ClientError
+from .routing import Router
+from .send_headers import send_options, user_headers
+from .session import Session
+
+
+def requeue_wanted(headers: dict[str, str]) -> bool:
+    """NACK's ``requeue`` header (default true)."""
+    return headers.get("requeue", "true") != "false"
+
+
+class Transactions:
+    def __init__(self, router: Router, acks: Acks) -> None:
+        self.router = router
+        self.acks = acks
+
+    def frames(self, session: Session, headers: dict[str, str]) -> list[Frame]:
+        """The frames held by the transaction a frame names (ClientError if none is open)."""
+        tx = headers["transaction"]
+        frames = session.transactions.get(tx)
+        if frames is None:
+            raise ClientError(f"no transaction {tx!r} in progress")
+        return frames
+
+    def begin(self, session: Session, frame: Frame) -> None:
+        tx = _tx_id(frame)
+        if tx in session.transactions:
+            raise ClientError(f"transaction {tx!r} already in progress")
+        session.transactions[tx] = []
+
+    def abort(self, session: Session, frame: Frame) -> None:
+        tx = _tx_id(frame)
+        if session.transactions.pop(tx, None) is None:
+            raise ClientError(f"no transaction {tx!r} in progress")
+
+    def commit(self, session: Session, frame: Frame) -> None:
+        tx = _tx_id(frame)
+        frames = session.transactions.pop(tx, None)
+        if frames is None:
+            raise ClientError(f"no transaction {tx!r} in progress")
+        router, acks = self.router, self.acks
+        routed: dict[int, str | None] = {}
+        for i, f in enumerate(frames):
+            if f.command != "SEND":
+                acks.target(session, f.headers)
+            else:
+                dest = parse_destination(f.headers["destination"])
+                if dest.kind is Kind.EXCHANGE:
+                    routed[i] = router.exchange_queue(dest, f)
+        for i, f in enumerate(frames):
+            headers = f.headers
+            if f.command == "SEND":
+                if i not in routed:
+                    router.route(parse_destination(headers["destination"]), f, *send_options(headers))
+                elif (target := routed[i]) is not None:
+                    router.dispatcher.publish(target, user_headers(headers), f.body, *send_options(headers))
+                continue
+            try:
+                sub, ack_id = acks.target(session, headers)
+            except ClientError:
+                continue  # settled by an earlier cumulative ACK of this transaction
+            if f.command == "ACK":
+                acks.ack(sub, ack_id)
+            else:
+                acks.nack(sub, ack_id, requeue_wanted(headers))
+
+
+def _tx_id(frame: Frame) -> str:
+    tx = frame.headers.get("transaction")
+    if tx is None:
+        raise ClientError(f"{frame.command} without transaction header")
+    return tx

@@ -1,0 +1,94 @@
+"""The runtime that drives the pure engine: time, deadlines, store reads, the store's lifetime.
+
+The engine (stompmq/broker) cannot await and reads no clock.  This module gives
+it both: ``tick`` hands it trio's clock and the wall clock before any work,
+one task sleeps until the engine's next deadline and runs what is due, another
+performs the store reads the engine queued (page loads, ``/control`` counts)
+and hands the results back.  The engine's waker sets an event, so neither task
+polls: they sleep until a deadline or until the engine says there is work.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import trio
+
+from ..broker import Broker
+from ..broker.definitions import load_definitions
+from ..broker.exchanges import PRIVATE_QUEUE_PREFIX
+from ..storage.base import Recovery, StoreError
+
+log = logging.getLogger(__name__)
+
+
+class Runtime:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.store = broker.store
+        self._deadline_changed = trio.Event()
+        self._reads_queued = trio.Event()
+
+    def tick(self) -> None:
+        """Give the engine the current time: call before handing it anything."""
+        self.broker.advance(trio.current_time(), time.time())
+
+    def _wake(self) -> None:
+        self._deadline_changed.set()
+        self._reads_queued.set()
+
+    async def open(self) -> Recovery:
+        """Open the store and hand the engine what it recovered (and the definitions file)."""
+        store, broker = self.store, self.broker
+        recovery = await store.open()
+        try:
+            stale = await store.queue_names(PRIVATE_QUEUE_PREFIX)
+            path = broker.config.definitions
+            definitions = load_definitions(path) if path else None
+            self.tick()
+            broker.recover(recovery, stale, definitions, path or "")
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await store.close()  # release the database (and its lock): the start failed
+            raise
+        return recovery
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The store's commit loop, the deadlines and the reads, for the broker's lifetime."""
+        self.broker.set_waker(self._wake)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.store.run)
+            nursery.start_soon(self._deadlines)
+            nursery.start_soon(self._reads)
+            task_status.started()
+
+    async def close(self) -> None:
+        """Commit everything buffered and release the store."""
+        await self.store.close()
+
+    async def _deadlines(self) -> None:
+        broker = self.broker
+        while True:
+            with trio.move_on_at(broker.next_deadline()):
+                await self._deadline_changed.wait()
+            self._deadline_changed = trio.Event()
+            self.tick()
+            broker.run_due()
+
+    async def _reads(self) -> None:
+        broker, store = self.broker, self.store
+        while True:
+            read = broker.take_read()
+            if read is None:
+                await self._reads_queued.wait()
+                self._reads_queued = trio.Event()
+                continue
+            try:
+                result = await read.fetch(store)
+            except StoreError as e:
+                self.tick()
+                read.failed(e)
+            else:
+                self.tick()
+                read.done(result)

@@ -1,0 +1,130 @@
+"""Fakes for engine tests that need no event loop: an outbox that keeps frames, a durable store
+in a dict, and a way to run the engine's store reads to completion synchronously."""
+
+from __future__ import annotations
+
+from collections.abc import Coroutine, Sequence
+from typing import Any
+
+from stompmq.broker import Broker
+from stompmq.protocol import Frame, FrameParser
+from stompmq.storage.base import BindingRecord, ExchangeRecord, Recovery, Store, StoredMessage
+
+
+class FakeOutbox:
+    """Keeps what the engine writes; ``room`` turns queue deliveries off like a full socket."""
+
+    def __init__(self) -> None:
+        self.parser = FrameParser()
+        self.frames: list[Frame] = []
+        self.room = True
+
+    def write(self, data: bytes) -> None:
+        self.frames.extend(self.parser.feed(data))
+
+    def has_room(self) -> bool:
+        return self.room
+
+    def can_take_transient(self) -> bool:
+        return True
+
+    def take(self, command: str | None = None) -> list[Frame]:
+        frames, self.frames = self.frames, []
+        return [f for f in frames if command is None or f.command == command]
+
+
+class DictStore(Store):
+    """A durable store in a dict: commits at once (tickets count calls of ``sync_ticket``)."""
+
+    durable = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: dict[int, tuple[StoredMessage, bool, int]] = {}  # seq -> (msg, delivered, redeliveries)
+        self.purged: list[str] = []
+        self._ticket = 0
+
+    async def open(self) -> Recovery:
+        return Recovery(max(self.rows, default=0), [], [])
+
+    async def run(self) -> None:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        pass
+
+    def insert(self, msg: StoredMessage) -> None:
+        self.rows[msg.seq] = (msg, msg.delivered, msg.redeliveries)
+
+    def update(self, msg: StoredMessage) -> None:
+        self.rows[msg.seq] = (msg, msg.delivered, msg.redeliveries)
+
+    def delete(self, msg: StoredMessage) -> None:
+        self.rows.pop(msg.seq, None)
+
+    def purge(self, queue: str) -> None:
+        self.purged.append(queue)
+        self.rows = {seq: row for seq, row in self.rows.items() if row[0].queue != queue}
+
+    def save_exchange(self, exchange: ExchangeRecord) -> None:
+        pass
+
+    def delete_exchange(self, name: str) -> None:
+        pass
+
+    def save_binding(self, binding: BindingRecord) -> None:
+        pass
+
+    def delete_binding(self, exchange: str, queue: str) -> None:
+        pass
+
+    @property
+    def committed(self) -> int:
+        return self._ticket
+
+    def sync_ticket(self) -> int:
+        self._ticket += 1
+        self.on_commit(self._ticket)
+        return self._ticket
+
+    def backlog(self) -> int:
+        return 0
+
+    async def wait_backlog_below(self, limit: int) -> None:
+        pass
+
+    async def load_ready(self, queue: str, after: tuple[int, int] | None, limit: int) -> Sequence[StoredMessage]:
+        ready = sorted(
+            (m for m, delivered, _ in self.rows.values() if m.queue == queue and not delivered),
+            key=lambda m: m.order_key,
+        )
+        ready = [m for m in ready if after is None or m.order_key > after]
+        return [
+            StoredMessage(m.seq, m.queue, m.priority, m.headers, m.body, m.timestamp, m.ack_timeout,
+                          self.rows[m.seq][2])
+            for m in ready[:limit]
+        ]
+
+    async def queue_names(self, prefix: str) -> list[str]:
+        return sorted({m.queue for m, _, _ in self.rows.values() if m.queue.startswith(prefix)})
+
+    async def count(self, queue: str) -> int:
+        return sum(1 for m, _, _ in self.rows.values() if m.queue == queue)
+
+
+def complete(coro: Coroutine[Any, Any, Any]) -> Any:
+    """Run a coroutine that never suspends (a DictStore read) to its result."""
+    try:
+        coro.send(None)
+    except StopIteration as stop:
+        return stop.value
+    raise AssertionError("the read suspended")
+
+
+def run_reads(broker: Broker) -> int:
+    """Perform every store read the engine queued, as the runtime would; return how many."""
+    n = 0
+    while (read := broker.take_read()) is not None:
+        read.done(complete(read.fetch(broker.store)))  # type: ignore[arg-type]
+        n += 1
+    return n

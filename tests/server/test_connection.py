@@ -1,0 +1,100 @@
+"""Connections in virtual time: ack timeouts, heart-beats, deadlines and redelivery, with no sleep.
+
+Every test runs under ``autojump_clock``: trio jumps the clock whenever all tasks are
+blocked, so the 30-second and 10-second waits below take no real time.
+"""
+
+from __future__ import annotations
+
+import trio
+
+from stompmq.broker import BrokerConfig
+from stompmq.server.settings import ServerSettings
+
+from ..pair import broker_pair
+
+
+async def test_ack_timeout_redelivers_to_the_other_subscriber(autojump_clock: trio.abc.Clock) -> None:
+    async with broker_pair() as pair:
+        slow = await pair.connected()
+        other = await pair.connected()
+        await slow.send("SUBSCRIBE", {"id": "1", "destination": "/queue/q", "ack": "client-individual",
+                                      "ack-timeout": "30", "receipt": "r"})
+        assert (await slow.receive()).command == "RECEIPT"
+        await other.send("SUBSCRIBE", {"id": "1", "destination": "/queue/q", "ack": "client-individual",
+                                       "receipt": "r"})
+        assert (await other.receive()).command == "RECEIPT"
+        start = trio.current_time()
+        await slow.send("SEND", {"destination": "/queue/q"}, b"job")
+        first = await slow.receive()
+        assert first.headers["redelivered"] == "false"
+        assert await other.nothing_within(29.0)
+        again = await other.receive()
+        assert again.body == b"job" and again.headers["redelivered"] == "true"
+        assert 30.0 <= trio.current_time() - start < 30.5
+
+
+async def test_ack_before_the_timeout_cancels_it(autojump_clock: trio.abc.Clock) -> None:
+    async with broker_pair() as pair:
+        client = await pair.connected()
+        await client.send("SUBSCRIBE", {"id": "1", "destination": "/queue/q", "ack": "client-individual",
+                                        "ack-timeout": "5"})
+        await client.send("SEND", {"destination": "/queue/q"}, b"job")
+        msg = await client.receive()
+        await client.send("ACK", {"id": msg.headers["ack"]})
+        assert await client.nothing_within(60.0)
+        assert len(pair.broker.deadlines) == 0
+
+
+async def test_unacked_messages_of_a_closed_connection_go_to_another(autojump_clock: trio.abc.Clock) -> None:
+    async with broker_pair() as pair:
+        leaving = await pair.connected()
+        staying = await pair.connected()
+        await leaving.send("SUBSCRIBE", {"id": "1", "destination": "/queue/q", "ack": "client"})
+        await leaving.send("SEND", {"destination": "/queue/q"}, b"job")
+        await leaving.receive()
+        await staying.send("SUBSCRIBE", {"id": "1", "destination": "/queue/q", "ack": "client"})
+        await leaving.stream.aclose()
+        again = await staying.receive()
+        assert again.body == b"job" and again.headers["redelivery-count"] == "1"
+
+
+async def test_server_heart_beats_keep_their_interval(autojump_clock: trio.abc.Clock) -> None:
+    async with broker_pair(settings=ServerSettings(port=0, heart_beat=(1000, 0))) as pair:
+        client = await pair.connected(heart_beat="0,1000")
+        start = trio.current_time()
+        with trio.move_on_after(10.0):
+            await client.receive()
+        # at least one beat per second (the server beats a little early, never late)
+        assert client.heart_beats >= 10
+        assert trio.current_time() - start >= 10.0
+
+
+async def test_a_silent_peer_is_closed_after_the_grace_period(autojump_clock: trio.abc.Clock) -> None:
+    async with broker_pair(settings=ServerSettings(port=0, heart_beat=(0, 1000), heart_beat_grace=2.0)) as pair:
+        client = await pair.connected(heart_beat="1000,0")
+        start = trio.current_time()
+        error = await client.receive()
+        assert error.command == "ERROR" and error.headers["message"] == "heart-beat timeout"
+        assert 2.0 <= trio.current_time() - start <= 3.0
+
+
+async def test_no_connect_frame_in_time(autojump_clock: trio.abc.Clock) -> None:
+    async with broker_pair(settings=ServerSettings(port=0, connect_timeout=10.0)) as pair:
+        client = pair.open()
+        error = await client.receive()
+        assert error.headers["message"] == "no CONNECT frame in time"
+        assert trio.current_time() >= 10.0
+
+
+async def test_disconnect_receipt_waits_for_the_commit_and_closes(autojump_clock: trio.abc.Clock) -> None:
+    async with broker_pair(config=BrokerConfig()) as pair:
+        client = await pair.connected()
+        await client.send("SEND", {"destination": "/queue/q", "receipt": "s"}, b"x")
+        await client.send("DISCONNECT", {"receipt": "bye"})
+        assert [(await client.receive()).headers["receipt-id"] for _ in range(2)] == ["s", "bye"]
+        try:
+            await client.receive()
+            raise AssertionError("the connection stayed open")
+        except EOFError:
+            pass

@@ -1,0 +1,63 @@
+"""ConnectionOutbox: coalescing, the soft and hard limits, and the drain callback."""
+
+from __future__ import annotations
+
+import trio
+import trio.testing
+
+from stompmq.server.outbox import ConnectionOutbox
+
+
+async def test_take_returns_everything_queued_as_one_buffer() -> None:
+    outbox = ConnectionOutbox()
+    outbox.write(b"a")
+    outbox.write(b"bc")
+    assert await outbox.take() == b"abc"
+    assert outbox.size == 3  # still counted until sent
+    outbox.sent(3)
+    assert outbox.empty
+
+
+def test_soft_limit_stops_queue_deliveries_and_drain_resumes_them() -> None:
+    outbox = ConnectionOutbox(soft_limit=10, hard_limit=100)
+    drained = []
+    outbox.on_drain = lambda: drained.append(outbox.size)
+    outbox.write(b"x" * 10)
+    assert not outbox.has_room()
+    assert outbox.can_take_transient()
+    outbox.sent(4)  # 6 left: above half the soft limit
+    assert drained == []
+    outbox.sent(2)  # 4 left: at most half
+    assert drained == [4]
+    assert outbox.has_room()
+
+
+def test_hard_limit_refuses_transient_messages() -> None:
+    outbox = ConnectionOutbox(soft_limit=10, hard_limit=20)
+    outbox.write(b"x" * 20)
+    assert not outbox.can_take_transient()
+
+
+async def test_wait_written_wakes_on_the_next_write() -> None:
+    outbox = ConnectionOutbox()
+    woke = []
+
+    async def waiter() -> None:
+        await outbox.wait_written()
+        woke.append(True)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(waiter)
+        await trio.testing.wait_all_tasks_blocked()
+        assert woke == []
+        outbox.write(b"RECEIPT")
+    assert woke == [True]
+
+
+async def test_wait_drained_returns_when_everything_was_sent() -> None:
+    outbox = ConnectionOutbox()
+    outbox.write(b"abc")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(outbox.wait_drained)
+        await trio.testing.wait_all_tasks_blocked()
+        outbox.sent(3)

@@ -62,9 +62,10 @@ class Option:
 OPTIONS: tuple[Option, ...] = (
     Option("host", str, "127.0.0.1", "address to listen on (loopback by default, so an unauthenticated broker is not exposed)"),
     Option("port", int, 61613, "TCP port for STOMP"),
-    Option("store", str, None, "message store: 'memory' (no durability) or 'sqlite:///PATH' (default: sqlite file in --data-dir)", "URL"),
+    Option("store", str, None, "message store: 'memory' (no durability), 'sqlite:///PATH' (default: sqlite file in --data-dir) or 'postgresql://USER:PASSWORD@HOST:PORT/DB' (several brokers may share it)", "URL"),
     Option("data-dir", str, "./stompmq-data", "directory for the default SQLite store"),
     Option("flush-interval", float, 0.05, "seconds within which SENDs without receipt are committed (write-behind)", "SECONDS"),
+    Option("lease", float, 10.0, "PostgreSQL store: seconds after which a broker that stopped renewing its lease (a crash) loses its messages to the other brokers", "SECONDS"),
     Option("login", str, None, "require this login in CONNECT (with --passcode)"),
     Option("passcode", str, None, "require this passcode in CONNECT (with --login)"),
     Option("max-frame-size", int, 16 * 1024 * 1024, "largest accepted frame body in bytes", "BYTES"),

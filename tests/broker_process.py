@@ -66,9 +66,10 @@ def stomp_ready(port: int, host: str = "127.0.0.1") -> bool:
 
 
 class BrokerProcess:
-    """``stompmq`` on ``sqlite:///db_path`` in a subprocess of its own."""
+    """``stompmq`` on ``sqlite:///db_path`` (or on a ``postgresql://`` URL) in a subprocess of its own."""
 
     def __init__(self, db_path: str | Path, *extra: str, port: int | None = None, log_level: str = "WARNING") -> None:
+        is_url = str(db_path).startswith("postgresql://")
         self.db_path = Path(db_path)
         self.port = port if port is not None else free_port()
         self._auto_port = port is None
@@ -79,7 +80,7 @@ class BrokerProcess:
             "--port",
             str(self.port),
             "--store",
-            f"sqlite:///{self.db_path}",
+            str(db_path) if is_url else f"sqlite:///{self.db_path}",
             "--log-level",
             log_level,
             *extra,

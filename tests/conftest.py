@@ -1,4 +1,9 @@
-"""Shared fixtures: a real broker on a free loopback port, once per store kind."""
+"""Shared fixtures: a real broker on a free loopback port, once per store kind.
+
+The behavioural suite runs on every store: memory, sqlite and postgres (a throw-away server
+that tests/postgres_server.py starts once per session; tests on it carry the ``postgres``
+marker, so ``-m "not postgres"`` skips them where no PostgreSQL can be installed).
+"""
 
 from __future__ import annotations
 
@@ -14,13 +19,48 @@ from stompmq.storage.base import Store
 from stompmq.storage.memory import MemoryStore
 
 from .broker_thread import BrokerThread
+from .postgres_server import PostgresServer
 
-STORES = ["memory", "sqlite"]
+STORES = ["memory", "sqlite", "postgres"]
+#: Seconds a dead broker's claims last in tests (the default, 10 s, would only slow them).
+TEST_LEASE = 2.0
+
+_postgres: PostgresServer | None = None
 
 
-def make_store_factory(kind: str, tmp_path: Path):
+def postgres_server() -> PostgresServer:
+    """The session's PostgreSQL server, started on first use (stopped at the session's end)."""
+    global _postgres
+    if _postgres is None:
+        _postgres = PostgresServer().start()
+    return _postgres
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _postgres is not None:
+        _postgres.stop()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and callspec.params.get("store_kind") == "postgres":
+            item.add_marker(pytest.mark.postgres)
+
+
+def make_store_factory(kind: str, tmp_path: Path) -> Callable[[], Store]:
+    """Stores of one kind on one database: each call opens the same data again (a restart)."""
     if kind == "memory":
         return MemoryStore
+    if kind == "postgres":
+        from stompmq.storage.postgres import PostgresStore
+
+        url = postgres_server().new_database()
+
+        def make_postgres() -> Store:
+            return PostgresStore(url, flush_interval=0.01, lease=TEST_LEASE)
+
+        return make_postgres
     from stompmq.storage.sqlite import SQLiteStore
 
     def make() -> Store:
@@ -31,7 +71,7 @@ def make_store_factory(kind: str, tmp_path: Path):
 
 @pytest.fixture(params=STORES)
 def store_kind(request: pytest.FixtureRequest) -> str:
-    return request.param
+    return str(request.param)
 
 
 @pytest.fixture

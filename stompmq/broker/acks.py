@@ -110,8 +110,8 @@ class Acks:
         if limit is not None and msg.redeliveries > limit:
             dead_letter(self.dispatcher, msg, f"redelivered more than {limit} times")
             return
+        msg.held = queue.window.requeue(msg)
         self.store.update(msg)
-        queue.window.requeue(msg)
 
     def after_settle(self, sub: Subscription) -> None:
         """The subscription has room again: deliver to it, and let an idle queue go."""

@@ -77,6 +77,13 @@ class Control:
             ready = queue.size if queue is not None else 0
             return _counts(ready + unacked, unacked)
 
+        if dispatcher.store.shared:  # every broker's deliveries in flight count
+
+            async def fetch_both(store: Store) -> tuple[int, int]:
+                return await store.count(name), await store.count_unacked(name)
+
+            return Deferred(fetch_both, lambda counts: _counts(*counts))
+
         def fetch(store: Store) -> Awaitable[int]:
             return store.count(name)
 

@@ -14,6 +14,13 @@ window runs low, ``pump`` asks the runtime for a page (``Reads``) and
 ``page_loaded`` merges it.  Deadlines are armed with a kind (``ACK_TIMEOUT``,
 ``PAGE_RETRY``) that the engine maps to its handlers, so nothing here calls
 back into the modules above it.
+
+On a store several brokers share, a message row belongs to the broker holding
+it in memory (``StoredMessage.held``): a SEND to a queue this broker has no
+subscriber for, or one beyond its window's boundary, is stored free for any
+broker to claim; a queue leaving memory releases its rows; and another broker's
+new messages (``store_changed``) make the window look in the store again.
+Sequence numbers come from the store in blocks (``Store.seq_block``).
 """
 
 from __future__ import annotations
@@ -49,6 +56,7 @@ class Dispatcher:
         self.reads = reads
         self.queues: dict[str, Queue] = {}
         self.seq = 0  # the last sequence number handed out
+        self.seq_end = 0  # the end of the block ``seq`` is from (Store.seq_block)
         self.wall_ms = 0  # wall-clock time for message timestamps, set by the engine
 
     # -- queues in memory ---------------------------------------------------------------------
@@ -63,6 +71,26 @@ class Dispatcher:
     def deactivate_if_idle(self, queue: Queue) -> None:
         if queue.idle and (self.store.durable or not queue.size) and self.queues.get(queue.name) is queue:
             del self.queues[queue.name]
+            if self.store.shared:
+                for msg in queue.window.messages():
+                    msg.held = False  # a pending insert of it goes in free
+                self.store.release(queue.name)
+
+    def store_changed(self, name: str) -> None:
+        """Another broker sharing the store made ready messages of queue ``name`` ("*": of any
+        queue): look in the store again if anyone here wants them."""
+        queues = self.queues.values() if name == "*" else filter(None, [self.queues.get(name)])
+        for queue in list(queues):
+            if queue.nsubs:
+                queue.window.store_changed()
+                self.pump(queue)
+
+    def next_seq(self) -> int:
+        seq = self.seq + 1
+        if seq >= self.seq_end:
+            seq, self.seq_end = self.store.seq_block(self.seq)
+        self.seq = seq
+        return seq
 
     # -- publishing and delivering ------------------------------------------------------------
     def publish(
@@ -75,22 +103,22 @@ class Dispatcher:
         redeliveries: int = 0,
     ) -> StoredMessage:
         """Store a message in a queue and hand it to a subscriber if one has room."""
-        self.seq += 1
-        msg = StoredMessage(self.seq, queue_name, priority, headers, body, self.wall_ms, ack_timeout, redeliveries)
-        self.store.insert(msg)
+        msg = StoredMessage(self.next_seq(), queue_name, priority, headers, body, self.wall_ms, ack_timeout,
+                            redeliveries)
         queue = self.queues.get(queue_name)
         if queue is None:
             if self.store.durable:
-                return msg  # nobody listens: the message waits in the store only
+                self.store.insert(msg)
+                return msg  # nobody listens here: the message waits in the store only
             queue = self.activate(queue_name)
-        queue.window.push(msg)
+        msg.held = queue.window.push(msg)
+        self.store.insert(msg)
         self.pump(queue)
         return msg
 
     def new_message(self, destination: str, headers: dict[str, str], body: bytes) -> StoredMessage:
         """A message that is never stored (a topic publish), numbered like the others."""
-        self.seq += 1
-        return StoredMessage(self.seq, destination, DEFAULT_PRIORITY, headers, body, self.wall_ms)
+        return StoredMessage(self.next_seq(), destination, DEFAULT_PRIORITY, headers, body, self.wall_ms)
 
     def pump(self, queue: Queue) -> None:
         """Deliver what the queue can deliver now; ask for a page when its window runs low."""

@@ -39,7 +39,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..protocol import Frame
-from ..storage.base import Recovery, Store, StoreError
+from ..storage.base import BindingRecord, ExchangeRecord, Recovery, Store, StoreError
 from .acks import Acks
 from .config import BrokerConfig
 from .control import Control, Deferred
@@ -112,16 +112,21 @@ class Broker:
         self.dispatcher.seq = recovery.last_seq
         for name in stale_queues:
             self.dispatcher.purge(name)
-        for record in recovery.exchanges:
-            self.router.exchanges[record.name] = Exchange(record.name, dict(record.options))
-        for binding in recovery.bindings:
-            exchange = self.router.exchanges.get(binding.exchange)
-            if exchange is not None:
-                exchange.bindings[binding.queue] = binding.weight
-        for exchange in self.router.exchanges.values():
-            exchange.rebuild()
+        self.router.load_definitions(recovery.exchanges, recovery.bindings)
         if definitions is not None:
             apply_definitions(self.router, definitions, source)
+
+    # -- what other brokers sharing the store did -------------------------------------------------
+    def store_changed(self, queue: str) -> None:
+        """Ready messages of ``queue`` ("*": of any queue) appeared in the store."""
+        self.dispatcher.store_changed(queue)
+
+    def remote_topic(self, topic: str, headers: dict[str, str], body: bytes) -> None:
+        """A topic message published through another broker: to this broker's subscribers."""
+        self.router.deliver_topic(topic, "/topic/" + topic, headers, body)
+
+    def definitions_changed(self, exchanges: list[ExchangeRecord], bindings: list[BindingRecord]) -> None:
+        self.router.load_definitions(exchanges, bindings)
 
     def set_waker(self, wake: Callable[[], None]) -> None:
         """``wake`` is called when a deadline comes earlier or a store read is queued."""

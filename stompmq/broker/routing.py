@@ -9,7 +9,7 @@ misses it, and a client-ack topic subscriber at its prefetch limit too.
 from __future__ import annotations
 
 from ..protocol import Frame
-from ..storage.base import BindingRecord
+from ..storage.base import BindingRecord, ExchangeRecord
 from .delivery import message_frame, message_tail
 from .destinations import Destination, Kind
 from .dispatch import Dispatcher
@@ -47,11 +47,17 @@ class Router:
         return self.exchange(dest.name).route(dest.key, frame.headers)
 
     def publish_topic(self, dest: Destination, frame: Frame) -> None:
-        subs = list(self.topics.matching(dest.name))
+        headers = user_headers(frame.headers)
+        self.store.publish_topic(dest.name, headers, frame.body)  # the other brokers' subscribers
+        self.deliver_topic(dest.name, dest.raw, headers, frame.body)
+
+    def deliver_topic(self, topic: str, destination: str, headers: dict[str, str], body: bytes) -> None:
+        """Hand a topic message to this broker's subscribers of ``topic``."""
+        subs = list(self.topics.matching(topic))
         if not subs:
             return
         dispatcher = self.dispatcher
-        msg = dispatcher.new_message(dest.name, user_headers(frame.headers), frame.body)
+        msg = dispatcher.new_message(topic, headers, body)
         tails: dict[str, bytes] = {}
         for sub in subs:
             session = sub.session
@@ -67,10 +73,34 @@ class Router:
             if tail is None:
                 tail = tails[version] = message_tail(msg, version)
             session.outbox.write(
-                message_frame(msg, dest.raw, sub.id, ack_id if version == "1.2" else None, version, tail)
+                message_frame(msg, destination, sub.id, ack_id if version == "1.2" else None, version, tail)
             )
 
     # -- exchanges ----------------------------------------------------------------------------
+    def load_definitions(self, exchanges: list[ExchangeRecord], bindings: list[BindingRecord]) -> None:
+        """Take the stored exchanges and bindings as they are now (at start, or after another
+        broker sharing the store changed them).  An unchanged exchange keeps its object (and its
+        counters); this broker's private bindings stay."""
+        wanted: dict[str, dict[str, int]] = {record.name: {} for record in exchanges}
+        for binding in bindings:
+            if binding.exchange in wanted:
+                wanted[binding.exchange][binding.queue] = binding.weight
+        for name in [name for name in self.exchanges if name not in wanted]:
+            for queue in self.exchanges.pop(name).private:
+                self.private.pop(queue, None)  # its exchange was deleted elsewhere
+        for record in exchanges:
+            exchange = self.exchanges.get(record.name)
+            private = {} if exchange is None else {queue: exchange.bindings[queue] for queue in exchange.private}
+            if exchange is None or exchange.options != record.options:
+                replaced = Exchange(record.name, dict(record.options))
+                if exchange is not None:
+                    replaced.private = exchange.private
+                exchange = self.exchanges[record.name] = replaced
+            new = {**wanted[record.name], **private}
+            if new != exchange.bindings:
+                exchange.bindings = new
+                exchange.rebuild()
+
     def exchange(self, name: str) -> Exchange:
         exchange = self.exchanges.get(name)
         if exchange is None:
@@ -132,5 +162,7 @@ class Router:
         return True
 
 
-def private_queue_name(exchange: str, session_id: str, sub_id: str) -> str:
-    return f"{PRIVATE_QUEUE_PREFIX}{exchange}.{session_id}.{sub_id}"
+def private_queue_name(exchange: str, node: str, session_id: str, sub_id: str) -> str:
+    """The private queue of a subscription; ``node`` tells brokers sharing a store apart."""
+    owner = f"{node}.{session_id}" if node else session_id
+    return f"{PRIVATE_QUEUE_PREFIX}{exchange}.{owner}.{sub_id}"

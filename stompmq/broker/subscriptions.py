@@ -47,7 +47,7 @@ class Subscriptions:
         if dest.kind is Kind.QUEUE:
             queue_name = dest.name
         elif dest.kind is Kind.EXCHANGE:
-            queue_name = private_queue_name(dest.name, session.id, sub_id)
+            queue_name = private_queue_name(dest.name, self.dispatcher.store.node_id, session.id, sub_id)
             self.router.bind_private(dest.name, queue_name, parse_weight(dest.key or None))
         elif dest.kind is Kind.TOPIC:
             sub = Subscription(sub_id, session, dest.raw, mode, prefetch, ack_timeout)

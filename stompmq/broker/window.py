@@ -67,11 +67,12 @@ class ReadyWindow:
         self.late: OrderKey | None = None  # lowest key skipped while a page was loading
 
     # -- adding -------------------------------------------------------------------------------
-    def push(self, msg: StoredMessage) -> None:
-        """A freshly sent message: newest of its priority, so it goes last in its level."""
+    def push(self, msg: StoredMessage) -> bool:
+        """A freshly sent message: newest of its priority, so it goes last in its level.
+        False: it lies beyond the boundary and stays in the store only."""
         if self.spilled and (self.boundary is None or msg.order_key > self.boundary):
             self._skip(msg)
-            return
+            return False
         level = self.levels.get(msg.priority)
         if level is None:
             level = self._new_level(msg.priority)
@@ -79,12 +80,14 @@ class ReadyWindow:
         self.size += 1
         if self.capacity is not None and self.size > self.capacity:
             self._evict()
+        return True
 
-    def requeue(self, msg: StoredMessage) -> None:
-        """A message coming back (NACK, lost connection, ack timeout): back to its place by seq."""
+    def requeue(self, msg: StoredMessage) -> bool:
+        """A message coming back (NACK, lost connection, ack timeout): back to its place by seq.
+        False: it lies beyond the boundary and stays in the store only."""
         if self.spilled and (self.boundary is None or msg.order_key > self.boundary):
             self._skip(msg)
-            return
+            return False
         level = self.levels.get(msg.priority)
         if level is None:
             level = self._new_level(msg.priority)
@@ -98,6 +101,7 @@ class ReadyWindow:
         self.size += 1
         if self.capacity is not None and self.size > self.capacity:
             self._evict()
+        return True
 
     def _skip(self, msg: StoredMessage) -> None:
         self.skipped += 1
@@ -138,6 +142,18 @@ class ReadyWindow:
             del self.levels[prio]
             self.prios.pop()
         return msg
+
+    def messages(self) -> list[StoredMessage]:
+        """Every ready message in memory, in delivery order."""
+        return [msg for prio in reversed(self.prios) for msg in self.levels[prio]]
+
+    def store_changed(self) -> None:
+        """Another broker sharing the store made ready messages of this queue: the store may
+        hold some beyond what the window covers, and a page read in flight may miss them."""
+        if not self.spilled:
+            self.spilled = True
+            self.boundary = self.levels[self.prios[0]][-1].order_key if self.size else None
+        self.skipped += 1  # a short page in flight no longer proves the store exhausted
 
     def clear(self) -> None:
         """Forget every ready message held in memory (purge): the store is the truth again."""

@@ -6,12 +6,16 @@ one task sleeps until the engine's next deadline and runs what is due, another
 performs the store reads the engine queued (page loads, ``/control`` counts)
 and hands the results back.  The engine's waker sets an event, so neither task
 polls: they sleep until a deadline or until the engine says there is work.
+What other brokers sharing the store did (new messages, topic messages,
+exchange changes) reaches the engine through the store's callbacks, wired here.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
+from typing import ParamSpec
 
 import trio
 
@@ -21,14 +25,27 @@ from ..broker.exchanges import PRIVATE_QUEUE_PREFIX
 from ..storage.base import Recovery, StoreError
 
 log = logging.getLogger(__name__)
+P = ParamSpec("P")
 
 
 class Runtime:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
-        self.store = broker.store
+        self.store = store = broker.store
         self._deadline_changed = trio.Event()
         self._reads_queued = trio.Event()
+        store.on_queue_changed = self._timed(broker.store_changed)
+        store.on_topic = self._timed(broker.remote_topic)
+        store.on_definitions_changed = self._timed(broker.definitions_changed)
+
+    def _timed(self, fn: Callable[P, None]) -> Callable[P, None]:
+        """``fn`` called with the engine's time brought up to date first."""
+
+        def call(*args: P.args, **kwargs: P.kwargs) -> None:
+            self.tick()
+            fn(*args, **kwargs)
+
+        return call
 
     def tick(self) -> None:
         """Give the engine the current time: call before handing it anything."""
@@ -43,7 +60,9 @@ class Runtime:
         store, broker = self.store, self.broker
         recovery = await store.open()
         try:
-            stale = await store.queue_names(PRIVATE_QUEUE_PREFIX)
+            # Private queues left by a crash of this broker (on a store several brokers share,
+            # the others' are theirs: only a store of one broker may purge them all).
+            stale = [] if store.shared else await store.queue_names(PRIVATE_QUEUE_PREFIX)
             path = broker.config.definitions
             definitions = load_definitions(path) if path else None
             self.tick()

@@ -78,6 +78,9 @@ class Backend(Protocol):
     def count(self, queue: str) -> int:
         """Messages stored for ``queue``, ready and delivered alike."""
 
+    def count_unacked(self, queue: str) -> int:
+        """Messages of ``queue`` stored as delivered (out for delivery, not acked)."""
+
     def queue_names(self, prefix: str) -> list[str]:
         """Names of the queues the database knows that start with ``prefix``."""
 

@@ -29,6 +29,15 @@ was called.
 Records are plain slotted objects owned by the broker; a store must copy the
 fields it needs when it takes a batch (the broker keeps mutating ``delivered``
 and ``redeliveries`` on its side).
+
+Several brokers may share one store (``shared``: the PostgreSQL store).  Then a
+message row belongs to the broker holding it in memory (``StoredMessage.held``),
+sequence numbers come from the store in blocks (``seq_block``), ``release``
+frees the rows of a queue that left this broker's memory, ``publish_topic``
+carries a topic message to the other brokers, and the store tells the runtime
+what the others did through the ``on_queue_changed``, ``on_topic`` and
+``on_definitions_changed`` callbacks.  A store used by one broker only keeps the
+defaults, which do nothing.
 """
 
 from __future__ import annotations
@@ -64,6 +73,7 @@ class StoredMessage:
         "ack_timeout",
         "redeliveries",
         "delivered",
+        "held",
         "timer",
     )
 
@@ -88,6 +98,9 @@ class StoredMessage:
         self.ack_timeout = ack_timeout  # seconds; None = use the subscription's default
         self.redeliveries = redeliveries
         self.delivered = delivered  # handed to a subscriber and not yet acked
+        # In this broker's memory (its ready window or in flight): on a store several brokers
+        # share, the row is claimed by this broker while this holds, free for the others after.
+        self.held = False
         # Broker-private, never stored: the ack-timeout deadline of the delivery in flight, so an
         # ACK can cancel it (a message is in flight to at most one subscription at a time).
         self.timer: object = None
@@ -131,6 +144,8 @@ class Recovery:
 
 CommitCallback = Callable[[int], None]
 FailureCallback = Callable[[int, StoreError], None]
+#: The highest sequence number a message can have (a signed 64-bit column).
+SEQ_LIMIT = 2**63 - 1
 
 
 class Store(abc.ABC):
@@ -147,9 +162,38 @@ class Store(abc.ABC):
     #: broker keeps every message of such a store in memory and never pages.
     durable: bool = True
 
+    #: Several brokers may use this store at once (claims, leases, notifications matter).
+    shared: bool = False
+
     def __init__(self) -> None:
         self.on_commit: CommitCallback = lambda ticket: None
         self.on_commit_failed: FailureCallback = lambda ticket, error: None
+        # What other brokers sharing the store did (never called by a store that is not shared):
+        #: ready messages of this queue were stored or freed by another broker
+        self.on_queue_changed: Callable[[str], None] = lambda queue: None
+        #: a topic message was published through another broker (topic, headers, body)
+        self.on_topic: Callable[[str, dict[str, str], bytes], None] = lambda topic, headers, body: None
+        #: exchanges or bindings changed: the whole current set
+        self.on_definitions_changed: Callable[[list[ExchangeRecord], list[BindingRecord]], None] = (
+            lambda exchanges, bindings: None
+        )
+
+    # -- several brokers (the defaults serve a store used by one broker) -----------------
+    @property
+    def node_id(self) -> str:
+        """This broker's name among those sharing the store ("" when it is alone)."""
+        return ""
+
+    def seq_block(self, last: int) -> tuple[int, int]:
+        """Sequence numbers [start, end) this broker may hand out next, ``last`` being the last
+        one it gave; a store of one broker gives it every number after ``last``."""
+        return last + 1, SEQ_LIMIT
+
+    def release(self, queue: str) -> None:  # noqa: B027 - a store of one broker has nothing to do
+        """This broker no longer holds any ready message of ``queue`` in memory."""
+
+    def publish_topic(self, topic: str, headers: dict[str, str], body: bytes) -> None:  # noqa: B027
+        """Carry a topic message to the other brokers (it is never stored)."""
 
     # -- lifecycle ---------------------------------------------------------
     @abc.abstractmethod
@@ -229,3 +273,7 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def count(self, queue: str) -> int:
         """Messages stored for ``queue``, ready and delivered-unacked alike."""
+
+    async def count_unacked(self, queue: str) -> int:
+        """Messages of ``queue`` out for delivery (by any broker sharing the store)."""
+        return 0

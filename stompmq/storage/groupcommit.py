@@ -63,9 +63,11 @@ from stompmq.storage.groups import (
     GroupRows,
     InsertRow,
     Purge,
+    Release,
     SaveBinding,
     SaveExchange,
     StructuralOp,
+    TopicMessage,
     UpdateRow,
 )
 from stompmq.storage.thread import DatabaseThread, Job
@@ -219,6 +221,15 @@ class GroupCommitStore(Store):
         self._pending = {seq: op for seq, op in self._pending.items() if op[1].queue != queue}
         self._add_structural(Purge(queue))
 
+    def release(self, queue: str) -> None:
+        if self.shared:
+            self._add_structural(Release(queue))
+
+    def publish_topic(self, topic: str, headers: dict[str, str], body: bytes) -> None:
+        if self.shared:
+            self._add_structural(TopicMessage(topic, headers, body))
+            self._hurry()  # a topic message is for now, not for the next flush
+
     def save_exchange(self, exchange: ExchangeRecord) -> None:
         self._add_structural(SaveExchange(exchange))
 
@@ -319,7 +330,10 @@ class GroupCommitStore(Store):
                 updates.append((m.delivered, m.redeliveries, m.priority, seq))
             else:
                 deletes.append((seq,))
-        return GroupRows(structural, inserts, updates, deletes, self._last_seq)
+        held = None
+        if self.shared:
+            held = frozenset(seq for seq, (kind, m) in ops.items() if kind != DELETE and m.held)
+        return GroupRows(structural, inserts, updates, deletes, self._last_seq, held)
 
     async def _await_group(self, group: _Group) -> StoreError | None:
         """Wait for ``group`` to commit or fail and account for it; return its error, if any."""
@@ -377,6 +391,9 @@ class GroupCommitStore(Store):
 
     async def count(self, queue: str) -> int:
         return await self._read(self._backend.count, queue)
+
+    async def count_unacked(self, queue: str) -> int:
+        return await self._read(self._backend.count_unacked, queue)
 
     async def queue_names(self, prefix: str) -> list[str]:
         return await self._read(self._backend.queue_names, prefix)

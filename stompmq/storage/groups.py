@@ -59,7 +59,24 @@ class DropBinding:
     queue: str
 
 
-StructuralOp = Purge | SaveExchange | DropExchange | SaveBinding | DropBinding
+@dataclass(frozen=True, slots=True)
+class Release:
+    """This broker holds no ready message of ``queue`` in memory any more: on a database that
+    several brokers share, its rows of that queue not out for delivery become free."""
+
+    queue: str
+
+
+@dataclass(frozen=True, slots=True)
+class TopicMessage:
+    """A topic message for the other brokers sharing the database (never stored)."""
+
+    topic: str
+    headers: dict[str, str]
+    body: bytes
+
+
+StructuralOp = Purge | SaveExchange | DropExchange | SaveBinding | DropBinding | Release | TopicMessage
 
 # -- message rows: one per message, at most one row per seq in a group ------------------------
 # (seq, queue, priority, headers, body, delivered, ack_timeout, redeliveries, timestamp)
@@ -84,3 +101,6 @@ class GroupRows:
     updates: list[UpdateRow]
     deletes: list[DeleteRow]
     last_seq: int  # highest seq the broker ever handed to the store so far
+    #: seqs of the rows (inserted or updated here) this broker holds in memory; None unless
+    #: the store is shared by several brokers (only then do claims matter)
+    held: frozenset[int] | None = None

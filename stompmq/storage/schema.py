@@ -38,6 +38,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     Column,
+    DateTime,
     Float,
     ForeignKey,
     Index,
@@ -55,6 +56,8 @@ NAME_LENGTH = 255
 TYPE_LENGTH = 64
 # Names in broker_meta are short identifiers chosen by the code.
 META_NAME_LENGTH = 64
+# A broker's id on a shared database (random hex chosen at start).
+BROKER_ID_LENGTH = 64
 
 # Explicit constraint names so every backend and every migration agree on them.
 NAMING_CONVENTION = {
@@ -88,6 +91,10 @@ messages = Table(
     Column("ack_timeout", Float, nullable=True),
     Column("redeliveries", Integer, nullable=False),
     Column("timestamp", BigInteger, nullable=False),
+    # The broker holding the row in memory; NULL: free (see brokers).  Always NULL on SQLite.
+    # PostgreSQL also has ix_messages_owner, partial (WHERE owner IS NOT NULL), made by
+    # migration 0003 only: SQLite has no use for it, and its inserts should not pay for it.
+    Column("owner", String(BROKER_ID_LENGTH), nullable=True),
 )
 
 Index(
@@ -112,6 +119,14 @@ bindings = Table(
     # The queue's name, not its id: bindings are few, and a bound queue may hold no message yet.
     Column("queue", String(NAME_LENGTH), primary_key=True),
     Column("weight", Integer, nullable=False),
+)
+
+# Live brokers on a shared database, each with a lease it renews on the database's clock.
+brokers = Table(
+    "brokers",
+    metadata,
+    Column("id", String(BROKER_ID_LENGTH), primary_key=True),
+    Column("lease_until", DateTime(timezone=True), nullable=False),
 )
 
 broker_meta = Table(

@@ -39,9 +39,11 @@ from stompmq.storage.groups import (
     GroupRows,
     InsertRow,
     Purge,
+    Release,
     SaveBinding,
     SaveExchange,
     StructuralOp,
+    TopicMessage,
 )
 from stompmq.storage.migrate import upgrade_to_head
 
@@ -275,6 +277,8 @@ class SQLiteBackend:
                 conn.execute(
                     "DELETE FROM bindings WHERE exchange = ? AND queue = ?", (exchange, name)
                 )
+            case Release() | TopicMessage():
+                pass  # one broker per SQLite file: nobody else claims rows or hears topics
 
     def _insert_params(
         self, conn: sqlite3.Connection, rows: list[InsertRow], created: list[str]
@@ -338,13 +342,17 @@ class SQLiteBackend:
         ]
 
     def count(self, queue: str) -> int:
+        return self._count(queue, "SELECT COUNT(*) FROM messages WHERE queue_id = ?")
+
+    def count_unacked(self, queue: str) -> int:
+        return self._count(queue, "SELECT COUNT(*) FROM messages WHERE queue_id = ? AND delivered = 1")
+
+    def _count(self, queue: str, query: str) -> int:
         with self._reading() as conn:
             queue_id = self._find_queue(conn, queue)
             if queue_id is None:
                 return 0
-            (n,) = conn.execute(
-                "SELECT COUNT(*) FROM messages WHERE queue_id = ?", (queue_id,)
-            ).fetchone()
+            (n,) = conn.execute(query, (queue_id,)).fetchone()
         return int(n)
 
     def queue_names(self, prefix: str) -> list[str]:

@@ -8,6 +8,7 @@ Steps (``m(seq, prio)`` is a message; priority 4 unless given):
   ("loaded", [seqs], inflight) the last requested page comes back with those rows
   ("failed",)                 the page read failed
   ("clear",)                  a purge
+  ("changed",)                another broker sharing the store made ready messages
 The expected state: the seqs in memory in delivery order, spilled, boundary, and whether a
 page is wanted.
 """
@@ -53,6 +54,8 @@ def run(capacity: int | None, spilled: bool, steps: list[Step]) -> tuple[ReadyWi
             window.page_failed()
         elif op == "clear":
             window.clear()
+        elif op == "changed":
+            window.store_changed()
         else:
             raise AssertionError(op)
     return window, requests
@@ -107,6 +110,13 @@ CASES: dict[str, tuple[int | None, bool, list[Step], list[int], bool, tuple[int,
         4, True, [("page",), ("failed",)], [], True, None, True),
     "purge empties the window and spills a durable queue": (
         4, False, [("push", 1), ("push", 2), ("clear",)], [], True, None, True),
+    "another broker's messages are paged in after the window's tail": (
+        4, False, [("push", 1), ("push", 2), ("changed",), ("page",), ("loaded", [5])], [1, 2, 5], False, None,
+        False),
+    "a change noticed during a load keeps the queue spilled": (
+        4, True, [("page",), ("changed",), ("loaded", [1])], [1], True, (-4, 1), True),
+    "a change noticed by an empty window pages from the start": (
+        4, False, [("changed",)], [], True, None, True),
     "purge of a memory queue forgets everything": (
         None, False, [("push", 1), ("clear",)], [], False, None, False),
 }

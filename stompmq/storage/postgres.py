@@ -1,0 +1,670 @@
+"""The PostgreSQL store: sync psycopg 3 on the group-commit engine's thread; brokers may share it.
+
+Theory of operation
+-------------------
+psycopg's async API runs only on asyncio and a thread hop per message would be
+slow, so ``PostgresBackend`` uses the sync API on the one database thread the
+group-commit engine gives every backend (storage/thread.py): one connection,
+one call at a time.
+
+* **Open**: connect; run ``alembic upgrade head`` holding an advisory lock, so
+  brokers started together never race on the schema; register this broker in
+  ``brokers`` with a lease on the database's clock; free the claims of brokers
+  whose lease lapsed.
+* **Commit**: one transaction per group.  Inserts go in with binary ``COPY``;
+  deletes as ``seq = ANY(array)``; updates joined against ``unnest`` of arrays.
+  A unique violation (possible only for a row written back after a purge in an
+  earlier group) retries the group with delete-then-copy.
+* **Sequence numbers** come from the sequence ``message_seq`` in blocks of
+  ``SEQ_BLOCK``: no two brokers ever hand out the same seq, and a broker asks the
+  database once per block, ahead of need (``PostgresStore`` keeps a spare).
+
+Several brokers on one database
+-------------------------------
+* A message row's ``owner`` is the broker holding it in memory (its ready window
+  or out for delivery; ``StoredMessage.held``).  A row whose owner is NULL, or
+  whose owner's lease lapsed, is *free*: any broker's next page read claims it
+  (``FOR UPDATE SKIP LOCKED``, so two brokers paging one queue never wait for each
+  other nor take the same row).  Each message is therefore delivered by one
+  broker at a time.
+* Leases are rows in ``brokers``, renewed every ``lease / 3`` seconds and judged
+  with ``now()``: the database's clock, never a broker's.  The renewal also frees
+  the rows of brokers whose lease lapsed (a ``kill -9``): what they had out for
+  delivery becomes ready again with one more redelivery.
+* ``LISTEN/NOTIFY`` on channel ``stompmq`` wakes the other brokers: ``q:NAME`` when
+  free ready rows of a queue appear, ``d:BROKER`` when exchanges or bindings change,
+  ``t:`` + JSON for a topic message (bodies over ``NOTIFY_BODY_MAX`` travel through
+  the ``topic_relay`` table and are announced by id).  A listener thread with its
+  own connection receives them; every ``poll`` seconds the broker looks again
+  anyway, in case a notification was lost with a connection.
+
+The password of the URL never appears in a log line or an error: ``masked``.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import logging
+import math
+import re
+import threading
+import uuid
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import psycopg
+import trio
+
+from stompmq.storage.base import BindingRecord, ExchangeRecord, Recovery, StoredMessage, StoreError
+from stompmq.storage.groupcommit import FLUSH_INTERVAL, MAX_GROUP, GroupCommitStore
+from stompmq.storage.groups import (
+    DropBinding,
+    DropExchange,
+    GroupRows,
+    InsertRow,
+    Purge,
+    Release,
+    SaveBinding,
+    SaveExchange,
+    StructuralOp,
+    TopicMessage,
+)
+from stompmq.storage.migrate import upgrade_to_head
+
+log = logging.getLogger(__name__)
+
+#: Key of the advisory lock held while migrating (any fixed 64-bit number; "stompmq" in ASCII).
+MIGRATION_LOCK = 0x73746F6D706D71
+#: Seconds to wait for the server when connecting: an unreachable server fails the start fast.
+CONNECT_TIMEOUT = 5
+#: Queue name -> id cache bound: millions of queues must not mean millions of cached entries.
+QUEUE_ID_CACHE_MAX = 100_000
+#: Seqs handed out per nextval() of message_seq (its INCREMENT BY, set by migration 0003).
+SEQ_BLOCK = 65536
+#: The LISTEN/NOTIFY channel of every broker on the database.
+CHANNEL = "stompmq"
+#: Largest topic body sent inside a notification (PostgreSQL allows 8000 bytes of payload,
+#: and base64 plus the JSON around it take their share); larger ones go through topic_relay.
+NOTIFY_BODY_MAX = 4000
+#: Seconds a relayed topic message is kept for the listeners to fetch.
+RELAY_KEEP = 60
+#: Seconds the listener waits for notifications before checking whether it must stop.
+LISTEN_TICK = 0.5
+#: Seconds between reconnection attempts of the listener.
+LISTEN_RETRY = 1.0
+
+_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_loads = json.JSONDecoder().decode
+
+READY_COLUMNS = ("seq", "priority", "headers", "body", "timestamp", "ack_timeout", "redeliveries")
+COPY_SQL = (
+    "COPY messages (seq, queue_id, priority, headers, body, delivered, ack_timeout, redeliveries,"
+    " timestamp, owner) FROM STDIN (FORMAT BINARY)"
+)
+COPY_TYPES = ["int8", "int4", "int4", "text", "bytea", "bool", "float8", "int4", "int8", "text"]
+UPDATE_SQL = (
+    "UPDATE messages AS m SET delivered = u.delivered, redeliveries = u.redeliveries,"
+    " priority = u.priority, owner = CASE WHEN u.held THEN %s ELSE NULL END"
+    " FROM unnest(%s::bool[], %s::int4[], %s::int4[], %s::int8[], %s::bool[])"
+    " AS u(delivered, redeliveries, priority, seq, held)"
+    " WHERE m.seq = u.seq RETURNING m.queue_id, u.held OR u.delivered"
+)
+#: Rows a broker may claim: not out for delivery, and owned by nobody, by itself, or by a
+#: broker whose lease lapsed.
+FREE = (
+    "delivered = false AND (owner IS NULL OR owner = %(me)s"
+    " OR owner IN (SELECT id FROM brokers WHERE lease_until < now()))"
+)
+CLAIM_SQL = (
+    "WITH picked AS (SELECT seq FROM messages WHERE queue_id = %(q)s AND {after} AND " + FREE
+    + " ORDER BY priority DESC, seq LIMIT %(limit)s FOR UPDATE SKIP LOCKED)"
+    " UPDATE messages AS m SET owner = %(me)s FROM picked WHERE m.seq = picked.seq RETURNING "
+    + ", ".join("m." + c for c in READY_COLUMNS)
+)
+AFTER_NOTHING = "true"
+AFTER_KEY = "(priority < %(p)s OR (priority = %(p)s AND seq > %(s)s))"
+
+
+def masked(url: str) -> str:
+    """``url`` with its password replaced by ``***`` (for logs and error messages)."""
+    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
+
+
+def _one_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def _sqlalchemy_url(url: str) -> str:
+    """The same database for SQLAlchemy/alembic, through the psycopg 3 driver."""
+    return re.sub(r"^postgres(ql)?://", "postgresql+psycopg://", url)
+
+
+def _connect(url: str) -> psycopg.Connection[Any]:
+    try:
+        return psycopg.connect(url, connect_timeout=CONNECT_TIMEOUT, autocommit=True)
+    except psycopg.Error as exc:
+        raise StoreError(f"cannot connect to {masked(url)}: {_one_line(exc)}") from None
+
+
+class PostgresBackend:
+    """A PostgreSQL database as the group-commit engine's thread sees it; every method blocks."""
+
+    def __init__(self, url: str, *, lease: float = 10.0) -> None:
+        self.url = url
+        self.lease = lease
+        self.broker_id = uuid.uuid4().hex[:16]  # this process, as ``messages.owner`` names it
+        self._conn: psycopg.Connection[Any] | None = None
+        self._queue_ids: dict[str, int] = {}
+        self._queue_names: dict[int, str] = {}
+        self._down = False  # the database is unreachable: log the outage once, not per call
+
+    @property
+    def name(self) -> str:
+        return masked(self.url)
+
+    # -- open / close ----------------------------------------------------------------------------
+    def open(self) -> Recovery:
+        conn = self._conn = _connect(self.url)
+        try:
+            conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK,))
+            try:
+                upgrade_to_head(_sqlalchemy_url(self.url))
+            finally:
+                conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK,))
+        except Exception as exc:  # psycopg, alembic and SQLAlchemy errors alike
+            raise StoreError(f"cannot migrate {self.name}: {_one_line(exc)}") from None
+        try:
+            self._register(conn)
+            with conn.transaction():
+                self._free_lapsed(conn)
+            exchanges, bindings = self._definitions(conn)
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot recover {self.name}: {_one_line(exc)}") from None
+        return Recovery(0, exchanges, bindings)
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        with contextlib.suppress(psycopg.Error):
+            with conn.transaction():
+                # A clean stop frees this broker's claims now instead of after its lease.
+                queues = self._free_claims(conn, self.broker_id)
+                conn.execute("DELETE FROM brokers WHERE id = %s", (self.broker_id,))
+                self._notify_queues(conn, queues)
+        conn.close()
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        """The connection, made again after an outage (the engine retries failed groups)."""
+        conn = self._conn
+        if conn is not None and not conn.closed and not conn.broken:
+            return conn
+        if conn is not None:
+            with contextlib.suppress(psycopg.Error):
+                conn.close()
+            self._conn = None
+        try:
+            conn = _connect(self.url)
+            self._register(conn)
+        except (StoreError, psycopg.Error) as exc:
+            if not self._down:
+                log.error("PostgreSQL %s is unreachable, retrying: %s", self.name, _one_line(exc))
+                self._down = True
+            raise StoreError(f"PostgreSQL {self.name} is unreachable: {_one_line(exc)}") from None
+        if self._down:
+            log.warning("PostgreSQL %s is reachable again", self.name)
+            self._down = False
+        self._conn = conn
+        self._queue_ids.clear()
+        self._queue_names.clear()
+        return conn
+
+    def _register(self, conn: psycopg.Connection[Any]) -> None:
+        """Hold (or renew) this broker's lease; the database's clock decides when it lapses."""
+        conn.execute(
+            "INSERT INTO brokers (id, lease_until) VALUES (%s, now() + make_interval(secs => %s))"
+            " ON CONFLICT (id) DO UPDATE SET lease_until = excluded.lease_until",
+            (self.broker_id, self.lease),
+        )
+
+    def _definitions(self, conn: psycopg.Connection[Any]) -> tuple[list[ExchangeRecord], list[BindingRecord]]:
+        exchanges = [
+            ExchangeRecord(name, type_, _loads(options))
+            for name, type_, options in conn.execute("SELECT name, type, options FROM exchanges ORDER BY name")
+        ]
+        bindings = [
+            BindingRecord(exchange, queue_name, weight)
+            for exchange, queue_name, weight in conn.execute(
+                "SELECT exchange, queue, weight FROM bindings ORDER BY exchange, queue"
+            )
+        ]
+        return exchanges, bindings
+
+    # -- leases ------------------------------------------------------------------------------------
+    def renew(self) -> None:
+        """Renew this broker's lease, free the claims of brokers whose lease lapsed, and drop
+        relayed topic messages nobody needs any more."""
+        conn = self._connection()
+        try:
+            with conn.transaction():
+                self._register(conn)
+                self._free_lapsed(conn)
+                conn.execute(
+                    "DELETE FROM topic_relay WHERE created < now() - make_interval(secs => %s)", (RELAY_KEEP,)
+                )
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot renew the lease on {self.name}: {_one_line(exc)}") from None
+
+    def _free_lapsed(self, conn: psycopg.Connection[Any]) -> None:
+        """Free every row of every broker whose lease lapsed, and forget those brokers."""
+        for (dead,) in conn.execute(
+            "DELETE FROM brokers WHERE lease_until < now() RETURNING id"
+        ).fetchall():
+            log.warning("broker %s on %s stopped renewing its lease: its messages are free again", dead, self.name)
+            self._notify_queues(conn, self._free_claims(conn, dead))
+
+    @staticmethod
+    def _free_claims(conn: psycopg.Connection[Any], owner: str) -> list[str]:
+        """Make ``owner``'s rows free and ready (what it had out for delivery counts a
+        redelivery); return the names of the queues that got ready rows."""
+        rows = conn.execute(
+            "WITH freed AS (UPDATE messages SET owner = NULL, redeliveries = redeliveries + delivered::int,"
+            " delivered = false WHERE owner = %s RETURNING queue_id)"
+            " SELECT DISTINCT q.name FROM freed JOIN queues q ON q.id = freed.queue_id",
+            (owner,),
+        ).fetchall()
+        return [name for (name,) in rows]
+
+    @staticmethod
+    def _notify_queues(conn: psycopg.Connection[Any], queues: Sequence[str]) -> None:
+        for name in queues:
+            conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, "q:" + name))
+
+    # -- sequence numbers ------------------------------------------------------------------------
+    def seq_block(self) -> tuple[int, int]:
+        """A block [start, end) of seqs that no other broker on this database will use."""
+        try:
+            row = self._connection().execute("SELECT nextval('message_seq')").fetchone()
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot take sequence numbers from {self.name}: {_one_line(exc)}") from None
+        assert row is not None
+        return int(row[0]), int(row[0]) + SEQ_BLOCK
+
+    # -- writes ----------------------------------------------------------------------------------
+    def commit(self, group: GroupRows) -> None:
+        conn = self._connection()
+        try:
+            try:
+                self._commit(conn, group, replace=False)
+            except psycopg.errors.UniqueViolation:
+                self._commit(conn, group, replace=True)  # a row written back after an earlier purge
+        except psycopg.Error as exc:
+            self._queue_ids.clear()  # queue rows made by the rolled-back transaction are gone
+            self._queue_names.clear()
+            raise StoreError(f"commit to {self.name} failed: {_one_line(exc)}") from None
+
+    def _commit(self, conn: psycopg.Connection[Any], group: GroupRows, *, replace: bool) -> None:
+        held = group.held or frozenset()
+        freed: set[str] = set()  # queues that get free ready rows: the other brokers hear of them
+        with conn.transaction(), conn.cursor() as cur:
+            for op in group.structural:
+                self._apply(cur, op, freed)
+            if group.deletes:
+                cur.execute("DELETE FROM messages WHERE seq = ANY(%s)", ([seq for (seq,) in group.deletes],))
+            if group.updates:
+                delivered, redeliveries, priorities, seqs = (list(c) for c in zip(*group.updates, strict=True))
+                cur.execute(
+                    UPDATE_SQL,
+                    (self.broker_id, delivered, redeliveries, priorities, seqs, [s in held for s in seqs]),
+                )
+                for queue_id, kept in cur.fetchall():
+                    if not kept:
+                        freed.add(self._queue_name(cur, queue_id))
+            if group.inserts:
+                if replace:
+                    cur.execute("DELETE FROM messages WHERE seq = ANY(%s)", ([row[0] for row in group.inserts],))
+                self._copy(cur, group.inserts, held, freed)
+            self._notify_queues(conn, sorted(freed))
+
+    def _copy(self, cur: psycopg.Cursor[Any], rows: list[InsertRow], held: frozenset[int], freed: set[str]) -> None:
+        ids = {}
+        for name in {row[1] for row in rows}:
+            queue_id = self._queue_id(cur, name, create=True)
+            assert queue_id is not None
+            ids[name] = queue_id
+        me = self.broker_id
+        with cur.copy(COPY_SQL) as copy:
+            copy.set_types(COPY_TYPES)
+            for seq, name, prio, hdrs, body, delivered, ack, redel, ts in rows:
+                owner = me if seq in held else None
+                if owner is None:
+                    freed.add(name)
+                copy.write_row(
+                    (seq, ids[name], prio, _dumps(hdrs) if hdrs else "{}", body, delivered, ack, redel, ts, owner)
+                )
+
+    def _apply(self, cur: psycopg.Cursor[Any], op: StructuralOp, freed: set[str]) -> None:
+        match op:
+            case Purge(queue=name):
+                queue_id = self._queue_id(cur, name, create=False)
+                if queue_id is not None:
+                    cur.execute("DELETE FROM messages WHERE queue_id = %s", (queue_id,))
+            case Release(queue=name):
+                queue_id = self._queue_id(cur, name, create=False)
+                if queue_id is not None:
+                    cur.execute(
+                        "UPDATE messages SET owner = NULL WHERE queue_id = %s AND owner = %s AND NOT delivered",
+                        (queue_id, self.broker_id),
+                    )
+                    if cur.rowcount:
+                        freed.add(name)
+            case TopicMessage(topic=topic, headers=headers, body=body):
+                self._notify_topic(cur, topic, headers, body)
+            case SaveExchange(exchange=ex):
+                cur.execute(
+                    "INSERT INTO exchanges (name, type, options) VALUES (%s, %s, %s)"
+                    " ON CONFLICT (name) DO UPDATE SET type = excluded.type, options = excluded.options",
+                    (ex.name, ex.type, _dumps(ex.options)),
+                )
+                self._notify_definitions(cur)
+            case DropExchange(name=name):
+                cur.execute("DELETE FROM bindings WHERE exchange = %s", (name,))
+                cur.execute("DELETE FROM exchanges WHERE name = %s", (name,))
+                self._notify_definitions(cur)
+            case SaveBinding(binding=b):
+                cur.execute(
+                    "INSERT INTO bindings (exchange, queue, weight) VALUES (%s, %s, %s)"
+                    " ON CONFLICT (exchange, queue) DO UPDATE SET weight = excluded.weight",
+                    (b.exchange, b.queue, b.weight),
+                )
+                self._notify_definitions(cur)
+            case DropBinding(exchange=exchange, queue=name):
+                cur.execute("DELETE FROM bindings WHERE exchange = %s AND queue = %s", (exchange, name))
+                self._notify_definitions(cur)
+
+    def _notify_definitions(self, cur: psycopg.Cursor[Any]) -> None:
+        cur.execute("SELECT pg_notify(%s, %s)", (CHANNEL, "d:" + self.broker_id))
+
+    def _notify_topic(self, cur: psycopg.Cursor[Any], topic: str, headers: dict[str, str], body: bytes) -> None:
+        if len(body) <= NOTIFY_BODY_MAX:
+            payload = _dumps({"b": self.broker_id, "t": topic, "h": headers, "d": base64.b64encode(body).decode()})
+            if len(payload.encode()) < 7900:
+                cur.execute("SELECT pg_notify(%s, %s)", (CHANNEL, "t:" + payload))
+                return
+        row = cur.execute(
+            "INSERT INTO topic_relay (topic, headers, body) VALUES (%s, %s, %s) RETURNING id",
+            (topic, _dumps(headers), body),
+        ).fetchone()
+        assert row is not None
+        cur.execute("SELECT pg_notify(%s, %s)", (CHANNEL, "r:" + _dumps({"b": self.broker_id, "i": row[0]})))
+
+    def _queue_id(self, cur: psycopg.Cursor[Any], name: str, *, create: bool) -> int | None:
+        queue_id = self._queue_ids.get(name)
+        if queue_id is not None:
+            return queue_id
+        row = cur.execute("SELECT id FROM queues WHERE name = %s", (name,)).fetchone()
+        if row is None:
+            if not create:
+                return None
+            # Another broker may create the same queue at the same moment: the unique name decides.
+            cur.execute("INSERT INTO queues (name) VALUES (%s) ON CONFLICT (name) DO NOTHING", (name,))
+            row = cur.execute("SELECT id FROM queues WHERE name = %s", (name,)).fetchone()
+            assert row is not None
+        if len(self._queue_ids) >= QUEUE_ID_CACHE_MAX:
+            self._queue_ids.clear()
+            self._queue_names.clear()
+        queue_id = int(row[0])
+        self._queue_ids[name] = queue_id
+        self._queue_names[queue_id] = name
+        return queue_id
+
+    def _queue_name(self, cur: psycopg.Cursor[Any], queue_id: int) -> str:
+        name = self._queue_names.get(queue_id)
+        if name is None:
+            row = cur.execute("SELECT name FROM queues WHERE id = %s", (queue_id,)).fetchone()
+            assert row is not None
+            name = str(row[0])
+        return name
+
+    # -- reads -----------------------------------------------------------------------------------
+    def load_ready(self, queue: str, after: tuple[int, int] | None, limit: int) -> Sequence[StoredMessage]:
+        """Claim up to ``limit`` free ready messages of ``queue`` after ``after`` for this broker."""
+        conn = self._connection()
+        try:
+            with conn.transaction(), conn.cursor() as cur:
+                queue_id = self._queue_id(cur, queue, create=False)
+                if queue_id is None or limit <= 0:
+                    return []
+                params: dict[str, Any] = {"q": queue_id, "me": self.broker_id, "limit": limit}
+                if after is None:
+                    query = CLAIM_SQL.format(after=AFTER_NOTHING)
+                else:
+                    params["p"], params["s"] = -after[0], after[1]
+                    query = CLAIM_SQL.format(after=AFTER_KEY)
+                rows = cur.execute(query, params).fetchall()
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot read {self.name}: {_one_line(exc)}") from None
+        rows.sort(key=lambda r: (-r[1], r[0]))
+        messages = []
+        for seq, prio, hdrs, body, ts, ack, redel in rows:
+            msg = StoredMessage(seq, queue, prio, _loads(hdrs) if hdrs != "{}" else {}, bytes(body), ts, ack, redel)
+            msg.held = True  # claimed for this broker by this read
+            messages.append(msg)
+        return messages
+
+    def count(self, queue: str) -> int:
+        return self._count(queue, "SELECT COUNT(*) FROM messages WHERE queue_id = %s")
+
+    def count_unacked(self, queue: str) -> int:
+        return self._count(queue, "SELECT COUNT(*) FROM messages WHERE queue_id = %s AND delivered")
+
+    def _count(self, queue: str, query: str) -> int:
+        try:
+            with self._connection().cursor() as cur:
+                queue_id = self._queue_id(cur, queue, create=False)
+                if queue_id is None:
+                    return 0
+                row = cur.execute(query, (queue_id,)).fetchone()
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot read {self.name}: {_one_line(exc)}") from None
+        return int(row[0]) if row else 0
+
+    def queue_names(self, prefix: str) -> list[str]:
+        try:
+            rows = self._connection().execute(
+                "SELECT name FROM queues WHERE starts_with(name, %s)", (prefix,)
+            ).fetchall()
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot read {self.name}: {_one_line(exc)}") from None
+        return [name for (name,) in rows]
+
+    def definitions(self) -> tuple[list[ExchangeRecord], list[BindingRecord]]:
+        try:
+            return self._definitions(self._connection())
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot read {self.name}: {_one_line(exc)}") from None
+
+
+class Listener:
+    """A thread with its own connection, LISTENing on ``CHANNEL``: each notification goes to
+    ``deliver`` on the trio thread (one ``run_sync_soon`` per batch received)."""
+
+    def __init__(self, url: str, broker_id: str, token: trio.lowlevel.TrioToken,
+                 deliver: Callable[[list[str]], None]) -> None:
+        self.url = url
+        self.broker_id = broker_id
+        self._token = token
+        self._deliver = deliver
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._main, name=f"stompmq-listen {masked(url)}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(LISTEN_TICK * 4)
+
+    def _main(self) -> None:
+        connected_before = False
+        while not self._stop.is_set():
+            try:
+                with psycopg.connect(self.url, connect_timeout=CONNECT_TIMEOUT, autocommit=True) as conn:
+                    conn.execute(f"LISTEN {CHANNEL}")
+                    if connected_before:
+                        self._send(["*"])  # notifications may have been lost meanwhile: look again
+                    connected_before = True
+                    while not self._stop.is_set():
+                        batch = [
+                            n.payload for n in conn.notifies(timeout=LISTEN_TICK, stop_after=1000)
+                        ]
+                        if batch:
+                            self._send(self._resolve(conn, batch))
+            except psycopg.Error:
+                self._stop.wait(LISTEN_RETRY)
+
+    def _resolve(self, conn: psycopg.Connection[Any], payloads: list[str]) -> list[str]:
+        """Replace relayed topic messages by the message itself (read from topic_relay)."""
+        out = []
+        for payload in payloads:
+            if payload.startswith("r:"):
+                ref = _loads(payload[2:])
+                if ref["b"] == self.broker_id:
+                    continue
+                row = conn.execute(
+                    "SELECT topic, headers, body FROM topic_relay WHERE id = %s", (ref["i"],)
+                ).fetchone()
+                if row is None:
+                    continue  # expired before we got to it
+                payload = "t:" + _dumps(
+                    {"b": ref["b"], "t": row[0], "h": _loads(row[1]), "d": base64.b64encode(bytes(row[2])).decode()}
+                )
+            out.append(payload)
+        return out
+
+    def _send(self, payloads: list[str]) -> None:
+        with contextlib.suppress(trio.RunFinishedError):
+            self._token.run_sync_soon(self._deliver, payloads)
+
+
+class PostgresStore(GroupCommitStore):
+    """A durable store in PostgreSQL with group commit; several brokers may share the database."""
+
+    shared = True
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        flush_interval: float = FLUSH_INTERVAL,
+        max_group: int = MAX_GROUP,
+        lease: float = 10.0,
+        poll: float = 5.0,
+    ) -> None:
+        self._pg = PostgresBackend(url, lease=lease)
+        super().__init__(self._pg, flush_interval=flush_interval, max_group=max_group)
+        self.url = url
+        self.lease = lease
+        self.poll = poll
+        self._blocks: deque[tuple[int, int]] = deque()
+        self._want_block = trio.Event()
+        self._listener: Listener | None = None
+
+    @property
+    def node_id(self) -> str:
+        return self._pg.broker_id
+
+    async def open(self) -> Recovery:
+        recovery = await super().open()
+        try:
+            for _ in range(2):  # one to use, one spare: the next is fetched while the spare is used
+                self._blocks.append(await self._call(self._pg.seq_block))
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await super().close()
+            raise
+        return recovery
+
+    def seq_block(self, last: int) -> tuple[int, int]:
+        if not self._blocks:
+            raise StoreError("out of sequence numbers: the database did not answer in time")
+        block = self._blocks.popleft()
+        self._want_block.set()
+        return block
+
+    async def run(self) -> None:
+        listener = self._listener = Listener(
+            self.url, self._pg.broker_id, trio.lowlevel.current_trio_token(), self._notified
+        )
+        listener.start()
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(super().run)
+                nursery.start_soon(self._renew_leases)
+                nursery.start_soon(self._refill_seqs)
+                nursery.start_soon(self._poll)
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(listener.stop)
+
+    async def _call(self, fn: Callable[[], Any]) -> Any:
+        thread = self._thread
+        if thread is None:
+            raise StoreError(f"{self._pg.name} is not open")
+        return await thread.call(fn)
+
+    async def _renew_leases(self) -> None:
+        while True:
+            await trio.sleep(self.lease / 3)
+            try:
+                await self._call(self._pg.renew)
+            except StoreError as exc:
+                log.warning("%s", exc)  # the connection is retried with the next call
+
+    async def _refill_seqs(self) -> None:
+        while True:
+            await self._want_block.wait()
+            self._want_block = trio.Event()
+            while len(self._blocks) < 2:
+                try:
+                    self._blocks.append(await self._call(self._pg.seq_block))
+                except StoreError as exc:
+                    log.warning("%s", exc)
+                    await trio.sleep(1.0)
+
+    async def _poll(self) -> None:
+        """The slow fallback: notifications can be lost with a connection."""
+        if not math.isfinite(self.poll) or self.poll <= 0:
+            return
+        while True:
+            await trio.sleep(self.poll)
+            self.on_queue_changed("*")
+
+    def _notified(self, payloads: list[str]) -> None:
+        definitions = False
+        for payload in payloads:
+            kind, _, rest = payload.partition(":")
+            if kind == "q":
+                self.on_queue_changed(rest)
+            elif kind == "*":
+                self.on_queue_changed("*")
+                definitions = True
+            elif kind == "d":
+                definitions = definitions or rest != self._pg.broker_id  # not our own change
+            elif kind == "t":
+                message = _loads(rest)
+                if message["b"] != self._pg.broker_id:
+                    self.on_topic(message["t"], message["h"], base64.b64decode(message["d"]))
+        if definitions and self._thread is not None:
+            trio.lowlevel.spawn_system_task(self._reload_definitions)
+
+    async def _reload_definitions(self) -> None:
+        try:
+            exchanges, bindings = await self._call(self._pg.definitions)
+        except StoreError as exc:
+            log.warning("%s", exc)
+            return
+        self.on_definitions_changed(exchanges, bindings)

@@ -50,6 +50,7 @@ import logging
 import math
 import re
 import threading
+import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -95,6 +96,9 @@ RELAY_KEEP = 60
 LISTEN_TICK = 0.5
 #: Seconds between reconnection attempts of the listener.
 LISTEN_RETRY = 1.0
+#: Back-off between attempts to reach a database that is down: first and largest wait, seconds.
+RECONNECT_FIRST = 0.1
+RECONNECT_MAX = 5.0
 
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 _loads = json.JSONDecoder().decode
@@ -160,10 +164,17 @@ class PostgresBackend:
         self._queue_ids: dict[str, int] = {}
         self._queue_names: dict[int, str] = {}
         self._down = False  # the database is unreachable: log the outage once, not per call
+        self._backoff = RECONNECT_FIRST  # doubles per failed attempt while the database is down
+        self._next_attempt = 0.0  # monotonic time before which no new attempt is made
 
     @property
     def name(self) -> str:
         return masked(self.url)
+
+    @property
+    def down(self) -> bool:
+        """The database was unreachable at the last attempt (the outage is logged already)."""
+        return self._down
 
     # -- open / close ----------------------------------------------------------------------------
     def open(self) -> Recovery:
@@ -206,6 +217,8 @@ class PostgresBackend:
             with contextlib.suppress(psycopg.Error):
                 conn.close()
             self._conn = None
+        if time.monotonic() < self._next_attempt:
+            raise StoreError(f"PostgreSQL {self.name} is unreachable (retrying)")
         try:
             conn = _connect(self.url)
             self._register(conn)
@@ -213,10 +226,13 @@ class PostgresBackend:
             if not self._down:
                 log.error("PostgreSQL %s is unreachable, retrying: %s", self.name, _one_line(exc))
                 self._down = True
+            self._next_attempt = time.monotonic() + self._backoff
+            self._backoff = min(self._backoff * 2, RECONNECT_MAX)
             raise StoreError(f"PostgreSQL {self.name} is unreachable: {_one_line(exc)}") from None
         if self._down:
             log.warning("PostgreSQL %s is reachable again", self.name)
             self._down = False
+        self._backoff = RECONNECT_FIRST
         self._conn = conn
         self._queue_ids.clear()
         self._queue_names.clear()
@@ -622,7 +638,8 @@ class PostgresStore(GroupCommitStore):
             try:
                 await self._call(self._pg.renew)
             except StoreError as exc:
-                log.warning("%s", exc)  # the connection is retried with the next call
+                if not self._pg.down:  # an outage is logged once, by the backend
+                    log.warning("%s", exc)
 
     async def _refill_seqs(self) -> None:
         while True:
@@ -632,7 +649,8 @@ class PostgresStore(GroupCommitStore):
                 try:
                     self._blocks.append(await self._call(self._pg.seq_block))
                 except StoreError as exc:
-                    log.warning("%s", exc)
+                    if not self._pg.down:
+                        log.warning("%s", exc)
                     await trio.sleep(1.0)
 
     async def _poll(self) -> None:

@@ -23,7 +23,7 @@ from .postgres_server import PostgresServer
 
 STORES = ["memory", "sqlite", "postgres"]
 #: Seconds a dead broker's claims last in tests (the default, 10 s, would only slow them).
-TEST_LEASE = 2.0
+TEST_LEASE = 3.0
 
 _postgres: PostgresServer | None = None
 

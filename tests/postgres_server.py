@@ -44,7 +44,9 @@ def _binary(name: str) -> str:
 class PostgresServer:
     """One server for the whole test session."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, durable: bool = False) -> None:
+        # Tests never crash the machine, so they run without fsync; benchmarks run durable.
+        self.durable = durable
         self.admin_url = os.environ.get("STOMPMQ_TEST_POSTGRES_URL", "")
         self.owned = not self.admin_url
         self.directory: Path | None = None
@@ -80,7 +82,8 @@ class PostgresServer:
         with open(data / "postgresql.conf", "a") as conf:
             conf.write(
                 f"listen_addresses = '127.0.0.1'\nport = {self.port}\nunix_socket_directories = '{self.directory}'\n"
-                "fsync = off\nfull_page_writes = off\nmax_connections = 200\nshared_buffers = 64MB\n"
+                "max_connections = 200\nshared_buffers = 128MB\n"
+                + ("" if self.durable else "fsync = off\nfull_page_writes = off\n")
             )
         self._pg("pg_ctl", "-D", str(data), "-l", str(self.directory / "log"), "-w", "-t", str(PG_CTL_WAIT), "start")
         self.admin_url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"

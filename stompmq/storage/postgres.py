@@ -164,6 +164,7 @@ class PostgresBackend:
         self._queue_ids: dict[str, int] = {}
         self._queue_names: dict[int, str] = {}
         self._down = False  # the database is unreachable: log the outage once, not per call
+        self._registered = False  # this broker has held a lease already (a new one means it lapsed)
         self._backoff = RECONNECT_FIRST  # doubles per failed attempt while the database is down
         self._next_attempt = 0.0  # monotonic time before which no new attempt is made
 
@@ -240,11 +241,18 @@ class PostgresBackend:
 
     def _register(self, conn: psycopg.Connection[Any]) -> None:
         """Hold (or renew) this broker's lease; the database's clock decides when it lapses."""
-        conn.execute(
+        row = conn.execute(
             "INSERT INTO brokers (id, lease_until) VALUES (%s, now() + make_interval(secs => %s))"
-            " ON CONFLICT (id) DO UPDATE SET lease_until = excluded.lease_until",
+            " ON CONFLICT (id) DO UPDATE SET lease_until = excluded.lease_until RETURNING xmax = 0",
             (self.broker_id, self.lease),
-        )
+        ).fetchone()
+        if row is not None and row[0] and self._registered:
+            # Our row was gone: another broker judged our lease lapsed and freed our claims.
+            log.warning(
+                "this broker's lease on %s lapsed (it could not renew it in %s s): messages it holds may"
+                " be delivered by other brokers too", self.name, self.lease,
+            )
+        self._registered = True
 
     def _definitions(self, conn: psycopg.Connection[Any]) -> tuple[list[ExchangeRecord], list[BindingRecord]]:
         exchanges = [

@@ -31,8 +31,8 @@ Several brokers on one database
   with ``now()``: the database's clock, never a broker's.  The renewal also frees
   the rows of brokers whose lease lapsed (a ``kill -9``): what they had out for
   delivery becomes ready again with one more redelivery.
-* ``LISTEN/NOTIFY`` on channel ``stompmq`` wakes the other brokers: ``q:NAME`` when
-  free ready rows of a queue appear, ``d:BROKER`` when exchanges or bindings change,
+* ``LISTEN/NOTIFY`` on channel ``stompmq`` wakes the other brokers: ``q:BROKER:NAME`` when
+  free ready rows of a queue appear (BROKER, who freed them, ignores it; empty = everyone), ``d:BROKER`` when exchanges or bindings change,
   ``t:`` + JSON for a topic message (bodies over ``NOTIFY_BODY_MAX`` travel through
   the ``topic_relay`` table and are announced by id).  A listener thread with its
   own connection receives them; every ``poll`` seconds the broker looks again
@@ -206,7 +206,7 @@ class PostgresBackend:
                 # A clean stop frees this broker's claims now instead of after its lease.
                 queues = self._free_claims(conn, self.broker_id)
                 conn.execute("DELETE FROM brokers WHERE id = %s", (self.broker_id,))
-                self._notify_queues(conn, queues)
+                self._notify_queues(conn, queues, "")
         conn.close()
 
     def _connection(self) -> psycopg.Connection[Any]:
@@ -288,7 +288,7 @@ class PostgresBackend:
             "DELETE FROM brokers WHERE lease_until < now() RETURNING id"
         ).fetchall():
             log.warning("broker %s on %s stopped renewing its lease: its messages are free again", dead, self.name)
-            self._notify_queues(conn, self._free_claims(conn, dead))
+            self._notify_queues(conn, self._free_claims(conn, dead), "")  # news for every broker
 
     @staticmethod
     def _free_claims(conn: psycopg.Connection[Any], owner: str) -> list[str]:
@@ -303,9 +303,11 @@ class PostgresBackend:
         return [name for (name,) in rows]
 
     @staticmethod
-    def _notify_queues(conn: psycopg.Connection[Any], queues: Sequence[str]) -> None:
+    def _notify_queues(conn: psycopg.Connection[Any], queues: Sequence[str], origin: str) -> None:
+        """Announce free ready rows of ``queues``; the broker named ``origin`` ignores it (it made
+        them free itself), "" = every broker listens."""
         for name in queues:
-            conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, "q:" + name))
+            conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, f"q:{origin}:{name}"))
 
     # -- sequence numbers ------------------------------------------------------------------------
     def seq_block(self) -> tuple[int, int]:
@@ -351,7 +353,7 @@ class PostgresBackend:
                 if replace:
                     cur.execute("DELETE FROM messages WHERE seq = ANY(%s)", ([row[0] for row in group.inserts],))
                 self._copy(cur, group.inserts, held, freed)
-            self._notify_queues(conn, sorted(freed))
+            self._notify_queues(conn, sorted(freed), self.broker_id)
 
     def _copy(self, cur: psycopg.Cursor[Any], rows: list[InsertRow], held: frozenset[int], freed: set[str]) -> None:
         ids = {}
@@ -674,7 +676,9 @@ class PostgresStore(GroupCommitStore):
         for payload in payloads:
             kind, _, rest = payload.partition(":")
             if kind == "q":
-                self.on_queue_changed(rest)
+                origin, _, queue = rest.partition(":")
+                if origin != self._pg.broker_id:
+                    self.on_queue_changed(queue)
             elif kind == "*":
                 self.on_queue_changed("*")
                 definitions = True

@@ -57,9 +57,10 @@ from .session import Outbox, Session
 from .subscriptions import Subscriptions
 from .timers import Deadlines
 from .topics import WILDCARD, TopicRouter
-from .transactions import Transactions, requeue_wanted
+from .transactions import Held, Transactions, requeue_wanted
 
-Handler = Callable[[Session, Frame], "Headers | Deferred | None"]
+
+Handler = Callable[[Session, Frame], "Headers | Deferred | Held | None"]
 
 
 class Broker:
@@ -186,6 +187,8 @@ class Broker:
         if handler is None:
             raise ClientError(f"unknown command {frame.command!r}")
         answer = handler(session, frame)
+        if isinstance(answer, Held):
+            return
         receipt = frame.headers.get("receipt")
         if isinstance(answer, Deferred):
             self._answer_later(session, receipt, answer)
@@ -205,7 +208,14 @@ class Broker:
 
         self.reads.submit(StoreRead(deferred.fetch, done, failed))
 
-    def _on_send(self, session: Session, frame: Frame) -> Headers | Deferred | None:
+    def _release_receipts(self, session: Session, frames: list[Frame]) -> None:
+        """A transaction ended: answer the receipts its frames asked for, in order."""
+        for held in frames:
+            receipt = held.headers.get("receipt")
+            if receipt is not None:
+                self.receipts.send(session, receipt)
+
+    def _on_send(self, session: Session, frame: Frame) -> Headers | Deferred | Held | None:
         headers = frame.headers
         dest = parse_destination(headers.get("destination"))
         kind = dest.kind
@@ -215,8 +225,7 @@ class Broker:
             raise ClientError(f"cannot SEND to a wildcard topic {dest.raw!r}")
         priority, ack_timeout = send_options(headers)
         if "transaction" in headers:
-            self.transactions.frames(session, headers).append(frame)
-            return None
+            return self.transactions.hold(session, frame)
         self.router.route(dest, frame, priority, ack_timeout)
         return None
 
@@ -227,30 +236,31 @@ class Broker:
     def _on_unsubscribe(self, session: Session, frame: Frame) -> None:
         self.subscriptions.unsubscribe(session, frame.headers)
 
-    def _on_ack(self, session: Session, frame: Frame) -> None:
+    def _on_ack(self, session: Session, frame: Frame) -> Held | None:
         sub, ack_id = self.acks.target(session, frame.headers)
         if "transaction" in frame.headers:
-            self.transactions.frames(session, frame.headers).append(frame)
-            return
+            return self.transactions.hold(session, frame)
         self.acks.ack(sub, ack_id)
+        return None
 
-    def _on_nack(self, session: Session, frame: Frame) -> None:
+    def _on_nack(self, session: Session, frame: Frame) -> Held | None:
         if session.version == "1.0":
             raise ClientError("NACK does not exist in STOMP 1.0")
         sub, ack_id = self.acks.target(session, frame.headers)
+        requeue = requeue_wanted(frame.headers)
         if "transaction" in frame.headers:
-            self.transactions.frames(session, frame.headers).append(frame)
-            return
-        self.acks.nack(sub, ack_id, requeue_wanted(frame.headers))
+            return self.transactions.hold(session, frame)
+        self.acks.nack(sub, ack_id, requeue)
+        return None
 
     def _on_begin(self, session: Session, frame: Frame) -> None:
         self.transactions.begin(session, frame)
 
     def _on_commit(self, session: Session, frame: Frame) -> None:
-        self.transactions.commit(session, frame)
+        self._release_receipts(session, self.transactions.commit(session, frame))
 
     def _on_abort(self, session: Session, frame: Frame) -> None:
-        self.transactions.abort(session, frame)
+        self._release_receipts(session, self.transactions.abort(session, frame))
 
 
 

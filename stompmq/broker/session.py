@@ -136,7 +136,7 @@ class Subscription:
     ) -> None:
         self.id = sub_id
         self.session = session
-        self.destination = destination
+        self.destination = destination  # as the SUBSCRIBE named it (1.0 UNSUBSCRIBEs by it)
         self.queue = queue
         self.ack_mode = ack_mode
         self.prefetch = prefetch

@@ -57,7 +57,7 @@ class Subscriptions:
         else:
             raise ClientError(f"cannot SUBSCRIBE to {dest.raw!r}")
         queue = self.dispatcher.activate(queue_name)
-        sub = Subscription(sub_id, session, queue.destination, mode, prefetch, ack_timeout, queue)
+        sub = Subscription(sub_id, session, dest.raw, mode, prefetch, ack_timeout, queue)
         session.subscriptions[sub_id] = sub
         queue.add_subscriber(sub)
         self.dispatcher.pump(queue)
@@ -78,14 +78,25 @@ class Subscriptions:
 
     def unsubscribe(self, session: Session, headers: dict[str, str]) -> None:
         sub_id = headers.get("id")
-        if sub_id is None and session.version == "1.0":
-            sub_id = headers.get("destination")
+        if sub_id is None and session.version == "1.0" and "destination" in headers:
+            self._unsubscribe_destination(session, headers["destination"])
+            return
         if sub_id is None:
             raise ClientError("UNSUBSCRIBE without id header")
         sub = session.subscriptions.pop(sub_id, None)
         if sub is None:
             raise ClientError(f"no subscription with id {sub_id!r}")
         self.drop(sub)
+
+    def _unsubscribe_destination(self, session: Session, destination: str) -> None:
+        """STOMP 1.0: UNSUBSCRIBE by destination ends every subscription to it, whatever id its
+        SUBSCRIBE gave (stompngo sends ids on 1.0 and unsubscribes by destination)."""
+        subs = session.subscriptions
+        ids = [sub_id for sub_id, sub in subs.items() if sub.destination == destination]
+        if not ids:
+            raise ClientError(f"no subscription to {destination!r}")
+        for sub_id in ids:
+            self.drop(subs.pop(sub_id))
 
     def drop(self, sub: Subscription) -> None:
         """End one subscription: requeue what it held, leave its queue or topic."""

@@ -48,6 +48,7 @@ class Control:
             ("count-msgs", "queue"): self._count_msgs,
             ("count-subscribers", "queue"): self._count_queue_subscribers,
             ("count-subscribers", "topic"): self._count_topic_subscribers,
+            ("stats", "topic"): self._topic_stats,
             ("purge", "queue"): self._purge,
             ("delete", "queue"): self._delete_queue,
             ("declare", "exchange"): self._declare_exchange,
@@ -88,6 +89,25 @@ class Control:
 
     def _count_topic_subscribers(self, name: str, frame: Frame) -> Answer:
         return {"num-subscribers": str(self.router.topics.count(name))}
+
+    def _topic_stats(self, name: str, frame: Frame) -> Answer:
+        """Subscribers a publish to ``name`` reaches, what they missed (each one that missed any,
+        sorted by session and id), and the broker-wide overflow totals."""
+        overflow = self.router.overflow
+        subs = [sub for sub in self.router.topics.matching(name) if not sub.session.closed]
+        missed = sorted((sub for sub in subs if sub in overflow.dropped), key=lambda s: (s.session.id, s.id))
+        headers = {
+            "num-subscribers": str(len(subs)),
+            "num-dropped": str(sum(overflow.dropped[sub] for sub in missed)),
+            "topic-overflow": overflow.policy,
+            "total-dropped": str(overflow.total_dropped),
+            "total-disconnected": str(overflow.total_disconnected),
+        }
+        for i, sub in enumerate(missed):
+            headers[f"subscription-{i}-session"] = sub.session.id
+            headers[f"subscription-{i}-id"] = sub.id
+            headers[f"subscription-{i}-dropped"] = str(overflow.dropped[sub])
+        return headers
 
     def _purge(self, name: str, frame: Frame) -> Answer:
         self.dispatcher.purge(name)

@@ -226,7 +226,7 @@ class Broker:
         priority, ack_timeout = send_options(headers)
         if "transaction" in headers:
             return self.transactions.hold(session, frame)
-        self.router.route(dest, frame, priority, ack_timeout)
+        self.router.route(dest, frame, priority, ack_timeout, session)
         return None
 
     def _on_subscribe(self, session: Session, frame: Frame) -> None:

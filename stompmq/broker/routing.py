@@ -2,8 +2,8 @@
 
 The router also owns the exchanges (declare, bind, unbind, delete, persisted
 through the store) and the topic subscriptions.  Topic messages are never
-stored: a subscriber whose connection cannot take one more transient message
-misses it, and a client-ack topic subscriber at its prefetch limit too.
+stored: what happens when a subscriber cannot keep up is the topic overflow
+policy (overflow.py).
 """
 
 from __future__ import annotations
@@ -15,9 +15,13 @@ from .destinations import Destination, Kind
 from .dispatch import Dispatcher
 from .errors import ClientError
 from .exchanges import PRIVATE_QUEUE_PREFIX, Exchange
+from .overflow import BLOCK, DISCONNECT, TopicOverflow
 from .send_headers import user_headers
-from .session import AckMode
+from .session import AckMode, Session, Subscription
 from .topics import TopicRouter
+
+#: The ERROR a slow topic subscriber gets under --topic-overflow disconnect.
+SLOW_SUBSCRIBER = "slow topic subscriber: its unsent output exceeded the limit (--topic-overflow disconnect)"
 
 
 class Router:
@@ -25,11 +29,14 @@ class Router:
         self.dispatcher = dispatcher
         self.store = dispatcher.store
         self.topics = TopicRouter()
+        self.overflow = TopicOverflow(dispatcher.config.topic_overflow)
         self.exchanges: dict[str, Exchange] = {}
         self.private: dict[str, str] = {}  # private queue of an exchange subscription -> exchange
 
     # -- SEND ---------------------------------------------------------------------------------
-    def route(self, dest: Destination, frame: Frame, priority: int, ack_timeout: float | None) -> None:
+    def route(
+        self, dest: Destination, frame: Frame, priority: int, ack_timeout: float | None, publisher: Session
+    ) -> None:
         kind = dest.kind
         if kind is Kind.QUEUE:
             self.dispatcher.publish(dest.name, user_headers(frame.headers), frame.body, priority, ack_timeout)
@@ -38,7 +45,7 @@ class Router:
             if queue is not None:
                 self.dispatcher.publish(queue, user_headers(frame.headers), frame.body, priority, ack_timeout)
         elif kind is Kind.TOPIC:
-            self.publish_topic(dest, frame)
+            self.publish_topic(dest, frame, publisher)
         else:
             raise ClientError(f"SEND to {dest.raw!r} is not supported")
 
@@ -46,29 +53,47 @@ class Router:
         """The queue an exchange SEND goes to (None: dropped); ClientError if it cannot be routed."""
         return self.exchange(dest.name).route(dest.key, frame.headers)
 
-    def publish_topic(self, dest: Destination, frame: Frame) -> None:
+    def publish_topic(self, dest: Destination, frame: Frame, publisher: Session) -> None:
         subs = list(self.topics.matching(dest.name))
         if not subs:
             return
-        dispatcher = self.dispatcher
+        dispatcher, overflow = self.dispatcher, self.overflow
+        block = overflow.policy is BLOCK
         msg = dispatcher.new_message(dest.name, user_headers(frame.headers), frame.body)
         tails: dict[str, bytes] = {}
+        slow: list[Subscription] = []
         for sub in subs:
             session = sub.session
-            if not session.outbox.can_take_transient():
-                continue  # transient: a subscriber that cannot keep up misses it
+            if session.closed:
+                continue
+            outbox = session.outbox
+            if not block and not outbox.can_take_transient():
+                slow.append(sub)
+                continue
             ack_id = None
             if sub.ack_mode is not AckMode.AUTO:
                 if len(sub.unacked) >= sub.prefetch:
+                    overflow.drop(sub, "at its prefetch limit")
                     continue
                 ack_id = dispatcher.track(session, sub, msg)
+            if overflow.missing:
+                overflow.delivered(sub)
             version = session.version
             tail = tails.get(version)
             if tail is None:
                 tail = tails[version] = message_tail(msg, version)
-            session.outbox.write(
-                message_frame(msg, dest.raw, sub.id, ack_id if version == "1.2" else None, version, tail)
-            )
+            outbox.write(message_frame(msg, dest.raw, sub.id, ack_id if version == "1.2" else None, version, tail))
+            if block and not outbox.can_take_transient():
+                if publisher.throttled_by is None:
+                    publisher.throttled_by = {}
+                publisher.throttled_by[outbox] = None
+        for sub in slow:
+            if overflow.policy is DISCONNECT:
+                if not sub.session.closed:
+                    overflow.disconnect(sub)
+                    sub.session.fail(SLOW_SUBSCRIBER, None)
+            else:
+                overflow.drop(sub, "too slow")
 
     # -- exchanges ----------------------------------------------------------------------------
     def exchange(self, name: str) -> Exchange:

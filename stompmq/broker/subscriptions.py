@@ -105,6 +105,7 @@ class Subscriptions:
         queue = sub.queue
         if queue is None:
             self.router.topics.remove(sub.destination[len("/topic/") :], sub)
+            self.router.overflow.forget(sub)
             return
         queue.nsubs -= 1
         if not queue.nsubs and self.router.drop_private(queue.name):

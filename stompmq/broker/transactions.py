@@ -81,7 +81,7 @@ class Transactions:
             headers = f.headers
             if f.command == "SEND":
                 if i not in routed:
-                    router.route(parse_destination(headers["destination"]), f, *send_options(headers))
+                    router.route(parse_destination(headers["destination"]), f, *send_options(headers), session)
                 elif (target := routed[i]) is not None:
                     router.dispatcher.publish(target, user_headers(headers), f.body, *send_options(headers))
                 continue

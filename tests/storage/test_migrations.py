@@ -32,12 +32,36 @@ def revision(path: Path) -> str | None:
         engine.dispose()
 
 
+#: The newest revision (the lead re-chains branch revisions when merging).
+HEAD = "0003_interop"
+
+
+def test_0002_bindings_get_the_empty_routing_key(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    command.upgrade(alembic_config(url(path)), "0002")
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute("INSERT INTO exchanges (name, type, options) VALUES ('ex', 'consistent-hash', '{}')")
+        conn.execute("INSERT INTO bindings (exchange, queue, weight) VALUES ('ex', 'q', 3)")
+    conn.close()
+    upgrade_to_head(url(path))
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("SELECT exchange, queue, weight, routing_key FROM bindings").fetchall() == [
+            ("ex", "q", 3, "")
+        ]
+        with conn:  # one queue, two keys
+            conn.execute("INSERT INTO bindings VALUES ('ex', 'q', 1, 'a.b')")
+    finally:
+        conn.close()
+
+
 def test_empty_database_migrates_to_head(tmp_path: Path) -> None:
     path = tmp_path / "s.db"
     upgrade_to_head(url(path))
-    assert revision(path) == "0002"
+    assert revision(path) == HEAD
     upgrade_to_head(url(path))  # idempotent
-    assert revision(path) == "0002"
+    assert revision(path) == HEAD
 
 
 def test_previous_revision_migrates_to_head_keeping_rows(tmp_path: Path) -> None:
@@ -55,7 +79,7 @@ def test_previous_revision_migrates_to_head_keeping_rows(tmp_path: Path) -> None
 
     upgrade_to_head(url(path))
 
-    assert revision(path) == "0002"
+    assert revision(path) == HEAD
     conn = sqlite3.connect(path)
     try:
         assert conn.execute("SELECT seq, body, ack_timeout FROM messages").fetchall() == [
@@ -112,7 +136,7 @@ def test_alembic_command_line_from_the_repo_root(tmp_path: Path) -> None:
         check=True,
         capture_output=True,
     )
-    assert revision(path) == "0002"
+    assert revision(path) == HEAD
     other = tmp_path / "x.db"
     subprocess.run(
         [sys.executable, "-m", "alembic", "-x", f"url={url(other)}", "upgrade", "0001"],

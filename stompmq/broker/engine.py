@@ -39,7 +39,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..protocol import Frame
-from ..storage.base import Recovery, Store, StoreError
+from ..storage.base import ExchangeRecord, Recovery, Store, StoreError
 from .acks import Acks
 from .config import BrokerConfig
 from .control import Control, Deferred
@@ -48,6 +48,8 @@ from .destinations import Kind, parse_destination
 from .dispatch import ACK_TIMEOUT, PAGE_RETRY, Dispatcher
 from .errors import ClientError
 from .exchanges import Exchange
+from .key_exchanges import BUILT_IN, KeyExchange
+from .key_exchanges import TYPES as KEY_TYPES
 from .queue import Queue
 from .reads import Reads, StoreRead
 from .receipts import Headers, Receipts
@@ -113,12 +115,22 @@ class Broker:
         self.dispatcher.seq = recovery.last_seq
         for name in stale_queues:
             self.dispatcher.purge(name)
+        router = self.router
         for record in recovery.exchanges:
-            self.router.exchanges[record.name] = Exchange(record.name, dict(record.options))
+            if record.type in KEY_TYPES:
+                router.key_exchanges.setdefault(record.name, KeyExchange(record.name, record.type))
+            else:
+                router.exchanges[record.name] = Exchange(record.name, dict(record.options))
+        recovered = {record.name for record in recovery.exchanges}
+        for name, kind in BUILT_IN.items():
+            if name not in recovered:  # stored so that bindings to it have their parent row
+                self.store.save_exchange(ExchangeRecord(name, kind, {}))
         for binding in recovery.bindings:
-            exchange = self.router.exchanges.get(binding.exchange)
+            exchange = router.exchanges.get(binding.exchange)
             if exchange is not None:
                 exchange.bindings[binding.queue] = binding.weight
+            elif (keyed := router.key_exchanges.get(binding.exchange)) is not None:
+                keyed.bind(binding.queue, binding.routing_key)
         for exchange in self.router.exchanges.values():
             exchange.rebuild()
         if definitions is not None:
@@ -151,8 +163,10 @@ class Broker:
         return pending.popleft() if pending else None
 
     # -- sessions -------------------------------------------------------------------------------
-    def open_session(self, session_id: str, version: str, outbox: Outbox, login: str | None = None) -> Session:
-        session = Session(session_id, version, outbox, login)
+    def open_session(
+        self, session_id: str, version: str, outbox: Outbox, login: str | None = None, client_id: str | None = None
+    ) -> Session:
+        session = Session(session_id, version, outbox, login, client_id)
         self.sessions[session_id] = session
         return session
 

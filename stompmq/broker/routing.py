@@ -9,12 +9,13 @@ policy (overflow.py).
 from __future__ import annotations
 
 from ..protocol import Frame
-from ..storage.base import BindingRecord
+from ..storage.base import BindingRecord, ExchangeRecord
 from .delivery import message_frame, message_tail
 from .destinations import Destination, Kind
 from .dispatch import Dispatcher
 from .errors import ClientError
-from .exchanges import PRIVATE_QUEUE_PREFIX, Exchange
+from .exchanges import PRIVATE_QUEUE_PREFIX, ROUTING_KEY_HEADER, Exchange, parse_weight
+from .key_exchanges import BUILT_IN, KeyExchange
 from .overflow import BLOCK, DISCONNECT, TopicOverflow
 from .send_headers import user_headers
 from .session import AckMode, Session, Subscription
@@ -31,6 +32,10 @@ class Router:
         self.topics = TopicRouter()
         self.overflow = TopicOverflow(dispatcher.config.topic_overflow)
         self.exchanges: dict[str, Exchange] = {}
+        #: direct, fanout and topic exchanges (the amq.* ones always exist); ``/topic/X`` SENDs
+        #: also go through amq.topic with key X, which is how durable topic subscriptions get them
+        self.key_exchanges = {name: KeyExchange(name, kind) for name, kind in BUILT_IN.items()}
+        self.amq_topic = self.key_exchanges["amq.topic"]
         self.private: dict[str, str] = {}  # private queue of an exchange subscription -> exchange
 
     # -- SEND ---------------------------------------------------------------------------------
@@ -41,13 +46,30 @@ class Router:
         if kind is Kind.QUEUE:
             self.dispatcher.publish(dest.name, user_headers(frame.headers), frame.body, priority, ack_timeout)
         elif kind is Kind.EXCHANGE:
-            queue = self.exchange_queue(dest, frame)
-            if queue is not None:
-                self.dispatcher.publish(queue, user_headers(frame.headers), frame.body, priority, ack_timeout)
+            keyed = self.key_exchanges.get(dest.name)
+            if keyed is None:
+                queue = self.exchange_queue(dest, frame)
+                if queue is not None:
+                    self.dispatcher.publish(queue, user_headers(frame.headers), frame.body, priority, ack_timeout)
+                return
+            key = dest.key or frame.headers.get(ROUTING_KEY_HEADER, "")
+            if keyed is self.amq_topic and key:  # /exchange/amq.topic/X is /topic/X
+                self.publish_topic(Destination(Kind.TOPIC, key, "/topic/" + key), frame, publisher)
+            self._publish_bound(keyed, key, frame, priority, ack_timeout)
         elif kind is Kind.TOPIC:
             self.publish_topic(dest, frame, publisher)
+            if self.amq_topic.bindings:
+                self._publish_bound(self.amq_topic, dest.name, frame, priority, ack_timeout)
         else:
             raise ClientError(f"SEND to {dest.raw!r} is not supported")
+
+    def _publish_bound(
+        self, exchange: KeyExchange, key: str, frame: Frame, priority: int, ack_timeout: float | None
+    ) -> None:
+        """A copy of the message in every queue bound to ``exchange`` with a key matching ``key``."""
+        headers = user_headers(frame.headers)
+        for queue in exchange.route(key):
+            self.dispatcher.publish(queue, headers, frame.body, priority, ack_timeout)
 
     def exchange_queue(self, dest: Destination, frame: Frame) -> str | None:
         """The queue an exchange SEND goes to (None: dropped); ClientError if it cannot be routed."""
@@ -102,8 +124,42 @@ class Router:
             raise ClientError(f"no exchange named {name!r}")
         return exchange
 
+    def key_exchange(self, name: str) -> KeyExchange:
+        exchange = self.key_exchanges.get(name)
+        if exchange is None:
+            raise ClientError(f"no direct, fanout or topic exchange named {name!r}")
+        return exchange
+
+    def declare_key_exchange(self, name: str, kind: str) -> None:
+        """Declare (idempotently) a direct, fanout or topic exchange."""
+        if name in self.exchanges:
+            raise ClientError(f"exchange {name!r} exists with type consistent-hash")
+        exchange = self.key_exchanges.get(name)
+        if exchange is not None:
+            if exchange.type != kind:
+                raise ClientError(f"exchange {name!r} exists with type {exchange.type}")
+            return
+        self.key_exchanges[name] = KeyExchange(name, kind)
+        self.store.save_exchange(ExchangeRecord(name, kind, {}))
+
+    def bind_key(self, exchange_name: str, queue: str, key: str) -> None:
+        exchange = self.key_exchange(exchange_name)
+        if queue in exchange.private:
+            raise ClientError(f"queue {queue!r} is a subscription's private queue")
+        exchange.bind(queue, key)
+        self.store.save_binding(BindingRecord(exchange_name, queue, 1, key))
+
+    def unbind_key(self, exchange_name: str, queue: str, key: str) -> None:
+        exchange = self.key_exchange(exchange_name)
+        if (queue, key) not in exchange.bindings or queue in exchange.private:
+            raise ClientError(f"queue {queue!r} is not bound to exchange {exchange_name!r} with key {key!r}")
+        exchange.unbind(queue, key)
+        self.store.delete_binding(exchange_name, queue, key)
+
     def declare_exchange(self, name: str, options: dict[str, str]) -> None:
         """Declare (idempotently) an exchange; redeclaring with other options is an error."""
+        if name in self.key_exchanges:
+            raise ClientError(f"exchange {name!r} exists with type {self.key_exchanges[name].type}")
         exchange = self.exchanges.get(name)
         if exchange is not None:
             if exchange.options != options:
@@ -113,8 +169,11 @@ class Router:
         self.store.save_exchange(exchange.record)
 
     def delete_exchange(self, name: str) -> None:
-        self.exchange(name)
-        del self.exchanges[name]
+        if name in BUILT_IN:
+            raise ClientError(f"exchange {name!r} is built in")
+        if self.key_exchanges.pop(name, None) is None:
+            self.exchange(name)
+            del self.exchanges[name]
         self.store.delete_exchange(name)
 
     def bind(self, exchange_name: str, queue: str, weight: int) -> None:
@@ -138,12 +197,22 @@ class Router:
             if queue in exchange.bindings:
                 exchange.unbind(queue)
                 self.store.delete_binding(exchange.name, queue)
+        for keyed in self.key_exchanges.values():
+            for key in keyed.keys_of(queue):
+                keyed.unbind(queue, key)
+                self.store.delete_binding(keyed.name, queue, key)
 
-    def bind_private(self, exchange_name: str, queue: str, weight: int) -> None:
-        """Bind the private queue of a SUBSCRIBE /exchange/NAME/WEIGHT (never stored)."""
-        exchange = self.exchange(exchange_name)
-        exchange.bind(queue, weight)
-        exchange.private.add(queue)
+    def bind_private(self, exchange_name: str, queue: str, weight_or_key: str) -> None:
+        """Bind the private queue of a SUBSCRIBE /exchange/NAME/REST (never stored): REST is the
+        weight for a consistent-hash exchange, the binding key for the others."""
+        keyed = self.key_exchanges.get(exchange_name)
+        if keyed is not None:
+            keyed.bind(queue, weight_or_key)
+            keyed.private.add(queue)
+        else:
+            exchange = self.exchange(exchange_name)
+            exchange.bind(queue, parse_weight(weight_or_key or None))
+            exchange.private.add(queue)
         self.private[queue] = exchange_name
 
     def drop_private(self, queue: str) -> bool:
@@ -154,7 +223,23 @@ class Router:
         exchange = self.exchanges.get(exchange_name)
         if exchange is not None and queue in exchange.private:
             exchange.unbind(queue)
+        keyed = self.key_exchanges.get(exchange_name)
+        if keyed is not None and queue in keyed.private:
+            keyed.private.discard(queue)
+            for key in keyed.keys_of(queue):
+                keyed.unbind(queue, key)
         return True
+
+    def bind_durable(self, queue: str, pattern: str) -> None:
+        """A durable topic subscription's queue gets exactly this amq.topic binding (stored)."""
+        exchange = self.amq_topic
+        for key in exchange.keys_of(queue):
+            if key != pattern:
+                exchange.unbind(queue, key)
+                self.store.delete_binding(exchange.name, queue, key)
+        if (queue, pattern) not in exchange.bindings:
+            exchange.bind(queue, pattern)
+            self.store.save_binding(BindingRecord(exchange.name, queue, 1, pattern))
 
 
 def private_queue_name(exchange: str, session_id: str, sub_id: str) -> str:

@@ -65,10 +65,14 @@ class Session:
         "login",
         "fail",
         "throttled_by",
+        "client_id",
     )
 
-    def __init__(self, session_id: str, version: str, outbox: Outbox, login: str | None = None) -> None:
+    def __init__(
+        self, session_id: str, version: str, outbox: Outbox, login: str | None = None, client_id: str | None = None
+    ) -> None:
         self.id = session_id
+        self.client_id = client_id  # CONNECT's client-id: scopes ActiveMQ durable subscriptions
         self.version = version
         self.outbox = outbox
         self.login = login

@@ -75,7 +75,7 @@ class Transactions:
                 acks.target(session, f.headers)
             else:
                 dest = parse_destination(f.headers["destination"])
-                if dest.kind is Kind.EXCHANGE:
+                if dest.kind is Kind.EXCHANGE and dest.name not in router.key_exchanges:
                     routed[i] = router.exchange_queue(dest, f)
         for i, f in enumerate(frames):
             headers = f.headers

@@ -191,7 +191,9 @@ class Connection:
         self.send_every = send_ms / 1000
         self.expect_every = expect_ms / 1000
         self.parser.version = version
-        self.session = session = self.broker.open_session(self.id, version, self.outbox, headers.get("login"))
+        self.session = session = self.broker.open_session(
+            self.id, version, self.outbox, headers.get("login"), headers.get("client-id")
+        )
         self._session_opened.set()
         self.outbox.on_drain = lambda: self._resume(session)
         session.fail = self.fail

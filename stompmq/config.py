@@ -17,6 +17,7 @@ from typing import Any
 
 from . import __version__
 from .broker import BrokerConfig
+from .broker.overflow import POLICIES
 from .protocol import Limits
 from .server import ServerSettings
 
@@ -36,6 +37,12 @@ def _flag(value: str) -> bool:
     if lowered not in ("true", "false", "1", "0", "yes", "no"):
         raise argparse.ArgumentTypeError(f"expected true or false, got {value!r}")
     return lowered in ("true", "1", "yes")
+
+
+def _topic_overflow(value: str) -> str:
+    if value not in POLICIES:
+        raise argparse.ArgumentTypeError(f"expected one of {', '.join(POLICIES)}, got {value!r}")
+    return value
 
 
 def _optional_int(value: str) -> int | None:
@@ -81,6 +88,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("max-redeliveries", _optional_int, None, "redeliveries before a message goes to its dead-letter queue (default unlimited)", "N"),
     Option("dlq-prefix", str, "DLQ.", "dead-letter queue of /queue/NAME is /queue/<prefix>NAME", "PREFIX"),
     Option("dead-letter-rejected", _flag, False, "NACK with requeue:false moves the message to its dead-letter queue instead of discarding it", "BOOL"),
+    Option("topic-overflow", _topic_overflow, "block", "a topic subscriber over its output limit: block the publisher (bounded memory), drop its messages, or disconnect it", "block|drop|disconnect"),
     Option("definitions", str, None, "TOML or JSON file declaring exchanges, queues and bindings at start", "FILE"),
     Option("log-level", str, "INFO", "logging level (DEBUG, INFO, WARNING, ERROR)", "LEVEL"),
 )
@@ -124,6 +132,7 @@ class Config:
             max_redeliveries=self.max_redeliveries,
             dlq_prefix=self.dlq_prefix,
             dead_letter_rejected=self.dead_letter_rejected,
+            topic_overflow=self.topic_overflow,
             definitions=self.definitions,
         )
 

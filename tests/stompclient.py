@@ -155,10 +155,18 @@ class Client(RawClient):
         h = {"destination": destination}
         h.update(headers or {})
         data = body.encode() if isinstance(body, str) else body
-        if receipt:
-            self.request("SEND", h, data)
+        self._send("SEND", h, data, receipt)
+
+    def _send(self, command: str, headers: dict[str, str], body: bytes, receipt: bool) -> None:
+        """Send a frame; with ``receipt``, return once the broker handled it.  A transactional
+        frame's RECEIPT waits for its COMMIT or ABORT, so a round trip stands in for it."""
+        if not receipt:
+            self.frame(command, headers, body)
+        elif "transaction" in headers:
+            self.frame(command, headers, body)
+            self.sync()
         else:
-            self.frame("SEND", h, data)
+            self.request(command, headers, body)
 
     def ack_headers(self, msg: RawFrame) -> dict[str, str]:
         """The headers that name ``msg`` in an ACK/NACK for this session's version."""
@@ -171,18 +179,12 @@ class Client(RawClient):
     def ack(self, msg: RawFrame, *, receipt: bool = True, **headers: str) -> None:
         h = self.ack_headers(msg)
         h.update(headers)
-        if receipt:
-            self.request("ACK", h)
-        else:
-            self.frame("ACK", h)
+        self._send("ACK", h, b"", receipt)
 
     def nack(self, msg: RawFrame, *, receipt: bool = True, **headers: str) -> None:
         h = self.ack_headers(msg)
         h.update(headers)
-        if receipt:
-            self.request("NACK", h)
-        else:
-            self.frame("NACK", h)
+        self._send("NACK", h, b"", receipt)
 
     def disconnect(self) -> None:
         """DISCONNECT with a receipt, wait for it, then for the broker to close."""

@@ -355,7 +355,7 @@ BAD_REQUESTS = {
     # declarations
     "both-hash-options": ("SEND", {"destination": "/control/declare/exchange/b1", "hash-header": "h", "hash-property": "message-id"}, ["hash-header", "hash-property"]),
     "unknown-property": ("SEND", {"destination": "/control/declare/exchange/b1", "hash-property": "user-id"}, ["hash-property", "user-id"]),
-    "unknown-type": ("SEND", {"destination": "/control/declare/exchange/b1", "type": "direct"}, ["type", "direct"]),
+    "unknown-type": ("SEND", {"destination": "/control/declare/exchange/b1", "type": "headers"}, ["type", "headers"]),
     "empty-hash-header": ("SEND", {"destination": "/control/declare/exchange/b1", "hash-header": ""}, ["hash-header"]),
     "bad-on-missing": ("SEND", {"destination": "/control/declare/exchange/b1", "on-missing": "ignore"}, ["on-missing", "ignore"]),
     "bad-on-unroutable": ("SEND", {"destination": "/control/declare/exchange/b1", "on-unroutable": "x"}, ["on-unroutable"]),

@@ -10,7 +10,8 @@ connection gone), or dead-lettered past ``--max-redeliveries``.
 Ack ids: STOMP 1.2 ACKs name the ``ack`` header of the MESSAGE (a per-session
 counter); 1.0 and 1.1 name the ``message-id``, which two overlapping topic
 subscriptions of one session share, so ``target`` also looks at the
-``subscription`` header.
+``subscription`` header, but only to choose between subscriptions holding the id:
+a wrong one is ignored, as RabbitMQ and ActiveMQ do.
 """
 
 from __future__ import annotations
@@ -40,16 +41,16 @@ class Acks:
             if ack_id is None:
                 raise ClientError("ACK/NACK without message-id header")
         sub = session.deliveries.get(ack_id)
-        named = headers.get("subscription")
-        if named is not None and session.version != "1.2" and (sub is None or named != sub.id):
-            # 1.0/1.1 name a delivery by message-id, which two subscriptions of one session
-            # share when overlapping topic subscriptions both received the message.
-            other = session.subscriptions.get(named)
-            if other is None or ack_id not in other.unacked:
-                raise ClientError(f"message {ack_id!r} was not delivered to subscription {named!r}")
-            sub = other
-        if sub is None and session.version != "1.2":  # the shared key's entry was settled already
-            sub = next((s for s in session.subscriptions.values() if ack_id in s.unacked), None)
+        if session.version != "1.2":
+            # 1.0/1.1 name a delivery by message-id, which two subscriptions of one session share
+            # when overlapping topic subscriptions both received the message: the subscription
+            # header picks one.  A header naming another subscription (some clients send any
+            # value) does not make the ACK fail while the id is unacked on this connection.
+            named = session.subscriptions.get(headers.get("subscription", ""))
+            if named is not None and ack_id in named.unacked:
+                sub = named
+            elif sub is None:  # the shared key's entry was settled already
+                sub = next((s for s in session.subscriptions.values() if ack_id in s.unacked), None)
         if sub is None:
             raise ClientError(f"no unacked message with ack id {ack_id!r}")
         return sub, ack_id

@@ -24,5 +24,8 @@ class BrokerConfig:
     dlq_prefix: str = "DLQ."
     #: NACK with requeue:false dead-letters the message instead of discarding it.
     dead_letter_rejected: bool = False
+    #: What a topic subscriber whose connection is over its output limit costs: block (the
+    #: publisher waits), drop (it misses the message) or disconnect (see broker/overflow.py).
+    topic_overflow: str = "block"
     #: TOML or JSON file of exchanges, queues and bindings applied at start.
     definitions: str | None = None

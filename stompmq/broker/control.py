@@ -23,7 +23,8 @@ from ..storage.base import Store
 from .destinations import Kind, parse_destination
 from .dispatch import Dispatcher
 from .errors import ClientError
-from .exchanges import declaration_options, parse_weight
+from .exchanges import ROUTING_KEY_HEADER, declaration_options, parse_weight
+from .key_exchanges import TYPES as KEY_TYPES
 from .routing import Router
 
 Headers = dict[str, str]
@@ -48,6 +49,7 @@ class Control:
             ("count-msgs", "queue"): self._count_msgs,
             ("count-subscribers", "queue"): self._count_queue_subscribers,
             ("count-subscribers", "topic"): self._count_topic_subscribers,
+            ("stats", "topic"): self._topic_stats,
             ("purge", "queue"): self._purge,
             ("delete", "queue"): self._delete_queue,
             ("declare", "exchange"): self._declare_exchange,
@@ -96,6 +98,25 @@ class Control:
     def _count_topic_subscribers(self, name: str, frame: Frame) -> Answer:
         return {"num-subscribers": str(self.router.topics.count(name))}
 
+    def _topic_stats(self, name: str, frame: Frame) -> Answer:
+        """Subscribers a publish to ``name`` reaches, what they missed (each one that missed any,
+        sorted by session and id), and the broker-wide overflow totals."""
+        overflow = self.router.overflow
+        subs = [sub for sub in self.router.topics.matching(name) if not sub.session.closed]
+        missed = sorted((sub for sub in subs if sub in overflow.dropped), key=lambda s: (s.session.id, s.id))
+        headers = {
+            "num-subscribers": str(len(subs)),
+            "num-dropped": str(sum(overflow.dropped[sub] for sub in missed)),
+            "topic-overflow": overflow.policy,
+            "total-dropped": str(overflow.total_dropped),
+            "total-disconnected": str(overflow.total_disconnected),
+        }
+        for i, sub in enumerate(missed):
+            headers[f"subscription-{i}-session"] = sub.session.id
+            headers[f"subscription-{i}-id"] = sub.id
+            headers[f"subscription-{i}-dropped"] = str(overflow.dropped[sub])
+        return headers
+
     def _purge(self, name: str, frame: Frame) -> Answer:
         self.dispatcher.purge(name)
         return {}
@@ -109,7 +130,11 @@ class Control:
     def _declare_exchange(self, name: str, frame: Frame) -> Answer:
         if "/" in name:
             raise ClientError(f"exchange name {name!r} must not contain '/'")
-        self.router.declare_exchange(name, declaration_options(frame.headers))
+        kind = frame.headers.get("type")
+        if kind in KEY_TYPES:
+            self.router.declare_key_exchange(name, kind)
+        else:
+            self.router.declare_exchange(name, declaration_options(frame.headers))
         return {}
 
     def _delete_exchange(self, name: str, frame: Frame) -> Answer:
@@ -118,17 +143,30 @@ class Control:
 
     def _bind(self, name: str, frame: Frame) -> Answer:
         """Bind a queue; binding an already bound queue again updates its weight."""
+        if name in self.router.key_exchanges:
+            self.router.bind_key(name, _bind_target(frame), frame.headers.get(ROUTING_KEY_HEADER, ""))
+            return {}
         self.router.exchange(name)
         queue = _bind_target(frame)
         self.router.bind(name, queue, parse_weight(frame.headers.get("weight")))
         return {}
 
     def _unbind(self, name: str, frame: Frame) -> Answer:
+        if name in self.router.key_exchanges:
+            self.router.unbind_key(name, _bind_target(frame), frame.headers.get(ROUTING_KEY_HEADER, ""))
+            return {}
         self.router.exchange(name)
         self.router.unbind(name, _bind_target(frame))
         return {}
 
     def _list_bindings(self, name: str, frame: Frame) -> Answer:
+        keyed = self.router.key_exchanges.get(name)
+        if keyed is not None:
+            headers = {"num-bindings": str(len(keyed.bindings))}
+            for i, (queue, key) in enumerate(sorted(keyed.bindings)):
+                headers[f"binding-{i}-queue"] = "/queue/" + queue
+                headers[f"binding-{i}-routing-key"] = key
+            return headers
         exchange = self.router.exchange(name)
         headers = {"num-bindings": str(len(exchange.bindings))}
         for i, queue in enumerate(sorted(exchange.bindings)):
@@ -137,6 +175,14 @@ class Control:
         return headers
 
     def _exchange_stats(self, name: str, frame: Frame) -> Answer:
+        keyed = self.router.key_exchanges.get(name)
+        if keyed is not None:
+            return {
+                "type": keyed.type,
+                "num-bindings": str(len(keyed.bindings)),
+                "num-routed": str(keyed.routed),
+                "num-unroutable": str(keyed.unroutable),
+            }
         exchange = self.router.exchange(name)
         return {
             "num-bindings": str(len(exchange.bindings)),

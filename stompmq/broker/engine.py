@@ -48,6 +48,7 @@ from .destinations import Kind, parse_destination
 from .dispatch import ACK_TIMEOUT, PAGE_RETRY, Dispatcher
 from .errors import ClientError
 from .exchanges import Exchange
+from .key_exchanges import BUILT_IN
 from .queue import Queue
 from .reads import Reads, StoreRead
 from .receipts import Headers, Receipts
@@ -57,9 +58,10 @@ from .session import Outbox, Session
 from .subscriptions import Subscriptions
 from .timers import Deadlines
 from .topics import WILDCARD, TopicRouter
-from .transactions import Transactions, requeue_wanted
+from .transactions import Held, Transactions, requeue_wanted
 
-Handler = Callable[[Session, Frame], "Headers | Deferred | None"]
+
+Handler = Callable[[Session, Frame], "Headers | Deferred | Held | None"]
 
 
 class Broker:
@@ -112,6 +114,10 @@ class Broker:
         self.dispatcher.seq = recovery.last_seq
         for name in stale_queues:
             self.dispatcher.purge(name)
+        recovered = {record.name for record in recovery.exchanges}
+        for name, kind in BUILT_IN.items():
+            if name not in recovered:  # stored so that bindings to it have their parent row
+                self.store.save_exchange(ExchangeRecord(name, kind, {}))
         self.router.load_definitions(recovery.exchanges, recovery.bindings)
         if definitions is not None:
             apply_definitions(self.router, definitions, source)
@@ -123,7 +129,7 @@ class Broker:
 
     def remote_topic(self, topic: str, headers: dict[str, str], body: bytes) -> None:
         """A topic message published through another broker: to this broker's subscribers."""
-        self.router.deliver_topic(topic, "/topic/" + topic, headers, body)
+        self.router.deliver_topic(topic, "/topic/" + topic, headers, body, None)
 
     def definitions_changed(self, exchanges: list[ExchangeRecord], bindings: list[BindingRecord]) -> None:
         self.router.load_definitions(exchanges, bindings)
@@ -155,8 +161,10 @@ class Broker:
         return pending.popleft() if pending else None
 
     # -- sessions -------------------------------------------------------------------------------
-    def open_session(self, session_id: str, version: str, outbox: Outbox, login: str | None = None) -> Session:
-        session = Session(session_id, version, outbox, login)
+    def open_session(
+        self, session_id: str, version: str, outbox: Outbox, login: str | None = None, client_id: str | None = None
+    ) -> Session:
+        session = Session(session_id, version, outbox, login, client_id)
         self.sessions[session_id] = session
         return session
 
@@ -191,6 +199,8 @@ class Broker:
         if handler is None:
             raise ClientError(f"unknown command {frame.command!r}")
         answer = handler(session, frame)
+        if isinstance(answer, Held):
+            return
         receipt = frame.headers.get("receipt")
         if isinstance(answer, Deferred):
             self._answer_later(session, receipt, answer)
@@ -210,7 +220,14 @@ class Broker:
 
         self.reads.submit(StoreRead(deferred.fetch, done, failed))
 
-    def _on_send(self, session: Session, frame: Frame) -> Headers | Deferred | None:
+    def _release_receipts(self, session: Session, frames: list[Frame]) -> None:
+        """A transaction ended: answer the receipts its frames asked for, in order."""
+        for held in frames:
+            receipt = held.headers.get("receipt")
+            if receipt is not None:
+                self.receipts.send(session, receipt)
+
+    def _on_send(self, session: Session, frame: Frame) -> Headers | Deferred | Held | None:
         headers = frame.headers
         dest = parse_destination(headers.get("destination"))
         kind = dest.kind
@@ -220,9 +237,8 @@ class Broker:
             raise ClientError(f"cannot SEND to a wildcard topic {dest.raw!r}")
         priority, ack_timeout = send_options(headers)
         if "transaction" in headers:
-            self.transactions.frames(session, headers).append(frame)
-            return None
-        self.router.route(dest, frame, priority, ack_timeout)
+            return self.transactions.hold(session, frame)
+        self.router.route(dest, frame, priority, ack_timeout, session)
         return None
 
     def _on_subscribe(self, session: Session, frame: Frame) -> None:
@@ -232,30 +248,31 @@ class Broker:
     def _on_unsubscribe(self, session: Session, frame: Frame) -> None:
         self.subscriptions.unsubscribe(session, frame.headers)
 
-    def _on_ack(self, session: Session, frame: Frame) -> None:
+    def _on_ack(self, session: Session, frame: Frame) -> Held | None:
         sub, ack_id = self.acks.target(session, frame.headers)
         if "transaction" in frame.headers:
-            self.transactions.frames(session, frame.headers).append(frame)
-            return
+            return self.transactions.hold(session, frame)
         self.acks.ack(sub, ack_id)
+        return None
 
-    def _on_nack(self, session: Session, frame: Frame) -> None:
+    def _on_nack(self, session: Session, frame: Frame) -> Held | None:
         if session.version == "1.0":
             raise ClientError("NACK does not exist in STOMP 1.0")
         sub, ack_id = self.acks.target(session, frame.headers)
+        requeue = requeue_wanted(frame.headers)
         if "transaction" in frame.headers:
-            self.transactions.frames(session, frame.headers).append(frame)
-            return
-        self.acks.nack(sub, ack_id, requeue_wanted(frame.headers))
+            return self.transactions.hold(session, frame)
+        self.acks.nack(sub, ack_id, requeue)
+        return None
 
     def _on_begin(self, session: Session, frame: Frame) -> None:
         self.transactions.begin(session, frame)
 
     def _on_commit(self, session: Session, frame: Frame) -> None:
-        self.transactions.commit(session, frame)
+        self._release_receipts(session, self.transactions.commit(session, frame))
 
     def _on_abort(self, session: Session, frame: Frame) -> None:
-        self.transactions.abort(session, frame)
+        self._release_receipts(session, self.transactions.abort(session, frame))
 
 
 

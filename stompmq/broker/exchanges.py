@@ -36,7 +36,7 @@ def declaration_options(headers: dict[str, str]) -> dict[str, str]:
     """Validate a declare request and return the options to store (ERROR on any problem)."""
     kind = headers.get("type", EXCHANGE_TYPE)
     if kind != EXCHANGE_TYPE:
-        raise ClientError(f"unsupported exchange type {kind!r}: only {EXCHANGE_TYPE!r} exists")
+        raise ClientError(f"unsupported exchange type {kind!r}: use {EXCHANGE_TYPE}, direct, fanout or topic")
     options = {}
     if "hash-header" in headers and "hash-property" in headers:
         raise ClientError("hash-header and hash-property are mutually exclusive")

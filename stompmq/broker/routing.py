@@ -2,8 +2,8 @@
 
 The router also owns the exchanges (declare, bind, unbind, delete, persisted
 through the store) and the topic subscriptions.  Topic messages are never
-stored: a subscriber whose connection cannot take one more transient message
-misses it, and a client-ack topic subscriber at its prefetch limit too.
+stored: what happens when a subscriber cannot keep up is the topic overflow
+policy (overflow.py).
 """
 
 from __future__ import annotations
@@ -14,10 +14,16 @@ from .delivery import message_frame, message_tail
 from .destinations import Destination, Kind
 from .dispatch import Dispatcher
 from .errors import ClientError
-from .exchanges import PRIVATE_QUEUE_PREFIX, Exchange
+from .exchanges import PRIVATE_QUEUE_PREFIX, ROUTING_KEY_HEADER, Exchange, parse_weight
+from .key_exchanges import BUILT_IN, KeyExchange
+from .key_exchanges import TYPES as KEY_TYPES
+from .overflow import BLOCK, DISCONNECT, TopicOverflow
 from .send_headers import user_headers
-from .session import AckMode
+from .session import AckMode, Session, Subscription
 from .topics import TopicRouter
+
+#: The ERROR a slow topic subscriber gets under --topic-overflow disconnect.
+SLOW_SUBSCRIBER = "slow topic subscriber: its unsent output exceeded the limit (--topic-overflow disconnect)"
 
 
 class Router:
@@ -25,81 +31,150 @@ class Router:
         self.dispatcher = dispatcher
         self.store = dispatcher.store
         self.topics = TopicRouter()
+        self.overflow = TopicOverflow(dispatcher.config.topic_overflow)
         self.exchanges: dict[str, Exchange] = {}
+        #: direct, fanout and topic exchanges (the amq.* ones always exist); ``/topic/X`` SENDs
+        #: also go through amq.topic with key X, which is how durable topic subscriptions get them
+        self.key_exchanges = {name: KeyExchange(name, kind) for name, kind in BUILT_IN.items()}
+        self.amq_topic = self.key_exchanges["amq.topic"]
         self.private: dict[str, str] = {}  # private queue of an exchange subscription -> exchange
 
     # -- SEND ---------------------------------------------------------------------------------
-    def route(self, dest: Destination, frame: Frame, priority: int, ack_timeout: float | None) -> None:
+    def route(
+        self, dest: Destination, frame: Frame, priority: int, ack_timeout: float | None, publisher: Session
+    ) -> None:
         kind = dest.kind
         if kind is Kind.QUEUE:
             self.dispatcher.publish(dest.name, user_headers(frame.headers), frame.body, priority, ack_timeout)
         elif kind is Kind.EXCHANGE:
-            queue = self.exchange_queue(dest, frame)
-            if queue is not None:
-                self.dispatcher.publish(queue, user_headers(frame.headers), frame.body, priority, ack_timeout)
+            keyed = self.key_exchanges.get(dest.name)
+            if keyed is None:
+                queue = self.exchange_queue(dest, frame)
+                if queue is not None:
+                    self.dispatcher.publish(queue, user_headers(frame.headers), frame.body, priority, ack_timeout)
+                return
+            key = dest.key or frame.headers.get(ROUTING_KEY_HEADER, "")
+            if keyed is self.amq_topic and key:  # /exchange/amq.topic/X is /topic/X
+                self.publish_topic(Destination(Kind.TOPIC, key, "/topic/" + key), frame, publisher)
+            self._publish_bound(keyed, key, frame, priority, ack_timeout)
         elif kind is Kind.TOPIC:
-            self.publish_topic(dest, frame)
+            self.publish_topic(dest, frame, publisher)
+            if self.amq_topic.bindings:
+                self._publish_bound(self.amq_topic, dest.name, frame, priority, ack_timeout)
         else:
             raise ClientError(f"SEND to {dest.raw!r} is not supported")
+
+    def _publish_bound(
+        self, exchange: KeyExchange, key: str, frame: Frame, priority: int, ack_timeout: float | None
+    ) -> None:
+        """A copy of the message in every queue bound to ``exchange`` with a key matching ``key``."""
+        headers = user_headers(frame.headers)
+        for queue in exchange.route(key):
+            self.dispatcher.publish(queue, headers, frame.body, priority, ack_timeout)
 
     def exchange_queue(self, dest: Destination, frame: Frame) -> str | None:
         """The queue an exchange SEND goes to (None: dropped); ClientError if it cannot be routed."""
         return self.exchange(dest.name).route(dest.key, frame.headers)
 
-    def publish_topic(self, dest: Destination, frame: Frame) -> None:
+    def publish_topic(self, dest: Destination, frame: Frame, publisher: Session) -> None:
         headers = user_headers(frame.headers)
         self.store.publish_topic(dest.name, headers, frame.body)  # the other brokers' subscribers
-        self.deliver_topic(dest.name, dest.raw, headers, frame.body)
+        self.deliver_topic(dest.name, dest.raw, headers, frame.body, publisher)
 
-    def deliver_topic(self, topic: str, destination: str, headers: dict[str, str], body: bytes) -> None:
-        """Hand a topic message to this broker's subscribers of ``topic``."""
+    def deliver_topic(
+        self, topic: str, destination: str, headers: dict[str, str], body: bytes, publisher: Session | None
+    ) -> None:
+        """Hand a topic message to this broker's subscribers of ``topic``.  ``publisher`` None:
+        it came from another broker sharing the store, whose publisher cannot be slowed from
+        here, so under ``block`` a slow subscriber's outbox takes it anyway (bounded by the
+        hard limit plus what the other brokers publish meanwhile)."""
         subs = list(self.topics.matching(topic))
         if not subs:
             return
-        dispatcher = self.dispatcher
+        dispatcher, overflow = self.dispatcher, self.overflow
+        block = overflow.policy is BLOCK
         msg = dispatcher.new_message(topic, headers, body)
         tails: dict[str, bytes] = {}
+        slow: list[Subscription] = []
         for sub in subs:
             session = sub.session
-            if not session.outbox.can_take_transient():
-                continue  # transient: a subscriber that cannot keep up misses it
+            if session.closed:
+                continue
+            outbox = session.outbox
+            if not block and not outbox.can_take_transient():
+                slow.append(sub)
+                continue
             ack_id = None
             if sub.ack_mode is not AckMode.AUTO:
                 if len(sub.unacked) >= sub.prefetch:
+                    overflow.drop(sub, "at its prefetch limit")
                     continue
                 ack_id = dispatcher.track(session, sub, msg)
+            if overflow.missing:
+                overflow.delivered(sub)
             version = session.version
             tail = tails.get(version)
             if tail is None:
                 tail = tails[version] = message_tail(msg, version)
-            session.outbox.write(
-                message_frame(msg, destination, sub.id, ack_id if version == "1.2" else None, version, tail)
-            )
+            outbox.write(message_frame(msg, destination, sub.id, ack_id if version == "1.2" else None, version, tail))
+            if block and publisher is not None and not outbox.can_take_transient():
+                if publisher.throttled_by is None:
+                    publisher.throttled_by = {}
+                publisher.throttled_by[outbox] = None
+        for sub in slow:
+            if overflow.policy is DISCONNECT:
+                if not sub.session.closed:
+                    overflow.disconnect(sub)
+                    sub.session.fail(SLOW_SUBSCRIBER, None)
+            else:
+                overflow.drop(sub, "too slow")
 
     # -- exchanges ----------------------------------------------------------------------------
     def load_definitions(self, exchanges: list[ExchangeRecord], bindings: list[BindingRecord]) -> None:
         """Take the stored exchanges and bindings as they are now (at start, or after another
         broker sharing the store changed them).  An unchanged exchange keeps its object (and its
-        counters); this broker's private bindings stay."""
-        wanted: dict[str, dict[str, int]] = {record.name: {} for record in exchanges}
-        for binding in bindings:
-            if binding.exchange in wanted:
-                wanted[binding.exchange][binding.queue] = binding.weight
-        for name in [name for name in self.exchanges if name not in wanted]:
-            for queue in self.exchanges.pop(name).private:
-                self.private.pop(queue, None)  # its exchange was deleted elsewhere
-        for record in exchanges:
-            exchange = self.exchanges.get(record.name)
-            private = {} if exchange is None else {queue: exchange.bindings[queue] for queue in exchange.private}
+        counters); this broker's private bindings stay; the built-in amq.* exchanges always exist."""
+        hashed = {r.name: r for r in exchanges if r.type not in KEY_TYPES}
+        keyed = {r.name: r.type for r in exchanges if r.type in KEY_TYPES} | BUILT_IN
+        weights: dict[str, dict[str, int]] = {name: {} for name in hashed}
+        keys: dict[str, set[tuple[str, str]]] = {name: set() for name in keyed}
+        for b in bindings:
+            if b.exchange in weights:
+                weights[b.exchange][b.queue] = b.weight
+            elif b.exchange in keys:
+                keys[b.exchange].add((b.queue, b.routing_key))
+        for table, wanted in ((self.exchanges, hashed), (self.key_exchanges, keyed)):
+            for name in [name for name in table if name not in wanted]:
+                for queue in table.pop(name).private:
+                    self.private.pop(queue, None)  # its exchange was deleted elsewhere
+        for name, record in hashed.items():
+            exchange = self.exchanges.get(name)
+            private = {} if exchange is None else {q: exchange.bindings[q] for q in exchange.private}
             if exchange is None or exchange.options != record.options:
-                replaced = Exchange(record.name, dict(record.options))
+                replaced = Exchange(name, dict(record.options))
                 if exchange is not None:
                     replaced.private = exchange.private
-                exchange = self.exchanges[record.name] = replaced
-            new = {**wanted[record.name], **private}
+                exchange = self.exchanges[name] = replaced
+            new = {**weights[name], **private}
             if new != exchange.bindings:
                 exchange.bindings = new
                 exchange.rebuild()
+        for name, kind in keyed.items():
+            key_exchange = self.key_exchanges.get(name)
+            if key_exchange is None or key_exchange.type != kind:
+                replaced_keyed = KeyExchange(name, kind)
+                if key_exchange is not None:
+                    replaced_keyed.private = key_exchange.private
+                    for queue, key in key_exchange.bindings:
+                        if queue in key_exchange.private:
+                            replaced_keyed.bind(queue, key)
+                key_exchange = self.key_exchanges[name] = replaced_keyed
+            wanted_keys = keys[name] | {(q, k) for q, k in key_exchange.bindings if q in key_exchange.private}
+            for queue, key in [pair for pair in key_exchange.bindings if pair not in wanted_keys]:
+                key_exchange.unbind(queue, key)
+            for queue, key in wanted_keys:
+                key_exchange.bind(queue, key)
+        self.amq_topic = self.key_exchanges["amq.topic"]
 
     def exchange(self, name: str) -> Exchange:
         exchange = self.exchanges.get(name)
@@ -107,8 +182,42 @@ class Router:
             raise ClientError(f"no exchange named {name!r}")
         return exchange
 
+    def key_exchange(self, name: str) -> KeyExchange:
+        exchange = self.key_exchanges.get(name)
+        if exchange is None:
+            raise ClientError(f"no direct, fanout or topic exchange named {name!r}")
+        return exchange
+
+    def declare_key_exchange(self, name: str, kind: str) -> None:
+        """Declare (idempotently) a direct, fanout or topic exchange."""
+        if name in self.exchanges:
+            raise ClientError(f"exchange {name!r} exists with type consistent-hash")
+        exchange = self.key_exchanges.get(name)
+        if exchange is not None:
+            if exchange.type != kind:
+                raise ClientError(f"exchange {name!r} exists with type {exchange.type}")
+            return
+        self.key_exchanges[name] = KeyExchange(name, kind)
+        self.store.save_exchange(ExchangeRecord(name, kind, {}))
+
+    def bind_key(self, exchange_name: str, queue: str, key: str) -> None:
+        exchange = self.key_exchange(exchange_name)
+        if queue in exchange.private:
+            raise ClientError(f"queue {queue!r} is a subscription's private queue")
+        exchange.bind(queue, key)
+        self.store.save_binding(BindingRecord(exchange_name, queue, 1, key))
+
+    def unbind_key(self, exchange_name: str, queue: str, key: str) -> None:
+        exchange = self.key_exchange(exchange_name)
+        if (queue, key) not in exchange.bindings or queue in exchange.private:
+            raise ClientError(f"queue {queue!r} is not bound to exchange {exchange_name!r} with key {key!r}")
+        exchange.unbind(queue, key)
+        self.store.delete_binding(exchange_name, queue, key)
+
     def declare_exchange(self, name: str, options: dict[str, str]) -> None:
         """Declare (idempotently) an exchange; redeclaring with other options is an error."""
+        if name in self.key_exchanges:
+            raise ClientError(f"exchange {name!r} exists with type {self.key_exchanges[name].type}")
         exchange = self.exchanges.get(name)
         if exchange is not None:
             if exchange.options != options:
@@ -118,8 +227,11 @@ class Router:
         self.store.save_exchange(exchange.record)
 
     def delete_exchange(self, name: str) -> None:
-        self.exchange(name)
-        del self.exchanges[name]
+        if name in BUILT_IN:
+            raise ClientError(f"exchange {name!r} is built in")
+        if self.key_exchanges.pop(name, None) is None:
+            self.exchange(name)
+            del self.exchanges[name]
         self.store.delete_exchange(name)
 
     def bind(self, exchange_name: str, queue: str, weight: int) -> None:
@@ -143,12 +255,22 @@ class Router:
             if queue in exchange.bindings:
                 exchange.unbind(queue)
                 self.store.delete_binding(exchange.name, queue)
+        for keyed in self.key_exchanges.values():
+            for key in keyed.keys_of(queue):
+                keyed.unbind(queue, key)
+                self.store.delete_binding(keyed.name, queue, key)
 
-    def bind_private(self, exchange_name: str, queue: str, weight: int) -> None:
-        """Bind the private queue of a SUBSCRIBE /exchange/NAME/WEIGHT (never stored)."""
-        exchange = self.exchange(exchange_name)
-        exchange.bind(queue, weight)
-        exchange.private.add(queue)
+    def bind_private(self, exchange_name: str, queue: str, weight_or_key: str) -> None:
+        """Bind the private queue of a SUBSCRIBE /exchange/NAME/REST (never stored): REST is the
+        weight for a consistent-hash exchange, the binding key for the others."""
+        keyed = self.key_exchanges.get(exchange_name)
+        if keyed is not None:
+            keyed.bind(queue, weight_or_key)
+            keyed.private.add(queue)
+        else:
+            exchange = self.exchange(exchange_name)
+            exchange.bind(queue, parse_weight(weight_or_key or None))
+            exchange.private.add(queue)
         self.private[queue] = exchange_name
 
     def drop_private(self, queue: str) -> bool:
@@ -159,7 +281,23 @@ class Router:
         exchange = self.exchanges.get(exchange_name)
         if exchange is not None and queue in exchange.private:
             exchange.unbind(queue)
+        keyed = self.key_exchanges.get(exchange_name)
+        if keyed is not None and queue in keyed.private:
+            keyed.private.discard(queue)
+            for key in keyed.keys_of(queue):
+                keyed.unbind(queue, key)
         return True
+
+    def bind_durable(self, queue: str, pattern: str) -> None:
+        """A durable topic subscription's queue gets exactly this amq.topic binding (stored)."""
+        exchange = self.amq_topic
+        for key in exchange.keys_of(queue):
+            if key != pattern:
+                exchange.unbind(queue, key)
+                self.store.delete_binding(exchange.name, queue, key)
+        if (queue, pattern) not in exchange.bindings:
+            exchange.bind(queue, pattern)
+            self.store.save_binding(BindingRecord(exchange.name, queue, 1, pattern))
 
 
 def private_queue_name(exchange: str, node: str, session_id: str, sub_id: str) -> str:

@@ -1,4 +1,4 @@
-"""Reading the headers of a SEND: what is forwarded, its priority, its ack timeout."""
+"""Reading client headers: what a SEND forwards, its priority, ack timeouts, boolean flags."""
 
 from __future__ import annotations
 
@@ -41,3 +41,16 @@ def seconds(headers: dict[str, str], name: str) -> float | None:
     if not result >= 0 or result == float("inf"):
         raise ClientError(f"{name} must be a finite number of seconds >= 0, not {value!r}")
     return result
+
+
+def flag(headers: dict[str, str], name: str, default: bool) -> bool:
+    """A boolean header, case-insensitive (stomp.py sends ``requeue:False``); ERROR otherwise."""
+    value = headers.get(name)
+    if value is None:
+        return default
+    lowered = value.lower()
+    if lowered == "true":
+        return True
+    if lowered == "false":
+        return False
+    raise ClientError(f"{name} must be true or false, not {value!r}")

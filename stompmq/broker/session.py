@@ -35,7 +35,7 @@ class Outbox(Protocol):
         """True while queue deliveries may be added (below the soft limit)."""
 
     def can_take_transient(self) -> bool:
-        """True while a topic message may be added (below the hard limit)."""
+        """True while below the hard limit (above it the topic overflow policy applies)."""
 
 
 class PendingReceipt:
@@ -64,10 +64,15 @@ class Session:
         "closed",
         "login",
         "fail",
+        "throttled_by",
+        "client_id",
     )
 
-    def __init__(self, session_id: str, version: str, outbox: Outbox, login: str | None = None) -> None:
+    def __init__(
+        self, session_id: str, version: str, outbox: Outbox, login: str | None = None, client_id: str | None = None
+    ) -> None:
         self.id = session_id
+        self.client_id = client_id  # CONNECT's client-id: scopes ActiveMQ durable subscriptions
         self.version = version
         self.outbox = outbox
         self.login = login
@@ -81,6 +86,9 @@ class Session:
         self.closed = False
         #: Set by the server: send ERROR(message, receipt id) and close the connection.
         self.fail: Callable[[str, str | None], None] = lambda message, receipt_id: None
+        #: --topic-overflow block: subscribers' outboxes this session's topic messages pushed over
+        #: their hard limit; the server reads nothing more from it until they are below it.
+        self.throttled_by: dict[Outbox, None] | None = None
 
     def new_ack_id(self) -> str:
         self.next_ack += 1
@@ -136,7 +144,7 @@ class Subscription:
     ) -> None:
         self.id = sub_id
         self.session = session
-        self.destination = destination
+        self.destination = destination  # as the SUBSCRIBE named it (1.0 UNSUBSCRIBEs by it)
         self.queue = queue
         self.ack_mode = ack_mode
         self.prefetch = prefetch

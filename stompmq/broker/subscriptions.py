@@ -1,9 +1,17 @@
 """SUBSCRIBE and UNSUBSCRIBE: a subscription joins a queue's round-robin or a topic's set.
 
-``SUBSCRIBE /exchange/NAME/WEIGHT`` is RabbitMQ's consumer-side form of the
-consistent-hash exchange: a private queue (``amq.gen.`` prefix) is bound with
-that weight for the subscription's lifetime and purged when it ends.
-Ending a subscription requeues what it held unacked.
+``SUBSCRIBE /exchange/NAME/REST`` is RabbitMQ's consumer-side form of an
+exchange: a private queue (``amq.gen.`` prefix) is bound with REST (a weight
+for consistent-hash, a binding key for direct and topic) for the
+subscription's lifetime and purged when it ends.
+
+A durable topic subscription (``durable:true`` or ``persistent:true`` with an
+``id``, RabbitMQ's form; ``activemq.subscriptionName`` with the CONNECT's
+``client-id``, ActiveMQ's) is a stored queue named with the reserved
+``amq.durable.`` prefix, bound to ``amq.topic`` with the topic as its pattern:
+the store, paging and acks carry it like any queue, and it keeps collecting
+messages while its subscriber is away.  UNSUBSCRIBE with the same durable
+header deletes it.  Ending a subscription requeues what it held unacked.
 """
 
 from __future__ import annotations
@@ -13,15 +21,19 @@ from .config import BrokerConfig
 from .destinations import Destination, Kind
 from .dispatch import Dispatcher
 from .errors import ClientError
-from .exchanges import parse_weight
+from .destinations import MAX_NAME_BYTES
 from .routing import Router, private_queue_name
-from .send_headers import seconds
+from .send_headers import flag, seconds
 from .session import AckMode, Session, Subscription
 
 #: Header names that set a subscription's prefetch, first one present wins.
 PREFETCH_HEADERS = ("prefetch", "activemq.prefetchSize", "prefetch-count")
 
 _ACK_MODES = {mode.value: mode for mode in AckMode}
+#: Name prefix of the queue of a durable topic subscription (never purged at start).
+DURABLE_QUEUE_PREFIX = "amq.durable."
+#: ActiveMQ's header naming a durable topic subscription (scoped by the CONNECT client-id).
+ACTIVEMQ_SUBSCRIPTION = "activemq.subscriptionName"
 
 
 class Subscriptions:
@@ -48,7 +60,10 @@ class Subscriptions:
             queue_name = dest.name
         elif dest.kind is Kind.EXCHANGE:
             queue_name = private_queue_name(dest.name, self.dispatcher.store.node_id, session.id, sub_id)
-            self.router.bind_private(dest.name, queue_name, parse_weight(dest.key or None))
+            self.router.bind_private(dest.name, queue_name, dest.key)
+        elif dest.kind is Kind.TOPIC and (durable := durable_queue(session, headers)) is not None:
+            queue_name = durable
+            self.router.bind_durable(queue_name, _durable_pattern(dest))
         elif dest.kind is Kind.TOPIC:
             sub = Subscription(sub_id, session, dest.raw, mode, prefetch, ack_timeout)
             session.subscriptions[sub_id] = sub
@@ -57,7 +72,9 @@ class Subscriptions:
         else:
             raise ClientError(f"cannot SUBSCRIBE to {dest.raw!r}")
         queue = self.dispatcher.activate(queue_name)
-        sub = Subscription(sub_id, session, queue.destination, mode, prefetch, ack_timeout, queue)
+        if dest.kind is Kind.TOPIC:
+            queue.destination = dest.raw  # a durable subscriber sees the topic it subscribed to
+        sub = Subscription(sub_id, session, dest.raw, mode, prefetch, ack_timeout, queue)
         session.subscriptions[sub_id] = sub
         queue.add_subscriber(sub)
         self.dispatcher.pump(queue)
@@ -78,14 +95,29 @@ class Subscriptions:
 
     def unsubscribe(self, session: Session, headers: dict[str, str]) -> None:
         sub_id = headers.get("id")
-        if sub_id is None and session.version == "1.0":
-            sub_id = headers.get("destination")
+        if sub_id is None and session.version == "1.0" and "destination" in headers:
+            self._unsubscribe_destination(session, headers["destination"])
+            return
         if sub_id is None:
             raise ClientError("UNSUBSCRIBE without id header")
         sub = session.subscriptions.pop(sub_id, None)
         if sub is None:
             raise ClientError(f"no subscription with id {sub_id!r}")
         self.drop(sub)
+        durable = durable_queue(session, headers)
+        if durable is not None and sub.queue is not None and sub.queue.name == durable:
+            self.dispatcher.purge(durable)  # UNSUBSCRIBE with the durable header deletes it
+            self.router.unbind_everywhere(durable)
+
+    def _unsubscribe_destination(self, session: Session, destination: str) -> None:
+        """STOMP 1.0: UNSUBSCRIBE by destination ends every subscription to it, whatever id its
+        SUBSCRIBE gave (stompngo sends ids on 1.0 and unsubscribes by destination)."""
+        subs = session.subscriptions
+        ids = [sub_id for sub_id, sub in subs.items() if sub.destination == destination]
+        if not ids:
+            raise ClientError(f"no subscription to {destination!r}")
+        for sub_id in ids:
+            self.drop(subs.pop(sub_id))
 
     def drop(self, sub: Subscription) -> None:
         """End one subscription: requeue what it held, leave its queue or topic."""
@@ -94,9 +126,39 @@ class Subscriptions:
         queue = sub.queue
         if queue is None:
             self.router.topics.remove(sub.destination[len("/topic/") :], sub)
+            self.router.overflow.forget(sub)
             return
         queue.nsubs -= 1
         if not queue.nsubs and self.router.drop_private(queue.name):
             self.dispatcher.purge(queue.name)  # an exchange subscription's queue dies with it
         self.dispatcher.pump(queue)
         self.dispatcher.deactivate_if_idle(queue)
+
+
+def durable_queue(session: Session, headers: dict[str, str]) -> str | None:
+    """The queue of the durable topic subscription a SUBSCRIBE/UNSUBSCRIBE names, if any."""
+    name = headers.get(ACTIVEMQ_SUBSCRIPTION)
+    if name is not None:
+        if session.client_id is None:
+            raise ClientError(f"{ACTIVEMQ_SUBSCRIPTION} needs a client-id header in CONNECT")
+        queue = f"{DURABLE_QUEUE_PREFIX}{session.client_id}:{name}"
+    elif flag(headers, "durable", False) or flag(headers, "persistent", False):
+        if "id" not in headers:
+            raise ClientError("a durable subscription needs an id header")
+        queue = DURABLE_QUEUE_PREFIX + headers["id"]
+    else:
+        return None
+    if len(queue.encode()) > MAX_NAME_BYTES:
+        raise ClientError(f"durable subscription name too long: {queue!r}")
+    return queue
+
+
+def _durable_pattern(dest: Destination) -> str:
+    """A durable subscription binds its topic to amq.topic as an AMQP pattern (as RabbitMQ does):
+    ``*`` is one word and ``#`` any number, so the ``PREFIX*`` form has no durable equivalent."""
+    last = dest.name.rsplit(".", 1)[-1]
+    if last.endswith("*") and last != "*":
+        raise ClientError(
+            f"durable subscriptions take AMQP topic patterns ('*' one word, '#' any), not {dest.raw!r}"
+        )
+    return dest.name

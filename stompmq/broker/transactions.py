@@ -5,6 +5,10 @@ land in one commit group: all of them or none reach the disk.  Everything is
 validated before anything is applied; exchange SENDs are routed during that
 check, so one that cannot be routed fails the COMMIT before any frame of it is
 applied.  ABORT, or the connection's end, drops the frames.
+
+The RECEIPTs of held frames are sent when the transaction ends (after the
+COMMIT's writes are durable, or at ABORT), never before: a RECEIPT for a
+SEND means the message is on disk.
 """
 
 from __future__ import annotations
@@ -14,13 +18,20 @@ from .acks import Acks
 from .destinations import Kind, parse_destination
 from .errors import ClientError
 from .routing import Router
-from .send_headers import send_options, user_headers
+from .send_headers import flag, send_options, user_headers
 from .session import Session
+
+
+class Held:
+    """What the engine's handler returns for a frame a transaction holds: no RECEIPT yet."""
+
+
+HELD = Held()
 
 
 def requeue_wanted(headers: dict[str, str]) -> bool:
     """NACK's ``requeue`` header (default true)."""
-    return headers.get("requeue", "true") != "false"
+    return flag(headers, "requeue", True)
 
 
 class Transactions:
@@ -28,13 +39,14 @@ class Transactions:
         self.router = router
         self.acks = acks
 
-    def frames(self, session: Session, headers: dict[str, str]) -> list[Frame]:
-        """The frames held by the transaction a frame names (ClientError if none is open)."""
-        tx = headers["transaction"]
+    def hold(self, session: Session, frame: Frame) -> Held:
+        """Keep a frame for the transaction it names until COMMIT (ClientError if none is open)."""
+        tx = frame.headers["transaction"]
         frames = session.transactions.get(tx)
         if frames is None:
             raise ClientError(f"no transaction {tx!r} in progress")
-        return frames
+        frames.append(frame)
+        return HELD
 
     def begin(self, session: Session, frame: Frame) -> None:
         tx = _tx_id(frame)
@@ -42,12 +54,16 @@ class Transactions:
             raise ClientError(f"transaction {tx!r} already in progress")
         session.transactions[tx] = []
 
-    def abort(self, session: Session, frame: Frame) -> None:
+    def abort(self, session: Session, frame: Frame) -> list[Frame]:
+        """Drop the transaction; return its frames (their RECEIPTs are due now)."""
         tx = _tx_id(frame)
-        if session.transactions.pop(tx, None) is None:
+        frames = session.transactions.pop(tx, None)
+        if frames is None:
             raise ClientError(f"no transaction {tx!r} in progress")
+        return frames
 
-    def commit(self, session: Session, frame: Frame) -> None:
+    def commit(self, session: Session, frame: Frame) -> list[Frame]:
+        """Apply the transaction's frames in one synchronous step and return them."""
         tx = _tx_id(frame)
         frames = session.transactions.pop(tx, None)
         if frames is None:
@@ -59,13 +75,13 @@ class Transactions:
                 acks.target(session, f.headers)
             else:
                 dest = parse_destination(f.headers["destination"])
-                if dest.kind is Kind.EXCHANGE:
+                if dest.kind is Kind.EXCHANGE and dest.name not in router.key_exchanges:
                     routed[i] = router.exchange_queue(dest, f)
         for i, f in enumerate(frames):
             headers = f.headers
             if f.command == "SEND":
                 if i not in routed:
-                    router.route(parse_destination(headers["destination"]), f, *send_options(headers))
+                    router.route(parse_destination(headers["destination"]), f, *send_options(headers), session)
                 elif (target := routed[i]) is not None:
                     router.dispatcher.publish(target, user_headers(headers), f.body, *send_options(headers))
                 continue
@@ -77,6 +93,7 @@ class Transactions:
                 acks.ack(sub, ack_id)
             else:
                 acks.nack(sub, ack_id, requeue_wanted(headers))
+        return frames
 
 
 def _tx_id(frame: Frame) -> str:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from typing import NoReturn
+from typing import NoReturn, cast
 
 import trio
 
@@ -101,6 +101,7 @@ class Connection:
         except Exception:
             log.exception("connection %s failed", self.id)
         finally:
+            self.outbox.close()
             if self.session is not None:
                 try:
                     self.runtime.tick()
@@ -127,7 +128,20 @@ class Connection:
             except ProtocolError as e:
                 self._error(e.message, e.receipt_id)
             for frame in frames:
+                if self._errored:  # failed from outside (a slow topic subscriber disconnected)
+                    raise _Close
                 self._on_frame(frame)
+            session = self.session
+            if session is not None and session.throttled_by:
+                await self._wait_for_subscribers(session)
+
+    async def _wait_for_subscribers(self, session: Session) -> None:
+        """--topic-overflow block: this client published topic messages into outboxes that are
+        now over their hard limit; read nothing more from it until each is below it again."""
+        outboxes = session.throttled_by
+        session.throttled_by = None
+        for outbox in outboxes or ():
+            await cast(ConnectionOutbox, outbox).wait_below_hard_limit()
 
     def _on_frame(self, frame: Frame) -> None:
         session = self.session
@@ -177,7 +191,9 @@ class Connection:
         self.send_every = send_ms / 1000
         self.expect_every = expect_ms / 1000
         self.parser.version = version
-        self.session = session = self.broker.open_session(self.id, version, self.outbox, headers.get("login"))
+        self.session = session = self.broker.open_session(
+            self.id, version, self.outbox, headers.get("login"), headers.get("client-id")
+        )
         self._session_opened.set()
         self.outbox.on_drain = lambda: self._resume(session)
         session.fail = self.fail

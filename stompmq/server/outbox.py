@@ -8,9 +8,15 @@ burst of deliveries costs one system call.  Two limits bound memory:
   the broker stops dispatching to this connection and the messages stay in
   their queues until the writer drains the buffer to half the soft limit and
   calls ``on_drain``;
-* below ``hard_limit`` transient topic messages may be added; above it they
-  are dropped for this subscriber, and the connection stops reading its peer's
+* ``hard_limit`` bounds topic messages: above it the topic overflow policy
+  decides (``--topic-overflow``: the publishers whose messages pushed it over
+  stop being read until it is below again, or the subscriber misses messages,
+  or it is disconnected), and the connection stops reading its own peer's
   frames (whose RECEIPTs and ERRORs would land here).
+
+Waiting for room (``wait_below_hard_limit``) is woken by the writer as soon as
+the buffer is below the hard limit, or by ``close`` when the connection ends,
+so a publisher never waits for a subscriber that is gone.
 """
 
 from __future__ import annotations
@@ -36,6 +42,8 @@ class ConnectionOutbox:
         "on_drain",
         "soft_limit",
         "hard_limit",
+        "_room",
+        "closed",
     )
 
     def __init__(self, soft_limit: int = SOFT_LIMIT, hard_limit: int = HARD_LIMIT) -> None:
@@ -48,6 +56,8 @@ class ConnectionOutbox:
         self.on_drain: Callable[[], None] = lambda: None
         self.soft_limit = soft_limit
         self.hard_limit = hard_limit
+        self._room: trio.Event | None = None  # set when size falls below hard_limit, while waited on
+        self.closed = False
 
     def write(self, data: bytes) -> None:
         self._chunks.append(data)
@@ -82,6 +92,9 @@ class ConnectionOutbox:
     def sent(self, nbytes: int) -> None:
         """``nbytes`` taken earlier reached the socket."""
         self.size -= nbytes
+        if self._room is not None and self.size < self.hard_limit:
+            self._room.set()
+            self._room = None
         if self.size <= self.soft_limit // 2:
             if self.size == 0:
                 self._drained.set()
@@ -101,6 +114,16 @@ class ConnectionOutbox:
             await self._drained.wait()
 
     async def wait_below_hard_limit(self) -> None:
-        while self.size >= self.hard_limit:
-            self._drained = trio.Event()
-            await self._drained.wait()
+        """Wait until the buffer is below the hard limit or the connection is closed (its own
+        reader waits here, and so do the publishers it made wait: several tasks at once)."""
+        while self.size >= self.hard_limit and not self.closed:
+            if self._room is None:
+                self._room = trio.Event()
+            await self._room.wait()
+
+    def close(self) -> None:
+        """The connection ended: nothing will drain this buffer, release whoever waits on it."""
+        self.closed = True
+        if self._room is not None:
+            self._room.set()
+            self._room = None

@@ -44,7 +44,7 @@ class Backend(Protocol):
         Recovery makes every message stored as delivered ready again with one more
         redelivery (at-least-once after a crash), and returns the highest seq ever
         stored (the larger of the stored ``last_seq`` and the highest stored seq),
-        the exchanges sorted by name and the bindings sorted by (exchange, queue).
+        the exchanges sorted by name and the bindings sorted by (exchange, queue, routing_key).
         """
 
     def commit(self, group: GroupRows) -> None:

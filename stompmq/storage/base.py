@@ -116,7 +116,7 @@ class StoredMessage:
 
 @dataclass(frozen=True, slots=True)
 class ExchangeRecord:
-    """A declared exchange (only ``consistent-hash`` exists today)."""
+    """A declared exchange: ``consistent-hash``, ``direct``, ``fanout`` or ``topic``."""
 
     name: str
     type: str
@@ -126,11 +126,13 @@ class ExchangeRecord:
 
 @dataclass(frozen=True, slots=True)
 class BindingRecord:
-    """A queue bound to an exchange with a weight."""
+    """A queue bound to an exchange: with a weight (consistent-hash) or a routing key (direct, topic)."""
 
     exchange: str
     queue: str
     weight: int
+    #: the binding key of a direct/fanout/topic exchange ("" for consistent-hash)
+    routing_key: str = ""
 
 
 @dataclass(slots=True)
@@ -232,10 +234,10 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def save_binding(self, binding: BindingRecord) -> None:
-        """Insert or replace the binding of (exchange, queue)."""
+        """Insert or replace the binding of (exchange, queue, routing_key)."""
 
     @abc.abstractmethod
-    def delete_binding(self, exchange: str, queue: str) -> None: ...
+    def delete_binding(self, exchange: str, queue: str, routing_key: str = "") -> None: ...
 
     # -- durability ----------------------------------------------------------
     @property

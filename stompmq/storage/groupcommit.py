@@ -239,8 +239,8 @@ class GroupCommitStore(Store):
     def save_binding(self, binding: BindingRecord) -> None:
         self._add_structural(SaveBinding(binding))
 
-    def delete_binding(self, exchange: str, queue: str) -> None:
-        self._add_structural(DropBinding(exchange, queue))
+    def delete_binding(self, exchange: str, queue: str, routing_key: str = "") -> None:
+        self._add_structural(DropBinding(exchange, queue, routing_key))
 
     def _put(self, seq: int, kind: int, msg: StoredMessage) -> None:
         if not self._has_pending():

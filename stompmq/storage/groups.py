@@ -46,17 +46,18 @@ class DropExchange:
 
 @dataclass(frozen=True, slots=True)
 class SaveBinding:
-    """Insert or replace the binding of (exchange, queue)."""
+    """Insert or replace the binding of (exchange, queue, routing key)."""
 
     binding: BindingRecord
 
 
 @dataclass(frozen=True, slots=True)
 class DropBinding:
-    """Delete the binding of (exchange, queue)."""
+    """Delete the binding of (exchange, queue, routing key)."""
 
     exchange: str
     queue: str
+    routing_key: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ class MemoryStore(Store):
     def __init__(self) -> None:
         super().__init__()
         self._exchanges: dict[str, ExchangeRecord] = {}
-        self._bindings: dict[tuple[str, str], BindingRecord] = {}
+        self._bindings: dict[tuple[str, str, str], BindingRecord] = {}
 
     async def open(self) -> Recovery:
         return Recovery(0, list(self._exchanges.values()), list(self._bindings.values()))
@@ -52,10 +52,10 @@ class MemoryStore(Store):
             del self._bindings[key]
 
     def save_binding(self, binding: BindingRecord) -> None:
-        self._bindings[(binding.exchange, binding.queue)] = binding
+        self._bindings[(binding.exchange, binding.queue, binding.routing_key)] = binding
 
-    def delete_binding(self, exchange: str, queue: str) -> None:
-        self._bindings.pop((exchange, queue), None)
+    def delete_binding(self, exchange: str, queue: str, routing_key: str = "") -> None:
+        self._bindings.pop((exchange, queue, routing_key), None)
 
     @property
     def committed(self) -> int:

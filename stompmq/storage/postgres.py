@@ -260,9 +260,9 @@ class PostgresBackend:
             for name, type_, options in conn.execute("SELECT name, type, options FROM exchanges ORDER BY name")
         ]
         bindings = [
-            BindingRecord(exchange, queue_name, weight)
-            for exchange, queue_name, weight in conn.execute(
-                "SELECT exchange, queue, weight FROM bindings ORDER BY exchange, queue"
+            BindingRecord(exchange, queue_name, weight, routing_key)
+            for exchange, queue_name, weight, routing_key in conn.execute(
+                "SELECT exchange, queue, weight, routing_key FROM bindings ORDER BY exchange, queue, routing_key"
             )
         ]
         return exchanges, bindings
@@ -402,13 +402,16 @@ class PostgresBackend:
                 self._notify_definitions(cur)
             case SaveBinding(binding=b):
                 cur.execute(
-                    "INSERT INTO bindings (exchange, queue, weight) VALUES (%s, %s, %s)"
-                    " ON CONFLICT (exchange, queue) DO UPDATE SET weight = excluded.weight",
-                    (b.exchange, b.queue, b.weight),
+                    "INSERT INTO bindings (exchange, queue, weight, routing_key) VALUES (%s, %s, %s, %s)"
+                    " ON CONFLICT (exchange, queue, routing_key) DO UPDATE SET weight = excluded.weight",
+                    (b.exchange, b.queue, b.weight, b.routing_key),
                 )
                 self._notify_definitions(cur)
-            case DropBinding(exchange=exchange, queue=name):
-                cur.execute("DELETE FROM bindings WHERE exchange = %s AND queue = %s", (exchange, name))
+            case DropBinding(exchange=exchange, queue=name, routing_key=key):
+                cur.execute(
+                    "DELETE FROM bindings WHERE exchange = %s AND queue = %s AND routing_key = %s",
+                    (exchange, name, key),
+                )
                 self._notify_definitions(cur)
 
     def _notify_definitions(self, cur: psycopg.Cursor[Any]) -> None:

@@ -119,6 +119,8 @@ bindings = Table(
     # The queue's name, not its id: bindings are few, and a bound queue may hold no message yet.
     Column("queue", String(NAME_LENGTH), primary_key=True),
     Column("weight", Integer, nullable=False),
+    # A direct or topic exchange binds a queue once per key; consistent-hash bindings use "".
+    Column("routing_key", String(NAME_LENGTH), primary_key=True, server_default=""),
 )
 
 # Live brokers on a shared database, each with a lease it renews on the database's clock.

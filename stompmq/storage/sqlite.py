@@ -217,9 +217,10 @@ class SQLiteBackend:
                 )
             ]
             bindings = [
-                BindingRecord(exchange, queue_name, weight)
-                for exchange, queue_name, weight in conn.execute(
-                    "SELECT exchange, queue, weight FROM bindings ORDER BY exchange, queue"
+                BindingRecord(exchange, queue_name, weight, routing_key)
+                for exchange, queue_name, weight, routing_key in conn.execute(
+                    "SELECT exchange, queue, weight, routing_key FROM bindings"
+                    " ORDER BY exchange, queue, routing_key"
                 )
             ]
         except sqlite3.Error as exc:
@@ -270,12 +271,14 @@ class SQLiteBackend:
                 conn.execute("DELETE FROM exchanges WHERE name = ?", (name,))
             case SaveBinding(binding=b):
                 conn.execute(
-                    "INSERT OR REPLACE INTO bindings (exchange, queue, weight) VALUES (?, ?, ?)",
-                    (b.exchange, b.queue, b.weight),
+                    "INSERT OR REPLACE INTO bindings (exchange, queue, weight, routing_key)"
+                    " VALUES (?, ?, ?, ?)",
+                    (b.exchange, b.queue, b.weight, b.routing_key),
                 )
-            case DropBinding(exchange=exchange, queue=name):
+            case DropBinding(exchange=exchange, queue=name, routing_key=key):
                 conn.execute(
-                    "DELETE FROM bindings WHERE exchange = ? AND queue = ?", (exchange, name)
+                    "DELETE FROM bindings WHERE exchange = ? AND queue = ? AND routing_key = ?",
+                    (exchange, name, key),
                 )
             case Release() | TopicMessage():
                 pass  # one broker per SQLite file: nobody else claims rows or hears topics

@@ -75,7 +75,7 @@ class DictStore(Store):
     def save_binding(self, binding: BindingRecord) -> None:
         pass
 
-    def delete_binding(self, exchange: str, queue: str) -> None:
+    def delete_binding(self, exchange: str, queue: str, routing_key: str = "") -> None:
         pass
 
     @property

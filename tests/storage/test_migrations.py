@@ -37,6 +37,26 @@ def revision(path: Path) -> str | None:
 HEAD = ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
 
 
+def test_0002_bindings_get_the_empty_routing_key(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    command.upgrade(alembic_config(url(path)), "0002")
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute("INSERT INTO exchanges (name, type, options) VALUES ('ex', 'consistent-hash', '{}')")
+        conn.execute("INSERT INTO bindings (exchange, queue, weight) VALUES ('ex', 'q', 3)")
+    conn.close()
+    upgrade_to_head(url(path))
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("SELECT exchange, queue, weight, routing_key FROM bindings").fetchall() == [
+            ("ex", "q", 3, "")
+        ]
+        with conn:  # one queue, two keys
+            conn.execute("INSERT INTO bindings VALUES ('ex', 'q', 1, 'a.b')")
+    finally:
+        conn.close()
+
+
 def test_empty_database_migrates_to_head(tmp_path: Path) -> None:
     path = tmp_path / "s.db"
     upgrade_to_head(url(path))

@@ -1,0 +1,135 @@
+"""RabbitMQ's direct, fanout and topic exchanges: a SEND goes to every queue bound with a matching key.
+
+Theory of operation
+-------------------
+Unlike the consistent-hash exchange (exchanges.py), which picks exactly one
+queue, these copy a message to every queue whose binding matches its routing
+key, once per queue however many of its bindings match:
+
+* ``direct``: the binding key equals the routing key (a dict lookup);
+* ``fanout``: every bound queue, whatever the key;
+* ``topic``: AMQP patterns, words split by ``.``, ``*`` is exactly one word,
+  ``#`` zero or more.  Patterns live in a trie of words, so routing costs the
+  branches the key can take, not the number of bindings.
+
+``amq.direct``, ``amq.fanout`` and ``amq.topic`` always exist (``BUILT_IN``).
+A message no binding matches is dropped and counted (``unroutable``), as
+RabbitMQ drops an unroutable message published without ``mandatory``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+DIRECT = "direct"
+FANOUT = "fanout"
+TOPIC = "topic"
+TYPES = (DIRECT, FANOUT, TOPIC)
+#: The exchanges every broker has, by name (RabbitMQ's default exchanges).
+BUILT_IN = {"amq.direct": DIRECT, "amq.fanout": FANOUT, "amq.topic": TOPIC}
+
+
+class _Node:
+    __slots__ = ("children", "queues")
+
+    def __init__(self) -> None:
+        self.children: dict[str, _Node] = {}
+        self.queues: dict[str, None] = {}
+
+
+class TopicTrie:
+    """AMQP topic patterns -> queues."""
+
+    def __init__(self) -> None:
+        self._root = _Node()
+
+    def add(self, pattern: str, queue: str) -> None:
+        node = self._root
+        for word in pattern.split("."):
+            node = node.children.setdefault(word, _Node())
+        node.queues[queue] = None
+
+    def remove(self, pattern: str, queue: str) -> None:
+        path = [self._root]
+        for word in pattern.split("."):
+            child = path[-1].children.get(word)
+            if child is None:
+                return
+            path.append(child)
+        path[-1].queues.pop(queue, None)
+        for word, parent, node in zip(reversed(pattern.split(".")), reversed(path[:-1]), reversed(path[1:])):
+            if node.queues or node.children:
+                break
+            del parent.children[word]
+
+    def match(self, key: str) -> dict[str, None]:
+        out: dict[str, None] = {}
+        _match(self._root, key.split("."), 0, out)
+        return out
+
+
+def _match(node: _Node, words: list[str], i: int, out: dict[str, None]) -> None:
+    children = node.children
+    hash_node = children.get("#")
+    if hash_node is not None:  # '#' takes zero or more words
+        for j in range(i, len(words) + 1):
+            _match(hash_node, words, j, out)
+    if i == len(words):
+        out.update(node.queues)
+        return
+    for word in (words[i], "*"):
+        child = children.get(word)
+        if child is not None:
+            _match(child, words, i + 1, out)
+
+
+@dataclass
+class KeyExchange:
+    name: str
+    type: str
+    #: (queue, binding key) pairs, stored and private alike
+    bindings: dict[tuple[str, str], None] = field(default_factory=dict)
+    #: queues bound by a SUBSCRIBE /exchange/NAME/KEY: never stored, gone with the subscription
+    private: set[str] = field(default_factory=set)
+    routed: int = 0
+    unroutable: int = 0
+    _direct: dict[str, dict[str, None]] = field(default_factory=dict)
+    _trie: TopicTrie = field(default_factory=TopicTrie)
+
+    def bind(self, queue: str, key: str) -> None:
+        if (queue, key) in self.bindings:
+            return
+        self.bindings[(queue, key)] = None
+        if self.type == TOPIC:
+            self._trie.add(key, queue)
+        else:
+            self._direct.setdefault(key if self.type == DIRECT else "", {})[queue] = None
+
+    def unbind(self, queue: str, key: str) -> None:
+        if (queue, key) not in self.bindings:
+            return
+        del self.bindings[(queue, key)]
+        if self.type == TOPIC:
+            self._trie.remove(key, queue)
+            return
+        slot = key if self.type == DIRECT else ""
+        queues = self._direct[slot]
+        if self.type == DIRECT or not any(q == queue for q, _ in self.bindings):
+            queues.pop(queue, None)
+        if not queues:
+            del self._direct[slot]
+
+    def keys_of(self, queue: str) -> list[str]:
+        return [key for q, key in self.bindings if q == queue]
+
+    def route(self, key: str) -> list[str]:
+        """Every queue the message goes to (counted as unroutable when none)."""
+        if self.type == TOPIC:
+            queues = list(self._trie.match(key)) if self.bindings else []
+        else:
+            queues = list(self._direct.get(key if self.type == DIRECT else "", ()))
+        if queues:
+            self.routed += 1
+        else:
+            self.unroutable += 1
+        return queues

@@ -1,0 +1,77 @@
+"""Slow topic subscribers: the ``--topic-overflow`` policy, its counters and its log lines.
+
+Topic messages are never stored, so when a subscriber's connection holds more
+unsent output than its hard limit, something has to give:
+
+* ``block`` (the default, like RabbitMQ's flow control): the message is written
+  anyway and the publisher's connection is not read again until every outbox
+  it pushed over the limit is below it (``Session.throttled_by``).  Memory stays
+  bounded: an outbox exceeds its limit by at most what one read of each
+  publisher holds.  Every subscriber gets every message; the publisher (and the
+  rest of its traffic) goes at the pace of the slowest subscriber.
+* ``drop``: that subscriber misses the message; the others and the publisher
+  are not slowed.
+* ``disconnect``: that subscriber's connection gets an ERROR and is closed.
+
+A client-ack subscriber at its prefetch limit cannot be caught up by waiting
+for its socket, so under ``block`` it misses the message as under ``drop``.
+
+Every miss is counted per subscription and in total (``/control/stats/topic``)
+and logged once per episode: at the first miss, and when the subscriber takes
+a message again.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from .session import Subscription
+
+log = logging.getLogger(__name__)
+
+BLOCK = "block"
+DROP = "drop"
+DISCONNECT = "disconnect"
+POLICIES = (BLOCK, DROP, DISCONNECT)
+
+
+class TopicOverflow:
+    def __init__(self, policy: str) -> None:
+        if policy not in POLICIES:
+            raise ValueError(f"topic overflow policy must be one of {', '.join(POLICIES)}, not {policy!r}")
+        self.policy = POLICIES[POLICIES.index(policy)]  # the constant itself: compared with "is"
+        #: misses of each live subscription that missed any (the others cost nothing here)
+        self.dropped: dict[Subscription, int] = {}
+        #: subscriptions in an episode of misses (logged when it starts and when it ends)
+        self.missing: dict[Subscription, int] = {}
+        self.total_dropped = 0
+        self.total_disconnected = 0
+
+    def drop(self, sub: Subscription, why: str) -> None:
+        self.total_dropped += 1
+        self.dropped[sub] = self.dropped.get(sub, 0) + 1
+        if sub not in self.missing:
+            self.missing[sub] = 0
+            log.warning(
+                "topic subscriber %s (session %s) on %s is %s: it misses messages until it catches up",
+                sub.id, sub.session.id, sub.destination, why,
+            )
+        self.missing[sub] += 1
+
+    def delivered(self, sub: Subscription) -> None:
+        """``sub`` took a message again: an episode of misses ends (call only if ``missing``)."""
+        missed = self.missing.pop(sub, None)
+        if missed is not None:
+            log.warning("topic subscriber %s (session %s) caught up after missing %d", sub.id, sub.session.id, missed)
+
+    def disconnect(self, sub: Subscription) -> None:
+        self.total_disconnected += 1
+        log.warning(
+            "topic subscriber %s (session %s) on %s is too slow: disconnecting it",
+            sub.id, sub.session.id, sub.destination,
+        )
+
+    def forget(self, sub: Subscription) -> None:
+        """The subscription ended."""
+        self.dropped.pop(sub, None)
+        self.missing.pop(sub, None)

@@ -17,6 +17,8 @@ from stompmq.storage.migrate import alembic_config, upgrade_to_head
 from stompmq.storage.schema import metadata
 
 REPO = Path(__file__).resolve().parents[2]
+#: The newest revision (renamed when branches are chained).
+HEAD = "0003_streams"
 
 
 def url(path: Path) -> str:
@@ -35,9 +37,9 @@ def revision(path: Path) -> str | None:
 def test_empty_database_migrates_to_head(tmp_path: Path) -> None:
     path = tmp_path / "s.db"
     upgrade_to_head(url(path))
-    assert revision(path) == "0002"
+    assert revision(path) == HEAD
     upgrade_to_head(url(path))  # idempotent
-    assert revision(path) == "0002"
+    assert revision(path) == HEAD
 
 
 def test_previous_revision_migrates_to_head_keeping_rows(tmp_path: Path) -> None:
@@ -55,7 +57,7 @@ def test_previous_revision_migrates_to_head_keeping_rows(tmp_path: Path) -> None
 
     upgrade_to_head(url(path))
 
-    assert revision(path) == "0002"
+    assert revision(path) == HEAD
     conn = sqlite3.connect(path)
     try:
         assert conn.execute("SELECT seq, body, ack_timeout FROM messages").fetchall() == [
@@ -112,7 +114,7 @@ def test_alembic_command_line_from_the_repo_root(tmp_path: Path) -> None:
         check=True,
         capture_output=True,
     )
-    assert revision(path) == "0002"
+    assert revision(path) == HEAD
     other = tmp_path / "x.db"
     subprocess.run(
         [sys.executable, "-m", "alembic", "-x", f"url={url(other)}", "upgrade", "0001"],

@@ -24,5 +24,12 @@ class BrokerConfig:
     dlq_prefix: str = "DLQ."
     #: NACK with requeue:false dead-letters the message instead of discarding it.
     dead_letter_rejected: bool = False
+    #: Default stream retention: seconds an entry is kept (0 = no limit), bytes a stream keeps
+    #: (0 = no limit); /control/declare/stream/NAME overrides them per stream.
+    stream_max_age: float = 0.0
+    stream_max_bytes: int = 0
+    #: Entries per stream segment, the unit retention drops: small enough that a stream overshoots
+    #: its limits by little, large enough that marks (one per segment) cost nothing.
+    stream_segment: int = 10_000
     #: TOML or JSON file of exchanges, queues and bindings applied at start.
     definitions: str | None = None

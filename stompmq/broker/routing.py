@@ -1,4 +1,4 @@
-"""Where a SEND goes: a queue, a topic's subscribers, or a queue an exchange picks.
+"""Where a SEND goes: a queue, a stream, a topic's subscribers, or what an exchange picks.
 
 The router also owns the exchanges (declare, bind, unbind, delete, persisted
 through the store) and the topic subscriptions.  Topic messages are never
@@ -17,12 +17,18 @@ from .errors import ClientError
 from .exchanges import PRIVATE_QUEUE_PREFIX, Exchange
 from .send_headers import user_headers
 from .session import AckMode
+from .streams import Streams
 from .topics import TopicRouter
+
+#: An exchange binding whose target starts with this is a stream (``/stream/NAME``), stored under
+#: that destination; queue bindings are stored under the bare queue name.
+STREAM_TARGET = "/stream/"
 
 
 class Router:
-    def __init__(self, dispatcher: Dispatcher) -> None:
+    def __init__(self, dispatcher: Dispatcher, streams: Streams) -> None:
         self.dispatcher = dispatcher
+        self.streams = streams
         self.store = dispatcher.store
         self.topics = TopicRouter()
         self.exchanges: dict[str, Exchange] = {}
@@ -35,8 +41,14 @@ class Router:
             self.dispatcher.publish(dest.name, user_headers(frame.headers), frame.body, priority, ack_timeout)
         elif kind is Kind.EXCHANGE:
             queue = self.exchange_queue(dest, frame)
-            if queue is not None:
+            if queue is None:
+                return
+            if queue[0] == "/":  # only a stream target starts with a slash: see STREAM_TARGET
+                self.streams.append(queue[len(STREAM_TARGET) :], user_headers(frame.headers), frame.body, priority)
+            else:
                 self.dispatcher.publish(queue, user_headers(frame.headers), frame.body, priority, ack_timeout)
+        elif kind is Kind.STREAM:
+            self.streams.append(dest.name, user_headers(frame.headers), frame.body, priority)
         elif kind is Kind.TOPIC:
             self.publish_topic(dest, frame)
         else:

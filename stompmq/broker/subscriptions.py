@@ -1,5 +1,6 @@
 """SUBSCRIBE and UNSUBSCRIBE: a subscription joins a queue's round-robin or a topic's set.
 
+``SUBSCRIBE /stream/NAME`` starts a cursor at ``x-stream-offset`` (see streams.py).
 ``SUBSCRIBE /exchange/NAME/WEIGHT`` is RabbitMQ's consumer-side form of the
 consistent-hash exchange: a private queue (``amq.gen.`` prefix) is bound with
 that weight for the subscription's lifetime and purged when it ends.
@@ -17,6 +18,7 @@ from .exchanges import parse_weight
 from .routing import Router, private_queue_name
 from .send_headers import seconds
 from .session import AckMode, Session, Subscription
+from .streams import OFFSET_HEADER, Streams, StreamSubscription
 
 #: Header names that set a subscription's prefetch, first one present wins.
 PREFETCH_HEADERS = ("prefetch", "activemq.prefetchSize", "prefetch-count")
@@ -25,8 +27,11 @@ _ACK_MODES = {mode.value: mode for mode in AckMode}
 
 
 class Subscriptions:
-    def __init__(self, dispatcher: Dispatcher, acks: Acks, router: Router, config: BrokerConfig) -> None:
+    def __init__(
+        self, dispatcher: Dispatcher, acks: Acks, router: Router, streams: Streams, config: BrokerConfig
+    ) -> None:
         self.dispatcher = dispatcher
+        self.streams = streams
         self.acks = acks
         self.router = router
         self.config = config
@@ -53,6 +58,9 @@ class Subscriptions:
             sub = Subscription(sub_id, session, dest.raw, mode, prefetch, ack_timeout)
             session.subscriptions[sub_id] = sub
             self.router.topics.add(dest.name, sub)
+            return
+        elif dest.kind is Kind.STREAM:
+            self.streams.subscribe(session, dest.name, sub_id, mode, prefetch, headers.get(OFFSET_HEADER))
             return
         else:
             raise ClientError(f"cannot SUBSCRIBE to {dest.raw!r}")
@@ -92,6 +100,9 @@ class Subscriptions:
         sub.active = False
         self.acks.release(sub)
         queue = sub.queue
+        if isinstance(sub, StreamSubscription):
+            self.streams.remove(sub)
+            return
         if queue is None:
             self.router.topics.remove(sub.destination[len("/topic/") :], sub)
             return

@@ -20,7 +20,7 @@ A retried task sends its rows again: the sink is at-least-once.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -58,7 +58,7 @@ class Options:
         return Connection(self.url, self.login, self.passcode)
 
 
-def _options(options: dict[str, str], *, reading: bool) -> Options:
+def _options(options: Mapping[str, str], *, reading: bool) -> Options:
     url = options.get("url")
     if not url:
         raise StompmqError("option 'url' is required (stomp://host:port)")
@@ -136,7 +136,7 @@ def _ranges(start: Offsets, end: Offsets) -> list[InputPartition]:
 class StompmqBatchReader(DataSourceReader):
     """``spark.read``: the offset ranges [startingOffsets, endingOffsets) of the streams."""
 
-    def __init__(self, opts: Options, options: dict[str, str]) -> None:
+    def __init__(self, opts: Options, options: Mapping[str, str]) -> None:
         self.opts = opts
         self.start = _resolve(options.get("startingOffsets"), "earliest", opts, "startingOffsets")
         self.end = _resolve(options.get("endingOffsets"), "latest", opts, "endingOffsets")
@@ -152,7 +152,7 @@ class StompmqBatchReader(DataSourceReader):
 class StompmqStreamReader(DataSourceStreamReader):
     """``spark.readStream``: one partition per stream per micro-batch, offsets {stream: offset}."""
 
-    def __init__(self, opts: Options, options: dict[str, str]) -> None:
+    def __init__(self, opts: Options, options: Mapping[str, str]) -> None:
         self.opts = opts
         self.starting = options.get("startingOffsets")
         limit = options.get("maxMessagesPerTrigger")
@@ -232,7 +232,7 @@ def _frames(rows: Iterator[Any], default: str | None) -> Iterator[bytes]:
 class StompmqWriter(DataSourceWriter):
     """``df.write``: each row is a SEND; a task is done once the broker stored all of them."""
 
-    def __init__(self, opts: Options, options: dict[str, str]) -> None:
+    def __init__(self, opts: Options, options: Mapping[str, str]) -> None:
         self.opts = opts
         self.destination = options.get("destination")
 
@@ -242,7 +242,7 @@ class StompmqWriter(DataSourceWriter):
 
 
 class StompmqStreamWriter(DataSourceStreamWriter):
-    def __init__(self, opts: Options, options: dict[str, str]) -> None:
+    def __init__(self, opts: Options, options: Mapping[str, str]) -> None:
         self.writer = StompmqWriter(opts, options)
 
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:

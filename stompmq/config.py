@@ -89,6 +89,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("dlq-prefix", str, "DLQ.", "dead-letter queue of /queue/NAME is /queue/<prefix>NAME", "PREFIX"),
     Option("dead-letter-rejected", _flag, False, "NACK with requeue:false moves the message to its dead-letter queue instead of discarding it", "BOOL"),
     Option("topic-overflow", _topic_overflow, "block", "a topic subscriber over its output limit: block the publisher (bounded memory), drop its messages, or disconnect it", "block|drop|disconnect"),
+    Option("stream-max-age", float, 0.0, "seconds a stream keeps its entries (0 = no limit); per stream: /control/declare/stream/NAME max-age", "SECONDS"),
+    Option("stream-max-bytes", int, 0, "body bytes a stream keeps (0 = no limit); per stream: /control/declare/stream/NAME max-bytes", "BYTES"),
+    Option("stream-segment", int, 10_000, "entries per stream segment, the unit retention deletes", "N"),
     Option("definitions", str, None, "TOML or JSON file declaring exchanges, queues and bindings at start", "FILE"),
     Option("log-level", str, "INFO", "logging level (DEBUG, INFO, WARNING, ERROR)", "LEVEL"),
 )
@@ -133,6 +136,9 @@ class Config:
             dlq_prefix=self.dlq_prefix,
             dead_letter_rejected=self.dead_letter_rejected,
             topic_overflow=self.topic_overflow,
+            stream_max_age=self.stream_max_age,
+            stream_max_bytes=self.stream_max_bytes,
+            stream_segment=self.stream_segment,
             definitions=self.definitions,
         )
 

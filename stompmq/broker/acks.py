@@ -22,11 +22,13 @@ from .dispatch import Dispatcher
 from .errors import ClientError
 from .queue import Queue
 from .session import AckMode, Session, Subscription
+from .streams import Streams, StreamSubscription
 
 
 class Acks:
-    def __init__(self, dispatcher: Dispatcher) -> None:
+    def __init__(self, dispatcher: Dispatcher, streams: Streams) -> None:
         self.dispatcher = dispatcher
+        self.streams = streams
         self.store = dispatcher.store
         self.config = dispatcher.config
         self.deadlines = dispatcher.deadlines
@@ -56,13 +58,18 @@ class Acks:
         return sub, ack_id
 
     def ack(self, sub: Subscription, ack_id: str) -> None:
+        stored = sub.queue is not None  # topic and stream messages are never deleted by an ACK
         for one in _acked_ids(sub, ack_id):
-            self.store.delete(self.settle(sub, one))
+            msg = self.settle(sub, one)
+            if stored:
+                self.store.delete(msg)
         self.after_settle(sub)
 
     def nack(self, sub: Subscription, ack_id: str, requeue: bool) -> None:
         for one in _acked_ids(sub, ack_id):
             msg = self.settle(sub, one)
+            if sub.queue is None:
+                continue  # topic and stream messages are not requeued (a stream is re-read instead)
             if requeue:
                 self.requeue(sub.queue, msg)
             elif self.config.dead_letter_rejected and sub.queue is not None:
@@ -118,6 +125,8 @@ class Acks:
         """The subscription has room again: deliver to it, and let an idle queue go."""
         queue = sub.queue
         if queue is None:
+            if isinstance(sub, StreamSubscription):
+                self.streams.pump(sub)  # the position advances as ACKs make room
             return
         if sub.active:
             queue.make_ready(sub)

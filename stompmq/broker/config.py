@@ -27,5 +27,12 @@ class BrokerConfig:
     #: What a topic subscriber whose connection is over its output limit costs: block (the
     #: publisher waits), drop (it misses the message) or disconnect (see broker/overflow.py).
     topic_overflow: str = "block"
+    #: Default stream retention: seconds an entry is kept (0 = no limit), bytes a stream keeps
+    #: (0 = no limit); /control/declare/stream/NAME overrides them per stream.
+    stream_max_age: float = 0.0
+    stream_max_bytes: int = 0
+    #: Entries per stream segment, the unit retention drops: small enough that a stream overshoots
+    #: its limits by little, large enough that marks (one per segment) cost nothing.
+    stream_segment: int = 10_000
     #: TOML or JSON file of exchanges, queues and bindings applied at start.
     definitions: str | None = None

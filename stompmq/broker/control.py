@@ -25,7 +25,8 @@ from .dispatch import Dispatcher
 from .errors import ClientError
 from .exchanges import ROUTING_KEY_HEADER, declaration_options, parse_weight
 from .key_exchanges import TYPES as KEY_TYPES
-from .routing import Router
+from .routing import STREAM_TARGET, Router
+from .streams import Streams
 
 Headers = dict[str, str]
 
@@ -42,8 +43,9 @@ Answer = Headers | Deferred
 
 
 class Control:
-    def __init__(self, dispatcher: Dispatcher, router: Router) -> None:
+    def __init__(self, dispatcher: Dispatcher, router: Router, streams: Streams) -> None:
         self.dispatcher = dispatcher
+        self.streams = streams
         self.router = router
         self._verbs: dict[tuple[str, str], Callable[[str, Frame], Answer]] = {
             ("count-msgs", "queue"): self._count_msgs,
@@ -58,6 +60,8 @@ class Control:
             ("unbind", "exchange"): self._unbind,
             ("list-bindings", "exchange"): self._list_bindings,
             ("stats", "exchange"): self._exchange_stats,
+            ("declare", "stream"): self._declare_stream,
+            ("stream-offsets", "stream"): self._stream_offsets,
         }
 
     def run(self, path: str, frame: Frame) -> Answer:
@@ -126,6 +130,16 @@ class Control:
         self.router.unbind_everywhere(name)
         return {}
 
+    # -- streams ------------------------------------------------------------------------------
+    def _declare_stream(self, name: str, frame: Frame) -> Answer:
+        self.streams.declare(name, frame.headers)
+        return {}
+
+    def _stream_offsets(self, name: str, frame: Frame) -> Answer:
+        """Answered once everything appended so far is committed (the RECEIPT waits for it), so
+        a reader that reads up to ``next-offset`` reads only entries a restart keeps."""
+        return self.streams.offsets(name)
+
     # -- exchanges ----------------------------------------------------------------------------
     def _declare_exchange(self, name: str, frame: Frame) -> Answer:
         if "/" in name:
@@ -170,7 +184,7 @@ class Control:
         exchange = self.router.exchange(name)
         headers = {"num-bindings": str(len(exchange.bindings))}
         for i, queue in enumerate(sorted(exchange.bindings)):
-            headers[f"binding-{i}-queue"] = "/queue/" + queue
+            headers[f"binding-{i}-queue"] = queue if queue.startswith(STREAM_TARGET) else "/queue/" + queue
             headers[f"binding-{i}-weight"] = str(exchange.bindings[queue])
         return headers
 
@@ -192,11 +206,16 @@ class Control:
 
 
 def _bind_target(frame: Frame) -> str:
+    """The bound name: a queue's bare name, or a stream's destination (``STREAM_TARGET``)."""
     if "queue" not in frame.headers:
-        raise ClientError(f"{frame.headers['destination']} needs a queue header naming /queue/NAME")
+        raise ClientError(f"{frame.headers['destination']} needs a queue header naming /queue/NAME or /stream/NAME")
     dest = parse_destination(frame.headers["queue"])
+    if dest.kind is Kind.STREAM:
+        return STREAM_TARGET + dest.name
     if dest.kind is not Kind.QUEUE:
-        raise ClientError(f"only queues can be bound to an exchange, not {dest.raw!r}")
+        raise ClientError(f"only queues and streams can be bound to an exchange, not {dest.raw!r}")
+    if dest.name.startswith("/"):
+        raise ClientError(f"queue names bound to an exchange must not start with '/': {dest.raw!r}")
     return dest.name
 
 

@@ -26,6 +26,7 @@ BROKER_HEADERS = frozenset(
         "timestamp",
         "receipt",
         "transaction",
+        "x-stream-offset",
     }
 )
 

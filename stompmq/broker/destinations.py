@@ -28,18 +28,19 @@ class Kind:
     TOPIC = "topic"
     EXCHANGE = "exchange"
     CONTROL = "control"
+    STREAM = "stream"
 
 
 class Destination(NamedTuple):
     kind: str  # one of the Kind constants
-    name: str  # the part after "/queue/", "/topic/", "/control/"; for an exchange, its name
+    name: str  # the part after "/queue/", "/topic/", "/stream/", "/control/"; for an exchange, its name
     raw: str  # the destination as the client wrote it
     #: only for /exchange/NAME/REST: REST (a SEND's routing key, a SUBSCRIBE's weight), else ""
     key: str = ""
 
 
 # Maps a parsed namespace to the Kind constant itself, so kinds can be compared with "is".
-_KINDS = {kind: kind for kind in (Kind.QUEUE, Kind.TOPIC, Kind.EXCHANGE, Kind.CONTROL)}
+_KINDS = {kind: kind for kind in (Kind.QUEUE, Kind.TOPIC, Kind.EXCHANGE, Kind.CONTROL, Kind.STREAM)}
 _EXCHANGE_PREFIX = "/exchange/"
 _NAME_AT = len(_EXCHANGE_PREFIX)
 #: Builds a Destination without the Python-level __new__ a NamedTuple call goes through (3x faster).
@@ -90,7 +91,7 @@ def _parse(raw: str | None) -> Destination:
     kind = _KINDS.get(head) if raw[0] == "/" and slash else None
     if kind is None:
         raise ClientError(
-            f"unknown destination {raw!r}: use /queue/NAME, /topic/NAME, /exchange/NAME or /control/..."
+            f"unknown destination {raw!r}: use /queue/NAME, /topic/NAME, /stream/NAME, /exchange/NAME or /control/..."
         )
     key = ""
     if kind is Kind.EXCHANGE:

@@ -55,6 +55,7 @@ from .receipts import Headers, Receipts
 from .routing import Router
 from .send_headers import send_options
 from .session import Outbox, Session
+from .streams import STREAM_READ_RETRY, STREAM_RETENTION, Streams, StreamSubscription
 from .subscriptions import Subscriptions
 from .timers import Deadlines
 from .topics import WILDCARD, TopicRouter
@@ -73,11 +74,12 @@ class Broker:
         self.reads = Reads()
         self.receipts = Receipts(store)
         self.dispatcher = Dispatcher(store, config, self.deadlines, self.reads)
-        self.acks = Acks(self.dispatcher)
-        self.router = Router(self.dispatcher)
-        self.subscriptions = Subscriptions(self.dispatcher, self.acks, self.router, config)
+        self.streams = Streams(self.dispatcher, config)
+        self.acks = Acks(self.dispatcher, self.streams)
+        self.router = Router(self.dispatcher, self.streams)
+        self.subscriptions = Subscriptions(self.dispatcher, self.acks, self.router, self.streams, config)
         self.transactions = Transactions(self.router, self.acks)
-        self.control = Control(self.dispatcher, self.router)
+        self.control = Control(self.dispatcher, self.router, self.streams)
         self._handlers: dict[str, Handler] = {
             "SEND": self._on_send,
             "SUBSCRIBE": self._on_subscribe,
@@ -91,6 +93,8 @@ class Broker:
         self._timer_handlers: dict[str, Callable[..., None]] = {
             ACK_TIMEOUT: self.acks.expire,
             PAGE_RETRY: self.dispatcher.retry_page,
+            STREAM_RETENTION: self.streams.expire,
+            STREAM_READ_RETRY: self.streams.retry_read,
         }
 
     # -- what the runtime and the tests look at -------------------------------------------------
@@ -119,6 +123,7 @@ class Broker:
             if name not in recovered:  # stored so that bindings to it have their parent row
                 self.store.save_exchange(ExchangeRecord(name, kind, {}))
         self.router.load_definitions(recovery.exchanges, recovery.bindings)
+        self.streams.recover(recovery.streams)
         if definitions is not None:
             apply_definitions(self.router, definitions, source)
 
@@ -184,7 +189,9 @@ class Broker:
         """The session's outbox drained below its limit: give its subscriptions room again."""
         for sub in session.subscriptions.values():
             queue = sub.queue
-            if queue is not None and sub.active:
+            if isinstance(sub, StreamSubscription):
+                self.streams.pump(sub)
+            elif queue is not None and sub.active:
                 queue.make_ready(sub)
                 self.dispatcher.pump(queue)
 

@@ -1,4 +1,4 @@
-"""Where a SEND goes: a queue, a topic's subscribers, or a queue an exchange picks.
+"""Where a SEND goes: a queue, a stream, a topic's subscribers, or what an exchange picks.
 
 The router also owns the exchanges (declare, bind, unbind, delete, persisted
 through the store) and the topic subscriptions.  Topic messages are never
@@ -20,15 +20,20 @@ from .key_exchanges import TYPES as KEY_TYPES
 from .overflow import BLOCK, DISCONNECT, TopicOverflow
 from .send_headers import user_headers
 from .session import AckMode, Session, Subscription
+from .streams import Streams
 from .topics import TopicRouter
 
 #: The ERROR a slow topic subscriber gets under --topic-overflow disconnect.
 SLOW_SUBSCRIBER = "slow topic subscriber: its unsent output exceeded the limit (--topic-overflow disconnect)"
+#: An exchange binding whose target starts with this is a stream (``/stream/NAME``), stored under
+#: that destination; queue bindings are stored under the bare queue name.
+STREAM_TARGET = "/stream/"
 
 
 class Router:
-    def __init__(self, dispatcher: Dispatcher) -> None:
+    def __init__(self, dispatcher: Dispatcher, streams: Streams) -> None:
         self.dispatcher = dispatcher
+        self.streams = streams
         self.store = dispatcher.store
         self.topics = TopicRouter()
         self.overflow = TopicOverflow(dispatcher.config.topic_overflow)
@@ -50,13 +55,19 @@ class Router:
             keyed = self.key_exchanges.get(dest.name)
             if keyed is None:
                 queue = self.exchange_queue(dest, frame)
-                if queue is not None:
+                if queue is None:
+                    return
+                if queue[0] == "/":  # only a stream target starts with a slash: see STREAM_TARGET
+                    self.streams.append(queue[len(STREAM_TARGET) :], user_headers(frame.headers), frame.body, priority)
+                else:
                     self.dispatcher.publish(queue, user_headers(frame.headers), frame.body, priority, ack_timeout)
                 return
             key = dest.key or frame.headers.get(ROUTING_KEY_HEADER, "")
             if keyed is self.amq_topic and key:  # /exchange/amq.topic/X is /topic/X
                 self.publish_topic(Destination(Kind.TOPIC, key, "/topic/" + key), frame, publisher)
             self._publish_bound(keyed, key, frame, priority, ack_timeout)
+        elif kind is Kind.STREAM:
+            self.streams.append(dest.name, user_headers(frame.headers), frame.body, priority)
         elif kind is Kind.TOPIC:
             self.publish_topic(dest, frame, publisher)
             if self.amq_topic.bindings:

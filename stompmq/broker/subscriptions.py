@@ -1,5 +1,6 @@
 """SUBSCRIBE and UNSUBSCRIBE: a subscription joins a queue's round-robin or a topic's set.
 
+``SUBSCRIBE /stream/NAME`` starts a cursor at ``x-stream-offset`` (see streams.py).
 ``SUBSCRIBE /exchange/NAME/REST`` is RabbitMQ's consumer-side form of an
 exchange: a private queue (``amq.gen.`` prefix) is bound with REST (a weight
 for consistent-hash, a binding key for direct and topic) for the
@@ -25,6 +26,7 @@ from .destinations import MAX_NAME_BYTES
 from .routing import Router, private_queue_name
 from .send_headers import flag, seconds
 from .session import AckMode, Session, Subscription
+from .streams import OFFSET_HEADER, Streams, StreamSubscription
 
 #: Header names that set a subscription's prefetch, first one present wins.
 PREFETCH_HEADERS = ("prefetch", "activemq.prefetchSize", "prefetch-count")
@@ -37,8 +39,11 @@ ACTIVEMQ_SUBSCRIPTION = "activemq.subscriptionName"
 
 
 class Subscriptions:
-    def __init__(self, dispatcher: Dispatcher, acks: Acks, router: Router, config: BrokerConfig) -> None:
+    def __init__(
+        self, dispatcher: Dispatcher, acks: Acks, router: Router, streams: Streams, config: BrokerConfig
+    ) -> None:
         self.dispatcher = dispatcher
+        self.streams = streams
         self.acks = acks
         self.router = router
         self.config = config
@@ -68,6 +73,9 @@ class Subscriptions:
             sub = Subscription(sub_id, session, dest.raw, mode, prefetch, ack_timeout)
             session.subscriptions[sub_id] = sub
             self.router.topics.add(dest.name, sub)
+            return
+        elif dest.kind is Kind.STREAM:
+            self.streams.subscribe(session, dest.name, sub_id, mode, prefetch, headers.get(OFFSET_HEADER))
             return
         else:
             raise ClientError(f"cannot SUBSCRIBE to {dest.raw!r}")
@@ -124,6 +132,9 @@ class Subscriptions:
         sub.active = False
         self.acks.release(sub)
         queue = sub.queue
+        if isinstance(sub, StreamSubscription):
+            self.streams.remove(sub)
+            return
         if queue is None:
             self.router.topics.remove(sub.destination[len("/topic/") :], sub)
             self.router.overflow.forget(sub)

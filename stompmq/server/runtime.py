@@ -67,6 +67,10 @@ class Runtime:
             definitions = load_definitions(path) if path else None
             self.tick()
             broker.recover(recovery, stale, definitions, path or "")
+            for name, offsets in broker.streams.marks_wanted():
+                entries = [entry for offset in offsets for entry in await store.read_stream(name, offset, 1)]
+                self.tick()
+                broker.streams.load_marks(name, entries)
         except BaseException:
             with trio.CancelScope(shield=True):
                 await store.close()  # release the database (and its lock): the start failed

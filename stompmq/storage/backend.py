@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from stompmq.storage.base import Recovery, StoredMessage
+from stompmq.storage.base import Recovery, StoredMessage, StreamMessage
 from stompmq.storage.groups import GroupRows
 
 
@@ -44,7 +44,10 @@ class Backend(Protocol):
         Recovery makes every message stored as delivered ready again with one more
         redelivery (at-least-once after a crash), and returns the highest seq ever
         stored (the larger of the stored ``last_seq`` and the highest stored seq),
-        the exchanges sorted by name and the bindings sorted by (exchange, queue, routing_key).
+        the exchanges sorted by name and the bindings sorted by (exchange, queue, routing_key),
+        and the streams sorted by name (``StreamRecord``: options, the lowest stored offset as
+        ``first`` and the highest plus one as ``next``, both from the offset index, never a
+        scan; a declared stream without entries has first = next = 0).
         """
 
     def commit(self, group: GroupRows) -> None:
@@ -59,8 +62,10 @@ class Backend(Protocol):
            operation of the queue's messages, so each message row left in a group was issued
            *after* the group's purges and must survive them.  ``Broker.purge_queue`` counts on
            exactly that when it writes its deliveries in flight back as inserts right after
-           the purge.
-        2. then ``deletes``, ``updates``, ``inserts``.  A seq appears at most once in a group,
+           the purge.  ``SaveStream`` inserts or replaces a stream's options; ``TrimStream``
+           deletes its entries with offset < ``before`` (a range delete on the offset index).
+        2. then ``deletes``, ``updates``, ``inserts``, ``stream_rows`` (appended, in order;
+           an entry never changes once written).  A seq appears at most once in a group,
            so these never conflict; deletes go first so the space they free serves the inserts.
            An insert replaces a stored row of the same seq.
 
@@ -74,6 +79,10 @@ class Backend(Protocol):
         """Up to ``limit`` messages of ``queue`` not delivered, in (priority desc, seq asc)
         order, strictly after the order key ``after`` (None: from the start); fresh
         ``StoredMessage`` objects (see ``Store.load_ready``)."""
+
+    def read_stream(self, name: str, start: int, limit: int) -> Sequence[StreamMessage]:
+        """Up to ``limit`` entries of stream ``name`` with offset >= ``start``, in offset
+        order, as fresh ``StreamMessage`` objects (a range scan of the offset index)."""
 
     def count(self, queue: str) -> int:
         """Messages stored for ``queue``, ready and delivered alike."""

@@ -114,6 +114,42 @@ class StoredMessage:
         return f"StoredMessage(seq={self.seq}, queue={self.queue!r}, priority={self.priority})"
 
 
+class StreamMessage(StoredMessage):
+    """One entry of a stream (``/stream/NAME``): a message at a fixed offset, never updated.
+
+    ``queue`` holds the stream's name and ``seq`` the broker-wide sequence number (its
+    ``message-id``).  ``bytes_before`` is the stream's size in body bytes before this
+    entry, so the size of any offset range is a difference of two point lookups.
+    """
+
+    __slots__ = ("offset", "bytes_before")
+
+    def __init__(
+        self,
+        seq: int,
+        stream: str,
+        priority: int,
+        headers: dict[str, str],
+        body: bytes,
+        timestamp: int,
+        offset: int,
+        bytes_before: int,
+    ) -> None:
+        super().__init__(seq, stream, priority, headers, body, timestamp)
+        self.offset = offset
+        self.bytes_before = bytes_before
+
+
+@dataclass(frozen=True, slots=True)
+class StreamRecord:
+    """A stream as a store recovers it: its declaration options and its retained offsets."""
+
+    name: str
+    options: dict[str, str]
+    first: int  # first retained offset (== next when nothing is retained)
+    next: int  # offset the next append gets: offsets are never reused
+
+
 @dataclass(frozen=True, slots=True)
 class ExchangeRecord:
     """A declared exchange: ``consistent-hash``, ``direct``, ``fanout`` or ``topic``."""
@@ -142,6 +178,7 @@ class Recovery:
     last_seq: int  # highest seq ever stored (0 for an empty store)
     exchanges: list[ExchangeRecord]
     bindings: list[BindingRecord]
+    streams: list[StreamRecord] = field(default_factory=list)  # sorted by name
 
 
 CommitCallback = Callable[[int], None]
@@ -239,6 +276,20 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def delete_binding(self, exchange: str, queue: str, routing_key: str = "") -> None: ...
 
+    # -- streams: append-only logs, written in the same groups as the messages --------------
+    @abc.abstractmethod
+    def append_stream(self, msg: StreamMessage) -> None:
+        """Buffer one stream entry; entries of a stream arrive in offset order."""
+
+    @abc.abstractmethod
+    def save_stream(self, name: str, options: dict[str, str]) -> None:
+        """Insert or replace the stream's declaration (retention options)."""
+
+    @abc.abstractmethod
+    def trim_stream(self, name: str, before: int) -> None:
+        """Delete the stream's entries with offset < ``before`` (retention): a range delete,
+        never a scan; pending appends below ``before`` are dropped too."""
+
     # -- durability ----------------------------------------------------------
     @property
     @abc.abstractmethod
@@ -271,6 +322,10 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def queue_names(self, prefix: str) -> list[str]:
         """Names of the queues the store knows that start with ``prefix`` (cold path: start-up)."""
+
+    @abc.abstractmethod
+    async def read_stream(self, name: str, start: int, limit: int) -> Sequence[StreamMessage]:
+        """Up to ``limit`` entries of stream ``name`` with offset >= ``start``, in offset order."""
 
     @abc.abstractmethod
     async def count(self, queue: str) -> int:

@@ -28,6 +28,10 @@ Theory of operation (DESIGN §4)
   (after ``RETRY_BACKOFF``), and no later group ever ran on top of it.  A purge
   among the newer operations wins over the failed group's operations on that
   queue, which are dropped, not resurrected.
+* Stream entries are append-only: they never coalesce, so they wait in a plain
+  list (``_stream_appends``) and travel with the group as ``stream_rows``.  A
+  trim (retention) drops the pending entries it covers, like a purge, so the
+  rows left in a group all survive its structural operations.
 * Tickets are group numbers.  ``on_commit(t)`` means every group up to ``t``
   is on disk (a failed group's operations travel in a later one); groups
   commit in order, so tickets do.
@@ -55,6 +59,7 @@ from stompmq.storage.base import (
     Store,
     StoredMessage,
     StoreError,
+    StreamMessage,
 )
 from stompmq.storage.groups import (
     DeleteRow,
@@ -66,8 +71,11 @@ from stompmq.storage.groups import (
     Release,
     SaveBinding,
     SaveExchange,
+    SaveStream,
+    StreamRow,
     StructuralOp,
     TopicMessage,
+    TrimStream,
     UpdateRow,
 )
 from stompmq.storage.thread import DatabaseThread, Job
@@ -92,22 +100,24 @@ Ts = TypeVarTuple("Ts")
 class _Group:
     """One commit group handed to the database thread."""
 
-    __slots__ = ("ticket", "ops", "structural", "job")
+    __slots__ = ("ticket", "ops", "structural", "appends", "job")
 
     def __init__(
         self,
         ticket: int,
         ops: dict[int, PendingOp],
         structural: list[StructuralOp],
+        appends: list[StreamMessage],
         job: Job[None],
     ) -> None:
         self.ticket = ticket
         self.ops = ops  # kept (with the broker's objects) to merge back if the group fails
         self.structural = structural
+        self.appends = appends
         self.job = job  # the database thread's reply
 
     def __len__(self) -> int:
-        return len(self.ops) + len(self.structural)
+        return len(self.ops) + len(self.structural) + len(self.appends)
 
 
 class GroupCommitStore(Store):
@@ -128,6 +138,7 @@ class GroupCommitStore(Store):
         self._closed = False
         self._pending: dict[int, PendingOp] = {}
         self._structural: list[StructuralOp] = []
+        self._stream_appends: list[StreamMessage] = []
         self._pending_since = 0.0  # trio time of the first write of the current batch
         self._urgent = False  # commit the batch without waiting for the interval
         self._kick = trio.Event()  # wakes the commit loop
@@ -242,6 +253,21 @@ class GroupCommitStore(Store):
     def delete_binding(self, exchange: str, queue: str, routing_key: str = "") -> None:
         self._add_structural(DropBinding(exchange, queue, routing_key))
 
+    def append_stream(self, msg: StreamMessage) -> None:
+        if not self._has_pending():
+            self._batch_started()
+        appends = self._stream_appends
+        appends.append(msg)
+        if len(appends) + len(self._pending) >= self._max_group and not self._urgent:
+            self._hurry()
+
+    def save_stream(self, name: str, options: dict[str, str]) -> None:
+        self._add_structural(SaveStream(name, dict(options)))
+
+    def trim_stream(self, name: str, before: int) -> None:
+        self._stream_appends = _untrimmed(self._stream_appends, name, before)
+        self._add_structural(TrimStream(name, before))
+
     def _put(self, seq: int, kind: int, msg: StoredMessage) -> None:
         if not self._has_pending():
             self._batch_started()
@@ -263,7 +289,7 @@ class GroupCommitStore(Store):
         self._kick.set()
 
     def _has_pending(self) -> bool:
-        return bool(self._pending or self._structural)
+        return bool(self._pending or self._structural or self._stream_appends)
 
     # -- durability --------------------------------------------------------------------------
     @property
@@ -280,7 +306,7 @@ class GroupCommitStore(Store):
 
     def backlog(self) -> int:
         inflight = len(self._inflight) if self._inflight is not None else 0
-        return len(self._pending) + len(self._structural) + inflight
+        return len(self._pending) + len(self._structural) + len(self._stream_appends) + inflight
 
     async def wait_backlog_below(self, limit: int) -> None:
         while self.backlog() >= limit:
@@ -308,14 +334,16 @@ class GroupCommitStore(Store):
     def _submit_group(self) -> _Group:
         """Take the whole pending batch as the next group and queue it on the database thread."""
         assert self._inflight is None and self._thread is not None
-        ops, structural = self._pending, self._structural
-        job = self._thread.submit(self._backend.commit, self._rows(ops, structural))
-        group = self._inflight = _Group(self._next_ticket, ops, structural, job)
+        ops, structural, appends = self._pending, self._structural, self._stream_appends
+        job = self._thread.submit(self._backend.commit, self._rows(ops, structural, appends))
+        group = self._inflight = _Group(self._next_ticket, ops, structural, appends, job)
         self._next_ticket += 1
-        self._pending, self._structural, self._urgent = {}, [], False
+        self._pending, self._structural, self._stream_appends, self._urgent = {}, [], [], False
         return group
 
-    def _rows(self, ops: dict[int, PendingOp], structural: list[StructuralOp]) -> GroupRows:
+    def _rows(
+        self, ops: dict[int, PendingOp], structural: list[StructuralOp], appends: list[StreamMessage]
+    ) -> GroupRows:
         """Copy what the backend needs, now: the broker goes on mutating its messages."""
         inserts: list[InsertRow] = []
         updates: list[UpdateRow] = []
@@ -333,7 +361,11 @@ class GroupCommitStore(Store):
         held = None
         if self.shared:
             held = frozenset(seq for seq, (kind, m) in ops.items() if kind != DELETE and m.held)
-        return GroupRows(structural, inserts, updates, deletes, self._last_seq, held)
+        stream_rows: list[StreamRow] = [
+            (m.queue, m.offset, m.seq, m.priority, m.timestamp, m.headers, m.body, m.bytes_before)
+            for m in appends
+        ]
+        return GroupRows(structural, inserts, updates, deletes, self._last_seq, held, stream_rows)
 
     async def _await_group(self, group: _Group) -> StoreError | None:
         """Wait for ``group`` to commit or fail and account for it; return its error, if any."""
@@ -377,6 +409,11 @@ class GroupCommitStore(Store):
         was_empty = not self._has_pending()
         merged.update(newer)
         self._pending = merged
+        appends = group.appends
+        for op in self._structural:
+            if isinstance(op, TrimStream):  # a newer trim covers the failed group's entries too
+                appends = _untrimmed(appends, op.name, op.before)
+        self._stream_appends = appends + self._stream_appends
         self._structural = group.structural + self._structural
         if self._has_pending():
             if was_empty:
@@ -394,6 +431,8 @@ class GroupCommitStore(Store):
 
     async def count_unacked(self, queue: str) -> int:
         return await self._read(self._backend.count_unacked, queue)
+    async def read_stream(self, name: str, start: int, limit: int) -> Sequence[StreamMessage]:
+        return await self._read(self._backend.read_stream, name, start, limit)
 
     async def queue_names(self, prefix: str) -> list[str]:
         return await self._read(self._backend.queue_names, prefix)
@@ -415,3 +454,8 @@ class GroupCommitStore(Store):
         if error is not None:
             raise StoreError(f"read refused until buffered writes commit: {error}")
         return await read.result()
+
+
+def _untrimmed(appends: list[StreamMessage], name: str, before: int) -> list[StreamMessage]:
+    """``appends`` without the entries of stream ``name`` below offset ``before``."""
+    return [m for m in appends if m.offset >= before or m.queue != name]

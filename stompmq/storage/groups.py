@@ -17,7 +17,7 @@ part of the contract and is spelled out on each alias.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from stompmq.storage.base import BindingRecord, ExchangeRecord
 
@@ -77,7 +77,25 @@ class TopicMessage:
     body: bytes
 
 
-StructuralOp = Purge | SaveExchange | DropExchange | SaveBinding | DropBinding | Release | TopicMessage
+@dataclass(frozen=True, slots=True)
+class SaveStream:
+    """Insert or replace the declaration of stream ``name``."""
+
+    name: str
+    options: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class TrimStream:
+    """Delete the entries of stream ``name`` with offset < ``before`` (a range, not a scan)."""
+
+    name: str
+    before: int
+
+
+StructuralOp = (
+    Purge | SaveExchange | DropExchange | SaveBinding | DropBinding | Release | TopicMessage | SaveStream | TrimStream
+)
 
 # -- message rows: one per message, at most one row per seq in a group ------------------------
 # (seq, queue, priority, headers, body, delivered, ack_timeout, redeliveries, timestamp)
@@ -86,6 +104,8 @@ InsertRow = tuple[int, str, int, dict[str, str], bytes, bool, float | None, int,
 UpdateRow = tuple[bool, int, int, int]
 # (seq,)
 DeleteRow = tuple[int]
+# (stream, offset, seq, priority, timestamp, headers, body, bytes_before): appended, never changed.
+StreamRow = tuple[str, int, int, int, int, dict[str, str], bytes, int]
 
 
 @dataclass(slots=True)
@@ -93,7 +113,7 @@ class GroupRows:
     """One commit group, already coalesced, with the mutable fields copied.
 
     How a backend must apply it (one transaction; ``structural`` first, in order, then
-    ``deletes``, ``updates``, ``inserts``) is the contract of ``Backend.commit``
+    ``deletes``, ``updates``, ``inserts``, ``stream_rows``) is the contract of ``Backend.commit``
     (:mod:`stompmq.storage.backend`).
     """
 
@@ -105,3 +125,4 @@ class GroupRows:
     #: seqs of the rows (inserted or updated here) this broker holds in memory; None unless
     #: the store is shared by several brokers (only then do claims matter)
     held: frozenset[int] | None = None
+    stream_rows: list[StreamRow] = field(default_factory=list)  # in offset order per stream

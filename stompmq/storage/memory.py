@@ -1,7 +1,8 @@
 """The memory store: no durability, for ``--store memory`` and fast tests.
 
-The broker keeps every message of a non-durable store in its queues (it never
-pages), so this store has nothing to hold but exchanges and bindings; every
+The broker keeps every message of a non-durable store in its queues and streams
+(it never pages), so this store has nothing to hold but exchanges, bindings and
+stream declarations; every
 write is already "committed" when it is made.
 """
 
@@ -11,7 +12,7 @@ from collections.abc import Sequence
 
 import trio
 
-from .base import BindingRecord, ExchangeRecord, Recovery, Store, StoredMessage
+from .base import BindingRecord, ExchangeRecord, Recovery, Store, StoredMessage, StreamMessage, StreamRecord
 
 
 class MemoryStore(Store):
@@ -21,9 +22,11 @@ class MemoryStore(Store):
         super().__init__()
         self._exchanges: dict[str, ExchangeRecord] = {}
         self._bindings: dict[tuple[str, str, str], BindingRecord] = {}
+        self._streams: dict[str, dict[str, str]] = {}
 
     async def open(self) -> Recovery:
-        return Recovery(0, list(self._exchanges.values()), list(self._bindings.values()))
+        streams = [StreamRecord(name, options, 0, 0) for name, options in sorted(self._streams.items())]
+        return Recovery(0, list(self._exchanges.values()), list(self._bindings.values()), streams)
 
     async def run(self) -> None:
         await trio.sleep_forever()
@@ -57,6 +60,15 @@ class MemoryStore(Store):
     def delete_binding(self, exchange: str, queue: str, routing_key: str = "") -> None:
         self._bindings.pop((exchange, queue, routing_key), None)
 
+    def append_stream(self, msg: StreamMessage) -> None:
+        pass
+
+    def save_stream(self, name: str, options: dict[str, str]) -> None:
+        self._streams[name] = dict(options)
+
+    def trim_stream(self, name: str, before: int) -> None:
+        pass
+
     @property
     def committed(self) -> int:
         return 0
@@ -72,6 +84,9 @@ class MemoryStore(Store):
 
     async def load_ready(self, queue: str, after: tuple[int, int] | None, limit: int) -> Sequence[StoredMessage]:
         return ()
+
+    async def read_stream(self, name: str, start: int, limit: int) -> Sequence[StreamMessage]:
+        return ()  # the broker holds every retained entry itself
 
     async def queue_names(self, prefix: str) -> list[str]:
         return []

@@ -59,7 +59,15 @@ from typing import Any
 import psycopg
 import trio
 
-from stompmq.storage.base import BindingRecord, ExchangeRecord, Recovery, StoredMessage, StoreError
+from stompmq.storage.base import (
+    BindingRecord,
+    ExchangeRecord,
+    Recovery,
+    StoredMessage,
+    StoreError,
+    StreamMessage,
+    StreamRecord,
+)
 from stompmq.storage.groupcommit import FLUSH_INTERVAL, MAX_GROUP, GroupCommitStore
 from stompmq.storage.groups import (
     DropBinding,
@@ -70,8 +78,11 @@ from stompmq.storage.groups import (
     Release,
     SaveBinding,
     SaveExchange,
+    SaveStream,
+    StreamRow,
     StructuralOp,
     TopicMessage,
+    TrimStream,
 )
 from stompmq.storage.migrate import upgrade_to_head
 
@@ -128,6 +139,15 @@ CLAIM_SQL = (
     " UPDATE messages AS m SET owner = %(me)s FROM picked WHERE m.seq = picked.seq RETURNING "
     + ", ".join("m." + c for c in READY_COLUMNS)
 )
+STREAM_COPY_SQL = (
+    "COPY stream_messages (stream_id, position, seq, priority, timestamp, headers, body, bytes_before)"
+    " FROM STDIN (FORMAT BINARY)"
+)
+STREAM_COPY_TYPES = ["int4", "int8", "int8", "int4", "int8", "text", "bytea", "int8"]
+STREAM_READ_SQL = (
+    "SELECT position, seq, priority, timestamp, headers, body, bytes_before FROM stream_messages"
+    " WHERE stream_id = %s AND position >= %s ORDER BY position LIMIT %s"
+)
 AFTER_NOTHING = "true"
 AFTER_KEY = "(priority < %(p)s OR (priority = %(p)s AND seq > %(s)s))"
 
@@ -163,6 +183,7 @@ class PostgresBackend:
         self._conn: psycopg.Connection[Any] | None = None
         self._queue_ids: dict[str, int] = {}
         self._queue_names: dict[int, str] = {}
+        self._stream_ids: dict[str, int] = {}  # every stream: streams are few
         self._down = False  # the database is unreachable: log the outage once, not per call
         self._registered = False  # this broker has held a lease already (a new one means it lapsed)
         self._backoff = RECONNECT_FIRST  # doubles per failed attempt while the database is down
@@ -193,9 +214,27 @@ class PostgresBackend:
             with conn.transaction():
                 self._free_lapsed(conn)
             exchanges, bindings = self._definitions(conn)
+            streams = self._recover_streams(conn)
         except psycopg.Error as exc:
             raise StoreError(f"cannot recover {self.name}: {_one_line(exc)}") from None
-        return Recovery(0, exchanges, bindings)
+        return Recovery(0, exchanges, bindings, streams)
+
+    def _recover_streams(self, conn: psycopg.Connection[Any]) -> list[StreamRecord]:
+        """Each stream's options and retained offsets: the two ends of its key range, no scan."""
+        records = []
+        for stream_id, name, options in conn.execute("SELECT id, name, options FROM streams ORDER BY name").fetchall():
+            self._stream_ids[name] = stream_id
+            row = conn.execute(
+                "SELECT (SELECT position FROM stream_messages WHERE stream_id = %(s)s ORDER BY position LIMIT 1),"
+                " (SELECT position FROM stream_messages WHERE stream_id = %(s)s ORDER BY position DESC LIMIT 1)",
+                {"s": stream_id},
+            ).fetchone()
+            first, last = row if row is not None else (None, None)
+            if first is None or last is None:
+                records.append(StreamRecord(name, _loads(options), 0, 0))
+            else:
+                records.append(StreamRecord(name, _loads(options), int(first), int(last) + 1))
+        return records
 
     def close(self) -> None:
         conn, self._conn = self._conn, None
@@ -328,8 +367,9 @@ class PostgresBackend:
             except psycopg.errors.UniqueViolation:
                 self._commit(conn, group, replace=True)  # a row written back after an earlier purge
         except psycopg.Error as exc:
-            self._queue_ids.clear()  # queue rows made by the rolled-back transaction are gone
+            self._queue_ids.clear()  # queue and stream rows made by the rolled-back transaction are gone
             self._queue_names.clear()
+            self._stream_ids.clear()
             raise StoreError(f"commit to {self.name} failed: {_one_line(exc)}") from None
 
     def _commit(self, conn: psycopg.Connection[Any], group: GroupRows, *, replace: bool) -> None:
@@ -353,6 +393,8 @@ class PostgresBackend:
                 if replace:
                     cur.execute("DELETE FROM messages WHERE seq = ANY(%s)", ([row[0] for row in group.inserts],))
                 self._copy(cur, group.inserts, held, freed)
+            if group.stream_rows:
+                self._copy_stream(cur, group.stream_rows, replace)
             self._notify_queues(conn, sorted(freed), self.broker_id)
 
     def _copy(self, cur: psycopg.Cursor[Any], rows: list[InsertRow], held: frozenset[int], freed: set[str]) -> None:
@@ -372,6 +414,29 @@ class PostgresBackend:
                     (seq, ids[name], prio, _dumps(hdrs) if hdrs else "{}", body, delivered, ack, redel, ts, owner)
                 )
 
+    def _copy_stream(self, cur: psycopg.Cursor[Any], rows: list[StreamRow], replace: bool) -> None:
+        ids = {name: self._stream_id(cur, name) for name in {row[0] for row in rows}}
+        if replace:  # a retried group: its entries may be there already
+            for name, stream_id in ids.items():
+                cur.execute(
+                    "DELETE FROM stream_messages WHERE stream_id = %s AND position = ANY(%s)",
+                    (stream_id, [row[1] for row in rows if row[0] == name]),
+                )
+        with cur.copy(STREAM_COPY_SQL) as copy:
+            copy.set_types(STREAM_COPY_TYPES)
+            for name, offset, seq, prio, ts, hdrs, body, before in rows:
+                copy.write_row((ids[name], offset, seq, prio, ts, _dumps(hdrs) if hdrs else "{}", body, before))
+
+    def _stream_id(self, cur: psycopg.Cursor[Any], name: str) -> int:
+        """The id of stream ``name``, making its row if it is missing."""
+        stream_id = self._stream_ids.get(name)
+        if stream_id is None:
+            cur.execute("INSERT INTO streams (name, options) VALUES (%s, '{}') ON CONFLICT (name) DO NOTHING", (name,))
+            row = cur.execute("SELECT id FROM streams WHERE name = %s", (name,)).fetchone()
+            assert row is not None
+            stream_id = self._stream_ids[name] = int(row[0])
+        return stream_id
+
     def _apply(self, cur: psycopg.Cursor[Any], op: StructuralOp, freed: set[str]) -> None:
         match op:
             case Purge(queue=name):
@@ -389,6 +454,12 @@ class PostgresBackend:
                         freed.add(name)
             case TopicMessage(topic=topic, headers=headers, body=body):
                 self._notify_topic(cur, topic, headers, body)
+            case SaveStream(name=name, options=options):
+                cur.execute("UPDATE streams SET options = %s WHERE id = %s", (_dumps(options), self._stream_id(cur, name)))
+            case TrimStream(name=name, before=before):
+                trimmed = self._stream_ids.get(name)
+                if trimmed is not None:
+                    cur.execute("DELETE FROM stream_messages WHERE stream_id = %s AND position < %s", (trimmed, before))
             case SaveExchange(exchange=ex):
                 cur.execute(
                     "INSERT INTO exchanges (name, type, options) VALUES (%s, %s, %s)"
@@ -483,6 +554,19 @@ class PostgresBackend:
             msg.held = True  # claimed for this broker by this read
             messages.append(msg)
         return messages
+
+    def read_stream(self, name: str, start: int, limit: int) -> list[StreamMessage]:
+        stream_id = self._stream_ids.get(name)
+        if stream_id is None or limit <= 0:
+            return []
+        try:
+            rows = self._connection().execute(STREAM_READ_SQL, (stream_id, start, limit)).fetchall()
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot read {self.name}: {_one_line(exc)}") from None
+        return [
+            StreamMessage(seq, name, prio, _loads(hdrs) if hdrs != "{}" else {}, bytes(body), ts, offset, before)
+            for offset, seq, prio, ts, hdrs, body, before in rows
+        ]
 
     def count(self, queue: str) -> int:
         return self._count(queue, "SELECT COUNT(*) FROM messages WHERE queue_id = %s")

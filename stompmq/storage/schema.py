@@ -24,6 +24,13 @@ Why the tables look like this:
 * ``broker_meta`` is a small name-value table; ``last_seq`` there is the
   highest seq ever handed to the store, so seqs stay increasing across restarts
   even when every message was acked (deleted) before shutdown.
+* ``stream_messages`` is keyed by ``(stream_id, position)`` (the stream offset;
+  ``offset`` is an SQL keyword): reading a stream from an offset and retention
+  (``DELETE ... WHERE stream_id = ? AND position < ?``) are range operations on
+  that key, and the first and last offsets are its two ends.  ``bytes_before``
+  (the stream's body bytes before the entry) makes the size of any range two
+  point lookups, so byte retention never sums a stream.  ``seq`` is the
+  broker-wide message id.
 * Foreign keys are declared for PostgreSQL and for readers; the SQLite store
   does not turn on ``PRAGMA foreign_keys`` (a parent lookup per inserted
   message buys nothing: the writer creates the queue row first).
@@ -136,4 +143,26 @@ broker_meta = Table(
     metadata,
     Column("name", String(META_NAME_LENGTH), primary_key=True),
     Column("value", Text, nullable=False),
+)
+
+streams = Table(
+    "streams",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("name", String(NAME_LENGTH), nullable=False, unique=True),
+    # JSON text of the declaration options (max-age, max-bytes); "{}" for an implicit stream.
+    Column("options", Text, nullable=False),
+)
+
+stream_messages = Table(
+    "stream_messages",
+    metadata,
+    Column("stream_id", Integer, ForeignKey("streams.id"), primary_key=True),
+    Column("position", BigInteger, primary_key=True, autoincrement=False),
+    Column("seq", BigInteger, nullable=False),
+    Column("priority", Integer, nullable=False),
+    Column("timestamp", BigInteger, nullable=False),
+    Column("headers", Text, nullable=False),
+    Column("body", LargeBinary, nullable=False),
+    Column("bytes_before", BigInteger, nullable=False),
 )

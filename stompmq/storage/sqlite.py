@@ -31,7 +31,15 @@ import os
 import sqlite3
 from collections.abc import Iterator
 
-from stompmq.storage.base import BindingRecord, ExchangeRecord, Recovery, StoredMessage, StoreError
+from stompmq.storage.base import (
+    BindingRecord,
+    ExchangeRecord,
+    Recovery,
+    StoredMessage,
+    StoreError,
+    StreamMessage,
+    StreamRecord,
+)
 from stompmq.storage.groupcommit import FLUSH_INTERVAL, MAX_GROUP, GroupCommitStore
 from stompmq.storage.groups import (
     DropBinding,
@@ -42,8 +50,11 @@ from stompmq.storage.groups import (
     Release,
     SaveBinding,
     SaveExchange,
+    SaveStream,
+    StreamRow,
     StructuralOp,
     TopicMessage,
+    TrimStream,
 )
 from stompmq.storage.migrate import upgrade_to_head
 
@@ -90,6 +101,16 @@ READY_LOWER_PRIORITY_SQL = (
 )
 
 
+STREAM_INSERT_SQL = (
+    "INSERT OR REPLACE INTO stream_messages (stream_id, position, seq, priority, timestamp, headers,"
+    " body, bytes_before) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+STREAM_READ_SQL = (
+    "SELECT position, seq, priority, timestamp, headers, body, bytes_before FROM stream_messages"
+    " WHERE stream_id = ? AND position >= ? ORDER BY position LIMIT ?"
+)
+
+
 class SQLiteBackend:
     """The SQLite file as seen from the database thread; every method blocks (see ``Backend``)."""
 
@@ -99,6 +120,7 @@ class SQLiteBackend:
         self._conn: sqlite3.Connection | None = None
         self._lock_fd: int | None = None
         self._queue_ids: dict[str, int] = {}
+        self._stream_ids: dict[str, int] = {}  # every stream: streams are few
         self._stored_last_seq = 0
 
     @property
@@ -223,9 +245,25 @@ class SQLiteBackend:
                     " ORDER BY exchange, queue, routing_key"
                 )
             ]
+            streams = self._recover_streams(conn)
         except sqlite3.Error as exc:
             raise StoreError(f"cannot recover {self.path}: {exc}") from exc
-        return Recovery(max(max_seq, self._stored_last_seq), exchanges, bindings)
+        return Recovery(max(max_seq, self._stored_last_seq), exchanges, bindings, streams)
+
+    def _recover_streams(self, conn: sqlite3.Connection) -> list[StreamRecord]:
+        """Each stream's options and retained offsets: two ends of its key range, no scan."""
+        records = []
+        for stream_id, name, options in conn.execute("SELECT id, name, options FROM streams ORDER BY name").fetchall():
+            self._stream_ids[name] = stream_id
+            (first,) = conn.execute(
+                "SELECT MIN(position) FROM stream_messages WHERE stream_id = ?", (stream_id,)
+            ).fetchone()
+            (last,) = conn.execute(
+                "SELECT MAX(position) FROM stream_messages WHERE stream_id = ?", (stream_id,)
+            ).fetchone()
+            empty = first is None
+            records.append(StreamRecord(name, _loads(options), 0 if empty else first, 0 if empty else last + 1))
+        return records
 
     # -- writes ------------------------------------------------------------------------------
     def commit(self, group: GroupRows) -> None:
@@ -236,13 +274,15 @@ class SQLiteBackend:
         try:
             with _transaction(conn):
                 for op in group.structural:
-                    self._apply(conn, op)
+                    self._apply(conn, op, created)
                 if group.deletes:
                     conn.executemany(DELETE_SQL, group.deletes)
                 if group.updates:
                     conn.executemany(UPDATE_SQL, group.updates)
                 if group.inserts:
                     conn.executemany(INSERT_SQL, self._insert_params(conn, group.inserts, created))
+                if group.stream_rows:
+                    conn.executemany(STREAM_INSERT_SQL, self._stream_params(conn, group.stream_rows, created))
                 if group.last_seq > self._stored_last_seq:
                     conn.execute(
                         "INSERT INTO broker_meta (name, value) VALUES (?, ?)"
@@ -250,12 +290,13 @@ class SQLiteBackend:
                         (LAST_SEQ, str(group.last_seq)),
                     )
         except sqlite3.Error as exc:
-            for name in created:  # those queue rows were rolled back with the group
+            for name in created:  # those queue and stream rows were rolled back with the group
                 self._queue_ids.pop(name, None)
+                self._stream_ids.pop(name, None)
             raise StoreError(f"commit to {self.path} failed: {exc}") from exc
         self._stored_last_seq = max(self._stored_last_seq, group.last_seq)
 
-    def _apply(self, conn: sqlite3.Connection, op: StructuralOp) -> None:
+    def _apply(self, conn: sqlite3.Connection, op: StructuralOp, created: list[str]) -> None:
         match op:
             case Purge(queue=name):
                 queue_id = self._find_queue(conn, name)
@@ -282,6 +323,15 @@ class SQLiteBackend:
                 )
             case Release() | TopicMessage():
                 pass  # one broker per SQLite file: nobody else claims rows or hears topics
+            case SaveStream(name=name, options=options):
+                stream_id = self._make_stream(conn, name, created)
+                conn.execute("UPDATE streams SET options = ? WHERE id = ?", (_dumps(options), stream_id))
+            case TrimStream(name=name, before=before):
+                trimmed = self._stream_ids.get(name)
+                if trimmed is not None:
+                    conn.execute(
+                        "DELETE FROM stream_messages WHERE stream_id = ? AND position < ?", (trimmed, before)
+                    )
 
     def _insert_params(
         self, conn: sqlite3.Connection, rows: list[InsertRow], created: list[str]
@@ -291,6 +341,25 @@ class SQLiteBackend:
             (seq, ids[name], prio, _dumps(hdrs) if hdrs else "{}", body, dlv, ack, redel, ts)
             for seq, name, prio, hdrs, body, dlv, ack, redel, ts in rows
         ]
+
+    def _stream_params(
+        self, conn: sqlite3.Connection, rows: list[StreamRow], created: list[str]
+    ) -> list[tuple[int, int, int, int, int, str, bytes, int]]:
+        ids = {name: self._make_stream(conn, name, created) for name in {row[0] for row in rows}}
+        return [
+            (ids[name], offset, seq, prio, ts, _dumps(hdrs) if hdrs else "{}", body, before)
+            for name, offset, seq, prio, ts, hdrs, body, before in rows
+        ]
+
+    def _make_stream(self, conn: sqlite3.Connection, name: str, created: list[str]) -> int:
+        """The id of stream ``name``, making its row (and noting it in ``created``) if missing."""
+        stream_id = self._stream_ids.get(name)
+        if stream_id is None:
+            new_id = conn.execute("INSERT INTO streams (name, options) VALUES (?, '{}')", (name,)).lastrowid
+            assert new_id is not None
+            created.append(name)
+            self._stream_ids[name] = stream_id = new_id
+        return stream_id
 
     def _find_queue(self, conn: sqlite3.Connection, name: str) -> int | None:
         """The id of queue ``name``, None if it has no row."""
@@ -342,6 +411,17 @@ class SQLiteBackend:
                 seq, queue, prio, _loads(hdrs) if hdrs != "{}" else {}, body, ts, ack, redel
             )
             for seq, prio, hdrs, body, ts, ack, redel in rows
+        ]
+
+    def read_stream(self, name: str, start: int, limit: int) -> list[StreamMessage]:
+        stream_id = self._stream_ids.get(name)
+        if stream_id is None or limit <= 0:
+            return []
+        with self._reading() as conn:
+            rows = conn.execute(STREAM_READ_SQL, (stream_id, start, limit)).fetchall()
+        return [
+            StreamMessage(seq, name, prio, _loads(hdrs) if hdrs != "{}" else {}, body, ts, offset, before)
+            for offset, seq, prio, ts, hdrs, body, before in rows
         ]
 
     def count(self, queue: str) -> int:

@@ -8,7 +8,7 @@ from typing import Any
 
 from stompmq.broker import Broker
 from stompmq.protocol import Frame, FrameParser
-from stompmq.storage.base import BindingRecord, ExchangeRecord, Recovery, Store, StoredMessage
+from stompmq.storage.base import BindingRecord, ExchangeRecord, Recovery, Store, StoredMessage, StreamMessage
 
 
 class FakeOutbox:
@@ -42,6 +42,7 @@ class DictStore(Store):
         super().__init__()
         self.rows: dict[int, tuple[StoredMessage, bool, int]] = {}  # seq -> (msg, delivered, redeliveries)
         self.purged: list[str] = []
+        self.streams: dict[str, dict[int, StreamMessage]] = {}  # name -> offset -> entry
         self._ticket = 0
 
     async def open(self) -> Recovery:
@@ -77,6 +78,21 @@ class DictStore(Store):
 
     def delete_binding(self, exchange: str, queue: str, routing_key: str = "") -> None:
         pass
+
+    def append_stream(self, msg: StreamMessage) -> None:
+        self.streams.setdefault(msg.queue, {})[msg.offset] = msg
+
+    def save_stream(self, name: str, options: dict[str, str]) -> None:
+        self.streams.setdefault(name, {})
+
+    def trim_stream(self, name: str, before: int) -> None:
+        entries = self.streams.get(name, {})
+        for offset in [o for o in entries if o < before]:
+            del entries[offset]
+
+    async def read_stream(self, name: str, start: int, limit: int) -> Sequence[StreamMessage]:
+        entries = self.streams.get(name, {})
+        return [entries[o] for o in sorted(o for o in entries if o >= start)[:limit]]
 
     @property
     def committed(self) -> int:

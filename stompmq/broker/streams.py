@@ -1,0 +1,363 @@
+"""Streams (``/stream/NAME``): append-only logs read from an offset, with retention by segment.
+
+Theory of operation
+-------------------
+A SEND appends an entry at the stream's next offset (0, 1, 2, ...); consuming
+never removes it.  Every stream is in memory as a ``Stream``: its offsets
+(``first`` retained, ``next`` to assign), its size in body bytes, its segment
+marks, the newest entries (``tail``) and its subscribers.  With a durable store
+the tail holds at most ``window`` entries and older ones are read from the store
+(``Store.read_stream``, queued in ``Reads`` like a queue's page); with the memory
+store the tail is the whole retained stream.
+
+A subscriber is a cursor: ``position`` is the next offset it is given.  It is
+fed from its read buffer, else from the tail, else it asks for a read of up to
+``READ_BATCH`` entries (one read in flight per subscriber).  A subscriber that
+has caught up is fed by ``append`` directly.  Client-ack subscribers are held
+by their prefetch (the position advances as ACKs make room); auto-ack ones by
+their connection's outbox, as on queues.  ACK settles, NACK too: a stream never
+redelivers (re-read by subscribing again at an offset).
+
+Retention drops whole segments from the front.  A segment starts at every
+offset that is a multiple of ``stream_segment``; its mark records (first
+offset, first timestamp, bytes before it), so deciding what to drop looks at
+marks only and the store deletes an offset range (``Store.trim_stream``): no
+scan of the stream, ever.  The newest segment is never dropped.  Timestamps are
+kept non-decreasing within a stream, so ``timestamp=`` subscriptions find their
+start from the marks too.  After a restart the marks are re-read from the store
+by point reads (``marks_wanted`` / ``load_marks``, before the broker serves).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Awaitable, Sequence
+from functools import partial
+
+from ..storage.base import Store, StoreError, StreamMessage, StreamRecord
+from .config import BrokerConfig
+from .delivery import message_frame, message_tail
+from .dispatch import Dispatcher
+from .errors import ClientError
+from .reads import StoreRead
+from .session import AckMode, Session, Subscription
+from .timers import Timer
+
+log = logging.getLogger(__name__)
+
+#: Deadline kinds: a stream's oldest segment ages out; a failed stream read is retried.
+STREAM_RETENTION = "stream-retention"
+STREAM_READ_RETRY = "stream-read-retry"
+#: The SUBSCRIBE header choosing where to start, and the MESSAGE header carrying the offset.
+OFFSET_HEADER = "x-stream-offset"
+#: Entries one store read asks for: enough to amortise the thread round trip, few enough to bound
+#: a subscriber's buffer.
+READ_BATCH = 1000
+#: Seconds before a failed stream read is retried (as a queue's page read).
+READ_RETRY_SECONDS = 0.1
+#: Declaration headers of /control/declare/stream/NAME (also the stored option names).
+MAX_AGE, MAX_BYTES = "max-age", "max-bytes"
+
+#: A segment mark: [first offset, first timestamp (ms), stream bytes before it].
+Mark = tuple[int, int, int]
+
+
+class Stream:
+    __slots__ = (
+        "name", "destination", "options", "max_age_ms", "max_bytes", "first", "next",
+        "end_bytes", "last_ts", "marks", "tail", "capacity", "subscribers", "timer",
+    )
+
+    def __init__(self, name: str, capacity: int | None, first: int = 0, next_offset: int = 0) -> None:
+        self.name = name
+        self.destination = "/stream/" + name
+        self.options: dict[str, str] = {}
+        self.max_age_ms: int | None = None
+        self.max_bytes: int | None = None
+        self.first = first
+        self.next = next_offset
+        self.end_bytes = 0  # body bytes appended since offset 0
+        self.last_ts = 0
+        self.marks: deque[Mark] = deque()
+        self.tail: deque[StreamMessage] = deque()  # the newest entries, up to ``next``
+        self.capacity = capacity  # None: the tail holds every retained entry (memory store)
+        self.subscribers: list[StreamSubscription] = []
+        self.timer: Timer | None = None
+
+    @property
+    def tail_first(self) -> int:
+        """The offset of the oldest entry in memory."""
+        return self.next - len(self.tail)
+
+    @property
+    def size(self) -> int:
+        """Body bytes retained."""
+        return self.end_bytes - (self.marks[0][2] if self.marks else self.end_bytes)
+
+
+class StreamSubscription(Subscription):
+    """A subscription to a stream: a cursor over its offsets."""
+
+    __slots__ = ("stream", "position", "buffer", "reading", "min_ts")
+
+    def __init__(self, sub_id: str, session: Session, stream: Stream, ack_mode: AckMode, prefetch: int) -> None:
+        super().__init__(sub_id, session, stream.destination, ack_mode, prefetch, None)
+        self.stream = stream
+        self.position = stream.next  # the next offset to deliver
+        self.buffer: deque[StreamMessage] = deque()  # entries read from the store, from position on
+        self.reading = False
+        self.min_ts: int | None = None  # a timestamp= start: skip older entries until one is newer
+
+
+class Streams:
+    def __init__(self, dispatcher: Dispatcher, config: BrokerConfig) -> None:
+        self.dispatcher = dispatcher
+        self.store = dispatcher.store
+        self.config = config
+        self.deadlines = dispatcher.deadlines
+        self.reads = dispatcher.reads
+        self.streams: dict[str, Stream] = {}
+
+    # -- streams ------------------------------------------------------------------------------
+    def stream(self, name: str) -> Stream:
+        """The stream named ``name``, created (implicitly, like a queue) on first use."""
+        stream = self.streams.get(name)
+        if stream is None:
+            stream = self.streams[name] = self._new(name)
+            self.store.save_stream(name, {})
+        return stream
+
+    def _new(self, name: str, first: int = 0, next_offset: int = 0) -> Stream:
+        stream = Stream(name, self.config.window if self.store.durable else None, first, next_offset)
+        self._configure(stream, {})
+        return stream
+
+    def declare(self, name: str, headers: dict[str, str]) -> None:
+        """Create the stream or change its retention (``max-age`` seconds, ``max-bytes``)."""
+        options = {}
+        for option in (MAX_AGE, MAX_BYTES):
+            value = headers.get(option)
+            if value is not None:
+                if not (value.isascii() and value.isdigit()) or len(value) > 18:
+                    raise ClientError(f"{option} must be a whole number >= 0, not {value!r}")
+                options[option] = value
+        stream = self.stream(name)
+        self._configure(stream, options)
+        self.store.save_stream(name, options)
+        self.enforce(stream)
+
+    def _configure(self, stream: Stream, options: dict[str, str]) -> None:
+        stream.options = options
+        config = self.config
+        age = int(options[MAX_AGE]) if MAX_AGE in options else config.stream_max_age
+        size = int(options[MAX_BYTES]) if MAX_BYTES in options else config.stream_max_bytes
+        stream.max_age_ms = int(age * 1000) if age else None
+        stream.max_bytes = size or None
+
+    def recover(self, records: Sequence[StreamRecord]) -> None:
+        for record in records:
+            stream = self.streams[record.name] = self._new(record.name, record.first, record.next)
+            self._configure(stream, record.options)
+
+    def marks_wanted(self) -> list[tuple[str, list[int]]]:
+        """Per recovered stream, the offsets whose entries rebuild its marks and its size:
+        each segment's start and the last entry (point reads, a few per million entries)."""
+        step = self.config.stream_segment
+        wanted = []
+        for stream in self.streams.values():
+            if stream.next > stream.first and not stream.marks:
+                starts = [stream.first, *range((stream.first // step + 1) * step, stream.next, step)]
+                wanted.append((stream.name, [*starts, stream.next - 1]))
+        return wanted
+
+    def load_marks(self, name: str, entries: Sequence[StreamMessage]) -> None:
+        """The entries ``marks_wanted`` asked for, read from the store, in order."""
+        stream = self.streams[name]
+        if not entries:
+            return
+        *starts, last = entries
+        stream.marks.extend((m.offset, m.timestamp, m.bytes_before) for m in starts)
+        stream.end_bytes = last.bytes_before + len(last.body)
+        stream.last_ts = last.timestamp
+        self.enforce(stream)
+
+    # -- appending ----------------------------------------------------------------------------
+    def append(self, name: str, headers: dict[str, str], body: bytes, priority: int) -> None:
+        """Store one entry at the stream's next offset and feed the subscribers waiting for it."""
+        stream = self.streams.get(name) or self.stream(name)
+        dispatcher = self.dispatcher
+        dispatcher.seq += 1
+        offset = stream.next
+        timestamp = stream.last_ts = max(dispatcher.wall_ms, stream.last_ts)
+        msg = StreamMessage(dispatcher.seq, name, priority, headers, body, timestamp, offset, stream.end_bytes)
+        stream.next = offset + 1
+        stream.end_bytes += len(body)
+        self.store.append_stream(msg)
+        tail = stream.tail
+        tail.append(msg)
+        if stream.capacity is not None and len(tail) > stream.capacity:
+            tail.popleft()
+        if offset % self.config.stream_segment == 0 or not stream.marks:
+            stream.marks.append((offset, timestamp, msg.bytes_before))
+            self.enforce(stream)
+        for sub in stream.subscribers:
+            if sub.position == offset:
+                self.pump(sub)
+
+    # -- retention ----------------------------------------------------------------------------
+    def enforce(self, stream: Stream) -> None:
+        """Drop the oldest segments beyond the stream's retention (never the newest one)."""
+        marks = stream.marks
+        max_age, max_bytes = stream.max_age_ms, stream.max_bytes
+        oldest_kept = self.dispatcher.wall_ms - max_age if max_age is not None else None
+        cut = None
+        while len(marks) > 1:
+            too_big = max_bytes is not None and stream.end_bytes - marks[0][2] > max_bytes
+            # The next segment's first entry is no older than every entry of this one.
+            too_old = oldest_kept is not None and marks[1][1] < oldest_kept
+            if not (too_big or too_old):
+                break
+            marks.popleft()
+            cut = marks[0][0]
+        if cut is not None:
+            stream.first = cut
+            self.store.trim_stream(stream.name, cut)
+            tail = stream.tail
+            while tail and tail[0].offset < cut:
+                tail.popleft()
+        self._arm_age(stream)
+
+    def _arm_age(self, stream: Stream) -> None:
+        """Wake up when the oldest segment ages out (nothing else would look at an idle stream)."""
+        if stream.timer is not None:
+            self.deadlines.cancel(stream.timer)
+            stream.timer = None
+        if stream.max_age_ms is not None and len(stream.marks) > 1:
+            due_ms = stream.marks[1][1] + stream.max_age_ms - self.dispatcher.wall_ms + 1
+            stream.timer = self.deadlines.arm(max(due_ms, 1) / 1000, STREAM_RETENTION, stream)
+
+    def expire(self, stream: Stream) -> None:
+        """The STREAM_RETENTION deadline."""
+        stream.timer = None
+        if self.streams.get(stream.name) is stream:
+            self.enforce(stream)
+
+    # -- subscribers --------------------------------------------------------------------------
+    def subscribe(self, session: Session, name: str, sub_id: str, mode: AckMode, prefetch: int,
+                  start: str | None) -> StreamSubscription:
+        stream = self.stream(name)
+        sub = StreamSubscription(sub_id, session, stream, mode, prefetch)
+        sub.position, sub.min_ts = _start(stream, start)
+        stream.subscribers.append(sub)
+        session.subscriptions[sub_id] = sub
+        self.pump(sub)
+        return sub
+
+    def remove(self, sub: StreamSubscription) -> None:
+        sub.stream.subscribers.remove(sub)
+        sub.buffer.clear()
+
+    def pump(self, sub: StreamSubscription) -> None:
+        """Deliver from ``sub``'s position while it has room; ask for a read when memory lacks it."""
+        stream, buffer = sub.stream, sub.buffer
+        while sub.active and sub.has_room():
+            position = sub.position
+            if position >= stream.next:
+                return
+            if position < stream.first:  # retention overtook the subscriber: skip what is gone
+                sub.position = stream.first
+                continue
+            while buffer and buffer[0].offset < position:
+                buffer.popleft()
+            if buffer:
+                msg = buffer.popleft()
+            elif position >= stream.tail_first:
+                msg = stream.tail[position - stream.tail_first]
+            else:
+                self._read(sub)
+                return
+            sub.position = msg.offset + 1
+            if sub.min_ts is not None:
+                if msg.timestamp < sub.min_ts:
+                    continue
+                sub.min_ts = None
+            self._deliver(sub, msg)
+
+    def _deliver(self, sub: StreamSubscription, msg: StreamMessage) -> None:
+        session = sub.session
+        version = session.version
+        ack_id = None if sub.ack_mode is AckMode.AUTO else self.dispatcher.track(session, sub, msg)
+        tail = b"%s:%d\n%s" % (OFFSET_HEADER.encode(), msg.offset, message_tail(msg, version))
+        session.outbox.write(
+            message_frame(msg, sub.destination, sub.id, ack_id if version == "1.2" else None, version, tail)
+        )
+
+    def _read(self, sub: StreamSubscription) -> None:
+        if sub.reading:
+            return
+        sub.reading = True
+        name, start = sub.stream.name, sub.position
+
+        def fetch(store: Store) -> Awaitable[Sequence[StreamMessage]]:
+            return store.read_stream(name, start, READ_BATCH)
+
+        self.reads.submit(StoreRead(fetch, partial(self._read_done, sub), partial(self._read_failed, sub)))
+
+    def _read_done(self, sub: StreamSubscription, entries: Sequence[StreamMessage]) -> None:
+        sub.reading = False
+        if sub.active:
+            sub.buffer.extend(entries)
+            if not entries and sub.position < sub.stream.tail_first:
+                sub.position = sub.stream.first  # trimmed while the read was queued
+            self.pump(sub)
+
+    def _read_failed(self, sub: StreamSubscription, error: StoreError) -> None:
+        log.warning("reading stream %s failed, retrying: %s", sub.stream.name, error)
+        self.deadlines.arm(READ_RETRY_SECONDS, STREAM_READ_RETRY, sub)
+
+    def retry_read(self, sub: StreamSubscription) -> None:
+        """The STREAM_READ_RETRY deadline."""
+        sub.reading = False
+        self.pump(sub)
+
+    # -- introspection ------------------------------------------------------------------------
+    def offsets(self, name: str) -> dict[str, str]:
+        """``/control/stream-offsets``: the retained range (last-offset -1: never written)."""
+        stream = self.streams.get(name)
+        first, nxt = (stream.first, stream.next) if stream is not None else (0, 0)
+        size = stream.size if stream is not None else 0
+        return {
+            "first-offset": str(first),
+            "last-offset": str(nxt - 1),
+            "next-offset": str(nxt),
+            "count": str(nxt - first),
+            "bytes": str(size),
+        }
+
+
+def _start(stream: Stream, value: str | None) -> tuple[int, int | None]:
+    """The first offset a SUBSCRIBE's ``x-stream-offset`` names, and a minimum timestamp."""
+    if value is None or value == "next":
+        return stream.next, None
+    if value == "first":
+        return stream.first, None
+    if value == "last":
+        return max(stream.first, stream.next - 1), None
+    if value.startswith("timestamp="):
+        try:
+            seconds = float(value[len("timestamp="):])
+        except ValueError:
+            seconds = float("nan")
+        if not seconds >= 0 or seconds == float("inf"):
+            raise ClientError(f"{OFFSET_HEADER}: timestamp= needs epoch seconds, not {value!r}")
+        at_ms = int(seconds * 1000)
+        start = stream.first
+        for offset, timestamp, _ in stream.marks:  # the last segment starting at or before it
+            if timestamp >= at_ms:
+                break
+            start = offset
+        return start, at_ms
+    if value.isascii() and value.isdigit() and len(value) <= 18:
+        return min(max(int(value), stream.first), stream.next), None
+    raise ClientError(f"{OFFSET_HEADER} must be first, last, next, an offset or timestamp=SECONDS, not {value!r}")

@@ -1,0 +1,278 @@
+"""The ``stompmq`` PySpark data source: streams in (batch and streaming), SENDs out.
+
+Theory of operation
+-------------------
+Offsets are stream positions, ``{stream: next offset to read}``, so a micro-batch
+is a set of offset ranges, one Spark partition per stream.  The latest offsets
+come from ``/control/stream-offsets``, whose RECEIPT the broker sends only once
+every entry below ``next-offset`` is committed: a range Spark plans is on disk.
+``read`` subscribes at the range's start and stops at its end; an entry never
+changes once written, so reading a range again gives the same rows, and a query
+restarted from its checkpoint replays its planned batch exactly (exactly once
+with an idempotent sink such as Spark's file sink).  Admission control is the
+4.2+ API: ``latestOffset(start, limit)`` with ``maxMessagesPerTrigger``.
+
+Writes: each row becomes a SEND with a receipt; a task returns (its commit
+message) only after every RECEIPT, i.e. once the broker has stored every row.
+A retried task sends its rows again: the sink is at-least-once.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+from pyspark.sql.types import StructType
+
+from ..protocol import Frame, encode_frame
+from .client import BROKER_HEADERS, STREAM_PREFIX, Connection, StompmqError
+
+SCHEMA = (
+    "destination string, offset long, message_id string, timestamp timestamp, priority int,"
+    " headers map<string,string>, body binary"
+)
+Offsets = dict[str, int]
+
+
+@dataclass(frozen=True)
+class Options:
+    url: str
+    login: str | None
+    passcode: str | None
+    streams: list[str]
+
+    def connect(self) -> Connection:
+        return Connection(self.url, self.login, self.passcode)
+
+
+def _options(options: Mapping[str, str], *, reading: bool) -> Options:
+    url = options.get("url")
+    if not url:
+        raise StompmqError("option 'url' is required (stomp://host:port)")
+    login, passcode = options.get("login"), options.get("passcode")
+    streams: list[str] = []
+    if reading:
+        destination, exchange = options.get("destination"), options.get("exchange")
+        if exchange:
+            with Connection(url, login, passcode) as conn:
+                streams = conn.bound_streams(exchange)
+        elif destination:
+            for one in destination.split(","):
+                one = one.strip()
+                if not one.startswith(STREAM_PREFIX) or len(one) == len(STREAM_PREFIX):
+                    raise StompmqError(f"option 'destination': {one!r} is not a stream (/stream/NAME)")
+                streams.append(one[len(STREAM_PREFIX):])
+        else:
+            raise StompmqError("option 'destination' (/stream/NAME[,...]) or 'exchange' is required")
+    return Options(url, login, passcode, streams)
+
+
+def _bounds(opts: Options) -> dict[str, tuple[int, int]]:
+    with opts.connect() as conn:
+        return {s: conn.stream_bounds(s) for s in opts.streams}
+
+
+def _resolve(spec: str | None, default: str, opts: Options, name: str) -> Offsets:
+    """``earliest``, ``latest`` or JSON ``{"stream": offset}`` (missing streams: ``default``)."""
+    bounds = _bounds(opts)
+    spec = spec or default
+    picks: dict[str, Any] = {}
+    if spec not in ("earliest", "latest"):
+        try:
+            picks = json.loads(spec)
+        except ValueError:
+            raise StompmqError(f"option {name!r} must be earliest, latest or JSON {{stream: offset}}") from None
+        if not isinstance(picks, dict) or not all(isinstance(v, int) for v in picks.values()):
+            raise StompmqError(f"option {name!r} must map stream names to offsets")
+        spec = default
+    index = 0 if spec == "earliest" else 1
+    return {s: int(picks.get(s, bounds[s][index])) for s in opts.streams}
+
+
+# -- reading ------------------------------------------------------------------------------------
+class StreamRange(InputPartition):
+    def __init__(self, stream: str, start: int, end: int) -> None:
+        super().__init__((stream, start, end))
+        self.stream, self.start, self.end = stream, start, end
+
+
+def _row(stream: str, frame: Frame) -> tuple[Any, ...]:
+    h = frame.headers
+    headers = {k: v for k, v in h.items() if k not in BROKER_HEADERS}
+    return (
+        STREAM_PREFIX + stream,
+        int(h["x-stream-offset"]),
+        h["message-id"],
+        datetime.fromtimestamp(int(h["timestamp"]) / 1000, tz=timezone.utc),
+        int(h.get("priority", "4")),
+        headers,
+        frame.body,
+    )
+
+
+def _read(opts: Options, part: StreamRange) -> Iterator[tuple[Any, ...]]:
+    with opts.connect() as conn:
+        for frame in conn.read_range(part.stream, part.start, part.end):
+            yield _row(part.stream, frame)
+
+
+def _ranges(start: Offsets, end: Offsets) -> list[InputPartition]:
+    return [StreamRange(s, start.get(s, end[s]), end[s]) for s in end if start.get(s, end[s]) < end[s]]
+
+
+class StompmqBatchReader(DataSourceReader):
+    """``spark.read``: the offset ranges [startingOffsets, endingOffsets) of the streams."""
+
+    def __init__(self, opts: Options, options: Mapping[str, str]) -> None:
+        self.opts = opts
+        self.start = _resolve(options.get("startingOffsets"), "earliest", opts, "startingOffsets")
+        self.end = _resolve(options.get("endingOffsets"), "latest", opts, "endingOffsets")
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return _ranges(self.start, self.end)
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        assert isinstance(partition, StreamRange)
+        return _read(self.opts, partition)
+
+
+class StompmqStreamReader(DataSourceStreamReader):
+    """``spark.readStream``: one partition per stream per micro-batch, offsets {stream: offset}."""
+
+    def __init__(self, opts: Options, options: Mapping[str, str]) -> None:
+        self.opts = opts
+        self.starting = options.get("startingOffsets")
+        limit = options.get("maxMessagesPerTrigger")
+        if limit is not None and not (limit.isdigit() and int(limit) > 0):
+            raise StompmqError(f"option 'maxMessagesPerTrigger' must be a positive integer, not {limit!r}")
+        self.max_per_trigger = int(limit) if limit else None
+
+    def initialOffset(self) -> dict:
+        return _resolve(self.starting, "latest", self.opts, "startingOffsets")
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxRows(self.max_per_trigger) if self.max_per_trigger else ReadAllAvailable()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        latest = {s: nxt for s, (_, nxt) in _bounds(self.opts).items()}
+        start = {s: int(start.get(s, latest[s])) for s in latest}
+        if isinstance(limit, ReadMaxRows):
+            return _admit(start, latest, limit.max_rows)
+        return latest
+
+    def reportLatestOffset(self) -> dict:
+        return {s: nxt for s, (_, nxt) in _bounds(self.opts).items()}
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        return _ranges({s: int(v) for s, v in start.items()}, {s: int(v) for s, v in end.items()})
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        assert isinstance(partition, StreamRange)
+        return _read(self.opts, partition)
+
+    def commit(self, end: dict) -> None:
+        pass  # the broker keeps no reader state: retention alone decides what is dropped
+
+
+def _admit(start: Offsets, latest: Offsets, budget: int) -> Offsets:
+    """At most ``budget`` entries past ``start``, shared in proportion to what each stream has."""
+    backlog = {s: max(0, latest[s] - start[s]) for s in latest}
+    total = sum(backlog.values())
+    if total <= budget:
+        return dict(latest)
+    end = {s: start[s] + backlog[s] * budget // total for s in latest}
+    spare = budget - sum(end[s] - start[s] for s in latest)
+    for s in sorted(latest, key=lambda s: -backlog[s]):  # the rounding remainder, largest first
+        if spare <= 0:
+            break
+        if end[s] < latest[s]:
+            end[s] += 1
+            spare -= 1
+    return end
+
+
+# -- writing ------------------------------------------------------------------------------------
+@dataclass
+class Sent(WriterCommitMessage):
+    count: int
+
+
+def _frames(rows: Iterator[Any], default: str | None) -> Iterator[bytes]:
+    for i, row in enumerate(rows):
+        fields = row.asDict()
+        destination = fields.get("destination") or default
+        if not destination:
+            raise StompmqError("option 'destination' is required (or a 'destination' column)")
+        body = fields.get("body")
+        if body is None:
+            raise StompmqError("a 'body' column is required (binary or string)")
+        if isinstance(body, str):
+            body = body.encode()
+        headers = {k: str(v) for k, v in (fields.get("headers") or {}).items()}
+        headers["destination"] = destination
+        if fields.get("routing_key") is not None:
+            headers["routing-key"] = str(fields["routing_key"])
+        headers["receipt"] = str(i)
+        yield encode_frame(Frame("SEND", headers, bytes(body)), "1.2")
+
+
+class StompmqWriter(DataSourceWriter):
+    """``df.write``: each row is a SEND; a task is done once the broker stored all of them."""
+
+    def __init__(self, opts: Options, options: Mapping[str, str]) -> None:
+        self.opts = opts
+        self.destination = options.get("destination")
+
+    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        with self.opts.connect() as conn:
+            return Sent(conn.send_all(_frames(iterator, self.destination)))
+
+
+class StompmqStreamWriter(DataSourceStreamWriter):
+    def __init__(self, opts: Options, options: Mapping[str, str]) -> None:
+        self.writer = StompmqWriter(opts, options)
+
+    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        return self.writer.write(iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        pass  # every row is stored once its task returned
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        pass  # rows already sent stay sent (at-least-once)
+
+
+class StompmqDataSource(DataSource):
+    """``format("stompmq")``: options url, login, passcode, destination | exchange, ..."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "stompmq"
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return StompmqBatchReader(_options(self.options, reading=True), self.options)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return StompmqStreamReader(_options(self.options, reading=True), self.options)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        return StompmqWriter(_options(self.options, reading=False), self.options)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        return StompmqStreamWriter(_options(self.options, reading=False), self.options)

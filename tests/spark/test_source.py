@@ -1,0 +1,155 @@
+"""The stompmq PySpark data source in a local-mode Spark session against a real broker."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stompmq.broker import BrokerConfig
+
+from ..broker_thread import BrokerThread
+from ..conftest import make_store_factory
+from ..stompclient import Client
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.fixture(scope="module")
+def durable(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    thread = BrokerThread(make_store_factory("sqlite", tmp_path_factory.mktemp("spark"))).start()
+    try:
+        yield thread
+    finally:
+        thread.stop()
+
+
+def url(broker: BrokerThread) -> str:
+    return f"stomp://127.0.0.1:{broker.port}"
+
+
+def publish(port: int, stream: str, bodies: list[str]) -> None:
+    with Client(port) as c:
+        for body in bodies:
+            c.send_to(f"/stream/{stream}", body, receipt=False, headers={"k": body[-1]})
+        c.sync()
+
+
+def test_batch_read_of_offset_ranges(spark: Any, durable: BrokerThread) -> None:
+    publish(durable.port, "b", [f"m{i}" for i in range(30)])
+    df = spark.read.format("stompmq").option("url", url(durable)).option("destination", "/stream/b").load()
+    rows = sorted(df.collect(), key=lambda r: r.offset)
+    assert [(r.offset, r.body) for r in rows] == [(i, f"m{i}".encode()) for i in range(30)]
+    assert rows[0].destination == "/stream/b" and rows[0].headers == {"k": "0"} and rows[0].priority == 4
+    part = (spark.read.format("stompmq").option("url", url(durable)).option("destination", "/stream/b")
+            .option("startingOffsets", json.dumps({"b": 10})).option("endingOffsets", json.dumps({"b": 15})).load())
+    assert sorted(r.offset for r in part.collect()) == [10, 11, 12, 13, 14]
+
+
+def test_write_then_read_back(spark: Any, durable: BrokerThread) -> None:
+    df = spark.createDataFrame([(f"w{i}".encode(), {"n": str(i)}) for i in range(200)], "body binary, headers map<string,string>")
+    df.repartition(3).write.format("stompmq").option("url", url(durable)).option("destination", "/stream/w").mode("append").save()
+    back = spark.read.format("stompmq").option("url", url(durable)).option("destination", "/stream/w").load()
+    got = sorted((r.headers["n"], r.body) for r in back.collect())
+    assert got == sorted((str(i), f"w{i}".encode()) for i in range(200))
+
+
+def test_parallel_partitions_of_an_exchange(spark: Any, durable: BrokerThread) -> None:
+    with Client(durable.port) as c:
+        c.request("SEND", {"destination": "/control/declare/exchange/px"})
+        for p in range(4):
+            c.request("SEND", {"destination": "/control/bind/exchange/px", "queue": f"/stream/px{p}"})
+        for i in range(400):
+            c.send_to(f"/exchange/px/k{i}", f"e{i}", receipt=False)
+        c.sync()
+    df = spark.read.format("stompmq").option("url", url(durable)).option("exchange", "px").load()
+    assert df.rdd.getNumPartitions() == 4
+    rows = df.collect()
+    assert sorted(int(r.body[1:]) for r in rows) == list(range(400))
+    assert len({r.destination for r in rows}) == 4
+
+
+def test_streaming_exactly_once_across_a_restart(spark: Any, durable: BrokerThread, tmp_path: Path) -> None:
+    streams = ["x0", "x1"]
+    for s in streams:
+        publish(durable.port, s, [f"{s}-{i}" for i in range(300)])
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+
+    def start() -> Any:
+        df = (spark.readStream.format("stompmq").option("url", url(durable))
+              .option("destination", ",".join(f"/stream/{s}" for s in streams))
+              .option("startingOffsets", "earliest").option("maxMessagesPerTrigger", "100").load())
+        return (df.select("destination", "offset", "body").writeStream.format("parquet")
+                .option("path", str(out)).option("checkpointLocation", str(checkpoint)).start())
+
+    query = start()
+    try:
+        while not query.recentProgress or query.recentProgress[-1]["numInputRows"] == 0:
+            query.awaitTermination(0.2)
+        assert query.recentProgress[0]["numInputRows"] <= 100  # admission control
+    finally:
+        query.stop()  # mid-run: 600 entries at 100 per trigger take several batches
+    for s in streams:
+        publish(durable.port, s, [f"{s}-{i}" for i in range(300, 350)])
+    query = start()
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    rows = spark.read.parquet(str(out)).collect()
+    got = sorted((r.destination, r.offset) for r in rows)
+    assert got == sorted((f"/stream/{s}", i) for s in streams for i in range(350))  # no gap, no duplicate
+    assert all(r.body == f"{r.destination[8:]}-{r.offset}".encode() for r in rows)
+
+
+def test_streaming_sink(spark: Any, durable: BrokerThread, tmp_path: Path) -> None:
+    publish(durable.port, "src", [f"s{i}" for i in range(50)])
+    df = (spark.readStream.format("stompmq").option("url", url(durable)).option("destination", "/stream/src")
+          .option("startingOffsets", "earliest").load())
+    query = (df.selectExpr("body", "headers").writeStream.format("stompmq").option("url", url(durable))
+             .option("destination", "/stream/dst").option("checkpointLocation", str(tmp_path / "c")).start())
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    back = spark.read.format("stompmq").option("url", url(durable)).option("destination", "/stream/dst").load()
+    assert sorted(r.body for r in back.collect()) == sorted(f"s{i}".encode() for i in range(50))
+
+
+def test_retention_gap_is_an_error_not_a_silent_skip(spark: Any, tmp_path: Path) -> None:
+    thread = BrokerThread(make_store_factory("sqlite", tmp_path), config=BrokerConfig(stream_segment=10)).start()
+    try:
+        with Client(thread.port) as c:
+            c.request("SEND", {"destination": "/control/declare/stream/r", "max-bytes": "100"})
+        publish(thread.port, "r", [f"{i:09d}" for i in range(40)])
+        df = (spark.read.format("stompmq").option("url", url(thread)).option("destination", "/stream/r")
+              .option("startingOffsets", json.dumps({"r": 0})).load())
+        with pytest.raises(Exception, match="are gone"):
+            df.collect()
+        assert spark.read.format("stompmq").option("url", url(thread)).option("destination", "/stream/r").load().count() == 20  # [20, 40): retention runs as a segment starts
+    finally:
+        thread.stop()
+
+
+@pytest.mark.parametrize(
+    ("options", "problem"),
+    [
+        ({"destination": "/stream/a"}, "option 'url'"),
+        ({"url": "stomp://127.0.0.1:1", "destination": "/stream/a"}, "option 'url'"),
+        ({"url": "URL", "destination": "/queue/a"}, "option 'destination'"),
+        ({"url": "URL"}, "option 'destination'"),
+        ({"url": "URL", "exchange": "nope"}, "option 'exchange'"),
+        ({"url": "URL", "destination": "/stream/a", "login": "bad", "passcode": "bad"}, "login"),
+    ],
+)
+def test_bad_options_name_the_option(spark: Any, make_memory_broker: Any, options: dict[str, str], problem: str) -> None:
+    from stompmq.server import ServerSettings
+
+    thread = make_memory_broker(settings=ServerSettings(port=0, login="user", passcode="pw"))
+    options = {k: v.replace("URL", url(thread)) for k, v in options.items()}
+    options.setdefault("login", "user")
+    options.setdefault("passcode", "pw")
+    with pytest.raises(Exception, match=problem):
+        spark.read.format("stompmq").options(**options).load().collect()

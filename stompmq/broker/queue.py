@@ -34,7 +34,7 @@ class Queue:
         self.window = ReadyWindow(capacity, spilled)
         self.nsubs = 0  # subscriptions (the round-robin holds those with room)
         self.ready_subs: deque[Subscription] = deque()
-        self.inflight: dict[int, Subscription] = {}  # seq -> subscription holding it
+        self.inflight: dict[int, StoredMessage] = {}  # seq -> message delivered, not yet settled
         # seq -> subscription whose ack timeout expired for it: another one gets it if it can
         self.avoid: dict[int, Subscription] | None = None
 

@@ -258,6 +258,10 @@ class Connection:
                 return
             self.last_send = trio.current_time()
             outbox.sent(len(data))
+            session = self.session
+            if session is not None and session.unsent:  # auto-ack deliveries reached the socket
+                self.runtime.tick()
+                self.broker.written(session, outbox.sent_total)
 
     async def _watchdog(self) -> None:
         connect_deadline = trio.current_time() + self.settings.connect_timeout

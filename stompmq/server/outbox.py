@@ -11,6 +11,11 @@ burst of deliveries costs one system call.  Two limits bound memory:
 * below ``hard_limit`` transient topic messages may be added; above it they
   are dropped for this subscriber, and the connection stops reading its peer's
   frames (whose RECEIPTs and ERRORs would land here).
+
+``queued`` and ``sent_total`` count bytes ever written and ever sent: the
+engine remembers ``queued`` after each auto-ack delivery and settles it once
+``sent_total`` has passed it (``Broker.written``), so the soft limit is also
+the bound on how much auto-ack traffic waits between the engine and the socket.
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ class ConnectionOutbox:
         "on_drain",
         "soft_limit",
         "hard_limit",
+        "queued",
+        "sent_total",
     )
 
     def __init__(self, soft_limit: int = SOFT_LIMIT, hard_limit: int = HARD_LIMIT) -> None:
@@ -48,10 +55,13 @@ class ConnectionOutbox:
         self.on_drain: Callable[[], None] = lambda: None
         self.soft_limit = soft_limit
         self.hard_limit = hard_limit
+        self.queued = 0  # bytes ever written
+        self.sent_total = 0  # bytes ever handed to the socket
 
     def write(self, data: bytes) -> None:
         self._chunks.append(data)
         self.size += len(data)
+        self.queued += len(data)
         self._ready.set()
         if self._written is not None:
             self._written.set()
@@ -82,6 +92,7 @@ class ConnectionOutbox:
     def sent(self, nbytes: int) -> None:
         """``nbytes`` taken earlier reached the socket."""
         self.size -= nbytes
+        self.sent_total += nbytes
         if self.size <= self.soft_limit // 2:
             if self.size == 0:
                 self._drained.set()

@@ -18,8 +18,10 @@ class FakeOutbox:
         self.parser = FrameParser()
         self.frames: list[Frame] = []
         self.room = True
+        self.queued = 0  # bytes ever written; the test says how many reached the "socket"
 
     def write(self, data: bytes) -> None:
+        self.queued += len(data)
         self.frames.extend(self.parser.feed(data))
 
     def has_room(self) -> bool:

@@ -59,6 +59,32 @@ SESSION_COMMANDS = frozenset({"SEND", "SUBSCRIBE", "UNSUBSCRIBE", "ACK", "NACK",
 _ids = itertools.count(1)
 
 
+async def linger(stream: trio.abc.HalfCloseableStream) -> None:
+    """Half-close and read until the peer closes (at most ``LINGER_SECONDS``): closing with
+    unread input would reset the connection and could discard the ERROR just sent."""
+    with trio.move_on_after(LINGER_SECONDS):
+        try:
+            await stream.send_eof()
+            while await stream.receive_some(RECEIVE_BYTES):
+                pass
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+
+
+async def refuse(stream: trio.abc.HalfCloseableStream, message: str) -> None:
+    """Answer a connection the server will not serve with an ERROR frame, then close it."""
+    try:
+        with trio.move_on_after(LINGER_SECONDS):
+            error = Frame("ERROR", {"message": message, "content-type": "text/plain"}, message.encode())
+            await stream.send_all(encode_frame(error, "1.0"))
+        await linger(stream)
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        pass
+    finally:
+        with trio.CancelScope(shield=True):
+            await stream.aclose()
+
+
 class _Close(Exception):
     """End the connection (after an ERROR or a DISCONNECT)."""
 
@@ -237,13 +263,7 @@ class Connection:
                 await self.outbox.wait_written()
             await self.outbox.wait_drained()
         if self._errored:
-            with trio.move_on_after(LINGER_SECONDS):
-                try:
-                    await self.stream.send_eof()
-                    while await self.stream.receive_some(RECEIVE_BYTES):
-                        pass
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    pass
+            await linger(self.stream)
 
     # -- writing ------------------------------------------------------------------
     async def _writer(self) -> None:

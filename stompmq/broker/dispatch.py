@@ -60,7 +60,10 @@ class Dispatcher:
         queue = self.queues.get(name)
         if queue is None:
             durable = self.store.durable
-            queue = self.queues[name] = Queue(name, self.config.window if durable else None, spilled=durable)
+            config = self.config
+            queue = self.queues[name] = Queue(
+                name, config.window if durable else None, spilled=durable, max_bytes=config.window_bytes
+            )
         return queue
 
     def deactivate_if_idle(self, queue: Queue) -> None:

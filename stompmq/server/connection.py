@@ -51,8 +51,6 @@ RECEIVE_BYTES = 256 * 1024
 LINGER_SECONDS = 1.0
 #: Seconds a DISCONNECT waits for its RECEIPT's commit before closing anyway.
 DISCONNECT_WAIT_SECONDS = 30.0
-#: Store writes buffered before readers pause (bounds memory when the disk is slow).
-MAX_STORE_BACKLOG = 200_000
 #: Commands the broker handles after CONNECT (anything else is an unknown command).
 SESSION_COMMANDS = frozenset({"SEND", "SUBSCRIBE", "UNSUBSCRIBE", "ACK", "NACK", "BEGIN", "COMMIT", "ABORT"})
 
@@ -142,7 +140,7 @@ class Connection:
         while True:
             if outbox.size >= outbox.hard_limit:
                 await outbox.wait_below_hard_limit()
-            await store.wait_backlog_below(MAX_STORE_BACKLOG)
+            await store.wait_for_room()  # producers wait while the disk is behind (memory bound)
             data = await stream.receive_some(RECEIVE_BYTES)
             if not data:
                 return

@@ -92,7 +92,7 @@ class DictStore(Store):
     def backlog(self) -> int:
         return 0
 
-    async def wait_backlog_below(self, limit: int) -> None:
+    async def wait_for_room(self) -> None:
         pass
 
     async def load_ready(self, queue: str, after: tuple[int, int] | None, limit: int) -> Sequence[StoredMessage]:

@@ -24,12 +24,13 @@ import time
 TIMEOUT = 60.0
 
 
-def rss_kib(pid: int) -> int:
+def rss_kib(pid: int, field: str = "VmRSS") -> int:
+    """The broker's resident memory now (VmRSS) or at its peak so far (VmHWM), in KiB."""
     with open(f"/proc/{pid}/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1])
-    raise RuntimeError("no VmRSS")
+    raise RuntimeError(f"no {field}")
 
 
 class Client:
@@ -130,6 +131,7 @@ def scenario_queued(args: argparse.Namespace) -> None:
     time.sleep(args.settle)
     print(f"sent {args.messages} messages in {elapsed:.1f} s ({args.messages / elapsed:.0f} msg/s)")
     report("queued", before, rss_kib(args.pid), args.messages, "messages")
+    print(f"peak RSS of the broker process so far (VmHWM): {rss_kib(args.pid, 'VmHWM') / 1024:.1f} MiB")
 
 
 def scenario_queues(args: argparse.Namespace) -> None:

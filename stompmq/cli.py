@@ -22,7 +22,12 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
-        store = open_store(config.store_url, flush_interval=config.flush_interval, lease=config.lease)
+        store = open_store(
+            config.store_url,
+            flush_interval=config.flush_interval,
+            max_unflushed_bytes=config.max_unflushed_bytes,
+            lease=config.lease,
+        )
         broker = Broker(store, config.broker())
         trio.run(run_until_signal, broker, config.server())
     except BaseExceptionGroup as group:

@@ -49,6 +49,34 @@ def _optional_int(value: str) -> int | None:
     return None if value in ("", "none", "unlimited") else int(value)
 
 
+def _positive_int(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}")
+    return number
+
+
+def _optional_positive_int(value: str) -> int | None:
+    return None if value in ("", "none", "auto") else _positive_int(value)
+
+
+_SIZE_UNITS = {"": 1, "k": 1024, "kib": 1024, "m": 1024**2, "mib": 1024**2, "g": 1024**3, "gib": 1024**3}
+
+
+def _size(value: str) -> int:
+    """A byte count: an integer with an optional unit (K, M, G or KiB, MiB, GiB; powers of 1024)."""
+    text = str(value).strip().lower()
+    digits = text.rstrip("kmgib")
+    unit = _SIZE_UNITS.get(text[len(digits) :].strip())
+    try:
+        number = int(digits) * unit if unit is not None else 0
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive size such as 65536 or 64MiB, got {value!r}")
+    return number
+
+
 @dataclass(frozen=True)
 class Option:
     name: str  # flag without dashes, e.g. "max-frame-size"
@@ -83,7 +111,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("connect-timeout", float, 10.0, "seconds a new connection has to send CONNECT", "SECONDS"),
     Option("default-prefetch", int, 100, "prefetch of a client-ack subscription that asks for none", "N"),
     Option("max-prefetch", int, 10_000, "upper bound on the prefetch a subscription may ask for", "N"),
-    Option("window", int, 10_000, "ready messages a queue keeps in memory; the rest is paged in from the store", "N"),
+    Option("window", _positive_int, 10_000, "ready messages a queue keeps in memory; the rest is paged in from the store", "N"),
+    Option("window-bytes", _size, 16 * 1024**2, "bytes of ready messages a queue keeps in memory (with --window, whichever is reached first)", "BYTES"),
+    Option("max-unflushed-bytes", _size, 64 * 1024**2, "bytes of messages waiting for the disk before producers are paused (back-pressure)", "BYTES"),
+    Option("max-connections", _optional_positive_int, None, "client connections served at once; more are refused with an ERROR (default: the open-file limit minus a reserve)", "N"),
     Option("ack-timeout", float, 0.0, "seconds before an unacked message is redelivered (0 = never); SEND/SUBSCRIBE 'ack-timeout' headers override", "SECONDS"),
     Option("max-redeliveries", _optional_int, None, "redeliveries before a message goes to its dead-letter queue (default unlimited)", "N"),
     Option("dlq-prefix", str, "DLQ.", "dead-letter queue of /queue/NAME is /queue/<prefix>NAME", "PREFIX"),
@@ -124,6 +155,7 @@ class Config:
             heart_beat=self.heart_beat,
             heart_beat_grace=self.heart_beat_grace,
             connect_timeout=self.connect_timeout,
+            max_connections=self.max_connections,
         )
 
     def broker(self) -> BrokerConfig:
@@ -131,6 +163,7 @@ class Config:
             default_prefetch=self.default_prefetch,
             max_prefetch=self.max_prefetch,
             window=self.window,
+            window_bytes=self.window_bytes,
             ack_timeout=self.ack_timeout,
             max_redeliveries=self.max_redeliveries,
             dlq_prefix=self.dlq_prefix,
@@ -188,7 +221,10 @@ def load_config(argv: list[str] | None = None, environ: Mapping[str, str] | None
                 parser.error(f"{opt.env}: {e}")
         elif opt.key in file_values:
             raw = file_values[opt.key]
-            values[opt.key] = opt.type(raw) if isinstance(raw, str) else raw
+            try:  # scalars are checked like flags; a TOML array (heart-beat) is taken as is
+                values[opt.key] = raw if isinstance(raw, list) else opt.type(str(raw))
+            except (ValueError, argparse.ArgumentTypeError) as e:
+                parser.error(f"{opt.key} in {args['config']}: {e}")
         else:
             values[opt.key] = opt.default
     if (values["login"] is None) != (values["passcode"] is None):

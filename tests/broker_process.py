@@ -16,6 +16,7 @@ prove the broker handled every frame sent so far without asking for a commit.
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -68,9 +69,11 @@ def stomp_ready(port: int, host: str = "127.0.0.1") -> bool:
 class BrokerProcess:
     """``stompmq`` on ``sqlite:///db_path`` (or on a ``postgresql://`` URL) in a subprocess of its own."""
 
-    def __init__(self, db_path: str | Path, *extra: str, port: int | None = None, log_level: str = "WARNING") -> None:
+    def __init__(self, db_path: str | Path, *extra: str, port: int | None = None, log_level: str = "WARNING",
+                 open_files: tuple[int, int] | None = None) -> None:
         is_url = str(db_path).startswith("postgresql://")
         self.db_path = Path(db_path)
+        self.open_files = open_files  # (soft, hard) RLIMIT_NOFILE for the process
         self.port = port if port is not None else free_port()
         self._auto_port = port is None
         self.args = [
@@ -101,8 +104,14 @@ class BrokerProcess:
             stderr=self._stderr_file,
             cwd=str(ROOT),
             env=env,
+            preexec_fn=self._limit_open_files if self.open_files is not None else None,
         )
         return self
+
+    def _limit_open_files(self) -> None:
+        """In the child, before exec: the open-file limit the broker inherits."""
+        assert self.open_files is not None
+        resource.setrlimit(resource.RLIMIT_NOFILE, self.open_files)
 
     def start(self, timeout: float = START_TIMEOUT) -> BrokerProcess:
         """Start the broker and return once it answers CONNECT on its port."""

@@ -73,14 +73,17 @@ class BrokerPair:
         self.nursery = nursery
         self.settings = settings
 
-    def open(self, version: str = "1.2") -> PeerClient:
-        """A new client connection; its server side runs in the pair's nursery."""
-        client_stream, server_stream = trio.testing.memory_stream_pair()
+    def open(self, version: str = "1.2", lockstep: bool = False) -> PeerClient:
+        """A new client connection; its server side runs in the pair's nursery.  ``lockstep``:
+        the server's ``send_all`` waits until the client has read the bytes, as with a socket
+        whose buffers are full, so what the server counts as sent is what the client read."""
+        make = trio.testing.lockstep_stream_pair if lockstep else trio.testing.memory_stream_pair
+        client_stream, server_stream = make()
         self.nursery.start_soon(Connection(server_stream, self.runtime, self.settings).run)
         return PeerClient(client_stream, version)
 
-    async def connected(self, version: str = "1.2", heart_beat: str = "0,0") -> PeerClient:
-        client = self.open(version)
+    async def connected(self, version: str = "1.2", heart_beat: str = "0,0", lockstep: bool = False) -> PeerClient:
+        client = self.open(version, lockstep)
         reply = await client.connect(heart_beat)
         assert reply.command == "CONNECTED", reply
         return client

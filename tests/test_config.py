@@ -35,6 +35,11 @@ def test_settings_reach_the_engine_and_the_server() -> None:
     (["--heart-beat", "1,2,3"], {}),
     ([], {"STOMPMQ_PORT": "abc"}),
     (["--login", "only"], {}),
+    (["--window", "0"], {}),
+    (["--window-bytes", "-1"], {}),
+    (["--window-bytes", "64kb"], {}),
+    ([], {"STOMPMQ_MAX_UNFLUSHED_BYTES": "lots"}),
+    (["--max-connections", "0"], {}),
 ])
 def test_bad_values_are_usage_errors(argv: list[str], environ: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
@@ -48,3 +53,21 @@ def test_unknown_file_settings_are_refused(tmp_path: Path) -> None:
     path.write_text("prot = 1\n")
     with pytest.raises(SystemExit):
         load_config(["--config", str(path)], environ={})
+
+
+def test_sizes_take_binary_units() -> None:
+    config = load_config(["--window-bytes", "2MiB", "--max-unflushed-bytes", "65536", "--max-connections", "5"],
+                         environ={})
+    assert (config.window_bytes, config.max_unflushed_bytes) == (2 * 1024 * 1024, 65536)
+    assert config.broker().window_bytes == 2 * 1024 * 1024 and config.server().max_connections == 5
+    assert load_config(["--window-bytes", "1g"], environ={}).window_bytes == 1024**3
+    assert load_config([], environ={}).server().max_connections is None  # derived at start
+
+
+def test_bad_file_values_are_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "stompmq.toml"
+    path.write_text("window = 0\n")
+    with pytest.raises(SystemExit) as exit_info:
+        load_config(["--config", str(path)], environ={})
+    assert exit_info.value.code == 2
+    assert "window" in capsys.readouterr().err

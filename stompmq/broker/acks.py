@@ -94,6 +94,16 @@ class Acks:
         for ack_id in list(sub.unacked):
             self.requeue(sub.queue, self.settle(sub, ack_id))
 
+    def release_unsent(self, session: Session) -> None:
+        """The connection closed: auto-ack deliveries its socket never took go back, in order."""
+        queues: dict[str, Queue] = {}
+        for queue, msg in self.dispatcher.take_unsent(session):
+            self.requeue(queue, msg)
+            queues[queue.name] = queue
+        for queue in queues.values():
+            self.dispatcher.pump(queue)
+            self.dispatcher.deactivate_if_idle(queue)
+
     def settle(self, sub: Subscription, ack_id: str) -> StoredMessage:
         """Remove one unacked delivery from every index and return its message."""
         msg = sub.unacked.pop(ack_id)

@@ -16,6 +16,9 @@ class BrokerConfig:
     #: (2,000 spilled and re-read under the bench.py queue run: 39k vs 93k msg/s, and a larger
     #: RSS from the SQLite cache); it costs up to ~4.5 MB per backlogged active queue at 100 B.
     window: int = 10_000
+    #: ...and at most this many bytes of them (bodies plus a per-message overhead): 10,000
+    #: messages of 64 KiB would be 640 MB for one queue.  Whichever bound is reached first wins.
+    window_bytes: int = 16 * 1024 * 1024
     #: Seconds before an unacked delivery returns to its queue; 0 = never.
     ack_timeout: float = 0.0
     #: Redeliveries before a message goes to the dead-letter queue; None = unlimited.

@@ -8,8 +8,11 @@ messages are only in the store and the queue costs nothing.
 
 ``publish`` buffers the store insert and hands the message to a subscriber if
 one has room; ``pump`` pairs ready messages with subscribers (``Queue.dispatch``)
-and delivers them.  An auto-ack delivery deletes the message; a client-ack
-delivery tracks it as unacked and arms its ack timeout.  When a queue's ready
+and delivers them.  Every delivery is in flight (``Queue.inflight``) until it
+settles: a client-ack one is tracked as unacked with its ack timeout armed; an
+auto-ack one waits in ``Session.unsent`` until its bytes reach the socket
+(``written`` deletes it), or goes back to its queue if the connection closes
+first (``take_unsent``), so no message is lost in a connection's outbox.  When a queue's ready
 window runs low, ``pump`` asks the runtime for a page (``Reads``) and
 ``page_loaded`` merges it.  Deadlines are armed with a kind (``ACK_TIMEOUT``,
 ``PAGE_RETRY``) that the engine maps to its handlers, so nothing here calls
@@ -65,7 +68,10 @@ class Dispatcher:
         queue = self.queues.get(name)
         if queue is None:
             durable = self.store.durable
-            queue = self.queues[name] = Queue(name, self.config.window if durable else None, spilled=durable)
+            config = self.config
+            queue = self.queues[name] = Queue(
+                name, config.window if durable else None, spilled=durable, max_bytes=config.window_bytes
+            )
         return queue
 
     def deactivate_if_idle(self, queue: Queue) -> None:
@@ -140,12 +146,12 @@ class Dispatcher:
         """Hand one queue message to one subscription."""
         session = sub.session
         version = session.version
-        if sub.ack_mode is AckMode.AUTO:
+        auto = sub.ack_mode is AckMode.AUTO
+        queue.inflight[msg.seq] = msg
+        if auto:
             ack_id = None
-            self.store.delete(msg)
         else:
             ack_id = self.track(session, sub, msg)
-            queue.inflight[msg.seq] = sub
             msg.delivered = True
             self.store.update(msg)
             timeout = msg.ack_timeout if msg.ack_timeout is not None else sub.ack_timeout
@@ -153,7 +159,8 @@ class Dispatcher:
                 timeout = self.config.ack_timeout
             if timeout > 0:
                 msg.timer = self.deadlines.arm(timeout, ACK_TIMEOUT, session, ack_id, msg)
-        session.outbox.write(
+        outbox = session.outbox
+        outbox.write(
             message_frame(
                 msg,
                 queue.destination,
@@ -163,6 +170,39 @@ class Dispatcher:
                 message_tail(msg, version),
             )
         )
+        if auto:  # settled by written(), once the socket took these bytes
+            session.unsent.append((outbox.queued, queue, msg))
+
+    def written(self, session: Session, sent: int) -> None:
+        """The first ``sent`` bytes of the session's outbox reached the socket: the auto-ack
+        deliveries among them are done (deleted from the store)."""
+        unsent, store = session.unsent, self.store
+        while unsent and unsent[0][0] <= sent:
+            _, queue, msg = unsent.popleft()
+            store.delete(msg)
+            inflight = queue.inflight
+            inflight.pop(msg.seq, None)
+            if not inflight and not queue.nsubs:
+                self.deactivate_if_idle(queue)
+
+    def take_unsent(self, session: Session) -> list[tuple[Queue, StoredMessage]]:
+        """Remove the auto-ack deliveries that never reached the socket, oldest first."""
+        taken = [(queue, msg) for _, queue, msg in session.unsent if queue.inflight.pop(msg.seq, None) is msg]
+        session.unsent.clear()
+        return taken
+
+    def discard_unsent(self, session: Session, queue: Queue) -> None:
+        """``queue`` dies (an exchange subscription's private queue): forget its unsent deliveries."""
+        unsent = session.unsent
+        if any(entry[1] is queue for entry in unsent):
+            kept = []
+            for entry in unsent:
+                if entry[1] is queue:
+                    queue.inflight.pop(entry[2].seq, None)
+                else:
+                    kept.append(entry)
+            unsent.clear()
+            unsent.extend(kept)
 
     def purge(self, name: str) -> None:
         """Drop every ready message of a queue; deliveries in flight stay with their consumers."""
@@ -172,10 +212,8 @@ class Dispatcher:
             queue.window.clear()
             # Store.purge deletes the rows of deliveries in flight too: write them back. The
             # store's contract orders a batch's purges before its inserts (storage/backend.py).
-            for sub in set(queue.inflight.values()):
-                for msg in sub.unacked.values():
-                    if queue.inflight.get(msg.seq) is sub:
-                        self.store.insert(msg)
+            for msg in queue.inflight.values():
+                self.store.insert(msg)
 
     # -- paging -------------------------------------------------------------------------------
     def _request_page(self, queue: Queue) -> None:

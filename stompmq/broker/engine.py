@@ -182,8 +182,15 @@ class Broker:
         for sub in list(session.subscriptions.values()):
             self.subscriptions.drop(sub)
         session.subscriptions.clear()
+        self.acks.release_unsent(session)
         self.receipts.forget(session)
         self.sessions.pop(session.id, None)
+
+    def written(self, session: Session, sent: int) -> None:
+        """The first ``sent`` bytes ever written to the session's outbox reached the socket:
+        settle the auto-ack deliveries among them.  Call once per socket write, not per frame."""
+        if session.unsent:
+            self.dispatcher.written(session, sent)
 
     def resume(self, session: Session) -> None:
         """The session's outbox drained below its limit: give its subscriptions room again."""

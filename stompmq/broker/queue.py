@@ -28,13 +28,13 @@ from .window import ReadyWindow
 class Queue:
     __slots__ = ("name", "destination", "window", "nsubs", "ready_subs", "inflight", "avoid")
 
-    def __init__(self, name: str, capacity: int | None, spilled: bool) -> None:
+    def __init__(self, name: str, capacity: int | None, spilled: bool, max_bytes: int | None = None) -> None:
         self.name = name
         self.destination = "/queue/" + name
-        self.window = ReadyWindow(capacity, spilled)
+        self.window = ReadyWindow(capacity, spilled, max_bytes)
         self.nsubs = 0  # subscriptions (the round-robin holds those with room)
         self.ready_subs: deque[Subscription] = deque()
-        self.inflight: dict[int, Subscription] = {}  # seq -> subscription holding it
+        self.inflight: dict[int, StoredMessage] = {}  # seq -> message delivered, not yet settled
         # seq -> subscription whose ack timeout expired for it: another one gets it if it can
         self.avoid: dict[int, Subscription] | None = None
 

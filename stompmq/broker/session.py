@@ -5,6 +5,12 @@ The server creates one ``Session`` per connection and gives it an ``Outbox``
 the outbox synchronously and asks it whether there is room before each queue
 delivery; that is the whole of back-pressure from the engine's point of view.
 
+An auto-ack delivery is not settled when it enters the outbox but when its
+bytes reach the socket: ``Session.unsent`` lists those deliveries in outbox
+order with the outbox's byte count (``Outbox.queued``) at each one's end, the
+server reports how many bytes it has sent (``Broker.written``), and whatever is
+still unsent when the session closes goes back to its queue.
+
 Sessions and subscriptions point at each other (a subscription is delivered
 through its session's outbox, a session owns its subscriptions), so they live
 in one module.
@@ -37,6 +43,10 @@ class Outbox(Protocol):
     def can_take_transient(self) -> bool:
         """True while below the hard limit (above it the topic overflow policy applies)."""
 
+    @property
+    def queued(self) -> int:
+        """Bytes ever written to this outbox (the sent count is compared with it)."""
+
 
 class PendingReceipt:
     """A RECEIPT waiting for the store to commit ``ticket`` (or, unanswered, for a read)."""
@@ -66,6 +76,7 @@ class Session:
         "fail",
         "throttled_by",
         "client_id",
+        "unsent",
     )
 
     def __init__(
@@ -83,6 +94,8 @@ class Session:
         # receipts waiting for a commit, in the order of the frames that asked for them
         self.pending_receipts: deque[PendingReceipt] = deque()
         self.next_ack = 0
+        # auto-ack deliveries still in the outbox: (outbox.queued at their end, queue, message)
+        self.unsent: deque[tuple[int, Queue, StoredMessage]] = deque()
         self.closed = False
         #: Set by the server: send ERROR(message, receipt id) and close the connection.
         self.fail: Callable[[str, str | None], None] = lambda message, receipt_id: None

@@ -141,7 +141,9 @@ class Subscriptions:
             return
         queue.nsubs -= 1
         if not queue.nsubs and self.router.drop_private(queue.name):
-            self.dispatcher.purge(queue.name)  # an exchange subscription's queue dies with it
+            # an exchange subscription's queue dies with it, its deliveries still in the outbox too
+            self.dispatcher.discard_unsent(sub.session, queue)
+            self.dispatcher.purge(queue.name)
         self.dispatcher.pump(queue)
         self.dispatcher.deactivate_if_idle(queue)
 

@@ -4,7 +4,9 @@ Theory of operation
 -------------------
 Messages live in the store; a queue only holds in memory the *head* of its
 ready messages, in ``(priority desc, seq asc)`` order, at most ``capacity`` of
-them (``None``: unbounded, for a store that is not durable).  ``boundary`` is
+them and at most ``max_bytes`` of them (``len(body) + MESSAGE_OVERHEAD`` each;
+but always at least one message, or a huge one could never be delivered), with
+``capacity`` ``None`` for a store that is not durable: then both are unbounded.  ``boundary`` is
 the order key of the last message the window covers while ``spilled`` says the
 store holds ready messages beyond it (``boundary`` None while spilled: the
 window covers nothing yet and the store holds the queue from its start).
@@ -12,8 +14,12 @@ window covers nothing yet and the store holds the queue from its start).
 * A message beyond the boundary stays in the store only (*skipped*); one before
   it enters the window, evicting the tail when full, which moves the boundary
   back (and bumps ``epoch``).
-* When the window runs low the owner asks for a page: up to ``limit`` ready
-  messages strictly after the boundary (``PageRequest``).  A page read runs
+* When the window runs low (half empty in messages and in bytes) the owner
+  asks for a page: up to ``limit`` ready messages strictly after the boundary
+  (``PageRequest``).  The store pages by count, so the byte budget becomes a
+  count through ``unit``, the largest of the mean size of the last page and
+  of the messages in memory; before either is known the page is a probe of
+  ``PROBE_PAGE`` messages.  A page that still overshoots is trimmed at once.  A page read runs
   concurrently with new SENDs, so two counters make merging it safe:
   ``epoch`` (a page asked for before the boundary moved back is stale and
   dropped) and ``skipped`` (a page that came back short only proves the store
@@ -36,9 +42,13 @@ from collections import deque
 from collections.abc import Container, Sequence
 from dataclasses import dataclass
 
-from ..storage.base import StoredMessage
+from ..storage.base import MESSAGE_OVERHEAD, StoredMessage
 
 OrderKey = tuple[int, int]
+
+#: Messages in a page read while their size is unknown: small enough for 64 KiB bodies (6.4 MB),
+#: and the next page, sized from this one, follows at once.
+PROBE_PAGE = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,13 +62,17 @@ class PageRequest:
 
 
 class ReadyWindow:
-    __slots__ = ("capacity", "levels", "prios", "size", "spilled", "boundary", "epoch", "loading", "skipped", "late")
+    __slots__ = ("capacity", "max_bytes", "levels", "prios", "size", "bytes", "unit", "spilled", "boundary", "epoch",
+                 "loading", "skipped", "late")
 
-    def __init__(self, capacity: int | None, spilled: bool) -> None:
+    def __init__(self, capacity: int | None, spilled: bool, max_bytes: int | None = None) -> None:
         self.capacity = capacity  # None: everything stays in memory (non-durable store)
+        self.max_bytes = max_bytes if max_bytes is not None and capacity is not None else 1 << 62
         self.levels: dict[int, deque[StoredMessage]] = {}
         self.prios: list[int] = []  # priorities present in `levels`, ascending
         self.size = 0  # ready messages in memory
+        self.bytes = 0  # what they count against max_bytes
+        self.unit: int | None = None  # mean bytes per message of the last page read
         self.spilled = spilled  # the store holds ready messages after `boundary`
         self.boundary: OrderKey | None = None
         self.epoch = 0  # bumped whenever the boundary moves back
@@ -78,7 +92,8 @@ class ReadyWindow:
             level = self._new_level(msg.priority)
         level.append(msg)
         self.size += 1
-        if self.capacity is not None and self.size > self.capacity:
+        self.bytes += len(msg.body) + MESSAGE_OVERHEAD
+        if self.capacity is not None and (self.size > self.capacity or self.bytes > self.max_bytes):
             self._evict()
         return True
 
@@ -99,7 +114,8 @@ class ReadyWindow:
             index = next(i for i, m in enumerate(level) if m.seq > msg.seq)
             level.insert(index, msg)
         self.size += 1
-        if self.capacity is not None and self.size > self.capacity:
+        self.bytes += len(msg.body) + MESSAGE_OVERHEAD
+        if self.capacity is not None and (self.size > self.capacity or self.bytes > self.max_bytes):
             self._evict()
         return True
 
@@ -117,14 +133,19 @@ class ReadyWindow:
     def _evict(self) -> None:
         """Drop the tail of the window back to the store and move the boundary before it."""
         assert self.capacity is not None
-        while self.size > self.capacity:
+        evicted = False
+        while self.size > self.capacity or (self.bytes > self.max_bytes and self.size > 1):
             prio = self.prios[0]
             level = self.levels[prio]
-            level.pop()
+            gone = level.pop()
             self.size -= 1
+            self.bytes -= len(gone.body) + MESSAGE_OVERHEAD
+            evicted = True
             if not level:
                 del self.levels[prio]
                 self.prios.pop(0)
+        if not evicted:
+            return  # one message over the byte budget alone: it stays, and nothing spilled
         self.spilled = True
         self.boundary = self.levels[self.prios[0]][-1].order_key
         self.epoch += 1
@@ -138,6 +159,7 @@ class ReadyWindow:
         level = self.levels[prio]
         msg = level.popleft()
         self.size -= 1
+        self.bytes -= len(msg.body) + MESSAGE_OVERHEAD
         if not level:
             del self.levels[prio]
             self.prios.pop()
@@ -159,7 +181,7 @@ class ReadyWindow:
         """Forget every ready message held in memory (purge): the store is the truth again."""
         self.levels.clear()
         self.prios.clear()
-        self.size = 0
+        self.size = self.bytes = 0
         self.spilled = self.capacity is not None
         self.boundary = None
         self.epoch += 1
@@ -167,13 +189,25 @@ class ReadyWindow:
     # -- paging -------------------------------------------------------------------------------
     def wants_page(self) -> bool:
         """The store holds more, nothing is being read, and the window is at most half full."""
-        return self.spilled and not self.loading and self.capacity is not None and self.size <= self.capacity // 2
+        return (
+            self.spilled
+            and not self.loading
+            and self.capacity is not None
+            and self.size <= self.capacity // 2
+            and self.bytes <= self.max_bytes // 2
+        )
 
     def start_page(self) -> PageRequest:
-        """Mark a read in flight and describe it."""
+        """Mark a read in flight and describe it: as many messages as both budgets have room for."""
         assert self.capacity is not None
         self.loading = True
-        return PageRequest(self.boundary, max(1, self.capacity - self.size), self.epoch, self.skipped)
+        limit = self.capacity - self.size
+        unit = self.unit
+        if self.size:
+            mean = self.bytes // self.size
+            unit = mean if unit is None else max(unit, mean)
+        limit = min(limit, PROBE_PAGE if unit is None else (self.max_bytes - self.bytes) // unit)
+        return PageRequest(self.boundary, max(1, limit), self.epoch, self.skipped)
 
     def page_failed(self) -> None:
         """The read failed; the next ``wants_page`` asks again."""
@@ -188,7 +222,10 @@ class ReadyWindow:
             return  # the boundary moved back meanwhile: this page may overlap the window
         if late is not None:  # the next page starts at the first message the read may have missed
             rows = [m for m in rows if m.order_key < late]
+        page_bytes = 0
         for msg in rows:
+            cost = len(msg.body) + MESSAGE_OVERHEAD
+            page_bytes += cost
             if msg.seq in inflight:
                 continue
             level = self.levels.get(msg.priority)
@@ -196,8 +233,12 @@ class ReadyWindow:
                 level = self._new_level(msg.priority)
             level.append(msg)
             self.size += 1
+            self.bytes += cost
         if rows:
             self.boundary = rows[-1].order_key
+            self.unit = page_bytes // len(rows)
         if late is None and len(rows) < request.limit and request.skipped == self.skipped:
             self.spilled = False
             self.boundary = None
+        if self.bytes > self.max_bytes:  # the sizes were underestimated: trim at once
+            self._evict()

@@ -5,22 +5,85 @@ sockets, so tests and the command line know when the port is open.
 Shutdown (cancellation, SIGINT/SIGTERM via ``run_until_signal``) closes every
 connection first, so their unacked messages are requeued, and only then closes
 the store, which commits everything still buffered.
+
+File descriptors: at start the soft open-file limit is raised to the hard one,
+and at most ``max_connections`` clients are served at once (by default the
+limit minus ``RESERVED_FDS`` for the store, the listeners and logging); a
+client beyond that gets an ERROR frame at once instead of a connection that
+never answers.  If accepting fails anyway (the process or the system is out of
+descriptors or memory), the listener retries every ``ACCEPT_RETRY_SECONDS``
+and logs one warning per episode, not a traceback per retry.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
+import resource
 import signal
+from collections.abc import Awaitable, Callable
 
 import trio
 
 from ..broker import Broker
 from ..broker.hashring import NATIVE
-from .connection import Connection
+from .connection import Connection, refuse
 from .runtime import Runtime
 from .settings import ServerSettings
 
 log = logging.getLogger(__name__)
+
+Handler = Callable[[trio.SocketStream], Awaitable[None]]
+
+#: Descriptors kept back from clients: the store's files (SQLite: database, WAL, shared memory,
+#: a reader), the listeners, the log, and refusing a client (which needs its socket briefly).
+RESERVED_FDS = 32
+#: Seconds between attempts to accept while the process is out of descriptors or memory.
+ACCEPT_RETRY_SECONDS = 0.1
+#: accept() errors that mean "no capacity now", not "this listener is broken" (trio's list).
+ACCEPT_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
+
+
+def raise_open_file_limit() -> int:
+    """Raise the soft RLIMIT_NOFILE to the hard limit (as far as the OS allows); return it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard > soft:
+        target = hard
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError):  # macOS refuses RLIM_INFINITY: keep the soft limit
+            target = soft
+        soft = target
+    return soft
+
+
+def max_connections(settings: ServerSettings, open_files: int) -> int:
+    """The configured limit, or the open-file limit minus the reserve (at least 1)."""
+    if settings.max_connections is not None:
+        return settings.max_connections
+    return max(1, open_files - RESERVED_FDS)
+
+
+async def _accept(listener: trio.SocketListener, nursery: trio.Nursery, handle: Handler) -> None:
+    """Accept clients forever; a lack of descriptors pauses accepting with one warning."""
+    failures = 0
+    where = listener.socket.getsockname()
+    while True:
+        try:
+            stream = await listener.accept()
+        except OSError as e:
+            if e.errno not in ACCEPT_CAPACITY_ERRNOS:
+                raise
+            if not failures:
+                log.warning("cannot accept connections on %s: %s; retrying every %.1f s",
+                            where, e.strerror or e, ACCEPT_RETRY_SECONDS)
+            failures += 1
+            await trio.sleep(ACCEPT_RETRY_SECONDS)
+            continue
+        if failures:
+            log.warning("accepting connections on %s again after %d failed attempts", where, failures)
+            failures = 0
+        nursery.start_soon(handle, stream)
 
 
 async def serve(
@@ -30,6 +93,9 @@ async def serve(
     task_status: trio.TaskStatus[list[trio.SocketListener]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Open the broker and serve clients until cancelled; the store is closed on the way out."""
+    open_files = raise_open_file_limit()
+    limit = max_connections(settings, open_files)
+    log.info("open-file limit %d; serving at most %d connections", open_files, limit)
     runtime = Runtime(broker)
     await runtime.open()
     try:
@@ -37,11 +103,28 @@ async def serve(
             await nursery.start(runtime.run)
             listeners = await trio.open_tcp_listeners(settings.port, host=settings.host)
 
+            active = refused = 0  # refusals are logged once per episode, like accept errors
+
             async def handle(stream: trio.SocketStream) -> None:
-                await Connection(stream, runtime, settings).run()
+                nonlocal active, refused
+                if active >= limit:
+                    if not refused:
+                        log.warning("refusing connections: %d served already (--max-connections)", active)
+                    refused += 1
+                    await refuse(stream, f"too many connections (at most {limit})")
+                    return
+                if refused:
+                    log.warning("accepting connections again after refusing %d", refused)
+                    refused = 0
+                active += 1
+                try:
+                    await Connection(stream, runtime, settings).run()
+                finally:
+                    active -= 1
 
             async with trio.open_nursery() as connections:
-                connections.start_soon(trio.serve_listeners, handle, listeners)
+                for listener in listeners:
+                    connections.start_soon(_accept, listener, connections, handle)
                 for listener in listeners:
                     log.info("listening on %s", listener.socket.getsockname())
                 if not NATIVE:

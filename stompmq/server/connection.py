@@ -51,12 +51,36 @@ RECEIVE_BYTES = 256 * 1024
 LINGER_SECONDS = 1.0
 #: Seconds a DISCONNECT waits for its RECEIPT's commit before closing anyway.
 DISCONNECT_WAIT_SECONDS = 30.0
-#: Store writes buffered before readers pause (bounds memory when the disk is slow).
-MAX_STORE_BACKLOG = 200_000
 #: Commands the broker handles after CONNECT (anything else is an unknown command).
 SESSION_COMMANDS = frozenset({"SEND", "SUBSCRIBE", "UNSUBSCRIBE", "ACK", "NACK", "BEGIN", "COMMIT", "ABORT"})
 
 _ids = itertools.count(1)
+
+
+async def linger(stream: trio.abc.HalfCloseableStream) -> None:
+    """Half-close and read until the peer closes (at most ``LINGER_SECONDS``): closing with
+    unread input would reset the connection and could discard the ERROR just sent."""
+    with trio.move_on_after(LINGER_SECONDS):
+        try:
+            await stream.send_eof()
+            while await stream.receive_some(RECEIVE_BYTES):
+                pass
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+
+
+async def refuse(stream: trio.abc.HalfCloseableStream, message: str) -> None:
+    """Answer a connection the server will not serve with an ERROR frame, then close it."""
+    try:
+        with trio.move_on_after(LINGER_SECONDS):
+            error = Frame("ERROR", {"message": message, "content-type": "text/plain"}, message.encode())
+            await stream.send_all(encode_frame(error, "1.0"))
+        await linger(stream)
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        pass
+    finally:
+        with trio.CancelScope(shield=True):
+            await stream.aclose()
 
 
 class _Close(Exception):
@@ -117,7 +141,7 @@ class Connection:
         while True:
             if outbox.size >= outbox.hard_limit:
                 await outbox.wait_below_hard_limit()
-            await store.wait_backlog_below(MAX_STORE_BACKLOG)
+            await store.wait_for_room()  # producers wait while the disk is behind (memory bound)
             data = await stream.receive_some(RECEIVE_BYTES)
             if not data:
                 return
@@ -253,13 +277,7 @@ class Connection:
                 await self.outbox.wait_written()
             await self.outbox.wait_drained()
         if self._errored:
-            with trio.move_on_after(LINGER_SECONDS):
-                try:
-                    await self.stream.send_eof()
-                    while await self.stream.receive_some(RECEIVE_BYTES):
-                        pass
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    pass
+            await linger(self.stream)
 
     # -- writing ------------------------------------------------------------------
     async def _writer(self) -> None:
@@ -274,6 +292,10 @@ class Connection:
                 return
             self.last_send = trio.current_time()
             outbox.sent(len(data))
+            session = self.session
+            if session is not None and session.unsent:  # auto-ack deliveries reached the socket
+                self.runtime.tick()
+                self.broker.written(session, outbox.sent_total)
 
     async def _watchdog(self) -> None:
         connect_deadline = trio.current_time() + self.settings.connect_timeout

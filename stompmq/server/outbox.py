@@ -17,6 +17,11 @@ burst of deliveries costs one system call.  Two limits bound memory:
 Waiting for room (``wait_below_hard_limit``) is woken by the writer as soon as
 the buffer is below the hard limit, or by ``close`` when the connection ends,
 so a publisher never waits for a subscriber that is gone.
+
+``queued`` and ``sent_total`` count bytes ever written and ever sent: the
+engine remembers ``queued`` after each auto-ack delivery and settles it once
+``sent_total`` has passed it (``Broker.written``), so the soft limit is also
+the bound on how much auto-ack traffic waits between the engine and the socket.
 """
 
 from __future__ import annotations
@@ -44,6 +49,8 @@ class ConnectionOutbox:
         "hard_limit",
         "_room",
         "closed",
+        "queued",
+        "sent_total",
     )
 
     def __init__(self, soft_limit: int = SOFT_LIMIT, hard_limit: int = HARD_LIMIT) -> None:
@@ -58,10 +65,13 @@ class ConnectionOutbox:
         self.hard_limit = hard_limit
         self._room: trio.Event | None = None  # set when size falls below hard_limit, while waited on
         self.closed = False
+        self.queued = 0  # bytes ever written
+        self.sent_total = 0  # bytes ever handed to the socket
 
     def write(self, data: bytes) -> None:
         self._chunks.append(data)
         self.size += len(data)
+        self.queued += len(data)
         self._ready.set()
         if self._written is not None:
             self._written.set()
@@ -92,6 +102,7 @@ class ConnectionOutbox:
     def sent(self, nbytes: int) -> None:
         """``nbytes`` taken earlier reached the socket."""
         self.size -= nbytes
+        self.sent_total += nbytes
         if self._room is not None and self.size < self.hard_limit:
             self._room.set()
             self._room = None

@@ -20,3 +20,5 @@ class ServerSettings:
     heart_beat_grace: float = 2.0
     #: Seconds a new connection has to send CONNECT.
     connect_timeout: float = 10.0
+    #: Client connections served at once (more are refused); None: derived from the open-file limit.
+    max_connections: int | None = None

@@ -35,8 +35,15 @@ Theory of operation (DESIGN §4)
 * Tickets are group numbers.  ``on_commit(t)`` means every group up to ``t``
   is on disk (a failed group's operations travel in a later one); groups
   commit in order, so tickets do.
+* Memory is bounded twice: by operations (``max_backlog``) and by the bytes of
+  the messages inserted and not yet on disk (``max_backlog_bytes``, counting
+  ``len(body) + MESSAGE_OVERHEAD``), pending and in flight together.  Past
+  either bound ``wait_for_room`` holds the server's readers (producers stop
+  being read, receipts stay in order behind their tickets), and a batch of
+  ``max_backlog_bytes / 4`` starts a group at once, so big messages never wait
+  for the flush interval while the budget fills.
 * Every group that finishes, committed or failed, sets one ``trio.Event``:
-  ``wait_backlog_below`` and the wait for the group in flight sleep on it, so
+  ``wait_for_room`` and the wait for the group in flight sleep on it, so
   nothing here polls.
 * Reads run on the database thread behind the pending batch (handed over as a
   group first), so they see every write buffered before them.  If that group
@@ -53,6 +60,7 @@ import trio
 
 from stompmq.storage.backend import Backend
 from stompmq.storage.base import (
+    MESSAGE_OVERHEAD,
     BindingRecord,
     ExchangeRecord,
     Recovery,
@@ -86,6 +94,11 @@ FLUSH_INTERVAL = 0.05
 # Pending message operations that start a group without waiting for the interval: a full
 # batch gains nothing by waiting, and a shorter transaction lets a read queued behind it through.
 MAX_GROUP = 10_000
+# Message operations buffered or in flight before the server stops reading its clients.
+MAX_BACKLOG = 200_000
+# Bytes of inserted messages buffered or in flight before the server stops reading its clients:
+# without it 40,000 SENDs of 64 KiB took 2.5 GB while the disk fell behind (issue 18).
+MAX_BACKLOG_BYTES = 64 * 1024 * 1024
 # After a failed group, wait this long before the next try: a full disk is not fixed in a loop.
 RETRY_BACKOFF = 0.1
 
@@ -129,11 +142,18 @@ class GroupCommitStore(Store):
         *,
         flush_interval: float = FLUSH_INTERVAL,
         max_group: int = MAX_GROUP,
+        max_backlog: int = MAX_BACKLOG,
+        max_backlog_bytes: int = MAX_BACKLOG_BYTES,
     ) -> None:
         super().__init__()
         self._backend = backend
         self._flush_interval = flush_interval
         self._max_group = max_group
+        self._max_backlog = max_backlog
+        self._max_backlog_bytes = max_backlog_bytes
+        self._max_group_bytes = max(1, max_backlog_bytes // 4)
+        self._pending_bytes = 0  # of the inserts in _pending (an over-estimate, never under)
+        self._inflight_bytes = 0  # of the inserts in the group in flight
         self._thread: DatabaseThread | None = None
         self._closed = False
         self._pending: dict[int, PendingOp] = {}
@@ -214,6 +234,9 @@ class GroupCommitStore(Store):
         self._put(msg.seq, INSERT, msg)
         if msg.seq > self._last_seq:
             self._last_seq = msg.seq
+        self._pending_bytes += len(msg.body) + MESSAGE_OVERHEAD
+        if self._pending_bytes >= self._max_group_bytes and not self._urgent:
+            self._hurry()
 
     def update(self, msg: StoredMessage) -> None:
         entry = self._pending.get(msg.seq)
@@ -224,12 +247,14 @@ class GroupCommitStore(Store):
         entry = self._pending.get(msg.seq)
         if entry is not None and entry[0] == INSERT:
             del self._pending[msg.seq]  # never reached the disk: nothing to do there
+            self._pending_bytes -= len(msg.body) + MESSAGE_OVERHEAD
         else:
             self._put(msg.seq, DELETE, msg)
 
     def purge(self, queue: str) -> None:
         # Every message operation left pending after this was issued after the purge.
         self._pending = {seq: op for seq, op in self._pending.items() if op[1].queue != queue}
+        self._pending_bytes = _insert_bytes(self._pending)
         self._add_structural(Purge(queue))
 
     def release(self, queue: str) -> None:
@@ -308,8 +333,15 @@ class GroupCommitStore(Store):
         inflight = len(self._inflight) if self._inflight is not None else 0
         return len(self._pending) + len(self._structural) + len(self._stream_appends) + inflight
 
-    async def wait_backlog_below(self, limit: int) -> None:
-        while self.backlog() >= limit:
+    def backlog_bytes(self) -> int:
+        """Bytes of inserted messages not yet on disk (pending and in flight)."""
+        return self._pending_bytes + self._inflight_bytes
+
+    def _full(self) -> bool:
+        return self.backlog() >= self._max_backlog or self.backlog_bytes() >= self._max_backlog_bytes
+
+    async def wait_for_room(self) -> None:
+        while self._full():
             await self._group_finished.wait()
 
     # -- the commit loop ---------------------------------------------------------------------
@@ -339,6 +371,7 @@ class GroupCommitStore(Store):
         group = self._inflight = _Group(self._next_ticket, ops, structural, appends, job)
         self._next_ticket += 1
         self._pending, self._structural, self._stream_appends, self._urgent = {}, [], [], False
+        self._inflight_bytes, self._pending_bytes = self._pending_bytes, 0
         return group
 
     def _rows(
@@ -374,6 +407,7 @@ class GroupCommitStore(Store):
             with trio.CancelScope(shield=True):
                 error = await group.job.wait()
             self._inflight = None
+            self._inflight_bytes = 0
             if error is None:
                 self._committed = group.ticket
                 self.on_commit(group.ticket)
@@ -414,6 +448,7 @@ class GroupCommitStore(Store):
             if isinstance(op, TrimStream):  # a newer trim covers the failed group's entries too
                 appends = _untrimmed(appends, op.name, op.before)
         self._stream_appends = appends + self._stream_appends
+        self._pending_bytes = _insert_bytes(merged)
         self._structural = group.structural + self._structural
         if self._has_pending():
             if was_empty:
@@ -459,3 +494,6 @@ class GroupCommitStore(Store):
 def _untrimmed(appends: list[StreamMessage], name: str, before: int) -> list[StreamMessage]:
     """``appends`` without the entries of stream ``name`` below offset ``before``."""
     return [m for m in appends if m.offset >= before or m.queue != name]
+def _insert_bytes(ops: dict[int, PendingOp]) -> int:
+    """What the inserts among ``ops`` count against ``max_backlog_bytes``."""
+    return sum(len(msg.body) + MESSAGE_OVERHEAD for kind, msg in ops.values() if kind == INSERT)

@@ -79,7 +79,7 @@ class MemoryStore(Store):
     def backlog(self) -> int:
         return 0
 
-    async def wait_backlog_below(self, limit: int) -> None:
+    async def wait_for_room(self) -> None:
         pass  # nothing is ever buffered
 
     async def load_ready(self, queue: str, after: tuple[int, int] | None, limit: int) -> Sequence[StoredMessage]:

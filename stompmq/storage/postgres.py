@@ -68,7 +68,7 @@ from stompmq.storage.base import (
     StreamMessage,
     StreamRecord,
 )
-from stompmq.storage.groupcommit import FLUSH_INTERVAL, MAX_GROUP, GroupCommitStore
+from stompmq.storage.groupcommit import FLUSH_INTERVAL, MAX_BACKLOG_BYTES, MAX_GROUP, GroupCommitStore
 from stompmq.storage.groups import (
     DropBinding,
     DropExchange,
@@ -674,11 +674,14 @@ class PostgresStore(GroupCommitStore):
         *,
         flush_interval: float = FLUSH_INTERVAL,
         max_group: int = MAX_GROUP,
+        max_backlog_bytes: int = MAX_BACKLOG_BYTES,
         lease: float = 10.0,
         poll: float = 5.0,
     ) -> None:
         self._pg = PostgresBackend(url, lease=lease)
-        super().__init__(self._pg, flush_interval=flush_interval, max_group=max_group)
+        super().__init__(
+            self._pg, flush_interval=flush_interval, max_group=max_group, max_backlog_bytes=max_backlog_bytes
+        )
         self.url = url
         self.lease = lease
         self.poll = poll

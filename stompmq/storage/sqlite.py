@@ -40,7 +40,7 @@ from stompmq.storage.base import (
     StreamMessage,
     StreamRecord,
 )
-from stompmq.storage.groupcommit import FLUSH_INTERVAL, MAX_GROUP, GroupCommitStore
+from stompmq.storage.groupcommit import FLUSH_INTERVAL, MAX_BACKLOG_BYTES, MAX_GROUP, GroupCommitStore
 from stompmq.storage.groups import (
     DropBinding,
     DropExchange,
@@ -499,9 +499,13 @@ class SQLiteStore(GroupCommitStore):
         *,
         flush_interval: float = FLUSH_INTERVAL,
         max_group: int = MAX_GROUP,
+        max_backlog_bytes: int = MAX_BACKLOG_BYTES,
         max_page_count: int | None = None,
     ) -> None:
         super().__init__(
-            SQLiteBackend(path, max_page_count), flush_interval=flush_interval, max_group=max_group
+            SQLiteBackend(path, max_page_count),
+            flush_interval=flush_interval,
+            max_group=max_group,
+            max_backlog_bytes=max_backlog_bytes,
         )
         self.path = path

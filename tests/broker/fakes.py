@@ -18,8 +18,10 @@ class FakeOutbox:
         self.parser = FrameParser()
         self.frames: list[Frame] = []
         self.room = True
+        self.queued = 0  # bytes ever written; the test says how many reached the "socket"
 
     def write(self, data: bytes) -> None:
+        self.queued += len(data)
         self.frames.extend(self.parser.feed(data))
 
     def has_room(self) -> bool:
@@ -106,7 +108,7 @@ class DictStore(Store):
     def backlog(self) -> int:
         return 0
 
-    async def wait_backlog_below(self, limit: int) -> None:
+    async def wait_for_room(self) -> None:
         pass
 
     async def load_ready(self, queue: str, after: tuple[int, int] | None, limit: int) -> Sequence[StoredMessage]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+from collections import deque
 import sys
 
 import pytest
@@ -140,3 +141,62 @@ def test_a_bad_frame_is_a_client_error_and_changes_nothing() -> None:
     with pytest.raises(ClientError, match="priority"):
         send(broker, session, "/queue/q", priority="high")
     assert "q" not in broker.queues
+
+
+def test_auto_ack_deliveries_settle_when_written_and_come_back_when_not() -> None:
+    """An auto-ack delivery is deleted once its bytes reach the socket; what is still in the
+    outbox when the session closes goes back to the queue, in order, marked redelivered."""
+    store = DictStore()
+    broker = Broker(store)
+    a, out_a = connect(broker, "a")
+    broker.handle(a, frame("SUBSCRIBE", id="1", destination="/queue/q"))  # type: ignore[arg-type]
+    run_reads(broker)  # the (empty) first page
+    ends = []
+    for i in range(5):
+        send(broker, a, "/queue/q", str(i).encode())
+        ends.append(out_a.queued)
+    assert [m.body for m in out_a.take("MESSAGE")] == [b"0", b"1", b"2", b"3", b"4"]
+    broker.written(a, ends[1] + 3)  # two frames and the start of the third reached the socket
+    assert sorted(store.rows) == [3, 4, 5]
+    assert broker.queues["q"].inflight.keys() == {3, 4, 5}
+    broker.close_session(a)  # type: ignore[arg-type]
+    assert "q" not in broker.queues  # nobody left: the requeued messages wait in the store
+    b, out_b = connect(broker, "b")
+    broker.handle(b, frame("SUBSCRIBE", id="1", destination="/queue/q"))  # type: ignore[arg-type]
+    while run_reads(broker):
+        pass
+    again = out_b.take("MESSAGE")
+    assert [m.body for m in again] == [b"2", b"3", b"4"]
+    assert {m.headers["redelivered"] for m in again} == {"true"}
+
+
+def test_auto_ack_deliveries_in_the_outbox_go_to_the_next_subscriber_with_a_memory_store() -> None:
+    broker = Broker(MemoryStore())
+    a, out_a = connect(broker, "a")
+    b, out_b = connect(broker, "b")
+    broker.handle(a, frame("SUBSCRIBE", id="1", destination="/queue/q"))  # type: ignore[arg-type]
+    for i in range(3):
+        send(broker, a, "/queue/q", str(i).encode())
+    broker.handle(b, frame("SUBSCRIBE", id="1", destination="/queue/q"))  # type: ignore[arg-type]
+    broker.handle(b, frame("UNSUBSCRIBE", id="1"))  # type: ignore[arg-type]
+    broker.handle(a, frame("UNSUBSCRIBE", id="1"))  # type: ignore[arg-type]
+    assert broker.queues["q"].inflight  # unsubscribed, but the frames are still in a's outbox
+    broker.handle(b, frame("SUBSCRIBE", id="2", destination="/queue/q"))  # type: ignore[arg-type]
+    broker.close_session(a)  # type: ignore[arg-type]
+    assert [m.body for m in out_b.take("MESSAGE")] == [b"0", b"1", b"2"]
+    assert [msg.seq for _, _, msg in b.unsent] == [1, 2, 3]  # type: ignore[attr-defined]  # now b's
+
+
+def test_an_exchange_subscription_takes_its_unsent_deliveries_with_its_queue() -> None:
+    store = DictStore()
+    broker = Broker(store)
+    a, out_a = connect(broker, "a")
+    send(broker, a, "/control/declare/exchange/x", type="consistent-hash")
+    broker.handle(a, frame("SUBSCRIBE", id="1", destination="/exchange/x/1"))  # type: ignore[arg-type]
+    run_reads(broker)
+    send(broker, a, "/exchange/x/k")
+    assert len(out_a.take("MESSAGE")) == 1
+    broker.handle(a, frame("UNSUBSCRIBE", id="1"))  # type: ignore[arg-type]
+    assert a.unsent == deque()  # type: ignore[attr-defined]
+    broker.close_session(a)  # type: ignore[arg-type]
+    assert store.rows == {} and broker.queues == {}

@@ -10,7 +10,8 @@ Steps (``m(seq, prio)`` is a message; priority 4 unless given):
   ("clear",)                  a purge
   ("changed",)                another broker sharing the store made ready messages
 The expected state: the seqs in memory in delivery order, spilled, boundary, and whether a
-page is wanted.
+page is wanted.  ``BYTE_CASES`` run the same steps under a byte budget, with message sizes
+given in KiB (``len(body) + MESSAGE_OVERHEAD``).
 """
 
 from __future__ import annotations
@@ -19,22 +20,30 @@ from typing import Any
 
 import pytest
 
-from stompmq.broker.window import PageRequest, ReadyWindow
-from stompmq.storage.base import StoredMessage
+from stompmq.broker.window import PROBE_PAGE, PageRequest, ReadyWindow
+from stompmq.storage.base import MESSAGE_OVERHEAD, StoredMessage
 
 Step = tuple[Any, ...]
+KIB = 1024
 
 
-def m(seq: int, prio: int = 4) -> StoredMessage:
-    return StoredMessage(seq, "q", prio, {}, b"", 0)
+def m(seq: int, prio: int = 4, kib: int | None = None) -> StoredMessage:
+    body = b"" if kib is None else b"x" * (kib * KIB - MESSAGE_OVERHEAD)
+    return StoredMessage(seq, "q", prio, {}, body, 0)
 
 
 def contents(window: ReadyWindow) -> list[int]:
     return [msg.seq for prio in reversed(window.prios) for msg in window.levels[prio]]
 
 
-def run(capacity: int | None, spilled: bool, steps: list[Step]) -> tuple[ReadyWindow, list[PageRequest]]:
-    window = ReadyWindow(capacity, spilled)
+def run(
+    capacity: int | None, spilled: bool, steps: list[Step], max_kib: int | None = None, sizes: dict[int, int] | None = None
+) -> tuple[ReadyWindow, list[PageRequest]]:
+    """Apply ``steps``; ``max_kib`` is the byte budget, ``sizes`` the KiB of each seq (default 1 with a
+    budget, an empty body without)."""
+    window = ReadyWindow(capacity, spilled, None if max_kib is None else max_kib * KIB)
+    kib_of = dict(sizes or {})
+    default_kib = None if max_kib is None else 1
     requests: list[PageRequest] = []
     prio_of: dict[int, int] = {}
     for step in steps:
@@ -42,13 +51,13 @@ def run(capacity: int | None, spilled: bool, steps: list[Step]) -> tuple[ReadyWi
         if op in ("push", "requeue"):
             seq, prio = step[1], step[2] if len(step) > 2 else 4
             prio_of[seq] = prio
-            getattr(window, op)(m(seq, prio))
+            getattr(window, op)(m(seq, prio, kib_of.get(seq, default_kib)))
         elif op == "pop":
             window.pop()
         elif op == "page":
             requests.append(window.start_page())
         elif op == "loaded":
-            rows = [m(seq, prio_of.get(seq, 4)) for seq in step[1]]
+            rows = [m(seq, prio_of.get(seq, 4), kib_of.get(seq, default_kib)) for seq in step[1]]
             window.page_loaded(requests[-1], rows, set(step[2]) if len(step) > 2 else set())
         elif op == "failed":
             window.page_failed()
@@ -131,6 +140,50 @@ def test_transition(name: str) -> None:
     assert window.spilled is expect_spilled
     assert window.boundary == boundary
     assert window.wants_page() is wants_page
+
+
+BYTE_CASES: dict[str, tuple[int, dict[int, int], list[Step], list[int], bool, tuple[int, int] | None, bool]] = {
+    # name: (budget KiB, sizes KiB, steps, contents, spilled, boundary, wants_page); capacity 100, not spilled
+    "the byte budget evicts the tail before the count does": (
+        3, {}, [("push", i) for i in range(1, 5)], [1, 2, 3], True, (-4, 3), False),
+    "one message over the budget stays, alone, and nothing spills": (
+        3, {1: 10}, [("push", 1)], [1], False, None, False),
+    "a big message of higher priority evicts several small ones": (
+        4, {4: 3}, [("push", 1), ("push", 2), ("push", 3), ("push", 4, 9)], [4, 1], True, (-4, 1), False),
+    "no page while more than half the bytes are in memory": (
+        4, {}, [("push", i) for i in range(1, 6)] + [("pop",)], [2, 3, 4], True, (-4, 4), False),
+    "a page once half the bytes are gone": (
+        4, {}, [("push", i) for i in range(1, 6)] + [("pop",), ("pop",)], [3, 4], True, (-4, 4), True),
+    "a page whose sizes were underestimated is trimmed at once": (
+        4, {1: 2, 2: 2, 3: 2}, [("clear",), ("page",), ("loaded", [1, 2, 3])], [1, 2], True, (-4, 2), False),
+    "a requeued message counts against the budget too": (
+        3, {}, [("push", 2), ("push", 3), ("push", 4), ("requeue", 1)], [1, 2, 3], True, (-4, 3), False),
+}
+
+
+@pytest.mark.parametrize("name", list(BYTE_CASES))
+def test_byte_budget_transition(name: str) -> None:
+    max_kib, sizes, steps, expected, expect_spilled, boundary, wants_page = BYTE_CASES[name]
+    window, _ = run(100, False, steps, max_kib, sizes)
+    assert contents(window) == expected
+    assert window.bytes == sum(sizes.get(seq, 1) for seq in expected) * KIB
+    assert window.spilled is expect_spilled
+    assert window.boundary == boundary
+    assert window.wants_page() is wants_page
+
+
+def test_a_page_of_unknown_sizes_is_a_probe() -> None:
+    _, requests = run(10_000, True, [("page",)], max_kib=16 * KIB)
+    assert requests[-1].limit == PROBE_PAGE
+
+
+def test_a_page_is_sized_by_the_byte_budget() -> None:
+    # 4 KiB messages, 16 KiB budget: four fit; after three pops one is left, so three more fit
+    steps: list[Step] = [("push", i) for i in range(1, 6)] + [("pop",)] * 3 + [("page",)]
+    window, requests = run(1000, False, steps, max_kib=16, sizes={i: 4 for i in range(1, 6)})
+    assert requests[-1].limit == 3
+    window.page_loaded(requests[-1], [m(i, 4, 4) for i in (5, 6, 7)], set())
+    assert contents(window) == [4, 5, 6, 7] and window.bytes == 16 * KIB and window.unit == 4 * KIB
 
 
 def test_page_request_describes_the_window() -> None:

@@ -24,7 +24,7 @@ import trio.testing
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from stompmq.storage.base import BindingRecord, ExchangeRecord, Recovery, StoredMessage, StoreError
+from stompmq.storage.base import MESSAGE_OVERHEAD, BindingRecord, ExchangeRecord, Recovery, StoredMessage, StoreError
 from stompmq.storage.groupcommit import RETRY_BACKOFF, GroupCommitStore
 from stompmq.storage.groups import GroupRows
 from stompmq.storage.memory import MemoryStore
@@ -513,29 +513,29 @@ async def test_full_disk_reports_failure_keeps_the_ops_and_retries(tmp_path: Pat
 
 
 # -- back-pressure ------------------------------------------------------------------------------
-async def test_wait_backlog_below_returns_at_once_when_below(tmp_path: Path) -> None:
+async def test_wait_for_room_returns_at_once_when_below(tmp_path: Path) -> None:
     async with running(tmp_path / "s.db", flush_interval=NEVER) as store:
         store.insert(msg(1))
         with trio.testing.assert_no_checkpoints():
-            await store.wait_backlog_below(2)
+            await store.wait_for_room()
     with trio.testing.assert_no_checkpoints():
-        await MemoryStore().wait_backlog_below(1)
+        await MemoryStore().wait_for_room()
 
 
-async def test_wait_backlog_below_wakes_when_groups_finish_without_polling(
+async def test_wait_for_room_wakes_when_groups_finish_without_polling(
     tmp_path: Path, mock_clock: trio.testing.MockClock
 ) -> None:
     """Time stands still here (it moves only when the test jumps it), so what wakes the waiter
     can only be a group finishing, never a timer; a failed group wakes it too, to re-check."""
     backend = ControlledBackend(tmp_path / "s.db")
-    store = GroupCommitStore(backend, flush_interval=NEVER)
+    store = GroupCommitStore(backend, flush_interval=NEVER, max_backlog=3)
     failed, group_committed = trio.Event(), trio.Event()
     store.on_commit_failed = lambda ticket, error: failed.set()
     store.on_commit = lambda ticket: group_committed.set()
     backlog_at_return: list[int] = []
 
     async def waiter() -> None:
-        await store.wait_backlog_below(3)
+        await store.wait_for_room()
         backlog_at_return.append(store.backlog())
 
     async with serving(store), trio.open_nursery() as nursery:
@@ -566,6 +566,35 @@ async def test_wait_backlog_below_wakes_when_groups_finish_without_polling(
         await trio.testing.wait_all_tasks_blocked()  # a sleeping waiter would still sleep
         assert backlog_at_return == [1]  # seq 6 is still pending: below 3 is enough
     assert seqs_on_disk(backend.name) == {1, 2, 3, 4, 5, 6}
+
+
+async def test_unflushed_bytes_bound_the_backlog_and_start_groups_early(tmp_path: Path) -> None:
+    """Issue 18: memory for writes not yet on disk is bounded in bytes, not only in operations."""
+    backend = ControlledBackend(tmp_path / "s.db")
+    body = b"x" * (64 * 1024)
+    store = GroupCommitStore(backend, flush_interval=NEVER, max_backlog_bytes=4 * len(body))
+    committed_groups: list[int] = []
+    store.on_commit = committed_groups.append
+    async with serving(store):
+        backend.hold = True
+        store.insert(msg(1, body=body))  # a quarter of the budget: a group starts without a ticket
+        await backend.entered()
+        assert store.backlog_bytes() == len(body) + MESSAGE_OVERHEAD
+        for seq in range(2, 5):
+            store.insert(msg(seq, body=body))
+        store.delete(msg(4, body=body))  # never reaches the disk, and stops counting
+        assert store.backlog_bytes() == 3 * (len(body) + MESSAGE_OVERHEAD)
+        store.insert(msg(5, body=body))
+        store.insert(msg(6, body=body))
+        assert store.backlog() == 5
+        with trio.move_on_after(1) as waited:  # 5 x 64 KiB and more > 256 KiB: full
+            await store.wait_for_room()
+        assert waited.cancelled_caught
+        backend.hold = False
+        backend.release()
+        await store.wait_for_room()
+        assert committed_groups
+    assert seqs_on_disk(backend.name) == {1, 2, 3, 5, 6}
 
 
 # -- open failures ------------------------------------------------------------------------------

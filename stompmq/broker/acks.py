@@ -55,8 +55,11 @@ class Acks:
         return sub, ack_id
 
     def ack(self, sub: Subscription, ack_id: str) -> None:
-        for one in _acked_ids(sub, ack_id):
+        ids = _acked_ids(sub, ack_id)
+        for one in ids:
             self.store.delete(self.settle(sub, one))
+        if sub.queue is not None:
+            sub.queue.stats.acked += len(ids)
         self.after_settle(sub)
 
     def nack(self, sub: Subscription, ack_id: str, requeue: bool) -> None:
@@ -106,6 +109,7 @@ class Acks:
             return  # topic message: transient
         msg.delivered = False
         msg.redeliveries += 1
+        queue.stats.redelivered += 1
         limit = self.config.max_redeliveries
         if limit is not None and msg.redeliveries > limit:
             dead_letter(self.dispatcher, msg, f"redelivered more than {limit} times")

@@ -22,13 +22,14 @@ from collections.abc import Iterator
 
 from ..storage.base import StoredMessage
 from .session import Subscription
+from .stats import QueueStats
 from .window import ReadyWindow
 
 
 class Queue:
-    __slots__ = ("name", "destination", "window", "nsubs", "ready_subs", "inflight", "avoid")
+    __slots__ = ("name", "destination", "window", "nsubs", "ready_subs", "inflight", "avoid", "stats")
 
-    def __init__(self, name: str, capacity: int | None, spilled: bool) -> None:
+    def __init__(self, name: str, capacity: int | None, spilled: bool, stats: QueueStats | None = None) -> None:
         self.name = name
         self.destination = "/queue/" + name
         self.window = ReadyWindow(capacity, spilled)
@@ -37,6 +38,7 @@ class Queue:
         self.inflight: dict[int, Subscription] = {}  # seq -> subscription holding it
         # seq -> subscription whose ack timeout expired for it: another one gets it if it can
         self.avoid: dict[int, Subscription] | None = None
+        self.stats = stats if stats is not None else QueueStats()
 
     @property
     def size(self) -> int:

@@ -14,9 +14,11 @@ import signal
 
 import trio
 
+from .. import __version__
 from ..broker import Broker
 from ..broker.hashring import NATIVE
 from .connection import Connection
+from .http import bind_socket, serve_http
 from .runtime import Runtime
 from .settings import ServerSettings
 
@@ -36,14 +38,28 @@ async def serve(
         async with trio.open_nursery() as nursery:
             await nursery.start(runtime.run)
             listeners = await trio.open_tcp_listeners(settings.port, host=settings.host)
+            http_socket = bind_socket(settings.http_host, settings.http_port) if settings.http_port is not None else None
+            open_connections: dict[str, Connection] = {}  # what the management API lists
 
             async def handle(stream: trio.SocketStream) -> None:
-                await Connection(stream, runtime, settings).run()
+                connection = Connection(stream, runtime, settings)
+                open_connections[connection.id] = connection
+                try:
+                    await connection.run()
+                finally:
+                    del open_connections[connection.id]
 
             async with trio.open_nursery() as connections:
                 connections.start_soon(trio.serve_listeners, handle, listeners)
-                for listener in listeners:
-                    log.info("listening on %s", listener.socket.getsockname())
+                shown = [f"stomp://{_address(listener.socket.getsockname())}" for listener in listeners]
+                if http_socket is not None:
+                    shown.append(f"http://{_address(http_socket.getsockname())}")
+                    if settings.http_host not in ("127.0.0.1", "::1", "localhost"):
+                        log.warning("the management API on %s has no authentication yet: anyone who can reach "
+                                    "it can purge and delete queues", settings.http_host)
+                    await connections.start(serve_http, runtime, settings, open_connections, http_socket)
+                log.info("stompmq %s ready: store %s, listening on %s", __version__, settings.store_shown or "?",
+                         ", ".join(shown))
                 if not NATIVE:
                     log.warning(
                         "the native router (stompmq.broker._rendezvous) is not built: consistent-hash "
@@ -55,6 +71,11 @@ async def serve(
         with trio.CancelScope(shield=True):
             await runtime.close()
             log.info("store closed")
+
+
+def _address(sockname: tuple[str, int] | tuple[str, int, int, int]) -> str:
+    host, port = sockname[0], sockname[1]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 async def run_until_signal(broker: Broker, settings: ServerSettings) -> None:

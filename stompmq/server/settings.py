@@ -20,3 +20,10 @@ class ServerSettings:
     heart_beat_grace: float = 2.0
     #: Seconds a new connection has to send CONNECT.
     connect_timeout: float = 10.0
+    #: The management API and /metrics (server/http.py); port None: off.
+    http_host: str = "127.0.0.1"
+    http_port: int | None = None
+    #: Queues with per-queue series in /metrics (the busiest), bounding its label cardinality.
+    metrics_top_queues: int = 100
+    #: The store as an operator should see it (password masked), for the start-up line and the API.
+    store_shown: str = ""

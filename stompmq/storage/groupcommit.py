@@ -51,6 +51,7 @@ from stompmq.storage.backend import Backend
 from stompmq.storage.base import (
     BindingRecord,
     ExchangeRecord,
+    QueueCount,
     Recovery,
     Store,
     StoredMessage,
@@ -397,6 +398,9 @@ class GroupCommitStore(Store):
 
     async def queue_names(self, prefix: str) -> list[str]:
         return await self._read(self._backend.queue_names, prefix)
+
+    async def queue_page(self, after: str, limit: int) -> list[QueueCount]:
+        return await self._read(self._backend.queue_page, after, limit)
 
     async def _read(self, fn: Callable[[*Ts], T], *args: *Ts) -> T:
         """Run a read on the database thread behind every write buffered so far.

@@ -59,7 +59,15 @@ from typing import Any
 import psycopg
 import trio
 
-from stompmq.storage.base import BindingRecord, ExchangeRecord, Recovery, StoredMessage, StoreError
+from stompmq.storage.base import (
+    QUEUE_PAGE_SQL,
+    BindingRecord,
+    ExchangeRecord,
+    QueueCount,
+    Recovery,
+    StoredMessage,
+    StoreError,
+)
 from stompmq.storage.groupcommit import FLUSH_INTERVAL, MAX_GROUP, GroupCommitStore
 from stompmq.storage.groups import (
     DropBinding,
@@ -496,6 +504,15 @@ class PostgresBackend:
         except psycopg.Error as exc:
             raise StoreError(f"cannot read {self.name}: {_one_line(exc)}") from None
         return [name for (name,) in rows]
+
+    def queue_page(self, after: str, limit: int) -> list[QueueCount]:
+        try:
+            rows = self._connection().execute(
+                QUEUE_PAGE_SQL.format(true="TRUE", after="%s", limit="%s"), (after, limit)
+            ).fetchall()
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot read {self.name}: {_one_line(exc)}") from None
+        return [QueueCount(*row) for row in rows]
 
     def definitions(self) -> tuple[list[ExchangeRecord], list[BindingRecord]]:
         try:

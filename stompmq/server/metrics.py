@@ -1,0 +1,93 @@
+"""Prometheus ``/metrics``: the engine's plain counters rendered at scrape time.
+
+Theory of operation
+-------------------
+Nothing here runs on the hot path: the engine keeps plain integers
+(``broker/stats.py``) and a scrape turns them into metric families with
+prometheus-client's exposition code.  Per-queue series exist only for the
+``--metrics-top-queues`` busiest queues (by messages published plus delivered
+since start), so label cardinality stays bounded however many queues there
+are; the ``*_all_total`` series cover every queue.  A queue's ready/unacked
+gauges need the store (a durable queue's messages are on disk), so the scrape
+reads its counts first, one short read per listed queue.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.registry import Collector
+from starlette.requests import Request
+from starlette.responses import Response
+
+if TYPE_CHECKING:
+    from .http import ManagementApp
+
+QUEUE_COUNTERS = ("published", "delivered", "acked", "redelivered", "dead_lettered")
+
+
+class _Scrape(Collector):
+    """One scrape's metric families (prometheus-client renders any ``Collector``)."""
+
+    def __init__(self, metrics: list[Metric]) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterable[Metric]:
+        return self.metrics
+
+
+async def scrape(management: ManagementApp) -> bytes:
+    broker = management.broker
+    stats = broker.queue_stats
+    top = heapq.nlargest(
+        management.settings.metrics_top_queues, stats, key=lambda n: stats[n].published + stats[n].delivered
+    )
+    metrics: list[Metric] = []
+
+    def gauge(name: str, doc: str, value: float) -> None:
+        metrics.append(GaugeMetricFamily(name, doc, value=value))
+
+    gauge("stompmq_connections", "Open client connections", len(management.connections))
+    gauge("stompmq_subscriptions", "Subscriptions of open connections",
+          sum(len(s.subscriptions) for s in broker.sessions.values()))
+    gauge("stompmq_queues_in_use", "Queues published to or consumed from since start", len(stats))
+    gauge("stompmq_queues_active", "Queues in memory (with consumers or deliveries in flight)", len(broker.queues))
+    gauge("stompmq_store_backlog", "Store writes buffered, not yet committed", management.runtime.store.backlog())
+    metrics.append(CounterMetricFamily("stompmq_page_reads", "Pages of ready messages read from the store",
+                                       value=broker.page_reads))
+
+    for key in QUEUE_COUNTERS:
+        what = key.replace("_", "-")
+        metrics.append(CounterMetricFamily(f"stompmq_{key}_all", f"Messages {what} in every queue",
+                                           value=sum(getattr(s, key) for s in stats.values())))
+        family = CounterMetricFamily(f"stompmq_queue_{key}", f"Messages {what}, per queue (busiest queues)",
+                                     labels=["queue"])
+        for name in top:
+            family.add_metric([name], getattr(stats[name], key))
+        metrics.append(family)
+
+    ready = GaugeMetricFamily("stompmq_queue_ready", "Ready messages, per queue (busiest queues)", labels=["queue"])
+    unacked = GaugeMetricFamily("stompmq_queue_unacked", "Unacked messages, per queue (busiest queues)",
+                                labels=["queue"])
+    for name in top:
+        counts = await management.answer(management.administer("count-msgs/queue/" + name))
+        ready.add_metric([name], int(counts["num-ready"]))
+        unacked.add_metric([name], int(counts["num-unacked"]))
+    metrics += [ready, unacked]
+
+    routed = CounterMetricFamily("stompmq_exchange_routed", "Messages routed by an exchange", labels=["exchange"])
+    for name, exchange in broker.exchanges.items():
+        routed.add_metric([name], exchange.routed)
+    metrics.append(routed)
+    return generate_latest(_Scrape(metrics))
+
+
+def metrics_route(management: ManagementApp) -> Callable[[Request], Awaitable[Response]]:
+    async def metrics(request: Request) -> Response:
+        return Response(await scrape(management), media_type=CONTENT_TYPE_LATEST)
+
+    return metrics

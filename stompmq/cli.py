@@ -10,6 +10,7 @@ import trio
 from .broker import Broker
 from .broker.definitions import DefinitionsError
 from .config import load_config
+from .logs import setup_logging
 from .server import run_until_signal
 from .storage.base import StoreError
 from .storage.factory import open_store
@@ -17,10 +18,7 @@ from .storage.factory import open_store
 
 def main(argv: list[str] | None = None) -> int:
     config = load_config(argv)
-    logging.basicConfig(
-        level=getattr(logging, str(config.log_level).upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    setup_logging(config.log_level, config.log_format)
     try:
         store = open_store(config.store_url, flush_interval=config.flush_interval, lease=config.lease)
         broker = Broker(store, config.broker())
@@ -41,7 +39,8 @@ def _startup_failure(error: BaseException, host: str, port: int) -> int:
     elif isinstance(error, DefinitionsError):
         print(f"stompmq: {error}", file=sys.stderr)
     elif isinstance(error, OSError):
-        print(f"stompmq: cannot listen on {host}:{port}: {error.strerror or error}", file=sys.stderr)
+        where = error.filename or f"{host}:{port}"  # the HTTP listener names itself (server/http.py)
+        print(f"stompmq: cannot listen on {where}: {error.strerror or error}", file=sys.stderr)
     else:
         raise error
     return 2

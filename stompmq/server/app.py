@@ -58,8 +58,9 @@ async def serve(
                         log.warning("the management API on %s has no authentication yet: anyone who can reach "
                                     "it can purge and delete queues", settings.http_host)
                     await connections.start(serve_http, runtime, settings, open_connections, http_socket)
-                log.info("stompmq %s ready: store %s, listening on %s", __version__, settings.store_shown or "?",
-                         ", ".join(shown))
+                # Shown even at --log-level WARNING: an operator always learns what runs where.
+                log.log(max(logging.INFO, log.getEffectiveLevel()), "stompmq %s ready: store %s, listening on %s",
+                        __version__, settings.store_shown or "?", ", ".join(shown))
                 if not NATIVE:
                     log.warning(
                         "the native router (stompmq.broker._rendezvous) is not built: consistent-hash "

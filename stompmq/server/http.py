@@ -22,6 +22,7 @@ since the older of the last two samples (a 5-10 s window).
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import time
 from collections.abc import Awaitable, Callable
@@ -368,7 +369,10 @@ async def _store_error(request: Request, exc: StoreError) -> Response:
 
 def bind_socket(host: str, port: int) -> socket.socket:
     """A listening socket for the HTTP server (bound here, so port 0 works and errors are ours)."""
-    sock = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
+    try:
+        sock = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
+    except OSError as e:
+        raise OSError(e.errno, os.strerror(e.errno) if e.errno else str(e), f"{host}:{port} (HTTP)") from None
     sock.set_inheritable(True)
     return sock
 
@@ -386,8 +390,8 @@ async def serve_http(
     config = HypercornConfig()
     config.bind = [f"fd://{sock.detach()}"]
     config.accesslog = None
-    config.errorlog = logging.getLogger("stompmq.http")
-    config.loglevel = "WARNING"
+    config.errorlog = hypercorn_log = logging.getLogger("stompmq.http.hypercorn")
+    hypercorn_log.setLevel(logging.WARNING)  # its "Running on" line repeats our start-up line
     async with trio.open_nursery() as nursery:
         nursery.start_soon(management.rates.run)
         await nursery.start(_serve, management.app, config)

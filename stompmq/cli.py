@@ -16,6 +16,15 @@ from .storage.factory import open_store
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["admin"]:
+        from .admin import main as admin
+
+        return admin(args[1:])
+    if args[:1] == ["backup"]:
+        from .backup import main as backup
+
+        return backup(args[1:])
     config = load_config(argv)
     setup_logging(config.log_level, config.log_format)
     try:

@@ -220,7 +220,8 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="stompmq",
-        description="A STOMP 1.0-1.2 message broker with durable queues. "
+        description="A STOMP 1.0-1.2 message broker with durable queues "
+        "(also: 'stompmq admin --help' for the management CLI, 'stompmq backup DEST' to copy a live SQLite store). "
         "Every option can also be set in the environment (STOMPMQ_<OPTION>, e.g. STOMPMQ_PORT) "
         "or in the TOML file given with --config (key = option name with underscores).",
     )

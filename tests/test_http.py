@@ -148,6 +148,8 @@ def test_metrics_bound_per_queue_series(http_broker: tuple[BrokerThread, Api]) -
     published = [line for line in text.splitlines() if line.startswith("stompmq_queue_published_total{")]
     assert sorted(published) == [f'stompmq_queue_published_total{{queue="m{i}"}} {i + 1}.0' for i in (3, 4, 5)]
     assert 'stompmq_queue_ready{queue="m5"} 6.0' in text
+    if broker.broker is not None and broker.broker.store.durable:  # commit groups are timed
+        assert "stompmq_store_commit_seconds_count" in text and "stompmq_store_commit_group_size_bucket" in text
 
 
 def test_control_list_queues_pages_in_receipt_headers(http_broker: tuple[BrokerThread, Api]) -> None:

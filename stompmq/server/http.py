@@ -44,6 +44,7 @@ from ..broker import Broker, ClientError
 from ..broker.control import MAX_PAGE, Deferred
 from ..storage.base import StoreError
 from .connection import MAX_STORE_BACKLOG, Connection
+from .metrics import StoreMetrics, metrics_route
 from .runtime import Runtime
 from .settings import ServerSettings
 
@@ -123,7 +124,8 @@ class ManagementApp:
         self.connections = connections
         self.rates = Rates(self.broker)
         self.started = time.time()
-        from .metrics import metrics_route
+        self.store_metrics = StoreMetrics()
+        runtime.store.on_group_committed = self.store_metrics.observe
 
         routes: list[BaseRoute] = [
             Route("/healthz", self.healthz),

@@ -18,6 +18,7 @@ import heapq
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING
 
+from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
@@ -28,6 +29,26 @@ if TYPE_CHECKING:
     from .http import ManagementApp
 
 QUEUE_COUNTERS = ("published", "delivered", "acked", "redelivered", "dead_lettered")
+#: Commit latency buckets (seconds): an fsync is ~0.1-10 ms on SSDs, far more on a busy disk.
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+GROUP_SIZE_BUCKETS = (1, 2, 5, 10, 50, 100, 500, 1000, 5000, 10000, 50000)
+
+
+class StoreMetrics:
+    """Histograms of the store's commit groups, fed by ``Store.on_group_committed`` (per group,
+    never per message).  A commit's latency includes its fsync: SQLite does not time them apart."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.latency = Histogram("stompmq_store_commit_seconds", "Seconds from a commit group's submission "
+                                 "to its durable commit (fsync included)", buckets=LATENCY_BUCKETS,
+                                 registry=self.registry)
+        self.size = Histogram("stompmq_store_commit_group_size", "Operations per commit group",
+                              buckets=GROUP_SIZE_BUCKETS, registry=self.registry)
+
+    def observe(self, seconds: float, size: int) -> None:
+        self.latency.observe(seconds)
+        self.size.observe(size)
 
 
 class _Scrape(Collector):
@@ -79,6 +100,7 @@ async def scrape(management: ManagementApp) -> bytes:
         unacked.add_metric([name], int(counts["num-unacked"]))
     metrics += [ready, unacked]
 
+    metrics += management.store_metrics.registry.collect()
     routed = CounterMetricFamily("stompmq_exchange_routed", "Messages routed by an exchange", labels=["exchange"])
     for name, exchange in broker.exchanges.items():
         routed.add_metric([name], exchange.routed)

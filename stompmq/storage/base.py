@@ -189,6 +189,9 @@ class Store(abc.ABC):
     def __init__(self) -> None:
         self.on_commit: CommitCallback = lambda ticket: None
         self.on_commit_failed: FailureCallback = lambda ticket, error: None
+        #: a commit group committed: (seconds from submit to commit, operations in it), for
+        #: /metrics; a store that never commits (memory) never calls it
+        self.on_group_committed: Callable[[float, int], None] = lambda seconds, size: None
         # What other brokers sharing the store did (never called by a store that is not shared):
         #: ready messages of this queue were stored or freed by another broker
         self.on_queue_changed: Callable[[str], None] = lambda queue: None

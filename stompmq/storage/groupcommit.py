@@ -93,7 +93,7 @@ Ts = TypeVarTuple("Ts")
 class _Group:
     """One commit group handed to the database thread."""
 
-    __slots__ = ("ticket", "ops", "structural", "job")
+    __slots__ = ("ticket", "submitted", "ops", "structural", "job")
 
     def __init__(
         self,
@@ -103,6 +103,7 @@ class _Group:
         job: Job[None],
     ) -> None:
         self.ticket = ticket
+        self.submitted = trio.current_time()
         self.ops = ops  # kept (with the broker's objects) to merge back if the group fails
         self.structural = structural
         self.job = job  # the database thread's reply
@@ -345,6 +346,7 @@ class GroupCommitStore(Store):
             self._inflight = None
             if error is None:
                 self._committed = group.ticket
+                self.on_group_committed(trio.current_time() - group.submitted, len(group))
                 self.on_commit(group.ticket)
                 return None
             self._merge_back(group)

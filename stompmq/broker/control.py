@@ -159,8 +159,8 @@ class Control:
     def _queue_page(self, after: str, limit: int, store_rows: list[QueueCount]) -> QueuePage:
         dispatcher = self.dispatcher
         stored = {row.name: row for row in store_rows}
-        known = (name for name in dispatcher.stats.keys() | dispatcher.queues.keys() if name > after)
-        names = set(heapq.nsmallest(limit, known)) | stored.keys()
+        # Every active queue has counters (Dispatcher.activate), so ``stats`` names them all.
+        names = set(heapq.nsmallest(limit, (name for name in dispatcher.stats if name > after))) | stored.keys()
         if len(store_rows) == limit:  # the store has more: names past its page come next time
             names = {name for name in names if name <= store_rows[-1].name}
         page = sorted(names)[:limit]

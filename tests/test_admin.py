@@ -13,7 +13,7 @@ from stompmq.server import ServerSettings
 
 from .broker_thread import BrokerThread
 from .stompclient import Client
-from .test_http import free_port
+from .broker_process import free_port
 from .waiting import send_all
 
 

@@ -11,7 +11,7 @@ import pytest
 from stompmq.server import ServerSettings
 
 from .broker_thread import BrokerThread
-from .test_http import free_port
+from .broker_process import free_port
 from .waiting import send_all
 
 webdriver = pytest.importorskip("selenium.webdriver")

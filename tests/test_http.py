@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -13,15 +12,10 @@ import pytest
 
 from stompmq.server import ServerSettings
 
+from .broker_process import free_port
 from .broker_thread import BrokerThread
 from .stompclient import Client
 from .waiting import send_all, wait_until
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Api:

@@ -31,15 +31,8 @@ import os
 import sqlite3
 from collections.abc import Iterator
 
-from stompmq.storage.base import (
-    QUEUE_PAGE_SQL,
-    BindingRecord,
-    ExchangeRecord,
-    QueueCount,
-    Recovery,
-    StoredMessage,
-    StoreError,
-)
+from stompmq.storage.base import QUEUE_PAGE_SQL, QueueCount
+from stompmq.storage.base import BindingRecord, ExchangeRecord, Recovery, StoredMessage, StoreError
 from stompmq.storage.groupcommit import FLUSH_INTERVAL, MAX_GROUP, GroupCommitStore
 from stompmq.storage.groups import (
     DropBinding,

@@ -157,3 +157,12 @@ def test_control_list_queues_pages_in_receipt_headers(http_broker: tuple[BrokerT
         rest = c.request("SEND", {"destination": "/control/list-queues", "after": first["next-after"]})
         assert (rest["num-queues"], rest["queue-0-name"]) == ("1", "c")
         assert "next-after" not in rest.headers
+
+
+def test_topic_drops_are_counted(http_broker: tuple[BrokerThread, Api]) -> None:
+    broker, api = http_broker
+    with Client(broker.port) as sub:
+        sub.subscribe("/topic/t", ack="client-individual", prefetch="1")
+        send_all(broker.port, "/topic/t", ["1", "2", "3"])
+        sub.message()
+        assert "stompmq_topic_drops_total 2.0" in api.call("GET", "/metrics")[1]

@@ -117,6 +117,11 @@ class Broker:
         """Pages of ready messages asked of the store since start."""
         return self.dispatcher.page_reads
 
+    @property
+    def topic_drops(self) -> int:
+        """Topic deliveries missed by slow or full subscribers since start (never stored)."""
+        return self.router.topic_drops
+
     def list_queues(self, after: str, limit: int) -> Deferred[QueuePage]:
         """A page of queues named after ``after``: ``answer(await fetch(store))``."""
         return self.control.list_queues(after, limit)

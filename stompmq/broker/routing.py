@@ -27,6 +27,7 @@ class Router:
         self.topics = TopicRouter()
         self.exchanges: dict[str, Exchange] = {}
         self.private: dict[str, str] = {}  # private queue of an exchange subscription -> exchange
+        self.topic_drops = 0  # topic deliveries missed by subscribers that could not take them
 
     # -- SEND ---------------------------------------------------------------------------------
     def route(self, dest: Destination, frame: Frame, priority: int, ack_timeout: float | None) -> None:
@@ -62,10 +63,12 @@ class Router:
         for sub in subs:
             session = sub.session
             if not session.outbox.can_take_transient():
+                self.topic_drops += 1
                 continue  # transient: a subscriber that cannot keep up misses it
             ack_id = None
             if sub.ack_mode is not AckMode.AUTO:
                 if len(sub.unacked) >= sub.prefetch:
+                    self.topic_drops += 1
                     continue
                 ack_id = dispatcher.track(session, sub, msg)
             version = session.version

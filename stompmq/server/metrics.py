@@ -78,6 +78,9 @@ async def scrape(management: ManagementApp) -> bytes:
     gauge("stompmq_queues_in_use", "Queues published to or consumed from since start", len(stats))
     gauge("stompmq_queues_active", "Queues in memory (with consumers or deliveries in flight)", len(broker.queues))
     gauge("stompmq_store_backlog", "Store writes buffered, not yet committed", management.runtime.store.backlog())
+    metrics.append(CounterMetricFamily("stompmq_topic_drops", "Topic deliveries missed by subscribers that could "
+                                       "not take them (outbox over its hard limit, prefetch full)",
+                                       value=broker.topic_drops))
     metrics.append(CounterMetricFamily("stompmq_page_reads", "Pages of ready messages read from the store",
                                        value=broker.page_reads))
 

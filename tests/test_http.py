@@ -22,9 +22,10 @@ class Api:
     def __init__(self, port: int) -> None:
         self.base = f"http://127.0.0.1:{port}"
 
-    def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    def call(self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None) -> tuple[int, Any]:
         data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(self.base + path, data=data, method=method)
+        request = urllib.request.Request(self.base + path, data=data, method=method,
+                                         headers={"content-type": "application/json", **(headers or {})})
         try:
             with urllib.request.urlopen(request, timeout=10) as response:
                 raw = response.read()
@@ -130,6 +131,14 @@ def test_errors_are_json_with_a_status(http_broker: tuple[BrokerThread, Api]) ->
     status, body = api.call("PUT", "/api/exchanges/x", ["not", "an", "object"])
     assert status == 400
     assert api.call("DELETE", "/api/connections/999")[0] == 404
+
+
+def test_cross_site_requests_are_refused(http_broker: tuple[BrokerThread, Api]) -> None:
+    _, api = http_broker
+    # A form on another site can POST text/plain without a preflight: it must change nothing.
+    assert api.call("POST", "/api/queues/q/purge", headers={"content-type": "text/plain"})[0] == 415
+    # DNS rebinding: a loopback API answers only to loopback host names.
+    assert api.call("GET", "/api/overview", headers={"host": "evil.example"})[0] == 400
 
 
 def test_metrics_bound_per_queue_series(http_broker: tuple[BrokerThread, Api]) -> None:

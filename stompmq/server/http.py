@@ -14,6 +14,12 @@ STOMP client can send (``Broker.administer``), so both surfaces behave
 identically; they are applied at once and committed with the next commit
 group (within ``--flush-interval``).
 
+Until the API has authentication, two guards keep a web page the operator
+happens to visit from driving it: a request that changes something must carry
+``content-type: application/json`` (which a cross-site form cannot send
+without a CORS preflight this server never grants), and on a loopback address
+only loopback host names are accepted (no DNS rebinding).
+
 Rates are derived here, not counted in the engine: ``Rates`` samples the
 engine's plain counters every ``SAMPLE_SECONDS`` and a rate is the change
 since the older of the last two samples (a 5-10 s window).
@@ -34,6 +40,9 @@ from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve as hypercorn_serve
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
@@ -57,7 +66,20 @@ DEFAULT_PAGE = 100
 #: The dashboard's static files (no build step, nothing fetched from outside).
 DASHBOARD = Path(__file__).parent / "dashboard"
 
+#: Host names a loopback-bound API answers to.
+LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
+
 Counters = tuple[int, int, int]  # published, delivered, acked
+
+
+class _JsonMutationsOnly(BaseHTTPMiddleware):
+    """Refuse a POST/PUT/DELETE without a JSON content type (see the module docstring)."""
+
+    async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
+        if request.method not in ("GET", "HEAD", "OPTIONS"):
+            if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
+                return JSONResponse({"error": "send content-type: application/json", "status": 415}, status_code=415)
+        return await call_next(request)
 
 
 class Rates:
@@ -148,8 +170,12 @@ class ManagementApp:
         ]
         if DASHBOARD.is_dir():
             routes.append(Mount("/", StaticFiles(directory=DASHBOARD, html=True)))
+        middleware = [Middleware(_JsonMutationsOnly)]
+        if settings.http_host in LOOPBACK:
+            middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=list(LOOPBACK)))
         self.app = Starlette(
             routes=routes,
+            middleware=middleware,
             exception_handlers={
                 HTTPException: _http_error,  # type: ignore[dict-item]
                 ClientError: _client_error,  # type: ignore[dict-item]

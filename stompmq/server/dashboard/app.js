@@ -146,7 +146,8 @@ $("#prev-page").addEventListener("click", () => { state.after = ""; refresh(); }
 $("#purge").addEventListener("click", async () => {
   const name = $("#queue-name").textContent;
   if (confirm(`Purge every ready message of ${name}?`)) {
-    await api("/api/queues/" + encodeURIComponent(name) + "/purge", { method: "POST" });
+    await api("/api/queues/" + encodeURIComponent(name) + "/purge",
+      { method: "POST", headers: { "content-type": "application/json" } });
     refresh();
   }
 });

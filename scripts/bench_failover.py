@@ -82,7 +82,7 @@ class Conn:
 
 def start_broker(url: str, port: int, lease: float) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "stompmq.cli", "--port", str(port), "--store", url, "--lease", str(lease),
+        [sys.executable, "-m", "stompmq.cli", "--port", str(port), "--http-port", "0", "--store", url, "--lease", str(lease),
          "--log-level", "WARNING"],
         cwd=str(ROOT), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
     )

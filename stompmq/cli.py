@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import sys
 
 import trio
@@ -10,17 +9,24 @@ import trio
 from .broker import Broker
 from .broker.definitions import DefinitionsError
 from .config import load_config
+from .logs import setup_logging
 from .server import run_until_signal
 from .storage.base import StoreError
 from .storage.factory import open_store
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["admin"]:
+        from .admin import main as admin
+
+        return admin(args[1:])
+    if args[:1] == ["backup"]:
+        from .backup import main as backup
+
+        return backup(args[1:])
     config = load_config(argv)
-    logging.basicConfig(
-        level=getattr(logging, str(config.log_level).upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    setup_logging(config.log_level, config.log_format)
     try:
         store = open_store(
             config.store_url,
@@ -46,7 +52,8 @@ def _startup_failure(error: BaseException, host: str, port: int) -> int:
     elif isinstance(error, DefinitionsError):
         print(f"stompmq: {error}", file=sys.stderr)
     elif isinstance(error, OSError):
-        print(f"stompmq: cannot listen on {host}:{port}: {error.strerror or error}", file=sys.stderr)
+        where = error.filename or f"{host}:{port}"  # the HTTP listener names itself (server/http.py)
+        print(f"stompmq: cannot listen on {where}: {error.strerror or error}", file=sys.stderr)
     else:
         raise error
     return 2

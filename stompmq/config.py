@@ -2,18 +2,22 @@
 
 Every option is declared once in ``OPTIONS``; the command line, the
 environment variable names and the TOML keys are all derived from it, so the
-three sources cannot drift apart.
+three sources cannot drift apart.  Each option's ``type`` parses *and*
+range-checks a value, and every source goes through it (a TOML number or list
+is turned back into text first), so a bad value is refused the same way
+wherever it comes from: one line naming the source and the key, exit code 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from . import __version__
 from .broker import BrokerConfig
@@ -43,10 +47,70 @@ def _topic_overflow(value: str) -> str:
     if value not in POLICIES:
         raise argparse.ArgumentTypeError(f"expected one of {', '.join(POLICIES)}, got {value!r}")
     return value
+def _int(low: int, high: int | None = None) -> Callable[[str], int]:
+    """An integer in [low, high]."""
+
+    def parse(value: str) -> int:
+        try:
+            n = int(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
+        if n < low or (high is not None and n > high):
+            raise argparse.ArgumentTypeError(f"must be {low}-{high}, got {n}" if high is not None
+                                             else f"must be >= {low}, got {n}")
+        return n
+
+    parse.__name__ = "int"  # argparse names the type in its messages
+    return parse
+
+
+def _seconds(*, zero: bool = False) -> Callable[[str], float]:
+    """A duration in seconds: > 0 (or >= 0 where 0 means "never")."""
+
+    def parse(value: str) -> float:
+        try:
+            x = float(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected seconds, got {value!r}") from None
+        if not (x >= 0 if zero else x > 0) or x != x or x == float("inf"):
+            raise argparse.ArgumentTypeError(f"must be {'>= 0' if zero else '> 0'}, got {value}")
+        return x
+
+    parse.__name__ = "seconds"
+    return parse
+
+
+def _choice(*choices: str) -> Callable[[str], str]:
+    def parse(value: str) -> str:
+        if value.upper() not in (c.upper() for c in choices):
+            raise argparse.ArgumentTypeError(f"expected one of {', '.join(choices)}, got {value!r}")
+        return next(c for c in choices if c.upper() == value.upper())
+
+    parse.__name__ = "choice"
+    return parse
 
 
 def _optional_int(value: str) -> int | None:
-    return None if value in ("", "none", "unlimited") else int(value)
+    return None if value in ("", "none", "unlimited") else _int(0)(value)
+
+
+def _port(value: str) -> int:
+    return _int(1, 65535)(value)
+
+
+def _from_toml(raw: Any) -> str:
+    """A TOML value as the text a flag would carry (``[1000, 1000]`` -> ``1000,1000``)."""
+    if isinstance(raw, bool):
+        return "true" if raw else "false"
+    if isinstance(raw, list):
+        return ",".join(_from_toml(x) for x in raw)
+    if isinstance(raw, dict):
+        raise argparse.ArgumentTypeError("expected a value, not a table")
+    return str(raw)
+
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+DEFAULT_HTTP_PORT = 61680
 
 
 def _positive_int(value: str) -> int:
@@ -96,26 +160,26 @@ class Option:
 
 OPTIONS: tuple[Option, ...] = (
     Option("host", str, "127.0.0.1", "address to listen on (loopback by default, so an unauthenticated broker is not exposed)"),
-    Option("port", int, 61613, "TCP port for STOMP"),
+    Option("port", _port, 61613, "TCP port for STOMP"),
     Option("store", str, None, "message store: 'memory' (no durability), 'sqlite:///PATH' (default: sqlite file in --data-dir) or 'postgresql://USER:PASSWORD@HOST:PORT/DB' (several brokers may share it)", "URL"),
     Option("data-dir", str, "./stompmq-data", "directory for the default SQLite store"),
-    Option("flush-interval", float, 0.05, "seconds within which SENDs without receipt are committed (write-behind)", "SECONDS"),
-    Option("lease", float, 10.0, "PostgreSQL store: seconds after which a broker that stopped renewing its lease (a crash) loses its messages to the other brokers", "SECONDS"),
+    Option("flush-interval", _seconds(), 0.05, "seconds within which SENDs without receipt are committed (write-behind)", "SECONDS"),
+    Option("lease", _seconds(), 10.0, "PostgreSQL store: seconds after which a broker that stopped renewing its lease (a crash) loses its messages to the other brokers", "SECONDS"),
     Option("login", str, None, "require this login in CONNECT (with --passcode)"),
     Option("passcode", str, None, "require this passcode in CONNECT (with --login)"),
-    Option("max-frame-size", int, 16 * 1024 * 1024, "largest accepted frame body in bytes", "BYTES"),
-    Option("max-header-bytes", int, 64 * 1024, "largest accepted command line plus header block in bytes", "BYTES"),
-    Option("max-headers", int, 1000, "most headers accepted in one frame", "N"),
+    Option("max-frame-size", _int(1), 16 * 1024 * 1024, "largest accepted frame body in bytes", "BYTES"),
+    Option("max-header-bytes", _int(1), 64 * 1024, "largest accepted command line plus header block in bytes", "BYTES"),
+    Option("max-headers", _int(1), 1000, "most headers accepted in one frame", "N"),
     Option("heart-beat", _heart_beat, (10_000, 10_000), "heart-beats the server offers: SEND_MS,RECEIVE_MS (0 = none)", "SEND_MS,RECEIVE_MS"),
-    Option("heart-beat-grace", float, 2.0, "how many receive intervals a silent client gets before it is closed", "FACTOR"),
-    Option("connect-timeout", float, 10.0, "seconds a new connection has to send CONNECT", "SECONDS"),
-    Option("default-prefetch", int, 100, "prefetch of a client-ack subscription that asks for none", "N"),
-    Option("max-prefetch", int, 10_000, "upper bound on the prefetch a subscription may ask for", "N"),
-    Option("window", _positive_int, 10_000, "ready messages a queue keeps in memory; the rest is paged in from the store", "N"),
+    Option("heart-beat-grace", _seconds(), 2.0, "how many receive intervals a silent client gets before it is closed", "FACTOR"),
+    Option("connect-timeout", _seconds(), 10.0, "seconds a new connection has to send CONNECT", "SECONDS"),
+    Option("default-prefetch", _int(1), 100, "prefetch of a client-ack subscription that asks for none", "N"),
+    Option("max-prefetch", _int(1), 10_000, "upper bound on the prefetch a subscription may ask for", "N"),
+    Option("window", _int(1), 10_000, "ready messages a queue keeps in memory; the rest is paged in from the store", "N"),
     Option("window-bytes", _size, 16 * 1024**2, "bytes of ready messages a queue keeps in memory (with --window, whichever is reached first)", "BYTES"),
     Option("max-unflushed-bytes", _size, 64 * 1024**2, "bytes of messages waiting for the disk before producers are paused (back-pressure)", "BYTES"),
     Option("max-connections", _optional_positive_int, None, "client connections served at once; more are refused with an ERROR (default: the open-file limit minus a reserve)", "N"),
-    Option("ack-timeout", float, 0.0, "seconds before an unacked message is redelivered (0 = never); SEND/SUBSCRIBE 'ack-timeout' headers override", "SECONDS"),
+    Option("ack-timeout", _seconds(zero=True), 0.0, "seconds before an unacked message is redelivered (0 = never); SEND/SUBSCRIBE 'ack-timeout' headers override", "SECONDS"),
     Option("max-redeliveries", _optional_int, None, "redeliveries before a message goes to its dead-letter queue (default unlimited)", "N"),
     Option("dlq-prefix", str, "DLQ.", "dead-letter queue of /queue/NAME is /queue/<prefix>NAME", "PREFIX"),
     Option("dead-letter-rejected", _flag, False, "NACK with requeue:false moves the message to its dead-letter queue instead of discarding it", "BOOL"),
@@ -124,7 +188,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("stream-max-bytes", int, 0, "body bytes a stream keeps (0 = no limit); per stream: /control/declare/stream/NAME max-bytes", "BYTES"),
     Option("stream-segment", int, 10_000, "entries per stream segment, the unit retention deletes", "N"),
     Option("definitions", str, None, "TOML or JSON file declaring exchanges, queues and bindings at start", "FILE"),
-    Option("log-level", str, "INFO", "logging level (DEBUG, INFO, WARNING, ERROR)", "LEVEL"),
+    Option("log-level", _choice(*LOG_LEVELS), "INFO", "logging level (DEBUG: every frame; INFO: start, connections)", "LEVEL"),
+    Option("log-format", _choice("text", "json"), "text", "log lines as text, or one JSON object per line for log shippers", "FORMAT"),
+    Option("http-host", str, "127.0.0.1", "address of the management API, /metrics and dashboard (it has no authentication yet)"),
+    Option("http-port", _int(0, 65535), DEFAULT_HTTP_PORT, "TCP port of the management API, /metrics and dashboard (0 = off)"),
+    Option("metrics-top-queues", _int(0), 100, "queues with per-queue series in /metrics (the busiest; bounds label cardinality)", "N"),
 )
 
 
@@ -143,7 +211,16 @@ class Config:
         store = self.values["store"]
         if store:
             return str(store)
-        return "sqlite:///" + str(Path(self.values["data_dir"]) / "stompmq.db")
+        # Absolute: a broker started from another directory must not open a new, empty store.
+        return "sqlite:///" + str(Path(self.values["data_dir"]).resolve() / "stompmq.db")
+
+    @property
+    def store_shown(self) -> str:
+        """The store for logs and the API: an absolute path, or the URL with its password masked."""
+        url = self.store_url
+        if url.startswith("sqlite:///"):
+            return "sqlite:///" + str(Path(url[len("sqlite:///"):]).resolve())
+        return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
 
     def server(self) -> ServerSettings:
         return ServerSettings(
@@ -156,6 +233,10 @@ class Config:
             heart_beat_grace=self.heart_beat_grace,
             connect_timeout=self.connect_timeout,
             max_connections=self.max_connections,
+            http_host=self.http_host,
+            http_port=self.http_port or None,
+            metrics_top_queues=self.metrics_top_queues,
+            store_shown=self.store_shown,
         )
 
     def broker(self) -> BrokerConfig:
@@ -176,10 +257,17 @@ class Config:
         )
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        """One line, no usage block: ``stompmq: error: <source> <key>: <why>``, exit code 2."""
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="stompmq",
-        description="A STOMP 1.0-1.2 message broker with durable queues. "
+        description="A STOMP 1.0-1.2 message broker with durable queues "
+        "(also: 'stompmq admin --help' for the management CLI, 'stompmq backup DEST' to copy a live SQLite store). "
         "Every option can also be set in the environment (STOMPMQ_<OPTION>, e.g. STOMPMQ_PORT) "
         "or in the TOML file given with --config (key = option name with underscores).",
     )
@@ -203,30 +291,37 @@ def load_config(argv: list[str] | None = None, environ: Mapping[str, str] | None
     args = vars(parser.parse_args(argv))
     environ = os.environ if environ is None else environ
     file_values: dict[str, Any] = {}
-    if args.get("config"):
-        with open(args["config"], "rb") as f:
-            file_values = tomllib.load(f)
+    path = args.get("config")
+    if path:
+        try:
+            with open(path, "rb") as f:
+                loaded = tomllib.load(f)
+        except OSError as e:
+            parser.error(f"--config {path}: cannot read: {e.strerror or e}")
+        except tomllib.TOMLDecodeError as e:
+            parser.error(f"--config {path}: not valid TOML: {e}")
+        file_values = {key.replace("-", "_"): value for key, value in loaded.items()}  # dashes as in flags
     known = {opt.key for opt in OPTIONS}
     unknown = set(file_values) - known
     if unknown:
-        parser.error(f"unknown settings in {args['config']}: {', '.join(sorted(unknown))}")
+        parser.error(f"{path}: unknown settings: {', '.join(sorted(unknown))}")
     values: dict[str, Any] = {}
     for opt in OPTIONS:
         if opt.key in args:
             values[opt.key] = args[opt.key]
         elif opt.env in environ:
-            try:
-                values[opt.key] = opt.type(environ[opt.env])
-            except (ValueError, argparse.ArgumentTypeError) as e:
-                parser.error(f"{opt.env}: {e}")
+            values[opt.key] = _parse(parser, opt, environ[opt.env], f"environment {opt.env}")
         elif opt.key in file_values:
-            raw = file_values[opt.key]
-            try:  # scalars are checked like flags; a TOML array (heart-beat) is taken as is
-                values[opt.key] = raw if isinstance(raw, list) else opt.type(str(raw))
-            except (ValueError, argparse.ArgumentTypeError) as e:
-                parser.error(f"{opt.key} in {args['config']}: {e}")
+            values[opt.key] = _parse(parser, opt, file_values[opt.key], f"{path}: {opt.key}")
         else:
             values[opt.key] = opt.default
     if (values["login"] is None) != (values["passcode"] is None):
         parser.error("--login and --passcode go together")
     return Config(values)
+
+
+def _parse(parser: argparse.ArgumentParser, opt: Option, raw: Any, source: str) -> Any:
+    try:
+        return opt.type(_from_toml(raw))
+    except (ValueError, argparse.ArgumentTypeError) as e:
+        parser.error(f"{source}: {e}")

@@ -7,6 +7,7 @@ marker, so ``-m "not postgres"`` skips them where no PostgreSQL can be installed
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,6 +23,8 @@ from .broker_thread import BrokerThread
 from .postgres_server import PostgresServer
 
 STORES = ["memory", "sqlite", "postgres"]
+# Broker subprocesses run side by side: none takes the default management port.
+os.environ.setdefault("STOMPMQ_HTTP_PORT", "0")
 #: Seconds a dead broker's claims last in tests (the default, 10 s, would only slow them).
 TEST_LEASE = 3.0
 

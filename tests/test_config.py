@@ -71,3 +71,53 @@ def test_bad_file_values_are_usage_errors(tmp_path: Path, capsys: pytest.Capture
         load_config(["--config", str(path)], environ={})
     assert exit_info.value.code == 2
     assert "window" in capsys.readouterr().err
+@pytest.mark.parametrize("argv, environ, toml, named", [
+    (["--default-prefetch", "0"], {}, None, "--default-prefetch"),
+    (["--max-prefetch", "-5"], {}, None, "--max-prefetch"),
+    (["--port", "99999"], {}, None, "--port"),
+    (["--log-level", "LOUD"], {}, None, "--log-level"),
+    (["--flush-interval", "0"], {}, None, "--flush-interval"),
+    (["--ack-timeout", "-1"], {}, None, "--ack-timeout"),
+    (["--http-port", "70000"], {}, None, "--http-port"),
+    ([], {"STOMPMQ_PORT": "abc"}, None, "STOMPMQ_PORT"),
+    ([], {"STOMPMQ_WINDOW": "0"}, None, "STOMPMQ_WINDOW"),
+    ([], {}, "max_prefetch = 0\n", "max_prefetch"),
+    ([], {}, 'log_level = "LOUD"\n', "log_level"),
+    ([], {}, "heart_beat = [1000]\n", "heart_beat"),
+    ([], {}, "port = [\n", "not valid TOML"),
+    ([], {}, "[port]\nx = 1\n", "port"),
+])
+def test_nonsense_is_one_line_naming_source_and_key(
+    argv: list[str], environ: dict[str, str], toml: str | None, named: str, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    if toml is not None:
+        path = tmp_path / "stompmq.toml"
+        path.write_text(toml)
+        argv = argv + ["--config", str(path)]
+    with pytest.raises(SystemExit) as exit_info:
+        load_config(argv, environ=environ)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2
+    assert err.count("\n") == 1 and err.startswith("stompmq: error:") and named in err, err
+
+
+def test_missing_config_file_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        load_config(["--config", "/nonexistent/stompmq.toml"], environ={})
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1 and "/nonexistent/stompmq.toml" in err
+
+
+def test_toml_takes_lists_booleans_and_dashed_keys(tmp_path: Path) -> None:
+    path = tmp_path / "stompmq.toml"
+    path.write_text('heart-beat = [1000, 2000]\ndead-letter-rejected = true\nlog_level = "debug"\n')
+    config = load_config(["--config", str(path)], environ={})
+    assert (config.heart_beat, config.dead_letter_rejected, config.log_level) == ((1000, 2000), True, "DEBUG")
+
+
+def test_data_dir_is_absolute_and_passwords_are_masked() -> None:
+    config = load_config(["--data-dir", "relative"], environ={})
+    assert config.store_url == "sqlite:///" + str(Path("relative").resolve() / "stompmq.db")
+    pg = load_config(["--store", "postgresql://bob:s3cret@db:5432/mq"], environ={})
+    assert pg.store_shown == "postgresql://bob:***@db:5432/mq" and "s3cret" not in str(pg.server())

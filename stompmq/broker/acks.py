@@ -59,10 +59,13 @@ class Acks:
 
     def ack(self, sub: Subscription, ack_id: str) -> None:
         stored = sub.queue is not None  # topic and stream messages are never deleted by an ACK
-        for one in _acked_ids(sub, ack_id):
+        ids = _acked_ids(sub, ack_id)
+        for one in ids:
             msg = self.settle(sub, one)
             if stored:
                 self.store.delete(msg)
+        if sub.queue is not None:
+            sub.queue.stats.acked += len(ids)
         self.after_settle(sub)
 
     def nack(self, sub: Subscription, ack_id: str, requeue: bool) -> None:
@@ -124,6 +127,7 @@ class Acks:
             return  # topic message: transient
         msg.delivered = False
         msg.redeliveries += 1
+        queue.stats.redelivered += 1
         limit = self.config.max_redeliveries
         if limit is not None and msg.redeliveries > limit:
             dead_letter(self.dispatcher, msg, f"redelivered more than {limit} times")

@@ -10,36 +10,66 @@ the public methods of the dispatcher and the router.
 
 Counts follow ocamlmq: ``num-messages`` counts ready and unacked messages;
 ``num-ready`` and ``num-unacked`` split it.
+
+``list_queues`` pages through every queue by name for ``/control/list-queues``
+and the management API alike: the store's page (``Store.queue_page``) merged
+with the queues only this broker knows (active, or published to since start).
+When the store's page is full, names past its last one wait for the next page,
+so no queue is skipped however the two sources interleave.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from ..protocol import Frame
-from ..storage.base import Store
+from ..storage.base import QueueCount, Store
 from .destinations import Kind, parse_destination
 from .dispatch import Dispatcher
 from .errors import ClientError
 from .exchanges import ROUTING_KEY_HEADER, declaration_options, parse_weight
 from .key_exchanges import TYPES as KEY_TYPES
 from .routing import STREAM_TARGET, Router
+from .stats import QueueStats
 from .streams import Streams
 
 Headers = dict[str, str]
+R = TypeVar("R")
+#: Most queues one page of ``list_queues`` may hold (a client asking for more gets this many).
+MAX_PAGE = 1000
 
 
 @dataclass(frozen=True, slots=True)
-class Deferred:
-    """An answer that needs a store read: ``answer(await fetch(store))`` gives the headers."""
+class Deferred(Generic[R]):
+    """An answer that needs a store read: ``answer(await fetch(store))`` gives the headers
+    (or, for the management API, the result)."""
 
     fetch: Callable[[Store], Awaitable[Any]]
-    answer: Callable[[Any], Headers]
+    answer: Callable[[Any], R]
 
 
-Answer = Headers | Deferred
+Answer = Headers | Deferred[Headers]
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRow:
+    """One queue in a listing: counts now, counters since the broker started."""
+
+    name: str
+    ready: int
+    unacked: int
+    consumers: int
+    oldest_ms: int | None
+    stats: QueueStats | None
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePage:
+    rows: list[QueueRow]
+    next_after: str | None  # pass as ``after`` for the next page; None: this was the last
 
 
 class Control:
@@ -65,6 +95,8 @@ class Control:
         }
 
     def run(self, path: str, frame: Frame) -> Answer:
+        if path == "list-queues":
+            return self._list_queues(frame)
         verb, _, rest = path.partition("/")
         kind, _, name = rest.partition("/")
         handler = self._verbs.get((verb, kind))
@@ -120,6 +152,58 @@ class Control:
             headers[f"subscription-{i}-id"] = sub.id
             headers[f"subscription-{i}-dropped"] = str(overflow.dropped[sub])
         return headers
+    def _list_queues(self, frame: Frame) -> Deferred[Headers]:
+        """``after`` and ``limit`` headers page; the RECEIPT carries ``queue-N-*`` headers."""
+        limit = _page_limit(frame.headers.get("limit"))
+        listing = self.list_queues(frame.headers.get("after", ""), limit)
+
+        def answer(store_rows: list[QueueCount]) -> Headers:
+            page = listing.answer(store_rows)
+            headers = {"num-queues": str(len(page.rows))}
+            if page.next_after is not None:
+                headers["next-after"] = page.next_after
+            for i, row in enumerate(page.rows):
+                headers[f"queue-{i}-name"] = row.name
+                headers[f"queue-{i}-ready"] = str(row.ready)
+                headers[f"queue-{i}-unacked"] = str(row.unacked)
+                headers[f"queue-{i}-consumers"] = str(row.consumers)
+            return headers
+
+        return Deferred(listing.fetch, answer)
+
+    def list_queues(self, after: str, limit: int) -> Deferred[QueuePage]:
+        """A page of queues named after ``after``; ``answer`` gives a ``QueuePage``."""
+        limit = max(1, min(limit, MAX_PAGE))
+
+        def fetch(store: Store) -> Awaitable[list[QueueCount]]:
+            return store.queue_page(after, limit)
+
+        return Deferred(fetch, lambda store_rows: self._queue_page(after, limit, store_rows))
+
+    def _queue_page(self, after: str, limit: int, store_rows: list[QueueCount]) -> QueuePage:
+        dispatcher = self.dispatcher
+        stored = {row.name: row for row in store_rows}
+        # Every active queue has counters (Dispatcher.activate), so ``stats`` names them all.
+        names = set(heapq.nsmallest(limit, (name for name in dispatcher.stats if name > after))) | stored.keys()
+        if len(store_rows) == limit:  # the store has more: names past its page come next time
+            names = {name for name in names if name <= store_rows[-1].name}
+        page = sorted(names)[:limit]
+        rows = []
+        for name in page:
+            queue = dispatcher.queues.get(name)
+            count = stored.get(name)
+            unacked_here = len(queue.inflight) if queue is not None else 0
+            if count is not None:
+                unacked = max(count.unacked, unacked_here)
+                ready, oldest = count.messages - unacked, count.oldest_ms
+            else:
+                unacked = unacked_here
+                ready = queue.size if queue is not None else 0
+                oldest = queue.window.peek().timestamp if queue is not None and queue.size else None
+            rows.append(QueueRow(name, ready, unacked, queue.nsubs if queue is not None else 0, oldest,
+                                 dispatcher.stats.get(name)))
+        more = len(page) == limit
+        return QueuePage(rows, page[-1] if more else None)
 
     def _purge(self, name: str, frame: Frame) -> Answer:
         self.dispatcher.purge(name)
@@ -128,6 +212,7 @@ class Control:
     def _delete_queue(self, name: str, frame: Frame) -> Answer:
         self.dispatcher.purge(name)
         self.router.unbind_everywhere(name)
+        self.dispatcher.forget_stats(name)
         return {}
 
     # -- streams ------------------------------------------------------------------------------
@@ -217,6 +302,15 @@ def _bind_target(frame: Frame) -> str:
     if dest.name.startswith("/"):
         raise ClientError(f"queue names bound to an exchange must not start with '/': {dest.raw!r}")
     return dest.name
+
+
+def _page_limit(value: str | None) -> int:
+    if value is None:
+        return 100
+    try:
+        return int(value)
+    except ValueError:
+        raise ClientError(f"limit must be a number, not {value!r}") from None
 
 
 def _counts(total: int, unacked: int) -> Headers:

@@ -20,6 +20,7 @@ log = logging.getLogger(__name__)
 def dead_letter(dispatcher: Dispatcher, msg: StoredMessage, reason: str) -> None:
     """Move ``msg`` (already settled) to its queue's dead-letter queue, or drop it."""
     dispatcher.store.delete(msg)
+    dispatcher.queue_stats(msg.queue).dead_lettered += 1
     prefix = dispatcher.config.dlq_prefix
     if not prefix or msg.queue.startswith(prefix):
         log.warning("dropping message %d of queue %s: %s", msg.seq, msg.queue, reason)

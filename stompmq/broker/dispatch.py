@@ -39,6 +39,7 @@ from .queue import Queue
 from .reads import Reads, StoreRead
 from .send_headers import DEFAULT_PRIORITY
 from .session import NO_DELIVERIES, AckMode, Session, Subscription
+from .stats import QueueStats
 from .timers import Deadlines
 from .window import PageRequest
 
@@ -58,6 +59,8 @@ class Dispatcher:
         self.deadlines = deadlines
         self.reads = reads
         self.queues: dict[str, Queue] = {}
+        self.stats: dict[str, QueueStats] = {}  # every queue name in use (stats.py)
+        self.page_reads = 0  # pages asked of the store
         self.seq = 0  # the last sequence number handed out
         self.seq_end = 0  # the end of the block ``seq`` is from (Store.seq_block)
         self.wall_ms = 0  # wall-clock time for message timestamps, set by the engine
@@ -70,9 +73,22 @@ class Dispatcher:
             durable = self.store.durable
             config = self.config
             queue = self.queues[name] = Queue(
-                name, config.window if durable else None, spilled=durable, max_bytes=config.window_bytes
+                name, config.window if durable else None, spilled=durable, max_bytes=config.window_bytes,
+                stats=self.queue_stats(name),
             )
         return queue
+
+    def queue_stats(self, name: str) -> QueueStats:
+        """The counters of queue ``name``, created on first use."""
+        stats = self.stats.get(name)
+        if stats is None:
+            stats = self.stats[name] = QueueStats()
+        return stats
+
+    def forget_stats(self, name: str) -> None:
+        """The queue was deleted: its counters go too (unless it is still active)."""
+        if name not in self.queues:
+            self.stats.pop(name, None)
 
     def deactivate_if_idle(self, queue: Queue) -> None:
         if queue.idle and (self.store.durable or not queue.size) and self.queues.get(queue.name) is queue:
@@ -114,9 +130,11 @@ class Dispatcher:
         queue = self.queues.get(queue_name)
         if queue is None:
             if self.store.durable:
+                self.queue_stats(queue_name).published += 1
                 self.store.insert(msg)
                 return msg  # nobody listens here: the message waits in the store only
             queue = self.activate(queue_name)
+        queue.stats.published += 1
         msg.held = queue.window.push(msg)
         self.store.insert(msg)
         self.pump(queue)
@@ -146,6 +164,7 @@ class Dispatcher:
         """Hand one queue message to one subscription."""
         session = sub.session
         version = session.version
+        queue.stats.delivered += 1
         auto = sub.ack_mode is AckMode.AUTO
         queue.inflight[msg.seq] = msg
         if auto:
@@ -219,6 +238,7 @@ class Dispatcher:
     def _request_page(self, queue: Queue) -> None:
         request = queue.window.start_page()
         name = queue.name
+        self.page_reads += 1
 
         def fetch(store: Store) -> Awaitable[Sequence[StoredMessage]]:
             return store.load_ready(name, request.after, request.limit)

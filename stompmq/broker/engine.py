@@ -35,14 +35,15 @@ Who owns what (imports point down this list, never up):
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 from ..protocol import Frame
 from ..storage.base import BindingRecord, ExchangeRecord, Recovery, Store, StoreError
 from .acks import Acks
 from .config import BrokerConfig
-from .control import Control, Deferred
+from .control import Control, Deferred, QueuePage
 from .definitions import apply_definitions
 from .destinations import Kind, parse_destination
 from .dispatch import ACK_TIMEOUT, PAGE_RETRY, Dispatcher
@@ -56,13 +57,14 @@ from .routing import Router
 from .send_headers import send_options
 from .session import Outbox, Session
 from .streams import STREAM_READ_RETRY, STREAM_RETENTION, Streams, StreamSubscription
+from .stats import QueueStats
 from .subscriptions import Subscriptions
 from .timers import Deadlines
 from .topics import WILDCARD, TopicRouter
 from .transactions import Held, Transactions, requeue_wanted
 
 
-Handler = Callable[[Session, Frame], "Headers | Deferred | Held | None"]
+Handler = Callable[[Session, Frame], "Headers | Deferred[Headers] | Held | None"]
 
 
 class Broker:
@@ -109,6 +111,32 @@ class Broker:
     @property
     def topics(self) -> TopicRouter:
         return self.router.topics
+
+    # -- what the management API reads and does (server/http.py) -------------------------------
+    @property
+    def queue_stats(self) -> Mapping[str, QueueStats]:
+        """Counters of every queue in use since start (read-only; see stats.py)."""
+        return MappingProxyType(self.dispatcher.stats)
+
+    @property
+    def page_reads(self) -> int:
+        """Pages of ready messages asked of the store since start."""
+        return self.dispatcher.page_reads
+
+    @property
+    def topic_drops(self) -> int:
+        """Topic deliveries missed by slow or full subscribers since start (never stored)."""
+        return self.router.topic_drops
+
+    def list_queues(self, after: str, limit: int) -> Deferred[QueuePage]:
+        """A page of queues named after ``after``: ``answer(await fetch(store))``."""
+        return self.control.list_queues(after, limit)
+
+    def administer(self, path: str, headers: dict[str, str] | None = None) -> Headers | Deferred[Headers]:
+        """Run the ``/control/PATH`` verb for an administrator, outside any session (ClientError
+        if it is refused), exactly as a control SEND would."""
+        frame = Frame("SEND", {**(headers or {}), "destination": "/control/" + path})
+        return self.control.run(path, frame)
 
     # -- driving --------------------------------------------------------------------------------
     def recover(self, recovery: Recovery, stale_queues: list[str], definitions: dict[str, Any] | None = None,
@@ -221,7 +249,7 @@ class Broker:
         elif receipt is not None:
             self.receipts.send(session, receipt, answer)
 
-    def _answer_later(self, session: Session, receipt: str | None, deferred: Deferred) -> None:
+    def _answer_later(self, session: Session, receipt: str | None, deferred: Deferred[Headers]) -> None:
         entry = self.receipts.reserve(session, receipt) if receipt is not None else None
 
         def done(result: object) -> None:
@@ -241,7 +269,7 @@ class Broker:
             if receipt is not None:
                 self.receipts.send(session, receipt)
 
-    def _on_send(self, session: Session, frame: Frame) -> Headers | Deferred | Held | None:
+    def _on_send(self, session: Session, frame: Frame) -> Headers | Deferred[Headers] | Held | None:
         headers = frame.headers
         dest = parse_destination(headers.get("destination"))
         kind = dest.kind

@@ -22,13 +22,21 @@ from collections.abc import Iterator
 
 from ..storage.base import StoredMessage
 from .session import Subscription
+from .stats import QueueStats
 from .window import ReadyWindow
 
 
 class Queue:
-    __slots__ = ("name", "destination", "window", "nsubs", "ready_subs", "inflight", "avoid")
+    __slots__ = ("name", "destination", "window", "nsubs", "ready_subs", "inflight", "avoid", "stats")
 
-    def __init__(self, name: str, capacity: int | None, spilled: bool, max_bytes: int | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        capacity: int | None,
+        spilled: bool,
+        max_bytes: int | None = None,
+        stats: QueueStats | None = None,
+    ) -> None:
         self.name = name
         self.destination = "/queue/" + name
         self.window = ReadyWindow(capacity, spilled, max_bytes)
@@ -37,6 +45,7 @@ class Queue:
         self.inflight: dict[int, StoredMessage] = {}  # seq -> message delivered, not yet settled
         # seq -> subscription whose ack timeout expired for it: another one gets it if it can
         self.avoid: dict[int, Subscription] | None = None
+        self.stats = stats if stats is not None else QueueStats()
 
     @property
     def size(self) -> int:

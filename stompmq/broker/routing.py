@@ -44,6 +44,11 @@ class Router:
         self.amq_topic = self.key_exchanges["amq.topic"]
         self.private: dict[str, str] = {}  # private queue of an exchange subscription -> exchange
 
+    @property
+    def topic_drops(self) -> int:
+        """Topic deliveries missed by subscribers that could not take them (any policy)."""
+        return self.overflow.total_dropped
+
     # -- SEND ---------------------------------------------------------------------------------
     def route(
         self, dest: Destination, frame: Frame, priority: int, ack_timeout: float | None, publisher: Session

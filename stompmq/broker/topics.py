@@ -74,6 +74,13 @@ class TopicRouter:
             if subs:
                 yield from subs
 
+    def patterns(self) -> Iterator[tuple[str, int]]:
+        """Every subscribed pattern (``PREFIX*`` for prefixes) with its number of subscriptions."""
+        for name, subs in self._exact.items():
+            yield name, len(subs)
+        for prefix, subs in self._prefix.items():
+            yield prefix + WILDCARD, len(subs)
+
     def count(self, name: str) -> int:
         """Live subscriptions that a publish to ``name`` would reach."""
         return sum(1 for sub in self.matching(name) if not sub.session.closed)

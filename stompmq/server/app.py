@@ -25,9 +25,11 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
+from .. import __version__
 from ..broker import Broker
 from ..broker.hashring import NATIVE
 from .connection import Connection, refuse
+from .http import bind_socket, serve_http
 from .runtime import Runtime
 from .settings import ServerSettings
 
@@ -102,6 +104,8 @@ async def serve(
         async with trio.open_nursery() as nursery:
             await nursery.start(runtime.run)
             listeners = await trio.open_tcp_listeners(settings.port, host=settings.host)
+            http_socket = bind_socket(settings.http_host, settings.http_port) if settings.http_port is not None else None
+            open_connections: dict[str, Connection] = {}  # what the management API lists
 
             active = refused = 0  # refusals are logged once per episode, like accept errors
 
@@ -117,16 +121,27 @@ async def serve(
                     log.warning("accepting connections again after refusing %d", refused)
                     refused = 0
                 active += 1
+                connection = Connection(stream, runtime, settings)
+                open_connections[connection.id] = connection
                 try:
-                    await Connection(stream, runtime, settings).run()
+                    await connection.run()
                 finally:
                     active -= 1
+                    del open_connections[connection.id]
 
             async with trio.open_nursery() as connections:
                 for listener in listeners:
                     connections.start_soon(_accept, listener, connections, handle)
-                for listener in listeners:
-                    log.info("listening on %s", listener.socket.getsockname())
+                shown = [f"stomp://{_address(listener.socket.getsockname())}" for listener in listeners]
+                if http_socket is not None:
+                    shown.append(f"http://{_address(http_socket.getsockname())}")
+                    if settings.http_host not in ("127.0.0.1", "::1", "localhost"):
+                        log.warning("the management API on %s has no authentication yet: anyone who can reach "
+                                    "it can purge and delete queues", settings.http_host)
+                    await connections.start(serve_http, runtime, settings, open_connections, http_socket)
+                # Shown even at --log-level WARNING: an operator always learns what runs where.
+                log.log(max(logging.INFO, log.getEffectiveLevel()), "stompmq %s ready: store %s, listening on %s",
+                        __version__, settings.store_shown or "?", ", ".join(shown))
                 if not NATIVE:
                     log.warning(
                         "the native router (stompmq.broker._rendezvous) is not built: consistent-hash "
@@ -138,6 +153,11 @@ async def serve(
         with trio.CancelScope(shield=True):
             await runtime.close()
             log.info("store closed")
+
+
+def _address(sockname: tuple[str, int] | tuple[str, int, int, int]) -> str:
+    host, port = sockname[0], sockname[1]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 async def run_until_signal(broker: Broker, settings: ServerSettings) -> None:

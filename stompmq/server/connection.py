@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import time
 from typing import NoReturn, cast
 
 import trio
@@ -106,6 +107,10 @@ class Connection:
         self._broken = False  # the socket failed: nothing more can be sent
         self._read_scope = trio.CancelScope()
         self._session_opened = trio.Event()  # wakes the watchdog to start heart-beating at once
+        # What an operator sees (the management API, the connect/disconnect log lines).
+        self.peer = _peer(stream)
+        self.since = time.time()
+        self.bytes_in = self.bytes_out = self.frames_in = 0
 
     async def run(self) -> None:
         try:
@@ -132,6 +137,11 @@ class Connection:
                     self.broker.close_session(self.session)
                 except Exception:  # escaping here would take down every connection (DESIGN §5)
                     log.exception("connection %s: closing its session failed", self.id)
+                log.info(
+                    "connection %s from %s: disconnected after %.1f s, login %r, %d frames, %d bytes in, %d out",
+                    self.id, self.peer, time.time() - self.since, self.session.login, self.frames_in,
+                    self.bytes_in, self.bytes_out,
+                )
             with trio.CancelScope(shield=True):
                 await self.stream.aclose()
 
@@ -146,11 +156,16 @@ class Connection:
             if not data:
                 return
             self.last_recv = trio.current_time()
+            self.bytes_in += len(data)
             runtime.tick()
             try:
                 frames = parser.feed(data)
             except ProtocolError as e:
                 self._error(e.message, e.receipt_id)
+            self.frames_in += len(frames)
+            if log.isEnabledFor(logging.DEBUG):  # once per read, not per frame
+                for frame in frames:
+                    log.debug("connection %s: %s %s", self.id, frame.command, frame.headers)
             for frame in frames:
                 if self._errored:  # failed from outside (a slow topic subscriber disconnected)
                     raise _Close
@@ -206,6 +221,8 @@ class Connection:
         if settings.login is not None and (
             headers.get("login") != settings.login or headers.get("passcode") != settings.passcode
         ):
+            log.warning("connection %s from %s: bad login or passcode for login %r", self.id, self.peer,
+                        headers.get("login"))
             self._error("bad login or passcode")
         try:
             client_beats = parse_heart_beat(headers.get("heart-beat"))
@@ -228,6 +245,7 @@ class Connection:
             "session": self.id,
         }
         self.outbox.write(encode_frame(Frame("CONNECTED", connected), version))
+        log.info("connection %s from %s: connected, login %r, STOMP %s", self.id, self.peer, session.login, version)
 
     def _resume(self, session: Session) -> None:
         """The outbox drained: the engine may deliver to this connection again."""
@@ -291,11 +309,16 @@ class Connection:
                 self._read_scope.cancel()
                 return
             self.last_send = trio.current_time()
+            self.bytes_out += len(data)
             outbox.sent(len(data))
             session = self.session
             if session is not None and session.unsent:  # auto-ack deliveries reached the socket
                 self.runtime.tick()
                 self.broker.written(session, outbox.sent_total)
+
+    def close(self, reason: str) -> None:
+        """Close this connection with an ERROR saying ``reason`` (an administrator asked)."""
+        self.fail(reason, None)
 
     async def _watchdog(self) -> None:
         connect_deadline = trio.current_time() + self.settings.connect_timeout
@@ -322,3 +345,13 @@ class Connection:
                 self.fail("heart-beat timeout", None)
                 return
 
+
+
+def _peer(stream: trio.abc.HalfCloseableStream) -> str:
+    """``host:port`` of the client ("" for a stream without a socket, as in tests)."""
+    sock = getattr(stream, "socket", None)
+    try:
+        host, port = sock.getpeername()[:2] if sock is not None else ("", "")
+    except OSError:
+        return ""
+    return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}" if host else ""

@@ -22,3 +22,10 @@ class ServerSettings:
     connect_timeout: float = 10.0
     #: Client connections served at once (more are refused); None: derived from the open-file limit.
     max_connections: int | None = None
+    #: The management API and /metrics (server/http.py); port None: off.
+    http_host: str = "127.0.0.1"
+    http_port: int | None = None
+    #: Queues with per-queue series in /metrics (the busiest), bounding its label cardinality.
+    metrics_top_queues: int = 100
+    #: The store as an operator should see it (password masked), for the start-up line and the API.
+    store_shown: str = ""

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from stompmq.storage.base import Recovery, StoredMessage, StreamMessage
+from stompmq.storage.base import QueueCount, Recovery, StoredMessage, StreamMessage
 from stompmq.storage.groups import GroupRows
 
 
@@ -92,6 +92,9 @@ class Backend(Protocol):
 
     def queue_names(self, prefix: str) -> list[str]:
         """Names of the queues the database knows that start with ``prefix``."""
+
+    def queue_page(self, after: str, limit: int) -> list[QueueCount]:
+        """See ``Store.queue_page`` (``base.QUEUE_PAGE_SQL`` is the query)."""
 
     def close(self) -> None:
         """Release the connection and any lock.  Called exactly once, last, also after a

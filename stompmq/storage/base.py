@@ -188,6 +188,27 @@ class Recovery:
     streams: list[StreamRecord] = field(default_factory=list)  # sorted by name
 
 
+@dataclass(frozen=True, slots=True)
+class QueueCount:
+    """One queue as the store sees it (the management API's queue list)."""
+
+    name: str
+    messages: int  # ready and delivered-unacked alike
+    unacked: int
+    oldest_ms: int | None  # the timestamp of its oldest stored message, None when empty
+
+
+#: SQL for ``Backend.queue_page`` (placeholders ``:after``/``:limit`` are the backend's to adapt):
+#: it walks the unique index on queues.name and counts each listed queue through
+#: ix_messages_queue_order, so a page costs its own queues, never the whole table.
+QUEUE_PAGE_SQL = """
+SELECT q.name,
+       (SELECT COUNT(*) FROM messages m WHERE m.queue_id = q.id),
+       (SELECT COUNT(*) FROM messages m WHERE m.queue_id = q.id AND m.delivered = {true}),
+       (SELECT MIN(m.timestamp) FROM messages m WHERE m.queue_id = q.id)
+FROM queues q WHERE q.name > {after} ORDER BY q.name LIMIT {limit}
+"""
+
 CommitCallback = Callable[[int], None]
 FailureCallback = Callable[[int, StoreError], None]
 #: The highest sequence number a message can have (a signed 64-bit column).
@@ -214,6 +235,9 @@ class Store(abc.ABC):
     def __init__(self) -> None:
         self.on_commit: CommitCallback = lambda ticket: None
         self.on_commit_failed: FailureCallback = lambda ticket, error: None
+        #: a commit group committed: (seconds from submit to commit, operations in it), for
+        #: /metrics; a store that never commits (memory) never calls it
+        self.on_group_committed: Callable[[float, int], None] = lambda seconds, size: None
         # What other brokers sharing the store did (never called by a store that is not shared):
         #: ready messages of this queue were stored or freed by another broker
         self.on_queue_changed: Callable[[str], None] = lambda queue: None
@@ -311,6 +335,10 @@ class Store(abc.ABC):
     def backlog(self) -> int:
         """Operations buffered and not yet committed (the server throttles readers on it)."""
 
+    def full(self) -> bool:
+        """The store holds as much unflushed work as it may: producers are being held back."""
+        return False
+
     @abc.abstractmethod
     async def wait_for_room(self) -> None:
         """Return once the writes not yet on disk are below the store's limits (operations and
@@ -342,3 +370,9 @@ class Store(abc.ABC):
     async def count_unacked(self, queue: str) -> int:
         """Messages of ``queue`` out for delivery (by any broker sharing the store)."""
         return 0
+
+    async def queue_page(self, after: str, limit: int) -> list[QueueCount]:
+        """Up to ``limit`` queues the store knows, named after ``after``, in name order, with
+        their counts (the management API pages through a million queues with this).  A store
+        that keeps nothing (memory) knows no queue: the broker lists its own."""
+        return []

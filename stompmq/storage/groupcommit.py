@@ -63,6 +63,7 @@ from stompmq.storage.base import (
     MESSAGE_OVERHEAD,
     BindingRecord,
     ExchangeRecord,
+    QueueCount,
     Recovery,
     Store,
     StoredMessage,
@@ -113,7 +114,7 @@ Ts = TypeVarTuple("Ts")
 class _Group:
     """One commit group handed to the database thread."""
 
-    __slots__ = ("ticket", "ops", "structural", "appends", "job")
+    __slots__ = ("ticket", "submitted", "ops", "structural", "appends", "job")
 
     def __init__(
         self,
@@ -124,6 +125,7 @@ class _Group:
         job: Job[None],
     ) -> None:
         self.ticket = ticket
+        self.submitted = trio.current_time()
         self.ops = ops  # kept (with the broker's objects) to merge back if the group fails
         self.structural = structural
         self.appends = appends
@@ -337,11 +339,11 @@ class GroupCommitStore(Store):
         """Bytes of inserted messages not yet on disk (pending and in flight)."""
         return self._pending_bytes + self._inflight_bytes
 
-    def _full(self) -> bool:
+    def full(self) -> bool:
         return self.backlog() >= self._max_backlog or self.backlog_bytes() >= self._max_backlog_bytes
 
     async def wait_for_room(self) -> None:
-        while self._full():
+        while self.full():
             await self._group_finished.wait()
 
     # -- the commit loop ---------------------------------------------------------------------
@@ -410,6 +412,7 @@ class GroupCommitStore(Store):
             self._inflight_bytes = 0
             if error is None:
                 self._committed = group.ticket
+                self.on_group_committed(trio.current_time() - group.submitted, len(group))
                 self.on_commit(group.ticket)
                 return None
             self._merge_back(group)
@@ -471,6 +474,9 @@ class GroupCommitStore(Store):
 
     async def queue_names(self, prefix: str) -> list[str]:
         return await self._read(self._backend.queue_names, prefix)
+
+    async def queue_page(self, after: str, limit: int) -> list[QueueCount]:
+        return await self._read(self._backend.queue_page, after, limit)
 
     async def _read(self, fn: Callable[[*Ts], T], *args: *Ts) -> T:
         """Run a read on the database thread behind every write buffered so far.

@@ -60,8 +60,10 @@ import psycopg
 import trio
 
 from stompmq.storage.base import (
+    QUEUE_PAGE_SQL,
     BindingRecord,
     ExchangeRecord,
+    QueueCount,
     Recovery,
     StoredMessage,
     StoreError,
@@ -593,6 +595,15 @@ class PostgresBackend:
         except psycopg.Error as exc:
             raise StoreError(f"cannot read {self.name}: {_one_line(exc)}") from None
         return [name for (name,) in rows]
+
+    def queue_page(self, after: str, limit: int) -> list[QueueCount]:
+        try:
+            rows = self._connection().execute(
+                QUEUE_PAGE_SQL.format(true="TRUE", after="%s", limit="%s"), (after, limit)
+            ).fetchall()
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot read {self.name}: {_one_line(exc)}") from None
+        return [QueueCount(*row) for row in rows]
 
     def definitions(self) -> tuple[list[ExchangeRecord], list[BindingRecord]]:
         try:

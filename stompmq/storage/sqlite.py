@@ -32,8 +32,10 @@ import sqlite3
 from collections.abc import Iterator
 
 from stompmq.storage.base import (
+    QUEUE_PAGE_SQL,
     BindingRecord,
     ExchangeRecord,
+    QueueCount,
     Recovery,
     StoredMessage,
     StoreError,
@@ -444,6 +446,11 @@ class SQLiteBackend:
                 "SELECT name FROM queues WHERE substr(name, 1, ?) = ?", (len(prefix), prefix)
             ).fetchall()
         return [name for (name,) in rows]
+
+    def queue_page(self, after: str, limit: int) -> list[QueueCount]:
+        with self._reading() as conn:
+            rows = conn.execute(QUEUE_PAGE_SQL.format(true="1", after="?", limit="?"), (after, limit)).fetchall()
+        return [QueueCount(*row) for row in rows]
 
     @contextlib.contextmanager
     def _reading(self) -> Iterator[sqlite3.Connection]:

@@ -1,0 +1,30 @@
+"""Counters an operator reads (the HTTP API, /metrics): plain integers the engine bumps.
+
+Theory of operation
+-------------------
+The hot path pays one attribute increment per event: no clock, no allocation,
+no metric library inside the engine.  Rates are derived outside (server/) by
+sampling the counters.  A queue's counters live in ``QueueStats``, created the
+first time the queue is published to or activated, kept while the broker runs
+(a queue's history survives it leaving memory) and dropped when the queue is
+deleted, so memory follows the number of queue names in use, like the store's
+``queues`` table.
+"""
+
+from __future__ import annotations
+
+
+class QueueStats:
+    """What happened to one queue's messages since the broker started."""
+
+    __slots__ = ("published", "delivered", "acked", "redelivered", "dead_lettered")
+
+    def __init__(self) -> None:
+        self.published = 0
+        self.delivered = 0
+        self.acked = 0
+        self.redelivered = 0
+        self.dead_lettered = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in self.__slots__}

@@ -1,0 +1,124 @@
+"""Prometheus ``/metrics``: the engine's plain counters rendered at scrape time.
+
+Theory of operation
+-------------------
+Nothing here runs on the hot path: the engine keeps plain integers
+(``broker/stats.py``) and a scrape turns them into metric families with
+prometheus-client's exposition code.  Per-queue series exist only for the
+``--metrics-top-queues`` busiest queues (by messages published plus delivered
+since start), so label cardinality stays bounded however many queues there
+are; the ``*_all_total`` series cover every queue.  A queue's ready/unacked
+gauges need the store (a durable queue's messages are on disk), so the scrape
+reads its counts first, one short read per listed queue.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.registry import Collector
+from starlette.requests import Request
+from starlette.responses import Response
+
+if TYPE_CHECKING:
+    from .http import ManagementApp
+
+QUEUE_COUNTERS = ("published", "delivered", "acked", "redelivered", "dead_lettered")
+#: Commit latency buckets (seconds): an fsync is ~0.1-10 ms on SSDs, far more on a busy disk.
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+GROUP_SIZE_BUCKETS = (1, 2, 5, 10, 50, 100, 500, 1000, 5000, 10000, 50000)
+
+
+class StoreMetrics:
+    """Histograms of the store's commit groups, fed by ``Store.on_group_committed`` (per group,
+    never per message).  A commit's latency includes its fsync: SQLite does not time them apart."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.latency = Histogram("stompmq_store_commit_seconds", "Seconds from a commit group's submission "
+                                 "to its durable commit (fsync included)", buckets=LATENCY_BUCKETS,
+                                 registry=self.registry)
+        self.size = Histogram("stompmq_store_commit_group_size", "Operations per commit group",
+                              buckets=GROUP_SIZE_BUCKETS, registry=self.registry)
+
+    def observe(self, seconds: float, size: int) -> None:
+        self.latency.observe(seconds)
+        self.size.observe(size)
+
+
+class _Scrape(Collector):
+    """One scrape's metric families (prometheus-client renders any ``Collector``)."""
+
+    def __init__(self, metrics: list[Metric]) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterable[Metric]:
+        return self.metrics
+
+
+async def scrape(management: ManagementApp) -> bytes:
+    broker = management.broker
+    stats = broker.queue_stats
+    top = heapq.nlargest(
+        management.settings.metrics_top_queues, stats, key=lambda n: stats[n].published + stats[n].delivered
+    )
+    metrics: list[Metric] = []
+
+    def gauge(name: str, doc: str, value: float) -> None:
+        metrics.append(GaugeMetricFamily(name, doc, value=value))
+
+    gauge("stompmq_connections", "Open client connections", len(management.connections))
+    gauge("stompmq_subscriptions", "Subscriptions of open connections",
+          sum(len(s.subscriptions) for s in broker.sessions.values()))
+    gauge("stompmq_queues_in_use", "Queues published to or consumed from since start", len(stats))
+    gauge("stompmq_queues_active", "Queues in memory (with consumers or deliveries in flight)", len(broker.queues))
+    gauge("stompmq_store_backlog", "Store writes buffered, not yet committed", management.runtime.store.backlog())
+    metrics.append(CounterMetricFamily("stompmq_topic_drops", "Topic deliveries missed by subscribers that could "
+                                       "not take them (outbox over its hard limit, prefetch full)",
+                                       value=broker.topic_drops))
+    metrics.append(CounterMetricFamily("stompmq_page_reads", "Pages of ready messages read from the store",
+                                       value=broker.page_reads))
+
+    totals = [0] * len(QUEUE_COUNTERS)
+    for s in stats.values():  # one pass: with many queues this loop is most of a scrape
+        totals[0] += s.published
+        totals[1] += s.delivered
+        totals[2] += s.acked
+        totals[3] += s.redelivered
+        totals[4] += s.dead_lettered
+    for key, total in zip(QUEUE_COUNTERS, totals):
+        what = key.replace("_", "-")
+        metrics.append(CounterMetricFamily(f"stompmq_{key}_all", f"Messages {what} in every queue", value=total))
+        family = CounterMetricFamily(f"stompmq_queue_{key}", f"Messages {what}, per queue (busiest queues)",
+                                     labels=["queue"])
+        for name in top:
+            family.add_metric([name], getattr(stats[name], key))
+        metrics.append(family)
+
+    ready = GaugeMetricFamily("stompmq_queue_ready", "Ready messages, per queue (busiest queues)", labels=["queue"])
+    unacked = GaugeMetricFamily("stompmq_queue_unacked", "Unacked messages, per queue (busiest queues)",
+                                labels=["queue"])
+    for name in top:
+        counts = await management.answer(management.administer("count-msgs/queue/" + name))
+        ready.add_metric([name], int(counts["num-ready"]))
+        unacked.add_metric([name], int(counts["num-unacked"]))
+    metrics += [ready, unacked]
+
+    metrics += management.store_metrics.registry.collect()
+    routed = CounterMetricFamily("stompmq_exchange_routed", "Messages routed by an exchange", labels=["exchange"])
+    for name, exchange in broker.exchanges.items():
+        routed.add_metric([name], exchange.routed)
+    metrics.append(routed)
+    return generate_latest(_Scrape(metrics))
+
+
+def metrics_route(management: ManagementApp) -> Callable[[Request], Awaitable[Response]]:
+    async def metrics(request: Request) -> Response:
+        return Response(await scrape(management), media_type=CONTENT_TYPE_LATEST)
+
+    return metrics

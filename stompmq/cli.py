@@ -11,11 +11,16 @@ from .broker import Broker
 from .broker.definitions import DefinitionsError
 from .config import load_config
 from .server import run_until_signal
+from .server.security import SecurityError
+from .server.users_cli import users_main
 from .storage.base import StoreError
 from .storage.factory import open_store
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["users"]:
+        return users_main(argv[1:])
     config = load_config(argv)
     logging.basicConfig(
         level=getattr(logging, str(config.log_level).upper(), logging.INFO),
@@ -27,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
         trio.run(run_until_signal, broker, config.server())
     except BaseExceptionGroup as group:
         return _startup_failure(group, config.host, config.port)
-    except (StoreError, DefinitionsError, OSError) as e:
+    except (StoreError, DefinitionsError, SecurityError, OSError) as e:
         return _startup_failure(e, config.host, config.port)
     return 0
 
@@ -38,7 +43,7 @@ def _startup_failure(error: BaseException, host: str, port: int) -> int:
         error = error.exceptions[0]
     if isinstance(error, StoreError):
         print(f"stompmq: store error: {error}", file=sys.stderr)
-    elif isinstance(error, DefinitionsError):
+    elif isinstance(error, (DefinitionsError, SecurityError)):
         print(f"stompmq: {error}", file=sys.stderr)
     elif isinstance(error, OSError):
         print(f"stompmq: cannot listen on {host}:{port}: {error.strerror or error}", file=sys.stderr)

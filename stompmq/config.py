@@ -83,6 +83,14 @@ OPTIONS: tuple[Option, ...] = (
     Option("dead-letter-rejected", _flag, False, "NACK with requeue:false moves the message to its dead-letter queue instead of discarding it", "BOOL"),
     Option("definitions", str, None, "TOML or JSON file declaring exchanges, queues and bindings at start", "FILE"),
     Option("log-level", str, "INFO", "logging level (DEBUG, INFO, WARNING, ERROR)", "LEVEL"),
+    Option("tls-port", _optional_int, None, "TCP port for STOMP over TLS (needs --tls-cert and --tls-key)", "PORT"),
+    Option("tls-cert", str, None, "PEM certificate chain of the TLS listeners (reloaded on SIGHUP or change)", "FILE"),
+    Option("tls-key", str, None, "PEM private key of --tls-cert", "FILE"),
+    Option("tls-ca", str, None, "PEM CA certificates that client certificates are verified against", "FILE"),
+    Option("tls-verify-client", _flag, False, "require a client certificate signed by --tls-ca (its CN may be the login)", "BOOL"),
+    Option("ws-port", _optional_int, None, "TCP port for STOMP over WebSocket (ws://HOST:PORT/ws)", "PORT"),
+    Option("wss-port", _optional_int, None, "TCP port for STOMP over WebSocket on TLS (wss://HOST:PORT/ws; the --tls-* files)", "PORT"),
+    Option("users-file", str, None, "TOML users file with hashed passwords and permissions (see 'stompmq users'); anonymous access is off", "FILE"),
 )
 
 
@@ -113,6 +121,14 @@ class Config:
             heart_beat=self.heart_beat,
             heart_beat_grace=self.heart_beat_grace,
             connect_timeout=self.connect_timeout,
+            tls_port=self.tls_port,
+            tls_cert=self.tls_cert,
+            tls_key=self.tls_key,
+            tls_ca=self.tls_ca,
+            tls_verify_client=self.tls_verify_client,
+            ws_port=self.ws_port,
+            wss_port=self.wss_port,
+            users_file=self.users_file,
         )
 
     def broker(self) -> BrokerConfig:

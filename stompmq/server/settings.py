@@ -20,3 +20,14 @@ class ServerSettings:
     heart_beat_grace: float = 2.0
     #: Seconds a new connection has to send CONNECT.
     connect_timeout: float = 10.0
+    #: TLS listener (0 = any free port, None = none) and its PEM files; see security.py.
+    tls_port: int | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_ca: str | None = None
+    tls_verify_client: bool = False
+    #: STOMP over WebSocket (path /ws): plain and over TLS (None = none).
+    ws_port: int | None = None
+    wss_port: int | None = None
+    #: TOML users file (auth.py); replaces --login/--passcode and turns anonymous access off.
+    users_file: str | None = None

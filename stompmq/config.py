@@ -90,6 +90,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("tls-verify-client", _flag, False, "require a client certificate signed by --tls-ca (its CN may be the login)", "BOOL"),
     Option("ws-port", _optional_int, None, "TCP port for STOMP over WebSocket (ws://HOST:PORT/ws)", "PORT"),
     Option("wss-port", _optional_int, None, "TCP port for STOMP over WebSocket on TLS (wss://HOST:PORT/ws; the --tls-* files)", "PORT"),
+    Option("max-subscriptions", int, 1000, "subscriptions one connection may hold at once", "N"),
+    Option("max-connections-per-address", _optional_int, None, "connections one source IP address may hold at once (default unlimited)", "N"),
     Option("users-file", str, None, "TOML users file with hashed passwords and permissions (see 'stompmq users'); anonymous access is off", "FILE"),
 )
 
@@ -129,6 +131,7 @@ class Config:
             ws_port=self.ws_port,
             wss_port=self.wss_port,
             users_file=self.users_file,
+            max_connections_per_address=self.max_connections_per_address,
         )
 
     def broker(self) -> BrokerConfig:
@@ -141,6 +144,7 @@ class Config:
             dlq_prefix=self.dlq_prefix,
             dead_letter_rejected=self.dead_letter_rejected,
             definitions=self.definitions,
+            max_subscriptions=self.max_subscriptions,
         )
 
 

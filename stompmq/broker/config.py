@@ -24,5 +24,7 @@ class BrokerConfig:
     dlq_prefix: str = "DLQ."
     #: NACK with requeue:false dead-letters the message instead of discarding it.
     dead_letter_rejected: bool = False
+    #: Subscriptions one connection may hold at once (a limit against abuse).
+    max_subscriptions: int = 1000
     #: TOML or JSON file of exchanges, queues and bindings applied at start.
     definitions: str | None = None

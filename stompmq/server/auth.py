@@ -21,6 +21,8 @@ is unit-tested without a broker.
   ``write`` guards SEND, ``read`` guards SUBSCRIBE and the ``/control`` reads,
   ``configure`` guards the ``/control`` verbs that change things (declare,
   delete, bind, unbind, purge), checked against ``/KIND/NAME``.
+* **Connections per address** are counted (``AddressCounter``) against
+  ``--max-connections-per-address``.
 * **Throttling**: after a failed login, the next attempt from the same source
   address waits until ``THROTTLE_SECONDS`` after that failure, so a guesser gets
   about one try per second per address while nobody else waits at all.  The
@@ -239,3 +241,24 @@ class LoginThrottle:
     def __len__(self) -> int:
         return len(self._next_try)
 
+
+
+@dataclass(slots=True)
+class AddressCounter:
+    """Open connections per source address, so one address cannot take every connection."""
+
+    limit: int | None
+    _open: dict[str, int] = field(default_factory=dict)
+
+    def admit(self, address: str) -> bool:
+        """Count a new connection from ``address``; False (and not counted) when over the limit."""
+        n = self._open.get(address, 0)
+        if self.limit is not None and n >= self.limit:
+            return False
+        self._open[address] = n + 1
+        return True
+
+    def release(self, address: str) -> None:
+        n = self._open.pop(address, 0) - 1
+        if n > 0:
+            self._open[address] = n

@@ -85,6 +85,7 @@ class Connection:
         #: The user's permissions when the broker has users; None = everything allowed.
         self.permission: Permission | None = None
         self.login: str | None = None
+        self._admitted = False  # counted against the per-address connection limit
         self.runtime = runtime
         self.broker = runtime.broker
         self.settings = settings
@@ -120,6 +121,9 @@ class Connection:
         except Exception:
             log.exception("connection %s failed", self.id)
         finally:
+            if self._admitted:
+                assert self.security is not None
+                self.security.connections.release(self.peer)
             if self.session is not None:
                 try:
                     self.runtime.tick()
@@ -132,6 +136,10 @@ class Connection:
     # -- reading ----------------------------------------------------------------
     async def _reader(self) -> None:
         stream, parser, outbox, store, runtime = self.stream, self.parser, self.outbox, self.broker.store, self.runtime
+        if self.security is not None:
+            self._admitted = self.security.connections.admit(self.peer)
+            if not self._admitted:
+                self._error(f"too many connections from {self.peer}")
         while True:
             if outbox.size >= outbox.hard_limit:
                 await outbox.wait_below_hard_limit()

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import trio
 
-from .auth import LoginThrottle, User, Users, UsersFileError
+from .auth import AddressCounter, LoginThrottle, User, Users, UsersFileError
 from .settings import ServerSettings
 
 log = logging.getLogger(__name__)
@@ -101,6 +101,7 @@ class Security:
         elif settings.login is not None and settings.passcode is not None:
             self.users = Users.single(settings.login, settings.passcode)
         self.throttle = LoginThrottle()
+        self.connections = AddressCounter(settings.max_connections_per_address)
         self._stamps = self._file_stamps()
 
     def authenticate(self, login: str | None, passcode: str | None) -> User | None:

@@ -31,3 +31,5 @@ class ServerSettings:
     wss_port: int | None = None
     #: TOML users file (auth.py); replaces --login/--passcode and turns anonymous access off.
     users_file: str | None = None
+    #: Connections one source address may hold at once (None = unlimited).
+    max_connections_per_address: int | None = None

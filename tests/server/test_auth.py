@@ -8,6 +8,7 @@ import pytest
 
 from stompmq.cli import main
 from stompmq.server.auth import (
+    AddressCounter,
     LoginThrottle,
     Permission,
     User,
@@ -121,3 +122,12 @@ def test_the_users_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert main(["users", "--users-file", f, "delete", "alice"]) == 0
     assert main(["users", "--users-file", f, "delete", "alice"]) == 1
     assert Users.load(f).users == {}
+
+
+def test_connections_are_counted_per_address() -> None:
+    counter = AddressCounter(limit=2)
+    assert counter.admit("a") and counter.admit("a") and not counter.admit("a")
+    assert counter.admit("b")
+    counter.release("a")
+    assert counter.admit("a")
+    assert AddressCounter(limit=None).admit("a")

@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 PATH = "/ws"
 #: In order of preference, as RabbitMQ's web-stomp.
 SUBPROTOCOLS = ("v12.stomp", "v11.stomp", "v10.stomp", "stomp")
-RECEIVE_BYTES = 64 * 1024
+RECEIVE_BYTES = 256 * 1024  # as Connection asks of TCP: many frames per parse
 
 
 def choose_subprotocol(offered: list[str]) -> str | None:

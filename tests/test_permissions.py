@@ -14,6 +14,7 @@ from stompmq.server.auth import Permission, User, Users, hash_password
 
 from .broker_thread import BrokerThread
 from .rawclient import TIMEOUT, RawClient
+from .waiting import wait_until
 
 NOTHING = "^$"
 USERS = {
@@ -109,4 +110,22 @@ def test_login_and_passcode_remain_a_one_user_shortcut(make_memory_broker: Calla
     with RawClient(broker.port) as client:
         client.connect(login="u", passcode="p")
         client.frame("SEND", {"destination": "/control/purge/queue/q", "receipt": "r"})
+        assert client.recv().command == "RECEIPT"
+
+
+def test_a_changed_users_file_applies_to_a_running_broker(secured: BrokerThread, tmp_path: Path) -> None:
+    users = Users.load(tmp_path / "users.toml")
+    users.users["producer"].permissions["/"] = Permission(NOTHING, "^/queue/", NOTHING)
+    users.users["newcomer"] = User("newcomer", hash_password("hello"), [], {"/": Permission()})
+    users.save(tmp_path / "users.toml")
+
+    def newcomer_gets_in() -> bool:
+        with RawClient(secured.port) as client:
+            client.frame("CONNECT", {"accept-version": "1.2", "host": "h", "login": "newcomer", "passcode": "hello"})
+            return client.recv().command == "CONNECTED"
+
+    wait_until(newcomer_gets_in, "the new user let in", timeout=10)
+    with RawClient(secured.port) as client:
+        client.connect(login="producer", passcode="pw-producer")
+        client.frame("SEND", {"destination": "/queue/other", "receipt": "r"})
         assert client.recv().command == "RECEIPT"

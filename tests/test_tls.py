@@ -6,6 +6,7 @@ Certificates are made by the test itself with trustme (a throw-away CA per test)
 from __future__ import annotations
 
 import queue
+import signal
 import ssl
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from stompmq.server import ServerSettings
 from stompmq.server.auth import Permission, User, Users, hash_password
 from stompmq.server.listeners import listener_port
 
+from .broker_process import BrokerProcess, free_port
 from .broker_thread import BrokerThread
 from .rawclient import RawClient
 from .waiting import wait_until
@@ -171,3 +173,21 @@ def test_unusable_tls_files_stop_the_start_with_one_line_and_exit_2(tmp_path: Pa
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("stompmq: cannot load --tls-cert"), result.stderr
+
+
+def test_sighup_reloads_the_certificate_of_a_running_broker(tmp_path: Path) -> None:
+    old, new = trustme.CA(), trustme.CA()
+    cert, key = write_cert(old, tmp_path)
+    tls_port = free_port()
+    broker = BrokerProcess(tmp_path / "b.db", "--tls-port", str(tls_port), "--tls-cert", cert, "--tls-key", key,
+                           log_level="INFO").start()
+    try:
+        tls_client(tls_port, client_context(old)).close()
+        write_cert(new, tmp_path)
+        assert broker.proc is not None
+        broker.proc.send_signal(signal.SIGHUP)
+        wait_until(lambda: "TLS certificate reloaded" in broker.stderr, "the reload logged", timeout=1.5)
+        tls_client(tls_port, client_context(new)).close()
+        assert broker.proc.poll() is None  # SIGHUP does not stop the broker
+    finally:
+        assert broker.terminate() == 0

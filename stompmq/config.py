@@ -153,7 +153,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="stompmq",
         description="A STOMP 1.0-1.2 message broker with durable queues. "
         "Every option can also be set in the environment (STOMPMQ_<OPTION>, e.g. STOMPMQ_PORT) "
-        "or in the TOML file given with --config (key = option name with underscores).",
+        "or in the TOML file given with --config (key = option name with underscores). "
+        "'stompmq users --help' manages the users file of --users-file.",
     )
     parser.add_argument("--version", action="version", version=f"stompmq {__version__}")
     parser.add_argument("--config", metavar="FILE", help="TOML file with settings (flags and environment win)")

@@ -191,3 +191,17 @@ def test_sighup_reloads_the_certificate_of_a_running_broker(tmp_path: Path) -> N
         assert broker.proc.poll() is None  # SIGHUP does not stop the broker
     finally:
         assert broker.terminate() == 0
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--users-file", "/nonexistent/users.toml"], "stompmq: cannot read users file /nonexistent/users.toml"),
+        (["--tls-port", "0"], "stompmq: TLS needs both --tls-cert and --tls-key"),
+    ],
+)
+def test_other_unusable_security_settings_exit_2(args: list[str], message: str) -> None:
+    result = subprocess.run([sys.executable, "-m", "stompmq.cli", "--store", "memory", "--port", "0", *args],
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2 and result.stderr.strip().startswith(message), result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1

@@ -112,3 +112,13 @@ def test_wss_uses_the_tls_settings(tmp_path: Path, make_memory_broker: Callable[
         assert client.connect().command == "CONNECTED"
     with pytest.raises(ssl.SSLError):
         WSClient(port, context=client_context(trustme.CA()))
+
+
+def test_logins_are_checked_over_websocket_too(make_memory_broker: Callable[..., BrokerThread]) -> None:
+    broker = make_memory_broker(settings=ServerSettings(port=0, ws_port=0, login="u", passcode="p"))
+    port = listener_port(broker.listeners[1])
+    with WSClient(port) as client:
+        assert client.connect(login="u", passcode="p").command == "CONNECTED"
+    with WSClient(port) as client:
+        client.send_message("CONNECT\naccept-version:1.2\nhost:h\nlogin:u\npasscode:x\n\n\x00")
+        assert client.recv()["message"] == "bad login or passcode"

@@ -20,7 +20,8 @@ is unit-tested without a broker.
   as the client wrote it (``/queue/orders``, ``/exchange/prices``):
   ``write`` guards SEND, ``read`` guards SUBSCRIBE and the ``/control`` reads,
   ``configure`` guards the ``/control`` verbs that change things (declare,
-  delete, bind, unbind, purge), checked against ``/KIND/NAME``.
+  delete, bind, unbind, purge), checked against ``/KIND/NAME`` (and, for bind
+  and unbind, against the queue being bound).
 * **Connections per address** are counted (``AddressCounter``) against
   ``--max-connections-per-address``.
 * **Throttling**: after a failed login, the next attempt from the same source
@@ -37,6 +38,7 @@ import json
 import os
 import re
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -181,22 +183,28 @@ class Users:
 _DUMMY_HASH = hash_password("", salt=b"\0" * 16)
 
 
-def control_permission(destination: str) -> tuple[str, str]:
-    """(action, resource) a ``/control/VERB/KIND/NAME`` SEND needs."""
-    _, _, rest = destination.partition("/control/")
-    verb, _, resource = rest.partition("/")
-    return ("configure" if verb in CONFIGURE_VERBS else "read"), "/" + resource
+def required_permissions(command: str, headers: Mapping[str, str]) -> list[tuple[str, str]]:
+    """The (action, resource) pairs a SEND or SUBSCRIBE needs, all of them; [] for other frames.
 
-
-def required_permission(command: str, destination: str) -> tuple[str, str] | None:
-    """(action, resource) a SEND or SUBSCRIBE needs; None for frames that name no destination."""
-    if command == "SEND":
-        if destination.startswith("/control/"):
-            return control_permission(destination)
-        return "write", destination
+    A ``/control/VERB/KIND/NAME`` SEND needs ``configure`` or ``read`` on ``/KIND/NAME``;
+    binding or unbinding also changes the queue of its ``queue`` header, so it needs
+    ``configure`` on that queue too.
+    """
+    destination = headers.get("destination")
+    if destination is None:
+        return []  # the broker reports the missing header
     if command == "SUBSCRIBE":
-        return "read", destination
-    return None
+        return [("read", destination)]
+    if command != "SEND":
+        return []
+    if not destination.startswith("/control/"):
+        return [("write", destination)]
+    verb, _, resource = destination[len("/control/"):].partition("/")
+    needs = [("configure" if verb in CONFIGURE_VERBS else "read", "/" + resource)]
+    queue = headers.get("queue")
+    if verb in ("bind", "unbind") and queue is not None:
+        needs.append(("configure", queue))
+    return needs
 
 
 @dataclass(slots=True)

@@ -46,7 +46,7 @@ from ..protocol import (
     parse_heart_beat,
 )
 from .outbox import ConnectionOutbox
-from .auth import DEFAULT_VHOST, Permission, required_permission
+from .auth import DEFAULT_VHOST, Permission, required_permissions
 from .runtime import Runtime
 from .security import Security, certificate_login, peer_address
 from .settings import ServerSettings
@@ -252,12 +252,9 @@ class Connection:
     def _authorise(self, frame: Frame) -> None:
         """ERROR and close unless the user may do ``frame`` to its destination."""
         assert self.permission is not None
-        destination = frame.headers.get("destination")
-        if destination is None:
-            return  # the broker reports the missing header
-        need = required_permission(frame.command, destination)
-        if need is not None and not self.permission.allows(*need):
-            action, resource = need
+        for action, resource in required_permissions(frame.command, frame.headers):
+            if self.permission.allows(action, resource):
+                continue
             log.warning("connection %s: access refused: %s to %s for user %r from %s", self.id, action, resource,
                         self.login, self.peer)
             self._error(f"access refused: {action} access to {resource} in vhost {DEFAULT_VHOST} "

@@ -15,7 +15,7 @@ from stompmq.server.auth import (
     Users,
     UsersFileError,
     hash_password,
-    required_permission,
+    required_permissions,
     verify_password,
 )
 
@@ -59,21 +59,23 @@ def test_a_bad_users_file_is_one_clear_error(tmp_path: Path, text: str, complain
 
 
 @pytest.mark.parametrize(
-    "command, destination, need",
+    "command, headers, needs",
     [
-        ("SEND", "/queue/a", ("write", "/queue/a")),
-        ("SEND", "/exchange/prices/eu", ("write", "/exchange/prices/eu")),
-        ("SUBSCRIBE", "/topic/t", ("read", "/topic/t")),
-        ("SEND", "/control/purge/queue/a", ("configure", "/queue/a")),
-        ("SEND", "/control/declare/exchange/x", ("configure", "/exchange/x")),
-        ("SEND", "/control/bind/exchange/x", ("configure", "/exchange/x")),
-        ("SEND", "/control/count-msgs/queue/a", ("read", "/queue/a")),
-        ("SEND", "/control/stats/exchange/x", ("read", "/exchange/x")),
-        ("ACK", "/queue/a", None),
+        ("SEND", {"destination": "/queue/a"}, [("write", "/queue/a")]),
+        ("SEND", {"destination": "/exchange/prices/eu"}, [("write", "/exchange/prices/eu")]),
+        ("SUBSCRIBE", {"destination": "/topic/t"}, [("read", "/topic/t")]),
+        ("SEND", {"destination": "/control/purge/queue/a"}, [("configure", "/queue/a")]),
+        ("SEND", {"destination": "/control/declare/exchange/x"}, [("configure", "/exchange/x")]),
+        ("SEND", {"destination": "/control/bind/exchange/x", "queue": "/queue/q"},
+         [("configure", "/exchange/x"), ("configure", "/queue/q")]),
+        ("SEND", {"destination": "/control/count-msgs/queue/a"}, [("read", "/queue/a")]),
+        ("SEND", {"destination": "/control/stats/exchange/x"}, [("read", "/exchange/x")]),
+        ("SEND", {}, []),
+        ("ACK", {"destination": "/queue/a"}, []),
     ],
 )
-def test_which_permission_a_frame_needs(command: str, destination: str, need: tuple[str, str] | None) -> None:
-    assert required_permission(command, destination) == need
+def test_which_permissions_a_frame_needs(command: str, headers: dict[str, str], needs: list[tuple[str, str]]) -> None:
+    assert required_permissions(command, headers) == needs
 
 
 def test_permissions_are_searched_like_rabbitmq() -> None:

@@ -45,8 +45,8 @@ from ..protocol import (
     negotiate_version,
     parse_heart_beat,
 )
-from .outbox import ConnectionOutbox
 from .auth import DEFAULT_VHOST, Permission, required_permissions
+from .outbox import ConnectionOutbox
 from .runtime import Runtime
 from .security import Security, certificate_login, peer_address
 from .settings import ServerSettings

@@ -3,7 +3,8 @@
 Each wraps trio's TCP listeners (TLS with ``trio.SSLListener``, WebSocket with
 ``WebSocketListener``) and hands the same ``handle`` the resulting stream, so a
 ``Connection`` never knows which transport it is on.  All share the broker's one
-``ssl.SSLContext``, which ``Security.reload`` updates in place.
+``ssl.SSLContext``, which ``Security.reload`` updates in place; the task that
+watches the certificate and users files for changes is started here too.
 """
 
 from __future__ import annotations

@@ -111,9 +111,10 @@ def test_mutual_tls_refuses_a_certificate_from_another_ca_and_serves_others(tls_
     with pytest.raises(REFUSED):
         tls_client(tls_port, anonymous).connect()
     good = client_context(ca)
-    ca.issue_cert("alice").configure_cert(good)
+    ca.issue_cert("alice", common_name="alice").configure_cert(good)
     client = tls_client(tls_port, good)
     assert client.connect().command == "CONNECTED"
+    assert broker.call(lambda: [s.login for s in broker.broker.sessions.values()]) == ["alice"]
     client.close()
 
 

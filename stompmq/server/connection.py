@@ -219,14 +219,18 @@ class Connection:
         self.outbox.write(encode_frame(Frame("CONNECTED", connected), version))
 
     async def _authenticate(self, frame: Frame) -> None:
-        """Check CONNECT's credentials (or the client certificate's CN) against the users."""
+        """Check CONNECT's credentials (or the client certificate's CN) against the users.
+
+        Without users, a verified client certificate's CN is still the session's login.
+        """
         security = self.security
+        cert_login = certificate_login(self.stream)
         if security is None or security.users is None:
+            self.login = cert_login
             return
         headers = frame.headers
         login, passcode = headers.get("login"), headers.get("passcode")
         user = None
-        cert_login = certificate_login(self.stream)
         if cert_login is not None and login in (None, cert_login) and passcode is None:
             user = security.users.users.get(cert_login)  # the certificate authenticated it
         else:

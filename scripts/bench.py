@@ -67,7 +67,9 @@ import os
 import queue as queue_mod
 import resource
 import select
+import base64
 import socket
+import ssl
 import sys
 import time
 
@@ -233,6 +235,94 @@ class FrameReader:
 # ----------------------------------------------------------------------------- connection
 
 
+def wrap_transport(s: socket.socket, args):
+    """TLS (--tls) and/or STOMP over WebSocket (--ws) around a connected TCP socket."""
+    if args.tls:
+        context = ssl.create_default_context(cafile=args.tls_ca)
+        if args.tls_ca is None:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        s = context.wrap_socket(s, server_hostname=args.host)
+    return WebSocketSocket(s, args.host) if args.ws else s
+
+
+class WebSocketSocket:
+    """The socket calls bench.py makes, over STOMP-over-WebSocket (RFC 6455, path /ws).
+
+    Each sendall is one binary message.  The mask is all zeros: legal, and it spares the
+    generator an XOR over every byte it sends (it must stay cheaper than the broker).
+    """
+
+    def __init__(self, sock, host: str):
+        key = base64.b64encode(os.urandom(16)).decode()
+        sock.sendall((f"GET /ws HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                      f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+                      "Sec-WebSocket-Protocol: v12.stomp\r\n\r\n").encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = sock.recv(4096)
+            if not chunk:
+                raise BenchError("connection closed during the WebSocket handshake")
+            head += chunk
+        head, _, rest = head.partition(b"\r\n\r\n")
+        if b" 101 " not in head.split(b"\r\n")[0]:
+            raise BenchError(f"WebSocket handshake refused: {head.splitlines()[0]!r}")
+        self.sock = sock
+        self.raw = bytearray(rest)
+
+    def settimeout(self, t):
+        self.sock.settimeout(t)
+
+    def fileno(self):
+        return self.sock.fileno()
+
+    def close(self):
+        self.sock.close()
+
+    def sendall(self, data: bytes):
+        n = len(data)
+        if n < 126:
+            header = bytes([0x82, 0x80 | n])
+        elif n < 65536:
+            header = bytes([0x82, 0x80 | 126]) + n.to_bytes(2, "big")
+        else:
+            header = bytes([0x82, 0x80 | 127]) + n.to_bytes(8, "big")
+        self.sock.sendall(header + b"\0\0\0\0" + data)
+
+    def recv(self, n: int) -> bytes:
+        while True:
+            payload, closed = self._payloads()
+            if payload or closed:
+                return payload
+            chunk = self.sock.recv(n)
+            if not chunk:
+                return b""
+            self.raw += chunk
+
+    def _payloads(self):
+        """The data of every complete server frame buffered (server frames are unmasked)."""
+        raw, out, pos, closed = self.raw, [], 0, False
+        while len(raw) - pos >= 2:
+            opcode, length, start = raw[pos] & 0x0F, raw[pos + 1] & 0x7F, pos + 2
+            if length == 126:
+                if len(raw) - pos < 4:
+                    break
+                length, start = int.from_bytes(raw[pos + 2:pos + 4], "big"), pos + 4
+            elif length == 127:
+                if len(raw) - pos < 10:
+                    break
+                length, start = int.from_bytes(raw[pos + 2:pos + 10], "big"), pos + 10
+            if len(raw) < start + length:
+                break
+            if opcode in (0, 1, 2):
+                out.append(bytes(raw[start:start + length]))
+            elif opcode == 8:
+                closed = True
+            pos = start + length
+        del raw[:pos]
+        return b"".join(out), closed
+
+
 class Conn:
     def __init__(self, args, want_body: bool = False, retry_until: float | None = None):
         self.args = args
@@ -247,7 +337,7 @@ class Conn:
             try:
                 s = socket.create_connection((self.args.host, self.args.port), timeout=self.timeout)
                 s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                return s
+                return wrap_transport(s, self.args)
             except OSError as e:
                 if retry_until is not None and time.monotonic() < retry_until:
                     time.sleep(0.5)
@@ -1086,6 +1176,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--port", type=int, default=61613, help="broker STOMP port (default %(default)s)")
     g.add_argument("--login", default=None, help="CONNECT login header (RabbitMQ: guest)")
     g.add_argument("--passcode", default=None, help="CONNECT passcode header (RabbitMQ: guest)")
+    g.add_argument("--tls", action="store_true",
+                   help="connect over TLS (stompmq --tls-port / --wss-port); unverified without --tls-ca")
+    g.add_argument("--tls-ca", default=None, metavar="FILE", help="verify the broker's certificate against this CA")
+    g.add_argument("--ws", action="store_true",
+                   help="STOMP over WebSocket (ws://HOST:PORT/ws; wss:// with --tls), one binary message per write")
     g.add_argument("--vhost", default="/",
                    help="CONNECT host header, RabbitMQ's virtual host (default %(default)s)")
     g.add_argument("--stomp-version", choices=["1.0", "1.1", "1.2"], default="1.2",

@@ -11,20 +11,24 @@ from .broker.definitions import DefinitionsError
 from .config import load_config
 from .logs import setup_logging
 from .server import run_until_signal
+from .server.security import SecurityError
+from .server.users_cli import users_main
 from .storage.base import StoreError
 from .storage.factory import open_store
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if args[:1] == ["admin"]:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["admin"]:
         from .admin import main as admin
 
-        return admin(args[1:])
-    if args[:1] == ["backup"]:
+        return admin(argv[1:])
+    if argv[:1] == ["backup"]:
         from .backup import main as backup
 
-        return backup(args[1:])
+        return backup(argv[1:])
+    if argv[:1] == ["users"]:
+        return users_main(argv[1:])
     config = load_config(argv)
     setup_logging(config.log_level, config.log_format)
     try:
@@ -38,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         trio.run(run_until_signal, broker, config.server())
     except BaseExceptionGroup as group:
         return _startup_failure(group, config.host, config.port)
-    except (StoreError, DefinitionsError, OSError) as e:
+    except (StoreError, DefinitionsError, SecurityError, OSError) as e:
         return _startup_failure(e, config.host, config.port)
     return 0
 
@@ -49,7 +53,7 @@ def _startup_failure(error: BaseException, host: str, port: int) -> int:
         error = error.exceptions[0]
     if isinstance(error, StoreError):
         print(f"stompmq: store error: {error}", file=sys.stderr)
-    elif isinstance(error, DefinitionsError):
+    elif isinstance(error, (DefinitionsError, SecurityError)):
         print(f"stompmq: {error}", file=sys.stderr)
     elif isinstance(error, OSError):
         where = error.filename or f"{host}:{port}"  # the HTTP listener names itself (server/http.py)

@@ -193,6 +193,16 @@ OPTIONS: tuple[Option, ...] = (
     Option("http-host", str, "127.0.0.1", "address of the management API, /metrics and dashboard (it has no authentication yet)"),
     Option("http-port", _int(0, 65535), DEFAULT_HTTP_PORT, "TCP port of the management API, /metrics and dashboard (0 = off)"),
     Option("metrics-top-queues", _int(0), 100, "queues with per-queue series in /metrics (the busiest; bounds label cardinality)", "N"),
+    Option("tls-port", _optional_int, None, "TCP port for STOMP over TLS (needs --tls-cert and --tls-key)", "PORT"),
+    Option("tls-cert", str, None, "PEM certificate chain of the TLS listeners (reloaded on SIGHUP or change)", "FILE"),
+    Option("tls-key", str, None, "PEM private key of --tls-cert", "FILE"),
+    Option("tls-ca", str, None, "PEM CA certificates that client certificates are verified against", "FILE"),
+    Option("tls-verify-client", _flag, False, "require a client certificate signed by --tls-ca (its CN may be the login)", "BOOL"),
+    Option("ws-port", _optional_int, None, "TCP port for STOMP over WebSocket (ws://HOST:PORT/ws)", "PORT"),
+    Option("wss-port", _optional_int, None, "TCP port for STOMP over WebSocket on TLS (wss://HOST:PORT/ws; the --tls-* files)", "PORT"),
+    Option("max-subscriptions", _int(1), 1000, "subscriptions one connection may hold at once", "N"),
+    Option("max-connections-per-address", _optional_int, None, "connections one source IP address may hold at once (default unlimited)", "N"),
+    Option("users-file", str, None, "TOML users file with hashed passwords and permissions (see 'stompmq users'); anonymous access is off", "FILE"),
 )
 
 
@@ -237,6 +247,15 @@ class Config:
             http_port=self.http_port or None,
             metrics_top_queues=self.metrics_top_queues,
             store_shown=self.store_shown,
+            tls_port=self.tls_port,
+            tls_cert=self.tls_cert,
+            tls_key=self.tls_key,
+            tls_ca=self.tls_ca,
+            tls_verify_client=self.tls_verify_client,
+            ws_port=self.ws_port,
+            wss_port=self.wss_port,
+            users_file=self.users_file,
+            max_connections_per_address=self.max_connections_per_address,
         )
 
     def broker(self) -> BrokerConfig:
@@ -254,6 +273,7 @@ class Config:
             stream_max_bytes=self.stream_max_bytes,
             stream_segment=self.stream_segment,
             definitions=self.definitions,
+            max_subscriptions=self.max_subscriptions,
         )
 
 
@@ -269,7 +289,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="A STOMP 1.0-1.2 message broker with durable queues "
         "(also: 'stompmq admin --help' for the management CLI, 'stompmq backup DEST' to copy a live SQLite store). "
         "Every option can also be set in the environment (STOMPMQ_<OPTION>, e.g. STOMPMQ_PORT) "
-        "or in the TOML file given with --config (key = option name with underscores).",
+        "or in the TOML file given with --config (key = option name with underscores). "
+        "'stompmq users --help' manages the users file of --users-file.",
     )
     parser.add_argument("--version", action="version", version=f"stompmq {__version__}")
     parser.add_argument("--config", metavar="FILE", help="TOML file with settings (flags and environment win)")

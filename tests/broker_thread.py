@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import trio
 
@@ -24,6 +25,8 @@ class BrokerThread:
     settings: ServerSettings = field(default_factory=lambda: ServerSettings(port=0))
     config: BrokerConfig = field(default_factory=BrokerConfig)
     port: int = 0
+    #: Everything serve() listens on: plain TCP first, then TLS and WebSocket (see listener_port).
+    listeners: list[Any] = field(default_factory=list)
     broker: Broker | None = None
     _thread: threading.Thread | None = None
     _token: trio.lowlevel.TrioToken | None = None
@@ -40,6 +43,7 @@ class BrokerThread:
                 self._cancel = scope
                 async with trio.open_nursery() as nursery:
                     listeners = await nursery.start(serve, self.broker, self.settings)
+                    self.listeners = listeners
                     self.port = listeners[0].socket.getsockname()[1]
                     ready.set()
 

@@ -37,5 +37,7 @@ class BrokerConfig:
     #: Entries per stream segment, the unit retention drops: small enough that a stream overshoots
     #: its limits by little, large enough that marks (one per segment) cost nothing.
     stream_segment: int = 10_000
+    #: Subscriptions one connection may hold at once (a limit against abuse).
+    max_subscriptions: int = 1000
     #: TOML or JSON file of exchanges, queues and bindings applied at start.
     definitions: str | None = None

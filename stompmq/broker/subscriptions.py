@@ -56,6 +56,8 @@ class Subscriptions:
             sub_id = dest.raw  # STOMP 1.0 made the id optional
         if sub_id in session.subscriptions:
             raise ClientError(f"duplicate subscription id {sub_id!r}")
+        if len(session.subscriptions) >= self.config.max_subscriptions:
+            raise ClientError(f"too many subscriptions on this connection (at most {self.config.max_subscriptions})")
         mode = _ACK_MODES.get(headers.get("ack", "auto"))
         if mode is None:
             raise ClientError(f"ack header must be auto, client or client-individual, not {headers['ack']!r}")

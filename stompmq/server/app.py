@@ -18,10 +18,12 @@ and logs one warning per episode, not a traceback per retry.
 from __future__ import annotations
 
 import errno
+import functools
 import logging
 import resource
 import signal
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import trio
 
@@ -30,7 +32,9 @@ from ..broker import Broker
 from ..broker.hashring import NATIVE
 from .connection import Connection, refuse
 from .http import bind_socket, serve_http
+from .listeners import listener_port, open_secure_listeners
 from .runtime import Runtime
+from .security import Security
 from .settings import ServerSettings
 
 log = logging.getLogger(__name__)
@@ -92,9 +96,14 @@ async def serve(
     broker: Broker,
     settings: ServerSettings,
     *,
-    task_status: trio.TaskStatus[list[trio.SocketListener]] = trio.TASK_STATUS_IGNORED,
+    security: Security | None = None,
+    task_status: trio.TaskStatus[list[trio.abc.Listener[Any]]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Open the broker and serve clients until cancelled; the store is closed on the way out."""
+    """Open the broker and serve clients until cancelled; the store is closed on the way out.
+
+    ``task_status`` gets the plain TCP listeners first, then the TLS and WebSocket ones.
+    """
+    security = security or Security(settings)
     open_files = raise_open_file_limit()
     limit = max_connections(settings, open_files)
     log.info("open-file limit %d; serving at most %d connections", open_files, limit)
@@ -109,7 +118,7 @@ async def serve(
 
             active = refused = 0  # refusals are logged once per episode, like accept errors
 
-            async def handle(stream: trio.SocketStream) -> None:
+            async def handle(stream: trio.abc.Stream) -> None:
                 nonlocal active, refused
                 if active >= limit:
                     if not refused:
@@ -121,7 +130,7 @@ async def serve(
                     log.warning("accepting connections again after refusing %d", refused)
                     refused = 0
                 active += 1
-                connection = Connection(stream, runtime, settings)
+                connection = Connection(stream, runtime, settings, security)
                 open_connections[connection.id] = connection
                 try:
                     await connection.run()
@@ -132,7 +141,9 @@ async def serve(
             async with trio.open_nursery() as connections:
                 for listener in listeners:
                     connections.start_soon(_accept, listener, connections, handle)
+                secure = await open_secure_listeners(connections, handle, settings, security)
                 shown = [f"stomp://{_address(listener.socket.getsockname())}" for listener in listeners]
+                shown += [f"{type(listener).__name__} on port {listener_port(listener)}" for listener in secure]
                 if http_socket is not None:
                     shown.append(f"http://{_address(http_socket.getsockname())}")
                     if settings.http_host not in ("127.0.0.1", "::1", "localhost"):
@@ -147,7 +158,7 @@ async def serve(
                         "the native router (stompmq.broker._rendezvous) is not built: consistent-hash "
                         "exchanges route in pure Python, 10-25x slower; reinstall with a C compiler"
                     )
-                task_status.started(listeners)
+                task_status.started([*listeners, *secure])
                 await trio.sleep_forever()
     finally:
         with trio.CancelScope(shield=True):
@@ -161,11 +172,15 @@ def _address(sockname: tuple[str, int] | tuple[str, int, int, int]) -> str:
 
 
 async def run_until_signal(broker: Broker, settings: ServerSettings) -> None:
-    """Serve until SIGINT or SIGTERM, then shut down gracefully."""
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+    """Serve until SIGINT or SIGTERM, then shut down gracefully; SIGHUP reloads certificates and users."""
+    security = Security(settings)  # before the store opens: bad TLS or users files fail the start
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(serve, broker, settings)
+            nursery.start_soon(functools.partial(serve, broker, settings, security=security))
             async for signum in signals:
+                if signum == signal.SIGHUP:
+                    security.reload()
+                    continue
                 log.info("received %s, shutting down", signal.Signals(signum).name)
                 nursery.cancel_scope.cancel()
                 break

@@ -16,6 +16,12 @@ Each connection runs three tasks in its own nursery:
 A STOMP error anywhere (``ProtocolError`` from the parser, ``ClientError``
 from the broker) queues an ERROR frame, lets the writer flush it, half-closes
 the socket and lingers briefly so the peer reads the ERROR before the close.
+When the broker has users (``Security.users``), CONNECT is checked off the
+event loop: the login waits out its source address's failed-login penalty,
+then the scrypt hash runs in a worker thread (50 ms of CPU must not stall
+every other connection); frames after CONNECT in the same read wait for it.
+SEND and SUBSCRIBE are then checked against the user's permissions on the
+default vhost; a denial is an ERROR ``access refused`` and the close.
 Whatever happens, ``finally`` hands the session back to the broker, which
 requeues its unacked messages; no failure here reaches another connection.
 """
@@ -40,8 +46,10 @@ from ..protocol import (
     negotiate_version,
     parse_heart_beat,
 )
+from .auth import DEFAULT_VHOST, Permission, required_permissions
 from .outbox import ConnectionOutbox
 from .runtime import Runtime
+from .security import Security, certificate_login, peer_address
 from .settings import ServerSettings
 
 log = logging.getLogger(__name__)
@@ -58,19 +66,20 @@ SESSION_COMMANDS = frozenset({"SEND", "SUBSCRIBE", "UNSUBSCRIBE", "ACK", "NACK",
 _ids = itertools.count(1)
 
 
-async def linger(stream: trio.abc.HalfCloseableStream) -> None:
+async def linger(stream: trio.abc.Stream) -> None:
     """Half-close and read until the peer closes (at most ``LINGER_SECONDS``): closing with
     unread input would reset the connection and could discard the ERROR just sent."""
     with trio.move_on_after(LINGER_SECONDS):
         try:
-            await stream.send_eof()
+            if isinstance(stream, trio.abc.HalfCloseableStream):  # TLS 1.2 cannot half-close
+                await stream.send_eof()
             while await stream.receive_some(RECEIVE_BYTES):
                 pass
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
 
 
-async def refuse(stream: trio.abc.HalfCloseableStream, message: str) -> None:
+async def refuse(stream: trio.abc.Stream, message: str) -> None:
     """Answer a connection the server will not serve with an ERROR frame, then close it."""
     try:
         with trio.move_on_after(LINGER_SECONDS):
@@ -89,8 +98,20 @@ class _Close(Exception):
 
 
 class Connection:
-    def __init__(self, stream: trio.abc.HalfCloseableStream, runtime: Runtime, settings: ServerSettings) -> None:
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        runtime: Runtime,
+        settings: ServerSettings,
+        security: Security | None = None,
+    ) -> None:
         self.stream = stream
+        self.security = security
+        self.address = peer_address(stream)  # the IP address: the key of the per-address limits
+        #: The user's permissions when the broker has users; None = everything allowed.
+        self.permission: Permission | None = None
+        self.login: str | None = None
+        self._admitted = False  # counted against the per-address connection limit
         self.runtime = runtime
         self.broker = runtime.broker
         self.settings = settings
@@ -131,6 +152,9 @@ class Connection:
             log.exception("connection %s failed", self.id)
         finally:
             self.outbox.close()
+            if self._admitted:
+                assert self.security is not None
+                self.security.connections.release(self.address)
             if self.session is not None:
                 try:
                     self.runtime.tick()
@@ -148,6 +172,10 @@ class Connection:
     # -- reading ----------------------------------------------------------------
     async def _reader(self) -> None:
         stream, parser, outbox, store, runtime = self.stream, self.parser, self.outbox, self.broker.store, self.runtime
+        if self.security is not None:
+            self._admitted = self.security.connections.admit(self.address)
+            if not self._admitted:
+                self._error(f"too many connections from {self.address}")
         while True:
             if outbox.size >= outbox.hard_limit:
                 await outbox.wait_below_hard_limit()
@@ -169,6 +197,8 @@ class Connection:
             for frame in frames:
                 if self._errored:  # failed from outside (a slow topic subscriber disconnected)
                     raise _Close
+                if self.session is None and frame.command in ("CONNECT", "STOMP"):
+                    await self._authenticate(frame)
                 self._on_frame(frame)
             session = self.session
             if session is not None and session.throttled_by:
@@ -191,6 +221,8 @@ class Connection:
             self._connect(frame)
             return
         if command in SESSION_COMMANDS:
+            if self.permission is not None and command in ("SEND", "SUBSCRIBE"):
+                self._authorise(frame)
             try:
                 self.broker.handle(session, frame)
             except ClientError as e:
@@ -218,12 +250,6 @@ class Connection:
             )
         self.version = version
         settings = self.settings
-        if settings.login is not None and (
-            headers.get("login") != settings.login or headers.get("passcode") != settings.passcode
-        ):
-            log.warning("connection %s from %s: bad login or passcode for login %r", self.id, self.peer,
-                        headers.get("login"))
-            self._error("bad login or passcode")
         try:
             client_beats = parse_heart_beat(headers.get("heart-beat"))
         except ProtocolError as e:
@@ -233,7 +259,7 @@ class Connection:
         self.expect_every = expect_ms / 1000
         self.parser.version = version
         self.session = session = self.broker.open_session(
-            self.id, version, self.outbox, headers.get("login"), headers.get("client-id")
+            self.id, version, self.outbox, self.login or headers.get("login"), headers.get("client-id")
         )
         self._session_opened.set()
         self.outbox.on_drain = lambda: self._resume(session)
@@ -246,6 +272,52 @@ class Connection:
         }
         self.outbox.write(encode_frame(Frame("CONNECTED", connected), version))
         log.info("connection %s from %s: connected, login %r, STOMP %s", self.id, self.peer, session.login, version)
+
+    async def _authenticate(self, frame: Frame) -> None:
+        """Check CONNECT's credentials (or the client certificate's CN) against the users.
+
+        Without users, a verified client certificate's CN is still the session's login.
+        """
+        security = self.security
+        cert_login = certificate_login(self.stream)
+        if security is None or security.users is None:
+            self.login = cert_login
+            return
+        headers = frame.headers
+        login, passcode = headers.get("login"), headers.get("passcode")
+        user = None
+        if cert_login is not None and login in (None, cert_login) and passcode is None:
+            user = security.users.users.get(cert_login)  # the certificate authenticated it
+        else:
+            wait = security.throttle.reserve(self.address, trio.current_time())
+            if wait:
+                await trio.sleep(wait)
+            user = await trio.to_thread.run_sync(security.authenticate, login, passcode)
+        now = trio.current_time()
+        if user is None:
+            security.throttle.failed(self.address, now)
+            log.warning("connection %s: failed login %r from %s", self.id, login, self.peer)
+            # Never say whether the user or the passcode was wrong.
+            self._error("bad login or passcode", headers.get("receipt"))
+        permission = user.permissions.get(DEFAULT_VHOST)
+        if permission is None:
+            log.warning("connection %s: user %r from %s has no access to vhost %s", self.id, user.name,
+                        self.peer, DEFAULT_VHOST)
+            self._error(f"access refused: no permissions on vhost {DEFAULT_VHOST}")
+        security.throttle.succeeded(self.address)
+        self.login = user.name
+        self.permission = permission
+
+    def _authorise(self, frame: Frame) -> None:
+        """ERROR and close unless the user may do ``frame`` to its destination."""
+        assert self.permission is not None
+        for action, resource in required_permissions(frame.command, frame.headers):
+            if self.permission.allows(action, resource):
+                continue
+            log.warning("connection %s: access refused: %s to %s for user %r from %s", self.id, action, resource,
+                        self.login, self.peer)
+            self._error(f"access refused: {action} access to {resource} in vhost {DEFAULT_VHOST} "
+                        f"refused to user {self.login}", frame.headers.get("receipt"))
 
     def _resume(self, session: Session) -> None:
         """The outbox drained: the engine may deliver to this connection again."""
@@ -347,9 +419,13 @@ class Connection:
 
 
 
-def _peer(stream: trio.abc.HalfCloseableStream) -> str:
-    """``host:port`` of the client ("" for a stream without a socket, as in tests)."""
-    sock = getattr(stream, "socket", None)
+def _peer(stream: trio.abc.Stream) -> str:
+    """``host:port`` of the client, through TLS and WebSocket wrappers ("" for a stream
+    without a socket, as in tests)."""
+    layer: trio.abc.Stream | None = stream
+    while layer is not None and getattr(layer, "socket", None) is None:
+        layer = getattr(layer, "transport_stream", None)
+    sock = getattr(layer, "socket", None)
     try:
         host, port = sock.getpeername()[:2] if sock is not None else ("", "")
     except OSError:

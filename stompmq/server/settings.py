@@ -29,3 +29,16 @@ class ServerSettings:
     metrics_top_queues: int = 100
     #: The store as an operator should see it (password masked), for the start-up line and the API.
     store_shown: str = ""
+    #: TLS listener (0 = any free port, None = none) and its PEM files; see security.py.
+    tls_port: int | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_ca: str | None = None
+    tls_verify_client: bool = False
+    #: STOMP over WebSocket (path /ws): plain and over TLS (None = none).
+    ws_port: int | None = None
+    wss_port: int | None = None
+    #: TOML users file (auth.py); replaces --login/--passcode and turns anonymous access off.
+    users_file: str | None = None
+    #: Connections one source address may hold at once (None = unlimited).
+    max_connections_per_address: int | None = None

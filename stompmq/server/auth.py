@@ -1,0 +1,272 @@
+"""Users, hashed passwords, per-vhost permissions and failed-login throttling (RabbitMQ's model).
+
+Pure: no trio, no sockets, no clock (time is passed in), so every decision here
+is unit-tested without a broker.
+
+* A **users file** is TOML::
+
+      [users.alice]
+      password = "scrypt$16384$8$1$<salt hex>$<hash hex>"
+      tags = ["administrator"]
+      [users.alice.permissions."/"]
+      configure = ".*"
+      write = ".*"
+      read = "^/(queue|topic)/public\\."
+
+  Passwords are hashed with ``hashlib.scrypt`` (memory-hard: 16 MiB and ~50 ms
+  per guess), never stored in clear; ``stompmq users`` edits the file.
+* **Permissions** are three regular expressions per user and vhost, searched
+  (``re.search``, as RabbitMQ does: anchor with ``^``/``$``) in the destination
+  as the client wrote it (``/queue/orders``, ``/exchange/prices``):
+  ``write`` guards SEND, ``read`` guards SUBSCRIBE and the ``/control`` reads,
+  ``configure`` guards the ``/control`` verbs that change things (declare,
+  delete, bind, unbind, purge), checked against ``/KIND/NAME`` (and, for bind
+  and unbind, against the queue being bound).
+* **Connections per address** are counted (``AddressCounter``) against
+  ``--max-connections-per-address``.
+* **Throttling**: after a failed login, the next attempt from the same source
+  address waits until ``THROTTLE_SECONDS`` after that failure, so a guesser gets
+  about one try per second per address while nobody else waits at all.  The
+  table is bounded (``MAX_THROTTLED`` addresses, stale entries swept first).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+#: scrypt cost: N=2**14, r=8, p=1 is 16 MiB of memory per hash (the interactive-login setting).
+SCRYPT_N, SCRYPT_R, SCRYPT_P = 2**14, 8, 1
+DEFAULT_VHOST = "/"
+KNOWN_TAGS = frozenset({"administrator", "monitoring"})
+#: Seconds a source address waits after a failed login before it may try again.
+THROTTLE_SECONDS = 1.0
+#: Source addresses remembered by the throttle (bounded memory under a distributed guess).
+MAX_THROTTLED = 100_000
+#: ``/control`` verbs that change the broker (``configure``); every other verb only reads.
+CONFIGURE_VERBS = frozenset({"purge", "delete", "declare", "bind", "unbind"})
+
+
+class UsersFileError(Exception):
+    """The users file cannot be read or is malformed (the message is one line for the operator)."""
+
+
+def hash_password(password: str, salt: bytes | None = None) -> str:
+    """An scrypt hash in the self-describing form ``scrypt$N$r$p$salt$hash``."""
+    salt = os.urandom(16) if salt is None else salt
+    digest = hashlib.scrypt(password.encode(), salt=salt, n=SCRYPT_N, r=SCRYPT_R, p=SCRYPT_P, dklen=32)
+    return f"scrypt${SCRYPT_N}${SCRYPT_R}${SCRYPT_P}${salt.hex()}${digest.hex()}"
+
+
+def verify_password(password: str, hashed: str) -> bool:
+    """Whether ``password`` matches ``hashed``; a malformed hash matches nothing."""
+    try:
+        scheme, n, r, p, salt, digest = hashed.split("$")
+        if scheme != "scrypt":
+            return False
+        expected = bytes.fromhex(digest)
+        actual = hashlib.scrypt(
+            password.encode(), salt=bytes.fromhex(salt), n=int(n), r=int(r), p=int(p),
+            maxmem=128 * int(n) * int(r) * (int(p) + 1) + 1024 * 1024, dklen=len(expected),
+        )
+    except ValueError:
+        return False
+    return hmac.compare_digest(actual, expected)
+
+
+@dataclass(frozen=True, slots=True)
+class Permission:
+    configure: str = ".*"
+    write: str = ".*"
+    read: str = ".*"
+
+    def allows(self, action: str, resource: str) -> bool:
+        """``action`` is ``configure``, ``write`` or ``read``."""
+        return re.search(getattr(self, action), resource) is not None
+
+    def validate(self) -> None:
+        """Raise ``re.error`` if a pattern does not compile."""
+        for pattern in (self.configure, self.write, self.read):
+            re.compile(pattern)
+
+
+@dataclass(slots=True)
+class User:
+    name: str
+    password: str  # the scrypt hash
+    tags: list[str] = field(default_factory=list)
+    permissions: dict[str, Permission] = field(default_factory=dict)  # vhost -> permission
+
+
+@dataclass(slots=True)
+class Users:
+    users: dict[str, User] = field(default_factory=dict)
+
+    @classmethod
+    def single(cls, login: str, passcode: str) -> Users:
+        """``--login/--passcode``: one user with every permission on the default vhost."""
+        return cls({login: User(login, hash_password(passcode), ["administrator"], {DEFAULT_VHOST: Permission()})})
+
+    @classmethod
+    def load(cls, path: str | Path) -> Users:
+        try:
+            with open(path, "rb") as f:
+                data = tomllib.load(f)
+        except OSError as e:
+            raise UsersFileError(f"cannot read users file {path}: {e.strerror or e}") from None
+        except tomllib.TOMLDecodeError as e:
+            raise UsersFileError(f"users file {path} is not valid TOML: {e}") from None
+        return cls.from_dict(data, str(path))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], where: str = "users file") -> Users:
+        users: dict[str, User] = {}
+        raw_users = data.get("users", {})
+        if not isinstance(raw_users, dict):
+            raise UsersFileError(f"{where}: [users] must be a table")
+        for name, raw in raw_users.items():
+            if not isinstance(raw, dict) or not isinstance(raw.get("password"), str):
+                raise UsersFileError(f"{where}: user {name!r} needs a password hash")
+            tags = raw.get("tags", [])
+            if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+                raise UsersFileError(f"{where}: tags of user {name!r} must be a list of strings")
+            permissions: dict[str, Permission] = {}
+            for vhost, perm in raw.get("permissions", {}).items():
+                try:
+                    permission = Permission(**{k: str(perm.get(k, "^$")) for k in ("configure", "write", "read")})
+                    permission.validate()
+                except (AttributeError, re.error) as e:
+                    raise UsersFileError(f"{where}: bad permissions of user {name!r} on vhost {vhost!r}: {e}") from None
+                permissions[vhost] = permission
+            users[name] = User(name, raw["password"], list(tags), permissions)
+        return cls(users)
+
+    def dumps(self) -> str:
+        """The users file's TOML text (JSON string escapes are valid TOML basic strings)."""
+        q = json.dumps
+        lines: list[str] = []
+        for user in sorted(self.users.values(), key=lambda u: u.name):
+            lines += [f"[users.{q(user.name)}]", f"password = {q(user.password)}",
+                      f"tags = [{', '.join(q(t) for t in user.tags)}]"]
+            for vhost, p in sorted(user.permissions.items()):
+                lines += [f"[users.{q(user.name)}.permissions.{q(vhost)}]", f"configure = {q(p.configure)}",
+                          f"write = {q(p.write)}", f"read = {q(p.read)}"]
+            lines.append("")
+        return "\n".join(lines)
+
+    def save(self, path: str | Path) -> None:
+        """Write atomically (a running broker may be reading it) and readable by the owner only."""
+        tmp = Path(f"{path}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(self.dumps())
+        os.replace(tmp, path)
+
+    def authenticate(self, login: str | None, passcode: str | None) -> User | None:
+        """The user if the passcode is right; None for an unknown user or a wrong passcode alike."""
+        user = self.users.get(login or "")
+        if user is None:
+            # Hash anyway so the answer takes as long as for a known user (no user enumeration).
+            verify_password(passcode or "", _DUMMY_HASH)
+            return None
+        return user if verify_password(passcode or "", user.password) else None
+
+
+_DUMMY_HASH = hash_password("", salt=b"\0" * 16)
+
+
+def required_permissions(command: str, headers: Mapping[str, str]) -> list[tuple[str, str]]:
+    """The (action, resource) pairs a SEND or SUBSCRIBE needs, all of them; [] for other frames.
+
+    A ``/control/VERB/KIND/NAME`` SEND needs ``configure`` or ``read`` on ``/KIND/NAME``;
+    binding or unbinding also changes the queue of its ``queue`` header, so it needs
+    ``configure`` on that queue too.
+    """
+    destination = headers.get("destination")
+    if destination is None:
+        return []  # the broker reports the missing header
+    if command == "SUBSCRIBE":
+        return [("read", destination)]
+    if command != "SEND":
+        return []
+    if not destination.startswith("/control/"):
+        return [("write", destination)]
+    verb, _, resource = destination[len("/control/"):].partition("/")
+    needs = [("configure" if verb in CONFIGURE_VERBS else "read", "/" + resource)]
+    queue = headers.get("queue")
+    if verb in ("bind", "unbind") and queue is not None:
+        needs.append(("configure", queue))
+    return needs
+
+
+@dataclass(slots=True)
+class LoginThrottle:
+    """When each source address may next try to log in (see the module docstring)."""
+
+    seconds: float = THROTTLE_SECONDS
+    capacity: int = MAX_THROTTLED
+    _next_try: dict[str, float] = field(default_factory=dict)
+
+    def reserve(self, address: str, now: float) -> float:
+        """Seconds this login attempt from ``address`` must wait before it is checked (0 for most).
+
+        An address under penalty gets the next free slot, so concurrent guesses queue one
+        per ``seconds`` instead of all passing at once.
+        """
+        table = self._next_try
+        at = table.get(address)
+        if at is None or at <= now:
+            return 0.0
+        table[address] = at + self.seconds
+        return at - now
+
+    def failed(self, address: str, now: float) -> None:
+        table = self._next_try
+        if len(table) >= self.capacity and address not in table:
+            self._sweep(now)
+        table[address] = max(table.get(address, 0.0), now + self.seconds)
+
+    def succeeded(self, address: str) -> None:
+        self._next_try.pop(address, None)
+
+    def _sweep(self, now: float) -> None:
+        """Forget expired addresses; if all are live, forget the oldest half (a flood of addresses)."""
+        table = self._next_try
+        for address in [a for a, at in table.items() if at <= now]:
+            del table[address]
+        if len(table) >= self.capacity:
+            for address in list(table)[: len(table) // 2]:
+                del table[address]
+
+    def __len__(self) -> int:
+        return len(self._next_try)
+
+
+
+@dataclass(slots=True)
+class AddressCounter:
+    """Open connections per source address, so one address cannot take every connection."""
+
+    limit: int | None
+    _open: dict[str, int] = field(default_factory=dict)
+
+    def admit(self, address: str) -> bool:
+        """Count a new connection from ``address``; False (and not counted) when over the limit."""
+        n = self._open.get(address, 0)
+        if self.limit is not None and n >= self.limit:
+            return False
+        self._open[address] = n + 1
+        return True
+
+    def release(self, address: str) -> None:
+        n = self._open.pop(address, 0) - 1
+        if n > 0:
+            self._open[address] = n

@@ -1,0 +1,66 @@
+"""The listeners besides plain TCP: STOMP over TLS, over WebSocket and over WebSocket on TLS.
+
+Each wraps trio's TCP listeners (TLS with ``trio.SSLListener``, WebSocket with
+``WebSocketListener``) and hands the same ``handle`` the resulting stream, so a
+``Connection`` never knows which transport it is on.  All share the broker's one
+``ssl.SSLContext``, which ``Security.reload`` updates in place; the task that
+watches the certificate and users files for changes is started here too.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import trio
+
+from .security import Security
+from .settings import ServerSettings
+from .websocket import WebSocketListener
+
+log = logging.getLogger(__name__)
+
+
+async def open_secure_listeners(
+    nursery: trio.Nursery,
+    handle: Callable[[Any], Awaitable[None]],
+    settings: ServerSettings,
+    security: Security,
+) -> list[trio.abc.Listener[Any]]:
+    """Open the TLS / WebSocket listeners the settings ask for, serve them in ``nursery``."""
+    opened: list[trio.abc.Listener[Any]] = []
+
+    async def tcp(port: int) -> list[trio.SocketListener]:
+        return await trio.open_tcp_listeners(port, host=settings.host)
+
+    def tls(listener: trio.SocketListener) -> trio.SSLListener[trio.SocketStream]:
+        assert security.tls is not None
+        return trio.SSLListener(listener, security.tls)
+
+    groups: list[tuple[str, list[trio.abc.Listener[Any]], list[trio.SocketListener]]] = []
+    if settings.tls_port is not None:
+        sockets = await tcp(settings.tls_port)
+        groups.append(("STOMP over TLS", [tls(s) for s in sockets], sockets))
+    if settings.ws_port is not None:
+        sockets = await tcp(settings.ws_port)
+        groups.append(("STOMP over WebSocket (ws://…/ws)", [WebSocketListener(s) for s in sockets], sockets))
+    if settings.wss_port is not None:
+        sockets = await tcp(settings.wss_port)
+        groups.append(("STOMP over WebSocket on TLS (wss://…/ws)", [WebSocketListener(tls(s)) for s in sockets],
+                       sockets))
+    for what, listeners, sockets in groups:
+        nursery.start_soon(trio.serve_listeners, handle, listeners)
+        for sock in sockets:
+            log.info("listening for %s on %s", what, sock.socket.getsockname())
+        opened += listeners
+    if security.files():
+        nursery.start_soon(security.watch)
+    return opened
+
+
+def listener_port(listener: trio.abc.Listener[Any]) -> int:
+    """The TCP port under a (possibly wrapped) listener."""
+    while not isinstance(listener, trio.SocketListener):
+        listener = listener.transport_listener  # type: ignore[attr-defined]
+    return int(listener.socket.getsockname()[1])

@@ -1,0 +1,157 @@
+"""STOMP over WebSocket (RabbitMQ's web-stomp): a trio stream of STOMP bytes over wsproto.
+
+Theory of operation
+-------------------
+``WebSocketStream`` wraps any trio stream (TCP, or TLS for ``wss://``) and turns
+it back into a byte stream, so the same ``Connection`` serves it: the STOMP
+parser is incremental, so WebSocket message boundaries do not matter — several
+STOMP frames in one message and one frame over several messages (or over
+fragments of one) parse alike, and a lone EOL is a heart-beat as on TCP.
+
+The opening handshake happens on the first ``receive_some`` (as ``SSLStream``
+does its handshake), inside the connection's CONNECT deadline, so a slow or
+silent client never holds up the accept loop.  Only the path ``/ws`` is served;
+the subprotocol is the first of ``SUBPROTOCOLS`` the client offers (none is
+accepted too, as browsers' STOMP clients always offer one anyway).
+
+Outgoing data is one WebSocket message per write: a text message when it is
+valid UTF-8 (what browser clients expect), binary otherwise.  Pings are
+answered from the reading side; a lock keeps that Pong and the connection's
+writer from sending at once.  ``send_eof`` sends a Close (1000), which is how a
+WebSocket peer is told that nothing more follows.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import trio
+from wsproto import ConnectionType, WSConnection
+from wsproto.events import (
+    AcceptConnection,
+    BytesMessage,
+    CloseConnection,
+    Event,
+    Ping,
+    RejectConnection,
+    Request,
+    TextMessage,
+)
+from wsproto.utilities import RemoteProtocolError
+
+log = logging.getLogger(__name__)
+
+PATH = "/ws"
+#: In order of preference, as RabbitMQ's web-stomp.
+SUBPROTOCOLS = ("v12.stomp", "v11.stomp", "v10.stomp", "stomp")
+RECEIVE_BYTES = 256 * 1024  # as Connection asks of TCP: many frames per parse
+
+
+def choose_subprotocol(offered: list[str]) -> str | None:
+    """The best STOMP subprotocol the client offers, or None."""
+    for protocol in SUBPROTOCOLS:
+        if protocol in offered:
+            return protocol
+    return None
+
+
+class WebSocketStream(trio.abc.HalfCloseableStream):
+    def __init__(self, transport_stream: trio.abc.Stream) -> None:
+        self.transport_stream = transport_stream
+        self._ws = WSConnection(ConnectionType.SERVER)
+        self._open = False  # the handshake was accepted
+        self._closed = False  # a Close was sent or received: no more data
+        self._pending: list[bytes] = []
+        self._send_lock = trio.Lock()
+        self.subprotocol: str | None = None
+
+    async def _send_events(self, *events: Event) -> None:
+        data = b"".join(self._ws.send(event) for event in events)
+        async with self._send_lock:
+            await self.transport_stream.send_all(data)
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        while not self._pending:
+            if self._closed:
+                return b""
+            data = await self.transport_stream.receive_some(RECEIVE_BYTES)
+            self._ws.receive_data(bytes(data) or None)
+            try:
+                for event in self._ws.events():
+                    await self._on_event(event)
+            except RemoteProtocolError as e:
+                log.info("websocket: protocol error: %s", e)
+                self._closed = True
+                if e.event_hint is not None and not self._open:
+                    await self._reply(e.event_hint)
+                return b""
+            if not data:
+                self._closed = True
+        data = b"".join(self._pending)
+        self._pending.clear()
+        if max_bytes is not None and len(data) > max_bytes:
+            self._pending.append(data[max_bytes:])
+            data = data[:max_bytes]
+        return data
+
+    async def _reply(self, event: Event) -> None:
+        """Best-effort answer (a rejection) to a peer that is going away."""
+        try:
+            await self._send_events(event)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+
+    async def _on_event(self, event: Event) -> None:
+        if isinstance(event, Request):
+            if event.target.split("?")[0] != PATH:
+                await self._reply(RejectConnection(status_code=404))
+                self._closed = True
+                return
+            self.subprotocol = choose_subprotocol(event.subprotocols)
+            await self._send_events(AcceptConnection(subprotocol=self.subprotocol))
+            self._open = True
+        elif isinstance(event, TextMessage):
+            self._pending.append(event.data.encode())
+        elif isinstance(event, BytesMessage):
+            self._pending.append(bytes(event.data))
+        elif isinstance(event, Ping):
+            await self._send_events(event.response())
+        elif isinstance(event, CloseConnection):
+            if not self._closed:
+                await self._reply(event.response())
+            self._closed = True
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        if not self._open or self._closed:
+            raise trio.BrokenResourceError("websocket not open")
+        raw = bytes(data)
+        try:
+            message: Event = TextMessage(raw.decode())
+        except UnicodeDecodeError:
+            message = BytesMessage(raw)
+        await self._send_events(message)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.transport_stream.wait_send_all_might_not_block()
+
+    async def send_eof(self) -> None:
+        if self._open and not self._closed:
+            self._closed = True
+            await self._send_events(CloseConnection(code=1000))
+
+    async def aclose(self) -> None:
+        await self.transport_stream.aclose()
+
+
+class WebSocketListener(trio.abc.Listener[WebSocketStream]):
+    """Accepts on ``transport_listener`` (TCP or TLS) and wraps each stream."""
+
+    def __init__(self, transport_listener: trio.abc.Listener[Any]) -> None:
+        self.transport_listener = transport_listener
+
+    async def accept(self) -> WebSocketStream:
+        return WebSocketStream(await self.transport_listener.accept())
+
+    async def aclose(self) -> None:
+        await self.transport_listener.aclose()

@@ -43,7 +43,8 @@ def test_auth_failure_names_peer_and_login(
     with caplog.at_level(logging.INFO, logger="stompmq"), Client(broker.port, connect=False) as bad:
         bad.frame("CONNECT", {"accept-version": "1.2", "host": "h", "login": "mallory", "passcode": "no"})
         bad.expect_error()
-    [refused] = [r.getMessage() for r in caplog.records if "bad login" in r.getMessage() and "mallory" in r.getMessage()]
+    [refused] = [r.getMessage() for r in caplog.records
+                 if "failed login" in r.getMessage() and "mallory" in r.getMessage()]
     assert "from 127.0.0.1:" in refused
 
 

@@ -167,7 +167,7 @@ def test_unusable_tls_files_stop_the_start_with_one_line_and_exit_2(tmp_path: Pa
     else:
         Path(cert).write_text("not a certificate\n")
     result = subprocess.run(
-        [sys.executable, "-m", "stompmq.cli", "--store", "memory", "--port", "0", "--tls-port", "0",
+        [sys.executable, "-m", "stompmq.cli", "--store", "memory", "--port", str(free_port()), "--tls-port", "0",
          "--tls-cert", cert, "--tls-key", key],
         capture_output=True, text=True, timeout=30,
     )
@@ -202,7 +202,7 @@ def test_sighup_reloads_the_certificate_of_a_running_broker(tmp_path: Path) -> N
     ],
 )
 def test_other_unusable_security_settings_exit_2(args: list[str], message: str) -> None:
-    result = subprocess.run([sys.executable, "-m", "stompmq.cli", "--store", "memory", "--port", "0", *args],
+    result = subprocess.run([sys.executable, "-m", "stompmq.cli", "--store", "memory", "--port", str(free_port()), *args],
                             capture_output=True, text=True, timeout=30)
     assert result.returncode == 2 and result.stderr.strip().startswith(message), result.stderr
     assert len(result.stderr.strip().splitlines()) == 1

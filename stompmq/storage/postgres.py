@@ -276,8 +276,7 @@ class PostgresBackend:
             self._down = False
         self._backoff = RECONNECT_FIRST
         self._conn = conn
-        self._queue_ids.clear()
-        self._queue_names.clear()
+        self._forget_ids()
         return conn
 
     def _register(self, conn: psycopg.Connection[Any]) -> None:
@@ -367,12 +366,17 @@ class PostgresBackend:
             try:
                 self._commit(conn, group, replace=False)
             except psycopg.errors.UniqueViolation:
+                self._forget_ids()
                 self._commit(conn, group, replace=True)  # a row written back after an earlier purge
         except psycopg.Error as exc:
-            self._queue_ids.clear()  # queue and stream rows made by the rolled-back transaction are gone
-            self._queue_names.clear()
-            self._stream_ids.clear()
+            self._forget_ids()
             raise StoreError(f"commit to {self.name} failed: {_one_line(exc)}") from None
+
+    def _forget_ids(self) -> None:
+        """A transaction rolled back: queue and stream rows it made are gone, so are their ids."""
+        self._queue_ids.clear()
+        self._queue_names.clear()
+        self._stream_ids.clear()
 
     def _commit(self, conn: psycopg.Connection[Any], group: GroupRows, *, replace: bool) -> None:
         held = group.held or frozenset()
@@ -429,14 +433,22 @@ class PostgresBackend:
             for name, offset, seq, prio, ts, hdrs, body, before in rows:
                 copy.write_row((ids[name], offset, seq, prio, ts, _dumps(hdrs) if hdrs else "{}", body, before))
 
-    def _stream_id(self, cur: psycopg.Cursor[Any], name: str) -> int:
-        """The id of stream ``name``, making its row if it is missing."""
+    def _find_stream(self, cur: psycopg.Cursor[Any], name: str) -> int | None:
+        """The id of stream ``name`` if it exists (the cache is emptied by a rollback)."""
         stream_id = self._stream_ids.get(name)
         if stream_id is None:
-            cur.execute("INSERT INTO streams (name, options) VALUES (%s, '{}') ON CONFLICT (name) DO NOTHING", (name,))
             row = cur.execute("SELECT id FROM streams WHERE name = %s", (name,)).fetchone()
-            assert row is not None
-            stream_id = self._stream_ids[name] = int(row[0])
+            if row is not None:
+                stream_id = self._stream_ids[name] = int(row[0])
+        return stream_id
+
+    def _stream_id(self, cur: psycopg.Cursor[Any], name: str) -> int:
+        """The id of stream ``name``, making its row if it is missing."""
+        stream_id = self._find_stream(cur, name)
+        if stream_id is None:
+            cur.execute("INSERT INTO streams (name, options) VALUES (%s, '{}') ON CONFLICT (name) DO NOTHING", (name,))
+            stream_id = self._find_stream(cur, name)
+            assert stream_id is not None
         return stream_id
 
     def _apply(self, cur: psycopg.Cursor[Any], op: StructuralOp, freed: set[str]) -> None:
@@ -459,7 +471,7 @@ class PostgresBackend:
             case SaveStream(name=name, options=options):
                 cur.execute("UPDATE streams SET options = %s WHERE id = %s", (_dumps(options), self._stream_id(cur, name)))
             case TrimStream(name=name, before=before):
-                trimmed = self._stream_ids.get(name)
+                trimmed = self._find_stream(cur, name)
                 if trimmed is not None:
                     cur.execute("DELETE FROM stream_messages WHERE stream_id = %s AND position < %s", (trimmed, before))
             case SaveExchange(exchange=ex):
@@ -558,11 +570,14 @@ class PostgresBackend:
         return messages
 
     def read_stream(self, name: str, start: int, limit: int) -> list[StreamMessage]:
-        stream_id = self._stream_ids.get(name)
-        if stream_id is None or limit <= 0:
+        if limit <= 0:
             return []
         try:
-            rows = self._connection().execute(STREAM_READ_SQL, (stream_id, start, limit)).fetchall()
+            with self._connection().cursor() as cur:
+                stream_id = self._find_stream(cur, name)
+                if stream_id is None:
+                    return []
+                rows = cur.execute(STREAM_READ_SQL, (stream_id, start, limit)).fetchall()
         except psycopg.Error as exc:
             raise StoreError(f"cannot read {self.name}: {_one_line(exc)}") from None
         return [

@@ -16,6 +16,15 @@ be declared over STOMP::
     queue = "/queue/q1"
     weight = 1
 
+Other vhosts get their own lists in a ``[[vhosts]]`` entry (the vhost is declared if it is
+new; the top-level lists are the default vhost's)::
+
+    [[vhosts]]
+    name = "staging"
+    [[vhosts.exchanges]]
+    name = "orders"
+    type = "consistent-hash"
+
 Applying a file is idempotent: an exchange already stored with the same options
 is left alone, a binding's weight is set to the file's.  Anything invalid stops
 the broker at start with a message naming the entry.
@@ -28,6 +37,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from ..storage.base import DEFAULT_VHOST, vhost_name_error
 from .destinations import Kind, parse_destination
 from .errors import ClientError
 from .exchanges import declaration_options, parse_weight
@@ -45,9 +55,26 @@ def load_definitions(path: str) -> dict[str, Any]:
         data = json.loads(text) if file.suffix == ".json" else tomllib.loads(text.decode())
     except (OSError, ValueError) as e:
         raise DefinitionsError(f"cannot read definitions file {path}: {e}") from None
-    if not isinstance(data, dict) or set(data) - {"exchanges", "queues", "bindings"}:
-        raise DefinitionsError(f"{path}: expected only 'exchanges', 'queues' and 'bindings' lists")
+    if not isinstance(data, dict) or set(data) - {"exchanges", "queues", "bindings", "vhosts"}:
+        raise DefinitionsError(f"{path}: expected only 'exchanges', 'queues', 'bindings' and 'vhosts' lists")
     return data
+
+
+def vhost_definitions(data: dict[str, Any], path: str) -> dict[str, tuple[dict[str, Any], str]]:
+    """The file's contents per vhost, each with the name errors should give its source."""
+    parts = {DEFAULT_VHOST: ({k: v for k, v in data.items() if k != "vhosts"}, path)}
+    entries = data.get("vhosts", [])
+    if not isinstance(entries, list):
+        raise DefinitionsError(f"{path}: 'vhosts' must be a list of tables")
+    for i, entry in enumerate(entries):
+        where = f"{path}: vhosts[{i}]"
+        name = _field(entry, "name", where)
+        _known_keys(entry, ("name", "exchanges", "queues", "bindings"), where)
+        error = vhost_name_error(name)
+        if error is not None or name in parts:
+            raise DefinitionsError(f"{where}: {error or f'vhost {name!r} appears twice'}")
+        parts[name] = ({k: v for k, v in entry.items() if k != "name"}, where)
+    return parts
 
 
 def apply_definitions(router: Router, data: dict[str, Any], source: str) -> None:

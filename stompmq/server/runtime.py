@@ -8,6 +8,12 @@ and hands the results back.  The engine's waker sets an event, so neither task
 polls: they sleep until a deadline or until the engine says there is work.
 What other brokers sharing the store did (new messages, topic messages,
 exchange changes) reaches the engine through the store's callbacks, wired here.
+
+Virtual hosts: one engine per vhost (``engines``), all on the one store.  The default
+vhost's engine is the one the runtime is made with and uses the store itself; every other
+gets a ``storage.vhosts.VhostStore`` view.  The runtime gives every engine the time, runs
+every engine's deadlines and reads, and hands each the store's news about its own vhost
+(the store names things by store key, ``vhost_space(vhost) + name``).
 """
 
 from __future__ import annotations
@@ -20,9 +26,11 @@ from typing import ParamSpec
 import trio
 
 from ..broker import Broker
-from ..broker.definitions import load_definitions
+from ..broker.definitions import load_definitions, vhost_definitions
 from ..broker.exchanges import PRIVATE_QUEUE_PREFIX
-from ..storage.base import Recovery, StoreError
+from ..broker.reads import StoreRead
+from ..storage.base import DEFAULT_VHOST, BindingRecord, ExchangeRecord, Recovery, StoreError, split_key
+from ..storage.vhosts import VhostStore, split_definitions, split_recovery
 
 log = logging.getLogger(__name__)
 P = ParamSpec("P")
@@ -30,13 +38,22 @@ P = ParamSpec("P")
 
 class Runtime:
     def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+        self.broker = broker  # the default vhost's
         self.store = store = broker.store
+        #: vhost -> its engine (the default vhost's first)
+        self.engines: dict[str, Broker] = {DEFAULT_VHOST: broker}
+        self._views: list[VhostStore] = []
+        self._last_seq = 0  # as recovered: where every engine's sequence numbers start
         self._deadline_changed = trio.Event()
         self._reads_queued = trio.Event()
-        store.on_queue_changed = self._timed(broker.store_changed)
-        store.on_topic = self._timed(broker.remote_topic)
-        store.on_definitions_changed = self._timed(broker.definitions_changed)
+        # The default engine's receipts listen on the store itself; the others' on their views.
+        self._default_commit, self._default_failed = store.on_commit, store.on_commit_failed
+        store.on_commit = self._committed
+        store.on_commit_failed = self._commit_failed
+        store.on_queue_changed = self._timed(self._queue_changed)
+        store.on_topic = self._timed(self._topic)
+        store.on_definitions_changed = self._timed(self._definitions_changed)
+        store.on_vhosts_changed = self._timed(self._vhosts_changed)
 
     def _timed(self, fn: Callable[P, None]) -> Callable[P, None]:
         """``fn`` called with the engine's time brought up to date first."""
@@ -48,29 +65,99 @@ class Runtime:
         return call
 
     def tick(self) -> None:
-        """Give the engine the current time: call before handing it anything."""
-        self.broker.advance(trio.current_time(), time.time())
+        """Give the engines the current time: call before handing them anything."""
+        now, wall = trio.current_time(), time.time()
+        for engine in self.engines.values():
+            engine.advance(now, wall)
+
+    # -- vhosts ---------------------------------------------------------------------------------
+    def declare(self, vhost: str) -> Broker:
+        """The engine of ``vhost``, declaring the vhost (stored with the next commit) if it is new.
+        The caller checks the name (``vhost_name_error``)."""
+        engine = self.engines.get(vhost)
+        if engine is None:
+            self.store.save_vhost(vhost)
+            nothing = Recovery(self._last_seq, [], [], [], [vhost])
+            engine = self._add(vhost, nothing)
+            self.tick()
+            engine.recover(nothing, [])
+            log.info("vhost %s declared", vhost)
+        return engine
+
+    def _add(self, vhost: str, recovery: Recovery) -> Broker:
+        view = VhostStore(self.store, vhost, recovery)
+        engine = self.engines[vhost] = Broker(view, self.broker.config)
+        self._views.append(view)
+        engine.set_waker(self._wake)
+        return engine
+
+    def _committed(self, ticket: int) -> None:
+        self._default_commit(ticket)
+        for view in self._views:
+            view.on_commit(ticket)
+
+    def _commit_failed(self, ticket: int, error: StoreError) -> None:
+        self._default_failed(ticket, error)
+        for view in self._views:
+            view.on_commit_failed(ticket, error)
+
+    def _queue_changed(self, key: str) -> None:
+        if key == "*":
+            for each in self.engines.values():
+                each.store_changed(key)
+            return
+        vhost, name = split_key(key)
+        engine = self.engines.get(vhost)
+        if engine is not None:
+            engine.store_changed(name)
+
+    def _topic(self, key: str, headers: dict[str, str], body: bytes) -> None:
+        vhost, name = split_key(key)
+        engine = self.engines.get(vhost)
+        if engine is not None:
+            engine.remote_topic(name, headers, body)
+
+    def _definitions_changed(self, exchanges: list[ExchangeRecord], bindings: list[BindingRecord]) -> None:
+        for vhost, (ours, bound) in split_definitions(exchanges, bindings, list(self.engines)).items():
+            engine = self.engines.get(vhost)
+            if engine is not None:
+                engine.definitions_changed(ours, bound)
+
+    def _vhosts_changed(self, vhosts: list[str]) -> None:
+        """Another broker declared vhosts: serve them too (their exchanges follow at once)."""
+        for vhost in vhosts:
+            if vhost not in self.engines:
+                self._add(vhost, Recovery(self._last_seq, [], [], [], [vhost]))
+                log.info("vhost %s declared by another broker", vhost)
 
     def _wake(self) -> None:
         self._deadline_changed.set()
         self._reads_queued.set()
 
     async def open(self) -> Recovery:
-        """Open the store and hand the engine what it recovered (and the definitions file)."""
-        store, broker = self.store, self.broker
+        """Open the store and hand each vhost's engine what it recovered (and the definitions file)."""
+        store = self.store
         recovery = await store.open()
+        self._last_seq = recovery.last_seq
         try:
-            # Private queues left by a crash of this broker (on a store several brokers share,
-            # the others' are theirs: only a store of one broker may purge them all).
-            stale = [] if store.shared else await store.queue_names(PRIVATE_QUEUE_PREFIX)
-            path = broker.config.definitions
-            definitions = load_definitions(path) if path else None
-            self.tick()
-            broker.recover(recovery, stale, definitions, path or "")
-            for name, offsets in broker.streams.marks_wanted():
-                entries = [entry for offset in offsets for entry in await store.read_stream(name, offset, 1)]
+            path = self.broker.config.definitions
+            files = vhost_definitions(load_definitions(path), path) if path else {}
+            parts = split_recovery(recovery)
+            for vhost in files.keys() - parts.keys():
+                store.save_vhost(vhost)
+                parts[vhost] = Recovery(recovery.last_seq, [], [], [], [vhost])
+            for vhost, part in sorted(parts.items()):
+                engine = self.engines.get(vhost) or self._add(vhost, part)
+                # Private queues left by a crash of this broker (on a store several brokers share,
+                # the others' are theirs: only a store of one broker may purge them all).
+                stale = [] if store.shared else await engine.store.queue_names(PRIVATE_QUEUE_PREFIX)
+                definitions, source = files.get(vhost, (None, ""))
                 self.tick()
-                broker.streams.load_marks(name, entries)
+                engine.recover(part, stale, definitions, source)
+                for name, offsets in engine.streams.marks_wanted():
+                    entries = [e for offset in offsets for e in await engine.store.read_stream(name, offset, 1)]
+                    self.tick()
+                    engine.streams.load_marks(name, entries)
         except BaseException:
             with trio.CancelScope(shield=True):
                 await store.close()  # release the database (and its lock): the start failed
@@ -79,7 +166,8 @@ class Runtime:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """The store's commit loop, the deadlines and the reads, for the broker's lifetime."""
-        self.broker.set_waker(self._wake)
+        for engine in self.engines.values():
+            engine.set_waker(self._wake)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.store.run)
             nursery.start_soon(self._deadlines)
@@ -91,27 +179,35 @@ class Runtime:
         await self.store.close()
 
     async def _deadlines(self) -> None:
-        broker = self.broker
+        engines = self.engines
         while True:
-            with trio.move_on_at(broker.next_deadline()):
+            with trio.move_on_at(min(engine.next_deadline() for engine in engines.values())):
                 await self._deadline_changed.wait()
             self._deadline_changed = trio.Event()
             self.tick()
-            broker.run_due()
+            for engine in list(engines.values()):
+                engine.run_due()
 
     async def _reads(self) -> None:
-        broker, store = self.broker, self.store
         while True:
-            read = broker.take_read()
+            read, engine = self._next_read()
             if read is None:
                 await self._reads_queued.wait()
                 self._reads_queued = trio.Event()
                 continue
             try:
-                result = await read.fetch(store)
+                result = await read.fetch(engine.store)
             except StoreError as e:
                 self.tick()
                 read.failed(e)
             else:
                 self.tick()
                 read.done(result)
+
+    def _next_read(self) -> tuple[StoreRead | None, Broker]:
+        """A store read some engine wants, and that engine (the default one when none wants any)."""
+        for engine in self.engines.values():
+            read = engine.take_read()
+            if read is not None:
+                return read, engine
+        return None, self.broker

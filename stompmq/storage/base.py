@@ -39,6 +39,14 @@ carries a topic message to the other brokers, and the store tells the runtime
 what the others did through the ``on_queue_changed``, ``on_topic`` and
 ``on_definitions_changed`` callbacks.  A store used by one broker only keeps the
 defaults, which do nothing.
+
+Virtual hosts: below the engine, every queue, exchange, stream and topic is named by a
+*store key*, ``vhost_space(vhost) + name``: the bare name in the default vhost ``/`` (so
+its keys, and its engine's calls, are exactly as before vhosts), ``VHOST\nname`` in any
+other (names never contain a newline).  An engine of another vhost sees a
+``storage.vhosts.VhostStore`` view that adds and strips the prefix; a message carries its
+vhost's prefix in ``StoredMessage.space``.  Backends split a key into the ``vhost`` and
+``name`` columns (``split_key``).
 """
 
 from __future__ import annotations
@@ -52,6 +60,36 @@ from dataclasses import dataclass, field
 #: store's pending entry (measured: ~570 B with three short headers and a 100 B body).  Memory
 #: budgets (unflushed writes, ready windows) count ``len(body) + MESSAGE_OVERHEAD`` per message.
 MESSAGE_OVERHEAD = 512
+
+
+#: The vhost a client is in when it names none, and the one every store has from the start.
+DEFAULT_VHOST = "/"
+#: Between a vhost and a name in a store key (no queue, exchange, stream or vhost name holds it).
+VHOST_SEPARATOR = "\n"
+
+
+def vhost_space(vhost: str) -> str:
+    """The prefix of ``vhost``'s store keys: "" for the default vhost."""
+    return "" if vhost == DEFAULT_VHOST else vhost + VHOST_SEPARATOR
+
+
+#: Longest vhost name, in bytes of UTF-8 (the ``vhost`` columns hold 255).
+VHOST_NAME_BYTES = 255
+
+
+def vhost_name_error(name: str) -> str | None:
+    """Why ``name`` cannot be a vhost's name, or None if it can."""
+    if not name or len(name.encode()) > VHOST_NAME_BYTES:
+        return f"a vhost name must be 1-{VHOST_NAME_BYTES} bytes of UTF-8"
+    if any(c in name for c in "\x00\n\r"):
+        return "a vhost name must not contain NUL, CR or LF"
+    return None
+
+
+def split_key(key: str) -> tuple[str, str]:
+    """A store key as ``(vhost, name)``."""
+    vhost, separator, name = key.partition(VHOST_SEPARATOR)
+    return (vhost, name) if separator else (DEFAULT_VHOST, key)
 
 
 class StoreError(Exception):
@@ -82,6 +120,7 @@ class StoredMessage:
         "delivered",
         "held",
         "timer",
+        "space",
     )
 
     def __init__(
@@ -95,6 +134,7 @@ class StoredMessage:
         ack_timeout: float | None = None,
         redeliveries: int = 0,
         delivered: bool = False,
+        space: str = "",
     ) -> None:
         self.seq = seq
         self.queue = queue
@@ -111,6 +151,8 @@ class StoredMessage:
         # Broker-private, never stored: the ack-timeout deadline of the delivery in flight, so an
         # ACK can cancel it (a message is in flight to at most one subscription at a time).
         self.timer: object = None
+        # The store-key prefix of the message's vhost (``vhost_space``): "" in the default vhost.
+        self.space = space
 
     @property
     def order_key(self) -> tuple[int, int]:
@@ -186,6 +228,7 @@ class Recovery:
     exchanges: list[ExchangeRecord]
     bindings: list[BindingRecord]
     streams: list[StreamRecord] = field(default_factory=list)  # sorted by name
+    vhosts: list[str] = field(default_factory=lambda: [DEFAULT_VHOST])  # declared vhosts, sorted
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,7 +241,7 @@ class QueueCount:
     oldest_ms: int | None  # the timestamp of its oldest stored message, None when empty
 
 
-#: SQL for ``Backend.queue_page`` (placeholders ``:after``/``:limit`` are the backend's to adapt):
+#: SQL for ``Backend.queue_page`` (placeholders ``vhost``/``after``/``limit`` are the backend's to adapt):
 #: it walks the unique index on queues.name and counts each listed queue through
 #: ix_messages_queue_order, so a page costs its own queues, never the whole table.
 QUEUE_PAGE_SQL = """
@@ -206,13 +249,16 @@ SELECT q.name,
        (SELECT COUNT(*) FROM messages m WHERE m.queue_id = q.id),
        (SELECT COUNT(*) FROM messages m WHERE m.queue_id = q.id AND m.delivered = {true}),
        (SELECT MIN(m.timestamp) FROM messages m WHERE m.queue_id = q.id)
-FROM queues q WHERE q.name > {after} ORDER BY q.name LIMIT {limit}
+FROM queues q WHERE q.vhost = {vhost} AND q.name > {after} ORDER BY q.name LIMIT {limit}
 """
 
 CommitCallback = Callable[[int], None]
 FailureCallback = Callable[[int, StoreError], None]
 #: The highest sequence number a message can have (a signed 64-bit column).
 SEQ_LIMIT = 2**63 - 1
+#: Sequence numbers per ``seq_block`` of a store of one broker: each vhost's engine takes its
+#: own blocks from the one store, so no two engines hand out the same number.
+SEQ_CHUNK = 4096
 
 
 class Store(abc.ABC):
@@ -247,6 +293,9 @@ class Store(abc.ABC):
         self.on_definitions_changed: Callable[[list[ExchangeRecord], list[BindingRecord]], None] = (
             lambda exchanges, bindings: None
         )
+        #: the declared vhosts changed (called before ``on_definitions_changed``): all of them
+        self.on_vhosts_changed: Callable[[list[str]], None] = lambda vhosts: None
+        self._seq_handed = 0  # the end of the last block handed out by seq_block
 
     # -- several brokers (the defaults serve a store used by one broker) -----------------
     @property
@@ -255,9 +304,12 @@ class Store(abc.ABC):
         return ""
 
     def seq_block(self, last: int) -> tuple[int, int]:
-        """Sequence numbers [start, end) this broker may hand out next, ``last`` being the last
-        one it gave; a store of one broker gives it every number after ``last``."""
-        return last + 1, SEQ_LIMIT
+        """Sequence numbers [start, end) an engine may hand out next, ``last`` being the last
+        one it gave; a store of one broker gives the next ``SEQ_CHUNK`` numbers after both
+        ``last`` and every block handed out before (one engine per vhost shares it)."""
+        start = max(last, self._seq_handed) + 1
+        self._seq_handed = end = min(start + SEQ_CHUNK, SEQ_LIMIT)
+        return start, end
 
     def release(self, queue: str) -> None:  # noqa: B027 - a store of one broker has nothing to do
         """This broker no longer holds any ready message of ``queue`` in memory."""
@@ -295,6 +347,10 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def save_exchange(self, exchange: ExchangeRecord) -> None: ...
+
+    @abc.abstractmethod
+    def save_vhost(self, name: str) -> None:
+        """Declare the vhost ``name`` (idempotent); it is in ``Recovery.vhosts`` from then on."""
 
     @abc.abstractmethod
     def delete_exchange(self, name: str) -> None:

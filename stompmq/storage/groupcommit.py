@@ -81,6 +81,7 @@ from stompmq.storage.groups import (
     SaveBinding,
     SaveExchange,
     SaveStream,
+    SaveVhost,
     StreamRow,
     StructuralOp,
     TopicMessage,
@@ -255,7 +256,7 @@ class GroupCommitStore(Store):
 
     def purge(self, queue: str) -> None:
         # Every message operation left pending after this was issued after the purge.
-        self._pending = {seq: op for seq, op in self._pending.items() if op[1].queue != queue}
+        self._pending = {seq: op for seq, op in self._pending.items() if op[1].space + op[1].queue != queue}
         self._pending_bytes = _insert_bytes(self._pending)
         self._add_structural(Purge(queue))
 
@@ -270,6 +271,9 @@ class GroupCommitStore(Store):
 
     def save_exchange(self, exchange: ExchangeRecord) -> None:
         self._add_structural(SaveExchange(exchange))
+
+    def save_vhost(self, name: str) -> None:
+        self._add_structural(SaveVhost(name))
 
     def delete_exchange(self, name: str) -> None:
         self._add_structural(DropExchange(name))
@@ -386,7 +390,7 @@ class GroupCommitStore(Store):
         for seq, (kind, m) in ops.items():
             if kind == INSERT:
                 inserts.append(
-                    (seq, m.queue, m.priority, m.headers, m.body, m.delivered, m.ack_timeout,
+                    (seq, m.space + m.queue, m.priority, m.headers, m.body, m.delivered, m.ack_timeout,
                      m.redeliveries, m.timestamp)
                 )
             elif kind == UPDATE:
@@ -397,7 +401,7 @@ class GroupCommitStore(Store):
         if self.shared:
             held = frozenset(seq for seq, (kind, m) in ops.items() if kind != DELETE and m.held)
         stream_rows: list[StreamRow] = [
-            (m.queue, m.offset, m.seq, m.priority, m.timestamp, m.headers, m.body, m.bytes_before)
+            (m.space + m.queue, m.offset, m.seq, m.priority, m.timestamp, m.headers, m.body, m.bytes_before)
             for m in appends
         ]
         return GroupRows(structural, inserts, updates, deletes, self._last_seq, held, stream_rows)
@@ -433,7 +437,7 @@ class GroupCommitStore(Store):
         purged = {op.queue for op in self._structural if isinstance(op, Purge)}
         merged: dict[int, PendingOp] = {}
         for seq, (kind, msg) in group.ops.items():
-            if msg.queue in purged:
+            if msg.space + msg.queue in purged:
                 continue  # a newer purge deletes it anyway
             later = newer.get(seq)
             if later is None:
@@ -499,7 +503,7 @@ class GroupCommitStore(Store):
 
 def _untrimmed(appends: list[StreamMessage], name: str, before: int) -> list[StreamMessage]:
     """``appends`` without the entries of stream ``name`` below offset ``before``."""
-    return [m for m in appends if m.offset >= before or m.queue != name]
+    return [m for m in appends if m.offset >= before or m.space + m.queue != name]
 def _insert_bytes(ops: dict[int, PendingOp]) -> int:
     """What the inserts among ``ops`` count against ``max_backlog_bytes``."""
     return sum(len(msg.body) + MESSAGE_OVERHEAD for kind, msg in ops.values() if kind == INSERT)

@@ -9,6 +9,9 @@ particular database: a group is plain, immutable-by-convention data that the
 database thread may read while the broker goes on mutating its own
 ``StoredMessage`` objects.
 
+Every name here is a store key (``storage.base.vhost_space`` + the name): the default
+vhost's names as they are, another vhost's prefixed with it; backends split them.
+
 Message rows are tuples, not objects, because a group may hold tens of thousands
 of them and tuples are the cheapest thing to build on the trio thread and the
 shape DB-API ``executemany`` and COPY both take directly.  Their field order is
@@ -93,8 +96,16 @@ class TrimStream:
     before: int
 
 
+@dataclass(frozen=True, slots=True)
+class SaveVhost:
+    """Declare the vhost ``name`` (nothing happens if it exists)."""
+
+    name: str
+
+
 StructuralOp = (
     Purge | SaveExchange | DropExchange | SaveBinding | DropBinding | Release | TopicMessage | SaveStream | TrimStream
+    | SaveVhost
 )
 
 # -- message rows: one per message, at most one row per seq in a group ------------------------

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import trio
 
-from .base import BindingRecord, ExchangeRecord, Recovery, Store, StoredMessage, StreamMessage, StreamRecord
+from .base import DEFAULT_VHOST, BindingRecord, ExchangeRecord, Recovery, Store, StoredMessage, StreamMessage, StreamRecord
 
 
 class MemoryStore(Store):
@@ -23,10 +23,11 @@ class MemoryStore(Store):
         self._exchanges: dict[str, ExchangeRecord] = {}
         self._bindings: dict[tuple[str, str, str], BindingRecord] = {}
         self._streams: dict[str, dict[str, str]] = {}
+        self._vhosts = {DEFAULT_VHOST}
 
     async def open(self) -> Recovery:
         streams = [StreamRecord(name, options, 0, 0) for name, options in sorted(self._streams.items())]
-        return Recovery(0, list(self._exchanges.values()), list(self._bindings.values()), streams)
+        return Recovery(0, list(self._exchanges.values()), list(self._bindings.values()), streams, sorted(self._vhosts))
 
     async def run(self) -> None:
         await trio.sleep_forever()
@@ -48,6 +49,9 @@ class MemoryStore(Store):
 
     def save_exchange(self, exchange: ExchangeRecord) -> None:
         self._exchanges[exchange.name] = exchange
+
+    def save_vhost(self, name: str) -> None:
+        self._vhosts.add(name)
 
     def delete_exchange(self, name: str) -> None:
         self._exchanges.pop(name, None)

@@ -38,6 +38,9 @@ Several brokers on one database
   own connection receives them; every ``poll`` seconds the broker looks again
   anyway, in case a notification was lost with a connection.
 
+Names arrive as store keys (``storage.base``: a vhost's prefix and the name), are split
+into the ``vhost`` and ``name`` columns, and travel in notifications as keys.
+
 The password of the URL never appears in a log line or an error: ``masked``.
 """
 
@@ -63,12 +66,15 @@ from stompmq.storage.base import (
     QUEUE_PAGE_SQL,
     BindingRecord,
     ExchangeRecord,
+    SEQ_CHUNK,
     QueueCount,
     Recovery,
     StoredMessage,
     StoreError,
     StreamMessage,
     StreamRecord,
+    split_key,
+    vhost_space,
 )
 from stompmq.storage.groupcommit import FLUSH_INTERVAL, MAX_BACKLOG_BYTES, MAX_GROUP, GroupCommitStore
 from stompmq.storage.groups import (
@@ -81,6 +87,7 @@ from stompmq.storage.groups import (
     SaveBinding,
     SaveExchange,
     SaveStream,
+    SaveVhost,
     StreamRow,
     StructuralOp,
     TopicMessage,
@@ -215,16 +222,18 @@ class PostgresBackend:
             self._register(conn)
             with conn.transaction():
                 self._free_lapsed(conn)
-            exchanges, bindings = self._definitions(conn)
+            vhosts, exchanges, bindings = self._definitions(conn)
             streams = self._recover_streams(conn)
         except psycopg.Error as exc:
             raise StoreError(f"cannot recover {self.name}: {_one_line(exc)}") from None
-        return Recovery(0, exchanges, bindings, streams)
+        return Recovery(0, exchanges, bindings, streams, vhosts)
 
     def _recover_streams(self, conn: psycopg.Connection[Any]) -> list[StreamRecord]:
         """Each stream's options and retained offsets: the two ends of its key range, no scan."""
         records = []
-        for stream_id, name, options in conn.execute("SELECT id, name, options FROM streams ORDER BY name").fetchall():
+        rows = conn.execute("SELECT id, vhost, name, options FROM streams ORDER BY vhost, name").fetchall()
+        for stream_id, vhost, bare, options in rows:
+            name = vhost_space(vhost) + bare
             self._stream_ids[name] = stream_id
             row = conn.execute(
                 "SELECT (SELECT position FROM stream_messages WHERE stream_id = %(s)s ORDER BY position LIMIT 1),"
@@ -294,18 +303,25 @@ class PostgresBackend:
             )
         self._registered = True
 
-    def _definitions(self, conn: psycopg.Connection[Any]) -> tuple[list[ExchangeRecord], list[BindingRecord]]:
+    def _definitions(
+        self, conn: psycopg.Connection[Any]
+    ) -> tuple[list[str], list[ExchangeRecord], list[BindingRecord]]:
+        """The declared vhosts, exchanges and bindings (names as store keys)."""
+        vhosts = [name for (name,) in conn.execute("SELECT name FROM vhosts ORDER BY name")]
         exchanges = [
-            ExchangeRecord(name, type_, _loads(options))
-            for name, type_, options in conn.execute("SELECT name, type, options FROM exchanges ORDER BY name")
-        ]
-        bindings = [
-            BindingRecord(exchange, queue_name, weight, routing_key)
-            for exchange, queue_name, weight, routing_key in conn.execute(
-                "SELECT exchange, queue, weight, routing_key FROM bindings ORDER BY exchange, queue, routing_key"
+            ExchangeRecord(vhost_space(vhost) + name, type_, _loads(options))
+            for vhost, name, type_, options in conn.execute(
+                "SELECT vhost, name, type, options FROM exchanges ORDER BY vhost, name"
             )
         ]
-        return exchanges, bindings
+        bindings = [
+            BindingRecord(vhost_space(vhost) + exchange, vhost_space(vhost) + queue_name, weight, routing_key)
+            for vhost, exchange, queue_name, weight, routing_key in conn.execute(
+                "SELECT vhost, exchange, queue, weight, routing_key FROM bindings"
+                " ORDER BY vhost, exchange, queue, routing_key"
+            )
+        ]
+        return vhosts, exchanges, bindings
 
     # -- leases ------------------------------------------------------------------------------------
     def renew(self) -> None:
@@ -337,10 +353,10 @@ class PostgresBackend:
         rows = conn.execute(
             "WITH freed AS (UPDATE messages SET owner = NULL, redeliveries = redeliveries + delivered::int,"
             " delivered = false WHERE owner = %s RETURNING queue_id)"
-            " SELECT DISTINCT q.name FROM freed JOIN queues q ON q.id = freed.queue_id",
+            " SELECT DISTINCT q.vhost, q.name FROM freed JOIN queues q ON q.id = freed.queue_id",
             (owner,),
         ).fetchall()
-        return [name for (name,) in rows]
+        return [vhost_space(vhost) + name for vhost, name in rows]
 
     @staticmethod
     def _notify_queues(conn: psycopg.Connection[Any], queues: Sequence[str], origin: str) -> None:
@@ -437,7 +453,7 @@ class PostgresBackend:
         """The id of stream ``name`` if it exists (the cache is emptied by a rollback)."""
         stream_id = self._stream_ids.get(name)
         if stream_id is None:
-            row = cur.execute("SELECT id FROM streams WHERE name = %s", (name,)).fetchone()
+            row = cur.execute("SELECT id FROM streams WHERE vhost = %s AND name = %s", split_key(name)).fetchone()
             if row is not None:
                 stream_id = self._stream_ids[name] = int(row[0])
         return stream_id
@@ -446,7 +462,10 @@ class PostgresBackend:
         """The id of stream ``name``, making its row if it is missing."""
         stream_id = self._find_stream(cur, name)
         if stream_id is None:
-            cur.execute("INSERT INTO streams (name, options) VALUES (%s, '{}') ON CONFLICT (name) DO NOTHING", (name,))
+            cur.execute(
+                "INSERT INTO streams (vhost, name, options) VALUES (%s, %s, '{}') ON CONFLICT (vhost, name) DO NOTHING",
+                split_key(name),
+            )
             stream_id = self._find_stream(cur, name)
             assert stream_id is not None
         return stream_id
@@ -476,28 +495,32 @@ class PostgresBackend:
                     cur.execute("DELETE FROM stream_messages WHERE stream_id = %s AND position < %s", (trimmed, before))
             case SaveExchange(exchange=ex):
                 cur.execute(
-                    "INSERT INTO exchanges (name, type, options) VALUES (%s, %s, %s)"
-                    " ON CONFLICT (name) DO UPDATE SET type = excluded.type, options = excluded.options",
-                    (ex.name, ex.type, _dumps(ex.options)),
+                    "INSERT INTO exchanges (vhost, name, type, options) VALUES (%s, %s, %s, %s)"
+                    " ON CONFLICT (vhost, name) DO UPDATE SET type = excluded.type, options = excluded.options",
+                    (*split_key(ex.name), ex.type, _dumps(ex.options)),
                 )
                 self._notify_definitions(cur)
             case DropExchange(name=name):
-                cur.execute("DELETE FROM bindings WHERE exchange = %s", (name,))
-                cur.execute("DELETE FROM exchanges WHERE name = %s", (name,))
+                cur.execute("DELETE FROM bindings WHERE vhost = %s AND exchange = %s", split_key(name))
+                cur.execute("DELETE FROM exchanges WHERE vhost = %s AND name = %s", split_key(name))
                 self._notify_definitions(cur)
             case SaveBinding(binding=b):
                 cur.execute(
-                    "INSERT INTO bindings (exchange, queue, weight, routing_key) VALUES (%s, %s, %s, %s)"
-                    " ON CONFLICT (exchange, queue, routing_key) DO UPDATE SET weight = excluded.weight",
-                    (b.exchange, b.queue, b.weight, b.routing_key),
+                    "INSERT INTO bindings (vhost, exchange, queue, weight, routing_key) VALUES (%s, %s, %s, %s, %s)"
+                    " ON CONFLICT (vhost, exchange, queue, routing_key) DO UPDATE SET weight = excluded.weight",
+                    (*split_key(b.exchange), split_key(b.queue)[1], b.weight, b.routing_key),
                 )
                 self._notify_definitions(cur)
             case DropBinding(exchange=exchange, queue=name, routing_key=key):
                 cur.execute(
-                    "DELETE FROM bindings WHERE exchange = %s AND queue = %s AND routing_key = %s",
-                    (exchange, name, key),
+                    "DELETE FROM bindings WHERE vhost = %s AND exchange = %s AND queue = %s AND routing_key = %s",
+                    (*split_key(exchange), split_key(name)[1], key),
                 )
                 self._notify_definitions(cur)
+            case SaveVhost(name=name):
+                cur.execute("INSERT INTO vhosts (name) VALUES (%s) ON CONFLICT (name) DO NOTHING", (name,))
+                if cur.rowcount:
+                    self._notify_definitions(cur)
 
     def _notify_definitions(self, cur: psycopg.Cursor[Any]) -> None:
         cur.execute("SELECT pg_notify(%s, %s)", (CHANNEL, "d:" + self.broker_id))
@@ -519,13 +542,14 @@ class PostgresBackend:
         queue_id = self._queue_ids.get(name)
         if queue_id is not None:
             return queue_id
-        row = cur.execute("SELECT id FROM queues WHERE name = %s", (name,)).fetchone()
+        key = split_key(name)
+        row = cur.execute("SELECT id FROM queues WHERE vhost = %s AND name = %s", key).fetchone()
         if row is None:
             if not create:
                 return None
             # Another broker may create the same queue at the same moment: the unique name decides.
-            cur.execute("INSERT INTO queues (name) VALUES (%s) ON CONFLICT (name) DO NOTHING", (name,))
-            row = cur.execute("SELECT id FROM queues WHERE name = %s", (name,)).fetchone()
+            cur.execute("INSERT INTO queues (vhost, name) VALUES (%s, %s) ON CONFLICT (vhost, name) DO NOTHING", key)
+            row = cur.execute("SELECT id FROM queues WHERE vhost = %s AND name = %s", key).fetchone()
             assert row is not None
         if len(self._queue_ids) >= QUEUE_ID_CACHE_MAX:
             self._queue_ids.clear()
@@ -538,9 +562,9 @@ class PostgresBackend:
     def _queue_name(self, cur: psycopg.Cursor[Any], queue_id: int) -> str:
         name = self._queue_names.get(queue_id)
         if name is None:
-            row = cur.execute("SELECT name FROM queues WHERE id = %s", (queue_id,)).fetchone()
+            row = cur.execute("SELECT vhost, name FROM queues WHERE id = %s", (queue_id,)).fetchone()
             assert row is not None
-            name = str(row[0])
+            name = vhost_space(row[0]) + row[1]
         return name
 
     # -- reads -----------------------------------------------------------------------------------
@@ -563,8 +587,12 @@ class PostgresBackend:
             raise StoreError(f"cannot read {self.name}: {_one_line(exc)}") from None
         rows.sort(key=lambda r: (-r[1], r[0]))
         messages = []
+        vhost, name = split_key(queue)
+        space = vhost_space(vhost)
         for seq, prio, hdrs, body, ts, ack, redel in rows:
-            msg = StoredMessage(seq, queue, prio, _loads(hdrs) if hdrs != "{}" else {}, bytes(body), ts, ack, redel)
+            msg = StoredMessage(
+                seq, name, prio, _loads(hdrs) if hdrs != "{}" else {}, bytes(body), ts, ack, redel, space=space
+            )
             msg.held = True  # claimed for this broker by this read
             messages.append(msg)
         return messages
@@ -580,8 +608,9 @@ class PostgresBackend:
                 rows = cur.execute(STREAM_READ_SQL, (stream_id, start, limit)).fetchall()
         except psycopg.Error as exc:
             raise StoreError(f"cannot read {self.name}: {_one_line(exc)}") from None
+        bare = split_key(name)[1]
         return [
-            StreamMessage(seq, name, prio, _loads(hdrs) if hdrs != "{}" else {}, bytes(body), ts, offset, before)
+            StreamMessage(seq, bare, prio, _loads(hdrs) if hdrs != "{}" else {}, bytes(body), ts, offset, before)
             for offset, seq, prio, ts, hdrs, body, before in rows
         ]
 
@@ -603,24 +632,27 @@ class PostgresBackend:
         return int(row[0]) if row else 0
 
     def queue_names(self, prefix: str) -> list[str]:
+        vhost, start = split_key(prefix)
         try:
             rows = self._connection().execute(
-                "SELECT name FROM queues WHERE starts_with(name, %s)", (prefix,)
+                "SELECT name FROM queues WHERE vhost = %s AND starts_with(name, %s)", (vhost, start)
             ).fetchall()
         except psycopg.Error as exc:
             raise StoreError(f"cannot read {self.name}: {_one_line(exc)}") from None
-        return [name for (name,) in rows]
+        return [vhost_space(vhost) + name for (name,) in rows]
 
     def queue_page(self, after: str, limit: int) -> list[QueueCount]:
+        vhost, name = split_key(after)
         try:
             rows = self._connection().execute(
-                QUEUE_PAGE_SQL.format(true="TRUE", after="%s", limit="%s"), (after, limit)
+                QUEUE_PAGE_SQL.format(true="TRUE", vhost="%s", after="%s", limit="%s"), (vhost, name, limit)
             ).fetchall()
         except psycopg.Error as exc:
             raise StoreError(f"cannot read {self.name}: {_one_line(exc)}") from None
-        return [QueueCount(*row) for row in rows]
+        space = vhost_space(vhost)
+        return [QueueCount(space + name, *counts) for name, *counts in rows]
 
-    def definitions(self) -> tuple[list[ExchangeRecord], list[BindingRecord]]:
+    def definitions(self) -> tuple[list[str], list[ExchangeRecord], list[BindingRecord]]:
         try:
             return self._definitions(self._connection())
         except psycopg.Error as exc:
@@ -731,11 +763,17 @@ class PostgresStore(GroupCommitStore):
         return recovery
 
     def seq_block(self, last: int) -> tuple[int, int]:
+        """The next ``SEQ_CHUNK`` numbers of the database's block in use: every vhost's engine
+        takes its own chunks, so a few vhosts starting at once do not empty the spare blocks."""
         if not self._blocks:
             raise StoreError("out of sequence numbers: the database did not answer in time")
-        block = self._blocks.popleft()
-        self._want_block.set()
-        return block
+        start, end = self._blocks[0]
+        if end - start <= SEQ_CHUNK:
+            self._blocks.popleft()
+            self._want_block.set()
+            return start, end
+        self._blocks[0] = (start + SEQ_CHUNK, end)
+        return start, start + SEQ_CHUNK
 
     async def run(self) -> None:
         listener = self._listener = Listener(
@@ -809,8 +847,9 @@ class PostgresStore(GroupCommitStore):
 
     async def _reload_definitions(self) -> None:
         try:
-            exchanges, bindings = await self._call(self._pg.definitions)
+            vhosts, exchanges, bindings = await self._call(self._pg.definitions)
         except StoreError as exc:
             log.warning("%s", exc)
             return
+        self.on_vhosts_changed(vhosts)
         self.on_definitions_changed(exchanges, bindings)

@@ -48,6 +48,7 @@ from sqlalchemy import (
     DateTime,
     Float,
     ForeignKey,
+    ForeignKeyConstraint,
     Index,
     Integer,
     LargeBinary,
@@ -55,6 +56,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    UniqueConstraint,
 )
 
 # Queue and exchange names are at most 255 bytes of UTF-8 (DESIGN §3), hence at most 255 chars.
@@ -79,11 +81,26 @@ SEQ_TYPE = BigInteger().with_variant(Integer(), "sqlite")
 
 metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
+# The declared virtual hosts; "/" always exists.  Every named thing below has a ``vhost``
+# column (default "/") and is unique per (vhost, name): the same name in two vhosts is two things.
+vhosts = Table(
+    "vhosts",
+    metadata,
+    Column("name", String(NAME_LENGTH), primary_key=True),
+)
+
+
+def _vhost_column() -> Column[str]:
+    return Column("vhost", String(NAME_LENGTH), nullable=False, server_default="/")
+
+
 queues = Table(
     "queues",
     metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("name", String(NAME_LENGTH), nullable=False, unique=True),
+    _vhost_column(),
+    Column("name", String(NAME_LENGTH), nullable=False),
+    UniqueConstraint("vhost", "name"),
 )
 
 messages = Table(
@@ -114,6 +131,7 @@ Index(
 exchanges = Table(
     "exchanges",
     metadata,
+    Column("vhost", String(NAME_LENGTH), primary_key=True, server_default="/"),
     Column("name", String(NAME_LENGTH), primary_key=True),
     Column("type", String(TYPE_LENGTH), nullable=False),
     Column("options", Text, nullable=False),
@@ -122,12 +140,14 @@ exchanges = Table(
 bindings = Table(
     "bindings",
     metadata,
-    Column("exchange", String(NAME_LENGTH), ForeignKey("exchanges.name"), primary_key=True),
+    Column("vhost", String(NAME_LENGTH), primary_key=True, server_default="/"),
+    Column("exchange", String(NAME_LENGTH), primary_key=True),
     # The queue's name, not its id: bindings are few, and a bound queue may hold no message yet.
     Column("queue", String(NAME_LENGTH), primary_key=True),
     Column("weight", Integer, nullable=False),
     # A direct or topic exchange binds a queue once per key; consistent-hash bindings use "".
     Column("routing_key", String(NAME_LENGTH), primary_key=True, server_default=""),
+    ForeignKeyConstraint(["vhost", "exchange"], ["exchanges.vhost", "exchanges.name"]),
 )
 
 # Live brokers on a shared database, each with a lease it renews on the database's clock.
@@ -149,9 +169,11 @@ streams = Table(
     "streams",
     metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("name", String(NAME_LENGTH), nullable=False, unique=True),
+    _vhost_column(),
+    Column("name", String(NAME_LENGTH), nullable=False),
     # JSON text of the declaration options (max-age, max-bytes); "{}" for an implicit stream.
     Column("options", Text, nullable=False),
+    UniqueConstraint("vhost", "name"),
 )
 
 stream_messages = Table(

@@ -20,6 +20,8 @@ migrations, crash recovery), the group commit, and the paging reads.
 * Queue names live once, in ``queues``; messages carry a queue id.  The ids are
   cached, and a queue row created by a group that then fails is forgotten with
   the rolled-back group.
+* Names arrive as store keys (``storage.base``: the vhost's prefix and the name) and are
+  split into the ``vhost`` and ``name`` columns; caches are keyed by the store key.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ from stompmq.storage.base import (
     StoreError,
     StreamMessage,
     StreamRecord,
+    split_key,
+    vhost_space,
 )
 from stompmq.storage.groupcommit import FLUSH_INTERVAL, MAX_BACKLOG_BYTES, MAX_GROUP, GroupCommitStore
 from stompmq.storage.groups import (
@@ -53,6 +57,7 @@ from stompmq.storage.groups import (
     SaveBinding,
     SaveExchange,
     SaveStream,
+    SaveVhost,
     StreamRow,
     StructuralOp,
     TopicMessage,
@@ -235,27 +240,30 @@ class SQLiteBackend:
             ).fetchone()
             self._stored_last_seq = int(row[0]) if row else 0
             exchanges = [
-                ExchangeRecord(name, type_, _loads(options))
-                for name, type_, options in conn.execute(
-                    "SELECT name, type, options FROM exchanges ORDER BY name"
+                ExchangeRecord(vhost_space(vhost) + name, type_, _loads(options))
+                for vhost, name, type_, options in conn.execute(
+                    "SELECT vhost, name, type, options FROM exchanges ORDER BY vhost, name"
                 )
             ]
             bindings = [
-                BindingRecord(exchange, queue_name, weight, routing_key)
-                for exchange, queue_name, weight, routing_key in conn.execute(
-                    "SELECT exchange, queue, weight, routing_key FROM bindings"
-                    " ORDER BY exchange, queue, routing_key"
+                BindingRecord(vhost_space(vhost) + exchange, vhost_space(vhost) + queue_name, weight, routing_key)
+                for vhost, exchange, queue_name, weight, routing_key in conn.execute(
+                    "SELECT vhost, exchange, queue, weight, routing_key FROM bindings"
+                    " ORDER BY vhost, exchange, queue, routing_key"
                 )
             ]
             streams = self._recover_streams(conn)
+            vhosts = [name for (name,) in conn.execute("SELECT name FROM vhosts ORDER BY name")]
         except sqlite3.Error as exc:
             raise StoreError(f"cannot recover {self.path}: {exc}") from exc
-        return Recovery(max(max_seq, self._stored_last_seq), exchanges, bindings, streams)
+        return Recovery(max(max_seq, self._stored_last_seq), exchanges, bindings, streams, vhosts)
 
     def _recover_streams(self, conn: sqlite3.Connection) -> list[StreamRecord]:
         """Each stream's options and retained offsets: two ends of its key range, no scan."""
         records = []
-        for stream_id, name, options in conn.execute("SELECT id, name, options FROM streams ORDER BY name").fetchall():
+        rows = conn.execute("SELECT id, vhost, name, options FROM streams ORDER BY vhost, name").fetchall()
+        for stream_id, vhost, bare, options in rows:
+            name = vhost_space(vhost) + bare
             self._stream_ids[name] = stream_id
             (first,) = conn.execute(
                 "SELECT MIN(position) FROM stream_messages WHERE stream_id = ?", (stream_id,)
@@ -306,23 +314,25 @@ class SQLiteBackend:
                     conn.execute("DELETE FROM messages WHERE queue_id = ?", (queue_id,))
             case SaveExchange(exchange=ex):
                 conn.execute(
-                    "INSERT OR REPLACE INTO exchanges (name, type, options) VALUES (?, ?, ?)",
-                    (ex.name, ex.type, _dumps(ex.options)),
+                    "INSERT OR REPLACE INTO exchanges (vhost, name, type, options) VALUES (?, ?, ?, ?)",
+                    (*split_key(ex.name), ex.type, _dumps(ex.options)),
                 )
             case DropExchange(name=name):
-                conn.execute("DELETE FROM bindings WHERE exchange = ?", (name,))
-                conn.execute("DELETE FROM exchanges WHERE name = ?", (name,))
+                conn.execute("DELETE FROM bindings WHERE vhost = ? AND exchange = ?", split_key(name))
+                conn.execute("DELETE FROM exchanges WHERE vhost = ? AND name = ?", split_key(name))
             case SaveBinding(binding=b):
                 conn.execute(
-                    "INSERT OR REPLACE INTO bindings (exchange, queue, weight, routing_key)"
-                    " VALUES (?, ?, ?, ?)",
-                    (b.exchange, b.queue, b.weight, b.routing_key),
+                    "INSERT OR REPLACE INTO bindings (vhost, exchange, queue, weight, routing_key)"
+                    " VALUES (?, ?, ?, ?, ?)",
+                    (*split_key(b.exchange), split_key(b.queue)[1], b.weight, b.routing_key),
                 )
             case DropBinding(exchange=exchange, queue=name, routing_key=key):
                 conn.execute(
-                    "DELETE FROM bindings WHERE exchange = ? AND queue = ? AND routing_key = ?",
-                    (exchange, name, key),
+                    "DELETE FROM bindings WHERE vhost = ? AND exchange = ? AND queue = ? AND routing_key = ?",
+                    (*split_key(exchange), split_key(name)[1], key),
                 )
+            case SaveVhost(name=name):
+                conn.execute("INSERT OR IGNORE INTO vhosts (name) VALUES (?)", (name,))
             case Release() | TopicMessage():
                 pass  # one broker per SQLite file: nobody else claims rows or hears topics
             case SaveStream(name=name, options=options):
@@ -357,7 +367,9 @@ class SQLiteBackend:
         """The id of stream ``name``, making its row (and noting it in ``created``) if missing."""
         stream_id = self._stream_ids.get(name)
         if stream_id is None:
-            new_id = conn.execute("INSERT INTO streams (name, options) VALUES (?, '{}')", (name,)).lastrowid
+            new_id = conn.execute(
+                "INSERT INTO streams (vhost, name, options) VALUES (?, ?, '{}')", split_key(name)
+            ).lastrowid
             assert new_id is not None
             created.append(name)
             self._stream_ids[name] = stream_id = new_id
@@ -367,7 +379,7 @@ class SQLiteBackend:
         """The id of queue ``name``, None if it has no row."""
         queue_id = self._queue_ids.get(name)
         if queue_id is None:
-            row = conn.execute("SELECT id FROM queues WHERE name = ?", (name,)).fetchone()
+            row = conn.execute("SELECT id FROM queues WHERE vhost = ? AND name = ?", split_key(name)).fetchone()
             if row is None:
                 return None
             queue_id = self._remember(name, int(row[0]))
@@ -377,7 +389,7 @@ class SQLiteBackend:
         """The id of queue ``name``, making its row (and noting it in ``created``) if missing."""
         queue_id = self._find_queue(conn, name)
         if queue_id is None:
-            new_id = conn.execute("INSERT INTO queues (name) VALUES (?)", (name,)).lastrowid
+            new_id = conn.execute("INSERT INTO queues (vhost, name) VALUES (?, ?)", split_key(name)).lastrowid
             assert new_id is not None
             created.append(name)
             queue_id = self._remember(name, new_id)
@@ -408,9 +420,11 @@ class SQLiteBackend:
                     rows += conn.execute(
                         READY_LOWER_PRIORITY_SQL, (queue_id, priority, limit - len(rows))
                     ).fetchall()
+        vhost, name = split_key(queue)
+        space = vhost_space(vhost)
         return [
             StoredMessage(
-                seq, queue, prio, _loads(hdrs) if hdrs != "{}" else {}, body, ts, ack, redel
+                seq, name, prio, _loads(hdrs) if hdrs != "{}" else {}, body, ts, ack, redel, space=space
             )
             for seq, prio, hdrs, body, ts, ack, redel in rows
         ]
@@ -421,8 +435,9 @@ class SQLiteBackend:
             return []
         with self._reading() as conn:
             rows = conn.execute(STREAM_READ_SQL, (stream_id, start, limit)).fetchall()
+        bare = split_key(name)[1]
         return [
-            StreamMessage(seq, name, prio, _loads(hdrs) if hdrs != "{}" else {}, body, ts, offset, before)
+            StreamMessage(seq, bare, prio, _loads(hdrs) if hdrs != "{}" else {}, body, ts, offset, before)
             for offset, seq, prio, ts, hdrs, body, before in rows
         ]
 
@@ -441,16 +456,20 @@ class SQLiteBackend:
         return int(n)
 
     def queue_names(self, prefix: str) -> list[str]:
+        vhost, start = split_key(prefix)
         with self._reading() as conn:
             rows = conn.execute(
-                "SELECT name FROM queues WHERE substr(name, 1, ?) = ?", (len(prefix), prefix)
+                "SELECT name FROM queues WHERE vhost = ? AND substr(name, 1, ?) = ?", (vhost, len(start), start)
             ).fetchall()
-        return [name for (name,) in rows]
+        return [vhost_space(vhost) + name for (name,) in rows]
 
     def queue_page(self, after: str, limit: int) -> list[QueueCount]:
+        vhost, name = split_key(after)
+        query = QUEUE_PAGE_SQL.format(true="1", vhost="?", after="?", limit="?")
         with self._reading() as conn:
-            rows = conn.execute(QUEUE_PAGE_SQL.format(true="1", after="?", limit="?"), (after, limit)).fetchall()
-        return [QueueCount(*row) for row in rows]
+            rows = conn.execute(query, (vhost, name, limit)).fetchall()
+        space = vhost_space(vhost)
+        return [QueueCount(space + name, *counts) for name, *counts in rows]
 
     @contextlib.contextmanager
     def _reading(self) -> Iterator[sqlite3.Connection]:

@@ -69,6 +69,9 @@ class DictStore(Store):
         self.purged.append(queue)
         self.rows = {seq: row for seq, row in self.rows.items() if row[0].queue != queue}
 
+    def save_vhost(self, name: str) -> None:
+        pass
+
     def save_exchange(self, exchange: ExchangeRecord) -> None:
         pass
 

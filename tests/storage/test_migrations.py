@@ -52,7 +52,7 @@ def test_0002_bindings_get_the_empty_routing_key(tmp_path: Path) -> None:
             ("ex", "q", 3, "")
         ]
         with conn:  # one queue, two keys
-            conn.execute("INSERT INTO bindings VALUES ('ex', 'q', 1, 'a.b')")
+            conn.execute("INSERT INTO bindings (exchange, queue, weight, routing_key) VALUES ('ex', 'q', 1, 'a.b')")
     finally:
         conn.close()
 

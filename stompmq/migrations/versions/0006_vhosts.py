@@ -1,0 +1,75 @@
+"""Add vhosts and key queues, exchanges, bindings and streams by (vhost, name).
+
+Every existing row goes to the default vhost "/" (the columns' server default), so a
+database from before vhosts opens with everything where its clients expect it.
+
+Revision ID: 0006
+Revises: 0005
+Create Date: 2026-11-23
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision: str = "0006"
+down_revision: str | None = "0005"
+branch_labels: str | None = None
+depends_on: str | None = None
+
+
+def _vhost() -> sa.Column[str]:
+    return sa.Column("vhost", sa.String(255), nullable=False, server_default="/")
+
+
+def upgrade() -> None:
+    op.create_table("vhosts", sa.Column("name", sa.String(255), nullable=False),
+                    sa.PrimaryKeyConstraint("name", name="pk_vhosts"))
+    op.execute("INSERT INTO vhosts (name) VALUES ('/')")
+    with op.batch_alter_table("queues") as batch:
+        batch.add_column(_vhost())
+        batch.drop_constraint("uq_queues_name", type_="unique")
+        batch.create_unique_constraint("uq_queues_vhost", ["vhost", "name"])
+    with op.batch_alter_table("streams") as batch:
+        batch.add_column(_vhost())
+        batch.drop_constraint("uq_streams_name", type_="unique")
+        batch.create_unique_constraint("uq_streams_vhost", ["vhost", "name"])
+    # The binding's foreign key names the exchange's primary key: drop it before changing that key.
+    with op.batch_alter_table("bindings") as batch:
+        batch.drop_constraint("fk_bindings_exchange_exchanges", type_="foreignkey")
+    with op.batch_alter_table("exchanges") as batch:
+        batch.add_column(_vhost())
+        batch.drop_constraint("pk_exchanges", type_="primary")
+        batch.create_primary_key("pk_exchanges", ["vhost", "name"])
+    with op.batch_alter_table("bindings") as batch:
+        batch.add_column(_vhost())
+        batch.drop_constraint("pk_bindings", type_="primary")
+        batch.create_primary_key("pk_bindings", ["vhost", "exchange", "queue", "routing_key"])
+        batch.create_foreign_key("fk_bindings_vhost_exchanges", "exchanges", ["vhost", "exchange"],
+                                 ["vhost", "name"])
+
+
+def downgrade() -> None:
+    for table in ("bindings", "exchanges", "streams", "queues"):
+        op.execute(f"DELETE FROM {table} WHERE vhost <> '/'")  # noqa: S608 - fixed table names
+    with op.batch_alter_table("bindings") as batch:
+        batch.drop_constraint("fk_bindings_vhost_exchanges", type_="foreignkey")
+        batch.drop_constraint("pk_bindings", type_="primary")
+        batch.create_primary_key("pk_bindings", ["exchange", "queue", "routing_key"])
+        batch.drop_column("vhost")
+    with op.batch_alter_table("exchanges") as batch:
+        batch.drop_constraint("pk_exchanges", type_="primary")
+        batch.create_primary_key("pk_exchanges", ["name"])
+        batch.drop_column("vhost")
+    with op.batch_alter_table("bindings") as batch:
+        batch.create_foreign_key("fk_bindings_exchange_exchanges", "exchanges", ["exchange"], ["name"])
+    with op.batch_alter_table("streams") as batch:
+        batch.drop_constraint("uq_streams_vhost", type_="unique")
+        batch.create_unique_constraint("uq_streams_name", ["name"])
+        batch.drop_column("vhost")
+    with op.batch_alter_table("queues") as batch:
+        batch.drop_constraint("uq_queues_vhost", type_="unique")
+        batch.create_unique_constraint("uq_queues_name", ["name"])
+        batch.drop_column("vhost")
+    op.drop_table("vhosts")

@@ -1,0 +1,185 @@
+"""One vhost's view of the store every vhost shares.
+
+Theory of operation
+-------------------
+Each vhost has its own engine (``broker.Broker``), and the engine is vhost-unaware: it names
+queues, exchanges, streams and topics as its clients wrote them.  The default vhost's engine
+uses the store itself, whose names are its names.  Any other vhost's engine gets a
+``VhostStore``: every name going down gets the vhost's prefix (``vhost_space``: the store key
+of ``storage/base.py``), every name coming back loses it, and every message written through it
+is stamped with the prefix (``StoredMessage.space``) so the group commit files it under the
+vhost.  Writes keyed by seq (update, delete), tickets and back-pressure go straight through:
+all vhosts share one write buffer, one commit group, one database thread.
+
+The view neither opens nor closes anything: the store's owner (``server/runtime.py``) does,
+once, and hands each vhost its part of the recovery (``split_recovery``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import trio
+
+from .base import (
+    DEFAULT_VHOST,
+    BindingRecord,
+    ExchangeRecord,
+    QueueCount,
+    Recovery,
+    Store,
+    StoredMessage,
+    StreamMessage,
+    split_key,
+    vhost_space,
+)
+
+
+def split_recovery(recovery: Recovery) -> dict[str, Recovery]:
+    """What each declared vhost recovered, under its own names (the default vhost's included)."""
+    parts = {vhost: Recovery(recovery.last_seq, [], [], [], [vhost]) for vhost in recovery.vhosts}
+    parts.setdefault(DEFAULT_VHOST, Recovery(recovery.last_seq, [], [], [], [DEFAULT_VHOST]))
+
+    def part(key: str) -> tuple[Recovery, str]:
+        vhost, name = split_key(key)
+        return parts.setdefault(vhost, Recovery(recovery.last_seq, [], [], [], [vhost])), name
+
+    for exchange in recovery.exchanges:
+        target, name = part(exchange.name)
+        target.exchanges.append(dataclasses.replace(exchange, name=name))
+    for binding in recovery.bindings:
+        target, name = part(binding.exchange)
+        target.bindings.append(dataclasses.replace(binding, exchange=name, queue=split_key(binding.queue)[1]))
+    for stream in recovery.streams:
+        target, name = part(stream.name)
+        target.streams.append(dataclasses.replace(stream, name=name))
+    return parts
+
+
+def split_definitions(
+    exchanges: list[ExchangeRecord], bindings: list[BindingRecord], vhosts: Sequence[str]
+) -> dict[str, tuple[list[ExchangeRecord], list[BindingRecord]]]:
+    """The store's exchanges and bindings (store keys) per vhost, under each vhost's own names;
+    every vhost in ``vhosts`` gets an entry, empty if it has nothing."""
+    parts = split_recovery(Recovery(0, exchanges, bindings, [], list(vhosts)))
+    return {vhost: (part.exchanges, part.bindings) for vhost, part in parts.items()}
+
+
+class VhostStore(Store):
+    """``store`` as the engine of ``vhost`` (not the default one) sees it."""
+
+    def __init__(self, store: Store, vhost: str, recovery: Recovery) -> None:
+        super().__init__()
+        self.store = store
+        self.vhost = vhost
+        self.space = vhost_space(vhost)
+        self.durable = store.durable
+        self.shared = store.shared
+        self._recovery = recovery
+
+    def _bare(self, key: str) -> str:
+        return key[len(self.space):]
+
+    # -- several brokers ---------------------------------------------------------------------
+    @property
+    def node_id(self) -> str:
+        return self.store.node_id
+
+    def seq_block(self, last: int) -> tuple[int, int]:
+        return self.store.seq_block(last)
+
+    def release(self, queue: str) -> None:
+        self.store.release(self.space + queue)
+
+    def publish_topic(self, topic: str, headers: dict[str, str], body: bytes) -> None:
+        self.store.publish_topic(self.space + topic, headers, body)
+
+    # -- lifecycle: the shared store's owner opens, runs and closes it --------------------------
+    async def open(self) -> Recovery:
+        return self._recovery
+
+    async def run(self) -> None:
+        await trio.sleep_forever()
+
+    async def close(self) -> None:
+        pass
+
+    # -- buffered writes -----------------------------------------------------------------------
+    def insert(self, msg: StoredMessage) -> None:
+        msg.space = self.space
+        self.store.insert(msg)
+
+    def update(self, msg: StoredMessage) -> None:
+        self.store.update(msg)
+
+    def delete(self, msg: StoredMessage) -> None:
+        self.store.delete(msg)
+
+    def purge(self, queue: str) -> None:
+        self.store.purge(self.space + queue)
+
+    def save_exchange(self, exchange: ExchangeRecord) -> None:
+        self.store.save_exchange(dataclasses.replace(exchange, name=self.space + exchange.name))
+
+    def save_vhost(self, name: str) -> None:
+        self.store.save_vhost(name)
+
+    def delete_exchange(self, name: str) -> None:
+        self.store.delete_exchange(self.space + name)
+
+    def save_binding(self, binding: BindingRecord) -> None:
+        space = self.space
+        self.store.save_binding(
+            dataclasses.replace(binding, exchange=space + binding.exchange, queue=space + binding.queue)
+        )
+
+    def delete_binding(self, exchange: str, queue: str, routing_key: str = "") -> None:
+        self.store.delete_binding(self.space + exchange, self.space + queue, routing_key)
+
+    def append_stream(self, msg: StreamMessage) -> None:
+        msg.space = self.space
+        self.store.append_stream(msg)
+
+    def save_stream(self, name: str, options: dict[str, str]) -> None:
+        self.store.save_stream(self.space + name, options)
+
+    def trim_stream(self, name: str, before: int) -> None:
+        self.store.trim_stream(self.space + name, before)
+
+    # -- durability: one buffer for every vhost --------------------------------------------------
+    @property
+    def committed(self) -> int:
+        return self.store.committed
+
+    def sync_ticket(self) -> int:
+        return self.store.sync_ticket()
+
+    def backlog(self) -> int:
+        return self.store.backlog()
+
+    def full(self) -> bool:
+        return self.store.full()
+
+    async def wait_for_room(self) -> None:
+        await self.store.wait_for_room()
+
+    # -- reads ---------------------------------------------------------------------------------
+    async def load_ready(self, queue: str, after: tuple[int, int] | None, limit: int) -> Sequence[StoredMessage]:
+        return await self.store.load_ready(self.space + queue, after, limit)
+
+    async def queue_names(self, prefix: str) -> list[str]:
+        return [self._bare(key) for key in await self.store.queue_names(self.space + prefix)]
+
+    async def read_stream(self, name: str, start: int, limit: int) -> Sequence[StreamMessage]:
+        return await self.store.read_stream(self.space + name, start, limit)
+
+    async def count(self, queue: str) -> int:
+        return await self.store.count(self.space + queue)
+
+    async def count_unacked(self, queue: str) -> int:
+        return await self.store.count_unacked(self.space + queue)
+
+    async def queue_page(self, after: str, limit: int) -> list[QueueCount]:
+        rows = await self.store.queue_page(self.space + after, limit)
+        return [dataclasses.replace(row, name=self._bare(row.name)) for row in rows]

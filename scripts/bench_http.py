@@ -34,7 +34,7 @@ def free_port() -> int:
 
 def populate(port: int, queues: int) -> None:
     with socket.create_connection(("127.0.0.1", port)) as sock:
-        sock.sendall(b"CONNECT\naccept-version:1.2\nhost:h\n\n\0")
+        sock.sendall(b"CONNECT\naccept-version:1.2\nhost:localhost\n\n\0")
         chunk = bytearray()
         for i in range(queues):
             chunk += b"SEND\ndestination:/queue/bench-%08d\n\nx\0" % i

@@ -43,6 +43,11 @@ def _flag(value: str) -> bool:
     return lowered in ("true", "1", "yes")
 
 
+def _names(value: str) -> tuple[str, ...]:
+    """A comma-separated list of names (blanks ignored)."""
+    return tuple(name.strip().lower() for name in str(value).split(",") if name.strip())
+
+
 def _topic_overflow(value: str) -> str:
     if value not in POLICIES:
         raise argparse.ArgumentTypeError(f"expected one of {', '.join(POLICIES)}, got {value!r}")
@@ -202,6 +207,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("wss-port", _optional_int, None, "TCP port for STOMP over WebSocket on TLS (wss://HOST:PORT/ws; the --tls-* files)", "PORT"),
     Option("max-subscriptions", _int(1), 1000, "subscriptions one connection may hold at once", "N"),
     Option("max-connections-per-address", _optional_int, None, "connections one source IP address may hold at once (default unlimited)", "N"),
+    Option("host-names", _names, (), "more names clients use for this server (DNS aliases, a load balancer): a CONNECT host header with one of them is in the default vhost, like localhost, IP addresses and the machine's name", "NAME,..."),
     Option("users-file", str, None, "TOML users file with hashed passwords and permissions (see 'stompmq users'); anonymous access is off", "FILE"),
 )
 
@@ -256,6 +262,7 @@ class Config:
             wss_port=self.wss_port,
             users_file=self.users_file,
             max_connections_per_address=self.max_connections_per_address,
+            host_names=self.host_names,
         )
 
     def broker(self) -> BrokerConfig:

@@ -211,9 +211,9 @@ def test_bad_frame_v11(hostile_broker, bystander, name, data):
         ("garbage", b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03"),  # a TLS ClientHello
         ("http", b"GET / HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\n\r\n"),
         ("send-first", b"SEND\ndestination:" + BQ + b"\n\nbefore connect\x00"),
-        ("bad-heart-beat", b"CONNECT\naccept-version:1.2\nhost:h\nheart-beat:often\n\n\x00"),
-        ("bad-heart-beat-negative", b"CONNECT\naccept-version:1.2\nhost:h\nheart-beat:-1,0\n\n\x00"),
-        ("no-common-version", b"CONNECT\naccept-version:9.9\nhost:h\n\n\x00"),
+        ("bad-heart-beat", b"CONNECT\naccept-version:1.2\nhost:localhost\nheart-beat:often\n\n\x00"),
+        ("bad-heart-beat-negative", b"CONNECT\naccept-version:1.2\nhost:localhost\nheart-beat:-1,0\n\n\x00"),
+        ("no-common-version", b"CONNECT\naccept-version:9.9\nhost:localhost\n\n\x00"),
         ("oversize-connect", b"CONNECT\naccept-version:1.2\nhost:" + b"h" * 2000 + b"\n\n\x00"),
     ],
 )

@@ -81,7 +81,7 @@ def hb_broker(make_memory_broker, **kw):
 
 def test_s01_crlf_frames_and_eols_between_frames(memory_broker):
     with RawClient(memory_broker.port) as c:
-        c.send(b"\r\n\n\r\nCONNECT\r\naccept-version:1.2\r\nhost:h\r\n\r\n\x00\r\n\n")
+        c.send(b"\r\n\n\r\nCONNECT\r\naccept-version:1.2\r\nhost:localhost\r\n\r\n\x00\r\n\n")
         assert c.recv().command == "CONNECTED"
         c.send(b"SUBSCRIBE\r\nid:s\r\ndestination:/queue/s01\r\nreceipt:r1\r\n\r\n\x00\n\n\n")
         assert c.recv()["receipt-id"] == "r1"

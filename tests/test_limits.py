@@ -28,7 +28,7 @@ def test_connections_per_address_are_limited_and_freed(make_memory_broker: Calla
 
     def third_gets_in() -> bool:
         with client_from("127.0.0.2", broker.port) as client:
-            client.frame("CONNECT", {"accept-version": "1.2", "host": "h"})
+            client.frame("CONNECT", {"accept-version": "1.2", "host": "localhost"})
             return client.recv().command == "CONNECTED"
 
     wait_until(third_gets_in, "a slot freed by closed connections")

@@ -80,7 +80,7 @@ def test_one_frame_over_several_messages_and_fragments_text_and_binary(ws_port: 
 def test_heart_beats_are_eols_both_ways(make_memory_broker: Callable[..., BrokerThread]) -> None:
     broker = make_memory_broker(settings=ServerSettings(port=0, ws_port=0, heart_beat=(100, 100)))
     with WSClient(listener_port(broker.listeners[1])) as client:
-        client.send_message("CONNECT\naccept-version:1.2\nhost:h\nheart-beat:100,100\n\n\x00")
+        client.send_message("CONNECT\naccept-version:1.2\nhost:localhost\nheart-beat:100,100\n\n\x00")
         assert client.recv().command == "CONNECTED"
         for _ in range(6):
             client.send_message("\n")  # our beats keep the connection alive
@@ -120,5 +120,5 @@ def test_logins_are_checked_over_websocket_too(make_memory_broker: Callable[...,
     with WSClient(port) as client:
         assert client.connect(login="u", passcode="p").command == "CONNECTED"
     with WSClient(port) as client:
-        client.send_message("CONNECT\naccept-version:1.2\nhost:h\nlogin:u\npasscode:x\n\n\x00")
+        client.send_message("CONNECT\naccept-version:1.2\nhost:localhost\nlogin:u\npasscode:x\n\n\x00")
         assert client.recv()["message"] == "bad login or passcode"

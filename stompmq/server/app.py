@@ -36,6 +36,7 @@ from .listeners import listener_port, open_secure_listeners
 from .runtime import Runtime
 from .security import Security
 from .settings import ServerSettings
+from .vhosts import machine_names
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +108,7 @@ async def serve(
     open_files = raise_open_file_limit()
     limit = max_connections(settings, open_files)
     log.info("open-file limit %d; serving at most %d connections", open_files, limit)
+    machine_names(settings.host_names)  # looked up once, now: getfqdn may ask DNS, which must not stall a CONNECT
     runtime = Runtime(broker)
     await runtime.open()
     try:

@@ -20,8 +20,11 @@ When the broker has users (``Security.users``), CONNECT is checked off the
 event loop: the login waits out its source address's failed-login penalty,
 then the scrypt hash runs in a worker thread (50 ms of CPU must not stall
 every other connection); frames after CONNECT in the same read wait for it.
-SEND and SUBSCRIBE are then checked against the user's permissions on the
-default vhost; a denial is an ERROR ``access refused`` and the close.
+CONNECT's ``host`` header picks the vhost (``server/vhosts.py``) and with it the
+engine the session lives in; an unknown vhost, or one the user has no
+permissions on, is an ERROR.  SEND and SUBSCRIBE are then checked against the
+user's permissions on that vhost, as the users file says now (a reload applies
+to open connections too); a denial is an ERROR ``access refused`` and the close.
 Whatever happens, ``finally`` hands the session back to the broker, which
 requeues its unacked messages; no failure here reaches another connection.
 """
@@ -46,11 +49,13 @@ from ..protocol import (
     negotiate_version,
     parse_heart_beat,
 )
-from .auth import DEFAULT_VHOST, Permission, required_permissions
+from ..storage.base import DEFAULT_VHOST, vhost_name_error
+from .auth import Permission, User, required_permissions
 from .outbox import ConnectionOutbox
 from .runtime import Runtime
 from .security import Security, certificate_login, peer_address
 from .settings import ServerSettings
+from .vhosts import machine_names, vhost_for_host
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +65,8 @@ RECEIVE_BYTES = 256 * 1024
 LINGER_SECONDS = 1.0
 #: Seconds a DISCONNECT waits for its RECEIPT's commit before closing anyway.
 DISCONNECT_WAIT_SECONDS = 30.0
+#: The /control verb that declares a vhost: the server's, not an engine's (engines live in vhosts).
+DECLARE_VHOST = "/control/declare/vhost/"
 #: Commands the broker handles after CONNECT (anything else is an unknown command).
 SESSION_COMMANDS = frozenset({"SEND", "SUBSCRIBE", "UNSUBSCRIBE", "ACK", "NACK", "BEGIN", "COMMIT", "ABORT"})
 
@@ -108,9 +115,10 @@ class Connection:
         self.stream = stream
         self.security = security
         self.address = peer_address(stream)  # the IP address: the key of the per-address limits
-        #: The user's permissions when the broker has users; None = everything allowed.
-        self.permission: Permission | None = None
+        #: The user when the broker has users; None = everything allowed.
+        self.user: User | None = None
         self.login: str | None = None
+        self.vhost = DEFAULT_VHOST  # chosen at CONNECT
         self._admitted = False  # counted against the per-address connection limit
         self.runtime = runtime
         self.broker = runtime.broker
@@ -221,7 +229,10 @@ class Connection:
             self._connect(frame)
             return
         if command in SESSION_COMMANDS:
-            if self.permission is not None and command in ("SEND", "SUBSCRIBE"):
+            if command == "SEND" and frame.headers.get("destination", "").startswith(DECLARE_VHOST):
+                self._declare_vhost(session, frame)
+                return
+            if self.user is not None and command in ("SEND", "SUBSCRIBE"):
                 self._authorise(frame)
             try:
                 self.broker.handle(session, frame)
@@ -255,6 +266,7 @@ class Connection:
         except ProtocolError as e:
             self._error(e.message)
         send_ms, expect_ms = heart_beat_intervals(client_beats, settings.heart_beat)
+        self._enter_vhost(headers)
         self.send_every = send_ms / 1000
         self.expect_every = expect_ms / 1000
         self.parser.version = version
@@ -271,7 +283,39 @@ class Connection:
             "session": self.id,
         }
         self.outbox.write(encode_frame(Frame("CONNECTED", connected), version))
-        log.info("connection %s from %s: connected, login %r, STOMP %s", self.id, self.peer, session.login, version)
+        log.info("connection %s from %s: connected, login %r, vhost %s, STOMP %s", self.id, self.peer, session.login,
+                 self.vhost, version)
+
+    def _enter_vhost(self, headers: dict[str, str]) -> None:
+        """Pick the vhost (and its engine) CONNECT's ``host`` names; ERROR if it is unknown or the
+        user has no permissions on it."""
+        host = headers.get("host")
+        vhost = vhost_for_host(host, self.runtime.engines, machine_names(self.settings.host_names))
+        if vhost is None:
+            log.warning("connection %s: unknown vhost %r from %s, login %r", self.id, host, self.peer, self.login)
+            self._error(f"unknown vhost {host!r}", headers.get("receipt"))
+        if self.user is not None and vhost not in self.user.permissions:
+            log.warning("connection %s: user %r from %s has no access to vhost %s", self.id, self.login,
+                        self.peer, vhost)
+            self._error(f"access refused: no permissions on vhost {vhost}", headers.get("receipt"))
+        self.vhost = vhost
+        self.broker = self.runtime.engines[vhost]
+
+    def _declare_vhost(self, session: Session, frame: Frame) -> None:
+        """``/control/declare/vhost/NAME``: administrators only (anyone without users)."""
+        name = frame.headers["destination"][len(DECLARE_VHOST):]
+        receipt = frame.headers.get("receipt")
+        if self.user is not None and "administrator" not in self.user.tags:
+            log.warning("connection %s: access refused: declare vhost %r for user %r from %s", self.id, name,
+                        self.login, self.peer)
+            self._error(f"access refused: declaring vhost {name!r} needs the administrator tag", receipt)
+        error = vhost_name_error(name)
+        if error is not None:
+            self._error(error, receipt)
+        self.runtime.tick()
+        self.runtime.declare(name)
+        if receipt is not None:
+            self.broker.receipt(session, receipt)  # after the commit that stores the vhost
 
     async def _authenticate(self, frame: Frame) -> None:
         """Check CONNECT's credentials (or the client certificate's CN) against the users.
@@ -299,24 +343,25 @@ class Connection:
             log.warning("connection %s: failed login %r from %s", self.id, login, self.peer)
             # Never say whether the user or the passcode was wrong.
             self._error("bad login or passcode", headers.get("receipt"))
-        permission = user.permissions.get(DEFAULT_VHOST)
-        if permission is None:
-            log.warning("connection %s: user %r from %s has no access to vhost %s", self.id, user.name,
-                        self.peer, DEFAULT_VHOST)
-            self._error(f"access refused: no permissions on vhost {DEFAULT_VHOST}")
         security.throttle.succeeded(self.address)
         self.login = user.name
-        self.permission = permission
+        self.user = user
+
+    def _permission(self) -> Permission | None:
+        """The user's permissions on this vhost as the users file says now (None: none left)."""
+        users = self.security.users if self.security is not None else None
+        user = users.users.get(self.login or "") if users is not None else self.user
+        return user.permissions.get(self.vhost) if user is not None else None
 
     def _authorise(self, frame: Frame) -> None:
         """ERROR and close unless the user may do ``frame`` to its destination."""
-        assert self.permission is not None
+        permission = self._permission()
         for action, resource in required_permissions(frame.command, frame.headers):
-            if self.permission.allows(action, resource):
+            if permission is not None and permission.allows(action, resource):
                 continue
-            log.warning("connection %s: access refused: %s to %s for user %r from %s", self.id, action, resource,
-                        self.login, self.peer)
-            self._error(f"access refused: {action} access to {resource} in vhost {DEFAULT_VHOST} "
+            log.warning("connection %s: access refused: %s to %s in vhost %s for user %r from %s", self.id, action,
+                        resource, self.vhost, self.login, self.peer)
+            self._error(f"access refused: {action} access to {resource} in vhost {self.vhost} "
                         f"refused to user {self.login}", frame.headers.get("receipt"))
 
     def _resume(self, session: Session) -> None:

@@ -42,3 +42,5 @@ class ServerSettings:
     users_file: str | None = None
     #: Connections one source address may hold at once (None = unlimited).
     max_connections_per_address: int | None = None
+    #: More names of this server in CONNECT's host header (server/vhosts.py), lowercased.
+    host_names: tuple[str, ...] = ()

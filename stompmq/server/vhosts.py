@@ -1,0 +1,62 @@
+"""Which vhost a CONNECT's ``host`` header selects.
+
+STOMP 1.1 and 1.2 say ``host`` names the virtual host; most clients (stomp.py, stomp.js)
+fill it with the host name they dialled, which is no vhost at all.  The rule:
+
+1. no ``host`` header, or an empty one: the default vhost ``/``;
+2. the name of a declared vhost: that vhost (a declared vhost wins over rule 3);
+3. a name for this server: ``localhost``, any IP address literal, the machine's host name or
+   fully qualified name (``socket.gethostname``/``getfqdn``), or one of ``--host-names``
+   (DNS aliases the machine cannot know), each with or without a ``:port`` suffix,
+   case-insensitive: the default vhost;
+4. anything else: no vhost (the CONNECT is refused with ``unknown vhost``), so a typo in a
+   vhost's name never lands a client in the default vhost.
+"""
+
+from __future__ import annotations
+
+import functools
+import ipaddress
+import socket
+from collections.abc import Container
+
+from ..storage.base import DEFAULT_VHOST
+
+#: Names for the local machine whatever it is called.
+LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
+
+
+@functools.cache
+def machine_names(more: tuple[str, ...] = ()) -> frozenset[str]:
+    """This machine's names and ``more``, lowercased (looked up once: getfqdn may ask DNS)."""
+    names = {socket.gethostname(), socket.getfqdn(), *more}
+    return LOOPBACK_NAMES | {name.lower() for name in names if name}
+
+
+def vhost_for_host(host: str | None, declared: Container[str], local: Container[str] = LOOPBACK_NAMES) -> str | None:
+    """The vhost a CONNECT with ``host`` selects among ``declared``; None: no such vhost."""
+    if not host:
+        return DEFAULT_VHOST
+    if host in declared:
+        return host
+    name = _without_port(host).lower()
+    if name in local or _is_address(name):
+        return DEFAULT_VHOST
+    return None
+
+
+def _without_port(host: str) -> str:
+    if host.startswith("["):  # [::1] or [::1]:61613
+        return host[1:].partition("]")[0]
+    name, colon, port = host.rpartition(":")
+    if colon and port.isdigit() and ":" not in name:  # not a bare IPv6 address
+        return name
+    return host
+
+
+def _is_address(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True

@@ -1,0 +1,237 @@
+"""Virtual hosts through a real listening broker: selection by CONNECT's host header,
+declaration, isolation (on every store, across a restart), and the permission matrix
+with the vhost as one more dimension."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from stompmq.broker import BrokerConfig
+from stompmq.server import ServerSettings
+from stompmq.server.auth import Permission, User, Users, hash_password
+
+from .broker_thread import BrokerThread
+from .conftest import make_store_factory
+from .rawclient import RawClient, RawFrame
+
+_receipts = itertools.count(1)
+
+
+def connect(port: int, host: str | None, **credentials: str) -> RawClient:
+    client = RawClient(port)
+    headers = {"accept-version": "1.2", **credentials}
+    if host is not None:
+        headers["host"] = host
+    client.frame("CONNECT", headers)
+    reply = client.recv()
+    assert reply.command == "CONNECTED", reply
+    return client
+
+
+def request(client: RawClient, command: str, headers: dict[str, str], body: bytes = b"") -> RawFrame:
+    """Send a frame with a receipt; the RECEIPT (or the ERROR) that answers it (frames before it
+    are dropped)."""
+    receipt = f"r{next(_receipts)}"
+    client.frame(command, {**headers, "receipt": receipt}, body)
+    while True:
+        reply = client.recv()
+        if reply.command == "ERROR" or reply.headers.get("receipt-id") == receipt:
+            return reply
+
+
+def declare(port: int, vhost: str) -> None:
+    with connect(port, None) as client:
+        assert request(client, "SEND", {"destination": "/control/declare/vhost/" + vhost}).command == "RECEIPT"
+
+
+def receive(port: int, host: str | None, count: int, queue: str = "/queue/q") -> list[bytes]:
+    """``count`` messages of ``queue`` in that vhost, then none more within half a second."""
+    with connect(port, host) as client:
+        client.frame("SUBSCRIBE", {"destination": queue, "id": "s", "ack": "client-individual"})
+        bodies = []
+        for _ in range(count):
+            message = client.recv()
+            assert message.command == "MESSAGE", message
+            bodies.append(message.body)
+            client.frame("ACK", {"id": message["ack"]})
+        assert client.no_frame(0.5)
+        return bodies
+
+
+def test_the_host_header_selects_the_vhost(memory_broker: BrokerThread) -> None:
+    port = memory_broker.port
+    declare(port, "dev")
+    for host in (None, "", "localhost", "LOCALHOST:61613", "127.0.0.1", "[::1]:61613", "/"):
+        with connect(port, host) as client:
+            request(client, "SEND", {"destination": "/queue/q"}, b"default")
+    with connect(port, "dev") as client:
+        request(client, "SEND", {"destination": "/queue/q"}, b"dev")
+    assert receive(port, "dev", 1) == [b"dev"]
+    assert receive(port, "/", 7) == [b"default"] * 7
+
+
+@pytest.mark.parametrize("host", ["nosuchvhost", "dev.example.com", "Dev"])
+def test_an_unknown_vhost_is_an_error_at_connect(memory_broker: BrokerThread, host: str) -> None:
+    declare(memory_broker.port, "dev")
+    with RawClient(memory_broker.port) as client:
+        client.frame("CONNECT", {"accept-version": "1.2", "host": host})
+        assert client.expect_error().body.decode() == f"unknown vhost {host!r}"
+
+
+def test_host_names_adds_names_of_the_default_vhost(make_memory_broker: Callable[..., BrokerThread]) -> None:
+    thread = make_memory_broker(settings=ServerSettings(port=0, host_names=("broker.example.com",)))
+    with connect(thread.port, "Broker.Example.Com:61613") as client:
+        assert request(client, "SEND", {"destination": "/queue/q"}, b"x").command == "RECEIPT"
+    assert receive(thread.port, None, 1) == [b"x"]
+
+
+@pytest.mark.parametrize("name, error", [
+    ("a\\nb", "a vhost name must not contain NUL, CR or LF"),
+    ("x" * 256, "a vhost name must be 1-255 bytes of UTF-8"),
+    ("", "a vhost name must be 1-255 bytes of UTF-8"),
+])
+def test_a_bad_vhost_name_is_an_error(memory_broker: BrokerThread, name: str, error: str) -> None:
+    with connect(memory_broker.port, None) as client:
+        client.frame("SEND", {"destination": "/control/declare/vhost/" + name})
+        assert client.expect_error().body.decode() == error
+
+
+def test_vhosts_are_isolated_and_survive_a_restart(store_kind: str, tmp_path: Path) -> None:
+    """Same queue, exchange and stream names in two vhosts are different things, on every store."""
+    make_store = make_store_factory(store_kind, tmp_path)
+
+    @contextmanager
+    def running() -> Iterator[int]:
+        thread = BrokerThread(make_store).start()
+        try:
+            yield thread.port
+        finally:
+            thread.stop()
+
+    with running() as port:
+        declare(port, "dev")
+        for host, body in ((None, b"in /"), ("dev", b"in dev")):
+            with connect(port, host) as client:
+                assert request(client, "SEND", {"destination": "/queue/q"}, body).command == "RECEIPT"
+        with connect(port, "dev") as client:
+            declared = request(client, "SEND", {"destination": "/control/declare/exchange/ring",
+                                                "type": "consistent-hash"})
+            assert declared.command == "RECEIPT"
+            bound = request(client, "SEND", {"destination": "/control/bind/exchange/ring", "queue": "/queue/q",
+                                             "weight": "1"})
+            assert bound.command == "RECEIPT"
+        with connect(port, None) as client:  # no exchange "ring" in the default vhost
+            assert request(client, "SEND", {"destination": "/exchange/ring/k"}, b"x").command == "ERROR"
+    if store_kind == "memory":
+        return  # nothing survives a restart of the memory store
+    with running() as port:
+        with connect(port, "dev") as client:  # the vhost, its exchange and its binding are back
+            assert request(client, "SEND", {"destination": "/exchange/ring/k"}, b"routed").command == "RECEIPT"
+            counted = request(client, "SEND", {"destination": "/control/count-msgs/queue/q"})
+            assert counted["num-messages"] == "2"
+        assert receive(port, "dev", 2) == [b"in dev", b"routed"]
+        assert receive(port, None, 1) == [b"in /"]
+
+
+def test_a_private_queue_and_a_durable_subscription_stay_in_their_vhost(store_kind: str, tmp_path: Path) -> None:
+    thread = BrokerThread(make_store_factory(store_kind, tmp_path)).start()
+    try:
+        declare(thread.port, "dev")
+        with connect(thread.port, "dev") as dev, connect(thread.port, None) as default:
+            for client in (dev, default):
+                subscribed = request(client, "SUBSCRIBE", {"destination": "/topic/t", "id": "d", "durable": "true"})
+                assert subscribed.command == "RECEIPT"
+            dev.frame("SEND", {"destination": "/topic/t"}, b"dev only")
+            message = dev.recv()
+            assert (message.command, message.body) == ("MESSAGE", b"dev only")
+            assert default.no_frame(0.5)
+    finally:
+        thread.stop()
+
+
+def test_the_definitions_file_declares_vhosts(make_memory_broker: Callable[..., BrokerThread], tmp_path: Path) -> None:
+    path = tmp_path / "definitions.toml"
+    path.write_text('[[vhosts]]\nname = "staging"\n[[vhosts.exchanges]]\nname = "ring"\ntype = "consistent-hash"\n'
+                    '[[vhosts.bindings]]\nexchange = "ring"\nqueue = "/queue/q"\n')
+    thread = make_memory_broker(config=BrokerConfig(definitions=str(path)))
+    with connect(thread.port, "staging") as client:
+        assert request(client, "SEND", {"destination": "/exchange/ring/k"}, b"x").command == "RECEIPT"
+    assert receive(thread.port, "staging", 1) == [b"x"]
+
+
+# -- the permission matrix: user x vhost x configure/write/read -> allowed or denied ------------
+NOTHING = "^$"
+USERS = {
+    # user: tags, {vhost: permission}
+    "root": (["administrator"], {"/": Permission(), "dev": Permission()}),
+    "dev-writer": ([], {"dev": Permission(NOTHING, "^/queue/", NOTHING)}),
+    "split": ([], {"/": Permission(NOTHING, NOTHING, "^/queue/"), "dev": Permission("^/queue/", NOTHING, NOTHING)}),
+    "reader": ([], {"/": Permission(NOTHING, NOTHING, ".*")}),
+}
+VHOSTS = ("/", "dev")
+ACTIONS = {
+    "configure": ("SEND", {"destination": "/control/purge/queue/q"}),
+    "write": ("SEND", {"destination": "/queue/q"}),
+    "read": ("SUBSCRIBE", {"destination": "/queue/q", "id": "1"}),
+}
+#: (user, vhost) -> the actions allowed; a vhost missing here is refused at CONNECT
+ALLOWED = {
+    ("root", "/"): {"configure", "write", "read"},
+    ("root", "dev"): {"configure", "write", "read"},
+    ("dev-writer", "dev"): {"write"},
+    ("split", "/"): {"read"},
+    ("split", "dev"): {"configure"},
+    ("reader", "/"): {"read"},
+}
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerThread]:
+    from stompmq.storage.memory import MemoryStore
+
+    path = tmp_path_factory.mktemp("users") / "users.toml"
+    users = Users({name: User(name, hash_password("pw-" + name), tags, perms)
+                   for name, (tags, perms) in USERS.items()})
+    users.save(path)
+    thread = BrokerThread(MemoryStore, settings=ServerSettings(port=0, users_file=str(path))).start()
+    with connect(thread.port, None, login="root", passcode="pw-root") as client:
+        assert request(client, "SEND", {"destination": "/control/declare/vhost/dev"}).command == "RECEIPT"
+    yield thread
+    thread.stop()
+
+
+@pytest.mark.parametrize("action", sorted(ACTIONS))
+@pytest.mark.parametrize("vhost", VHOSTS)
+@pytest.mark.parametrize("user", sorted(USERS))
+def test_permission_matrix_with_vhosts(secured: BrokerThread, user: str, vhost: str, action: str) -> None:
+    allowed = ALLOWED.get((user, vhost))
+    with RawClient(secured.port) as client:
+        client.frame("CONNECT", {"accept-version": "1.2", "host": vhost, "login": user, "passcode": "pw-" + user})
+        if allowed is None:
+            assert client.expect_error().body.decode() == f"access refused: no permissions on vhost {vhost}"
+            return
+        assert client.recv().command == "CONNECTED"
+        command, headers = ACTIONS[action]
+        reply = request(client, command, headers)
+        if action in allowed:
+            assert reply.command == "RECEIPT", reply
+        else:
+            resource = "/queue/q"
+            assert reply.command == "ERROR", reply
+            assert reply.body.decode() == (
+                f"access refused: {action} access to {resource} in vhost {vhost} refused to user {user}"
+            )
+            client.assert_closed()
+
+
+def test_declaring_a_vhost_needs_the_administrator_tag(secured: BrokerThread) -> None:
+    with connect(secured.port, None, login="reader", passcode="pw-reader") as client:
+        client.frame("SEND", {"destination": "/control/declare/vhost/mine", "receipt": "r"})
+        error = client.expect_error()
+        assert error.body.decode() == "access refused: declaring vhost 'mine' needs the administrator tag"
+        assert error["receipt-id"] == "r"

@@ -266,3 +266,29 @@ def test_bad_url_or_password_is_a_one_line_error(database: str) -> None:
     assert err.startswith("stompmq: store error: cannot connect to postgresql://stompmq:***@"), err
     assert "wrong-password" not in err and len(err.splitlines()) == 1
     broker.close()
+
+
+def test_a_vhost_declared_on_one_broker_is_served_by_the_others(brokers: list[BrokerProcess]) -> None:
+    from .test_vhosts import connect, declare, request
+
+    a, b, _ = brokers
+    declare(a.port, "dev")
+
+    def connects() -> bool:
+        try:
+            connect(b.port, "dev").close()
+        except AssertionError:  # ERROR unknown vhost: not heard of yet
+            return False
+        return True
+
+    wait_until(connects, "broker b to know vhost dev", timeout=HANDOVER)
+    with connect(b.port, "dev") as dev, connect(b.port, None) as default:
+        for client in (dev, default):
+            request(client, "SUBSCRIBE", {"destination": "/topic/news", "id": "t"})
+            request(client, "SUBSCRIBE", {"destination": "/queue/q", "id": "q"})
+        with connect(a.port, "dev") as producer:
+            request(producer, "SEND", {"destination": "/queue/q"}, b"queued in dev")
+            request(producer, "SEND", {"destination": "/topic/news"}, b"news in dev")
+        got = sorted(dev.recv(HANDOVER).body for _ in range(2))
+        assert got == [b"news in dev", b"queued in dev"]
+        assert default.no_frame(1.0)

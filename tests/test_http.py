@@ -149,8 +149,8 @@ def test_metrics_bound_per_queue_series(http_broker: tuple[BrokerThread, Api]) -
     assert status == 200
     assert "stompmq_published_all_total 21.0" in text
     published = [line for line in text.splitlines() if line.startswith("stompmq_queue_published_total{")]
-    assert sorted(published) == [f'stompmq_queue_published_total{{queue="m{i}"}} {i + 1}.0' for i in (3, 4, 5)]
-    assert 'stompmq_queue_ready{queue="m5"} 6.0' in text
+    assert sorted(published) == [f'stompmq_queue_published_total{{queue="m{i}",vhost="/"}} {i + 1}.0' for i in (3, 4, 5)]
+    assert 'stompmq_queue_ready{queue="m5",vhost="/"} 6.0' in text
     if broker.broker is not None and broker.broker.store.durable:  # commit groups are timed
         assert "stompmq_store_commit_seconds_count" in text and "stompmq_store_commit_group_size_bucket" in text
 
@@ -175,3 +175,23 @@ def test_topic_drops_are_counted(http_broker: tuple[BrokerThread, Api]) -> None:
         send_all(broker.port, "/topic/t", ["1", "2", "3"])
         sub.message()
         assert "stompmq_topic_drops_total 2.0" in api.call("GET", "/metrics")[1]
+
+
+def test_vhosts_are_declared_and_listed_and_scope_the_queue_routes(http_broker: tuple[BrokerThread, Api]) -> None:
+    from .test_vhosts import connect, request
+
+    broker, api = http_broker
+    assert api.call("PUT", "/api/vhosts/dev")[0] == 201
+    assert api.call("PUT", "/api/vhosts/dev")[0] == 200  # idempotent
+    assert api.call("PUT", "/api/vhosts/" + "x" * 256)[0] == 400
+    with connect(broker.port, "dev") as client:
+        request(client, "SEND", {"destination": "/queue/only-in-dev"}, b"x")
+    send_all(broker.port, "/queue/only-in-default", ["y"])
+    vhosts = {item["name"]: item for item in api.get("/api/vhosts")["items"]}
+    assert set(vhosts) == {"/", "dev"} and vhosts["dev"]["queues_in_use"] == 1
+    assert [q["name"] for q in api.get("/api/queues?vhost=dev")["items"]] == ["only-in-dev"]
+    assert "only-in-dev" not in [q["name"] for q in api.get("/api/queues")["items"]]
+    assert api.get("/api/queues/only-in-dev?vhost=dev")["ready"] == 1
+    assert api.call("GET", "/api/queues?vhost=nope")[0] == 404
+    metrics = api.get("/metrics")
+    assert 'stompmq_queue_published_total{queue="only-in-dev",vhost="dev"} 1.0' in metrics

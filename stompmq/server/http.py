@@ -20,6 +20,9 @@ happens to visit from driving it: a request that changes something must carry
 without a CORS preflight this server never grants), and on a loopback address
 only loopback host names are accepted (no DNS rebinding).
 
+Every queue, exchange and topic route takes ``?vhost=NAME`` (default ``/``; an unknown
+vhost is a 404) and works on that vhost's engine; ``/api/vhosts`` lists and declares vhosts.
+
 Rates are derived here, not counted in the engine: ``Rates`` samples the
 engine's plain counters every ``SAMPLE_SECONDS`` and a rate is the change
 since the older of the last two samples (a 5-10 s window).
@@ -51,7 +54,7 @@ from starlette.staticfiles import StaticFiles
 from .. import __version__
 from ..broker import Broker, ClientError
 from ..broker.control import MAX_PAGE, Deferred
-from ..storage.base import StoreError
+from ..storage.base import DEFAULT_VHOST, StoreError, vhost_name_error
 from .connection import Connection
 from .metrics import StoreMetrics, metrics_route
 from .runtime import Runtime
@@ -70,6 +73,7 @@ DASHBOARD = Path(__file__).parent / "dashboard"
 LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
 
 Counters = tuple[int, int, int]  # published, delivered, acked
+QueueKey = tuple[str, str]  # (vhost, queue)
 
 
 class _JsonMutationsOnly(BaseHTTPMiddleware):
@@ -83,28 +87,33 @@ class _JsonMutationsOnly(BaseHTTPMiddleware):
 
 
 class Rates:
-    """Messages per second from samples of the engine's counters."""
+    """Messages per second from samples of the engines' counters (every vhost's)."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        self._older: tuple[float, dict[str, Counters]] = (time.monotonic(), {})
+    def __init__(self, engines: dict[str, Broker]) -> None:
+        self.engines = engines
+        self._older: tuple[float, dict[QueueKey, Counters]] = (time.monotonic(), {})
         self._newer = self._older
 
     def sample(self) -> None:
-        counters = {name: (s.published, s.delivered, s.acked) for name, s in self.broker.queue_stats.items()}
+        counters = {
+            (vhost, name): (s.published, s.delivered, s.acked)
+            for vhost, engine in self.engines.items()
+            for name, s in engine.queue_stats.items()
+        }
         self._older, self._newer = self._newer, (time.monotonic(), counters)
 
-    def of(self, name: str) -> dict[str, float]:
-        stats = self.broker.queue_stats.get(name)
+    def of(self, vhost: str, name: str) -> dict[str, float]:
+        engine = self.engines.get(vhost)
+        stats = engine.queue_stats.get(name) if engine is not None else None
         then, counters = self._older
-        before = counters.get(name, (0, 0, 0))
+        before = counters.get((vhost, name), (0, 0, 0))
         now = (stats.published, stats.delivered, stats.acked) if stats is not None else (0, 0, 0)
         return _per_second(now, before, time.monotonic() - then)
 
     def total(self) -> dict[str, float]:
         then, counters = self._older
         before = [sum(c[i] for c in counters.values()) for i in range(3)]
-        stats = list(self.broker.queue_stats.values())
+        stats = [s for engine in self.engines.values() for s in engine.queue_stats.values()]
         now = (sum(s.published for s in stats), sum(s.delivered for s in stats), sum(s.acked for s in stats))
         return _per_second(now, tuple(before), time.monotonic() - then)  # type: ignore[arg-type]
 
@@ -141,10 +150,10 @@ class ManagementApp:
 
     def __init__(self, runtime: Runtime, settings: ServerSettings, connections: dict[str, Connection]) -> None:
         self.runtime = runtime
-        self.broker = runtime.broker
+        self.engines = runtime.engines
         self.settings = settings
         self.connections = connections
-        self.rates = Rates(self.broker)
+        self.rates = Rates(self.engines)
         self.started = time.time()
         self.store_metrics = StoreMetrics()
         runtime.store.on_group_committed = self.store_metrics.observe
@@ -154,6 +163,8 @@ class ManagementApp:
             Route("/readyz", self.readyz),
             Route("/metrics", metrics_route(self)),
             Route("/api/overview", self.overview),
+            Route("/api/vhosts", self.list_vhosts),
+            Route("/api/vhosts/{name:path}", self.declare_vhost, methods=["PUT"]),
             Route("/api/queues", self.list_queues),
             Route("/api/queues/{name:path}/purge", self.purge_queue, methods=["POST"]),
             Route("/api/queues/{name:path}", self.get_queue, methods=["GET"]),
@@ -183,16 +194,24 @@ class ManagementApp:
             },
         )
 
-    async def answer(self, answer: Any) -> Any:
+    def engine(self, request: Request) -> Broker:
+        """The engine of the request's ``vhost`` parameter (default ``/``); 404 if there is none."""
+        vhost = request.query_params.get("vhost", DEFAULT_VHOST)
+        engine = self.engines.get(vhost)
+        if engine is None:
+            raise HTTPException(404, f"no vhost {vhost!r}")
+        return engine
+
+    async def answer(self, engine: Broker, answer: Any) -> Any:
         """The value of an engine answer, reading the store first when it is ``Deferred``."""
         if isinstance(answer, Deferred):
-            result = await answer.fetch(self.runtime.store)
+            result = await answer.fetch(engine.store)
             return answer.answer(result)
         return answer
 
-    def administer(self, path: str, headers: dict[str, str] | None = None) -> Any:
+    def administer(self, engine: Broker, path: str, headers: dict[str, str] | None = None) -> Any:
         self.runtime.tick()
-        return self.broker.administer(path, headers)
+        return engine.administer(path, headers)
 
     # -- health ---------------------------------------------------------------------------------
     async def healthz(self, request: Request) -> Response:
@@ -209,8 +228,8 @@ class ManagementApp:
 
     # -- overview -------------------------------------------------------------------------------
     async def overview(self, request: Request) -> Response:
-        broker = self.broker
-        stats = list(broker.queue_stats.values())
+        engines = self.engines.values()
+        stats = [s for engine in engines for s in engine.queue_stats.values()]
         totals = {
             key: sum(getattr(s, key) for s in stats)
             for key in ("published", "delivered", "acked", "redelivered", "dead_lettered")
@@ -220,17 +239,42 @@ class ManagementApp:
             "uptime": round(time.time() - self.started, 1),
             "store": self.settings.store_shown,
             "connections": len(self.connections),
+            "vhosts": len(self.engines),
             "queues_in_use": len(stats),
-            "queues_active": len(broker.queues),
-            "exchanges": len(broker.exchanges),
+            "queues_active": sum(len(engine.queues) for engine in engines),
+            "exchanges": sum(len(engine.exchanges) for engine in engines),
             "totals": totals,
             "rates": self.rates.total(),
         })
 
+    # -- vhosts ---------------------------------------------------------------------------------
+    async def list_vhosts(self, request: Request) -> Response:
+        by_vhost: dict[str, int] = {}
+        for conn in self.connections.values():
+            if conn.session is not None:
+                by_vhost[conn.vhost] = by_vhost.get(conn.vhost, 0) + 1
+        return JSONResponse({"items": [
+            {"name": vhost, "connections": by_vhost.get(vhost, 0), "queues_in_use": len(engine.queue_stats),
+             "queues_active": len(engine.queues), "exchanges": len(engine.exchanges)}
+            for vhost, engine in sorted(self.engines.items())
+        ]})
+
+    async def declare_vhost(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        error = vhost_name_error(name)
+        if error is not None:
+            raise HTTPException(400, error)
+        created = name not in self.engines
+        self.runtime.tick()
+        self.runtime.declare(name)
+        return JSONResponse({"name": name}, status_code=201 if created else 200)
+
     # -- queues ---------------------------------------------------------------------------------
     async def list_queues(self, request: Request) -> Response:
         after, limit = _page_args(request)
-        page = await self.answer(self.broker.list_queues(after, limit))
+        engine = self.engine(request)
+        vhost = request.query_params.get("vhost", DEFAULT_VHOST)
+        page = await self.answer(engine, engine.list_queues(after, limit))
         items = []
         for row in page.rows:
             item = {
@@ -241,39 +285,41 @@ class ManagementApp:
                 "oldest_age": _age(row.oldest_ms),
             }
             item.update(row.stats.as_dict() if row.stats is not None else {})
-            item["rates"] = self.rates.of(row.name)
+            item["rates"] = self.rates.of(vhost, row.name)
             items.append(item)
         return JSONResponse({"items": items, "next_after": page.next_after})
 
     async def get_queue(self, request: Request) -> Response:
         name = _queue_name(request.path_params["name"])
-        counts = await self.answer(self.administer("count-msgs/queue/" + name))
-        subscribers = self.administer("count-subscribers/queue/" + name)
-        stats = self.broker.queue_stats.get(name)
+        engine = self.engine(request)
+        counts = await self.answer(engine, self.administer(engine, "count-msgs/queue/" + name))
+        subscribers = self.administer(engine, "count-subscribers/queue/" + name)
+        stats = engine.queue_stats.get(name)
         return JSONResponse({
             "name": name,
+            "vhost": request.query_params.get("vhost", DEFAULT_VHOST),
             "ready": int(counts["num-ready"]),
             "unacked": int(counts["num-unacked"]),
             "consumers": int(subscribers["num-subscribers"]),
             **(stats.as_dict() if stats is not None else {}),
-            "rates": self.rates.of(name),
+            "rates": self.rates.of(request.query_params.get("vhost", DEFAULT_VHOST), name),
         })
 
     async def purge_queue(self, request: Request) -> Response:
         name = _queue_name(request.path_params["name"])
-        self.administer("purge/queue/" + name)
+        self.administer(self.engine(request), "purge/queue/" + name)
         log.info("queue %s purged through the management API", name)
         return JSONResponse({"purged": name})
 
     async def delete_queue(self, request: Request) -> Response:
         name = _queue_name(request.path_params["name"])
-        self.administer("delete/queue/" + name)
+        self.administer(self.engine(request), "delete/queue/" + name)
         log.info("queue %s deleted through the management API", name)
         return JSONResponse({"deleted": name})
 
     # -- exchanges ------------------------------------------------------------------------------
-    def _exchange_json(self, name: str) -> dict[str, Any]:
-        exchange = self.broker.exchanges.get(name)
+    def _exchange_json(self, engine: Broker, name: str) -> dict[str, Any]:
+        exchange = engine.exchanges.get(name)
         if exchange is None:
             raise HTTPException(404, f"no exchange {name!r}")
         return {
@@ -286,25 +332,28 @@ class ManagementApp:
 
     async def list_exchanges(self, request: Request) -> Response:
         after, limit = _page_args(request)
-        names = sorted(n for n in self.broker.exchanges if n > after)[:limit]
+        engine = self.engine(request)
+        names = sorted(n for n in engine.exchanges if n > after)[:limit]
         return JSONResponse({
-            "items": [self._exchange_json(n) for n in names],
+            "items": [self._exchange_json(engine, n) for n in names],
             "next_after": names[-1] if len(names) == limit else None,
         })
 
     async def get_exchange(self, request: Request) -> Response:
-        return JSONResponse(self._exchange_json(request.path_params["name"]))
+        return JSONResponse(self._exchange_json(self.engine(request), request.path_params["name"]))
 
     async def declare_exchange(self, request: Request) -> Response:
         name = request.path_params["name"]
+        engine = self.engine(request)
         options = await _json_object(request)
-        self.administer("declare/exchange/" + name, {k: str(v) for k, v in options.items()})
-        return JSONResponse(self._exchange_json(name), status_code=201)
+        self.administer(engine, "declare/exchange/" + name, {k: str(v) for k, v in options.items()})
+        return JSONResponse(self._exchange_json(engine, name), status_code=201)
 
     async def delete_exchange(self, request: Request) -> Response:
         name = request.path_params["name"]
-        self._exchange_json(name)  # 404 if absent
-        self.administer("delete/exchange/" + name)
+        engine = self.engine(request)
+        self._exchange_json(engine, name)  # 404 if absent
+        self.administer(engine, "delete/exchange/" + name)
         return JSONResponse({"deleted": name})
 
     async def bind(self, request: Request) -> Response:
@@ -315,21 +364,23 @@ class ManagementApp:
         headers = {"queue": "/queue/" + _queue_name(str(body["queue"]))}
         if "weight" in body:
             headers["weight"] = str(body["weight"])
-        self._exchange_json(name)
-        self.administer("bind/exchange/" + name, headers)
-        return JSONResponse(self._exchange_json(name), status_code=201)
+        engine = self.engine(request)
+        self._exchange_json(engine, name)
+        self.administer(engine, "bind/exchange/" + name, headers)
+        return JSONResponse(self._exchange_json(engine, name), status_code=201)
 
     async def unbind(self, request: Request) -> Response:
         name = request.path_params["name"]
-        self._exchange_json(name)
+        engine = self.engine(request)
+        self._exchange_json(engine, name)
         queue = "/queue/" + _queue_name(request.path_params["queue"])
-        self.administer("unbind/exchange/" + name, {"queue": queue})
-        return JSONResponse(self._exchange_json(name))
+        self.administer(engine, "unbind/exchange/" + name, {"queue": queue})
+        return JSONResponse(self._exchange_json(engine, name))
 
     # -- topics ---------------------------------------------------------------------------------
     async def list_topics(self, request: Request) -> Response:
         after, limit = _page_args(request)
-        patterns = sorted(p for p in self.broker.topics.patterns() if p[0] > after)[:limit]
+        patterns = sorted(p for p in self.engine(request).topics.patterns() if p[0] > after)[:limit]
         return JSONResponse({
             "items": [{"topic": p, "subscriptions": n} for p, n in patterns],
             "next_after": patterns[-1][0] if len(patterns) == limit else None,
@@ -358,6 +409,7 @@ def _connection_json(conn: Connection) -> dict[str, Any]:
         "id": conn.id,
         "peer": conn.peer,
         "login": session.login if session is not None else None,
+        "vhost": conn.vhost if session is not None else None,
         "version": session.version if session is not None else None,
         "since": round(conn.since, 3),
         "subscriptions": len(session.subscriptions) if session is not None else 0,

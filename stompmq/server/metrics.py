@@ -9,7 +9,8 @@ prometheus-client's exposition code.  Per-queue series exist only for the
 since start), so label cardinality stays bounded however many queues there
 are; the ``*_all_total`` series cover every queue.  A queue's ready/unacked
 gauges need the store (a durable queue's messages are on disk), so the scrape
-reads its counts first, one short read per listed queue.
+reads its counts first, one short read per listed queue.  Per-queue and per-exchange series
+carry a ``vhost`` label: the same name in two vhosts is two queues.
 """
 
 from __future__ import annotations
@@ -62,8 +63,8 @@ class _Scrape(Collector):
 
 
 async def scrape(management: ManagementApp) -> bytes:
-    broker = management.broker
-    stats = broker.queue_stats
+    engines = management.engines
+    stats = {(vhost, name): s for vhost, engine in engines.items() for name, s in engine.queue_stats.items()}
     top = heapq.nlargest(
         management.settings.metrics_top_queues, stats, key=lambda n: stats[n].published + stats[n].delivered
     )
@@ -74,15 +75,17 @@ async def scrape(management: ManagementApp) -> bytes:
 
     gauge("stompmq_connections", "Open client connections", len(management.connections))
     gauge("stompmq_subscriptions", "Subscriptions of open connections",
-          sum(len(s.subscriptions) for s in broker.sessions.values()))
+          sum(len(s.subscriptions) for engine in engines.values() for s in engine.sessions.values()))
+    gauge("stompmq_vhosts", "Declared virtual hosts", len(engines))
     gauge("stompmq_queues_in_use", "Queues published to or consumed from since start", len(stats))
-    gauge("stompmq_queues_active", "Queues in memory (with consumers or deliveries in flight)", len(broker.queues))
+    gauge("stompmq_queues_active", "Queues in memory (with consumers or deliveries in flight)",
+          sum(len(engine.queues) for engine in engines.values()))
     gauge("stompmq_store_backlog", "Store writes buffered, not yet committed", management.runtime.store.backlog())
     metrics.append(CounterMetricFamily("stompmq_topic_drops", "Topic deliveries missed by subscribers that could "
                                        "not take them (outbox over its hard limit, prefetch full)",
-                                       value=broker.topic_drops))
+                                       value=sum(engine.topic_drops for engine in engines.values())))
     metrics.append(CounterMetricFamily("stompmq_page_reads", "Pages of ready messages read from the store",
-                                       value=broker.page_reads))
+                                       value=sum(engine.page_reads for engine in engines.values())))
 
     totals = [0] * len(QUEUE_COUNTERS)
     for s in stats.values():  # one pass: with many queues this loop is most of a scrape
@@ -95,24 +98,28 @@ async def scrape(management: ManagementApp) -> bytes:
         what = key.replace("_", "-")
         metrics.append(CounterMetricFamily(f"stompmq_{key}_all", f"Messages {what} in every queue", value=total))
         family = CounterMetricFamily(f"stompmq_queue_{key}", f"Messages {what}, per queue (busiest queues)",
-                                     labels=["queue"])
-        for name in top:
-            family.add_metric([name], getattr(stats[name], key))
+                                     labels=["vhost", "queue"])
+        for queue in top:
+            family.add_metric(list(queue), getattr(stats[queue], key))
         metrics.append(family)
 
-    ready = GaugeMetricFamily("stompmq_queue_ready", "Ready messages, per queue (busiest queues)", labels=["queue"])
+    ready = GaugeMetricFamily("stompmq_queue_ready", "Ready messages, per queue (busiest queues)",
+                              labels=["vhost", "queue"])
     unacked = GaugeMetricFamily("stompmq_queue_unacked", "Unacked messages, per queue (busiest queues)",
-                                labels=["queue"])
-    for name in top:
-        counts = await management.answer(management.administer("count-msgs/queue/" + name))
-        ready.add_metric([name], int(counts["num-ready"]))
-        unacked.add_metric([name], int(counts["num-unacked"]))
+                                labels=["vhost", "queue"])
+    for vhost, name in top:
+        engine = engines[vhost]
+        counts = await management.answer(engine, management.administer(engine, "count-msgs/queue/" + name))
+        ready.add_metric([vhost, name], int(counts["num-ready"]))
+        unacked.add_metric([vhost, name], int(counts["num-unacked"]))
     metrics += [ready, unacked]
 
     metrics += management.store_metrics.registry.collect()
-    routed = CounterMetricFamily("stompmq_exchange_routed", "Messages routed by an exchange", labels=["exchange"])
-    for name, exchange in broker.exchanges.items():
-        routed.add_metric([name], exchange.routed)
+    routed = CounterMetricFamily("stompmq_exchange_routed", "Messages routed by an exchange",
+                                 labels=["vhost", "exchange"])
+    for vhost, engine in engines.items():
+        for name, exchange in engine.exchanges.items():
+            routed.add_metric([vhost, name], exchange.routed)
     metrics.append(routed)
     return generate_latest(_Scrape(metrics))
 

@@ -32,11 +32,14 @@ class ApiError(Exception):
 
 
 class Api:
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, vhost: str = "/") -> None:
         self.url = url.rstrip("/")
+        self.vhost = vhost  # the vhost of the queue, exchange and topic routes
 
     def call(self, method: str, path: str, body: Any = None) -> Any:
         data = json.dumps(body).encode() if body is not None else None
+        if self.vhost != "/":
+            path += ("&" if "?" in path else "?") + "vhost=" + _quoted(self.vhost)
         request = urllib.request.Request(self.url + path, data=data, method=method,
                                          headers={"content-type": "application/json"})
         try:
@@ -94,8 +97,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="stompmq admin", description=__doc__.splitlines()[0])
     parser.add_argument("--url", default=DEFAULT_URL, help=f"management API [default: {DEFAULT_URL}; env STOMPMQ_ADMIN_URL]")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--vhost", default="/", help="the vhost of queue and exchange commands [default: /]")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("overview", help="version, uptime, store, totals and rates")
+    sub.add_parser("list-vhosts", help="every vhost with its connections and queues")
+    sub.add_parser("declare-vhost", help="declare a vhost").add_argument("name")
     sub.add_parser("list-queues", help="every queue with its counts")
     sub.add_parser("list-connections", help="every client connection")
     sub.add_parser("list-exchanges", help="every exchange with its bindings")
@@ -123,6 +129,10 @@ def run(api: Api, args: argparse.Namespace) -> tuple[Any, list[str] | None]:
     command = args.command
     if command == "overview":
         return api.call("GET", "/api/overview"), None
+    if command == "list-vhosts":
+        return api.call("GET", "/api/vhosts")["items"], ["name", "connections", "queues_in_use", "exchanges"]
+    if command == "declare-vhost":
+        return api.call("PUT", "/api/vhosts/" + _quoted(args.name)), None
     if command == "list-queues":
         rows = list(api.pages("/api/queues"))
         for row in rows:
@@ -165,7 +175,7 @@ def run(api: Api, args: argparse.Namespace) -> tuple[Any, list[str] | None]:
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     try:
-        result, columns = run(Api(args.url), args)
+        result, columns = run(Api(args.url, args.vhost), args)
     except ApiError as e:
         print(f"stompmq admin: {e.status}: {e}", file=sys.stderr)
         return 1

@@ -70,3 +70,15 @@ def test_refusals_and_unreachable_broker(admin, capsys: pytest.CaptureFixture[st
     assert code == 1 and "404" in err and "nope" in err
     assert main(["admin", "--url", f"http://127.0.0.1:{free_port()}", "list-queues"]) == 2
     assert "cannot reach" in capsys.readouterr().err
+
+
+def test_vhosts_declared_listed_and_scoping_queue_commands(admin) -> None:
+    from .test_vhosts import connect, request
+
+    assert admin("declare-vhost", "dev")[0] == 0
+    with connect(admin.broker.port, "dev") as client:
+        request(client, "SEND", {"destination": "/queue/jobs"}, b"x")
+    code, out, _ = admin("list-vhosts")
+    assert code == 0 and [line.split()[0] for line in out.splitlines()[1:]] == ["/", "dev"]
+    assert [q["name"] for q in json.loads(admin("--json", "--vhost", "dev", "list-queues")[1])] == ["jobs"]
+    assert json.loads(admin("--json", "list-queues")[1]) == []

@@ -129,3 +129,20 @@ def test_a_changed_users_file_applies_to_a_running_broker(secured: BrokerThread,
         client.connect(login="producer", passcode="pw-producer")
         client.frame("SEND", {"destination": "/queue/other", "receipt": "r"})
         assert client.recv().command == "RECEIPT"
+
+
+def test_a_changed_users_file_applies_to_open_connections(secured: BrokerThread, tmp_path: Path) -> None:
+    with RawClient(secured.port) as client:
+        client.connect(login="producer", passcode="pw-producer")
+        client.frame("SEND", {"destination": "/queue/orders", "receipt": "before"})
+        assert client.recv().command == "RECEIPT"
+        users = Users.load(tmp_path / "users.toml")
+        del users.users["producer"].permissions["/"]
+        users.save(tmp_path / "users.toml")
+        deadline = time.monotonic() + 10
+        while True:  # the file is checked every 2 s; until then the old permissions hold
+            client.frame("SEND", {"destination": "/queue/orders", "receipt": "r"})
+            reply = client.recv()
+            if reply.command == "ERROR" or time.monotonic() > deadline:
+                break
+        assert reply.body.decode() == "access refused: write access to /queue/orders in vhost / refused to user producer"

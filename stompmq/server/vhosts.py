@@ -47,7 +47,8 @@ def vhost_for_host(host: str | None, declared: Container[str], local: Container[
 
 def _without_port(host: str) -> str:
     if host.startswith("["):  # [::1] or [::1]:61613
-        return host[1:].partition("]")[0]
+        address, bracket, port = host[1:].partition("]")
+        return address if bracket and (not port or port[:1] == ":" and port[1:].isdigit()) else host
     name, colon, port = host.rpartition(":")
     if colon and port.isdigit() and ":" not in name:  # not a bare IPv6 address
         return name

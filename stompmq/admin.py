@@ -9,6 +9,7 @@ follow the API's pages to the end.  Exit codes: 0 done, 1 the broker refused
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import sys
@@ -32,16 +33,18 @@ class ApiError(Exception):
 
 
 class Api:
-    def __init__(self, url: str, vhost: str = "/") -> None:
+    def __init__(self, url: str, vhost: str = "/", user: str | None = None, password: str = "") -> None:
         self.url = url.rstrip("/")
         self.vhost = vhost  # the vhost of the queue, exchange and topic routes
+        self.headers = {"content-type": "application/json"}
+        if user is not None:  # HTTP basic: the broker's users (--users-file)
+            self.headers["authorization"] = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
 
     def call(self, method: str, path: str, body: Any = None) -> Any:
         data = json.dumps(body).encode() if body is not None else None
         if self.vhost != "/":
             path += ("&" if "?" in path else "?") + "vhost=" + _quoted(self.vhost)
-        request = urllib.request.Request(self.url + path, data=data, method=method,
-                                         headers={"content-type": "application/json"})
+        request = urllib.request.Request(self.url + path, data=data, method=method, headers=self.headers)
         try:
             with urllib.request.urlopen(request, timeout=30) as response:
                 return json.loads(response.read())
@@ -98,6 +101,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--url", default=DEFAULT_URL, help=f"management API [default: {DEFAULT_URL}; env STOMPMQ_ADMIN_URL]")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--vhost", default="/", help="the vhost of queue and exchange commands [default: /]")
+    parser.add_argument("--user", default=os.environ.get("STOMPMQ_ADMIN_USER"),
+                        help="a user of the broker's --users-file [env STOMPMQ_ADMIN_USER]")
+    parser.add_argument("--password", default=os.environ.get("STOMPMQ_ADMIN_PASSWORD", ""),
+                        help="its password [env STOMPMQ_ADMIN_PASSWORD, better than the command line]")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("overview", help="version, uptime, store, totals and rates")
     sub.add_parser("list-vhosts", help="every vhost with its connections and queues")
@@ -175,7 +182,7 @@ def run(api: Api, args: argparse.Namespace) -> tuple[Any, list[str] | None]:
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     try:
-        result, columns = run(Api(args.url, args.vhost), args)
+        result, columns = run(Api(args.url, args.vhost, args.user, args.password), args)
     except ApiError as e:
         print(f"stompmq admin: {e.status}: {e}", file=sys.stderr)
         return 1

@@ -82,3 +82,16 @@ def test_vhosts_declared_listed_and_scoping_queue_commands(admin) -> None:
     assert code == 0 and [line.split()[0] for line in out.splitlines()[1:]] == ["/", "dev"]
     assert [q["name"] for q in json.loads(admin("--json", "--vhost", "dev", "list-queues")[1])] == ["jobs"]
     assert json.loads(admin("--json", "list-queues")[1]) == []
+
+
+def test_credentials_for_a_broker_with_users(make_memory_broker: Callable[..., BrokerThread], tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    from stompmq.server.auth import User, Users, hash_password
+
+    Users({"root": User("root", hash_password("secret"), ["administrator"], {})}).save(tmp_path / "users.toml")
+    http_port = free_port()
+    make_memory_broker(settings=ServerSettings(port=0, http_port=http_port, users_file=str(tmp_path / "users.toml")))
+    url = f"http://127.0.0.1:{http_port}"
+    assert main(["admin", "--url", url, "overview"]) == 1
+    assert "401" in capsys.readouterr().err
+    assert main(["admin", "--url", url, "--user", "root", "--password", "secret", "declare-vhost", "dev"]) == 0

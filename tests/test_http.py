@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -195,3 +197,33 @@ def test_vhosts_are_declared_and_listed_and_scope_the_queue_routes(http_broker: 
     assert api.call("GET", "/api/queues?vhost=nope")[0] == 404
     metrics = api.get("/metrics")
     assert 'stompmq_queue_published_total{queue="only-in-dev",vhost="dev"} 1.0' in metrics
+
+
+def test_with_a_users_file_the_api_needs_basic_auth_and_a_tag(
+    make_memory_broker: Callable[..., BrokerThread], tmp_path: Path
+) -> None:
+    from stompmq.server.auth import User, Users, hash_password
+
+    users = Users({name: User(name, hash_password("pw-" + name), tags, {})
+                   for name, tags in (("root", ["administrator"]), ("watcher", ["monitoring"]), ("plain", []))})
+    users.save(tmp_path / "users.toml")
+    port = free_port()
+    make_memory_broker(settings=ServerSettings(port=0, http_port=port, users_file=str(tmp_path / "users.toml")))
+    api = Api(port)
+
+    def as_user(name: str, password: str | None = None) -> dict[str, str]:
+        token = base64.b64encode(f"{name}:{password or 'pw-' + name}".encode()).decode()
+        return {"authorization": "Basic " + token}
+
+    assert api.call("GET", "/healthz")[0] == 200  # probes need no credentials
+    assert api.call("GET", "/readyz")[0] == 200
+    status, body = api.call("GET", "/api/overview")
+    assert status == 401 and body["error"] == "authentication required"
+    assert api.call("GET", "/api/overview", headers=as_user("root", "wrong"))[0] == 401
+    assert api.call("GET", "/api/overview", headers={"authorization": "Basic !!!"})[0] == 401
+    assert api.call("GET", "/api/overview", headers=as_user("watcher"))[0] == 200
+    assert api.call("GET", "/metrics", headers=as_user("watcher"))[0] == 200
+    status, body = api.call("PUT", "/api/vhosts/dev", headers=as_user("watcher"))
+    assert status == 403 and "needs the administrator tag" in body["error"]
+    assert api.call("GET", "/api/overview", headers=as_user("plain"))[0] == 403
+    assert api.call("PUT", "/api/vhosts/dev", headers=as_user("root"))[0] == 201

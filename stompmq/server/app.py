@@ -148,10 +148,10 @@ async def serve(
                 shown += [f"{type(listener).__name__} on port {listener_port(listener)}" for listener in secure]
                 if http_socket is not None:
                     shown.append(f"http://{_address(http_socket.getsockname())}")
-                    if settings.http_host not in ("127.0.0.1", "::1", "localhost"):
-                        log.warning("the management API on %s has no authentication yet: anyone who can reach "
-                                    "it can purge and delete queues", settings.http_host)
-                    await connections.start(serve_http, runtime, settings, open_connections, http_socket)
+                    if settings.http_host not in ("127.0.0.1", "::1", "localhost") and security.users is None:
+                        log.warning("the management API on %s has no authentication without --users-file: anyone "
+                                    "who can reach it can purge and delete queues", settings.http_host)
+                    await connections.start(serve_http, runtime, settings, open_connections, http_socket, security)
                 # Shown even at --log-level WARNING: an operator always learns what runs where.
                 log.log(max(logging.INFO, log.getEffectiveLevel()), "stompmq %s ready: store %s, listening on %s",
                         __version__, settings.store_shown or "?", ", ".join(shown))

@@ -14,8 +14,8 @@ STOMP client can send (``Broker.administer``), so both surfaces behave
 identically; they are applied at once and committed with the next commit
 group (within ``--flush-interval``).
 
-Until the API has authentication, two guards keep a web page the operator
-happens to visit from driving it: a request that changes something must carry
+With a users file the API needs HTTP basic credentials (``server/http_auth.py``).  Either
+way, two guards keep a web page the operator happens to visit from driving it: a request that changes something must carry
 ``content-type: application/json`` (which a cross-site form cannot send
 without a CORS preflight this server never grants), and on a loopback address
 only loopback host names are accepted (no DNS rebinding).
@@ -56,8 +56,10 @@ from ..broker import Broker, ClientError
 from ..broker.control import MAX_PAGE, Deferred
 from ..storage.base import DEFAULT_VHOST, StoreError, vhost_name_error
 from .connection import Connection
+from .http_auth import BasicAuth
 from .metrics import StoreMetrics, metrics_route
 from .runtime import Runtime
+from .security import Security
 from .settings import ServerSettings
 
 log = logging.getLogger(__name__)
@@ -148,7 +150,8 @@ def _queue_name(name: str) -> str:
 class ManagementApp:
     """The routes, over one broker and the server's open connections."""
 
-    def __init__(self, runtime: Runtime, settings: ServerSettings, connections: dict[str, Connection]) -> None:
+    def __init__(self, runtime: Runtime, settings: ServerSettings, connections: dict[str, Connection],
+                 security: Security | None = None) -> None:
         self.runtime = runtime
         self.engines = runtime.engines
         self.settings = settings
@@ -182,6 +185,8 @@ class ManagementApp:
         if DASHBOARD.is_dir():
             routes.append(Mount("/", StaticFiles(directory=DASHBOARD, html=True)))
         middleware = [Middleware(_JsonMutationsOnly)]
+        if security is not None and security.users is not None:
+            middleware.insert(0, Middleware(BasicAuth, security=security))
         if settings.http_host in LOOPBACK:
             middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=list(LOOPBACK)))
         self.app = Starlette(
@@ -463,11 +468,12 @@ async def serve_http(
     settings: ServerSettings,
     connections: dict[str, Connection],
     sock: socket.socket,
+    security: Security | None = None,
     *,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the management API on ``sock`` until cancelled."""
-    management = ManagementApp(runtime, settings, connections)
+    management = ManagementApp(runtime, settings, connections, security)
     config = HypercornConfig()
     config.bind = [f"fd://{sock.detach()}"]
     config.accesslog = None

@@ -147,3 +147,34 @@ def test_alembic_command_line_from_the_repo_root(tmp_path: Path) -> None:
         capture_output=True,
     )
     assert revision(other) == "0001"
+
+
+def test_0006_puts_existing_rows_in_the_default_vhost_and_downgrades(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    command.upgrade(alembic_config(url(path)), "0005")
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute("INSERT INTO queues (id, name) VALUES (1, 'q')")
+        conn.execute("INSERT INTO exchanges (name, type, options) VALUES ('ex', 'direct', '{}')")
+        conn.execute("INSERT INTO bindings (exchange, queue, weight, routing_key) VALUES ('ex', 'q', 1, 'k')")
+        conn.execute("INSERT INTO streams (name, options) VALUES ('s', '{}')")
+    conn.close()
+    upgrade_to_head(url(path))
+    conn = sqlite3.connect(path)
+    try:
+        for table in ("queues", "exchanges", "bindings", "streams"):
+            assert conn.execute(f"SELECT vhost FROM {table}").fetchall() == [("/",)], table
+        assert conn.execute("SELECT name FROM vhosts").fetchall() == [("/",)]
+        with conn:  # the same names in another vhost are other rows
+            conn.execute("INSERT INTO queues (vhost, name) VALUES ('dev', 'q')")
+            conn.execute("INSERT INTO exchanges (vhost, name, type, options) VALUES ('dev', 'ex', 'direct', '{}')")
+            conn.execute("INSERT INTO streams (vhost, name, options) VALUES ('dev', 's', '{}')")
+    finally:
+        conn.close()
+    command.downgrade(alembic_config(url(path)), "0005")
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("SELECT name FROM queues").fetchall() == [("q",)]  # the other vhost's rows go
+        assert conn.execute("SELECT exchange, queue FROM bindings").fetchall() == [("ex", "q")]
+    finally:
+        conn.close()

@@ -27,14 +27,11 @@ def upgrade() -> None:
     op.create_table("vhosts", sa.Column("name", sa.String(255), nullable=False),
                     sa.PrimaryKeyConstraint("name", name="pk_vhosts"))
     op.execute("INSERT INTO vhosts (name) VALUES ('/')")
-    with op.batch_alter_table("queues") as batch:
-        batch.add_column(_vhost())
-        batch.drop_constraint("uq_queues_name", type_="unique")
-        batch.create_unique_constraint("uq_queues_vhost", ["vhost", "name"])
-    with op.batch_alter_table("streams") as batch:
-        batch.add_column(_vhost())
-        batch.drop_constraint("uq_streams_name", type_="unique")
-        batch.create_unique_constraint("uq_streams_vhost", ["vhost", "name"])
+    for table in ("queues", "streams"):  # unique per (vhost, name)
+        with op.batch_alter_table(table) as batch:
+            batch.add_column(_vhost())
+            batch.drop_constraint(f"uq_{table}_name", type_="unique")
+            batch.create_unique_constraint(f"uq_{table}_vhost", ["vhost", "name"])
     # The binding's foreign key names the exchange's primary key: drop it before changing that key.
     with op.batch_alter_table("bindings") as batch:
         batch.drop_constraint("fk_bindings_exchange_exchanges", type_="foreignkey")
@@ -64,12 +61,9 @@ def downgrade() -> None:
         batch.drop_column("vhost")
     with op.batch_alter_table("bindings") as batch:
         batch.create_foreign_key("fk_bindings_exchange_exchanges", "exchanges", ["exchange"], ["name"])
-    with op.batch_alter_table("streams") as batch:
-        batch.drop_constraint("uq_streams_vhost", type_="unique")
-        batch.create_unique_constraint("uq_streams_name", ["name"])
-        batch.drop_column("vhost")
-    with op.batch_alter_table("queues") as batch:
-        batch.drop_constraint("uq_queues_vhost", type_="unique")
-        batch.create_unique_constraint("uq_queues_name", ["name"])
-        batch.drop_column("vhost")
+    for table in ("streams", "queues"):
+        with op.batch_alter_table(table) as batch:
+            batch.drop_constraint(f"uq_{table}_vhost", type_="unique")
+            batch.create_unique_constraint(f"uq_{table}_name", ["name"])
+            batch.drop_column("vhost")
     op.drop_table("vhosts")

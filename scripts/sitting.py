@@ -12,8 +12,14 @@ scripts/bench.py, imported, so every option there applies to the runs here.
       --target rabbitmq=127.0.0.1:61614:guest:guest --target activemq=127.0.0.1:61616 \\
       --scenarios queue,queue-ack,receipts,fanout --runs 3 --affinity 1
 
-A target is NAME=HOST:PORT[:LOGIN:PASSCODE].  Its broker's process is found by the port
-(``--broker-pid auto``) for the CPU figures.  Scenarios (``--scenarios``, comma separated)
+A target is NAME=HOST:PORT[:LOGIN:PASSCODE][/tls][/ws]: ``/tls`` and ``/ws`` pick bench.py's
+transports (TLS, verified against ``--tls-ca`` if given; STOMP over WebSocket), so one broker's
+listeners can be compared with each other:
+
+  scripts/sitting.py --target tcp=127.0.0.1:61613 --target tls=127.0.0.1:61614/tls \
+      --target ws=127.0.0.1:15674/ws --scenarios queue --runs 5 --affinity 1
+
+Its broker's process is found by the port (``--broker-pid auto``) for the CPU figures.  Scenarios (``--scenarios``, comma separated)
 are listed in ``SCENARIOS`` below and by ``--help``.
 """
 
@@ -50,12 +56,17 @@ def load_bench() -> ModuleType:
     return module
 
 
+#: Transport suffixes of a target and the bench.py options they stand for.
+TRANSPORTS = {"tls": "--tls", "ws": "--ws"}
+
+
 def parse_target(text: str) -> tuple[str, list[str]]:
     name, sep, address = text.partition("=")
+    address, *transports = address.split("/")
     parts = address.split(":")
-    if not sep or len(parts) not in (2, 4) or not parts[1].isdigit():
-        raise argparse.ArgumentTypeError(f"expected NAME=HOST:PORT[:LOGIN:PASSCODE], got {text!r}")
-    args = ["--host", parts[0], "--port", parts[1]]
+    if not sep or len(parts) not in (2, 4) or not parts[1].isdigit() or set(transports) - set(TRANSPORTS):
+        raise argparse.ArgumentTypeError(f"expected NAME=HOST:PORT[:LOGIN:PASSCODE][/tls][/ws], got {text!r}")
+    args = ["--host", parts[0], "--port", parts[1], *(TRANSPORTS[t] for t in transports)]
     if len(parts) == 4:
         args += ["--login", parts[2], "--passcode", parts[3]]
     return name, args
@@ -70,6 +81,7 @@ def main() -> int:
     parser.add_argument("--scenarios", default="queue,queue-ack,receipts,fanout")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--affinity", default=None, help="CPUs for the load generator (bench.py --affinity)")
+    parser.add_argument("--tls-ca", default=None, help="CA the /tls targets' certificates are verified against")
     parser.add_argument("--json", action="store_true", help="also print every run as a JSON line")
     args = parser.parse_args()
     scenarios = args.scenarios.split(",")
@@ -84,6 +96,8 @@ def main() -> int:
                 argv = [*target_args, *SCENARIOS[scenario], "--broker-pid", "auto"]
                 if args.affinity:
                     argv += ["--affinity", args.affinity]
+                if args.tls_ca and "--tls" in target_args:
+                    argv += ["--tls-ca", args.tls_ca]
                 bargs = bench.build_parser().parse_args(argv)
                 if bargs.affinity is not None:
                     bargs.affinity = {int(x) for x in bargs.affinity.split(",") if x}

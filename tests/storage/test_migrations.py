@@ -166,7 +166,11 @@ def test_0006_puts_existing_rows_in_the_default_vhost_and_downgrades(tmp_path: P
             assert conn.execute(f"SELECT vhost FROM {table}").fetchall() == [("/",)], table
         assert conn.execute("SELECT name FROM vhosts").fetchall() == [("/",)]
         with conn:  # the same names in another vhost are other rows
-            conn.execute("INSERT INTO queues (vhost, name) VALUES ('dev', 'q')")
+            conn.execute("INSERT INTO queues (id, vhost, name) VALUES (2, 'dev', 'q')")
+            conn.execute(
+                "INSERT INTO messages (seq, queue_id, priority, headers, body, delivered, ack_timeout,"
+                " redeliveries, timestamp) VALUES (7, 2, 4, '{}', x'00', 0, NULL, 0, 7)"
+            )
             conn.execute("INSERT INTO exchanges (vhost, name, type, options) VALUES ('dev', 'ex', 'direct', '{}')")
             conn.execute("INSERT INTO streams (vhost, name, options) VALUES ('dev', 's', '{}')")
     finally:
@@ -175,6 +179,7 @@ def test_0006_puts_existing_rows_in_the_default_vhost_and_downgrades(tmp_path: P
     conn = sqlite3.connect(path)
     try:
         assert conn.execute("SELECT name FROM queues").fetchall() == [("q",)]  # the other vhost's rows go
+        assert conn.execute("SELECT seq FROM messages").fetchall() == []
         assert conn.execute("SELECT exchange, queue FROM bindings").fetchall() == [("ex", "q")]
     finally:
         conn.close()

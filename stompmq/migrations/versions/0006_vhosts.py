@@ -48,6 +48,9 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    # Every vhost but "/" goes, with its messages and stream entries.
+    op.execute("DELETE FROM messages WHERE queue_id IN (SELECT id FROM queues WHERE vhost <> '/')")
+    op.execute("DELETE FROM stream_messages WHERE stream_id IN (SELECT id FROM streams WHERE vhost <> '/')")
     for table in ("bindings", "exchanges", "streams", "queues"):
         op.execute(f"DELETE FROM {table} WHERE vhost <> '/'")  # noqa: S608 - fixed table names
     with op.batch_alter_table("bindings") as batch:

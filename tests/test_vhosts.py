@@ -118,6 +118,7 @@ def test_vhosts_are_isolated_and_survive_a_restart(store_kind: str, tmp_path: Pa
         for host, body in ((None, b"in /"), ("dev", b"in dev")):
             with connect(port, host) as client:
                 assert request(client, "SEND", {"destination": "/queue/q"}, body).command == "RECEIPT"
+                assert request(client, "SEND", {"destination": "/stream/s"}, body).command == "RECEIPT"
         with connect(port, "dev") as client:
             declared = request(client, "SEND", {"destination": "/control/declare/exchange/ring",
                                                 "type": "consistent-hash"})
@@ -136,6 +137,12 @@ def test_vhosts_are_isolated_and_survive_a_restart(store_kind: str, tmp_path: Pa
             assert counted["num-messages"] == "2"
         assert receive(port, "dev", 2) == [b"in dev", b"routed"]
         assert receive(port, None, 1) == [b"in /"]
+        for host, body in ((None, b"in /"), ("dev", b"in dev")):  # each vhost's stream from the store
+            with connect(port, host) as client:
+                client.frame("SUBSCRIBE", {"destination": "/stream/s", "id": "s", "x-stream-offset": "first"})
+                entry = client.recv()
+                assert (entry.body, entry["x-stream-offset"]) == (body, "0")
+                assert client.no_frame(0.5)
 
 
 def test_a_private_queue_and_a_durable_subscription_stay_in_their_vhost(store_kind: str, tmp_path: Path) -> None:

@@ -305,7 +305,8 @@ class Connection:
         """``/control/declare/vhost/NAME``: administrators only (anyone without users)."""
         name = frame.headers["destination"][len(DECLARE_VHOST):]
         receipt = frame.headers.get("receipt")
-        if self.user is not None and "administrator" not in self.user.tags:
+        user = self._current_user()
+        if self.user is not None and (user is None or "administrator" not in user.tags):
             log.warning("connection %s: access refused: declare vhost %r for user %r from %s", self.id, name,
                         self.login, self.peer)
             self._error(f"access refused: declaring vhost {name!r} needs the administrator tag", receipt)
@@ -347,10 +348,14 @@ class Connection:
         self.login = user.name
         self.user = user
 
+    def _current_user(self) -> User | None:
+        """The logged-in user as the users file says now (None if it was deleted, or no users)."""
+        users = self.security.users if self.security is not None else None
+        return users.users.get(self.login or "") if users is not None else self.user
+
     def _permission(self) -> Permission | None:
         """The user's permissions on this vhost as the users file says now (None: none left)."""
-        users = self.security.users if self.security is not None else None
-        user = users.users.get(self.login or "") if users is not None else self.user
+        user = self._current_user()
         return user.permissions.get(self.vhost) if user is not None else None
 
     def _authorise(self, frame: Frame) -> None:

@@ -44,6 +44,7 @@ class Runtime:
         self.engines: dict[str, Broker] = {DEFAULT_VHOST: broker}
         self._views: list[VhostStore] = []
         self._last_seq = 0  # as recovered: where every engine's sequence numbers start
+        self._read_turn = 0  # which engine's reads come first next (round-robin)
         self._deadline_changed = trio.Event()
         self._reads_queued = trio.Event()
         # The default engine's receipts listen on the store itself; the others' on their views.
@@ -205,9 +206,13 @@ class Runtime:
                 read.done(result)
 
     def _next_read(self) -> tuple[StoreRead | None, Broker]:
-        """A store read some engine wants, and that engine (the default one when none wants any)."""
-        for engine in self.engines.values():
+        """A store read some engine wants, and that engine (the default one when none wants any).
+        Engines take turns, so one vhost's paging cannot starve another's reads."""
+        engines = list(self.engines.values())
+        for i in range(len(engines)):
+            engine = engines[(self._read_turn + i) % len(engines)]
             read = engine.take_read()
             if read is not None:
+                self._read_turn += i + 1
                 return read, engine
         return None, self.broker

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import dataclasses
 import json
 import os
 import sys
@@ -32,13 +33,19 @@ class ApiError(Exception):
         self.status = status
 
 
+@dataclasses.dataclass
 class Api:
-    def __init__(self, url: str, vhost: str = "/", user: str | None = None, password: str = "") -> None:
-        self.url = url.rstrip("/")
-        self.vhost = vhost  # the vhost of the queue, exchange and topic routes
-        self.headers = {"content-type": "application/json"}
-        if user is not None:  # HTTP basic: the broker's users (--users-file)
-            self.headers["authorization"] = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+    url: str
+    vhost: str = "/"  # the vhost of the queue, exchange and topic routes
+    headers: dict[str, str] = dataclasses.field(default_factory=lambda: {"content-type": "application/json"})
+
+    @classmethod
+    def login(cls, url: str, vhost: str, user: str | None, password: str) -> Api:
+        """The API at ``url``, with HTTP basic credentials of a broker user (--users-file) if given."""
+        api = cls(url.rstrip("/"), vhost)
+        if user is not None:
+            api.headers["authorization"] = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+        return api
 
     def call(self, method: str, path: str, body: Any = None) -> Any:
         data = json.dumps(body).encode() if body is not None else None
@@ -88,6 +95,10 @@ def export_definitions(api: Api) -> dict[str, Any]:
 
 
 def import_definitions(api: Api, data: dict[str, Any]) -> None:
+    """Declare what ``data`` declares: in ``api``'s vhost, and each ``vhosts`` entry in its own."""
+    for entry in data.get("vhosts", []):
+        api.call("PUT", "/api/vhosts/" + _quoted(entry["name"]))
+        import_definitions(dataclasses.replace(api, vhost=entry["name"]), {**entry, "vhosts": []})
     for ex in data.get("exchanges", []):
         options = {k: v for k, v in ex.items() if k not in ("name", "type")}
         api.call("PUT", "/api/exchanges/" + _quoted(ex["name"]), options)
@@ -182,7 +193,7 @@ def run(api: Api, args: argparse.Namespace) -> tuple[Any, list[str] | None]:
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     try:
-        result, columns = run(Api(args.url, args.vhost, args.user, args.password), args)
+        result, columns = run(Api.login(args.url, args.vhost, args.user, args.password), args)
     except ApiError as e:
         print(f"stompmq admin: {e.status}: {e}", file=sys.stderr)
         return 1

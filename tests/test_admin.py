@@ -95,3 +95,13 @@ def test_credentials_for_a_broker_with_users(make_memory_broker: Callable[..., B
     assert main(["admin", "--url", url, "overview"]) == 1
     assert "401" in capsys.readouterr().err
     assert main(["admin", "--url", url, "--user", "root", "--password", "secret", "declare-vhost", "dev"]) == 0
+
+
+def test_import_declares_the_vhosts_of_a_definitions_file(admin, tmp_path: Path) -> None:
+    path = tmp_path / "defs.toml"
+    path.write_text('[[vhosts]]\nname = "staging"\n[[vhosts.exchanges]]\nname = "ring"\ntype = "consistent-hash"\n'
+                    '[[vhosts.bindings]]\nexchange = "ring"\nqueue = "/queue/q"\n')
+    assert admin("import", str(path))[0] == 0
+    [exchange] = json.loads(admin("--json", "--vhost", "staging", "list-exchanges")[1])
+    assert exchange["name"] == "ring" and exchange["bindings"] == "q:1"
+    assert json.loads(admin("--json", "list-exchanges")[1]) == []

@@ -146,6 +146,7 @@ class Control:
             "topic-overflow": overflow.policy,
             "total-dropped": str(overflow.total_dropped),
             "total-disconnected": str(overflow.total_disconnected),
+            "total-lagging": str(overflow.total_lagging),
         }
         for i, sub in enumerate(missed):
             headers[f"subscription-{i}-session"] = sub.session.id

@@ -156,6 +156,11 @@ class Broker:
             apply_definitions(self.router, definitions, source)
 
     # -- what other brokers sharing the store did -------------------------------------------------
+    def topic_subscriber_lagging(self, subscriber: Session, seconds: float) -> None:
+        """The server waited ``seconds`` for ``subscriber``'s outbox on behalf of a publisher
+        (--topic-overflow block, --topic-block-timeout): let the publisher go on without it."""
+        self.router.overflow.lagging(subscriber, seconds)
+
     def store_changed(self, queue: str) -> None:
         """Ready messages of ``queue`` ("*": of any queue) appeared in the store."""
         self.dispatcher.store_changed(queue)

@@ -117,7 +117,8 @@ class Router:
             if session.closed:
                 continue
             outbox = session.outbox
-            if not block and not outbox.can_take_transient():
+            holds = block and not session.topic_lagging  # may hold the publisher back
+            if not holds and not outbox.can_take_transient():
                 slow.append(sub)
                 continue
             ack_id = None
@@ -133,10 +134,10 @@ class Router:
             if tail is None:
                 tail = tails[version] = message_tail(msg, version)
             outbox.write(message_frame(msg, destination, sub.id, ack_id if version == "1.2" else None, version, tail))
-            if block and publisher is not None and not outbox.can_take_transient():
+            if holds and publisher is not None and not outbox.can_take_transient():
                 if publisher.throttled_by is None:
                     publisher.throttled_by = {}
-                publisher.throttled_by[outbox] = None
+                publisher.throttled_by[outbox] = session
         for sub in slow:
             if overflow.policy is DISCONNECT:
                 if not sub.session.closed:

@@ -75,6 +75,7 @@ class Session:
         "login",
         "fail",
         "throttled_by",
+        "topic_lagging",
         "client_id",
         "unsent",
     )
@@ -100,8 +101,12 @@ class Session:
         #: Set by the server: send ERROR(message, receipt id) and close the connection.
         self.fail: Callable[[str, str | None], None] = lambda message, receipt_id: None
         #: --topic-overflow block: subscribers' outboxes this session's topic messages pushed over
-        #: their hard limit; the server reads nothing more from it until they are below it.
-        self.throttled_by: dict[Outbox, None] | None = None
+        #: their hard limit (with the subscriber's session); the server reads nothing more from it
+        #: until they are below it, or until --topic-block-timeout makes the subscriber lag.
+        self.throttled_by: dict[Outbox, Session] | None = None
+        #: This session, as a topic subscriber, held a publisher back for --topic-block-timeout:
+        #: it never holds one back again, it misses messages instead (broker/overflow.py).
+        self.topic_lagging = False
 
     def new_ack_id(self) -> str:
         self.next_ack += 1

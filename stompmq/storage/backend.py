@@ -84,8 +84,11 @@ class Backend(Protocol):
     def load_due(self, after: tuple[int, int] | None, limit: int) -> Sequence[StoredMessage]:
         """See ``Store.load_due``: delayed messages by (deliver_at, seq) after ``after``."""
 
-    def load_expired(self, now_ms: int, limit: int) -> Sequence[StoredMessage]:
-        """See ``Store.load_expired``: ready messages with ``expires < now_ms``, earliest first."""
+    def load_expired(
+        self, now_ms: int, after: tuple[int, int] | None, limit: int
+    ) -> tuple[Sequence[StoredMessage], int | None]:
+        """See ``Store.load_expired``: ready messages with ``expires < now_ms`` by (expires, seq)
+        after ``after``, and the earliest expiry not reached yet."""
 
     def queue_size(self, queue: str) -> tuple[int, int]:
         """Messages stored for ``queue`` (ready and delivered) and the sum of their body sizes."""

@@ -387,11 +387,14 @@ class Store(abc.ABC):
         index.  A store that keeps nothing (memory) returns none: the broker holds them all."""
         return ()
 
-    async def load_expired(self, now_ms: int, limit: int) -> Sequence[StoredMessage]:
+    async def load_expired(
+        self, now_ms: int, after: tuple[int, int] | None, limit: int
+    ) -> tuple[Sequence[StoredMessage], int | None]:
         """Up to ``limit`` ready (not delivered) messages whose ``expires`` is before ``now_ms``,
-        earliest first: a range scan of the expiry index, never of a queue.  The broker deletes
-        (or dead-letters) them; a store that keeps nothing returns none."""
-        return ()
+        in (expires, seq) order strictly after ``after`` (None: from the start), and the earliest
+        expiry not yet reached (None: no stored message can expire): a range of the expiry index,
+        never a scan of a queue.  A store that keeps nothing returns none."""
+        return (), None
 
     async def queue_size(self, queue: str, snapshot: Callable[[], T]) -> tuple[int, int, T]:
         """Messages stored for ``queue`` and their body bytes, with ``snapshot()`` called at the

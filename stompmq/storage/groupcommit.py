@@ -485,8 +485,10 @@ class GroupCommitStore(Store):
     async def load_due(self, after: tuple[int, int] | None, limit: int) -> Sequence[StoredMessage]:
         return await self._read(self._backend.load_due, after, limit)
 
-    async def load_expired(self, now_ms: int, limit: int) -> Sequence[StoredMessage]:
-        return await self._read(self._backend.load_expired, now_ms, limit)
+    async def load_expired(
+        self, now_ms: int, after: tuple[int, int] | None, limit: int
+    ) -> tuple[Sequence[StoredMessage], int | None]:
+        return await self._read(self._backend.load_expired, now_ms, after, limit)
 
     async def queue_size(self, queue: str, snapshot: Callable[[], T]) -> tuple[int, int, T]:
         taken: list[T] = []

@@ -173,11 +173,13 @@ DUE_AFTER_KEY = "(deliver_at, seq) > (%(d)s, %(s)s)"
 #: Ready rows past their expiry that this broker may take (free ones): the partial expiry index.
 EXPIRED_SQL = (
     "SELECT m.seq, q.name, m.priority, m.headers, m.body, m.timestamp, m.ack_timeout, m.redeliveries, m.expires"
-    " FROM messages m JOIN queues q ON q.id = m.queue_id WHERE m.expires IS NOT NULL AND m.expires < %(now)s"
+    " FROM messages m JOIN queues q ON q.id = m.queue_id WHERE m.expires IS NOT NULL"
+    " AND (m.expires, m.seq) > (%(e)s, %(s)s) AND m.expires < %(now)s"
     " AND NOT m.delivered AND (m.owner IS NULL OR m.owner = %(me)s"
     " OR m.owner IN (SELECT id FROM brokers WHERE lease_until < now()))"
-    " ORDER BY m.expires LIMIT %(limit)s"
+    " ORDER BY m.expires, m.seq LIMIT %(limit)s"
 )
+NEXT_EXPIRY_SQL = "SELECT MIN(expires) FROM messages WHERE expires IS NOT NULL AND expires >= %s"
 
 
 def masked(url: str) -> str:
@@ -658,18 +660,23 @@ class PostgresBackend:
             messages.append(msg)
         return messages
 
-    def load_expired(self, now_ms: int, limit: int) -> Sequence[StoredMessage]:
+    def load_expired(
+        self, now_ms: int, after: tuple[int, int] | None, limit: int
+    ) -> tuple[Sequence[StoredMessage], int | None]:
+        start = after if after is not None else (-1, -1)
         try:
-            rows = self._connection().execute(
-                EXPIRED_SQL, {"now": now_ms, "limit": limit, "me": self.broker_id}
+            conn = self._connection()
+            rows = conn.execute(
+                EXPIRED_SQL, {"now": now_ms, "e": start[0], "s": start[1], "limit": limit, "me": self.broker_id}
             ).fetchall()
+            row = conn.execute(NEXT_EXPIRY_SQL, (now_ms,)).fetchone()
         except psycopg.Error as exc:
             raise StoreError(f"cannot read {self.name}: {_one_line(exc)}") from None
         return [
             StoredMessage(seq, name, prio, _loads(hdrs) if hdrs != "{}" else {}, bytes(body), ts, ack, redel,
                           expires=exp)
             for seq, name, prio, hdrs, body, ts, ack, redel, exp in rows
-        ]
+        ], None if row is None or row[0] is None else int(row[0])
 
     def queue_size(self, queue: str) -> tuple[int, int]:
         try:

@@ -121,6 +121,7 @@ Index(
 Index(
     "ix_messages_expires",
     messages.c.expires,
+    messages.c.seq,
     sqlite_where=messages.c.expires.isnot(None),
     postgresql_where=messages.c.expires.isnot(None),
 )

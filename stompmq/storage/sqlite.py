@@ -103,12 +103,14 @@ DUE_AFTER_SQL = (
     f"SELECT {DUE_COLUMNS} FROM delayed_messages d JOIN queues q ON q.id = d.queue_id"
     " WHERE (d.deliver_at, d.seq) > (?, ?) ORDER BY d.deliver_at, d.seq LIMIT ?"
 )
-# A range scan of the partial ix_messages_expires from its start.
+# A range scan of the partial ix_messages_expires (expires, seq) after a key.
 EXPIRED_SQL = (
     "SELECT m.seq, q.name, m.priority, m.headers, m.body, m.timestamp, m.ack_timeout, m.redeliveries, m.expires"
     " FROM messages m JOIN queues q ON q.id = m.queue_id"
-    " WHERE m.expires IS NOT NULL AND m.expires < ? AND m.delivered = 0 ORDER BY m.expires LIMIT ?"
+    " WHERE m.expires IS NOT NULL AND (m.expires, m.seq) > (?, ?) AND m.expires < ? AND m.delivered = 0"
+    " ORDER BY m.expires, m.seq LIMIT ?"
 )
+NEXT_EXPIRY_SQL = "SELECT MIN(expires) FROM messages WHERE expires IS NOT NULL AND expires >= ?"
 # Parameters in the order of groups.UpdateRow.
 UPDATE_SQL = "UPDATE messages SET delivered = ?, redeliveries = ?, priority = ? WHERE seq = ?"
 DELETE_SQL = "DELETE FROM messages WHERE seq = ?"
@@ -481,13 +483,17 @@ class SQLiteBackend:
             for seq, name, prio, hdrs, body, ts, ack, exp, due in rows
         ]
 
-    def load_expired(self, now_ms: int, limit: int) -> list[StoredMessage]:
+    def load_expired(
+        self, now_ms: int, after: tuple[int, int] | None, limit: int
+    ) -> tuple[list[StoredMessage], int | None]:
+        start = after if after is not None else (-1, -1)
         with self._reading() as conn:
-            rows = conn.execute(EXPIRED_SQL, (now_ms, limit)).fetchall()
+            rows = conn.execute(EXPIRED_SQL, (start[0], start[1], now_ms, limit)).fetchall()
+            (next_expiry,) = conn.execute(NEXT_EXPIRY_SQL, (now_ms,)).fetchone()
         return [
             StoredMessage(seq, name, prio, _loads(hdrs) if hdrs != "{}" else {}, body, ts, ack, redel, expires=exp)
             for seq, name, prio, hdrs, body, ts, ack, redel, exp in rows
-        ]
+        ], next_expiry
 
     def queue_size(self, queue: str) -> tuple[int, int]:
         with self._reading() as conn:

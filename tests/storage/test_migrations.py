@@ -123,7 +123,7 @@ def test_paging_index_has_the_queue_order(tmp_path: Path) -> None:
         assert sorted(conn.execute(
             "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'messages'"
         ).fetchall()) == [
-            ("ix_messages_expires", "CREATE INDEX ix_messages_expires ON messages (expires) WHERE expires IS NOT NULL"),
+            ("ix_messages_expires", "CREATE INDEX ix_messages_expires ON messages (expires, seq) WHERE expires IS NOT NULL"),
             ("ix_messages_queue_order", conn.execute(
                 "SELECT sql FROM sqlite_master WHERE name = 'ix_messages_queue_order'").fetchone()[0]),
         ]

@@ -28,7 +28,7 @@ def upgrade() -> None:
     with op.batch_alter_table("messages") as batch:
         batch.add_column(sa.Column("expires", sa.BigInteger(), nullable=True))
     op.create_index(
-        "ix_messages_expires", "messages", ["expires"],
+        "ix_messages_expires", "messages", ["expires", "seq"],
         sqlite_where=sa.text("expires IS NOT NULL"), postgresql_where=sa.text("expires IS NOT NULL"),
     )
     seq_type = sa.BigInteger().with_variant(sa.Integer(), "sqlite")

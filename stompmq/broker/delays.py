@@ -93,11 +93,13 @@ class Delayed:
             if self.loading and (self.late is None or key < self.late):
                 self.late = key
             msg.held = False
-        else:
-            heapq.heappush(self.heap, (msg.deliver_at, msg.seq, msg))
-            msg.held = True
-            if self.capacity is not None and len(self.heap) > self.capacity:
-                self._evict()
+            self.store.insert(msg)
+            self._page_if_wanted()
+            return
+        heapq.heappush(self.heap, (msg.deliver_at, msg.seq, msg))
+        msg.held = True
+        if self.capacity is not None and len(self.heap) > self.capacity:
+            self._evict()
         self.store.insert(msg)
         self._arm()
 

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -26,6 +29,25 @@ def control(c: Client, path: str, **headers: str):
 
 def count(c: Client, queue: str) -> int:
     return int(control(c, f"count-msgs/queue/{queue}")["num-messages"])
+
+
+@contextmanager
+def restarting(store_kind: str, tmp_path: Path) -> Iterator[Callable[[], BrokerThread]]:
+    """``start()`` starts a broker on the same database each time; the last one is stopped."""
+    factory = make_store_factory(store_kind, tmp_path)
+    running: list[BrokerThread] = []
+
+    def start() -> BrokerThread:
+        if running:
+            running.pop().stop()
+        running.append(BrokerThread(factory).start())
+        return running[-1]
+
+    try:
+        yield start
+    finally:
+        for broker in running:
+            broker.stop()
 
 
 def now_ms() -> int:
@@ -135,22 +157,14 @@ def test_delayed_message_that_expires_first_is_never_delivered(broker):
 
 @pytest.mark.parametrize("store_kind", ["sqlite", "postgres"])
 def test_delayed_messages_survive_a_restart(store_kind, tmp_path):
-    factory = make_store_factory(store_kind, tmp_path)
-    first = BrokerThread(factory).start()
-    try:
-        with Client(first.port) as c:
+    with restarting(store_kind, tmp_path) as start:
+        with Client(start().port) as c:
             c.send_to("/queue/d4", "soon", headers={"delay": "300"})
             c.send_to("/queue/d4", "later", headers={"delay": "1500"})
-    finally:
-        first.stop()
-    second = BrokerThread(factory).start()
-    try:
-        with Client(second.port) as c:
+        with Client(start().port) as c:
             c.subscribe("/queue/d4")
             assert bodies(c.messages(2, timeout=10)) == ["soon", "later"]
             c.expect_nothing()
-    finally:
-        second.stop()
 
 
 def test_many_delayed_messages_page_through_a_small_schedule(make_broker, store_kind):
@@ -224,22 +238,13 @@ def test_max_queue_bytes_guards_every_queue(make_broker):
 
 @pytest.mark.parametrize("store_kind", ["sqlite", "postgres"])
 def test_a_declared_policy_survives_a_restart(store_kind, tmp_path):
-    factory = make_store_factory(store_kind, tmp_path)
-    first = BrokerThread(factory).start()
-    try:
-        with Client(first.port) as c:
+    with restarting(store_kind, tmp_path) as start:
+        with Client(start().port) as c:
             control(c, "declare/queue/b5", **{"max-length": "2", "overflow": "reject-publish"})
             c.send_to("/queue/b5", "1")
             c.send_to("/queue/b5", "2")
-    finally:
-        first.stop()
-    second = BrokerThread(factory).start()
-    try:
-        with Client(second.port) as c:
-            with pytest.raises(BrokerError, match="is full"):  # the count was read from the store
-                c.send_to("/queue/b5", "3")
-    finally:
-        second.stop()
+        with Client(start().port) as c, pytest.raises(BrokerError, match="is full"):
+            c.send_to("/queue/b5", "3")  # the count was read from the store
 
 
 def test_definitions_file_declares_a_policy(make_broker, tmp_path):

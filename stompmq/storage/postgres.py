@@ -446,12 +446,17 @@ class PostgresBackend:
                 self._copy_stream(cur, group.stream_rows, replace)
             self._notify_queues(conn, sorted(freed), self.broker_id)
 
-    def _copy(self, cur: psycopg.Cursor[Any], rows: list[InsertRow], held: frozenset[int], freed: set[str]) -> None:
+    def _queue_ids_of(self, cur: psycopg.Cursor[Any], rows: list[InsertRow] | list[DelayedRow]) -> dict[str, int]:
+        """The id of every queue the rows name (rows carry the queue's name second)."""
         ids = {}
         for name in {row[1] for row in rows}:
             queue_id = self._queue_id(cur, name, create=True)
             assert queue_id is not None
             ids[name] = queue_id
+        return ids
+
+    def _copy(self, cur: psycopg.Cursor[Any], rows: list[InsertRow], held: frozenset[int], freed: set[str]) -> None:
+        ids = self._queue_ids_of(cur, rows)
         me = self.broker_id
         with cur.copy(COPY_SQL) as copy:
             copy.set_types(COPY_TYPES)
@@ -465,11 +470,7 @@ class PostgresBackend:
 
     def _copy_delayed(self, cur: psycopg.Cursor[Any], rows: list[DelayedRow], held: frozenset[int]) -> None:
         """Delayed rows this broker holds in memory are claimed; the others are free for any broker."""
-        ids = {}
-        for name in {row[1] for row in rows}:
-            queue_id = self._queue_id(cur, name, create=True)
-            assert queue_id is not None
-            ids[name] = queue_id
+        ids = self._queue_ids_of(cur, rows)
         me = self.broker_id
         with cur.copy(DELAYED_COPY_SQL) as copy:
             copy.set_types(DELAYED_COPY_TYPES)

@@ -53,6 +53,7 @@ class DuePage:
     limit: int
     epoch: int
     skipped: int
+    rescan: bool = False  # from the start, for rows another broker freed before the boundary
 
 
 class Delayed:
@@ -139,21 +140,21 @@ class Delayed:
         self.armed_for = first
 
     def store_changed(self) -> None:
-        """Another broker sharing the store may have left delayed messages free: look again."""
-        if self.capacity is not None and not self.spilled:
-            self.spilled = True
-            self.boundary = max(entry[:2] for entry in self.heap) if self.heap else None
-            self.skipped += 1
-            self._page_if_wanted()
+        """Another broker sharing the store may have freed delayed messages, due before the
+        boundary too (a dead broker's): read the earliest again (the 5 s poll calls this)."""
+        if self.capacity is not None and not self.loading:
+            self._read(DuePage(None, self.capacity, self.epoch, self.skipped, rescan=True))
 
     # -- paging -------------------------------------------------------------------------------
     def _page_if_wanted(self) -> None:
         capacity = self.capacity
         if capacity is None or not self.spilled or self.loading or len(self.heap) > capacity // 2:
             return
+        self._read(DuePage(self.boundary, max(1, capacity - len(self.heap)), self.epoch, self.skipped))
+
+    def _read(self, request: DuePage) -> None:
         self.loading = True
         self.page_reads += 1
-        request = DuePage(self.boundary, max(1, capacity - len(self.heap)), self.epoch, self.skipped)
 
         def fetch(store: Store) -> Awaitable[Sequence[StoredMessage]]:
             return store.load_due(request.after, request.limit)
@@ -163,7 +164,9 @@ class Delayed:
     def _loaded(self, request: DuePage, rows: Sequence[StoredMessage]) -> None:
         self.loading = False
         late, self.late = self.late, None
-        if request.epoch == self.epoch:
+        if request.rescan:
+            self._rescanned(request, rows, late)
+        elif request.epoch == self.epoch:
             if late is not None:  # a message sent meanwhile may be missing: stop before it
                 rows = [m for m in rows if (m.deliver_at, m.seq) < late]
             for msg in rows:
@@ -178,6 +181,36 @@ class Delayed:
                 self.boundary = None
             self._arm()
         self._page_if_wanted()
+
+    def _rescanned(self, request: DuePage, rows: Sequence[StoredMessage], late: Key | None) -> None:
+        """Add the rows a rescan found that are not here and lie within what the schedule
+        covers (the rest come with the pages after the boundary)."""
+        here = {seq for _, seq, _ in self.heap}
+        cut = self.boundary if self.spilled else None
+        if late is not None and (cut is None or late < cut):
+            cut = late  # a SEND during the read may be missing from it: the boundary stops before it
+        if len(rows) == request.limit:  # the store may hold more than the rescan saw
+            last = rows[-1]
+            assert last.deliver_at is not None
+            key = (last.deliver_at, last.seq)
+            cut = key if cut is None or key < cut else cut
+        if cut is not None and (self.boundary is None or cut < self.boundary or not self.spilled):
+            self.spilled, self.boundary = True, cut
+            self.epoch += 1
+            kept = [entry for entry in self.heap if entry[:2] <= cut]  # the rest: read again later
+            if len(kept) < len(self.heap):
+                for _, _, msg in self.heap:
+                    if (msg.deliver_at, msg.seq) > cut:
+                        msg.held = False
+                heapq.heapify(kept)
+                self.heap = kept
+        for msg in rows:
+            assert msg.deliver_at is not None
+            if msg.seq not in here and (cut is None or (msg.deliver_at, msg.seq) <= cut):
+                heapq.heappush(self.heap, (msg.deliver_at, msg.seq, msg))
+        if self.capacity is not None and len(self.heap) > self.capacity:
+            self._evict()
+        self._arm()
 
     def _failed(self, error: StoreError) -> None:
         log.warning("reading delayed messages failed, retrying: %s", error)

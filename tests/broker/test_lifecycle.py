@@ -128,6 +128,25 @@ def test_a_delayed_send_during_a_page_read_is_not_lost() -> None:
     assert got == ["m0", "m1", "m2", "m3", "m4", "m5", "m6", "late", "m7", "m8", "m9", "m10", "m11"]
 
 
+def test_delayed_messages_freed_by_another_broker_are_found_again() -> None:
+    """On a shared store a dead broker's delayed messages become free, possibly due before this
+    broker's boundary: the poll's store_changed("*") rescans the earliest ones."""
+    broker, store = started(window=4)
+    out = subscribe(broker, "q")
+    base = int(WALL * 1000) + 2000
+    for i in range(8):
+        send(broker, "q", f"m{i}", **{"deliver-at": str(base + 100 * i)})  # the boundary: m2
+    for seq, due in ((1001, base + 50), (1002, base + 650)):  # freed by the other broker
+        store.insert(StoredMessage(seq, "q", 4, {}, b"freed%d" % seq, 0, deliver_at=due))
+    broker.store_changed("*")
+    run_reads(broker)
+    got: list[str] = []
+    for step in range(20):
+        run(broker, 2.0 + 0.1 * step)
+        got += bodies(out)
+    assert got == ["m0", "freed1001", "m1", "m2", "m3", "m4", "m5", "m6", "freed1002", "m7"]
+
+
 def test_delayed_messages_in_the_store_are_paged_in_at_start() -> None:
     store = DictStore()
     due = int(WALL * 1000) + 2000

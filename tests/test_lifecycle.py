@@ -155,6 +155,15 @@ def test_delayed_message_that_expires_first_is_never_delivered(broker):
         c.expect_nothing(0.6)
 
 
+def test_a_queue_ttl_runs_from_when_a_delayed_message_is_due(broker):
+    with Client(broker.port) as c:
+        control(c, "declare/queue/d6", **{"message-ttl": "200"})
+        c.subscribe("/queue/d6")
+        c.send_to("/queue/d6", "delayed past the queue's ttl", headers={"delay": "400"})
+        msg = c.message(timeout=5)
+        assert int(msg["expires"]) - int(msg["timestamp"]) == 200
+
+
 @pytest.mark.parametrize("store_kind", ["sqlite", "postgres"])
 def test_delayed_messages_survive_a_restart(store_kind, tmp_path):
     with restarting(store_kind, tmp_path) as start:

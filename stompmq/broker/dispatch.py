@@ -285,8 +285,9 @@ class Dispatcher:
         if policy is not None or self.default_policy is not None:
             policy = self.policy(queue_name)
             assert policy is not None
-            if policy.message_ttl is not None and (expires is None or self.wall_ms + policy.message_ttl < expires):
-                expires = self.wall_ms + policy.message_ttl
+            ttl = policy.message_ttl  # a delayed message's runs from when it is due (published again)
+            if ttl is not None and deliver_at is None and (expires is None or self.wall_ms + ttl < expires):
+                expires = self.wall_ms + ttl
             if deliver_at is None and policy.bounded:
                 size = self.size(queue_name)
                 if policy.overflow == REJECT_PUBLISH and policy.over(size.length + 1, size.bytes + len(body)):
@@ -336,13 +337,10 @@ class Dispatcher:
     def promote_due(self) -> None:
         """Delayed messages are due: each becomes a new message of its queue (or expires)."""
         for msg in self.delayed.take_due():
-            self.store.delete(msg)  # the delayed row
             if msg.expires is not None and msg.expires < self.wall_ms:
-                self.queue_stats(msg.queue).expired += 1
-                policy = self.policy(msg.queue)
-                if policy is not None and policy.dead_letter:
-                    self.dead_letter(msg, EXPIRED)
+                self.discard(msg, EXPIRED, self.queue_stats(msg.queue))  # deletes the delayed row
                 continue
+            self.store.delete(msg)  # the delayed row
             try:
                 self.publish(msg.queue, msg.headers, msg.body, msg.priority, msg.ack_timeout, msg.expires)
             except QueueFull:  # nobody to refuse now: the message goes as a dropped head would

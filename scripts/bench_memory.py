@@ -275,7 +275,8 @@ def scenario_delayed(args: argparse.Namespace) -> None:
     results, out = multiprocessing.Pipe(duplex=False)
     consumer = multiprocessing.Process(target=_receive_delayed, args=(args, ready, out), daemon=True)
     consumer.start()
-    ready.wait(TIMEOUT)
+    if not ready.wait(TIMEOUT):
+        raise RuntimeError("the subscriber could not subscribe (is the broker up?)")
     c = Client(args.host, args.port, args.login, args.passcode)
     before = rss_kib(args.pid)
     start = int(time.time() * 1000) + int(args.lead * 1000)
@@ -298,6 +299,8 @@ def scenario_delayed(args: argparse.Namespace) -> None:
     report("waiting", before, rss_kib(args.pid), args.messages, "delayed messages")
     peak_waiting = 0
     while not results.poll(1.0):
+        if not consumer.is_alive():
+            raise RuntimeError("the subscriber died")
         peak_waiting = max(peak_waiting, rss_kib(args.pid))
     late = sorted(results.recv())
     consumer.join()

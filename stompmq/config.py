@@ -141,6 +141,11 @@ def _size(value: str) -> int:
     return number
 
 
+def _optional_size(value: str) -> int | None:
+    """A byte count, or none (no limit)."""
+    return None if str(value).strip().lower() in ("", "none", "unlimited", "0") else _size(value)
+
+
 @dataclass(frozen=True)
 class Option:
     name: str  # flag without dashes, e.g. "max-frame-size"
@@ -178,6 +183,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("window", _int(1), 10_000, "ready messages a queue keeps in memory; the rest is paged in from the store", "N"),
     Option("window-bytes", _size, 16 * 1024**2, "bytes of ready messages a queue keeps in memory (with --window, whichever is reached first)", "BYTES"),
     Option("max-unflushed-bytes", _size, 64 * 1024**2, "bytes of messages waiting for the disk before producers are paused (back-pressure)", "BYTES"),
+    Option("max-queue-bytes", _optional_size, None, "body bytes any queue may hold unless its declaration says otherwise; past it a SEND gets an ERROR (reject-publish) (default unlimited)", "BYTES"),
     Option("max-connections", _optional_positive_int, None, "client connections served at once; more are refused with an ERROR (default: the open-file limit minus a reserve)", "N"),
     Option("ack-timeout", _seconds(zero=True), 0.0, "seconds before an unacked message is redelivered (0 = never); SEND/SUBSCRIBE 'ack-timeout' headers override", "SECONDS"),
     Option("max-redeliveries", _optional_int, None, "redeliveries before a message goes to its dead-letter queue (default unlimited)", "N"),
@@ -276,6 +282,7 @@ class Config:
             stream_segment=self.stream_segment,
             definitions=self.definitions,
             max_subscriptions=self.max_subscriptions,
+            max_queue_bytes=self.max_queue_bytes,
         )
 
 

@@ -32,6 +32,7 @@ from .dispatch import Dispatcher
 from .errors import ClientError
 from .exchanges import ROUTING_KEY_HEADER, declaration_options, parse_weight
 from .key_exchanges import TYPES as KEY_TYPES
+from .policies import QueuePolicy
 from .routing import STREAM_TARGET, Router
 from .stats import QueueStats
 from .streams import Streams
@@ -84,6 +85,7 @@ class Control:
             ("stats", "topic"): self._topic_stats,
             ("purge", "queue"): self._purge,
             ("delete", "queue"): self._delete_queue,
+            ("declare", "queue"): self._declare_queue,
             ("declare", "exchange"): self._declare_exchange,
             ("delete", "exchange"): self._delete_exchange,
             ("bind", "exchange"): self._bind,
@@ -210,7 +212,14 @@ class Control:
         self.dispatcher.purge(name)
         return {}
 
+    def _declare_queue(self, name: str, frame: Frame) -> Answer:
+        """Give the queue a policy (policies.py), replacing any earlier declaration."""
+        self.dispatcher.declare(name, QueuePolicy.parse(frame.headers))
+        return {}
+
     def _delete_queue(self, name: str, frame: Frame) -> Answer:
+        if name in self.dispatcher.policies:
+            self.dispatcher.declare(name, None)
         self.dispatcher.purge(name)
         self.router.unbind_everywhere(name)
         self.dispatcher.forget_stats(name)

@@ -27,9 +27,10 @@ Who owns what (imports point down this list, never up):
     subscriptions SUBSCRIBE/UNSUBSCRIBE, over the dispatcher, acks and router
     routing       SEND -> queue / topic / exchange; exchanges and topics
     acks          ACK/NACK/ack timeouts: settle, requeue
-    dead_letters  moving undeliverable messages to /queue/DLQ.<name>
-    dispatch      queues in memory, publish, deliver, paging requests
+    expiry        expired messages deep in the store, removed in batches
+    dispatch      queues in memory, publish, deliver, paging requests, dead letters, policies
     queue         one queue's round-robin over subscribers; window: its ready window
+    delays        delayed messages until due; policies: queue TTLs and bounds
     session, timers, reads, receipts, delivery, destinations, exchanges, topics, ...
 """
 
@@ -46,10 +47,13 @@ from .config import BrokerConfig
 from .control import Control, Deferred, QueuePage
 from .definitions import apply_definitions
 from .destinations import Kind, parse_destination
-from .dispatch import ACK_TIMEOUT, PAGE_RETRY, Dispatcher
+from .delays import DELAY_DUE, DELAY_PAGE_RETRY
+from .dispatch import ACK_TIMEOUT, EXPIRY_SWEEP, PAGE_RETRY, SWEEP_MS, Dispatcher
 from .errors import ClientError
 from .exchanges import Exchange
+from .expiry import ExpirySweep
 from .key_exchanges import BUILT_IN
+from .policies import QueuePolicy
 from .queue import Queue
 from .reads import Reads, StoreRead
 from .receipts import Headers, Receipts
@@ -82,6 +86,7 @@ class Broker:
         self.subscriptions = Subscriptions(self.dispatcher, self.acks, self.router, self.streams, config)
         self.transactions = Transactions(self.router, self.acks)
         self.control = Control(self.dispatcher, self.router, self.streams)
+        self.expiry = ExpirySweep(self.dispatcher)
         self._handlers: dict[str, Handler] = {
             "SEND": self._on_send,
             "SUBSCRIBE": self._on_subscribe,
@@ -97,6 +102,9 @@ class Broker:
             PAGE_RETRY: self.dispatcher.retry_page,
             STREAM_RETENTION: self.streams.expire,
             STREAM_READ_RETRY: self.streams.retry_read,
+            DELAY_DUE: self.dispatcher.promote_due,
+            DELAY_PAGE_RETRY: self.dispatcher.delayed.retry_page,
+            EXPIRY_SWEEP: self.expiry.run,
         }
 
     # -- what the runtime and the tests look at -------------------------------------------------
@@ -152,8 +160,13 @@ class Broker:
                 self.store.save_exchange(ExchangeRecord(name, kind, {}))
         self.router.load_definitions(recovery.exchanges, recovery.bindings)
         self.streams.recover(recovery.streams)
+        for record in recovery.queues:
+            self.dispatcher.declare(record.name, QueuePolicy.parse(record.options), save=False)
         if definitions is not None:
             apply_definitions(self.router, definitions, source)
+        if self.store.durable:
+            self.dispatcher.delayed.start()  # the delayed messages due first
+            self.dispatcher.arm_sweep(self.dispatcher.wall_ms + SWEEP_MS)  # expired while stopped
 
     # -- what other brokers sharing the store did -------------------------------------------------
     def topic_subscriber_lagging(self, subscriber: Session, seconds: float) -> None:
@@ -164,6 +177,8 @@ class Broker:
     def store_changed(self, queue: str) -> None:
         """Ready messages of ``queue`` ("*": of any queue) appeared in the store."""
         self.dispatcher.store_changed(queue)
+        if queue == "*":
+            self.dispatcher.delayed.store_changed()
 
     def remote_topic(self, topic: str, headers: dict[str, str], body: bytes) -> None:
         """A topic message published through another broker: to this broker's subscribers."""
@@ -180,7 +195,7 @@ class Broker:
     def advance(self, now: float, wall: float) -> None:
         """The time: ``now`` on the runtime's monotonic clock, ``wall`` in epoch seconds."""
         self.deadlines.now = now
-        self.dispatcher.wall_ms = int(wall * 1000)
+        self.dispatcher.wall_ms = self.dispatcher.delayed.wall_ms = int(wall * 1000)
 
     def next_deadline(self) -> float:
         """When ``run_due`` has work next (infinity: nothing is armed)."""
@@ -282,10 +297,10 @@ class Broker:
             return self.control.run(dest.name, frame)
         if kind is Kind.TOPIC and dest.name.endswith(WILDCARD):
             raise ClientError(f"cannot SEND to a wildcard topic {dest.raw!r}")
-        priority, ack_timeout = send_options(headers)
+        options = send_options(headers, self.dispatcher.wall_ms)
         if "transaction" in headers:
             return self.transactions.hold(session, frame)
-        self.router.route(dest, frame, priority, ack_timeout, session)
+        self.router.route(dest, frame, *options, session)
         return None
 
     def _on_subscribe(self, session: Session, frame: Frame) -> None:

@@ -12,7 +12,9 @@ drained socket gives them room again.
 ``dispatch`` yields (subscription, message) pairs and leaves the delivery to
 its caller, so a queue knows nothing of the engine that owns it.  A message
 whose ack timeout expired at one subscription goes to another one with room if
-there is one (``avoid``), as ocamlmq does.
+there is one (``avoid``), as ocamlmq does.  An expired message reached at the head is set
+aside for the caller instead of being delivered.  A ``pinned`` queue (a bounded ``drop-head``
+one, whose oldest messages must be at hand) stays in memory without subscribers.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from .window import ReadyWindow
 
 
 class Queue:
-    __slots__ = ("name", "destination", "window", "nsubs", "ready_subs", "inflight", "avoid", "stats")
+    __slots__ = ("name", "destination", "window", "nsubs", "ready_subs", "inflight", "avoid", "stats", "pinned")
 
     def __init__(
         self,
@@ -46,6 +48,7 @@ class Queue:
         # seq -> subscription whose ack timeout expired for it: another one gets it if it can
         self.avoid: dict[int, Subscription] | None = None
         self.stats = stats if stats is not None else QueueStats()
+        self.pinned = False
 
     @property
     def size(self) -> int:
@@ -54,11 +57,11 @@ class Queue:
 
     @property
     def idle(self) -> bool:
-        """No subscribers, nothing in flight, no read pending: the queue may leave memory."""
-        return not self.nsubs and not self.inflight and not self.window.loading
+        """No subscribers, nothing in flight, no read pending, not pinned: it may leave memory."""
+        return not self.nsubs and not self.inflight and not self.window.loading and not self.pinned
 
     def wants_page(self) -> bool:
-        return self.nsubs > 0 and self.window.wants_page()
+        return (self.nsubs > 0 or self.pinned) and self.window.wants_page()
 
     # -- subscribers ----------------------------------------------------------------------------
     def add_subscriber(self, sub: Subscription) -> None:
@@ -70,8 +73,9 @@ class Queue:
             sub.in_ready = True
             self.ready_subs.append(sub)
 
-    def dispatch(self) -> Iterator[tuple[Subscription, StoredMessage]]:
-        """Ready messages paired round-robin with subscribers that have room.
+    def dispatch(self, now_ms: int, expired: list[StoredMessage]) -> Iterator[tuple[Subscription, StoredMessage]]:
+        """Ready messages paired round-robin with subscribers that have room; messages that
+        expired before ``now_ms`` go to ``expired`` instead.
 
         The caller delivers each pair before asking for the next, so a subscriber's room is
         checked after its previous delivery.
@@ -87,7 +91,11 @@ class Queue:
             if self.avoid is not None and self._passes_over(sub):
                 ready_subs.rotate(-1)
                 continue
-            yield sub, window.pop()
+            msg = window.pop()
+            if msg.expires is not None and msg.expires < now_ms:
+                expired.append(msg)
+                continue
+            yield sub, msg
             if len(ready_subs) > 1:
                 ready_subs.rotate(-1)
 

@@ -18,6 +18,7 @@ from .exchanges import PRIVATE_QUEUE_PREFIX, ROUTING_KEY_HEADER, Exchange, parse
 from .key_exchanges import BUILT_IN, KeyExchange
 from .key_exchanges import TYPES as KEY_TYPES
 from .overflow import BLOCK, DISCONNECT, TopicOverflow
+from .policies import QueueFull
 from .send_headers import user_headers
 from .session import AckMode, Session, Subscription
 from .streams import Streams
@@ -51,11 +52,16 @@ class Router:
 
     # -- SEND ---------------------------------------------------------------------------------
     def route(
-        self, dest: Destination, frame: Frame, priority: int, ack_timeout: float | None, publisher: Session
+        self, dest: Destination, frame: Frame, priority: int, ack_timeout: float | None, expires: int | None,
+        deliver_at: int | None, publisher: Session,
     ) -> None:
+        """Publish a SEND; QueueFull (after every other target queue got its copy) if a full
+        ``reject-publish`` queue refused it."""
         kind = dest.kind
         if kind is Kind.QUEUE:
-            self.dispatcher.publish(dest.name, user_headers(frame.headers), frame.body, priority, ack_timeout)
+            self.dispatcher.publish(
+                dest.name, user_headers(frame.headers), frame.body, priority, ack_timeout, expires, deliver_at
+            )
         elif kind is Kind.EXCHANGE:
             keyed = self.key_exchanges.get(dest.name)
             if keyed is None:
@@ -65,28 +71,38 @@ class Router:
                 if queue[0] == "/":  # only a stream target starts with a slash: see STREAM_TARGET
                     self.streams.append(queue[len(STREAM_TARGET) :], user_headers(frame.headers), frame.body, priority)
                 else:
-                    self.dispatcher.publish(queue, user_headers(frame.headers), frame.body, priority, ack_timeout)
+                    self.dispatcher.publish(
+                        queue, user_headers(frame.headers), frame.body, priority, ack_timeout, expires, deliver_at
+                    )
                 return
             key = dest.key or frame.headers.get(ROUTING_KEY_HEADER, "")
             if keyed is self.amq_topic and key:  # /exchange/amq.topic/X is /topic/X
                 self.publish_topic(Destination(Kind.TOPIC, key, "/topic/" + key), frame, publisher)
-            self._publish_bound(keyed, key, frame, priority, ack_timeout)
+            self._publish_bound(keyed, key, frame, priority, ack_timeout, expires, deliver_at)
         elif kind is Kind.STREAM:
             self.streams.append(dest.name, user_headers(frame.headers), frame.body, priority)
         elif kind is Kind.TOPIC:
             self.publish_topic(dest, frame, publisher)
             if self.amq_topic.bindings:
-                self._publish_bound(self.amq_topic, dest.name, frame, priority, ack_timeout)
+                self._publish_bound(self.amq_topic, dest.name, frame, priority, ack_timeout, expires, deliver_at)
         else:
             raise ClientError(f"SEND to {dest.raw!r} is not supported")
 
     def _publish_bound(
-        self, exchange: KeyExchange, key: str, frame: Frame, priority: int, ack_timeout: float | None
+        self, exchange: KeyExchange, key: str, frame: Frame, priority: int, ack_timeout: float | None,
+        expires: int | None, deliver_at: int | None,
     ) -> None:
-        """A copy of the message in every queue bound to ``exchange`` with a key matching ``key``."""
+        """A copy of the message in every queue bound to ``exchange`` with a key matching ``key``
+        (a full ``reject-publish`` queue refuses its copy; the others keep theirs)."""
         headers = user_headers(frame.headers)
+        refused: QueueFull | None = None
         for queue in exchange.route(key):
-            self.dispatcher.publish(queue, headers, frame.body, priority, ack_timeout)
+            try:
+                self.dispatcher.publish(queue, headers, frame.body, priority, ack_timeout, expires, deliver_at)
+            except QueueFull as e:
+                refused = e
+        if refused is not None:
+            raise refused
 
     def exchange_queue(self, dest: Destination, frame: Frame) -> str | None:
         """The queue an exchange SEND goes to (None: dropped); ClientError if it cannot be routed."""

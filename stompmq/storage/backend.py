@@ -64,7 +64,8 @@ class Backend(Protocol):
            exactly that when it writes its deliveries in flight back as inserts right after
            the purge.  ``SaveStream`` inserts or replaces a stream's options; ``TrimStream``
            deletes its entries with offset < ``before`` (a range delete on the offset index).
-        2. then ``deletes``, ``updates``, ``inserts``, ``stream_rows`` (appended, in order;
+        2. then ``deletes`` (and ``delayed_deletes``, rows of ``delayed_messages``), ``updates``,
+           ``inserts`` (and ``delayed``), ``stream_rows`` (appended, in order;
            an entry never changes once written).  A seq appears at most once in a group,
            so these never conflict; deletes go first so the space they free serves the inserts.
            An insert replaces a stored row of the same seq.
@@ -79,6 +80,18 @@ class Backend(Protocol):
         """Up to ``limit`` messages of ``queue`` not delivered, in (priority desc, seq asc)
         order, strictly after the order key ``after`` (None: from the start); fresh
         ``StoredMessage`` objects (see ``Store.load_ready``)."""
+
+    def load_due(self, after: tuple[int, int] | None, limit: int) -> Sequence[StoredMessage]:
+        """See ``Store.load_due``: delayed messages by (deliver_at, seq) after ``after``."""
+
+    def load_expired(
+        self, now_ms: int, after: tuple[int, int] | None, limit: int
+    ) -> tuple[Sequence[StoredMessage], int | None]:
+        """See ``Store.load_expired``: ready messages with ``expires < now_ms`` by (expires, seq)
+        after ``after``, and the earliest expiry not reached yet."""
+
+    def queue_size(self, queue: str) -> tuple[int, int]:
+        """Messages stored for ``queue`` (ready and delivered) and the sum of their body sizes."""
 
     def read_stream(self, name: str, start: int, limit: int) -> Sequence[StreamMessage]:
         """Up to ``limit`` entries of stream ``name`` with offset >= ``start``, in offset

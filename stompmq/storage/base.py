@@ -46,6 +46,9 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 #: Bytes a buffered message costs besides its body: the StoredMessage, its header dict and the
@@ -82,6 +85,8 @@ class StoredMessage:
         "delivered",
         "held",
         "timer",
+        "expires",
+        "deliver_at",
     )
 
     def __init__(
@@ -95,6 +100,8 @@ class StoredMessage:
         ack_timeout: float | None = None,
         redeliveries: int = 0,
         delivered: bool = False,
+        expires: int | None = None,
+        deliver_at: int | None = None,
     ) -> None:
         self.seq = seq
         self.queue = queue
@@ -111,6 +118,11 @@ class StoredMessage:
         # Broker-private, never stored: the ack-timeout deadline of the delivery in flight, so an
         # ACK can cancel it (a message is in flight to at most one subscription at a time).
         self.timer: object = None
+        #: Epoch milliseconds after which the message is never delivered (None: never expires).
+        self.expires = expires
+        #: Epoch milliseconds before which it is not ready (None: ready at once).  A delayed
+        #: message is stored apart (``delayed_messages``) and published anew when due.
+        self.deliver_at = deliver_at
 
     @property
     def order_key(self) -> tuple[int, int]:
@@ -178,6 +190,14 @@ class BindingRecord:
     routing_key: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class QueueRecord:
+    """A declared queue: its options as declared (message-ttl, max-length, overflow ...)."""
+
+    name: str
+    options: dict[str, str]
+
+
 @dataclass(slots=True)
 class Recovery:
     """What a store hands the broker when it opens."""
@@ -186,6 +206,7 @@ class Recovery:
     exchanges: list[ExchangeRecord]
     bindings: list[BindingRecord]
     streams: list[StreamRecord] = field(default_factory=list)  # sorted by name
+    queues: list[QueueRecord] = field(default_factory=list)  # declared queues, sorted by name
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,6 +342,11 @@ class Store(abc.ABC):
         """Delete the stream's entries with offset < ``before`` (retention): a range delete,
         never a scan; pending appends below ``before`` are dropped too."""
 
+    # -- queue declarations, delayed and expired messages ------------------------------------
+    @abc.abstractmethod
+    def save_queue(self, name: str, options: dict[str, str] | None) -> None:
+        """Insert or replace the declaration of queue ``name`` (None: forget it)."""
+
     # -- durability ----------------------------------------------------------
     @property
     @abc.abstractmethod
@@ -354,6 +380,27 @@ class Store(abc.ABC):
         """Up to ``limit`` messages of ``queue`` not delivered, in (priority desc, seq asc)
         order, strictly after the order key ``after`` = ``(-priority, seq)`` (None: from the
         start).  The broker filters out messages it holds in flight itself."""
+
+    async def load_due(self, after: tuple[int, int] | None, limit: int) -> Sequence[StoredMessage]:
+        """Up to ``limit`` delayed messages (any queue) in (deliver_at, seq) order strictly after
+        ``after`` = ``(deliver_at, seq)`` (None: from the start): a range scan of the due-time
+        index.  A store that keeps nothing (memory) returns none: the broker holds them all."""
+        return ()
+
+    async def load_expired(
+        self, now_ms: int, after: tuple[int, int] | None, limit: int
+    ) -> tuple[Sequence[StoredMessage], int | None]:
+        """Up to ``limit`` ready (not delivered) messages whose ``expires`` is before ``now_ms``,
+        in (expires, seq) order strictly after ``after`` (None: from the start), and the earliest
+        expiry not yet reached (None: no stored message can expire): a range of the expiry index,
+        never a scan of a queue.  A store that keeps nothing returns none."""
+        return (), None
+
+    async def queue_size(self, queue: str, snapshot: Callable[[], T]) -> tuple[int, int, T]:
+        """Messages stored for ``queue`` and their body bytes, with ``snapshot()`` called at the
+        instant the answer's view of the buffered writes is fixed (writes buffered before it
+        are counted, later ones are not), so the broker can add what happened since."""
+        return 0, 0, snapshot()
 
     @abc.abstractmethod
     async def queue_names(self, prefix: str) -> list[str]:

@@ -71,6 +71,7 @@ from stompmq.storage.base import (
     StreamMessage,
 )
 from stompmq.storage.groups import (
+    DelayedRow,
     DeleteRow,
     DropBinding,
     DropExchange,
@@ -80,6 +81,7 @@ from stompmq.storage.groups import (
     Release,
     SaveBinding,
     SaveExchange,
+    SaveQueue,
     SaveStream,
     StreamRow,
     StructuralOp,
@@ -291,6 +293,9 @@ class GroupCommitStore(Store):
     def save_stream(self, name: str, options: dict[str, str]) -> None:
         self._add_structural(SaveStream(name, dict(options)))
 
+    def save_queue(self, name: str, options: dict[str, str] | None) -> None:
+        self._add_structural(SaveQueue(name, None if options is None else dict(options)))
+
     def trim_stream(self, name: str, before: int) -> None:
         self._stream_appends = _untrimmed(self._stream_appends, name, before)
         self._add_structural(TrimStream(name, before))
@@ -383,16 +388,25 @@ class GroupCommitStore(Store):
         inserts: list[InsertRow] = []
         updates: list[UpdateRow] = []
         deletes: list[DeleteRow] = []
+        delayed: list[DelayedRow] = []
+        delayed_deletes: list[DeleteRow] = []
         for seq, (kind, m) in ops.items():
+            due = m.deliver_at
             if kind == INSERT:
-                inserts.append(
-                    (seq, m.queue, m.priority, m.headers, m.body, m.delivered, m.ack_timeout,
-                     m.redeliveries, m.timestamp)
-                )
+                if due is None:
+                    inserts.append(
+                        (seq, m.queue, m.priority, m.headers, m.body, m.delivered, m.ack_timeout,
+                         m.redeliveries, m.timestamp, m.expires)
+                    )
+                else:
+                    delayed.append((seq, m.queue, m.priority, m.headers, m.body, m.ack_timeout, m.timestamp,
+                                    m.expires, due))
             elif kind == UPDATE:
                 updates.append((m.delivered, m.redeliveries, m.priority, seq))
-            else:
+            elif due is None:
                 deletes.append((seq,))
+            else:
+                delayed_deletes.append((seq,))
         held = None
         if self.shared:
             held = frozenset(seq for seq, (kind, m) in ops.items() if kind != DELETE and m.held)
@@ -400,7 +414,8 @@ class GroupCommitStore(Store):
             (m.queue, m.offset, m.seq, m.priority, m.timestamp, m.headers, m.body, m.bytes_before)
             for m in appends
         ]
-        return GroupRows(structural, inserts, updates, deletes, self._last_seq, held, stream_rows)
+        return GroupRows(structural, inserts, updates, deletes, self._last_seq, held, stream_rows, delayed,
+                         delayed_deletes)
 
     async def _await_group(self, group: _Group) -> StoreError | None:
         """Wait for ``group`` to commit or fail and account for it; return its error, if any."""
@@ -467,6 +482,19 @@ class GroupCommitStore(Store):
     async def count(self, queue: str) -> int:
         return await self._read(self._backend.count, queue)
 
+    async def load_due(self, after: tuple[int, int] | None, limit: int) -> Sequence[StoredMessage]:
+        return await self._read(self._backend.load_due, after, limit)
+
+    async def load_expired(
+        self, now_ms: int, after: tuple[int, int] | None, limit: int
+    ) -> tuple[Sequence[StoredMessage], int | None]:
+        return await self._read(self._backend.load_expired, now_ms, after, limit)
+
+    async def queue_size(self, queue: str, snapshot: Callable[[], T]) -> tuple[int, int, T]:
+        taken: list[T] = []
+        count, size = await self._read(self._backend.queue_size, queue, before=lambda: taken.append(snapshot()))
+        return count, size, taken[0]
+
     async def count_unacked(self, queue: str) -> int:
         return await self._read(self._backend.count_unacked, queue)
     async def read_stream(self, name: str, start: int, limit: int) -> Sequence[StreamMessage]:
@@ -478,15 +506,19 @@ class GroupCommitStore(Store):
     async def queue_page(self, after: str, limit: int) -> list[QueueCount]:
         return await self._read(self._backend.queue_page, after, limit)
 
-    async def _read(self, fn: Callable[[*Ts], T], *args: *Ts) -> T:
+    async def _read(self, fn: Callable[[*Ts], T], *args: *Ts, before: Callable[[], None] | None = None) -> T:
         """Run a read on the database thread behind every write buffered so far.
 
         A read that cannot see them (their group failed) raises instead of answering
         from a disk that lacks them: a pager would step over the missing messages.
+        ``before`` is called at the instant the read's view is fixed: with no await between it
+        and the submission, every write buffered before it is seen and none after it.
         """
         if self._thread is None:
             raise StoreError(f"{self._backend.name} is not open")
         await self._wait_idle()  # a failed group in flight is pending again afterwards
+        if before is not None:
+            before()
         if not self._has_pending():
             return await self._thread.call(fn, *args)
         group = self._submit_group()

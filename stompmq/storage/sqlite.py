@@ -36,6 +36,7 @@ from stompmq.storage.base import (
     BindingRecord,
     ExchangeRecord,
     QueueCount,
+    QueueRecord,
     Recovery,
     StoredMessage,
     StoreError,
@@ -44,6 +45,7 @@ from stompmq.storage.base import (
 )
 from stompmq.storage.groupcommit import FLUSH_INTERVAL, MAX_BACKLOG_BYTES, MAX_GROUP, GroupCommitStore
 from stompmq.storage.groups import (
+    DelayedRow,
     DropBinding,
     DropExchange,
     GroupRows,
@@ -52,6 +54,7 @@ from stompmq.storage.groups import (
     Release,
     SaveBinding,
     SaveExchange,
+    SaveQueue,
     SaveStream,
     StreamRow,
     StructuralOp,
@@ -77,16 +80,41 @@ _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 _loads = json.JSONDecoder().decode
 
 # An insert as its SQL parameters: InsertRow with the queue id and the headers as JSON.
-InsertParams = tuple[int, int, int, str, bytes, bool, float | None, int, int]
+InsertParams = tuple[int, int, int, str, bytes, bool, float | None, int, int, int | None]
+# A delayed insert as its SQL parameters: DelayedRow with the queue id and the headers as JSON.
+DelayedParams = tuple[int, int, int, str, bytes, float | None, int, int | None, int]
 
 INSERT_SQL = (
     "INSERT OR REPLACE INTO messages (seq, queue_id, priority, headers, body, delivered,"
-    " ack_timeout, redeliveries, timestamp) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " ack_timeout, redeliveries, timestamp, expires) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+DELAYED_INSERT_SQL = (
+    "INSERT OR REPLACE INTO delayed_messages (seq, queue_id, priority, headers, body, ack_timeout,"
+    " timestamp, expires, deliver_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+DELAYED_DELETE_SQL = "DELETE FROM delayed_messages WHERE seq = ?"
+# A range scan of ix_delayed_messages_deliver_at from the key after which the broker has them all.
+DUE_COLUMNS = "d.seq, q.name, d.priority, d.headers, d.body, d.timestamp, d.ack_timeout, d.expires, d.deliver_at"
+DUE_FIRST_SQL = (
+    f"SELECT {DUE_COLUMNS} FROM delayed_messages d JOIN queues q ON q.id = d.queue_id"
+    " ORDER BY d.deliver_at, d.seq LIMIT ?"
+)
+DUE_AFTER_SQL = (
+    f"SELECT {DUE_COLUMNS} FROM delayed_messages d JOIN queues q ON q.id = d.queue_id"
+    " WHERE (d.deliver_at, d.seq) > (?, ?) ORDER BY d.deliver_at, d.seq LIMIT ?"
+)
+# A range scan of the partial ix_messages_expires (expires, seq) after a key.
+EXPIRED_SQL = (
+    "SELECT m.seq, q.name, m.priority, m.headers, m.body, m.timestamp, m.ack_timeout, m.redeliveries, m.expires"
+    " FROM messages m JOIN queues q ON q.id = m.queue_id"
+    " WHERE m.expires IS NOT NULL AND (m.expires, m.seq) > (?, ?) AND m.expires < ? AND m.delivered = 0"
+    " ORDER BY m.expires, m.seq LIMIT ?"
+)
+NEXT_EXPIRY_SQL = "SELECT MIN(expires) FROM messages WHERE expires IS NOT NULL AND expires >= ?"
 # Parameters in the order of groups.UpdateRow.
 UPDATE_SQL = "UPDATE messages SET delivered = ?, redeliveries = ?, priority = ? WHERE seq = ?"
 DELETE_SQL = "DELETE FROM messages WHERE seq = ?"
-READY_COLUMNS = "seq, priority, headers, body, timestamp, ack_timeout, redeliveries"
+READY_COLUMNS = "seq, priority, headers, body, timestamp, ack_timeout, redeliveries, expires"
 # Three range scans of ix_messages_queue_order, none needs a sort: from the start,
 # the rest of the key's priority, then the lower priorities.
 READY_FIRST_SQL = (
@@ -248,9 +276,16 @@ class SQLiteBackend:
                 )
             ]
             streams = self._recover_streams(conn)
+            queues = [
+                QueueRecord(name, _loads(options))
+                for name, options in conn.execute(
+                    "SELECT name, options FROM queues WHERE options IS NOT NULL ORDER BY name"
+                )
+            ]
+            (max_delayed,) = conn.execute("SELECT COALESCE(MAX(seq), 0) FROM delayed_messages").fetchone()
         except sqlite3.Error as exc:
             raise StoreError(f"cannot recover {self.path}: {exc}") from exc
-        return Recovery(max(max_seq, self._stored_last_seq), exchanges, bindings, streams)
+        return Recovery(max(max_seq, max_delayed, self._stored_last_seq), exchanges, bindings, streams, queues)
 
     def _recover_streams(self, conn: sqlite3.Connection) -> list[StreamRecord]:
         """Each stream's options and retained offsets: two ends of its key range, no scan."""
@@ -279,10 +314,14 @@ class SQLiteBackend:
                     self._apply(conn, op, created)
                 if group.deletes:
                     conn.executemany(DELETE_SQL, group.deletes)
+                if group.delayed_deletes:
+                    conn.executemany(DELAYED_DELETE_SQL, group.delayed_deletes)
                 if group.updates:
                     conn.executemany(UPDATE_SQL, group.updates)
                 if group.inserts:
                     conn.executemany(INSERT_SQL, self._insert_params(conn, group.inserts, created))
+                if group.delayed:
+                    conn.executemany(DELAYED_INSERT_SQL, self._delayed_params(conn, group.delayed, created))
                 if group.stream_rows:
                     conn.executemany(STREAM_INSERT_SQL, self._stream_params(conn, group.stream_rows, created))
                 if group.last_seq > self._stored_last_seq:
@@ -325,6 +364,12 @@ class SQLiteBackend:
                 )
             case Release() | TopicMessage():
                 pass  # one broker per SQLite file: nobody else claims rows or hears topics
+            case SaveQueue(name=name, options=options):
+                queue_id = self._make_queue(conn, name, created)
+                conn.execute(
+                    "UPDATE queues SET options = ? WHERE id = ?",
+                    (None if options is None else _dumps(options), queue_id),
+                )
             case SaveStream(name=name, options=options):
                 stream_id = self._make_stream(conn, name, created)
                 conn.execute("UPDATE streams SET options = ? WHERE id = ?", (_dumps(options), stream_id))
@@ -340,8 +385,17 @@ class SQLiteBackend:
     ) -> list[InsertParams]:
         ids = {name: self._make_queue(conn, name, created) for name in {row[1] for row in rows}}
         return [
-            (seq, ids[name], prio, _dumps(hdrs) if hdrs else "{}", body, dlv, ack, redel, ts)
-            for seq, name, prio, hdrs, body, dlv, ack, redel, ts in rows
+            (seq, ids[name], prio, _dumps(hdrs) if hdrs else "{}", body, dlv, ack, redel, ts, exp)
+            for seq, name, prio, hdrs, body, dlv, ack, redel, ts, exp in rows
+        ]
+
+    def _delayed_params(
+        self, conn: sqlite3.Connection, rows: list[DelayedRow], created: list[str]
+    ) -> list[DelayedParams]:
+        ids = {name: self._make_queue(conn, name, created) for name in {row[1] for row in rows}}
+        return [
+            (seq, ids[name], prio, _dumps(hdrs) if hdrs else "{}", body, ack, ts, exp, due)
+            for seq, name, prio, hdrs, body, ack, ts, exp, due in rows
         ]
 
     def _stream_params(
@@ -410,10 +464,46 @@ class SQLiteBackend:
                     ).fetchall()
         return [
             StoredMessage(
-                seq, queue, prio, _loads(hdrs) if hdrs != "{}" else {}, body, ts, ack, redel
+                seq, queue, prio, _loads(hdrs) if hdrs != "{}" else {}, body, ts, ack, redel, expires=exp
             )
-            for seq, prio, hdrs, body, ts, ack, redel in rows
+            for seq, prio, hdrs, body, ts, ack, redel, exp in rows
         ]
+
+    def load_due(self, after: tuple[int, int] | None, limit: int) -> list[StoredMessage]:
+        if limit <= 0:
+            return []
+        with self._reading() as conn:
+            if after is None:
+                rows = conn.execute(DUE_FIRST_SQL, (limit,)).fetchall()
+            else:
+                rows = conn.execute(DUE_AFTER_SQL, (after[0], after[1], limit)).fetchall()
+        return [
+            StoredMessage(seq, name, prio, _loads(hdrs) if hdrs != "{}" else {}, body, ts, ack,
+                          expires=exp, deliver_at=due)
+            for seq, name, prio, hdrs, body, ts, ack, exp, due in rows
+        ]
+
+    def load_expired(
+        self, now_ms: int, after: tuple[int, int] | None, limit: int
+    ) -> tuple[list[StoredMessage], int | None]:
+        start = after if after is not None else (-1, -1)
+        with self._reading() as conn:
+            rows = conn.execute(EXPIRED_SQL, (start[0], start[1], now_ms, limit)).fetchall()
+            (next_expiry,) = conn.execute(NEXT_EXPIRY_SQL, (now_ms,)).fetchone()
+        return [
+            StoredMessage(seq, name, prio, _loads(hdrs) if hdrs != "{}" else {}, body, ts, ack, redel, expires=exp)
+            for seq, name, prio, hdrs, body, ts, ack, redel, exp in rows
+        ], next_expiry
+
+    def queue_size(self, queue: str) -> tuple[int, int]:
+        with self._reading() as conn:
+            queue_id = self._find_queue(conn, queue)
+            if queue_id is None:
+                return 0, 0
+            count, size = conn.execute(
+                "SELECT COUNT(*), COALESCE(SUM(LENGTH(body)), 0) FROM messages WHERE queue_id = ?", (queue_id,)
+            ).fetchone()
+        return int(count), int(size)
 
     def read_stream(self, name: str, start: int, limit: int) -> list[StreamMessage]:
         stream_id = self._stream_ids.get(name)

@@ -34,6 +34,8 @@ PREFETCH_HEADERS = ("prefetch", "activemq.prefetchSize", "prefetch-count")
 _ACK_MODES = {mode.value: mode for mode in AckMode}
 #: Name prefix of the queue of a durable topic subscription (never purged at start).
 DURABLE_QUEUE_PREFIX = "amq.durable."
+#: SUBSCRIBE headers that make the subscription a single active consumer (ActiveMQ, RabbitMQ).
+EXCLUSIVE_HEADERS = ("activemq.exclusive", "x-single-active-consumer")
 #: ActiveMQ's header naming a durable topic subscription (scoped by the CONNECT client-id).
 ACTIVEMQ_SUBSCRIPTION = "activemq.subscriptionName"
 
@@ -63,6 +65,7 @@ class Subscriptions:
             raise ClientError(f"ack header must be auto, client or client-individual, not {headers['ack']!r}")
         prefetch = self._prefetch(headers)
         ack_timeout = seconds(headers, "ack-timeout")
+        exclusive = single_active(headers)
         if dest.kind is Kind.QUEUE:
             queue_name = dest.name
         elif dest.kind is Kind.EXCHANGE:
@@ -86,7 +89,7 @@ class Subscriptions:
             queue.destination = dest.raw  # a durable subscriber sees the topic it subscribed to
         sub = Subscription(sub_id, session, dest.raw, mode, prefetch, ack_timeout, queue)
         session.subscriptions[sub_id] = sub
-        queue.add_subscriber(sub)
+        self.dispatcher.restore(queue, queue.add_subscriber(sub, exclusive))
         self.dispatcher.pump(queue)
 
     def _prefetch(self, headers: dict[str, str]) -> int:
@@ -141,13 +144,19 @@ class Subscriptions:
             self.router.topics.remove(sub.destination[len("/topic/") :], sub)
             self.router.overflow.forget(sub)
             return
-        queue.nsubs -= 1
+        self.dispatcher.restore(queue, queue.remove_subscriber(sub))
         if not queue.nsubs and self.router.drop_private(queue.name):
             # an exchange subscription's queue dies with it, its deliveries still in the outbox too
             self.dispatcher.discard_unsent(sub.session, queue)
             self.dispatcher.purge(queue.name)
         self.dispatcher.pump(queue)
         self.dispatcher.deactivate_if_idle(queue)
+
+
+def single_active(headers: dict[str, str]) -> bool:
+    """Does a SUBSCRIBE ask to be its queue's single active consumer (ActiveMQ's or RabbitMQ's
+    header; either one true is enough)?"""
+    return flag(headers, EXCLUSIVE_HEADERS[0], False) | flag(headers, EXCLUSIVE_HEADERS[1], False)
 
 
 def durable_queue(session: Session, headers: dict[str, str]) -> str | None:

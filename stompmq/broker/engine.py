@@ -59,6 +59,7 @@ from .session import Outbox, Session
 from .streams import STREAM_READ_RETRY, STREAM_RETENTION, Streams, StreamSubscription
 from .stats import QueueStats
 from .subscriptions import Subscriptions
+from .temp_queues import TEMP_DESTINATION
 from .timers import Deadlines
 from .topics import WILDCARD, TopicRouter
 from .transactions import Held, Transactions, requeue_wanted
@@ -211,6 +212,8 @@ class Broker:
             self.subscriptions.drop(sub)
         session.subscriptions.clear()
         self.acks.release_unsent(session)
+        if session.temp_queues:
+            self.router.temps.close(session)
         self.receipts.forget(session)
         self.sessions.pop(session.id, None)
 
@@ -278,6 +281,9 @@ class Broker:
         if kind is Kind.TOPIC and dest.name.endswith(WILDCARD):
             raise ClientError(f"cannot SEND to a wildcard topic {dest.raw!r}")
         priority, ack_timeout = send_options(headers)
+        reply_to = headers.get("reply-to")
+        if reply_to is not None and reply_to.startswith(TEMP_DESTINATION):
+            frame = self.router.temps.rewrite_reply_to(session, frame)
         if "transaction" in headers:
             return self.transactions.hold(session, frame)
         self.router.route(dest, frame, priority, ack_timeout, session)

@@ -77,6 +77,7 @@ class Session:
         "throttled_by",
         "client_id",
         "unsent",
+        "temp_queues",
     )
 
     def __init__(
@@ -97,6 +98,8 @@ class Session:
         # auto-ack deliveries still in the outbox: (outbox.queued at their end, queue, message)
         self.unsent: deque[tuple[int, Queue, StoredMessage]] = deque()
         self.closed = False
+        #: /temp-queue/NAME -> the stored name of this connection's temporary queue (temp_queues.py)
+        self.temp_queues: dict[str, str] | None = None
         #: Set by the server: send ERROR(message, receipt id) and close the connection.
         self.fail: Callable[[str, str | None], None] = lambda message, receipt_id: None
         #: --topic-overflow block: subscribers' outboxes this session's topic messages pushed over

@@ -66,8 +66,10 @@ class Subscriptions:
         prefetch = self._prefetch(headers)
         ack_timeout = seconds(headers, "ack-timeout")
         exclusive = single_active(headers)
-        if dest.kind is Kind.QUEUE:
+        if dest.kind is Kind.QUEUE or dest.kind is Kind.AMQ_QUEUE:
             queue_name = dest.name
+        elif dest.kind is Kind.TEMP_QUEUE:
+            queue_name = self.router.temps.resolve(session, dest.name)
         elif dest.kind is Kind.EXCHANGE:
             queue_name = private_queue_name(dest.name, self.dispatcher.store.node_id, session.id, sub_id)
             self.router.bind_private(dest.name, queue_name, dest.key)
@@ -85,7 +87,7 @@ class Subscriptions:
         else:
             raise ClientError(f"cannot SUBSCRIBE to {dest.raw!r}")
         queue = self.dispatcher.activate(queue_name)
-        if dest.kind is Kind.TOPIC:
+        if dest.kind is Kind.TOPIC or dest.kind is Kind.TEMP_QUEUE:
             queue.destination = dest.raw  # a durable subscriber sees the topic it subscribed to
         sub = Subscription(sub_id, session, dest.raw, mode, prefetch, ack_timeout, queue)
         session.subscriptions[sub_id] = sub

@@ -42,6 +42,7 @@ from typing import Any
 from ..protocol import Frame
 from ..storage.base import BindingRecord, ExchangeRecord, Recovery, Store, StoreError
 from .acks import Acks
+from .browse import BrowseSubscription
 from .config import BrokerConfig
 from .control import Control, Deferred, QueuePage
 from .definitions import apply_definitions
@@ -229,6 +230,8 @@ class Broker:
             queue = sub.queue
             if isinstance(sub, StreamSubscription):
                 self.streams.pump(sub)
+            elif isinstance(sub, BrowseSubscription):
+                self.subscriptions.browsers.pump(sub)
             elif queue is not None and sub.active:
                 queue.make_ready(sub)
                 self.dispatcher.pump(queue)

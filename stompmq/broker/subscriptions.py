@@ -18,6 +18,7 @@ header deletes it.  Ending a subscription requeues what it held unacked.
 from __future__ import annotations
 
 from .acks import Acks
+from .browse import BROWSER_HEADER, Browsers, BrowseSubscription
 from .config import BrokerConfig
 from .destinations import Destination, Kind
 from .dispatch import Dispatcher
@@ -49,6 +50,7 @@ class Subscriptions:
         self.acks = acks
         self.router = router
         self.config = config
+        self.browsers = Browsers(dispatcher)
 
     def subscribe(self, session: Session, dest: Destination, headers: dict[str, str]) -> None:
         sub_id = headers.get("id")
@@ -66,10 +68,13 @@ class Subscriptions:
         prefetch = self._prefetch(headers)
         ack_timeout = seconds(headers, "ack-timeout")
         exclusive = single_active(headers)
+        browser = flag(headers, BROWSER_HEADER, False)
         if dest.kind is Kind.QUEUE or dest.kind is Kind.AMQ_QUEUE:
             queue_name = dest.name
         elif dest.kind is Kind.TEMP_QUEUE:
             queue_name = self.router.temps.resolve(session, dest.name)
+        elif browser:
+            raise ClientError(f"browser:true needs a queue destination, not {dest.raw!r}")
         elif dest.kind is Kind.EXCHANGE:
             queue_name = private_queue_name(dest.name, self.dispatcher.store.node_id, session.id, sub_id)
             self.router.bind_private(dest.name, queue_name, dest.key)
@@ -86,6 +91,9 @@ class Subscriptions:
             return
         else:
             raise ClientError(f"cannot SUBSCRIBE to {dest.raw!r}")
+        if browser:
+            self.browsers.subscribe(session, sub_id, dest.raw, queue_name)
+            return
         queue = self.dispatcher.activate(queue_name)
         if dest.kind is Kind.TOPIC or dest.kind is Kind.TEMP_QUEUE:
             queue.destination = dest.raw  # a durable subscriber sees the topic it subscribed to
@@ -141,6 +149,9 @@ class Subscriptions:
         queue = sub.queue
         if isinstance(sub, StreamSubscription):
             self.streams.remove(sub)
+            return
+        if isinstance(sub, BrowseSubscription):
+            self.browsers.remove(sub)
             return
         if queue is None:
             self.router.topics.remove(sub.destination[len("/topic/") :], sub)

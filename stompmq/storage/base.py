@@ -355,6 +355,13 @@ class Store(abc.ABC):
         order, strictly after the order key ``after`` = ``(-priority, seq)`` (None: from the
         start).  The broker filters out messages it holds in flight itself."""
 
+    async def browse(
+        self, queue: str, after: tuple[int, int] | None, limit: int
+    ) -> Sequence[StoredMessage]:
+        """Like ``load_ready`` but claiming nothing: what a browsing subscriber is shown.  The
+        default suits a store of one broker, whose ``load_ready`` claims nothing either."""
+        return await self.load_ready(queue, after, limit)
+
     @abc.abstractmethod
     async def queue_names(self, prefix: str) -> list[str]:
         """Names of the queues the store knows that start with ``prefix`` (cold path: start-up)."""

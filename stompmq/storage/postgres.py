@@ -141,6 +141,11 @@ CLAIM_SQL = (
     " UPDATE messages AS m SET owner = %(me)s FROM picked WHERE m.seq = picked.seq RETURNING "
     + ", ".join("m." + c for c in READY_COLUMNS)
 )
+#: Ready messages of a queue whoever holds them, claiming none (a browsing subscriber's page).
+BROWSE_SQL = (
+    "SELECT " + ", ".join(READY_COLUMNS) + " FROM messages WHERE queue_id = %(q)s AND {after} AND NOT delivered"
+    " ORDER BY priority DESC, seq LIMIT %(limit)s"
+)
 STREAM_COPY_SQL = (
     "COPY stream_messages (stream_id, position, seq, priority, timestamp, headers, body, bytes_before)"
     " FROM STDIN (FORMAT BINARY)"
@@ -569,6 +574,27 @@ class PostgresBackend:
             messages.append(msg)
         return messages
 
+    def browse(self, queue: str, after: tuple[int, int] | None, limit: int) -> Sequence[StoredMessage]:
+        """Up to ``limit`` ready messages of ``queue`` after ``after``, whichever broker holds them."""
+        try:
+            with self._connection().cursor() as cur:
+                queue_id = self._queue_id(cur, queue, create=False)
+                if queue_id is None or limit <= 0:
+                    return []
+                params: dict[str, Any] = {"q": queue_id, "limit": limit}
+                if after is None:
+                    query = BROWSE_SQL.format(after=AFTER_NOTHING)
+                else:
+                    params["p"], params["s"] = -after[0], after[1]
+                    query = BROWSE_SQL.format(after=AFTER_KEY)
+                rows = cur.execute(query, params).fetchall()
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot read {self.name}: {_one_line(exc)}") from None
+        return [
+            StoredMessage(seq, queue, prio, _loads(hdrs) if hdrs != "{}" else {}, bytes(body), ts, ack, redel)
+            for seq, prio, hdrs, body, ts, ack, redel in rows
+        ]
+
     def read_stream(self, name: str, start: int, limit: int) -> list[StreamMessage]:
         if limit <= 0:
             return []
@@ -718,6 +744,9 @@ class PostgresStore(GroupCommitStore):
     @property
     def node_id(self) -> str:
         return self._pg.broker_id
+
+    async def browse(self, queue: str, after: tuple[int, int] | None, limit: int) -> Sequence[StoredMessage]:
+        return await self._read(self._pg.browse, queue, after, limit)
 
     async def open(self) -> Recovery:
         recovery = await super().open()

@@ -78,6 +78,8 @@ class Session:
         "client_id",
         "unsent",
         "temp_queues",
+        "waiting",
+        "ungated",
     )
 
     def __init__(
@@ -100,6 +102,11 @@ class Session:
         self.closed = False
         #: /temp-queue/NAME -> the stored name of this connection's temporary queue (temp_queues.py)
         self.temp_queues: dict[str, str] | None = None
+        #: Frames that wait while the engine reads the store before it can handle the first of
+        #: them (whether an /amq/queue/ exists); None when frames are handled as they come.
+        self.waiting: deque[Frame] | None = None
+        #: Set by the server: called when ``waiting`` was handled, to read the connection again.
+        self.ungated: Callable[[], None] = lambda: None
         #: Set by the server: send ERROR(message, receipt id) and close the connection.
         self.fail: Callable[[str, str | None], None] = lambda message, receipt_id: None
         #: --topic-overflow block: subscribers' outboxes this session's topic messages pushed over

@@ -637,6 +637,13 @@ class PostgresBackend:
             raise StoreError(f"cannot read {self.name}: {_one_line(exc)}") from None
         return [name for (name,) in rows]
 
+    def queue_exists(self, name: str) -> bool:
+        try:
+            with self._connection().cursor() as cur:
+                return self._queue_id(cur, name, create=False) is not None
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot read {self.name}: {_one_line(exc)}") from None
+
     def queue_page(self, after: str, limit: int) -> list[QueueCount]:
         try:
             rows = self._connection().execute(

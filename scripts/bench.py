@@ -1023,29 +1023,21 @@ def run_throughput(args, stats: BrokerStats) -> dict:
         out["received"] = c["received"]
         if sc == "receipts":
             out["window"] = args.window
-    elif sc == "groups":
+    elif sc in ("fanout", "groups"):  # several consumers: from the first one's start to the last one's end
         t0s = [c["t0"] for c in cons if c["t0"] is not None]
         tls = [c["t_last"] for c in cons if c["t_last"] is not None]
         el = max(tls) - min(t0s) if t0s and tls else 0
         measured = sum(c["measured"] for c in cons)
         out["subscribers"] = subs
-        out["groups"] = args.groups
         out["rate"] = round(measured / el, 1) if el > 0 else None
+        if sc == "fanout":
+            out["rate_unit"] = "deliveries/s"
+            out["deliveries"] = measured
+            out["lost"] = subs * total - sum(c["received"] for c in cons)
+        else:
+            out["groups"] = args.groups
+            out["received"] = sum(c["received"] for c in cons)
         out["per_subscriber"] = [c["received"] for c in cons]
-        out["received"] = sum(c["received"] for c in cons)
-        out["out_of_order"] = sum(c["out_of_order"] for c in cons)
-        out["elapsed_s"] = round(el, 3)
-    elif sc == "fanout":
-        t0s = [c["t0"] for c in cons if c["t0"] is not None]
-        tls = [c["t_last"] for c in cons if c["t_last"] is not None]
-        el = max(tls) - min(t0s) if t0s and tls else 0
-        deliveries = sum(c["measured"] for c in cons)
-        out["subscribers"] = subs
-        out["rate"] = round(deliveries / el, 1) if el > 0 else None
-        out["rate_unit"] = "deliveries/s"
-        out["deliveries"] = deliveries
-        out["per_subscriber"] = [c["received"] for c in cons]
-        out["lost"] = subs * total - sum(c["received"] for c in cons)
         out["out_of_order"] = sum(c["out_of_order"] for c in cons)
         out["elapsed_s"] = round(el, 3)
     else:  # latency

@@ -78,7 +78,7 @@ class TempQueues:
         if queue in self.owners or (node and not token.startswith(node + ".")):
             return queue  # live here, or another broker's on a shared store: stored for it
         self.dropped += 1
-        log.debug("reply queue %s is gone: message dropped (%d so far)", token, self.dropped)
+        log.info("reply queue %s is gone: message dropped (%d so far)", token, self.dropped)
         return None
 
     def close(self, session: Session) -> None:

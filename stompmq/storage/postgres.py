@@ -551,45 +551,35 @@ class PostgresBackend:
     # -- reads -----------------------------------------------------------------------------------
     def load_ready(self, queue: str, after: tuple[int, int] | None, limit: int) -> Sequence[StoredMessage]:
         """Claim up to ``limit`` free ready messages of ``queue`` after ``after`` for this broker."""
+        messages = self._ready(CLAIM_SQL, {"me": self.broker_id}, queue, after, limit)
+        for msg in messages:
+            msg.held = True  # claimed for this broker by this read
+        return messages
+
+    def browse(self, queue: str, after: tuple[int, int] | None, limit: int) -> Sequence[StoredMessage]:
+        """Up to ``limit`` ready messages of ``queue`` after ``after``, whichever broker holds them."""
+        return self._ready(BROWSE_SQL, {}, queue, after, limit)
+
+    def _ready(self, sql: str, params: dict[str, Any], queue: str, after: tuple[int, int] | None,
+               limit: int) -> list[StoredMessage]:
+        """Ready rows of ``queue`` after ``after`` in delivery order, read by ``sql`` (CLAIM_SQL or
+        BROWSE_SQL, formatted with the ``after`` condition) in one transaction."""
         conn = self._connection()
         try:
             with conn.transaction(), conn.cursor() as cur:
                 queue_id = self._queue_id(cur, queue, create=False)
                 if queue_id is None or limit <= 0:
                     return []
-                params: dict[str, Any] = {"q": queue_id, "me": self.broker_id, "limit": limit}
+                params = {**params, "q": queue_id, "limit": limit}
                 if after is None:
-                    query = CLAIM_SQL.format(after=AFTER_NOTHING)
+                    query = sql.format(after=AFTER_NOTHING)
                 else:
                     params["p"], params["s"] = -after[0], after[1]
-                    query = CLAIM_SQL.format(after=AFTER_KEY)
+                    query = sql.format(after=AFTER_KEY)
                 rows = cur.execute(query, params).fetchall()
         except psycopg.Error as exc:
             raise StoreError(f"cannot read {self.name}: {_one_line(exc)}") from None
-        rows.sort(key=lambda r: (-r[1], r[0]))
-        messages = []
-        for seq, prio, hdrs, body, ts, ack, redel in rows:
-            msg = StoredMessage(seq, queue, prio, _loads(hdrs) if hdrs != "{}" else {}, bytes(body), ts, ack, redel)
-            msg.held = True  # claimed for this broker by this read
-            messages.append(msg)
-        return messages
-
-    def browse(self, queue: str, after: tuple[int, int] | None, limit: int) -> Sequence[StoredMessage]:
-        """Up to ``limit`` ready messages of ``queue`` after ``after``, whichever broker holds them."""
-        try:
-            with self._connection().cursor() as cur:
-                queue_id = self._queue_id(cur, queue, create=False)
-                if queue_id is None or limit <= 0:
-                    return []
-                params: dict[str, Any] = {"q": queue_id, "limit": limit}
-                if after is None:
-                    query = BROWSE_SQL.format(after=AFTER_NOTHING)
-                else:
-                    params["p"], params["s"] = -after[0], after[1]
-                    query = BROWSE_SQL.format(after=AFTER_KEY)
-                rows = cur.execute(query, params).fetchall()
-        except psycopg.Error as exc:
-            raise StoreError(f"cannot read {self.name}: {_one_line(exc)}") from None
+        rows.sort(key=lambda r: (-r[1], r[0]))  # UPDATE ... RETURNING keeps no order
         return [
             StoredMessage(seq, queue, prio, _loads(hdrs) if hdrs != "{}" else {}, bytes(body), ts, ack, redel)
             for seq, prio, hdrs, body, ts, ack, redel in rows

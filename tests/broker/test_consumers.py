@@ -41,13 +41,19 @@ def ack_all(broker: Broker, session: object, frames: list[Frame]) -> None:
 EXCLUSIVE = {"activemq.exclusive": "true"}
 
 
-@pytest.mark.parametrize("header", ["activemq.exclusive", "x-single-active-consumer"])
-def test_only_the_oldest_exclusive_subscriber_receives(header: str) -> None:
+def two_subscribers(prefetch_a: str = "100", prefetch_b: str = "100", **headers: str):
+    """A broker on the memory store with sessions a and b, each subscribed to /queue/q."""
     broker = Broker(MemoryStore())
     a, out_a = connect(broker, "a")
     b, out_b = connect(broker, "b")
-    subscribe(broker, a, **{header: "TRUE"})
-    subscribe(broker, b, **{header: "true"})
+    subscribe(broker, a, prefetch=prefetch_a, **headers)
+    subscribe(broker, b, prefetch=prefetch_b, **headers)
+    return broker, a, out_a, b, out_b
+
+
+@pytest.mark.parametrize("header", ["activemq.exclusive", "x-single-active-consumer"])
+def test_only_the_oldest_exclusive_subscriber_receives(header: str) -> None:
+    broker, a, out_a, b, out_b = two_subscribers(**{header: "TRUE"})
     for i in range(5):
         send(broker, b, str(i))
     assert bodies(out_a) == ["0", "1", "2", "3", "4"]
@@ -95,11 +101,7 @@ def test_a_bad_exclusive_value_is_an_error_naming_the_header() -> None:
 
 
 def test_a_group_stays_with_one_subscriber_while_it_has_messages_in_flight() -> None:
-    broker = Broker(MemoryStore())
-    a, out_a = connect(broker, "a")
-    b, out_b = connect(broker, "b")
-    subscribe(broker, a)
-    subscribe(broker, b)
+    broker, a, out_a, b, out_b = two_subscribers()
     for i in range(4):
         send(broker, a, f"g{i}", JMSXGroupID="g")
         send(broker, a, f"h{i}", group="h")
@@ -108,11 +110,7 @@ def test_a_group_stays_with_one_subscriber_while_it_has_messages_in_flight() -> 
 
 
 def test_a_group_parked_behind_a_full_owner_lets_other_groups_pass_and_keeps_its_order() -> None:
-    broker = Broker(MemoryStore())
-    a, out_a = connect(broker, "a")
-    b, out_b = connect(broker, "b")
-    subscribe(broker, a, prefetch="1")
-    subscribe(broker, b, prefetch="10")
+    broker, a, out_a, b, out_b = two_subscribers("1", "10")
     send(broker, a, "g0", group="g")  # a owns g, and is full
     send(broker, a, "g1", group="g")  # parked for a
     send(broker, a, "x0")  # ungrouped: to b
@@ -128,16 +126,12 @@ def test_a_group_parked_behind_a_full_owner_lets_other_groups_pass_and_keeps_its
 
 
 def test_a_group_moves_when_it_has_nothing_in_flight() -> None:
-    broker = Broker(MemoryStore())
-    a, out_a = connect(broker, "a")
-    b, out_b = connect(broker, "b")
-    subscribe(broker, a)
-    subscribe(broker, b)
+    broker, a, out_a, b, out_b = two_subscribers()
     send(broker, a, "g0", group="g")
     ack_all(broker, a, out_a.take("MESSAGE"))
     assert not broker.queues["q"].groups  # the map holds only groups with messages in flight
-    send(broker, a, "x")  # to b (round-robin), so the next g message starts at a again... or b
-    send(broker, a, "g1", group="g")
+    send(broker, a, "x")  # to b: the round-robin moves on
+    send(broker, a, "g1", group="g")  # g is free: it goes where the round-robin stands (a)
     assert bodies(out_b) == ["x"]
     assert bodies(out_a) == ["g1"]
 

@@ -76,7 +76,7 @@ class Browsers:
         if not store.durable:  # every message is in memory: copy the window (and parked ones)
             queue = dispatcher.queues.get(queue_name)
             if queue is not None:
-                parked = [msg for waiting in queue.parked.values() for msg in waiting]
+                parked = [msg for waiting in (queue.parked or {}).values() for msg in waiting]
                 sub.rows.extend(sorted(queue.window.messages() + parked, key=_order_key))
             sub.exhausted = True
         session.subscriptions[sub_id] = sub

@@ -86,9 +86,10 @@ class Queue:
         # seq -> subscription whose ack timeout expired for it: another one gets it if it can
         self.avoid: dict[int, Subscription] | None = None
         self.stats = stats if stats is not None else QueueStats()
-        self.exclusive: list[Subscription] = []  # single-active subscriptions, oldest first
-        self.groups: dict[str, Group] = {}  # only groups with messages parked or in flight
-        self.parked: dict[Subscription, deque[StoredMessage]] = {}  # per owner, in order
+        # Made on first use (None until then): an active queue of a million costs no more.
+        self.exclusive: list[Subscription] | None = None  # single-active subscriptions, oldest first
+        self.groups: dict[str, Group] | None = None  # only groups with messages parked or in flight
+        self.parked: dict[Subscription, deque[StoredMessage]] | None = None  # per owner, in order
         self.nparked = 0
 
     @property
@@ -112,13 +113,17 @@ class Queue:
         self.make_ready(sub)
         if not exclusive:
             return []
+        if self.exclusive is None:
+            self.exclusive = []
         self.exclusive.append(sub)
         return self.take_parked()
 
     def take_parked(self) -> list[StoredMessage]:
         """Every parked message (their groups' counts drop), for the window or a purge."""
+        if not self.parked:
+            return []
         taken = [msg for waiting in self.parked.values() for msg in waiting]
-        self.parked.clear()
+        self.parked = None
         self.nparked = 0
         if self.groups:
             for msg in taken:
@@ -129,12 +134,13 @@ class Queue:
         """``sub`` left: forget it, free its groups, and return its parked messages (in order)
         for the caller to put back into the window."""
         self.nsubs -= 1
-        if sub in self.exclusive:
+        if self.exclusive and sub in self.exclusive:
             self.exclusive.remove(sub)
-        parked = self.parked.pop(sub, None)
-        if self.groups:
-            for name in [name for name, group in self.groups.items() if group.owner is sub]:
-                del self.groups[name]
+        groups = self.groups
+        if groups:
+            for name in [name for name, group in groups.items() if group.owner is sub]:
+                del groups[name]
+        parked = self.parked.pop(sub, None) if self.parked else None
         if parked is None:
             return []
         self.nparked -= len(parked)
@@ -160,7 +166,6 @@ class Queue:
         if self.parked:
             yield from self._unpark()
         ready_subs = self.ready_subs
-        groups = self.groups
         while window.size and ready_subs:
             sub = ready_subs[0]
             if not sub.active or not sub.has_room():
@@ -172,12 +177,15 @@ class Queue:
                 continue
             name = group_of(window.peek())
             if name is not None:
+                groups = self.groups
+                if groups is None:
+                    groups = self.groups = {}
                 group = groups.get(name)
                 if group is None:
                     group = groups[name] = Group(sub)
                 elif group.owner is not sub:
                     owner = group.owner
-                    if owner not in self.parked and owner.has_room():
+                    if not (self.parked and owner in self.parked) and owner.has_room():
                         group.count += 1
                         yield owner, window.pop()
                     elif not self._park(owner, group):
@@ -194,6 +202,8 @@ class Queue:
         capacity = self.window.capacity
         if capacity is not None and self.nparked >= capacity:
             return False
+        if self.parked is None:
+            self.parked = {}
         parked = self.parked.get(owner)
         if parked is None:
             parked = self.parked[owner] = deque()
@@ -205,16 +215,18 @@ class Queue:
     def settled(self, msg: StoredMessage) -> None:
         """A delivery of a grouped message settled: its group may move on once none is left."""
         name = group_of(msg)
-        if name is not None:
-            group = self.groups.get(name)
+        groups = self.groups
+        if name is not None and groups is not None:
+            group = groups.get(name)
             if group is not None:
                 group.count -= 1
                 if group.count <= 0:
-                    del self.groups[name]
+                    del groups[name]
 
     def _unpark(self) -> Iterator[tuple[Subscription, StoredMessage]]:
         """Parked messages to their owners while they have room, oldest first."""
         parked = self.parked
+        assert parked is not None
         for owner in list(parked):
             waiting = parked[owner]
             while waiting and owner.active and owner.has_room():

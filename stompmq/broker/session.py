@@ -48,6 +48,10 @@ class Outbox(Protocol):
         """Bytes ever written to this outbox (the sent count is compared with it)."""
 
 
+def _nothing() -> None:
+    """The default of callbacks the server sets (one shared function, not one per session)."""
+
+
 class PendingReceipt:
     """A RECEIPT waiting for the store to commit ``ticket`` (or, unanswered, for a read)."""
 
@@ -106,7 +110,7 @@ class Session:
         #: them (whether an /amq/queue/ exists); None when frames are handled as they come.
         self.waiting: deque[Frame] | None = None
         #: Set by the server: called when ``waiting`` was handled, to read the connection again.
-        self.ungated: Callable[[], None] = lambda: None
+        self.ungated: Callable[[], None] = _nothing
         #: Set by the server: send ERROR(message, receipt id) and close the connection.
         self.fail: Callable[[str, str | None], None] = lambda message, receipt_id: None
         #: --topic-overflow block: subscribers' outboxes this session's topic messages pushed over

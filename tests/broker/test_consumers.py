@@ -191,3 +191,34 @@ def test_parking_is_bounded_by_the_window_and_pages_resume() -> None:
         run_reads(broker)
     # a acked as it went: every message of g reached a, in order
     assert got == [f"g{i}" for i in range(30)]
+
+
+def test_a_browse_pages_through_the_store_as_the_outbox_makes_room() -> None:
+    from stompmq.broker import BrokerConfig
+    from stompmq.broker.browse import FIRST_PAGE
+
+    from .fakes import complete
+
+    store = DictStore()
+    broker = Broker(store, BrokerConfig(window=4))
+    producer, _ = connect(broker, "p")
+    for i in range(40):
+        send(broker, producer, f"m{i:02}")
+    browser, outbox = connect(broker, "b")
+    outbox.room = False  # a full socket: nothing is read while nothing can be written
+    handle(broker, browser, "SUBSCRIBE", id="b", destination="/queue/q", browser="true")
+    assert run_reads(broker) == 0 and outbox.take() == []
+    outbox.room = True
+    broker.resume(browser)  # type: ignore[arg-type]
+    read = broker.take_read()
+    assert read is not None
+    read.done(complete(read.fetch(store)))  # one page: written, and only then the next is asked for
+    assert len(outbox.take("MESSAGE")) == FIRST_PAGE and len(broker.reads.pending) == 1
+    run_reads(broker)
+    frames = outbox.take("MESSAGE")
+    assert [f.body.decode() for f in frames[:-1]] == [f"m{i:02}" for i in range(FIRST_PAGE, 40)]
+    assert frames[-1].headers["browser"] == "end" and frames[-1].body == b""
+    assert all("ack" not in f.headers for f in frames)
+    assert len(store.rows) == 40  # nothing consumed
+    send(broker, producer, "later")
+    assert outbox.take() == []  # a browse never gets new messages

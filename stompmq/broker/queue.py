@@ -94,8 +94,8 @@ class Queue:
 
     @property
     def size(self) -> int:
-        """Ready messages in memory."""
-        return self.window.size
+        """Ready messages in memory (in the window, or parked for their group's owner)."""
+        return self.window.size + self.nparked
 
     @property
     def idle(self) -> bool:

@@ -222,3 +222,14 @@ def test_a_browse_pages_through_the_store_as_the_outbox_makes_room() -> None:
     assert len(store.rows) == 40  # nothing consumed
     send(broker, producer, "later")
     assert outbox.take() == []  # a browse never gets new messages
+
+
+def test_parked_messages_count_as_ready() -> None:
+    broker, _, _, b, out_b = two_subscribers("1", "10")
+    for i in range(3):
+        send(broker, b, f"g{i}", group="g")  # g0 to a (full), g1 and g2 parked for it
+    assert broker.queues["q"].nparked == 2
+    control = Frame("SEND", {"destination": "/control/count-msgs/queue/q", "receipt": "c"})
+    broker.handle(b, control)  # type: ignore[arg-type]
+    (receipt,) = out_b.take("RECEIPT")
+    assert (receipt.headers["num-messages"], receipt.headers["num-ready"]) == ("3", "2")

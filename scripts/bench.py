@@ -30,6 +30,10 @@ Scenarios (``--scenario``):
              (auto ack, or --ack client-individual with --prefetch) and report msg/s.
   exchange   stompmq only: 1 producer -> consistent-hash exchange over --exchange-queues
              queues (routing keys cycled over --keys) -> 1 consumer subscribed to all of them
+  groups     1 producer -> 1 queue -> --subscribers competing consumers (ack:client-individual,
+             --prefetch, default 1000); messages cycle JMSXGroupID over --groups groups (0: no
+             header, the plain-queue baseline).  Reports msg/s over all consumers and counts
+             messages seen out of order within a group (must be 0).
   idle       open --connections-idle N connections (CONNECT / CONNECTED), hold them for
              --duration seconds, close them; prints how many were opened.  With
              --broker-pid the broker's RSS is sampled before, while holding and after.
@@ -592,7 +596,7 @@ def producer(args, dest: str, go, done, mode: str, total: int, warmup: int):
         raise BenchError("producer: timed out waiting for the consumers to be ready")
     res = {"role": "producer"}
     batch = args.batch
-    if mode in ("plain", "seq", "keys"):
+    if mode in ("plain", "seq", "keys", "groups"):
         if mode == "keys":
             # an exchange: cycle the routing key over --keys values so every bound queue gets traffic
             body = make_body(args.body_size)
@@ -626,11 +630,12 @@ def producer(args, dest: str, go, done, mode: str, total: int, warmup: int):
                 if k < hi:
                     yield frame * (hi - k)
 
-        else:
+        else:  # seq, groups: the body carries the sequence number; groups add JMSXGroupID
             frames = []
             for i in range(total):
                 body = make_body(args.body_size, seq=i)
-                frames.append(prefix + b"content-length:%d\n\n" % len(body) + body + b"\0")
+                group = b"JMSXGroupID:g%d\n" % (i % args.groups) if mode == "groups" and args.groups else b""
+                frames.append(prefix + group + b"content-length:%d\n\n" % len(body) + body + b"\0")
 
             def chunks(lo, hi):
                 for k in range(lo, hi, batch):
@@ -722,11 +727,13 @@ def producer(args, dest: str, go, done, mode: str, total: int, warmup: int):
 
 
 def consumer(args, dest: str, idx: int, ready_q, done, mode: str, total: int, warmup: int,
-             ack: str, prefetch, retry_until=None):
+             ack: str, prefetch, retry_until=None, shared=None):
     """mode: 'count' (stop after total), 'seq' (fanout: stop on total or producer done +
-    --settle idle), 'latency' (bodies carry timestamps)."""
+    --settle idle), 'latency' (bodies carry timestamps), 'shared' (competing consumers of one
+    queue: stop when ``shared``, the count over all of them, reaches total; checks the order
+    within each of --groups groups)."""
     set_affinity(args.affinity)
-    want_body = mode in ("seq", "latency")
+    want_body = mode in ("seq", "latency", "shared")
     sub_id = str(idx)
     while True:
         try:
@@ -752,11 +759,15 @@ def consumer(args, dest: str, idx: int, ready_q, done, mode: str, total: int, wa
     short_to = min(0.5, args.timeout)
     sock.settimeout(short_to)
     last_data = time.monotonic()
-    while received < total:
+    group_last: dict[int, int] = {}  # shared: the last seq seen per group
+    while received < total if shared is None else shared.value < total:
         try:
             frames = reader.read()
         except socket.timeout:
             now = time.monotonic()
+            if shared is not None:
+                last_data = now  # another consumer may be the one receiving
+                continue
             if mode != "count" and done.is_set() and now - last_data >= args.settle:
                 break
             if now - last_data >= args.timeout:
@@ -780,6 +791,16 @@ def consumer(args, dest: str, idx: int, ready_q, done, mode: str, total: int, wa
                     t0 = now
                 continue
             seq = int(body[:10])
+            if mode == "shared":
+                group = seq % args.groups if args.groups else 0
+                if args.groups and group_last.get(group, -1) > seq:
+                    out_of_order += 1
+                group_last[group] = seq
+                if seq >= warmup:
+                    if t0 is None:
+                        t0 = now
+                    measured += 1
+                continue
             if seq < seen_max:
                 out_of_order += 1
             seen_max = max(seen_max, seq)
@@ -795,6 +816,10 @@ def consumer(args, dest: str, idx: int, ready_q, done, mode: str, total: int, wa
             t_last = now
         if acks:
             conn.send(b"".join(acks))
+        if shared is not None:
+            sock.settimeout(short_to)  # conn.send set the long one: notice the others finishing
+            with shared.get_lock():
+                shared.value += sum(1 for f in frames if f[0] == b"MESSAGE")
     if mode == "count":
         measured = received - warmup if warmup else received - 1
     conn.disconnect()
@@ -938,6 +963,10 @@ def run_throughput(args, stats: BrokerStats) -> dict:
     elif sc == "exchange":
         ack = args.ack or "auto"
         pmode = "keys"
+    elif sc == "groups":
+        ack = args.ack or "client-individual"
+        pmode = "groups"
+        subs = args.subscribers
     else:  # latency
         ack = args.ack or "auto"
         pmode = "paced"
@@ -950,14 +979,16 @@ def run_throughput(args, stats: BrokerStats) -> dict:
     consumer_dest = dest
     if sc == "exchange":
         dest, consumer_dest = declare_exchange(args)
-    cmode = {"fanout": "seq", "latency": "latency"}.get(sc, "count")
+    cmode = {"fanout": "seq", "latency": "latency", "groups": "shared"}.get(sc, "count")
     if sc == "latency":
         cmode = "latency"
     R = Runner(args)
     go = R.ctx.Event()
     done = R.ctx.Event()
+    shared = R.ctx.Value("q", 0) if sc == "groups" else None
     for i in range(subs):
-        R.start(consumer, args, consumer_dest, i, R.ready_q, done, cmode, total, warmup, ack, prefetch)
+        R.start(consumer, args, consumer_dest, i, R.ready_q, done, cmode, total, warmup, ack, prefetch, None,
+                shared)
     R.wait_ready(subs)
     R.start(producer, args, dest, go, done, pmode, total, warmup)
     cpu0, w0 = stats.cpu(), time.monotonic()
@@ -992,17 +1023,21 @@ def run_throughput(args, stats: BrokerStats) -> dict:
         out["received"] = c["received"]
         if sc == "receipts":
             out["window"] = args.window
-    elif sc == "fanout":
+    elif sc in ("fanout", "groups"):  # several consumers: from the first one's start to the last one's end
         t0s = [c["t0"] for c in cons if c["t0"] is not None]
         tls = [c["t_last"] for c in cons if c["t_last"] is not None]
         el = max(tls) - min(t0s) if t0s and tls else 0
-        deliveries = sum(c["measured"] for c in cons)
+        measured = sum(c["measured"] for c in cons)
         out["subscribers"] = subs
-        out["rate"] = round(deliveries / el, 1) if el > 0 else None
-        out["rate_unit"] = "deliveries/s"
-        out["deliveries"] = deliveries
+        out["rate"] = round(measured / el, 1) if el > 0 else None
+        if sc == "fanout":
+            out["rate_unit"] = "deliveries/s"
+            out["deliveries"] = measured
+            out["lost"] = subs * total - sum(c["received"] for c in cons)
+        else:
+            out["groups"] = args.groups
+            out["received"] = sum(c["received"] for c in cons)
         out["per_subscriber"] = [c["received"] for c in cons]
-        out["lost"] = subs * total - sum(c["received"] for c in cons)
         out["out_of_order"] = sum(c["out_of_order"] for c in cons)
         out["elapsed_s"] = round(el, 3)
     else:  # latency
@@ -1195,12 +1230,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     g = p.add_argument_group("workload")
     g.add_argument("--scenario", default="queue",
-                   choices=["queue", "queue-ack", "receipts", "fanout", "latency", "drain", "idle",
+                   choices=["queue", "queue-ack", "receipts", "fanout", "latency", "drain", "idle", "groups",
                             "exchange"],
                    help="what to measure (see above; default %(default)s)")
     g.add_argument("--exchange-queues", type=int, default=10,
                    help="exchange scenario (stompmq only): queues bound to the consistent-hash "
                         "exchange, all consumed by one connection (default %(default)s)")
+    g.add_argument("--groups", type=int, default=1000,
+                   help="groups scenario: messages cycle JMSXGroupID over this many groups (0: no header,"
+                        " a plain queue with competing consumers) (default %(default)s)")
     g.add_argument("--keys", type=int, default=1000,
                    help="exchange scenario: distinct routing keys cycled by the producer "
                         "(default %(default)s)")

@@ -112,8 +112,11 @@ class Acks:
         deliveries = sub.session.deliveries
         if deliveries.get(ack_id) is sub:  # 1.0/1.1 keys may be shared: see target()
             del deliveries[ack_id]
-        if sub.queue is not None:
-            sub.queue.inflight.pop(msg.seq, None)
+        queue = sub.queue
+        if queue is not None:
+            queue.inflight.pop(msg.seq, None)
+            if queue.groups:
+                queue.settled(msg)
         timer = msg.timer
         if timer is not None:
             msg.timer = None

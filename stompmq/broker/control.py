@@ -202,7 +202,7 @@ class Control:
             else:
                 unacked = unacked_here
                 ready = queue.size if queue is not None else 0
-                oldest = queue.window.peek().timestamp if queue is not None and queue.size else None
+                oldest = queue.window.peek().timestamp if queue is not None and queue.window.size else None
             rows.append(QueueRow(name, ready, unacked, queue.nsubs if queue is not None else 0, oldest,
                                  dispatcher.stats.get(name)))
         more = len(page) == limit

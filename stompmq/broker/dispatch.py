@@ -396,6 +396,8 @@ class Dispatcher:
             self.remove(msg)
             inflight = queue.inflight
             inflight.pop(msg.seq, None)
+            if queue.groups:
+                queue.settled(msg)
             if not inflight and not queue.nsubs:
                 self.deactivate_if_idle(queue)
 
@@ -403,6 +405,9 @@ class Dispatcher:
         """Remove the auto-ack deliveries that never reached the socket, oldest first."""
         taken = [(queue, msg) for _, queue, msg in session.unsent if queue.inflight.pop(msg.seq, None) is msg]
         session.unsent.clear()
+        for queue, msg in taken:
+            if queue.groups:
+                queue.settled(msg)
         return taken
 
     def discard_unsent(self, session: Session, queue: Queue) -> None:
@@ -427,6 +432,7 @@ class Dispatcher:
             size.length = size.bytes = 0
         if queue is not None:
             queue.window.clear()
+            queue.take_parked()
             # Store.purge deletes the rows of deliveries in flight too: write them back. The
             # store's contract orders a batch's purges before its inserts (storage/backend.py).
             for msg in queue.inflight.values():
@@ -434,6 +440,14 @@ class Dispatcher:
                 if size is not None:
                     size.length += 1
                     size.bytes += len(msg.body)
+
+    def restore(self, queue: Queue, messages: list[StoredMessage]) -> None:
+        """Parked messages (never delivered) go back into the window, each to its place; one
+        beyond the window's boundary stays in the store only (freed for other brokers)."""
+        for msg in messages:
+            msg.held = queue.window.requeue(msg)
+            if not msg.held:
+                self.store.update(msg)
 
     # -- paging -------------------------------------------------------------------------------
     def _request_page(self, queue: Queue) -> None:

@@ -36,13 +36,17 @@ Who owns what (imports point down this list, never up):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
 from types import MappingProxyType
 from typing import Any
 
 from ..protocol import Frame
 from ..storage.base import BindingRecord, ExchangeRecord, Recovery, Store, StoreError
 from .acks import Acks
+from .browse import BrowseSubscription
 from .config import BrokerConfig
 from .control import Control, Deferred, QueuePage
 from .definitions import apply_definitions
@@ -63,10 +67,12 @@ from .session import Outbox, Session
 from .streams import STREAM_READ_RETRY, STREAM_RETENTION, Streams, StreamSubscription
 from .stats import QueueStats
 from .subscriptions import Subscriptions
+from .temp_queues import TEMP_DESTINATION
 from .timers import Deadlines
 from .topics import WILDCARD, TopicRouter
-from .transactions import Held, Transactions, requeue_wanted
+from .transactions import HELD, Held, Transactions, requeue_wanted
 
+log = logging.getLogger(__name__)
 
 Handler = Callable[[Session, Frame], "Headers | Deferred[Headers] | Held | None"]
 
@@ -231,6 +237,8 @@ class Broker:
             self.subscriptions.drop(sub)
         session.subscriptions.clear()
         self.acks.release_unsent(session)
+        if session.temp_queues:
+            self.router.temps.close(session)
         self.receipts.forget(session)
         self.sessions.pop(session.id, None)
 
@@ -246,6 +254,8 @@ class Broker:
             queue = sub.queue
             if isinstance(sub, StreamSubscription):
                 self.streams.pump(sub)
+            elif isinstance(sub, BrowseSubscription):
+                self.subscriptions.browsers.pump(sub)
             elif queue is not None and sub.active:
                 queue.make_ready(sub)
                 self.dispatcher.pump(queue)
@@ -257,6 +267,9 @@ class Broker:
     # -- frames ---------------------------------------------------------------------------------
     def handle(self, session: Session, frame: Frame) -> None:
         """Apply one client frame; raise ClientError to fail the connection."""
+        if session.waiting is not None:  # an earlier frame waits for a store read: keep the order
+            session.waiting.append(frame)
+            return
         handler = self._handlers.get(frame.command)
         if handler is None:
             raise ClientError(f"unknown command {frame.command!r}")
@@ -295,17 +308,69 @@ class Broker:
         kind = dest.kind
         if kind is Kind.CONTROL:
             return self.control.run(dest.name, frame)
+        if kind is Kind.AMQ_QUEUE and not self._existing_queue(session, frame, dest.name):
+            return HELD
         if kind is Kind.TOPIC and dest.name.endswith(WILDCARD):
             raise ClientError(f"cannot SEND to a wildcard topic {dest.raw!r}")
         options = send_options(headers, self.dispatcher.wall_ms)
+        reply_to = headers.get("reply-to")
+        if reply_to is not None and reply_to.startswith(TEMP_DESTINATION):
+            frame = self.router.temps.rewrite_reply_to(session, frame)
         if "transaction" in headers:
             return self.transactions.hold(session, frame)
         self.router.route(dest, frame, *options, session)
         return None
 
-    def _on_subscribe(self, session: Session, frame: Frame) -> None:
+    def _on_subscribe(self, session: Session, frame: Frame) -> Held | None:
         headers = frame.headers
-        self.subscriptions.subscribe(session, parse_destination(headers.get("destination")), headers)
+        dest = parse_destination(headers.get("destination"))
+        if dest.kind is Kind.AMQ_QUEUE and not self._existing_queue(session, frame, dest.name):
+            return HELD
+        self.subscriptions.subscribe(session, dest, headers)
+        return None
+
+    def _existing_queue(self, session: Session, frame: Frame, name: str) -> bool:
+        """``/amq/queue/NAME`` names an existing queue (RabbitMQ): True when this broker knows
+        it (used since start).  Otherwise the store is asked, and this frame and every later one
+        of the session wait for the answer (``Session.waiting``), so their order holds."""
+        dispatcher = self.dispatcher
+        if name in dispatcher.stats or name in dispatcher.queues:
+            return True
+        if not self.store.durable:
+            raise ClientError(_no_queue(name))
+        session.waiting = deque([frame])
+
+        def fetch(store: Store) -> Awaitable[bool]:
+            return store.queue_exists(name)
+
+        def failed(error: StoreError) -> None:
+            if not session.closed:
+                session.fail(f"store error: {error}", frame.headers.get("receipt"))
+
+        self.reads.submit(StoreRead(fetch, partial(self._checked, session, name), failed))
+        return False
+
+    def _checked(self, session: Session, name: str, exists: bool) -> None:
+        """The store answered whether queue ``name`` exists: handle the frames that waited."""
+        frames, session.waiting = session.waiting, None
+        if session.closed or frames is None:
+            return
+        if not exists:
+            session.fail(_no_queue(name), frames[0].headers.get("receipt"))
+            return
+        self.dispatcher.queue_stats(name)  # known from now on
+        for frame in frames:
+            try:
+                self.handle(session, frame)  # a later frame may wait again: the rest queue behind it
+            except ClientError as e:
+                session.fail(e.message, frame.headers.get("receipt"))
+                return
+            except Exception:
+                log.exception("session %s: internal error handling %s", session.id, frame.command)
+                session.fail("internal error", frame.headers.get("receipt"))
+                return
+        if session.waiting is None:
+            session.ungated()
 
     def _on_unsubscribe(self, session: Session, frame: Frame) -> None:
         self.subscriptions.unsubscribe(session, frame.headers)
@@ -337,4 +402,5 @@ class Broker:
         self._release_receipts(session, self.transactions.abort(session, frame))
 
 
-
+def _no_queue(name: str) -> str:
+    return f"no queue named {name!r} (/amq/queue/NAME names an existing queue; use /queue/NAME to create one)"

@@ -22,6 +22,7 @@ from .policies import QueueFull
 from .send_headers import user_headers
 from .session import AckMode, Session, Subscription
 from .streams import Streams
+from .temp_queues import TempQueues
 from .topics import TopicRouter
 
 #: The ERROR a slow topic subscriber gets under --topic-overflow disconnect.
@@ -44,6 +45,7 @@ class Router:
         self.key_exchanges = {name: KeyExchange(name, kind) for name, kind in BUILT_IN.items()}
         self.amq_topic = self.key_exchanges["amq.topic"]
         self.private: dict[str, str] = {}  # private queue of an exchange subscription -> exchange
+        self.temps = TempQueues(dispatcher)
 
     @property
     def topic_drops(self) -> int:
@@ -85,8 +87,23 @@ class Router:
             self.publish_topic(dest, frame, publisher)
             if self.amq_topic.bindings:
                 self._publish_bound(self.amq_topic, dest.name, frame, priority, ack_timeout, expires, deliver_at)
+        elif kind is Kind.TEMP_QUEUE or kind is Kind.REPLY_QUEUE or kind is Kind.AMQ_QUEUE:
+            queue = self.queue_of(dest, publisher)
+            if queue is not None:
+                self.dispatcher.publish(
+                    queue, user_headers(frame.headers), frame.body, priority, ack_timeout, expires, deliver_at
+                )
         else:
             raise ClientError(f"SEND to {dest.raw!r} is not supported")
+
+    def queue_of(self, dest: Destination, session: Session) -> str | None:
+        """The stored queue a temp-queue, reply-queue or /amq/queue destination names for
+        ``session`` (None: a reply queue that is gone)."""
+        if dest.kind is Kind.TEMP_QUEUE:
+            return self.temps.resolve(session, dest.name)
+        if dest.kind is Kind.REPLY_QUEUE:
+            return self.temps.reply_target(dest.name)
+        return dest.name
 
     def _publish_bound(
         self, exchange: KeyExchange, key: str, frame: Frame, priority: int, ack_timeout: float | None,

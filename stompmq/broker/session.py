@@ -48,6 +48,10 @@ class Outbox(Protocol):
         """Bytes ever written to this outbox (the sent count is compared with it)."""
 
 
+def _nothing() -> None:
+    """The default of callbacks the server sets (one shared function, not one per session)."""
+
+
 class PendingReceipt:
     """A RECEIPT waiting for the store to commit ``ticket`` (or, unanswered, for a read)."""
 
@@ -78,6 +82,9 @@ class Session:
         "topic_lagging",
         "client_id",
         "unsent",
+        "temp_queues",
+        "waiting",
+        "ungated",
     )
 
     def __init__(
@@ -98,6 +105,13 @@ class Session:
         # auto-ack deliveries still in the outbox: (outbox.queued at their end, queue, message)
         self.unsent: deque[tuple[int, Queue, StoredMessage]] = deque()
         self.closed = False
+        #: /temp-queue/NAME -> the stored name of this connection's temporary queue (temp_queues.py)
+        self.temp_queues: dict[str, str] | None = None
+        #: Frames that wait while the engine reads the store before it can handle the first of
+        #: them (whether an /amq/queue/ exists); None when frames are handled as they come.
+        self.waiting: deque[Frame] | None = None
+        #: Set by the server: called when ``waiting`` was handled, to read the connection again.
+        self.ungated: Callable[[], None] = _nothing
         #: Set by the server: send ERROR(message, receipt id) and close the connection.
         self.fail: Callable[[str, str | None], None] = lambda message, receipt_id: None
         #: --topic-overflow block: subscribers' outboxes this session's topic messages pushed over

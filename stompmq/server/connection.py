@@ -200,10 +200,25 @@ class Connection:
                     raise _Close
                 if self.session is None and frame.command in ("CONNECT", "STOMP"):
                     await self._authenticate(frame)
+                if frame.command == "DISCONNECT" and self.session is not None:
+                    await self._wait_for_engine(self.session)  # its RECEIPT follows every frame's
                 self._on_frame(frame)
             session = self.session
-            if session is not None and session.throttled_by:
-                await self._wait_for_subscribers(session)
+            if session is not None:
+                if session.throttled_by:
+                    await self._wait_for_subscribers(session)
+                await self._wait_for_engine(session)
+
+    async def _wait_for_engine(self, session: Session) -> None:
+        """The engine holds this client's frames while it reads the store (``Session.waiting``):
+        read nothing more until it has handled them, so at most one read's frames wait."""
+        if session.waiting is None:
+            return
+        handled = trio.Event()
+        session.ungated = handled.set
+        await handled.wait()
+        if self._errored:
+            raise _Close
 
     async def _wait_for_subscribers(self, session: Session) -> None:
         """--topic-overflow block: this client published topic messages into outboxes that are

@@ -106,6 +106,9 @@ class Backend(Protocol):
     def queue_names(self, prefix: str) -> list[str]:
         """Names of the queues the database knows that start with ``prefix``."""
 
+    def queue_exists(self, name: str) -> bool:
+        """Does queue ``name`` have a row (it was used once and not forgotten)?"""
+
     def queue_page(self, after: str, limit: int) -> list[QueueCount]:
         """See ``Store.queue_page`` (``base.QUEUE_PAGE_SQL`` is the query)."""
 

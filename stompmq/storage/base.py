@@ -402,6 +402,18 @@ class Store(abc.ABC):
         are counted, later ones are not), so the broker can add what happened since."""
         return 0, 0, snapshot()
 
+    async def browse(
+        self, queue: str, after: tuple[int, int] | None, limit: int
+    ) -> Sequence[StoredMessage]:
+        """Like ``load_ready`` but claiming nothing: what a browsing subscriber is shown.  The
+        default suits a store of one broker, whose ``load_ready`` claims nothing either."""
+        return await self.load_ready(queue, after, limit)
+
+    async def queue_exists(self, name: str) -> bool:
+        """Does the store know queue ``name`` (``/amq/queue/NAME`` must name an existing one)?
+        A store that keeps nothing (memory) knows none: the broker knows its own queues."""
+        return False
+
     @abc.abstractmethod
     async def queue_names(self, prefix: str) -> list[str]:
         """Names of the queues the store knows that start with ``prefix`` (cold path: start-up)."""

@@ -503,6 +503,9 @@ class GroupCommitStore(Store):
     async def queue_names(self, prefix: str) -> list[str]:
         return await self._read(self._backend.queue_names, prefix)
 
+    async def queue_exists(self, name: str) -> bool:
+        return await self._read(self._backend.queue_exists, name)
+
     async def queue_page(self, after: str, limit: int) -> list[QueueCount]:
         return await self._read(self._backend.queue_page, after, limit)
 

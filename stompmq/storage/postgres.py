@@ -149,6 +149,11 @@ CLAIM_SQL = (
     " UPDATE messages AS m SET owner = %(me)s FROM picked WHERE m.seq = picked.seq RETURNING "
     + ", ".join("m." + c for c in READY_COLUMNS)
 )
+#: Ready messages of a queue whoever holds them, claiming none (a browsing subscriber's page).
+BROWSE_SQL = (
+    "SELECT " + ", ".join(READY_COLUMNS) + " FROM messages WHERE queue_id = %(q)s AND {after} AND NOT delivered"
+    " ORDER BY priority DESC, seq LIMIT %(limit)s"
+)
 STREAM_COPY_SQL = (
     "COPY stream_messages (stream_id, position, seq, priority, timestamp, headers, body, bytes_before)"
     " FROM STDIN (FORMAT BINARY)"
@@ -611,30 +616,41 @@ class PostgresBackend:
     # -- reads -----------------------------------------------------------------------------------
     def load_ready(self, queue: str, after: tuple[int, int] | None, limit: int) -> Sequence[StoredMessage]:
         """Claim up to ``limit`` free ready messages of ``queue`` after ``after`` for this broker."""
+        messages = self._ready(CLAIM_SQL, {"me": self.broker_id}, queue, after, limit)
+        for msg in messages:
+            msg.held = True  # claimed for this broker by this read
+        return messages
+
+    def browse(self, queue: str, after: tuple[int, int] | None, limit: int) -> Sequence[StoredMessage]:
+        """Up to ``limit`` ready messages of ``queue`` after ``after``, whichever broker holds them."""
+        return self._ready(BROWSE_SQL, {}, queue, after, limit)
+
+    def _ready(self, sql: str, params: dict[str, Any], queue: str, after: tuple[int, int] | None,
+               limit: int) -> list[StoredMessage]:
+        """Ready rows of ``queue`` after ``after`` in delivery order, read by ``sql`` (CLAIM_SQL or
+        BROWSE_SQL, formatted with the ``after`` condition) in one transaction."""
         conn = self._connection()
         try:
             with conn.transaction(), conn.cursor() as cur:
                 queue_id = self._queue_id(cur, queue, create=False)
                 if queue_id is None or limit <= 0:
                     return []
-                params: dict[str, Any] = {"q": queue_id, "me": self.broker_id, "limit": limit}
+                params = {**params, "q": queue_id, "limit": limit}
                 if after is None:
-                    query = CLAIM_SQL.format(after=AFTER_NOTHING)
+                    query = sql.format(after=AFTER_NOTHING)
                 else:
                     params["p"], params["s"] = -after[0], after[1]
-                    query = CLAIM_SQL.format(after=AFTER_KEY)
+                    query = sql.format(after=AFTER_KEY)
                 rows = cur.execute(query, params).fetchall()
         except psycopg.Error as exc:
             raise StoreError(f"cannot read {self.name}: {_one_line(exc)}") from None
-        rows.sort(key=lambda r: (-r[1], r[0]))
-        messages = []
-        for seq, prio, hdrs, body, ts, ack, redel, exp in rows:
-            msg = StoredMessage(
+        rows.sort(key=lambda r: (-r[1], r[0]))  # UPDATE ... RETURNING keeps no order
+        return [
+            StoredMessage(
                 seq, queue, prio, _loads(hdrs) if hdrs != "{}" else {}, bytes(body), ts, ack, redel, expires=exp
             )
-            msg.held = True  # claimed for this broker by this read
-            messages.append(msg)
-        return messages
+            for seq, prio, hdrs, body, ts, ack, redel, exp in rows
+        ]
 
     def load_due(self, after: tuple[int, int] | None, limit: int) -> Sequence[StoredMessage]:
         """Claim up to ``limit`` free delayed messages after ``after`` = (deliver_at, seq)."""
@@ -734,6 +750,13 @@ class PostgresBackend:
         except psycopg.Error as exc:
             raise StoreError(f"cannot read {self.name}: {_one_line(exc)}") from None
         return [name for (name,) in rows]
+
+    def queue_exists(self, name: str) -> bool:
+        try:
+            with self._connection().cursor() as cur:
+                return self._queue_id(cur, name, create=False) is not None
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot read {self.name}: {_one_line(exc)}") from None
 
     def queue_page(self, after: str, limit: int) -> list[QueueCount]:
         try:
@@ -842,6 +865,9 @@ class PostgresStore(GroupCommitStore):
     @property
     def node_id(self) -> str:
         return self._pg.broker_id
+
+    async def browse(self, queue: str, after: tuple[int, int] | None, limit: int) -> Sequence[StoredMessage]:
+        return await self._read(self._pg.browse, queue, after, limit)
 
     async def open(self) -> Recovery:
         recovery = await super().open()

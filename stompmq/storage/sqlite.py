@@ -537,6 +537,10 @@ class SQLiteBackend:
             ).fetchall()
         return [name for (name,) in rows]
 
+    def queue_exists(self, name: str) -> bool:
+        with self._reading() as conn:
+            return self._find_queue(conn, name) is not None
+
     def queue_page(self, after: str, limit: int) -> list[QueueCount]:
         with self._reading() as conn:
             rows = conn.execute(QUEUE_PAGE_SQL.format(true="1", after="?", limit="?"), (after, limit)).fetchall()

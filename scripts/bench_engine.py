@@ -123,7 +123,7 @@ class Pipeline:
         self.runtime.tick()
         outbox.sent(sent)
         self.sent_total += sent
-        self.delivered += data.count(b"MESSAGE\n", 0, sent)
+        self.delivered += data.count(b"\0", 0, sent)  # every frame here is a MESSAGE (ends with NUL)
         written = getattr(self.broker, "written", None)  # absent before auto-ack settled at the socket
         if written is not None and self.consumer.unsent:
             written(self.consumer, self.sent_total)

@@ -12,6 +12,8 @@ Scenarios (``--scenario``):
   queue      1 producer -> 1 queue -> 1 consumer, auto ack, no receipts, producer sends as
              fast as TCP allows.  Reports msg/s at the consumer (first to last message
              received, after the warm-up) and the producer's send rate.
+             --producers N / --consumers M: N producers share --count, M consumers share
+             the queue (the rate counts all of them).
   queue-ack  like queue, but the consumer subscribes with ack:client-individual and
              --prefetch N (sent as `prefetch`, `activemq.prefetchSize` and
              `prefetch-count`) and ACKs every message (ACKs batched per recv chunk).
@@ -730,8 +732,9 @@ def consumer(args, dest: str, idx: int, ready_q, done, mode: str, total: int, wa
              ack: str, prefetch, retry_until=None, shared=None):
     """mode: 'count' (stop after total), 'seq' (fanout: stop on total or producer done +
     --settle idle), 'latency' (bodies carry timestamps), 'shared' (competing consumers of one
-    queue: stop when ``shared``, the count over all of them, reaches total; checks the order
-    within each of --groups groups)."""
+    queue that check the order within each of --groups groups).  ``shared`` (several consumers
+    of one queue): a (counter, finished event) pair; they stop once all of them together
+    received ``total``."""
     set_affinity(args.affinity)
     want_body = mode in ("seq", "latency", "shared")
     sub_id = str(idx)
@@ -760,7 +763,7 @@ def consumer(args, dest: str, idx: int, ready_q, done, mode: str, total: int, wa
     sock.settimeout(short_to)
     last_data = time.monotonic()
     group_last: dict[int, int] = {}  # shared: the last seq seen per group
-    while received < total if shared is None else shared.value < total:
+    while (received < total) if shared is None else not shared[1].is_set():
         try:
             frames = reader.read()
         except socket.timeout:
@@ -816,12 +819,15 @@ def consumer(args, dest: str, idx: int, ready_q, done, mode: str, total: int, wa
             t_last = now
         if acks:
             conn.send(b"".join(acks))
-        if shared is not None:
-            sock.settimeout(short_to)  # conn.send set the long one: notice the others finishing
-            with shared.get_lock():
-                shared.value += sum(1 for f in frames if f[0] == b"MESSAGE")
+            sock.settimeout(short_to)  # send() left the long timeout on the socket
+        if shared is not None and frames:
+            counter, finished = shared
+            with counter.get_lock():
+                counter.value += sum(1 for f in frames if f[0] == b"MESSAGE")
+                if counter.value >= total:
+                    finished.set()
     if mode == "count":
-        measured = received - warmup if warmup else received - 1
+        measured = (received - warmup if warmup else received - 1) if t0 is not None else 0
     conn.disconnect()
     res = {
         "role": "consumer",
@@ -985,19 +991,38 @@ def run_throughput(args, stats: BrokerStats) -> dict:
     R = Runner(args)
     go = R.ctx.Event()
     done = R.ctx.Event()
-    shared = R.ctx.Value("q", 0) if sc == "groups" else None
+    nprod = ncons = 1
+    shared = None
+    consumer_warmup = warmup
+    if sc in ("queue", "queue-ack"):
+        nprod, ncons = args.producers, args.consumers
+        subs = ncons
+        consumer_warmup = warmup // ncons
+        if ncons > 1:
+            shared = (R.ctx.Value("q", 0), R.ctx.Event())
+    elif sc == "groups":  # competing consumers; the body's sequence numbers say what is warm-up
+        shared = (R.ctx.Value("q", 0), R.ctx.Event())
     for i in range(subs):
-        R.start(consumer, args, consumer_dest, i, R.ready_q, done, cmode, total, warmup, ack, prefetch, None,
-                shared)
+        R.start(consumer, args, consumer_dest, i, R.ready_q, done, cmode, total, consumer_warmup, ack, prefetch,
+                None, shared)
     R.wait_ready(subs)
-    R.start(producer, args, dest, go, done, pmode, total, warmup)
+    for i in range(nprod):  # each sends its share, the first one the remainder too
+        share, wshare = total // nprod, warmup // nprod
+        if i == 0:
+            share, wshare = total - share * (nprod - 1), warmup - wshare * (nprod - 1)
+        R.start(producer, args, dest, go, done, pmode, share, wshare)
     cpu0, w0 = stats.cpu(), time.monotonic()
     ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     go.set()
-    results = R.collect(subs + 1)
+    results = R.collect(subs + nprod)
     cpu1, w1 = stats.cpu(), time.monotonic()
     ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    prod = next(r for r in results if r["role"] == "producer")
+    prods = [r for r in results if r["role"] == "producer"]
+    prod = prods[0]
+    if nprod > 1:
+        prod = {**prod, "rate": sum(p["rate"] for p in prods)}
+        if all("ingest_rate" in p for p in prods):
+            prod["ingest_rate"] = sum(p["ingest_rate"] for p in prods)
     cons = sorted((r for r in results if r["role"] == "consumer"), key=lambda r: r["idx"])
     out = {
         "scenario": sc,
@@ -1015,7 +1040,15 @@ def run_throughput(args, stats: BrokerStats) -> dict:
         out["producer_ingest_rate"] = round(prod["ingest_rate"], 1)
     if sc == "exchange":
         out["exchange_queues"] = args.exchange_queues
-    if sc in ("queue", "queue-ack", "receipts", "exchange"):
+    if sc in ("queue", "queue-ack") and ncons * nprod > 1:
+        t0s = [c["t0"] for c in cons if c["t0"] is not None]
+        tls = [c["t_last"] for c in cons if c["t_last"] is not None]
+        el = max(tls) - min(t0s) if t0s and tls else 0
+        out["producers"], out["consumers"] = nprod, ncons
+        out["rate"] = round(sum(c["measured"] for c in cons) / el, 1) if el > 0 else None
+        out["consumer_elapsed_s"] = round(el, 3)
+        out["received"] = sum(c["received"] for c in cons)
+    elif sc in ("queue", "queue-ack", "receipts", "exchange"):
         c = cons[0]
         el = (c["t_last"] - c["t0"]) if c["t0"] is not None else 0
         out["rate"] = round(c["measured"] / el, 1) if el > 0 else None
@@ -1271,6 +1304,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--window", type=int, default=1000,
                    help="max un-receipted SENDs outstanding in receipts and the drain pre-load "
                         "(default %(default)s)")
+    g.add_argument("--producers", type=int, default=1,
+                   help="queue, queue-ack: producers sharing --count (default %(default)s)")
+    g.add_argument("--consumers", type=int, default=1,
+                   help="queue, queue-ack: consumers of the one queue (default %(default)s)")
     g.add_argument("--subscribers", type=int, default=10,
                    help="fanout: number of topic subscribers (default %(default)s)")
     g.add_argument("--rate", type=float, default=1000,

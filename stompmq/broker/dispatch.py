@@ -362,11 +362,11 @@ class Dispatcher:
         queue.stats.delivered += 1
         auto = sub.ack_mode is AckMode.AUTO
         queue.inflight[msg.seq] = msg
+        msg.delivered = True  # in flight: the store holds its buffered insert back a flush
         if auto:
             ack_id = None
         else:
             ack_id = self.track(session, sub, msg)
-            msg.delivered = True
             self.store.update(msg)
             timeout = msg.ack_timeout if msg.ack_timeout is not None else sub.ack_timeout
             if timeout is None:

@@ -42,6 +42,17 @@ Theory of operation (DESIGN §4)
   being read, receipts stay in order behind their tickets), and a batch of
   ``max_backlog_bytes / 4`` starts a group at once, so big messages never wait
   for the flush interval while the budget fills.
+* Deliveries in flight wait one flush: a group taken by the flush timer (no
+  receipt waits for it, nothing is full) leaves out, once, the inserts of
+  messages delivered and not yet settled (``msg.delivered``: a client-ack
+  delivery not yet acked, an auto-ack one whose bytes have not reached the
+  socket).  Most settle within the next interval, and their delete cancels
+  the insert, so the message never touches the disk; the rest commit with the
+  next group, within two flush intervals.  Without it a delivery that takes
+  longer than the time left to the next flush costs a row insert and a row
+  delete (issue 17: auto-ack, settled at the socket, committed ~50 % of its
+  messages that way).  Groups asked for by a ticket, a read, a full batch or
+  ``close`` hold nothing back.
 * Every group that finishes, committed or failed, sets one ``trio.Event``:
   ``wait_for_room`` and the wait for the group in flight sleep on it, so
   nothing here polls.
@@ -54,7 +65,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import TypeVar, TypeVarTuple
+from typing import TypeVar, TypeVarTuple, overload
 
 import trio
 
@@ -168,6 +179,7 @@ class GroupCommitStore(Store):
         self._kick = trio.Event()  # wakes the commit loop
         self._inflight: _Group | None = None
         self._group_finished = trio.Event()  # set (and replaced) each time a group finishes
+        self._held_back: frozenset[int] = frozenset()  # seqs left out of the last timed group (once only)
         self._committed = 0
         self._next_ticket = 1
         self._last_seq = 0
@@ -198,7 +210,10 @@ class GroupCommitStore(Store):
             if self._closed:
                 return  # close() committed the last batch; writes after it are a caller bug
             if self._has_pending():
-                if not await self._commit_group():
+                group = self._submit_group(hold_back=not self._urgent)
+                if group is None:
+                    continue  # only deliveries in flight: they wait for the next flush
+                if await self._await_group(group) is not None:
                     await trio.sleep(RETRY_BACKOFF)
             elif self._urgent:
                 self._commit_nothing()
@@ -370,15 +385,34 @@ class GroupCommitStore(Store):
         while self._inflight is not None:
             await self._group_finished.wait()
 
-    def _submit_group(self) -> _Group:
-        """Take the whole pending batch as the next group and queue it on the database thread."""
+    @overload
+    def _submit_group(self) -> _Group: ...
+    @overload
+    def _submit_group(self, hold_back: bool) -> _Group | None: ...
+
+    def _submit_group(self, hold_back: bool = False) -> _Group | None:
+        """Take the pending batch as the next group and queue it on the database thread.
+
+        With ``hold_back`` (a timed flush) the inserts of deliveries in flight stay pending,
+        once (see the module docstring); None if that leaves nothing to commit.
+        """
         assert self._inflight is None and self._thread is not None
         ops, structural, appends = self._pending, self._structural, self._stream_appends
+        kept: dict[int, PendingOp] = {}
+        if hold_back:
+            ops, kept = _split_in_flight(ops, self._held_back)
+        self._held_back = frozenset(kept)
+        if not (ops or structural or appends):
+            self._pending_since = trio.current_time()
+            return None
         job = self._thread.submit(self._backend.commit, self._rows(ops, structural, appends))
         group = self._inflight = _Group(self._next_ticket, ops, structural, appends, job)
         self._next_ticket += 1
-        self._pending, self._structural, self._stream_appends, self._urgent = {}, [], [], False
-        self._inflight_bytes, self._pending_bytes = self._pending_bytes, 0
+        self._pending, self._structural, self._stream_appends, self._urgent = kept, [], [], False
+        kept_bytes = _insert_bytes(kept) if kept else 0
+        self._inflight_bytes, self._pending_bytes = self._pending_bytes - kept_bytes, kept_bytes
+        if kept:
+            self._pending_since = trio.current_time()
         return group
 
     def _rows(
@@ -535,6 +569,23 @@ class GroupCommitStore(Store):
 def _untrimmed(appends: list[StreamMessage], name: str, before: int) -> list[StreamMessage]:
     """``appends`` without the entries of stream ``name`` below offset ``before``."""
     return [m for m in appends if m.offset >= before or m.queue != name]
+
+
+def _split_in_flight(
+    ops: dict[int, PendingOp], held_before: frozenset[int]
+) -> tuple[dict[int, PendingOp], dict[int, PendingOp]]:
+    """``ops`` split into what commits now and the inserts of deliveries in flight that wait
+    one flush (those already held back by the previous group commit now)."""
+    now: dict[int, PendingOp] = {}
+    kept: dict[int, PendingOp] = {}
+    for seq, op in ops.items():
+        if op[0] == INSERT and op[1].delivered and seq not in held_before:
+            kept[seq] = op
+        else:
+            now[seq] = op
+    return now, kept
+
+
 def _insert_bytes(ops: dict[int, PendingOp]) -> int:
     """What the inserts among ``ops`` count against ``max_backlog_bytes``."""
     return sum(len(msg.body) + MESSAGE_OVERHEAD for kind, msg in ops.values() if kind == INSERT)

@@ -58,6 +58,9 @@ READ_BATCH = 1000
 READ_RETRY_SECONDS = 0.1
 #: Declaration headers of /control/declare/stream/NAME (also the stored option names).
 MAX_AGE, MAX_BYTES = "max-age", "max-bytes"
+#: The stored option keeping a purged stream's next offset: a purge empties the stream, and
+#: offsets must not start again at 0 after a restart (a reader's checkpoint would re-read them).
+FLOOR = "first-offset"
 
 #: A segment mark: [first offset, first timestamp (ms), stream bytes before it].
 Mark = tuple[int, int, int]
@@ -143,6 +146,8 @@ class Streams:
                     raise ClientError(f"{option} must be a whole number >= 0, not {value!r}")
                 options[option] = value
         stream = self.stream(name)
+        if FLOOR in stream.options:
+            options[FLOOR] = stream.options[FLOOR]
         self._configure(stream, options)
         self.store.save_stream(name, options)
         self.enforce(stream)
@@ -157,7 +162,9 @@ class Streams:
 
     def recover(self, records: Sequence[StreamRecord]) -> None:
         for record in records:
-            stream = self.streams[record.name] = self._new(record.name, record.first, record.next)
+            floor = int(record.options.get(FLOOR, 0))
+            first, next_offset = max(record.first, floor), max(record.next, floor)
+            stream = self.streams[record.name] = self._new(record.name, first, next_offset)
             self._configure(stream, record.options)
 
     def marks_wanted(self) -> list[tuple[str, list[int]]]:
@@ -181,6 +188,33 @@ class Streams:
         stream.end_bytes = last.bytes_before + len(last.body)
         stream.last_ts = last.timestamp
         self.enforce(stream)
+
+    def purge(self, name: str) -> None:
+        """``/control/purge/stream/NAME``: drop every entry; offsets go on from where they were."""
+        stream = self.streams.get(name)
+        if stream is None or stream.first == stream.next:
+            return
+        stream.first = stream.next
+        stream.marks.clear()
+        stream.tail.clear()
+        stream.options = {**stream.options, FLOOR: str(stream.next)}
+        self.store.trim_stream(name, stream.next)
+        self.store.save_stream(name, stream.options)
+        self._arm_age(stream)
+
+    def delete(self, name: str) -> None:
+        """``/control/delete/stream/NAME``: forget the stream (a later SEND makes a new one at
+        offset 0).  Refused while it has subscribers: their positions would name offsets of a
+        stream that no longer exists."""
+        stream = self.streams.get(name)
+        if stream is None:
+            return
+        if stream.subscribers:
+            raise ClientError(f"stream {name!r} has {len(stream.subscribers)} subscriber(s); unsubscribe them first")
+        del self.streams[name]
+        if stream.timer is not None:
+            self.deadlines.cancel(stream.timer)
+        self.store.delete_stream(name)
 
     # -- appending ----------------------------------------------------------------------------
     def append(self, name: str, headers: dict[str, str], body: bytes, priority: int) -> None:

@@ -321,6 +321,11 @@ class Store(abc.ABC):
         """Delete the stream's entries with offset < ``before`` (retention): a range delete,
         never a scan; pending appends below ``before`` are dropped too."""
 
+    @abc.abstractmethod
+    def delete_stream(self, name: str) -> None:
+        """Delete the stream's entries and its declaration; pending appends of it are dropped
+        (appends after this call make it anew)."""
+
     # -- durability ----------------------------------------------------------
     @property
     @abc.abstractmethod

@@ -93,8 +93,16 @@ class TrimStream:
     before: int
 
 
+@dataclass(frozen=True, slots=True)
+class DropStream:
+    """Delete stream ``name``: its entries and its declaration."""
+
+    name: str
+
+
 StructuralOp = (
     Purge | SaveExchange | DropExchange | SaveBinding | DropBinding | Release | TopicMessage | SaveStream | TrimStream
+    | DropStream
 )
 
 # -- message rows: one per message, at most one row per seq in a group ------------------------

@@ -69,6 +69,9 @@ class MemoryStore(Store):
     def trim_stream(self, name: str, before: int) -> None:
         pass
 
+    def delete_stream(self, name: str) -> None:
+        self._streams.pop(name, None)
+
     @property
     def committed(self) -> int:
         return 0

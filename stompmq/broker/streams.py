@@ -12,7 +12,8 @@ store the tail is the whole retained stream.
 
 A subscriber is a cursor: ``position`` is the next offset it is given.  It is
 fed from its read buffer, else from the tail, else it asks for a read of up to
-``READ_BATCH`` entries (one read in flight per subscriber).  A subscriber that
+``READ_BATCH`` entries (one read in flight per subscriber; the next one is asked for when half
+the buffer is delivered).  A subscriber that
 has caught up is fed by ``append`` directly.  Client-ack subscribers are held
 by their prefetch (the position advances as ACKs make room); auto-ack ones by
 their connection's outbox, as on queues.  ACK settles, NACK too: a stream never
@@ -54,6 +55,10 @@ OFFSET_HEADER = "x-stream-offset"
 #: Entries one store read asks for: enough to amortise the thread round trip, few enough to bound
 #: a subscriber's buffer.
 READ_BATCH = 1000
+#: Entries left in a subscriber's buffer when the next read is asked for: the store reads the
+#: next batch while these are delivered (a read after the buffer ran dry left the socket idle
+#: for a store round trip every READ_BATCH entries).
+READ_AHEAD = READ_BATCH // 2
 #: Seconds before a failed stream read is retried (as a queue's page read).
 READ_RETRY_SECONDS = 0.1
 #: Declaration headers of /control/declare/stream/NAME (also the stored option names).
@@ -306,6 +311,8 @@ class Streams:
                 buffer.popleft()
             if buffer:
                 msg = buffer.popleft()
+                if len(buffer) == READ_AHEAD and buffer[-1].offset + 1 < stream.tail_first:
+                    self._read(sub)  # the next batch, while this one is delivered
             elif position >= stream.tail_first:
                 msg = stream.tail[position - stream.tail_first]
             else:
@@ -331,7 +338,7 @@ class Streams:
         if sub.reading:
             return
         sub.reading = True
-        name, start = sub.stream.name, sub.position
+        name, start = sub.stream.name, sub.buffer[-1].offset + 1 if sub.buffer else sub.position
 
         def fetch(store: Store) -> Awaitable[Sequence[StreamMessage]]:
             return store.read_stream(name, start, READ_BATCH)
@@ -343,7 +350,7 @@ class Streams:
         if sub.active:
             sub.buffer.extend(entries)
             if not entries and sub.position < sub.stream.tail_first:
-                sub.position = sub.stream.first  # trimmed while the read was queued
+                sub.position = max(sub.position, sub.stream.first)  # trimmed while the read was queued
             self.pump(sub)
 
     def _read_failed(self, sub: StreamSubscription, error: StoreError) -> None:

@@ -31,6 +31,36 @@ from typing import Any
 from local_broker import LocalBroker
 
 STREAMS = 4
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu() -> float:
+    """CPU seconds used so far by this process and every descendant (the broker, the JVM, the
+    Python workers): on a shared machine the wall rate swings with the neighbours' load, the
+    CPU each row costs much less, and cores / (CPU per row) bounds the rate on an idle machine."""
+    parents: dict[int, int] = {}
+    used: dict[int, float] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rpartition(")")[2].split()
+        except OSError:
+            continue
+        parents[int(entry)] = int(fields[1])
+        used[int(entry)] = sum(int(x) for x in fields[11:15]) / TICKS  # utime stime cutime cstime
+    mine, total = {os.getpid()}, 0.0
+    grew = True
+    while grew:
+        grew = False
+        for pid, parent in parents.items():
+            if parent in mine and pid not in mine:
+                mine.add(pid)
+                grew = True
+    for pid in mine:
+        total += used.get(pid, 0.0)
+    return total
 
 
 def session(cores: int) -> Any:
@@ -54,11 +84,12 @@ def write(spark: Any, url: str, rows: int, prefix: str) -> float:
         "cast(lpad(cast(id as string), 100, 'x') as binary) as body",
         f"concat('/stream/{prefix}', cast(id % {STREAMS} as string)) as destination",
     )
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), tree_cpu()
     df.write.format("stompmq").option("url", url).mode("append").save()
-    elapsed = time.perf_counter() - started
+    elapsed, cpu = time.perf_counter() - started, tree_cpu() - cpu
     rate = rows / elapsed
-    print(f"write: {rows:,} rows with receipts in {elapsed:.2f} s = {rate:,.0f} msg/s", flush=True)
+    print(f"write: {rows:,} rows with receipts in {elapsed:.2f} s = {rate:,.0f} msg/s; "
+          f"CPU of all processes {cpu / rows * 1e6:.1f} us/row", flush=True)
     return rate
 
 
@@ -67,12 +98,14 @@ def read(spark: Any, url: str, rows: int, prefix: str, per_trigger: int) -> floa
     df = (spark.readStream.format("stompmq").option("url", url)
           .option("destination", ",".join(f"/stream/{prefix}{i}" for i in range(STREAMS)))
           .option("startingOffsets", "earliest").option("maxMessagesPerTrigger", str(per_trigger)).load())
+    cpu = tree_cpu()
     query = (df.writeStream.format("parquet").option("path", str(work / "out"))
              .option("checkpointLocation", str(work / "checkpoint")).start())
     try:
         query.processAllAvailable()
     finally:
         query.stop()
+    cpu = tree_cpu() - cpu
     batches = [p for p in query.recentProgress if p["numInputRows"]]
     total = sum(p["numInputRows"] for p in batches)
     later = batches[1:]
@@ -81,7 +114,8 @@ def read(spark: Any, url: str, rows: int, prefix: str, per_trigger: int) -> floa
     rate = later_rows / seconds if seconds else 0.0
     first = batches[0]
     print(f"read: {total:,} rows in {len(batches)} batches; first batch {first['numInputRows']:,} rows in "
-          f"{first['batchDuration'] / 1000:.2f} s; then {later_rows:,} rows in {seconds:.2f} s = {rate:,.0f} msg/s",
+          f"{first['batchDuration'] / 1000:.2f} s; then {later_rows:,} rows in {seconds:.2f} s = {rate:,.0f} msg/s; "
+          f"CPU of all processes {cpu / rows * 1e6:.1f} us/row (first batch included)",
           flush=True)
     if total != rows:
         raise SystemExit(f"read {total} rows, expected {rows}")

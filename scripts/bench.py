@@ -36,6 +36,10 @@ Scenarios (``--scenario``):
              --prefetch, default 1000); messages cycle JMSXGroupID over --groups groups (0: no
              header, the plain-queue baseline).  Reports msg/s over all consumers and counts
              messages seen out of order within a group (must be 0).
+
+  append     producer only: --count SENDs with receipts (--window outstanding) and no consumer;
+             reports the receipted rate.  With --destination-prefix /stream/bench- it appends to
+             a stream, which docs/benchmarks.md compares with the same run on a queue.
   idle       open --connections-idle N connections (CONNECT / CONNECTED), hold them for
              --duration seconds, close them; prints how many were opened.  With
              --broker-pid the broker's RSS is sampled before, while holding and after.
@@ -1096,6 +1100,38 @@ def run_throughput(args, stats: BrokerStats) -> dict:
     return out
 
 
+def receipted_producer(args, dest: str, total: int, warmup: int) -> tuple[dict, float]:
+    """One producer sending ``total`` SENDs with receipts; its result and the wall time."""
+    R = Runner(args)
+    go, done = R.ctx.Event(), R.ctx.Event()
+    R.start(producer, args, dest, go, done, "receipts", total, warmup)
+    go.set()
+    t = time.monotonic()
+    prod = R.collect(1)[0]
+    return prod, time.monotonic() - t
+
+
+def run_append(args, stats: BrokerStats) -> dict:
+    dest = unique_dest(args, "append")
+    cpu0, w0 = stats.cpu(), time.monotonic()
+    prod, elapsed = receipted_producer(args, dest, args.count + args.warmup, args.warmup)
+    cpu1, w1 = stats.cpu(), time.monotonic()
+    out = {
+        "scenario": "append",
+        "destination": dest,
+        "msgs": args.count,
+        "body_size": args.body_size,
+        "warmup": args.warmup,
+        "rate": round(prod["rate"], 1),
+        "receipted": prod["receipted"],
+        "elapsed_s": round(elapsed, 3),
+    }
+    if cpu0 is not None and cpu1 is not None:
+        out["broker_cpu_s"] = round(cpu1 - cpu0, 2)
+        out["broker_cpu_pct"] = round(100 * (cpu1 - cpu0) / (w1 - w0), 1)
+    return out
+
+
 def run_drain(args, stats: BrokerStats) -> dict:
     warmup = args.warmup
     total = args.count + warmup
@@ -1106,14 +1142,7 @@ def run_drain(args, stats: BrokerStats) -> dict:
         prefetch = 1000
     persistent_was = args.persistent
     args.persistent = True
-    # phase 1: preload with receipts
-    R = Runner(args)
-    go, done = R.ctx.Event(), R.ctx.Event()
-    R.start(producer, args, dest, go, done, "receipts", total, 0)
-    go.set()
-    t = time.monotonic()
-    prod = R.collect(1)[0]
-    load_s = time.monotonic() - t
+    prod, load_s = receipted_producer(args, dest, total, 0)  # phase 1: preload with receipts
     print(f"drain: pre-loaded {prod['receipted']} persistent messages into {dest} "
           f"in {load_s:.2f}s ({prod['rate']:.0f} msg/s)", file=sys.stderr, flush=True)
     retry_until = None
@@ -1264,7 +1293,7 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("workload")
     g.add_argument("--scenario", default="queue",
                    choices=["queue", "queue-ack", "receipts", "fanout", "latency", "drain", "idle", "groups",
-                            "exchange"],
+                            "exchange", "append"],
                    help="what to measure (see above; default %(default)s)")
     g.add_argument("--exchange-queues", type=int, default=10,
                    help="exchange scenario (stompmq only): queues bound to the consistent-hash "
@@ -1366,6 +1395,8 @@ def main(argv=None) -> int:
                 res = run_drain(args, stats)
             elif args.scenario == "idle":
                 res = run_idle(args, stats)
+            elif args.scenario == "append":
+                res = run_append(args, stats)
             else:
                 res = run_throughput(args, stats)
         except BrokerError as e:

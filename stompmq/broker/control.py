@@ -94,6 +94,8 @@ class Control:
             ("stats", "exchange"): self._exchange_stats,
             ("declare", "stream"): self._declare_stream,
             ("stream-offsets", "stream"): self._stream_offsets,
+            ("purge", "stream"): self._purge_stream,
+            ("delete", "stream"): self._delete_stream,
         }
 
     def run(self, path: str, frame: Frame) -> Answer:
@@ -228,6 +230,15 @@ class Control:
     # -- streams ------------------------------------------------------------------------------
     def _declare_stream(self, name: str, frame: Frame) -> Answer:
         self.streams.declare(name, frame.headers)
+        return {}
+
+    def _purge_stream(self, name: str, frame: Frame) -> Answer:
+        self.streams.purge(name)
+        return {}
+
+    def _delete_stream(self, name: str, frame: Frame) -> Answer:
+        self.streams.delete(name)
+        self.router.unbind_everywhere(STREAM_TARGET + name)
         return {}
 
     def _stream_offsets(self, name: str, frame: Frame) -> Answer:

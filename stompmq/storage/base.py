@@ -347,6 +347,11 @@ class Store(abc.ABC):
     def save_queue(self, name: str, options: dict[str, str] | None) -> None:
         """Insert or replace the declaration of queue ``name`` (None: forget it)."""
 
+    @abc.abstractmethod
+    def delete_stream(self, name: str) -> None:
+        """Delete the stream's entries and its declaration; pending appends of it are dropped
+        (appends after this call make it anew)."""
+
     # -- durability ----------------------------------------------------------
     @property
     @abc.abstractmethod

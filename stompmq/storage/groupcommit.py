@@ -93,6 +93,7 @@ from stompmq.storage.groups import (
     SaveBinding,
     SaveExchange,
     SaveQueue,
+    DropStream,
     SaveStream,
     StreamRow,
     StructuralOp,
@@ -315,6 +316,10 @@ class GroupCommitStore(Store):
         self._stream_appends = _untrimmed(self._stream_appends, name, before)
         self._add_structural(TrimStream(name, before))
 
+    def delete_stream(self, name: str) -> None:
+        self._stream_appends = [m for m in self._stream_appends if m.queue != name]
+        self._add_structural(DropStream(name))
+
     def _put(self, seq: int, kind: int, msg: StoredMessage) -> None:
         if not self._has_pending():
             self._batch_started()
@@ -499,6 +504,8 @@ class GroupCommitStore(Store):
         for op in self._structural:
             if isinstance(op, TrimStream):  # a newer trim covers the failed group's entries too
                 appends = _untrimmed(appends, op.name, op.before)
+            elif isinstance(op, DropStream):  # so does a newer delete
+                appends = [m for m in appends if m.queue != op.name]
         self._stream_appends = appends + self._stream_appends
         self._pending_bytes = _insert_bytes(merged)
         self._structural = group.structural + self._structural

@@ -101,9 +101,16 @@ class SaveQueue:
     options: dict[str, str] | None
 
 
+@dataclass(frozen=True, slots=True)
+class DropStream:
+    """Delete stream ``name``: its entries and its declaration."""
+
+    name: str
+
+
 StructuralOp = (
     Purge | SaveExchange | DropExchange | SaveBinding | DropBinding | Release | TopicMessage | SaveStream | TrimStream
-    | SaveQueue
+    | SaveQueue | DropStream
 )
 
 # -- message rows: one per message, at most one row per seq in a group ------------------------

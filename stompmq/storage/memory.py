@@ -86,6 +86,9 @@ class MemoryStore(Store):
         else:
             self._queues[name] = dict(options)
 
+    def delete_stream(self, name: str) -> None:
+        self._streams.pop(name, None)
+
     @property
     def committed(self) -> int:
         return 0

@@ -83,6 +83,7 @@ from stompmq.storage.groups import (
     SaveBinding,
     SaveExchange,
     SaveQueue,
+    DropStream,
     SaveStream,
     StreamRow,
     StructuralOp,
@@ -540,6 +541,12 @@ class PostgresBackend:
                 )
             case SaveStream(name=name, options=options):
                 cur.execute("UPDATE streams SET options = %s WHERE id = %s", (_dumps(options), self._stream_id(cur, name)))
+            case DropStream(name=name):
+                dropped = self._find_stream(cur, name)
+                if dropped is not None:
+                    cur.execute("DELETE FROM stream_messages WHERE stream_id = %s", (dropped,))
+                    cur.execute("DELETE FROM streams WHERE id = %s", (dropped,))
+                    del self._stream_ids[name]
             case TrimStream(name=name, before=before):
                 trimmed = self._find_stream(cur, name)
                 if trimmed is not None:

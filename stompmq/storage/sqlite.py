@@ -49,6 +49,7 @@ from stompmq.storage.groups import (
     DelayedRow,
     DropBinding,
     DropExchange,
+    DropStream,
     GroupRows,
     InsertRow,
     Purge,
@@ -388,6 +389,12 @@ class SQLiteBackend:
             case SaveStream(name=name, options=options):
                 stream_id = self._make_stream(conn, name, created)
                 conn.execute("UPDATE streams SET options = ? WHERE id = ?", (_dumps(options), stream_id))
+            case DropStream(name=name):
+                row = conn.execute("SELECT id FROM streams WHERE name = ?", (name,)).fetchone()
+                if row is not None:
+                    conn.execute("DELETE FROM stream_messages WHERE stream_id = ?", (row[0],))
+                    conn.execute("DELETE FROM streams WHERE id = ?", (row[0],))
+                self._stream_ids.pop(name, None)
             case TrimStream(name=name, before=before):
                 trimmed = self._stream_ids.get(name)
                 if trimmed is not None:
@@ -432,7 +439,11 @@ class SQLiteBackend:
     def _make_stream(self, conn: sqlite3.Connection, name: str, created: list[str]) -> int:
         """The id of stream ``name``, making its row (and noting it in ``created``) if missing."""
         stream_id = self._stream_ids.get(name)
-        if stream_id is None:
+        if stream_id is None:  # also after a rolled-back DropStream forgot a row that is back
+            row = conn.execute("SELECT id FROM streams WHERE name = ?", (name,)).fetchone()
+            if row is not None:
+                self._stream_ids[name] = stream_id = int(row[0])
+                return stream_id
             new_id = conn.execute("INSERT INTO streams (name, options) VALUES (?, '{}')", (name,)).lastrowid
             assert new_id is not None
             created.append(name)

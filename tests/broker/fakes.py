@@ -90,6 +90,9 @@ class DictStore(Store):
     def save_queue(self, name: str, options: dict[str, str] | None) -> None:
         pass
 
+    def delete_stream(self, name: str) -> None:
+        self.streams.pop(name, None)
+
     def trim_stream(self, name: str, before: int) -> None:
         entries = self.streams.get(name, {})
         for offset in [o for o in entries if o < before]:

@@ -12,6 +12,8 @@ Scenarios (``--scenario``):
   queue      1 producer -> 1 queue -> 1 consumer, auto ack, no receipts, producer sends as
              fast as TCP allows.  Reports msg/s at the consumer (first to last message
              received, after the warm-up) and the producer's send rate.
+             --producers N / --consumers M: N producers share --count, M consumers share
+             the queue (the rate counts all of them).
   queue-ack  like queue, but the consumer subscribes with ack:client-individual and
              --prefetch N (sent as `prefetch`, `activemq.prefetchSize` and
              `prefetch-count`) and ACKs every message (ACKs batched per recv chunk).
@@ -30,6 +32,14 @@ Scenarios (``--scenario``):
              (auto ack, or --ack client-individual with --prefetch) and report msg/s.
   exchange   stompmq only: 1 producer -> consistent-hash exchange over --exchange-queues
              queues (routing keys cycled over --keys) -> 1 consumer subscribed to all of them
+  groups     1 producer -> 1 queue -> --subscribers competing consumers (ack:client-individual,
+             --prefetch, default 1000); messages cycle JMSXGroupID over --groups groups (0: no
+             header, the plain-queue baseline).  Reports msg/s over all consumers and counts
+             messages seen out of order within a group (must be 0).
+
+  append     producer only: --count SENDs with receipts (--window outstanding) and no consumer;
+             reports the receipted rate.  With --destination-prefix /stream/bench- it appends to
+             a stream, which docs/benchmarks.md compares with the same run on a queue.
   idle       open --connections-idle N connections (CONNECT / CONNECTED), hold them for
              --duration seconds, close them; prints how many were opened.  With
              --broker-pid the broker's RSS is sampled before, while holding and after.
@@ -592,7 +602,7 @@ def producer(args, dest: str, go, done, mode: str, total: int, warmup: int):
         raise BenchError("producer: timed out waiting for the consumers to be ready")
     res = {"role": "producer"}
     batch = args.batch
-    if mode in ("plain", "seq", "keys"):
+    if mode in ("plain", "seq", "keys", "groups"):
         if mode == "keys":
             # an exchange: cycle the routing key over --keys values so every bound queue gets traffic
             body = make_body(args.body_size)
@@ -626,11 +636,12 @@ def producer(args, dest: str, go, done, mode: str, total: int, warmup: int):
                 if k < hi:
                     yield frame * (hi - k)
 
-        else:
+        else:  # seq, groups: the body carries the sequence number; groups add JMSXGroupID
             frames = []
             for i in range(total):
                 body = make_body(args.body_size, seq=i)
-                frames.append(prefix + b"content-length:%d\n\n" % len(body) + body + b"\0")
+                group = b"JMSXGroupID:g%d\n" % (i % args.groups) if mode == "groups" and args.groups else b""
+                frames.append(prefix + group + b"content-length:%d\n\n" % len(body) + body + b"\0")
 
             def chunks(lo, hi):
                 for k in range(lo, hi, batch):
@@ -722,11 +733,14 @@ def producer(args, dest: str, go, done, mode: str, total: int, warmup: int):
 
 
 def consumer(args, dest: str, idx: int, ready_q, done, mode: str, total: int, warmup: int,
-             ack: str, prefetch, retry_until=None):
+             ack: str, prefetch, retry_until=None, shared=None):
     """mode: 'count' (stop after total), 'seq' (fanout: stop on total or producer done +
-    --settle idle), 'latency' (bodies carry timestamps)."""
+    --settle idle), 'latency' (bodies carry timestamps), 'shared' (competing consumers of one
+    queue that check the order within each of --groups groups).  ``shared`` (several consumers
+    of one queue): a (counter, finished event) pair; they stop once all of them together
+    received ``total``."""
     set_affinity(args.affinity)
-    want_body = mode in ("seq", "latency")
+    want_body = mode in ("seq", "latency", "shared")
     sub_id = str(idx)
     while True:
         try:
@@ -752,11 +766,15 @@ def consumer(args, dest: str, idx: int, ready_q, done, mode: str, total: int, wa
     short_to = min(0.5, args.timeout)
     sock.settimeout(short_to)
     last_data = time.monotonic()
-    while received < total:
+    group_last: dict[int, int] = {}  # shared: the last seq seen per group
+    while (received < total) if shared is None else not shared[1].is_set():
         try:
             frames = reader.read()
         except socket.timeout:
             now = time.monotonic()
+            if shared is not None:
+                last_data = now  # another consumer may be the one receiving
+                continue
             if mode != "count" and done.is_set() and now - last_data >= args.settle:
                 break
             if now - last_data >= args.timeout:
@@ -780,6 +798,16 @@ def consumer(args, dest: str, idx: int, ready_q, done, mode: str, total: int, wa
                     t0 = now
                 continue
             seq = int(body[:10])
+            if mode == "shared":
+                group = seq % args.groups if args.groups else 0
+                if args.groups and group_last.get(group, -1) > seq:
+                    out_of_order += 1
+                group_last[group] = seq
+                if seq >= warmup:
+                    if t0 is None:
+                        t0 = now
+                    measured += 1
+                continue
             if seq < seen_max:
                 out_of_order += 1
             seen_max = max(seen_max, seq)
@@ -795,8 +823,15 @@ def consumer(args, dest: str, idx: int, ready_q, done, mode: str, total: int, wa
             t_last = now
         if acks:
             conn.send(b"".join(acks))
+            sock.settimeout(short_to)  # send() left the long timeout on the socket
+        if shared is not None and frames:
+            counter, finished = shared
+            with counter.get_lock():
+                counter.value += sum(1 for f in frames if f[0] == b"MESSAGE")
+                if counter.value >= total:
+                    finished.set()
     if mode == "count":
-        measured = received - warmup if warmup else received - 1
+        measured = (received - warmup if warmup else received - 1) if t0 is not None else 0
     conn.disconnect()
     res = {
         "role": "consumer",
@@ -938,6 +973,10 @@ def run_throughput(args, stats: BrokerStats) -> dict:
     elif sc == "exchange":
         ack = args.ack or "auto"
         pmode = "keys"
+    elif sc == "groups":
+        ack = args.ack or "client-individual"
+        pmode = "groups"
+        subs = args.subscribers
     else:  # latency
         ack = args.ack or "auto"
         pmode = "paced"
@@ -950,23 +989,44 @@ def run_throughput(args, stats: BrokerStats) -> dict:
     consumer_dest = dest
     if sc == "exchange":
         dest, consumer_dest = declare_exchange(args)
-    cmode = {"fanout": "seq", "latency": "latency"}.get(sc, "count")
+    cmode = {"fanout": "seq", "latency": "latency", "groups": "shared"}.get(sc, "count")
     if sc == "latency":
         cmode = "latency"
     R = Runner(args)
     go = R.ctx.Event()
     done = R.ctx.Event()
+    nprod = ncons = 1
+    shared = None
+    consumer_warmup = warmup
+    if sc in ("queue", "queue-ack"):
+        nprod, ncons = args.producers, args.consumers
+        subs = ncons
+        consumer_warmup = warmup // ncons
+        if ncons > 1:
+            shared = (R.ctx.Value("q", 0), R.ctx.Event())
+    elif sc == "groups":  # competing consumers; the body's sequence numbers say what is warm-up
+        shared = (R.ctx.Value("q", 0), R.ctx.Event())
     for i in range(subs):
-        R.start(consumer, args, consumer_dest, i, R.ready_q, done, cmode, total, warmup, ack, prefetch)
+        R.start(consumer, args, consumer_dest, i, R.ready_q, done, cmode, total, consumer_warmup, ack, prefetch,
+                None, shared)
     R.wait_ready(subs)
-    R.start(producer, args, dest, go, done, pmode, total, warmup)
+    for i in range(nprod):  # each sends its share, the first one the remainder too
+        share, wshare = total // nprod, warmup // nprod
+        if i == 0:
+            share, wshare = total - share * (nprod - 1), warmup - wshare * (nprod - 1)
+        R.start(producer, args, dest, go, done, pmode, share, wshare)
     cpu0, w0 = stats.cpu(), time.monotonic()
     ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     go.set()
-    results = R.collect(subs + 1)
+    results = R.collect(subs + nprod)
     cpu1, w1 = stats.cpu(), time.monotonic()
     ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    prod = next(r for r in results if r["role"] == "producer")
+    prods = [r for r in results if r["role"] == "producer"]
+    prod = prods[0]
+    if nprod > 1:
+        prod = {**prod, "rate": sum(p["rate"] for p in prods)}
+        if all("ingest_rate" in p for p in prods):
+            prod["ingest_rate"] = sum(p["ingest_rate"] for p in prods)
     cons = sorted((r for r in results if r["role"] == "consumer"), key=lambda r: r["idx"])
     out = {
         "scenario": sc,
@@ -984,7 +1044,15 @@ def run_throughput(args, stats: BrokerStats) -> dict:
         out["producer_ingest_rate"] = round(prod["ingest_rate"], 1)
     if sc == "exchange":
         out["exchange_queues"] = args.exchange_queues
-    if sc in ("queue", "queue-ack", "receipts", "exchange"):
+    if sc in ("queue", "queue-ack") and ncons * nprod > 1:
+        t0s = [c["t0"] for c in cons if c["t0"] is not None]
+        tls = [c["t_last"] for c in cons if c["t_last"] is not None]
+        el = max(tls) - min(t0s) if t0s and tls else 0
+        out["producers"], out["consumers"] = nprod, ncons
+        out["rate"] = round(sum(c["measured"] for c in cons) / el, 1) if el > 0 else None
+        out["consumer_elapsed_s"] = round(el, 3)
+        out["received"] = sum(c["received"] for c in cons)
+    elif sc in ("queue", "queue-ack", "receipts", "exchange"):
         c = cons[0]
         el = (c["t_last"] - c["t0"]) if c["t0"] is not None else 0
         out["rate"] = round(c["measured"] / el, 1) if el > 0 else None
@@ -992,17 +1060,21 @@ def run_throughput(args, stats: BrokerStats) -> dict:
         out["received"] = c["received"]
         if sc == "receipts":
             out["window"] = args.window
-    elif sc == "fanout":
+    elif sc in ("fanout", "groups"):  # several consumers: from the first one's start to the last one's end
         t0s = [c["t0"] for c in cons if c["t0"] is not None]
         tls = [c["t_last"] for c in cons if c["t_last"] is not None]
         el = max(tls) - min(t0s) if t0s and tls else 0
-        deliveries = sum(c["measured"] for c in cons)
+        measured = sum(c["measured"] for c in cons)
         out["subscribers"] = subs
-        out["rate"] = round(deliveries / el, 1) if el > 0 else None
-        out["rate_unit"] = "deliveries/s"
-        out["deliveries"] = deliveries
+        out["rate"] = round(measured / el, 1) if el > 0 else None
+        if sc == "fanout":
+            out["rate_unit"] = "deliveries/s"
+            out["deliveries"] = measured
+            out["lost"] = subs * total - sum(c["received"] for c in cons)
+        else:
+            out["groups"] = args.groups
+            out["received"] = sum(c["received"] for c in cons)
         out["per_subscriber"] = [c["received"] for c in cons]
-        out["lost"] = subs * total - sum(c["received"] for c in cons)
         out["out_of_order"] = sum(c["out_of_order"] for c in cons)
         out["elapsed_s"] = round(el, 3)
     else:  # latency
@@ -1028,6 +1100,38 @@ def run_throughput(args, stats: BrokerStats) -> dict:
     return out
 
 
+def receipted_producer(args, dest: str, total: int, warmup: int) -> tuple[dict, float]:
+    """One producer sending ``total`` SENDs with receipts; its result and the wall time."""
+    R = Runner(args)
+    go, done = R.ctx.Event(), R.ctx.Event()
+    R.start(producer, args, dest, go, done, "receipts", total, warmup)
+    go.set()
+    t = time.monotonic()
+    prod = R.collect(1)[0]
+    return prod, time.monotonic() - t
+
+
+def run_append(args, stats: BrokerStats) -> dict:
+    dest = unique_dest(args, "append")
+    cpu0, w0 = stats.cpu(), time.monotonic()
+    prod, elapsed = receipted_producer(args, dest, args.count + args.warmup, args.warmup)
+    cpu1, w1 = stats.cpu(), time.monotonic()
+    out = {
+        "scenario": "append",
+        "destination": dest,
+        "msgs": args.count,
+        "body_size": args.body_size,
+        "warmup": args.warmup,
+        "rate": round(prod["rate"], 1),
+        "receipted": prod["receipted"],
+        "elapsed_s": round(elapsed, 3),
+    }
+    if cpu0 is not None and cpu1 is not None:
+        out["broker_cpu_s"] = round(cpu1 - cpu0, 2)
+        out["broker_cpu_pct"] = round(100 * (cpu1 - cpu0) / (w1 - w0), 1)
+    return out
+
+
 def run_drain(args, stats: BrokerStats) -> dict:
     warmup = args.warmup
     total = args.count + warmup
@@ -1038,14 +1142,7 @@ def run_drain(args, stats: BrokerStats) -> dict:
         prefetch = 1000
     persistent_was = args.persistent
     args.persistent = True
-    # phase 1: preload with receipts
-    R = Runner(args)
-    go, done = R.ctx.Event(), R.ctx.Event()
-    R.start(producer, args, dest, go, done, "receipts", total, 0)
-    go.set()
-    t = time.monotonic()
-    prod = R.collect(1)[0]
-    load_s = time.monotonic() - t
+    prod, load_s = receipted_producer(args, dest, total, 0)  # phase 1: preload with receipts
     print(f"drain: pre-loaded {prod['receipted']} persistent messages into {dest} "
           f"in {load_s:.2f}s ({prod['rate']:.0f} msg/s)", file=sys.stderr, flush=True)
     retry_until = None
@@ -1195,12 +1292,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     g = p.add_argument_group("workload")
     g.add_argument("--scenario", default="queue",
-                   choices=["queue", "queue-ack", "receipts", "fanout", "latency", "drain", "idle",
-                            "exchange"],
+                   choices=["queue", "queue-ack", "receipts", "fanout", "latency", "drain", "idle", "groups",
+                            "exchange", "append"],
                    help="what to measure (see above; default %(default)s)")
     g.add_argument("--exchange-queues", type=int, default=10,
                    help="exchange scenario (stompmq only): queues bound to the consistent-hash "
                         "exchange, all consumed by one connection (default %(default)s)")
+    g.add_argument("--groups", type=int, default=1000,
+                   help="groups scenario: messages cycle JMSXGroupID over this many groups (0: no header,"
+                        " a plain queue with competing consumers) (default %(default)s)")
     g.add_argument("--keys", type=int, default=1000,
                    help="exchange scenario: distinct routing keys cycled by the producer "
                         "(default %(default)s)")
@@ -1233,6 +1333,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--window", type=int, default=1000,
                    help="max un-receipted SENDs outstanding in receipts and the drain pre-load "
                         "(default %(default)s)")
+    g.add_argument("--producers", type=int, default=1,
+                   help="queue, queue-ack: producers sharing --count (default %(default)s)")
+    g.add_argument("--consumers", type=int, default=1,
+                   help="queue, queue-ack: consumers of the one queue (default %(default)s)")
     g.add_argument("--subscribers", type=int, default=10,
                    help="fanout: number of topic subscribers (default %(default)s)")
     g.add_argument("--rate", type=float, default=1000,
@@ -1291,6 +1395,8 @@ def main(argv=None) -> int:
                 res = run_drain(args, stats)
             elif args.scenario == "idle":
                 res = run_idle(args, stats)
+            elif args.scenario == "append":
+                res = run_append(args, stats)
             else:
                 res = run_throughput(args, stats)
         except BrokerError as e:

@@ -13,11 +13,19 @@ pipelined raw STOMP frames with a receipt every --batch frames for flow control.
   queue-fanout   --subscriptions N subscribers on one queue, then publish/deliver rate
   ack-timeouts   --messages N through one queue, delivered with ack-timeout:3600 and each
                  acked; RSS before/after (ack-timeout memory must follow what is unacked)
+  delayed        --messages N SENDs with deliver-at spread at random over --spread seconds
+                 starting --lead seconds from now, to one queue with one auto-ack subscriber
+                 (a separate process); RSS while they wait and at the end, and the lateness of
+                 each delivery (receipt wall time minus deliver-at) p50/p99/p99.9/max
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing
+import multiprocessing.connection
+import multiprocessing.synchronize
+import random
 import socket
 import time
 
@@ -245,6 +253,67 @@ def scenario_ack_timeouts(args: argparse.Namespace) -> None:
     report("ack-timeouts", before, rss_kib(args.pid), args.messages, "messages delivered and acked")
 
 
+def _receive_delayed(args: argparse.Namespace, ready: multiprocessing.synchronize.Event,
+                     out: multiprocessing.connection.Connection) -> None:
+    """The subscriber of ``delayed``: lateness in ms of each MESSAGE (its body is its due time)."""
+    c = Client(args.host, args.port, args.login, args.passcode)
+    c.sock.settimeout(args.lead + args.spread + 600)
+    c.sock.sendall(b"SUBSCRIBE\nid:1\ndestination:/queue/%sdelayed\nreceipt:sub\n\n\x00" % args.prefix.encode())
+    c.read_frame()
+    ready.set()
+    late = []
+    for _ in range(args.messages):
+        _, frame = c.read_frame()
+        now = time.time() * 1000
+        body = frame[frame.index(b"\n\n") + 2:]
+        late.append(now - int(body[:13]))
+    out.send(late)
+
+
+def scenario_delayed(args: argparse.Namespace) -> None:
+    ready = multiprocessing.Event()
+    results, out = multiprocessing.Pipe(duplex=False)
+    consumer = multiprocessing.Process(target=_receive_delayed, args=(args, ready, out), daemon=True)
+    consumer.start()
+    if not ready.wait(TIMEOUT):
+        raise RuntimeError("the subscriber could not subscribe (is the broker up?)")
+    c = Client(args.host, args.port, args.login, args.passcode)
+    before = rss_kib(args.pid)
+    start = int(time.time() * 1000) + int(args.lead * 1000)
+    spread = int(args.spread * 1000)
+    rng = random.Random(1)
+    destination = f"/queue/{args.prefix}delayed".encode()
+    pad = b"x" * max(0, args.body_size - 13)
+    t0 = time.time()
+    for i in range(args.messages):
+        due = start + rng.randrange(spread)
+        body = b"%d%s" % (due, pad)
+        c.queue(b"SEND\ndestination:%s\ndeliver-at:%d\ncontent-length:%d\n\n%s\x00"
+                % (destination, due, len(body), body))
+        if (i + 1) % args.batch == 0:
+            c.flush()
+    c.flush()
+    published = time.time() - t0
+    print(f"sent {args.messages} delayed messages in {published:.1f} s ({args.messages / published:.0f} msg/s);"
+          f" the first is due {args.lead - published:.1f} s after the last SEND")
+    report("waiting", before, rss_kib(args.pid), args.messages, "delayed messages")
+    peak_waiting = 0
+    while not results.poll(1.0):
+        if not consumer.is_alive():
+            raise RuntimeError("the subscriber died")
+        peak_waiting = max(peak_waiting, rss_kib(args.pid))
+    late = sorted(results.recv())
+    consumer.join()
+
+    def at(q: float) -> float:
+        return late[min(len(late) - 1, int(q * len(late)))]
+
+    print(f"delivered {len(late)}: lateness p50={at(0.5):.1f} ms p99={at(0.99):.1f} ms p99.9={at(0.999):.1f} ms"
+          f" max={late[-1]:.1f} ms (min {late[0]:.1f} ms)")
+    print(f"RSS during delivery peak={peak_waiting / 1024:.1f} MiB end={rss_kib(args.pid) / 1024:.1f} MiB;"
+          f" VmHWM={rss_kib(args.pid, 'VmHWM') / 1024:.1f} MiB")
+
+
 SCENARIOS = {
     "ack-timeouts": scenario_ack_timeouts,
     "queued": scenario_queued,
@@ -253,6 +322,7 @@ SCENARIOS = {
     "subscriptions": scenario_subscriptions,
     "prefix-topics": scenario_prefix_topics,
     "queue-fanout": scenario_queue_fanout,
+    "delayed": scenario_delayed,
 }
 
 
@@ -274,6 +344,8 @@ def main() -> None:
     parser.add_argument("--prefix", default="scale-", help="queue/topic name prefix")
     parser.add_argument("--queue-name", default="scale-0")
     parser.add_argument("--settle", type=float, default=1.0, help="seconds to wait before the RSS reading")
+    parser.add_argument("--spread", type=float, default=600.0, help="delayed: seconds the due times spread over")
+    parser.add_argument("--lead", type=float, default=120.0, help="delayed: seconds from start to the first due time")
     args = parser.parse_args()
     SCENARIOS[args.scenario](args)
 

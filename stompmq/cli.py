@@ -11,6 +11,7 @@ from .broker.definitions import DefinitionsError
 from .config import load_config
 from .logs import setup_logging
 from .server import run_until_signal
+from .server.app import tune_gc
 from .server.security import SecurityError
 from .server.users_cli import users_main
 from .storage.base import StoreError
@@ -39,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
             lease=config.lease,
         )
         broker = Broker(store, config.broker())
+        tune_gc()
         trio.run(run_until_signal, broker, config.server())
     except BaseExceptionGroup as group:
         return _startup_failure(group, config.host, config.port)

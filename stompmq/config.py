@@ -146,6 +146,11 @@ def _size(value: str) -> int:
     return number
 
 
+def _optional_size(value: str) -> int | None:
+    """A byte count, or none (no limit)."""
+    return None if str(value).strip().lower() in ("", "none", "unlimited", "0") else _size(value)
+
+
 @dataclass(frozen=True)
 class Option:
     name: str  # flag without dashes, e.g. "max-frame-size"
@@ -183,12 +188,14 @@ OPTIONS: tuple[Option, ...] = (
     Option("window", _int(1), 10_000, "ready messages a queue keeps in memory; the rest is paged in from the store", "N"),
     Option("window-bytes", _size, 16 * 1024**2, "bytes of ready messages a queue keeps in memory (with --window, whichever is reached first)", "BYTES"),
     Option("max-unflushed-bytes", _size, 64 * 1024**2, "bytes of messages waiting for the disk before producers are paused (back-pressure)", "BYTES"),
+    Option("max-queue-bytes", _optional_size, None, "body bytes any queue may hold unless its declaration says otherwise; past it a SEND gets an ERROR (reject-publish) (default unlimited)", "BYTES"),
     Option("max-connections", _optional_positive_int, None, "client connections served at once; more are refused with an ERROR (default: the open-file limit minus a reserve)", "N"),
     Option("ack-timeout", _seconds(zero=True), 0.0, "seconds before an unacked message is redelivered (0 = never); SEND/SUBSCRIBE 'ack-timeout' headers override", "SECONDS"),
     Option("max-redeliveries", _optional_int, None, "redeliveries before a message goes to its dead-letter queue (default unlimited)", "N"),
     Option("dlq-prefix", str, "DLQ.", "dead-letter queue of /queue/NAME is /queue/<prefix>NAME", "PREFIX"),
     Option("dead-letter-rejected", _flag, False, "NACK with requeue:false moves the message to its dead-letter queue instead of discarding it", "BOOL"),
     Option("topic-overflow", _topic_overflow, "block", "a topic subscriber over its output limit: block the publisher (bounded memory), drop its messages, or disconnect it", "block|drop|disconnect"),
+    Option("topic-block-timeout", _seconds(zero=True), 5.0, "under --topic-overflow block, seconds one topic subscriber may hold a publisher back; after that it is treated as under drop for the rest of its connection (0 = wait forever)", "SECONDS"),
     Option("stream-max-age", float, 0.0, "seconds a stream keeps its entries (0 = no limit); per stream: /control/declare/stream/NAME max-age", "SECONDS"),
     Option("stream-max-bytes", int, 0, "body bytes a stream keeps (0 = no limit); per stream: /control/declare/stream/NAME max-bytes", "BYTES"),
     Option("stream-segment", int, 10_000, "entries per stream segment, the unit retention deletes", "N"),
@@ -248,6 +255,7 @@ class Config:
             heart_beat=self.heart_beat,
             heart_beat_grace=self.heart_beat_grace,
             connect_timeout=self.connect_timeout,
+            topic_block_timeout=self.topic_block_timeout,
             max_connections=self.max_connections,
             http_host=self.http_host,
             http_port=self.http_port or None,
@@ -281,6 +289,7 @@ class Config:
             stream_segment=self.stream_segment,
             definitions=self.definitions,
             max_subscriptions=self.max_subscriptions,
+            max_queue_bytes=self.max_queue_bytes,
         )
 
 

@@ -25,6 +25,8 @@ from .broker_thread import BrokerThread
 from .stompclient import Client
 from .waiting import wait_until
 
+pytestmark = pytest.mark.browser
+
 HERE = Path(__file__).parent / "browser"
 BUNDLE = HERE / "node_modules" / "@stomp" / "stompjs" / "bundles" / "stomp.umd.min.js"
 

@@ -130,6 +130,21 @@ def _routes(broker: BrokerProcess) -> bool:
         return True
 
 
+def test_delayed_messages_of_a_killed_broker_are_delivered_by_another(brokers: list[BrokerProcess]) -> None:
+    """The victim holds the delayed messages it stored; once its lease lapses another broker's
+    renewal frees them, its poll finds them, and each is delivered once when due."""
+    victim, survivor, _ = brokers
+    with Peer(victim.port) as producer:
+        for i in range(20):
+            producer.send_to("/queue/later", str(i), headers={"delay": str(1000 + 50 * i)})
+    victim.kill9()
+    with Peer(survivor.port) as consumer:
+        consumer.subscribe("/queue/later")
+        got = sorted(int(consumer.message(timeout=HANDOVER).body) for _ in range(20))
+        assert got == list(range(20))
+        consumer.expect_nothing(0.5)
+
+
 def test_counts_are_cluster_wide(brokers: list[BrokerProcess]) -> None:
     a, b, _ = brokers
     with Peer(a.port) as consumer, Peer(b.port) as other:

@@ -18,6 +18,8 @@ webdriver = pytest.importorskip("selenium.webdriver")
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
+pytestmark = pytest.mark.browser
+
 @pytest.fixture
 def browser() -> Iterator[webdriver.Chrome]:
     driver_path = shutil.which("chromedriver")

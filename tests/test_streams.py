@@ -163,6 +163,55 @@ def test_exchange_partitions_keyed_sends_over_streams(broker: BrokerThread) -> N
         assert len(set(bodies)) * 8 == counts[0]
 
 
+def test_purge_and_delete_through_control_survive_a_restart(tmp_path: Path, store_kind: str) -> None:
+    make = make_store_factory(store_kind, tmp_path)
+    thread = BrokerThread(make, config=BrokerConfig(stream_segment=4)).start()
+    try:
+        with Client(thread.port) as c:
+            c.request("SEND", {"destination": "/control/declare/stream/keep", "max-bytes": "1000"})
+            publish(c, "keep", 10)
+            sub = c.subscribe("/stream/keep", x_stream_offset="first")
+            assert len(read(c, 10)) == 10
+            c.request("SEND", {"destination": "/control/purge/stream/keep"})
+            assert offsets(c, "keep") == {"first-offset": 10, "last-offset": 9, "next-offset": 10, "count": 0}
+            publish(c, "keep", 2, start=10)  # offsets go on; the subscriber gets only the new entries
+            assert read(c, 2) == [(10, "m10"), (11, "m11")]
+            with Client(thread.port) as other:  # a subscribed stream is not deleted
+                other.frame("SEND", {"destination": "/control/delete/stream/keep"})
+                assert "subscriber" in other.expect_error()["message"]
+            c.unsubscribe(sub)
+            c.request("SEND", {"destination": "/control/declare/exchange/ex"})
+            c.request("SEND", {"destination": "/control/bind/exchange/ex", "queue": "/stream/gone"})
+            publish(c, "gone", 5)
+            c.request("SEND", {"destination": "/control/delete/stream/gone"})
+            assert offsets(c, "gone")["next-offset"] == 0
+            assert c.request("SEND", {"destination": "/control/list-bindings/exchange/ex"})["num-bindings"] == "0"
+            c.request("SEND", {"destination": "/control/purge/stream/never"})  # no such stream: nothing to do
+            c.request("SEND", {"destination": "/control/delete/stream/never"})
+    finally:
+        thread.stop()
+    if store_kind == "memory":
+        return
+    for expected in ({"first-offset": 10, "last-offset": 11, "next-offset": 12, "count": 2},
+                     {"first-offset": 12, "last-offset": 11, "next-offset": 12, "count": 0}):
+        thread = BrokerThread(make, config=BrokerConfig(stream_segment=4)).start()
+        try:
+            with Client(thread.port) as c:
+                assert offsets(c, "keep") == expected
+                assert offsets(c, "gone")["next-offset"] == 0
+                c.request("SEND", {"destination": "/control/purge/stream/keep"})  # seen by the next restart
+        finally:
+            thread.stop()
+    thread = BrokerThread(make, config=BrokerConfig(stream_segment=4)).start()
+    try:
+        with Client(thread.port) as c:
+            publish(c, "keep", 1, start=12)
+            c.subscribe("/stream/keep", x_stream_offset="first")
+            assert read(c, 1) == [(12, "m12")]
+    finally:
+        thread.stop()
+
+
 @pytest.mark.parametrize(
     ("destination", "headers", "problem"),
     [

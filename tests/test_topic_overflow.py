@@ -13,6 +13,7 @@ import threading
 import pytest
 
 from stompmq.broker import BrokerConfig
+from stompmq.server import ServerSettings
 from stompmq.server.outbox import HARD_LIMIT
 
 from .stompclient import Client
@@ -59,10 +60,11 @@ def test_two_huge_messages_reach_two_subscribers_every_time(memory_broker, round
     assert topic_stats(memory_broker.port, "huge")["total-dropped"] == "0"
 
 
-def test_block_bounds_a_slow_subscribers_outbox_and_loses_nothing(memory_broker):
+def test_block_bounds_a_slow_subscribers_outbox_and_loses_nothing(make_memory_broker):
     """The default policy: a subscriber that stops reading stops the publisher (its SENDs are no
-    longer read), its outbox stays bounded, and once it reads it gets every message in order."""
-    broker = memory_broker
+    longer read), its outbox stays bounded, and once it reads it gets every message in order
+    (--topic-block-timeout 0: the publisher waits as long as it takes)."""
+    broker = make_memory_broker(settings=ServerSettings(topic_block_timeout=0))
     count = (HARD_LIMIT * 3) // BIG
     slow = Client(broker.port, rcvbuf=4096)
     slow.subscribe("/topic/blocked")
@@ -90,6 +92,43 @@ def test_block_bounds_a_slow_subscribers_outbox_and_loses_nothing(memory_broker)
     assert seqs == list(range(count))
     producer.close()
     slow.close()
+
+
+def test_block_lets_the_publisher_go_on_without_a_subscriber_that_stalls_it_too_long(make_memory_broker, caplog):
+    """--topic-block-timeout: a subscriber that holds the publisher back that long is treated as
+    under drop from then on: it misses messages (counted, logged) while its output is over the
+    limit, takes them again once it has caught up; the fast subscriber gets everything."""
+    broker = make_memory_broker(settings=ServerSettings(topic_block_timeout=0.5))
+    stalled = Client(broker.port, rcvbuf=4096)
+    stalled.subscribe("/topic/lagging", "stalled-sub")
+    fast = Client(broker.port)
+    fast.subscribe("/topic/lagging")
+    count = (HARD_LIMIT * 3) // BIG
+    got: list[bytes] = []
+    reader = read_bodies(fast, count, got)
+    with caplog.at_level(logging.WARNING, logger="stompmq.broker.overflow"), Client(broker.port) as producer:
+        for i in range(count):
+            producer.send_to("/topic/lagging", b"l" * BIG, receipt=False, headers={"seq": str(i)})
+        producer.sync()  # the publisher got through although the stalled subscriber read nothing
+        reader.join(30)
+        assert len(got) == count
+        stats = topic_stats(broker.port, "lagging")
+        assert stats["total-lagging"] == "1" and stats["subscription-0-id"] == "stalled-sub"
+        seqs = []
+        while True:
+            try:
+                seqs.append(int(stalled.message(timeout=0.5)["seq"]))
+            except TimeoutError:
+                break
+        assert seqs == list(range(len(seqs)))  # what it got is a gap-free prefix
+        assert stats["subscription-0-dropped"] == str(count - len(seqs))
+        producer.send_to("/topic/lagging", "after")  # caught up: it takes messages again
+        assert stalled.message().body == b"after"
+    lines = [r.getMessage() for r in caplog.records if r.name == "stompmq.broker.overflow"]
+    assert "held a publisher back for 0.5 s" in lines[0], lines
+    assert "caught up after missing" in lines[-1], lines
+    stalled.close()
+    fast.close()
 
 
 def test_drop_counts_per_subscription_and_logs_once_per_episode(make_memory_broker, caplog):

@@ -17,7 +17,6 @@ a wrong one is ignored, as RabbitMQ and ActiveMQ do.
 from __future__ import annotations
 
 from ..storage.base import StoredMessage
-from .dead_letters import dead_letter
 from .dispatch import Dispatcher
 from .errors import ClientError
 from .queue import Queue
@@ -63,7 +62,7 @@ class Acks:
         for one in ids:
             msg = self.settle(sub, one)
             if stored:
-                self.store.delete(msg)
+                self.dispatcher.remove(msg)
         if sub.queue is not None:
             sub.queue.stats.acked += len(ids)
         self.after_settle(sub)
@@ -76,9 +75,9 @@ class Acks:
             if requeue:
                 self.requeue(sub.queue, msg)
             elif self.config.dead_letter_rejected and sub.queue is not None:
-                dead_letter(self.dispatcher, msg, "rejected with NACK requeue:false")
+                self.dispatcher.dead_letter(msg, "rejected with NACK requeue:false")
             else:
-                self.store.delete(msg)
+                self.dispatcher.remove(msg)
         self.after_settle(sub)
 
     def expire(self, session: Session, ack_id: str, msg: StoredMessage) -> None:
@@ -113,8 +112,11 @@ class Acks:
         deliveries = sub.session.deliveries
         if deliveries.get(ack_id) is sub:  # 1.0/1.1 keys may be shared: see target()
             del deliveries[ack_id]
-        if sub.queue is not None:
-            sub.queue.inflight.pop(msg.seq, None)
+        queue = sub.queue
+        if queue is not None:
+            queue.inflight.pop(msg.seq, None)
+            if queue.groups:
+                queue.settled(msg)
         timer = msg.timer
         if timer is not None:
             msg.timer = None
@@ -130,7 +132,7 @@ class Acks:
         queue.stats.redelivered += 1
         limit = self.config.max_redeliveries
         if limit is not None and msg.redeliveries > limit:
-            dead_letter(self.dispatcher, msg, f"redelivered more than {limit} times")
+            self.dispatcher.dead_letter(msg, f"redelivered more than {limit} times")
             return
         msg.held = queue.window.requeue(msg)
         self.store.update(msg)

@@ -37,6 +37,9 @@ class BrokerConfig:
     #: Entries per stream segment, the unit retention drops: small enough that a stream overshoots
     #: its limits by little, large enough that marks (one per segment) cost nothing.
     stream_segment: int = 10_000
+    #: Body bytes any queue may hold when its declaration sets no max-length-bytes; past it a
+    #: SEND is refused (reject-publish).  None: no default bound.
+    max_queue_bytes: int | None = None
     #: Subscriptions one connection may hold at once (a limit against abuse).
     max_subscriptions: int = 1000
     #: TOML or JSON file of exchanges, queues and bindings applied at start.

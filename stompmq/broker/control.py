@@ -32,6 +32,7 @@ from .dispatch import Dispatcher
 from .errors import ClientError
 from .exchanges import ROUTING_KEY_HEADER, declaration_options, parse_weight
 from .key_exchanges import TYPES as KEY_TYPES
+from .policies import QueuePolicy
 from .routing import STREAM_TARGET, Router
 from .stats import QueueStats
 from .streams import Streams
@@ -84,6 +85,7 @@ class Control:
             ("stats", "topic"): self._topic_stats,
             ("purge", "queue"): self._purge,
             ("delete", "queue"): self._delete_queue,
+            ("declare", "queue"): self._declare_queue,
             ("declare", "exchange"): self._declare_exchange,
             ("delete", "exchange"): self._delete_exchange,
             ("bind", "exchange"): self._bind,
@@ -92,6 +94,8 @@ class Control:
             ("stats", "exchange"): self._exchange_stats,
             ("declare", "stream"): self._declare_stream,
             ("stream-offsets", "stream"): self._stream_offsets,
+            ("purge", "stream"): self._purge_stream,
+            ("delete", "stream"): self._delete_stream,
         }
 
     def run(self, path: str, frame: Frame) -> Answer:
@@ -146,6 +150,7 @@ class Control:
             "topic-overflow": overflow.policy,
             "total-dropped": str(overflow.total_dropped),
             "total-disconnected": str(overflow.total_disconnected),
+            "total-lagging": str(overflow.total_lagging),
         }
         for i, sub in enumerate(missed):
             headers[f"subscription-{i}-session"] = sub.session.id
@@ -199,7 +204,7 @@ class Control:
             else:
                 unacked = unacked_here
                 ready = queue.size if queue is not None else 0
-                oldest = queue.window.peek().timestamp if queue is not None and queue.size else None
+                oldest = queue.window.peek().timestamp if queue is not None and queue.window.size else None
             rows.append(QueueRow(name, ready, unacked, queue.nsubs if queue is not None else 0, oldest,
                                  dispatcher.stats.get(name)))
         more = len(page) == limit
@@ -209,7 +214,14 @@ class Control:
         self.dispatcher.purge(name)
         return {}
 
+    def _declare_queue(self, name: str, frame: Frame) -> Answer:
+        """Give the queue a policy (policies.py), replacing any earlier declaration."""
+        self.dispatcher.declare(name, QueuePolicy.parse(frame.headers))
+        return {}
+
     def _delete_queue(self, name: str, frame: Frame) -> Answer:
+        if name in self.dispatcher.policies:
+            self.dispatcher.declare(name, None)
         self.dispatcher.purge(name)
         self.router.unbind_everywhere(name)
         self.dispatcher.forget_stats(name)
@@ -218,6 +230,15 @@ class Control:
     # -- streams ------------------------------------------------------------------------------
     def _declare_stream(self, name: str, frame: Frame) -> Answer:
         self.streams.declare(name, frame.headers)
+        return {}
+
+    def _purge_stream(self, name: str, frame: Frame) -> Answer:
+        self.streams.purge(name)
+        return {}
+
+    def _delete_stream(self, name: str, frame: Frame) -> Answer:
+        self.streams.delete(name)
+        self.router.unbind_everywhere(STREAM_TARGET + name)
         return {}
 
     def _stream_offsets(self, name: str, frame: Frame) -> Answer:

@@ -10,6 +10,9 @@ be declared over STOMP::
 
     [[queues]]
     name = "q1"                       # queues are created on first use; listing them is allowed
+    message-ttl = 60000               # optional: the policy keys of /control/declare/queue
+    max-length = 10000                # (message-ttl, max-length, max-length-bytes, overflow,
+    overflow = "drop-head"            #  dead-letter); see policies.py
 
     [[bindings]]
     exchange = "orders"
@@ -41,6 +44,7 @@ from ..storage.base import DEFAULT_VHOST, vhost_name_error
 from .destinations import Kind, parse_destination
 from .errors import ClientError
 from .exchanges import declaration_options, parse_weight
+from .policies import POLICY_KEYS, QueuePolicy
 from .routing import Router
 
 
@@ -81,6 +85,7 @@ def apply_definitions(router: Router, data: dict[str, Any], source: str) -> None
     """Check the whole file, then apply it: a file with any invalid entry changes nothing."""
     where = source  # the entry being checked, named in any error
     declared: dict[str, dict[str, str]] = {}
+    policies: dict[str, QueuePolicy] = {}
     binds: list[tuple[str, str, int]] = []
     try:
         for i, entry in enumerate(data.get("exchanges", [])):
@@ -97,8 +102,10 @@ def apply_definitions(router: Router, data: dict[str, Any], source: str) -> None
             declared[name] = options
         for i, entry in enumerate(data.get("queues", [])):
             where = f"{source}: queues[{i}]"
-            _queue_name(_field(entry, "name", where))
-            _known_keys(entry, ("name",), where)
+            queue = _queue_name(_field(entry, "name", where))
+            _known_keys(entry, ("name", *POLICY_KEYS), where)
+            if set(entry) & set(POLICY_KEYS):
+                policies[queue] = QueuePolicy.parse({k: _text(v) for k, v in entry.items() if k != "name"})
         for i, entry in enumerate(data.get("bindings", [])):
             where = f"{source}: bindings[{i}]"
             exchange = _field(entry, "exchange", where)
@@ -114,6 +121,8 @@ def apply_definitions(router: Router, data: dict[str, Any], source: str) -> None
             router.declare_exchange(name, options)
         for exchange, queue, weight in binds:
             router.bind(exchange, queue, weight)
+        for queue, policy in policies.items():
+            router.dispatcher.declare(queue, policy)
     except ClientError as e:  # a binding to a subscription's private queue, say
         raise DefinitionsError(f"{source}: {e.message}") from None
 
@@ -127,6 +136,11 @@ def _known_keys(entry: dict[str, Any], allowed: tuple[str, ...], where: str) -> 
     unknown = sorted(set(entry) - set(allowed))
     if unknown:
         raise DefinitionsError(f"{where}: unknown key {unknown[0]!r}: use {', '.join(allowed)}")
+
+
+def _text(value: Any) -> str:
+    """A TOML/JSON value as a header would carry it (``true``, not ``True``)."""
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
 
 def _field(entry: Any, name: str, where: str) -> str:

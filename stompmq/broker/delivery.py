@@ -27,6 +27,7 @@ BROKER_HEADERS = frozenset(
         "receipt",
         "transaction",
         "x-stream-offset",
+        "expires",
     }
 )
 
@@ -49,7 +50,17 @@ def _user_header_block(headers: dict[str, str], version: str) -> bytes:
 
 
 def message_tail(msg: StoredMessage, version: str) -> bytes:
-    """The part of a MESSAGE frame shared by all its deliveries for ``version``."""
+    """The part of a MESSAGE frame shared by all its deliveries for ``version`` (``expires``, the
+    effective expiry in epoch ms as JMS has it, only on a message that can expire)."""
+    if msg.expires is not None:
+        return b"priority:%d\ntimestamp:%d\nexpires:%d\ncontent-length:%d\n%s\n%s\x00" % (
+            msg.priority,
+            msg.timestamp,
+            msg.expires,
+            len(msg.body),
+            _user_header_block(msg.headers, version),
+            msg.body,
+        )
     return b"priority:%d\ntimestamp:%d\ncontent-length:%d\n%s\n%s\x00" % (
         msg.priority,
         msg.timestamp,

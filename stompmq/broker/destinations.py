@@ -29,6 +29,9 @@ class Kind:
     EXCHANGE = "exchange"
     CONTROL = "control"
     STREAM = "stream"
+    TEMP_QUEUE = "temp-queue"  # /temp-queue/NAME: the connection's own reply queue
+    REPLY_QUEUE = "reply-queue"  # /reply-queue/TOKEN: someone's temp queue, for SEND only
+    AMQ_QUEUE = "amq"  # /amq/queue/NAME: an existing queue (RabbitMQ); ``name`` is NAME
 
 
 class Destination(NamedTuple):
@@ -40,7 +43,11 @@ class Destination(NamedTuple):
 
 
 # Maps a parsed namespace to the Kind constant itself, so kinds can be compared with "is".
-_KINDS = {kind: kind for kind in (Kind.QUEUE, Kind.TOPIC, Kind.EXCHANGE, Kind.CONTROL, Kind.STREAM)}
+_KINDS = {
+    kind: kind
+    for kind in (Kind.QUEUE, Kind.TOPIC, Kind.EXCHANGE, Kind.CONTROL, Kind.STREAM, Kind.TEMP_QUEUE, Kind.REPLY_QUEUE,
+                 Kind.AMQ_QUEUE)
+}
 _EXCHANGE_PREFIX = "/exchange/"
 _NAME_AT = len(_EXCHANGE_PREFIX)
 #: Builds a Destination without the Python-level __new__ a NamedTuple call goes through (3x faster).
@@ -91,11 +98,16 @@ def _parse(raw: str | None) -> Destination:
     kind = _KINDS.get(head) if raw[0] == "/" and slash else None
     if kind is None:
         raise ClientError(
-            f"unknown destination {raw!r}: use /queue/NAME, /topic/NAME, /stream/NAME, /exchange/NAME or /control/..."
+            f"unknown destination {raw!r}: use /queue/NAME, /topic/NAME, /stream/NAME, /exchange/NAME,"
+            " /temp-queue/NAME, /reply-queue/NAME, /amq/queue/NAME or /control/..."
         )
     key = ""
     if kind is Kind.EXCHANGE:
         name, _, key = name.partition("/")
+    elif kind is Kind.AMQ_QUEUE:
+        space, _, name = name.partition("/")
+        if space != "queue":
+            raise ClientError(f"unknown destination {raw!r}: the /amq/ form is /amq/queue/NAME")
     if not name:
         raise ClientError(f"destination {raw!r} has an empty name")
     return _new_destination(Destination, (kind, name, raw, key))

@@ -24,32 +24,48 @@ subscriber for, or one beyond its window's boundary, is stored free for any
 broker to claim; a queue leaving memory releases its rows; and another broker's
 new messages (``store_changed``) make the window look in the store again.
 Sequence numbers come from the store in blocks (``Store.seq_block``).
+
+The message lifecycle (see policies.py and delays.py) passes through here too: ``publish``
+gives a message its queue's TTL, hands a delayed one to ``Delayed`` and keeps a bounded queue
+within its policy (refusing the SEND, or dropping the oldest ready messages); ``pump`` drops
+the expired messages it reaches at a queue's head (``Queue.dispatch`` sets them aside), and
+``dead_letter`` moves what a queue cannot keep to its dead-letter queue.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Awaitable, Sequence
 from functools import partial
 
 from ..storage.base import Store, StoredMessage, StoreError
 from .config import BrokerConfig
+from .delays import Delayed
 from .delivery import message_frame, message_tail
+from .policies import DROP_HEAD, REJECT_PUBLISH, QueueFull, QueuePolicy, QueueSize
 from .queue import Queue
 from .reads import Reads, StoreRead
 from .send_headers import DEFAULT_PRIORITY
 from .session import NO_DELIVERIES, AckMode, Session, Subscription
 from .stats import QueueStats
-from .timers import Deadlines
+from .timers import Deadlines, Timer
 from .window import PageRequest
 
 log = logging.getLogger(__name__)
+
+#: Why a message left its queue unconsumed (its ``dead-letter-reason`` if dead-lettered).
+EXPIRED, MAXLEN = "expired", "maxlen"
 
 #: Deadline kinds: an unacked delivery's ack timeout; a failed page read's retry.
 ACK_TIMEOUT = "ack-timeout"
 PAGE_RETRY = "page-retry"
 #: Seconds before a failed page read is retried (a full disk refuses reads until writes commit).
 PAGE_RETRY_SECONDS = 0.1
+#: Deadline kind: look in the store for expired messages (expiry.py); armed for a second after
+#: the earliest expiry stored, so sweeps come at most about once a second.
+EXPIRY_SWEEP = "expiry-sweep"
+SWEEP_MS = 1000
 
 
 class Dispatcher:
@@ -64,6 +80,14 @@ class Dispatcher:
         self.seq = 0  # the last sequence number handed out
         self.seq_end = 0  # the end of the block ``seq`` is from (Store.seq_block)
         self.wall_ms = 0  # wall-clock time for message timestamps, set by the engine
+        self.delayed = Delayed(store, deadlines, reads, config.window if store.durable else None)
+        self.policies: dict[str, QueuePolicy] = {}  # declared queues (policies.py)
+        #: the policy of an undeclared queue: --max-queue-bytes, or none
+        default = QueuePolicy().with_default_bytes(config.max_queue_bytes)
+        self.default_policy = default if default.bounded else None
+        self.sizes: dict[str, QueueSize] = {}  # bounded queues
+        self.sweep_at = math.inf  # wall ms the EXPIRY_SWEEP deadline is armed for (inf: none)
+        self.sweep_timer: Timer | None = None
 
     # -- queues in memory ---------------------------------------------------------------------
     def activate(self, name: str) -> Queue:
@@ -76,7 +100,137 @@ class Dispatcher:
                 name, config.window if durable else None, spilled=durable, max_bytes=config.window_bytes,
                 stats=self.queue_stats(name),
             )
+            policy = self.policy(name)
+            if policy is not None and policy.bounded and policy.overflow == DROP_HEAD:
+                queue.pinned = True  # its head must be in memory to be dropped
         return queue
+
+    # -- policies -----------------------------------------------------------------------------
+    def policy(self, name: str) -> QueuePolicy | None:
+        """What queue ``name`` was declared with (or the --max-queue-bytes default)."""
+        policy = self.policies.get(name)
+        if policy is None:
+            return self.default_policy
+        return policy.with_default_bytes(self.config.max_queue_bytes)
+
+    def declare(self, name: str, policy: QueuePolicy | None, save: bool = True) -> None:
+        """Give queue ``name`` a policy (None: forget its declaration)."""
+        if policy is None:
+            self.policies.pop(name, None)
+        else:
+            self.policies[name] = policy
+        if save:
+            self.store.save_queue(name, None if policy is None else policy.options())
+        effective = self.policy(name)
+        bounded = effective is not None and effective.bounded
+        if bounded:
+            self.size(name)
+        else:
+            self.sizes.pop(name, None)
+        pinned = bounded and effective is not None and effective.overflow == DROP_HEAD
+        queue = self.activate(name) if pinned else self.queues.get(name)
+        if queue is not None:
+            queue.pinned = pinned
+            self.pump(queue)
+            self.deactivate_if_idle(queue)
+
+    def size(self, name: str) -> QueueSize:
+        """The counted size of a bounded queue; the first time, the store is asked for its count."""
+        size = self.sizes.get(name)
+        if size is None:
+            size = self.sizes[name] = QueueSize()
+            if self.store.durable:  # a memory store starts empty: counting from zero is exact
+
+                def fetch(store: Store) -> Awaitable[tuple[int, int, tuple[int, int]]]:
+                    return store.queue_size(name, lambda: (size.length, size.bytes))
+
+                self.reads.submit(StoreRead(fetch, partial(self._sized, name, size), partial(self._size_failed, name)))
+        return size
+
+    def _sized(self, name: str, size: QueueSize, result: tuple[int, int, tuple[int, int]]) -> None:
+        count, nbytes, (length, body_bytes) = result
+        size.length += count - length  # what the store held, plus what happened since it looked
+        size.bytes += nbytes - body_bytes
+        queue = self.queues.get(name)
+        if queue is not None:
+            self.pump(queue)
+
+    def _size_failed(self, name: str, error: StoreError) -> None:
+        log.warning("counting queue %s failed (its bounds count from now): %s", name, error)
+
+    def remove(self, msg: StoredMessage) -> None:
+        """A queue message is gone for good (acked, discarded, expired, dropped): delete it."""
+        self.store.delete(msg)
+        if self.sizes and msg.deliver_at is None:  # a delayed message counts once it is ready
+            size = self.sizes.get(msg.queue)
+            if size is not None:
+                size.length -= 1
+                size.bytes -= len(msg.body)
+
+    def dead_letter(self, msg: StoredMessage, reason: str) -> None:
+        """Move ``msg`` (already settled) to its queue's dead-letter queue, or drop it.
+
+        ``/queue/X`` dies into ``/queue/DLQ.X`` (``--dlq-prefix``) with ``dead-letter-reason``
+        and ``original-destination``; a message of a dead-letter queue itself, or any message
+        when the prefix is empty, is dropped and logged, so dead letters never chain.
+        """
+        self.remove(msg)
+        self.queue_stats(msg.queue).dead_lettered += 1
+        prefix = self.config.dlq_prefix
+        if not prefix or msg.queue.startswith(prefix):
+            log.warning("dropping message %d of queue %s: %s", msg.seq, msg.queue, reason)
+            return
+        headers = dict(msg.headers)
+        headers["dead-letter-reason"] = reason
+        headers["original-destination"] = "/queue/" + msg.queue
+        try:
+            self.publish(prefix + msg.queue, headers, msg.body, msg.priority)
+        except QueueFull as e:
+            log.warning("dropping message %d of queue %s (%s): %s", msg.seq, msg.queue, reason, e.message)
+
+    def discard(self, msg: StoredMessage, reason: str, stats: QueueStats) -> None:
+        """An expired (``reason`` "expired") or dropped ("maxlen") message leaves its queue:
+        dead-lettered if the queue's policy says so, deleted otherwise."""
+        if reason == EXPIRED:
+            stats.expired += 1
+        else:
+            stats.dropped += 1
+        policy = self.policy(msg.queue)
+        if policy is not None and policy.dead_letter:
+            self.dead_letter(msg, reason)
+        else:
+            self.remove(msg)
+
+    def arm_sweep(self, at_ms: float) -> None:
+        """Have expiry.py look for expired messages in the store by wall time ``at_ms``."""
+        if at_ms >= self.sweep_at:
+            return
+        if self.sweep_timer is not None:
+            self.deadlines.cancel(self.sweep_timer)
+        self.sweep_at = at_ms
+        self.sweep_timer = self.deadlines.arm(max(0.0, (at_ms - self.wall_ms) / 1000), EXPIRY_SWEEP)
+
+    def _expired_at_head(self, queue: Queue, expired: list[StoredMessage]) -> None:
+        for msg in expired:
+            self.discard(msg, EXPIRED, queue.stats)
+
+    def _drop_head(self, queue: Queue, policy: QueuePolicy) -> None:
+        """Drop the oldest ready messages of a ``drop-head`` queue until it is within bounds."""
+        size = self.sizes.get(queue.name)
+        if size is None:
+            return
+        window = queue.window
+        dropped = 0
+        while window.size and policy.over(size.length, size.bytes):
+            self.discard(window.pop(), MAXLEN, queue.stats)
+            dropped += 1
+        if dropped and not size.dropping:
+            size.dropping = True
+            log.warning("queue %s is over its bounds (max-length %s, max-length-bytes %s): dropping its oldest"
+                        " messages", queue.name, policy.max_length, policy.max_length_bytes)
+        elif not dropped and size.dropping and not policy.over(size.length + 1, size.bytes):
+            size.dropping = False
+            log.info("queue %s is within its bounds again", queue.name)
 
     def queue_stats(self, name: str) -> QueueStats:
         """The counters of queue ``name``, created on first use."""
@@ -122,11 +276,33 @@ class Dispatcher:
         body: bytes,
         priority: int = DEFAULT_PRIORITY,
         ack_timeout: float | None = None,
-        redeliveries: int = 0,
+        expires: int | None = None,
+        deliver_at: int | None = None,
     ) -> StoredMessage:
-        """Store a message in a queue and hand it to a subscriber if one has room."""
+        """Store a message in a queue and hand it to a subscriber if one has room (a delayed
+        one waits in ``delayed``); QueueFull if a ``reject-publish`` queue is full."""
+        policy = self.policies.get(queue_name) if self.policies else None
+        if policy is not None or self.default_policy is not None:
+            policy = self.policy(queue_name)
+            assert policy is not None
+            ttl = policy.message_ttl  # a delayed message's runs from when it is due (published again)
+            if ttl is not None and deliver_at is None and (expires is None or self.wall_ms + ttl < expires):
+                expires = self.wall_ms + ttl
+            if deliver_at is None and policy.bounded:
+                size = self.size(queue_name)
+                if policy.overflow == REJECT_PUBLISH and policy.over(size.length + 1, size.bytes + len(body)):
+                    self.queue_stats(queue_name).rejected += 1
+                    raise QueueFull(f"queue {queue_name!r} is full (max-length {policy.max_length},"
+                                    f" max-length-bytes {policy.max_length_bytes}, overflow reject-publish)")
+                size.length += 1
+                size.bytes += len(body)
         msg = StoredMessage(self.next_seq(), queue_name, priority, headers, body, self.wall_ms, ack_timeout,
-                            redeliveries)
+                            expires=expires, deliver_at=deliver_at)
+        if expires is not None and expires + SWEEP_MS < self.sweep_at and self.store.durable:
+            self.arm_sweep(max(expires, self.wall_ms) + SWEEP_MS)
+        if deliver_at is not None:
+            self.delayed.add(msg)
+            return msg
         queue = self.queues.get(queue_name)
         if queue is None:
             if self.store.durable:
@@ -146,10 +322,29 @@ class Dispatcher:
 
     def pump(self, queue: Queue) -> None:
         """Deliver what the queue can deliver now; ask for a page when its window runs low."""
-        for sub, msg in queue.dispatch():
+        expired: list[StoredMessage] = []
+        for sub, msg in queue.dispatch(self.wall_ms, expired):
             self.deliver(queue, sub, msg)
+        if expired:
+            self._expired_at_head(queue, expired)
+        if queue.pinned:
+            policy = self.policy(queue.name)
+            if policy is not None:
+                self._drop_head(queue, policy)
         if queue.window.spilled and queue.wants_page():
             self._request_page(queue)
+
+    def promote_due(self) -> None:
+        """Delayed messages are due: each becomes a new message of its queue (or expires)."""
+        for msg in self.delayed.take_due():
+            if msg.expires is not None and msg.expires < self.wall_ms:
+                self.discard(msg, EXPIRED, self.queue_stats(msg.queue))  # deletes the delayed row
+                continue
+            self.store.delete(msg)  # the delayed row
+            try:
+                self.publish(msg.queue, msg.headers, msg.body, msg.priority, msg.ack_timeout, msg.expires)
+            except QueueFull:  # nobody to refuse now: the message goes as a dropped head would
+                self.discard(msg, MAXLEN, self.queue_stats(msg.queue))
 
     def track(self, session: Session, sub: Subscription, msg: StoredMessage) -> str:
         """Record an unacked delivery and return its ack id."""
@@ -167,11 +362,11 @@ class Dispatcher:
         queue.stats.delivered += 1
         auto = sub.ack_mode is AckMode.AUTO
         queue.inflight[msg.seq] = msg
+        msg.delivered = True  # in flight: the store holds its buffered insert back a flush
         if auto:
             ack_id = None
         else:
             ack_id = self.track(session, sub, msg)
-            msg.delivered = True
             self.store.update(msg)
             timeout = msg.ack_timeout if msg.ack_timeout is not None else sub.ack_timeout
             if timeout is None:
@@ -195,12 +390,14 @@ class Dispatcher:
     def written(self, session: Session, sent: int) -> None:
         """The first ``sent`` bytes of the session's outbox reached the socket: the auto-ack
         deliveries among them are done (deleted from the store)."""
-        unsent, store = session.unsent, self.store
+        unsent = session.unsent
         while unsent and unsent[0][0] <= sent:
             _, queue, msg = unsent.popleft()
-            store.delete(msg)
+            self.remove(msg)
             inflight = queue.inflight
             inflight.pop(msg.seq, None)
+            if queue.groups:
+                queue.settled(msg)
             if not inflight and not queue.nsubs:
                 self.deactivate_if_idle(queue)
 
@@ -208,6 +405,9 @@ class Dispatcher:
         """Remove the auto-ack deliveries that never reached the socket, oldest first."""
         taken = [(queue, msg) for _, queue, msg in session.unsent if queue.inflight.pop(msg.seq, None) is msg]
         session.unsent.clear()
+        for queue, msg in taken:
+            if queue.groups:
+                queue.settled(msg)
         return taken
 
     def discard_unsent(self, session: Session, queue: Queue) -> None:
@@ -227,12 +427,27 @@ class Dispatcher:
         """Drop every ready message of a queue; deliveries in flight stay with their consumers."""
         self.store.purge(name)
         queue = self.queues.get(name)
+        size = self.sizes.get(name)
+        if size is not None:
+            size.length = size.bytes = 0
         if queue is not None:
             queue.window.clear()
+            queue.take_parked()
             # Store.purge deletes the rows of deliveries in flight too: write them back. The
             # store's contract orders a batch's purges before its inserts (storage/backend.py).
             for msg in queue.inflight.values():
                 self.store.insert(msg)
+                if size is not None:
+                    size.length += 1
+                    size.bytes += len(msg.body)
+
+    def restore(self, queue: Queue, messages: list[StoredMessage]) -> None:
+        """Parked messages (never delivered) go back into the window, each to its place; one
+        beyond the window's boundary stays in the store only (freed for other brokers)."""
+        for msg in messages:
+            msg.held = queue.window.requeue(msg)
+            if not msg.held:
+                self.store.update(msg)
 
     # -- paging -------------------------------------------------------------------------------
     def _request_page(self, queue: Queue) -> None:

@@ -27,29 +27,37 @@ Who owns what (imports point down this list, never up):
     subscriptions SUBSCRIBE/UNSUBSCRIBE, over the dispatcher, acks and router
     routing       SEND -> queue / topic / exchange; exchanges and topics
     acks          ACK/NACK/ack timeouts: settle, requeue
-    dead_letters  moving undeliverable messages to /queue/DLQ.<name>
-    dispatch      queues in memory, publish, deliver, paging requests
+    expiry        expired messages deep in the store, removed in batches
+    dispatch      queues in memory, publish, deliver, paging requests, dead letters, policies
     queue         one queue's round-robin over subscribers; window: its ready window
+    delays        delayed messages until due; policies: queue TTLs and bounds
     session, timers, reads, receipts, delivery, destinations, exchanges, topics, ...
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
 from types import MappingProxyType
 from typing import Any
 
 from ..protocol import Frame
 from ..storage.base import BindingRecord, ExchangeRecord, Recovery, Store, StoreError
 from .acks import Acks
+from .browse import BrowseSubscription
 from .config import BrokerConfig
 from .control import Control, Deferred, QueuePage
 from .definitions import apply_definitions
 from .destinations import Kind, parse_destination
-from .dispatch import ACK_TIMEOUT, PAGE_RETRY, Dispatcher
+from .delays import DELAY_DUE, DELAY_PAGE_RETRY
+from .dispatch import ACK_TIMEOUT, EXPIRY_SWEEP, PAGE_RETRY, SWEEP_MS, Dispatcher
 from .errors import ClientError
 from .exchanges import Exchange
+from .expiry import ExpirySweep
 from .key_exchanges import BUILT_IN
+from .policies import QueuePolicy
 from .queue import Queue
 from .reads import Reads, StoreRead
 from .receipts import Headers, Receipts
@@ -59,10 +67,12 @@ from .session import Outbox, Session
 from .streams import STREAM_READ_RETRY, STREAM_RETENTION, Streams, StreamSubscription
 from .stats import QueueStats
 from .subscriptions import Subscriptions
+from .temp_queues import TEMP_DESTINATION
 from .timers import Deadlines
 from .topics import WILDCARD, TopicRouter
-from .transactions import Held, Transactions, requeue_wanted
+from .transactions import HELD, Held, Transactions, requeue_wanted
 
+log = logging.getLogger(__name__)
 
 Handler = Callable[[Session, Frame], "Headers | Deferred[Headers] | Held | None"]
 
@@ -82,6 +92,7 @@ class Broker:
         self.subscriptions = Subscriptions(self.dispatcher, self.acks, self.router, self.streams, config)
         self.transactions = Transactions(self.router, self.acks)
         self.control = Control(self.dispatcher, self.router, self.streams)
+        self.expiry = ExpirySweep(self.dispatcher)
         self._handlers: dict[str, Handler] = {
             "SEND": self._on_send,
             "SUBSCRIBE": self._on_subscribe,
@@ -97,6 +108,9 @@ class Broker:
             PAGE_RETRY: self.dispatcher.retry_page,
             STREAM_RETENTION: self.streams.expire,
             STREAM_READ_RETRY: self.streams.retry_read,
+            DELAY_DUE: self.dispatcher.promote_due,
+            DELAY_PAGE_RETRY: self.dispatcher.delayed.retry_page,
+            EXPIRY_SWEEP: self.expiry.run,
         }
 
     # -- what the runtime and the tests look at -------------------------------------------------
@@ -152,13 +166,25 @@ class Broker:
                 self.store.save_exchange(ExchangeRecord(name, kind, {}))
         self.router.load_definitions(recovery.exchanges, recovery.bindings)
         self.streams.recover(recovery.streams)
+        for record in recovery.queues:
+            self.dispatcher.declare(record.name, QueuePolicy.parse(record.options), save=False)
         if definitions is not None:
             apply_definitions(self.router, definitions, source)
+        if self.store.durable:
+            self.dispatcher.delayed.start()  # the delayed messages due first
+            self.dispatcher.arm_sweep(self.dispatcher.wall_ms + SWEEP_MS)  # expired while stopped
 
     # -- what other brokers sharing the store did -------------------------------------------------
+    def topic_subscriber_lagging(self, subscriber: Session, seconds: float) -> None:
+        """The server waited ``seconds`` for ``subscriber``'s outbox on behalf of a publisher
+        (--topic-overflow block, --topic-block-timeout): let the publisher go on without it."""
+        self.router.overflow.lagging(subscriber, seconds)
+
     def store_changed(self, queue: str) -> None:
         """Ready messages of ``queue`` ("*": of any queue) appeared in the store."""
         self.dispatcher.store_changed(queue)
+        if queue == "*":
+            self.dispatcher.delayed.store_changed()
 
     def remote_topic(self, topic: str, headers: dict[str, str], body: bytes) -> None:
         """A topic message published through another broker: to this broker's subscribers."""
@@ -175,7 +201,7 @@ class Broker:
     def advance(self, now: float, wall: float) -> None:
         """The time: ``now`` on the runtime's monotonic clock, ``wall`` in epoch seconds."""
         self.deadlines.now = now
-        self.dispatcher.wall_ms = int(wall * 1000)
+        self.dispatcher.wall_ms = self.dispatcher.delayed.wall_ms = int(wall * 1000)
 
     def next_deadline(self) -> float:
         """When ``run_due`` has work next (infinity: nothing is armed)."""
@@ -211,6 +237,8 @@ class Broker:
             self.subscriptions.drop(sub)
         session.subscriptions.clear()
         self.acks.release_unsent(session)
+        if session.temp_queues:
+            self.router.temps.close(session)
         self.receipts.forget(session)
         self.sessions.pop(session.id, None)
 
@@ -226,6 +254,8 @@ class Broker:
             queue = sub.queue
             if isinstance(sub, StreamSubscription):
                 self.streams.pump(sub)
+            elif isinstance(sub, BrowseSubscription):
+                self.subscriptions.browsers.pump(sub)
             elif queue is not None and sub.active:
                 queue.make_ready(sub)
                 self.dispatcher.pump(queue)
@@ -237,6 +267,9 @@ class Broker:
     # -- frames ---------------------------------------------------------------------------------
     def handle(self, session: Session, frame: Frame) -> None:
         """Apply one client frame; raise ClientError to fail the connection."""
+        if session.waiting is not None:  # an earlier frame waits for a store read: keep the order
+            session.waiting.append(frame)
+            return
         handler = self._handlers.get(frame.command)
         if handler is None:
             raise ClientError(f"unknown command {frame.command!r}")
@@ -275,17 +308,69 @@ class Broker:
         kind = dest.kind
         if kind is Kind.CONTROL:
             return self.control.run(dest.name, frame)
+        if kind is Kind.AMQ_QUEUE and not self._existing_queue(session, frame, dest.name):
+            return HELD
         if kind is Kind.TOPIC and dest.name.endswith(WILDCARD):
             raise ClientError(f"cannot SEND to a wildcard topic {dest.raw!r}")
-        priority, ack_timeout = send_options(headers)
+        options = send_options(headers, self.dispatcher.wall_ms)
+        reply_to = headers.get("reply-to")
+        if reply_to is not None and reply_to.startswith(TEMP_DESTINATION):
+            frame = self.router.temps.rewrite_reply_to(session, frame)
         if "transaction" in headers:
             return self.transactions.hold(session, frame)
-        self.router.route(dest, frame, priority, ack_timeout, session)
+        self.router.route(dest, frame, *options, session)
         return None
 
-    def _on_subscribe(self, session: Session, frame: Frame) -> None:
+    def _on_subscribe(self, session: Session, frame: Frame) -> Held | None:
         headers = frame.headers
-        self.subscriptions.subscribe(session, parse_destination(headers.get("destination")), headers)
+        dest = parse_destination(headers.get("destination"))
+        if dest.kind is Kind.AMQ_QUEUE and not self._existing_queue(session, frame, dest.name):
+            return HELD
+        self.subscriptions.subscribe(session, dest, headers)
+        return None
+
+    def _existing_queue(self, session: Session, frame: Frame, name: str) -> bool:
+        """``/amq/queue/NAME`` names an existing queue (RabbitMQ): True when this broker knows
+        it (used since start).  Otherwise the store is asked, and this frame and every later one
+        of the session wait for the answer (``Session.waiting``), so their order holds."""
+        dispatcher = self.dispatcher
+        if name in dispatcher.stats or name in dispatcher.queues:
+            return True
+        if not self.store.durable:
+            raise ClientError(_no_queue(name))
+        session.waiting = deque([frame])
+
+        def fetch(store: Store) -> Awaitable[bool]:
+            return store.queue_exists(name)
+
+        def failed(error: StoreError) -> None:
+            if not session.closed:
+                session.fail(f"store error: {error}", frame.headers.get("receipt"))
+
+        self.reads.submit(StoreRead(fetch, partial(self._checked, session, name), failed))
+        return False
+
+    def _checked(self, session: Session, name: str, exists: bool) -> None:
+        """The store answered whether queue ``name`` exists: handle the frames that waited."""
+        frames, session.waiting = session.waiting, None
+        if session.closed or frames is None:
+            return
+        if not exists:
+            session.fail(_no_queue(name), frames[0].headers.get("receipt"))
+            return
+        self.dispatcher.queue_stats(name)  # known from now on
+        for frame in frames:
+            try:
+                self.handle(session, frame)  # a later frame may wait again: the rest queue behind it
+            except ClientError as e:
+                session.fail(e.message, frame.headers.get("receipt"))
+                return
+            except Exception:
+                log.exception("session %s: internal error handling %s", session.id, frame.command)
+                session.fail("internal error", frame.headers.get("receipt"))
+                return
+        if session.waiting is None:
+            session.ungated()
 
     def _on_unsubscribe(self, session: Session, frame: Frame) -> None:
         self.subscriptions.unsubscribe(session, frame.headers)
@@ -317,4 +402,5 @@ class Broker:
         self._release_receipts(session, self.transactions.abort(session, frame))
 
 
-
+def _no_queue(name: str) -> str:
+    return f"no queue named {name!r} (/amq/queue/NAME names an existing queue; use /queue/NAME to create one)"

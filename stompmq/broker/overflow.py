@@ -8,7 +8,14 @@ unsent output than its hard limit, something has to give:
   it pushed over the limit is below it (``Session.throttled_by``).  Memory stays
   bounded: an outbox exceeds its limit by at most what one read of each
   publisher holds.  Every subscriber gets every message; the publisher (and the
-  rest of its traffic) goes at the pace of the slowest subscriber.
+  rest of its traffic) goes at the pace of the slowest subscriber -- but for
+  at most ``--topic-block-timeout`` seconds: a subscriber that holds a
+  publisher back that long is a known slow consumer (``Session.topic_lagging``,
+  the way ActiveMQ's slow-consumer strategies single one out) and is treated
+  as under ``drop`` for the rest of its connection: it misses messages while
+  its output is over the limit, counted and logged.  One stalled subscriber
+  cannot stop a topic for everyone else, and it cannot make the publisher wait
+  again and again.  A timeout of 0 waits forever.
 * ``drop``: that subscriber misses the message; the others and the publisher
   are not slowed.
 * ``disconnect``: that subscriber's connection gets an ERROR and is closed.
@@ -25,7 +32,7 @@ from __future__ import annotations
 
 import logging
 
-from .session import Subscription
+from .session import Session, Subscription
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +53,20 @@ class TopicOverflow:
         self.missing: dict[Subscription, int] = {}
         self.total_dropped = 0
         self.total_disconnected = 0
+        self.total_lagging = 0
+
+    def lagging(self, subscriber: Session, seconds: float) -> None:
+        """``subscriber`` held a publisher back for ``seconds`` (--topic-block-timeout): from
+        now on it never holds one back again, it misses messages instead (as under ``drop``)."""
+        if subscriber.topic_lagging or subscriber.closed:
+            return
+        subscriber.topic_lagging = True
+        self.total_lagging += 1
+        log.warning(
+            "topic subscriber session %s held a publisher back for %g s (--topic-block-timeout): "
+            "from now on it misses topic messages whenever its output is over the limit, as under drop",
+            subscriber.id, seconds,
+        )
 
     def drop(self, sub: Subscription, why: str) -> None:
         self.total_dropped += 1

@@ -12,7 +12,26 @@ drained socket gives them room again.
 ``dispatch`` yields (subscription, message) pairs and leaves the delivery to
 its caller, so a queue knows nothing of the engine that owns it.  A message
 whose ack timeout expired at one subscription goes to another one with room if
-there is one (``avoid``), as ocamlmq does.
+there is one (``avoid``), as ocamlmq does.  An expired message reached at the head is set
+aside for the caller instead of being delivered.  A ``pinned`` queue (a bounded ``drop-head``
+one, whose oldest messages must be at hand) stays in memory without subscribers.
+
+Two consumer modes change who gets a message (see docs/architecture.md,
+"Exclusive consumers, message groups, browsing"):
+
+* *Single active consumer* (``activemq.exclusive:true`` or
+  ``x-single-active-consumer:true`` on SUBSCRIBE): while the queue has such
+  subscriptions, only the oldest of them receives (``exclusive[0]``); when it
+  leaves, what it held unacked is back in the window by seq, so its successor
+  gets those first, in order.
+* *Message groups* (``JMSXGroupID`` or ``group`` on SEND): a group is owned by
+  one subscription while it has messages assigned (``groups``: group -> owner
+  and count, so the map holds only groups with messages in flight or parked).
+  The head message of a group owned by a subscription without room is
+  *parked* for it (``parked``), so other groups flow past it; parked messages
+  go out first when the owner has room again, and back to the window, in
+  order, when it leaves.  Parking is bounded by the window's capacity: beyond
+  it, dispatch waits (head-of-line) rather than hold more messages.
 """
 
 from __future__ import annotations
@@ -26,8 +45,31 @@ from .stats import QueueStats
 from .window import ReadyWindow
 
 
+#: Headers naming a message's group (ActiveMQ's name first); the first present wins.
+GROUP_HEADERS = ("JMSXGroupID", "group")
+
+
+def group_of(msg: StoredMessage) -> str | None:
+    """The message group a message belongs to, if any."""
+    headers = msg.headers
+    if not headers:
+        return None
+    return headers.get("JMSXGroupID") or headers.get("group")
+
+
+class Group:
+    """Who owns a message group, and how many of its messages are parked or in flight."""
+
+    __slots__ = ("owner", "count")
+
+    def __init__(self, owner: Subscription) -> None:
+        self.owner = owner
+        self.count = 0
+
+
 class Queue:
-    __slots__ = ("name", "destination", "window", "nsubs", "ready_subs", "inflight", "avoid", "stats")
+    __slots__ = ("name", "destination", "window", "nsubs", "ready_subs", "inflight", "avoid", "stats", "pinned",
+                 "exclusive", "groups", "parked", "nparked")
 
     def __init__(
         self,
@@ -46,38 +88,94 @@ class Queue:
         # seq -> subscription whose ack timeout expired for it: another one gets it if it can
         self.avoid: dict[int, Subscription] | None = None
         self.stats = stats if stats is not None else QueueStats()
+        self.pinned = False
+        # Made on first use (None until then): an active queue of a million costs no more.
+        self.exclusive: list[Subscription] | None = None  # single-active subscriptions, oldest first
+        self.groups: dict[str, Group] | None = None  # only groups with messages parked or in flight
+        self.parked: dict[Subscription, deque[StoredMessage]] | None = None  # per owner, in order
+        self.nparked = 0
 
     @property
     def size(self) -> int:
-        """Ready messages in memory."""
-        return self.window.size
+        """Ready messages in memory (in the window, or parked for their group's owner)."""
+        return self.window.size + self.nparked
 
     @property
     def idle(self) -> bool:
-        """No subscribers, nothing in flight, no read pending: the queue may leave memory."""
-        return not self.nsubs and not self.inflight and not self.window.loading
+        """No subscribers, nothing in flight, no read pending, nothing parked, not pinned: it may
+        leave memory."""
+        return (not self.nsubs and not self.inflight and not self.window.loading and not self.nparked
+                and not self.pinned)
 
     def wants_page(self) -> bool:
-        return self.nsubs > 0 and self.window.wants_page()
+        return (self.nsubs > 0 or self.pinned) and self.window.wants_page()
 
     # -- subscribers ----------------------------------------------------------------------------
-    def add_subscriber(self, sub: Subscription) -> None:
+    def add_subscriber(self, sub: Subscription, exclusive: bool = False) -> list[StoredMessage]:
+        """``sub`` joins; returns the parked messages to put back into the window when it makes
+        the queue single-active (they wait for nobody any more)."""
         self.nsubs += 1
         self.make_ready(sub)
+        if not exclusive:
+            return []
+        if self.exclusive is None:
+            self.exclusive = []
+        self.exclusive.append(sub)
+        return self.take_parked()
+
+    def take_parked(self) -> list[StoredMessage]:
+        """Every parked message (their groups' counts drop), for the window or a purge."""
+        if not self.parked:
+            return []
+        taken = [msg for waiting in self.parked.values() for msg in waiting]
+        self.parked = None
+        self.nparked = 0
+        if self.groups:
+            for msg in taken:
+                self.settled(msg)
+        return taken
+
+    def remove_subscriber(self, sub: Subscription) -> list[StoredMessage]:
+        """``sub`` left: forget it, free its groups, and return its parked messages (in order)
+        for the caller to put back into the window."""
+        self.nsubs -= 1
+        if self.exclusive and sub in self.exclusive:
+            self.exclusive.remove(sub)
+        groups = self.groups
+        if groups:
+            for name in [name for name, group in groups.items() if group.owner is sub]:
+                del groups[name]
+        parked = self.parked.pop(sub, None) if self.parked else None
+        if parked is None:
+            return []
+        self.nparked -= len(parked)
+        return list(parked)
 
     def make_ready(self, sub: Subscription) -> None:
         if not sub.in_ready and sub.active:
             sub.in_ready = True
             self.ready_subs.append(sub)
 
-    def dispatch(self) -> Iterator[tuple[Subscription, StoredMessage]]:
-        """Ready messages paired round-robin with subscribers that have room.
+    def dispatch(self, now_ms: int, expired: list[StoredMessage]) -> Iterator[tuple[Subscription, StoredMessage]]:
+        """Ready messages paired round-robin with subscribers that have room; messages that
+        expired before ``now_ms`` go to ``expired`` instead.
 
         The caller delivers each pair before asking for the next, so a subscriber's room is
         checked after its previous delivery.
         """
-        ready_subs = self.ready_subs
         window = self.window
+        if self.exclusive:
+            sub = self.exclusive[0]
+            while window.size and sub.active and sub.has_room():
+                msg = window.pop()
+                if msg.expires is not None and msg.expires < now_ms:
+                    expired.append(msg)
+                    continue
+                yield sub, msg
+            return
+        if self.parked:
+            yield from self._unpark()
+        ready_subs = self.ready_subs
         while window.size and ready_subs:
             sub = ready_subs[0]
             if not sub.active or not sub.has_room():
@@ -87,9 +185,69 @@ class Queue:
             if self.avoid is not None and self._passes_over(sub):
                 ready_subs.rotate(-1)
                 continue
+            head = window.peek()
+            if head.expires is not None and head.expires < now_ms:
+                expired.append(window.pop())
+                continue
+            name = group_of(head)
+            if name is not None:
+                groups = self.groups
+                if groups is None:
+                    groups = self.groups = {}
+                group = groups.get(name)
+                if group is None:
+                    group = groups[name] = Group(sub)
+                elif group.owner is not sub:
+                    owner = group.owner
+                    if not (self.parked and owner in self.parked) and owner.has_room():
+                        group.count += 1
+                        yield owner, window.pop()
+                    elif not self._park(owner, group):
+                        return  # parking is full: wait for owners to take theirs
+                    continue
+                group.count += 1
             yield sub, window.pop()
             if len(ready_subs) > 1:
                 ready_subs.rotate(-1)
+
+    def _park(self, owner: Subscription, group: Group) -> bool:
+        """Set the head message aside for its group's owner, behind what it already has.
+        False: parking is full (the window's capacity), nothing moved."""
+        capacity = self.window.capacity
+        if capacity is not None and self.nparked >= capacity:
+            return False
+        if self.parked is None:
+            self.parked = {}
+        parked = self.parked.get(owner)
+        if parked is None:
+            parked = self.parked[owner] = deque()
+        parked.append(self.window.pop())
+        self.nparked += 1
+        group.count += 1
+        return True
+
+    def settled(self, msg: StoredMessage) -> None:
+        """A delivery of a grouped message settled: its group may move on once none is left."""
+        name = group_of(msg)
+        groups = self.groups
+        if name is not None and groups is not None:
+            group = groups.get(name)
+            if group is not None:
+                group.count -= 1
+                if group.count <= 0:
+                    del groups[name]
+
+    def _unpark(self) -> Iterator[tuple[Subscription, StoredMessage]]:
+        """Parked messages to their owners while they have room, oldest first."""
+        parked = self.parked
+        assert parked is not None
+        for owner in list(parked):
+            waiting = parked[owner]
+            while waiting and owner.active and owner.has_room():
+                self.nparked -= 1
+                yield owner, waiting.popleft()
+            if not waiting:
+                del parked[owner]
 
     def _passes_over(self, sub: Subscription) -> bool:
         """Should ``sub`` skip the head message because its ack timeout expired there,

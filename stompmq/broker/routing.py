@@ -18,9 +18,11 @@ from .exchanges import PRIVATE_QUEUE_PREFIX, ROUTING_KEY_HEADER, Exchange, parse
 from .key_exchanges import BUILT_IN, KeyExchange
 from .key_exchanges import TYPES as KEY_TYPES
 from .overflow import BLOCK, DISCONNECT, TopicOverflow
+from .policies import QueueFull
 from .send_headers import user_headers
 from .session import AckMode, Session, Subscription
 from .streams import Streams
+from .temp_queues import TempQueues
 from .topics import TopicRouter
 
 #: The ERROR a slow topic subscriber gets under --topic-overflow disconnect.
@@ -43,6 +45,7 @@ class Router:
         self.key_exchanges = {name: KeyExchange(name, kind) for name, kind in BUILT_IN.items()}
         self.amq_topic = self.key_exchanges["amq.topic"]
         self.private: dict[str, str] = {}  # private queue of an exchange subscription -> exchange
+        self.temps = TempQueues(dispatcher)
 
     @property
     def topic_drops(self) -> int:
@@ -51,11 +54,16 @@ class Router:
 
     # -- SEND ---------------------------------------------------------------------------------
     def route(
-        self, dest: Destination, frame: Frame, priority: int, ack_timeout: float | None, publisher: Session
+        self, dest: Destination, frame: Frame, priority: int, ack_timeout: float | None, expires: int | None,
+        deliver_at: int | None, publisher: Session,
     ) -> None:
+        """Publish a SEND; QueueFull (after every other target queue got its copy) if a full
+        ``reject-publish`` queue refused it."""
         kind = dest.kind
         if kind is Kind.QUEUE:
-            self.dispatcher.publish(dest.name, user_headers(frame.headers), frame.body, priority, ack_timeout)
+            self.dispatcher.publish(
+                dest.name, user_headers(frame.headers), frame.body, priority, ack_timeout, expires, deliver_at
+            )
         elif kind is Kind.EXCHANGE:
             keyed = self.key_exchanges.get(dest.name)
             if keyed is None:
@@ -65,28 +73,53 @@ class Router:
                 if queue[0] == "/":  # only a stream target starts with a slash: see STREAM_TARGET
                     self.streams.append(queue[len(STREAM_TARGET) :], user_headers(frame.headers), frame.body, priority)
                 else:
-                    self.dispatcher.publish(queue, user_headers(frame.headers), frame.body, priority, ack_timeout)
+                    self.dispatcher.publish(
+                        queue, user_headers(frame.headers), frame.body, priority, ack_timeout, expires, deliver_at
+                    )
                 return
             key = dest.key or frame.headers.get(ROUTING_KEY_HEADER, "")
             if keyed is self.amq_topic and key:  # /exchange/amq.topic/X is /topic/X
                 self.publish_topic(Destination(Kind.TOPIC, key, "/topic/" + key), frame, publisher)
-            self._publish_bound(keyed, key, frame, priority, ack_timeout)
+            self._publish_bound(keyed, key, frame, priority, ack_timeout, expires, deliver_at)
         elif kind is Kind.STREAM:
             self.streams.append(dest.name, user_headers(frame.headers), frame.body, priority)
         elif kind is Kind.TOPIC:
             self.publish_topic(dest, frame, publisher)
             if self.amq_topic.bindings:
-                self._publish_bound(self.amq_topic, dest.name, frame, priority, ack_timeout)
+                self._publish_bound(self.amq_topic, dest.name, frame, priority, ack_timeout, expires, deliver_at)
+        elif kind is Kind.TEMP_QUEUE or kind is Kind.REPLY_QUEUE or kind is Kind.AMQ_QUEUE:
+            queue = self.queue_of(dest, publisher)
+            if queue is not None:
+                self.dispatcher.publish(
+                    queue, user_headers(frame.headers), frame.body, priority, ack_timeout, expires, deliver_at
+                )
         else:
             raise ClientError(f"SEND to {dest.raw!r} is not supported")
 
+    def queue_of(self, dest: Destination, session: Session) -> str | None:
+        """The stored queue a temp-queue, reply-queue or /amq/queue destination names for
+        ``session`` (None: a reply queue that is gone)."""
+        if dest.kind is Kind.TEMP_QUEUE:
+            return self.temps.resolve(session, dest.name)
+        if dest.kind is Kind.REPLY_QUEUE:
+            return self.temps.reply_target(dest.name)
+        return dest.name
+
     def _publish_bound(
-        self, exchange: KeyExchange, key: str, frame: Frame, priority: int, ack_timeout: float | None
+        self, exchange: KeyExchange, key: str, frame: Frame, priority: int, ack_timeout: float | None,
+        expires: int | None, deliver_at: int | None,
     ) -> None:
-        """A copy of the message in every queue bound to ``exchange`` with a key matching ``key``."""
+        """A copy of the message in every queue bound to ``exchange`` with a key matching ``key``
+        (a full ``reject-publish`` queue refuses its copy; the others keep theirs)."""
         headers = user_headers(frame.headers)
+        refused: QueueFull | None = None
         for queue in exchange.route(key):
-            self.dispatcher.publish(queue, headers, frame.body, priority, ack_timeout)
+            try:
+                self.dispatcher.publish(queue, headers, frame.body, priority, ack_timeout, expires, deliver_at)
+            except QueueFull as e:
+                refused = e
+        if refused is not None:
+            raise refused
 
     def exchange_queue(self, dest: Destination, frame: Frame) -> str | None:
         """The queue an exchange SEND goes to (None: dropped); ClientError if it cannot be routed."""
@@ -117,7 +150,8 @@ class Router:
             if session.closed:
                 continue
             outbox = session.outbox
-            if not block and not outbox.can_take_transient():
+            holds = block and not session.topic_lagging  # may hold the publisher back
+            if not holds and not outbox.can_take_transient():
                 slow.append(sub)
                 continue
             ack_id = None
@@ -133,10 +167,10 @@ class Router:
             if tail is None:
                 tail = tails[version] = message_tail(msg, version)
             outbox.write(message_frame(msg, destination, sub.id, ack_id if version == "1.2" else None, version, tail))
-            if block and publisher is not None and not outbox.can_take_transient():
+            if holds and publisher is not None and not outbox.can_take_transient():
                 if publisher.throttled_by is None:
                     publisher.throttled_by = {}
-                publisher.throttled_by[outbox] = None
+                publisher.throttled_by[outbox] = session
         for sub in slow:
             if overflow.policy is DISCONNECT:
                 if not sub.session.closed:

@@ -48,6 +48,10 @@ class Outbox(Protocol):
         """Bytes ever written to this outbox (the sent count is compared with it)."""
 
 
+def _nothing() -> None:
+    """The default of callbacks the server sets (one shared function, not one per session)."""
+
+
 class PendingReceipt:
     """A RECEIPT waiting for the store to commit ``ticket`` (or, unanswered, for a read)."""
 
@@ -75,8 +79,12 @@ class Session:
         "login",
         "fail",
         "throttled_by",
+        "topic_lagging",
         "client_id",
         "unsent",
+        "temp_queues",
+        "waiting",
+        "ungated",
     )
 
     def __init__(
@@ -97,11 +105,22 @@ class Session:
         # auto-ack deliveries still in the outbox: (outbox.queued at their end, queue, message)
         self.unsent: deque[tuple[int, Queue, StoredMessage]] = deque()
         self.closed = False
+        #: /temp-queue/NAME -> the stored name of this connection's temporary queue (temp_queues.py)
+        self.temp_queues: dict[str, str] | None = None
+        #: Frames that wait while the engine reads the store before it can handle the first of
+        #: them (whether an /amq/queue/ exists); None when frames are handled as they come.
+        self.waiting: deque[Frame] | None = None
+        #: Set by the server: called when ``waiting`` was handled, to read the connection again.
+        self.ungated: Callable[[], None] = _nothing
         #: Set by the server: send ERROR(message, receipt id) and close the connection.
         self.fail: Callable[[str, str | None], None] = lambda message, receipt_id: None
         #: --topic-overflow block: subscribers' outboxes this session's topic messages pushed over
-        #: their hard limit; the server reads nothing more from it until they are below it.
-        self.throttled_by: dict[Outbox, None] | None = None
+        #: their hard limit (with the subscriber's session); the server reads nothing more from it
+        #: until they are below it, or until --topic-block-timeout makes the subscriber lag.
+        self.throttled_by: dict[Outbox, Session] | None = None
+        #: This session, as a topic subscriber, held a publisher back for --topic-block-timeout:
+        #: it never holds one back again, it misses messages instead (broker/overflow.py).
+        self.topic_lagging = False
 
     def new_ack_id(self) -> str:
         self.next_ack += 1

@@ -17,7 +17,7 @@ from __future__ import annotations
 class QueueStats:
     """What happened to one queue's messages since the broker started."""
 
-    __slots__ = ("published", "delivered", "acked", "redelivered", "dead_lettered")
+    __slots__ = ("published", "delivered", "acked", "redelivered", "dead_lettered", "expired", "dropped", "rejected")
 
     def __init__(self) -> None:
         self.published = 0
@@ -25,6 +25,9 @@ class QueueStats:
         self.acked = 0
         self.redelivered = 0
         self.dead_lettered = 0
+        self.expired = 0  # never delivered: past their expiry (dead-lettered or not)
+        self.dropped = 0  # the oldest of a full drop-head queue (dead-lettered or not)
+        self.rejected = 0  # SENDs refused by a full reject-publish queue
 
     def as_dict(self) -> dict[str, int]:
         return {name: getattr(self, name) for name in self.__slots__}

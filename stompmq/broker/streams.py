@@ -12,7 +12,8 @@ store the tail is the whole retained stream.
 
 A subscriber is a cursor: ``position`` is the next offset it is given.  It is
 fed from its read buffer, else from the tail, else it asks for a read of up to
-``READ_BATCH`` entries (one read in flight per subscriber).  A subscriber that
+``READ_BATCH`` entries (one read in flight per subscriber; the next one is asked for when half
+the buffer is delivered).  A subscriber that
 has caught up is fed by ``append`` directly.  Client-ack subscribers are held
 by their prefetch (the position advances as ACKs make room); auto-ack ones by
 their connection's outbox, as on queues.  ACK settles, NACK too: a stream never
@@ -54,10 +55,17 @@ OFFSET_HEADER = "x-stream-offset"
 #: Entries one store read asks for: enough to amortise the thread round trip, few enough to bound
 #: a subscriber's buffer.
 READ_BATCH = 1000
+#: Entries left in a subscriber's buffer when the next read is asked for: the store reads the
+#: next batch while these are delivered (a read after the buffer ran dry left the socket idle
+#: for a store round trip every READ_BATCH entries).
+READ_AHEAD = READ_BATCH // 2
 #: Seconds before a failed stream read is retried (as a queue's page read).
 READ_RETRY_SECONDS = 0.1
 #: Declaration headers of /control/declare/stream/NAME (also the stored option names).
 MAX_AGE, MAX_BYTES = "max-age", "max-bytes"
+#: The stored option keeping a purged stream's next offset: a purge empties the stream, and
+#: offsets must not start again at 0 after a restart (a reader's checkpoint would re-read them).
+FLOOR = "first-offset"
 
 #: A segment mark: [first offset, first timestamp (ms), stream bytes before it].
 Mark = tuple[int, int, int]
@@ -143,6 +151,8 @@ class Streams:
                     raise ClientError(f"{option} must be a whole number >= 0, not {value!r}")
                 options[option] = value
         stream = self.stream(name)
+        if FLOOR in stream.options:
+            options[FLOOR] = stream.options[FLOOR]
         self._configure(stream, options)
         self.store.save_stream(name, options)
         self.enforce(stream)
@@ -157,7 +167,9 @@ class Streams:
 
     def recover(self, records: Sequence[StreamRecord]) -> None:
         for record in records:
-            stream = self.streams[record.name] = self._new(record.name, record.first, record.next)
+            floor = int(record.options.get(FLOOR, 0))
+            first, next_offset = max(record.first, floor), max(record.next, floor)
+            stream = self.streams[record.name] = self._new(record.name, first, next_offset)
             self._configure(stream, record.options)
 
     def marks_wanted(self) -> list[tuple[str, list[int]]]:
@@ -181,6 +193,33 @@ class Streams:
         stream.end_bytes = last.bytes_before + len(last.body)
         stream.last_ts = last.timestamp
         self.enforce(stream)
+
+    def purge(self, name: str) -> None:
+        """``/control/purge/stream/NAME``: drop every entry; offsets go on from where they were."""
+        stream = self.streams.get(name)
+        if stream is None or stream.first == stream.next:
+            return
+        stream.first = stream.next
+        stream.marks.clear()
+        stream.tail.clear()
+        stream.options = {**stream.options, FLOOR: str(stream.next)}
+        self.store.trim_stream(name, stream.next)
+        self.store.save_stream(name, stream.options)
+        self._arm_age(stream)
+
+    def delete(self, name: str) -> None:
+        """``/control/delete/stream/NAME``: forget the stream (a later SEND makes a new one at
+        offset 0).  Refused while it has subscribers: their positions would name offsets of a
+        stream that no longer exists."""
+        stream = self.streams.get(name)
+        if stream is None:
+            return
+        if stream.subscribers:
+            raise ClientError(f"stream {name!r} has {len(stream.subscribers)} subscriber(s); unsubscribe them first")
+        del self.streams[name]
+        if stream.timer is not None:
+            self.deadlines.cancel(stream.timer)
+        self.store.delete_stream(name)
 
     # -- appending ----------------------------------------------------------------------------
     def append(self, name: str, headers: dict[str, str], body: bytes, priority: int) -> None:
@@ -272,6 +311,8 @@ class Streams:
                 buffer.popleft()
             if buffer:
                 msg = buffer.popleft()
+                if len(buffer) == READ_AHEAD and buffer[-1].offset + 1 < stream.tail_first:
+                    self._read(sub)  # the next batch, while this one is delivered
             elif position >= stream.tail_first:
                 msg = stream.tail[position - stream.tail_first]
             else:
@@ -297,7 +338,7 @@ class Streams:
         if sub.reading:
             return
         sub.reading = True
-        name, start = sub.stream.name, sub.position
+        name, start = sub.stream.name, sub.buffer[-1].offset + 1 if sub.buffer else sub.position
 
         def fetch(store: Store) -> Awaitable[Sequence[StreamMessage]]:
             return store.read_stream(name, start, READ_BATCH)
@@ -309,7 +350,7 @@ class Streams:
         if sub.active:
             sub.buffer.extend(entries)
             if not entries and sub.position < sub.stream.tail_first:
-                sub.position = sub.stream.first  # trimmed while the read was queued
+                sub.position = max(sub.position, sub.stream.first)  # trimmed while the read was queued
             self.pump(sub)
 
     def _read_failed(self, sub: StreamSubscription, error: StoreError) -> None:

@@ -18,6 +18,7 @@ header deletes it.  Ending a subscription requeues what it held unacked.
 from __future__ import annotations
 
 from .acks import Acks
+from .browse import BROWSER_HEADER, Browsers, BrowseSubscription
 from .config import BrokerConfig
 from .destinations import Destination, Kind
 from .dispatch import Dispatcher
@@ -34,6 +35,8 @@ PREFETCH_HEADERS = ("prefetch", "activemq.prefetchSize", "prefetch-count")
 _ACK_MODES = {mode.value: mode for mode in AckMode}
 #: Name prefix of the queue of a durable topic subscription (never purged at start).
 DURABLE_QUEUE_PREFIX = "amq.durable."
+#: SUBSCRIBE headers that make the subscription a single active consumer (ActiveMQ, RabbitMQ).
+EXCLUSIVE_HEADERS = ("activemq.exclusive", "x-single-active-consumer")
 #: ActiveMQ's header naming a durable topic subscription (scoped by the CONNECT client-id).
 ACTIVEMQ_SUBSCRIPTION = "activemq.subscriptionName"
 
@@ -47,6 +50,7 @@ class Subscriptions:
         self.acks = acks
         self.router = router
         self.config = config
+        self.browsers = Browsers(dispatcher)
 
     def subscribe(self, session: Session, dest: Destination, headers: dict[str, str]) -> None:
         sub_id = headers.get("id")
@@ -63,8 +67,14 @@ class Subscriptions:
             raise ClientError(f"ack header must be auto, client or client-individual, not {headers['ack']!r}")
         prefetch = self._prefetch(headers)
         ack_timeout = seconds(headers, "ack-timeout")
-        if dest.kind is Kind.QUEUE:
+        exclusive = single_active(headers)
+        browser = flag(headers, BROWSER_HEADER, False)
+        if dest.kind is Kind.QUEUE or dest.kind is Kind.AMQ_QUEUE:
             queue_name = dest.name
+        elif dest.kind is Kind.TEMP_QUEUE:
+            queue_name = self.router.temps.resolve(session, dest.name)
+        elif browser:
+            raise ClientError(f"browser:true needs a queue destination, not {dest.raw!r}")
         elif dest.kind is Kind.EXCHANGE:
             queue_name = private_queue_name(dest.name, self.dispatcher.store.node_id, session.id, sub_id)
             self.router.bind_private(dest.name, queue_name, dest.key)
@@ -81,12 +91,15 @@ class Subscriptions:
             return
         else:
             raise ClientError(f"cannot SUBSCRIBE to {dest.raw!r}")
+        if browser:
+            self.browsers.subscribe(session, sub_id, dest.raw, queue_name)
+            return
         queue = self.dispatcher.activate(queue_name)
-        if dest.kind is Kind.TOPIC:
+        if dest.kind is Kind.TOPIC or dest.kind is Kind.TEMP_QUEUE:
             queue.destination = dest.raw  # a durable subscriber sees the topic it subscribed to
         sub = Subscription(sub_id, session, dest.raw, mode, prefetch, ack_timeout, queue)
         session.subscriptions[sub_id] = sub
-        queue.add_subscriber(sub)
+        self.dispatcher.restore(queue, queue.add_subscriber(sub, exclusive))
         self.dispatcher.pump(queue)
 
     def _prefetch(self, headers: dict[str, str]) -> int:
@@ -137,17 +150,26 @@ class Subscriptions:
         if isinstance(sub, StreamSubscription):
             self.streams.remove(sub)
             return
+        if isinstance(sub, BrowseSubscription):
+            self.browsers.remove(sub)
+            return
         if queue is None:
             self.router.topics.remove(sub.destination[len("/topic/") :], sub)
             self.router.overflow.forget(sub)
             return
-        queue.nsubs -= 1
+        self.dispatcher.restore(queue, queue.remove_subscriber(sub))
         if not queue.nsubs and self.router.drop_private(queue.name):
             # an exchange subscription's queue dies with it, its deliveries still in the outbox too
             self.dispatcher.discard_unsent(sub.session, queue)
             self.dispatcher.purge(queue.name)
         self.dispatcher.pump(queue)
         self.dispatcher.deactivate_if_idle(queue)
+
+
+def single_active(headers: dict[str, str]) -> bool:
+    """Does a SUBSCRIBE ask to be its queue's single active consumer (ActiveMQ's or RabbitMQ's
+    header; either one true is enough)?"""
+    return flag(headers, EXCLUSIVE_HEADERS[0], False) | flag(headers, EXCLUSIVE_HEADERS[1], False)
 
 
 def durable_queue(session: Session, headers: dict[str, str]) -> str | None:

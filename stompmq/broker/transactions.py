@@ -77,13 +77,15 @@ class Transactions:
                 dest = parse_destination(f.headers["destination"])
                 if dest.kind is Kind.EXCHANGE and dest.name not in router.key_exchanges:
                     routed[i] = router.exchange_queue(dest, f)
+        now_ms = router.dispatcher.wall_ms
         for i, f in enumerate(frames):
             headers = f.headers
             if f.command == "SEND":
+                options = send_options(headers, now_ms)
                 if i not in routed:
-                    router.route(parse_destination(headers["destination"]), f, *send_options(headers), session)
+                    router.route(parse_destination(headers["destination"]), f, *options, session)
                 elif (target := routed[i]) is not None:
-                    router.dispatcher.publish(target, user_headers(headers), f.body, *send_options(headers))
+                    router.dispatcher.publish(target, user_headers(headers), f.body, *options)
                 continue
             try:
                 sub, ack_id = acks.target(session, headers)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import time
 from typing import NoReturn, cast
 
@@ -207,18 +208,42 @@ class Connection:
                     raise _Close
                 if self.session is None and frame.command in ("CONNECT", "STOMP"):
                     await self._authenticate(frame)
+                if frame.command == "DISCONNECT" and self.session is not None:
+                    await self._wait_for_engine(self.session)  # its RECEIPT follows every frame's
                 self._on_frame(frame)
             session = self.session
-            if session is not None and session.throttled_by:
-                await self._wait_for_subscribers(session)
+            if session is not None:
+                if session.throttled_by:
+                    await self._wait_for_subscribers(session)
+                await self._wait_for_engine(session)
+
+    async def _wait_for_engine(self, session: Session) -> None:
+        """The engine holds this client's frames while it reads the store (``Session.waiting``):
+        read nothing more until it has handled them, so at most one read's frames wait."""
+        if session.waiting is None:
+            return
+        handled = trio.Event()
+        session.ungated = handled.set
+        await handled.wait()
+        if self._errored:
+            raise _Close
 
     async def _wait_for_subscribers(self, session: Session) -> None:
         """--topic-overflow block: this client published topic messages into outboxes that are
-        now over their hard limit; read nothing more from it until each is below it again."""
-        outboxes = session.throttled_by
+        now over their hard limit; read nothing more from it until each is below it again.
+        A subscriber may hold publishers back for --topic-block-timeout in one stretch (until
+        its output drains, however many waits that takes); then it lags (broker/overflow.py)."""
+        subscribers = session.throttled_by or {}
         session.throttled_by = None
-        for outbox in outboxes or ():
-            await cast(ConnectionOutbox, outbox).wait_below_hard_limit()
+        timeout = self.settings.topic_block_timeout or math.inf
+        for outbox, subscriber in subscribers.items():
+            buffer = cast(ConnectionOutbox, outbox)
+            if buffer.holding_since is None:
+                buffer.holding_since = trio.current_time()
+            with trio.move_on_at(buffer.holding_since + timeout):
+                await buffer.wait_below_hard_limit()
+            if not buffer.can_take_transient() and not buffer.closed:
+                self.broker.topic_subscriber_lagging(subscriber, timeout)
 
     def _on_frame(self, frame: Frame) -> None:
         session = self.session

@@ -29,7 +29,7 @@ from starlette.responses import Response
 if TYPE_CHECKING:
     from .http import ManagementApp
 
-QUEUE_COUNTERS = ("published", "delivered", "acked", "redelivered", "dead_lettered")
+QUEUE_COUNTERS = ("published", "delivered", "acked", "redelivered", "dead_lettered", "expired", "dropped", "rejected")
 #: Commit latency buckets (seconds): an fsync is ~0.1-10 ms on SSDs, far more on a busy disk.
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 GROUP_SIZE_BUCKETS = (1, 2, 5, 10, 50, 100, 500, 1000, 5000, 10000, 50000)
@@ -86,6 +86,10 @@ async def scrape(management: ManagementApp) -> bytes:
                                        value=sum(engine.topic_drops for engine in engines.values())))
     metrics.append(CounterMetricFamily("stompmq_page_reads", "Pages of ready messages read from the store",
                                        value=sum(engine.page_reads for engine in engines.values())))
+    gauge("stompmq_delayed_in_memory", "Delayed messages held in memory (the ones due first)",
+          sum(len(engine.dispatcher.delayed) for engine in engines.values()))
+    metrics.append(CounterMetricFamily("stompmq_expiry_sweeps", "Store reads looking for expired messages",
+                                       value=sum(engine.expiry.sweeps for engine in engines.values())))
 
     totals = [0] * len(QUEUE_COUNTERS)
     for s in stats.values():  # one pass: with many queues this loop is most of a scrape
@@ -94,6 +98,9 @@ async def scrape(management: ManagementApp) -> bytes:
         totals[2] += s.acked
         totals[3] += s.redelivered
         totals[4] += s.dead_lettered
+        totals[5] += s.expired
+        totals[6] += s.dropped
+        totals[7] += s.rejected
     for key, total in zip(QUEUE_COUNTERS, totals):
         what = key.replace("_", "-")
         metrics.append(CounterMetricFamily(f"stompmq_{key}_all", f"Messages {what} in every queue", value=total))

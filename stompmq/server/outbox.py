@@ -51,6 +51,7 @@ class ConnectionOutbox:
         "closed",
         "queued",
         "sent_total",
+        "holding_since",
     )
 
     def __init__(self, soft_limit: int = SOFT_LIMIT, hard_limit: int = HARD_LIMIT) -> None:
@@ -67,6 +68,9 @@ class ConnectionOutbox:
         self.closed = False
         self.queued = 0  # bytes ever written
         self.sent_total = 0  # bytes ever handed to the socket
+        #: When this subscriber's output first held a topic publisher back since it last
+        #: drained (trio time; None: it holds nobody back), for --topic-block-timeout.
+        self.holding_since: float | None = None
 
     def write(self, data: bytes) -> None:
         self._chunks.append(data)
@@ -107,6 +111,7 @@ class ConnectionOutbox:
             self._room.set()
             self._room = None
         if self.size <= self.soft_limit // 2:
+            self.holding_since = None  # caught up: a new stretch of holding back starts afresh
             if self.size == 0:
                 self._drained.set()
             if self.blocked:

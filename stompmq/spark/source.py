@@ -22,8 +22,10 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+import itertools
 from typing import Any
+
+import pyarrow as pa
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -38,7 +40,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from pyspark.sql.types import StructType
 
 from ..protocol import Frame, encode_frame
-from .client import BROKER_HEADERS, STREAM_PREFIX, Connection, StompmqError
+from .client import BROKER_HEADERS, STREAM_PREFIX, Connection, Entry, StompmqError
 
 SCHEMA = (
     "destination string, offset long, message_id string, timestamp timestamp, priority int,"
@@ -109,24 +111,48 @@ class StreamRange(InputPartition):
         self.stream, self.start, self.end = stream, start, end
 
 
-def _row(stream: str, frame: Frame) -> tuple[Any, ...]:
-    h = frame.headers
-    headers = {k: v for k, v in h.items() if k not in BROKER_HEADERS}
-    return (
-        STREAM_PREFIX + stream,
-        int(h["x-stream-offset"]),
-        h["message-id"],
-        datetime.fromtimestamp(int(h["timestamp"]) / 1000, tz=timezone.utc),
-        int(h.get("priority", "4")),
-        headers,
-        frame.body,
-    )
+#: The source's rows as Arrow: ``read`` yields record batches, which Spark takes without a
+#: per-row conversion (measured in docs/benchmarks.md: the read rate roughly doubled).
+ARROW_SCHEMA = pa.schema([
+    ("destination", pa.string()), ("offset", pa.int64()), ("message_id", pa.string()),
+    ("timestamp", pa.timestamp("us", tz="UTC")), ("priority", pa.int32()),
+    ("headers", pa.map_(pa.string(), pa.string())), ("body", pa.binary()),
+])
+#: Rows per record batch: big enough to amortise the batch, small enough to bound memory.
+BATCH_ROWS = 8192
 
 
-def _read(opts: Options, part: StreamRange) -> Iterator[tuple[Any, ...]]:
+def _read(opts: Options, part: StreamRange) -> Iterator[pa.RecordBatch]:
+    destination = STREAM_PREFIX + part.stream
     with opts.connect() as conn:
-        for frame in conn.read_range(part.stream, part.start, part.end):
-            yield _row(part.stream, frame)
+        entries = conn.read_range(part.stream, part.start, part.end)
+        while True:
+            chunk = list(itertools.islice(entries, BATCH_ROWS))
+            if not chunk:
+                return
+            yield _batch(destination, chunk)
+
+
+def _batch(destination: str, chunk: list[Entry]) -> pa.RecordBatch:
+    heads = [e.headers for e in chunk]
+    keys: list[str] = []
+    values: list[str] = []
+    ends = [0]
+    for h in heads:  # the user headers, flattened into one map column
+        for k, v in h.items():
+            if k not in BROKER_HEADERS:
+                keys.append(k)
+                values.append(v)
+        ends.append(len(keys))
+    return pa.RecordBatch.from_arrays([
+        pa.array([destination] * len(chunk), pa.string()),
+        pa.array([e.offset for e in chunk], pa.int64()),
+        pa.array([h["message-id"] for h in heads], pa.string()),
+        pa.array([int(h["timestamp"]) * 1000 for h in heads], pa.timestamp("us", tz="UTC")),
+        pa.array([int(h.get("priority", "4")) for h in heads], pa.int32()),
+        pa.MapArray.from_arrays(pa.array(ends, pa.int32()), pa.array(keys, pa.string()), pa.array(values, pa.string())),
+        pa.array([e.body for e in chunk], pa.binary()),
+    ], schema=ARROW_SCHEMA)
 
 
 def _ranges(start: Offsets, end: Offsets) -> list[InputPartition]:
@@ -144,7 +170,7 @@ class StompmqBatchReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         return _ranges(self.start, self.end)
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, StreamRange)
         return _read(self.opts, partition)
 
@@ -179,7 +205,7 @@ class StompmqStreamReader(DataSourceStreamReader):
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         return _ranges({s: int(v) for s, v in start.items()}, {s: int(v) for s, v in end.items()})
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, StreamRange)
         return _read(self.opts, partition)
 

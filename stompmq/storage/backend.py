@@ -64,7 +64,8 @@ class Backend(Protocol):
            exactly that when it writes its deliveries in flight back as inserts right after
            the purge.  ``SaveStream`` inserts or replaces a stream's options; ``TrimStream``
            deletes its entries with offset < ``before`` (a range delete on the offset index).
-        2. then ``deletes``, ``updates``, ``inserts``, ``stream_rows`` (appended, in order;
+        2. then ``deletes`` (and ``delayed_deletes``, rows of ``delayed_messages``), ``updates``,
+           ``inserts`` (and ``delayed``), ``stream_rows`` (appended, in order;
            an entry never changes once written).  A seq appears at most once in a group,
            so these never conflict; deletes go first so the space they free serves the inserts.
            An insert replaces a stored row of the same seq.
@@ -80,6 +81,18 @@ class Backend(Protocol):
         order, strictly after the order key ``after`` (None: from the start); fresh
         ``StoredMessage`` objects (see ``Store.load_ready``)."""
 
+    def load_due(self, after: tuple[int, int] | None, limit: int, vhost: str) -> Sequence[StoredMessage]:
+        """See ``Store.load_due``: ``vhost``'s delayed messages by (deliver_at, seq) after ``after``."""
+
+    def load_expired(
+        self, now_ms: int, after: tuple[int, int] | None, limit: int, vhost: str
+    ) -> tuple[Sequence[StoredMessage], int | None]:
+        """See ``Store.load_expired``: ``vhost``'s ready messages with ``expires < now_ms`` by
+        (expires, seq) after ``after``, and the earliest expiry not reached yet (any vhost's)."""
+
+    def queue_size(self, queue: str) -> tuple[int, int]:
+        """Messages stored for ``queue`` (ready and delivered) and the sum of their body sizes."""
+
     def read_stream(self, name: str, start: int, limit: int) -> Sequence[StreamMessage]:
         """Up to ``limit`` entries of stream ``name`` with offset >= ``start``, in offset
         order, as fresh ``StreamMessage`` objects (a range scan of the offset index)."""
@@ -92,6 +105,9 @@ class Backend(Protocol):
 
     def queue_names(self, prefix: str) -> list[str]:
         """Names of the queues the database knows that start with ``prefix``."""
+
+    def queue_exists(self, name: str) -> bool:
+        """Does queue ``name`` have a row (it was used once and not forgotten)?"""
 
     def queue_page(self, after: str, limit: int) -> list[QueueCount]:
         """See ``Store.queue_page`` (``base.QUEUE_PAGE_SQL`` is the query)."""

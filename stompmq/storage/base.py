@@ -54,6 +54,9 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 #: Bytes a buffered message costs besides its body: the StoredMessage, its header dict and the
@@ -121,6 +124,8 @@ class StoredMessage:
         "held",
         "timer",
         "space",
+        "expires",
+        "deliver_at",
     )
 
     def __init__(
@@ -135,6 +140,8 @@ class StoredMessage:
         redeliveries: int = 0,
         delivered: bool = False,
         space: str = "",
+        expires: int | None = None,
+        deliver_at: int | None = None,
     ) -> None:
         self.seq = seq
         self.queue = queue
@@ -153,6 +160,11 @@ class StoredMessage:
         self.timer: object = None
         # The store-key prefix of the message's vhost (``vhost_space``): "" in the default vhost.
         self.space = space
+        #: Epoch milliseconds after which the message is never delivered (None: never expires).
+        self.expires = expires
+        #: Epoch milliseconds before which it is not ready (None: ready at once).  A delayed
+        #: message is stored apart (``delayed_messages``) and published anew when due.
+        self.deliver_at = deliver_at
 
     @property
     def order_key(self) -> tuple[int, int]:
@@ -220,6 +232,14 @@ class BindingRecord:
     routing_key: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class QueueRecord:
+    """A declared queue: its options as declared (message-ttl, max-length, overflow ...)."""
+
+    name: str
+    options: dict[str, str]
+
+
 @dataclass(slots=True)
 class Recovery:
     """What a store hands the broker when it opens."""
@@ -229,6 +249,7 @@ class Recovery:
     bindings: list[BindingRecord]
     streams: list[StreamRecord] = field(default_factory=list)  # sorted by name
     vhosts: list[str] = field(default_factory=lambda: [DEFAULT_VHOST])  # declared vhosts, sorted
+    queues: list[QueueRecord] = field(default_factory=list)  # declared queues, sorted by name
 
 
 @dataclass(frozen=True, slots=True)
@@ -377,6 +398,16 @@ class Store(abc.ABC):
         """Delete the stream's entries with offset < ``before`` (retention): a range delete,
         never a scan; pending appends below ``before`` are dropped too."""
 
+    # -- queue declarations, delayed and expired messages ------------------------------------
+    @abc.abstractmethod
+    def save_queue(self, name: str, options: dict[str, str] | None) -> None:
+        """Insert or replace the declaration of queue ``name`` (None: forget it)."""
+
+    @abc.abstractmethod
+    def delete_stream(self, name: str) -> None:
+        """Delete the stream's entries and its declaration; pending appends of it are dropped
+        (appends after this call make it anew)."""
+
     # -- durability ----------------------------------------------------------
     @property
     @abc.abstractmethod
@@ -410,6 +441,44 @@ class Store(abc.ABC):
         """Up to ``limit`` messages of ``queue`` not delivered, in (priority desc, seq asc)
         order, strictly after the order key ``after`` = ``(-priority, seq)`` (None: from the
         start).  The broker filters out messages it holds in flight itself."""
+
+    async def load_due(
+        self, after: tuple[int, int] | None, limit: int, vhost: str = DEFAULT_VHOST
+    ) -> Sequence[StoredMessage]:
+        """Up to ``limit`` delayed messages (any queue of ``vhost``) in (deliver_at, seq) order
+        strictly after ``after`` = ``(deliver_at, seq)`` (None: from the start): a range scan of
+        the due-time index.  The engine's call names no vhost, so the default vhost's engine,
+        which uses the store itself, never sees another vhost's rows; a ``VhostStore`` passes
+        its own.  A store that keeps nothing (memory) returns none: the broker holds them all."""
+        return ()
+
+    async def load_expired(
+        self, now_ms: int, after: tuple[int, int] | None, limit: int, vhost: str = DEFAULT_VHOST
+    ) -> tuple[Sequence[StoredMessage], int | None]:
+        """Up to ``limit`` ready (not delivered) messages of ``vhost`` whose ``expires`` is before
+        ``now_ms``, in (expires, seq) order strictly after ``after`` (None: from the start), and
+        the earliest expiry not yet reached in any vhost (None: no stored message can expire; an
+        earlier one of another vhost only wakes the engine once more): a range of the expiry
+        index, never a scan of a queue.  A store that keeps nothing returns none."""
+        return (), None
+
+    async def queue_size(self, queue: str, snapshot: Callable[[], T]) -> tuple[int, int, T]:
+        """Messages stored for ``queue`` and their body bytes, with ``snapshot()`` called at the
+        instant the answer's view of the buffered writes is fixed (writes buffered before it
+        are counted, later ones are not), so the broker can add what happened since."""
+        return 0, 0, snapshot()
+
+    async def browse(
+        self, queue: str, after: tuple[int, int] | None, limit: int
+    ) -> Sequence[StoredMessage]:
+        """Like ``load_ready`` but claiming nothing: what a browsing subscriber is shown.  The
+        default suits a store of one broker, whose ``load_ready`` claims nothing either."""
+        return await self.load_ready(queue, after, limit)
+
+    async def queue_exists(self, name: str) -> bool:
+        """Does the store know queue ``name`` (``/amq/queue/NAME`` must name an existing one)?
+        A store that keeps nothing (memory) knows none: the broker knows its own queues."""
+        return False
 
     @abc.abstractmethod
     async def queue_names(self, prefix: str) -> list[str]:

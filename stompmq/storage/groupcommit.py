@@ -42,6 +42,17 @@ Theory of operation (DESIGN §4)
   being read, receipts stay in order behind their tickets), and a batch of
   ``max_backlog_bytes / 4`` starts a group at once, so big messages never wait
   for the flush interval while the budget fills.
+* Deliveries in flight wait one flush: a group taken by the flush timer (no
+  receipt waits for it, nothing is full) leaves out, once, the inserts of
+  messages delivered and not yet settled (``msg.delivered``: a client-ack
+  delivery not yet acked, an auto-ack one whose bytes have not reached the
+  socket).  Most settle within the next interval, and their delete cancels
+  the insert, so the message never touches the disk; the rest commit with the
+  next group, within two flush intervals.  Without it a delivery that takes
+  longer than the time left to the next flush costs a row insert and a row
+  delete (issue 17: auto-ack, settled at the socket, committed ~50 % of its
+  messages that way).  Groups asked for by a ticket, a read, a full batch or
+  ``close`` hold nothing back.
 * Every group that finishes, committed or failed, sets one ``trio.Event``:
   ``wait_for_room`` and the wait for the group in flight sleep on it, so
   nothing here polls.
@@ -54,12 +65,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import TypeVar, TypeVarTuple
+from typing import TypeVar, TypeVarTuple, overload
 
 import trio
 
 from stompmq.storage.backend import Backend
 from stompmq.storage.base import (
+    DEFAULT_VHOST,
     MESSAGE_OVERHEAD,
     BindingRecord,
     ExchangeRecord,
@@ -71,6 +83,7 @@ from stompmq.storage.base import (
     StreamMessage,
 )
 from stompmq.storage.groups import (
+    DelayedRow,
     DeleteRow,
     DropBinding,
     DropExchange,
@@ -80,6 +93,8 @@ from stompmq.storage.groups import (
     Release,
     SaveBinding,
     SaveExchange,
+    SaveQueue,
+    DropStream,
     SaveStream,
     SaveVhost,
     StreamRow,
@@ -167,6 +182,7 @@ class GroupCommitStore(Store):
         self._kick = trio.Event()  # wakes the commit loop
         self._inflight: _Group | None = None
         self._group_finished = trio.Event()  # set (and replaced) each time a group finishes
+        self._held_back: frozenset[int] = frozenset()  # seqs left out of the last timed group (once only)
         self._committed = 0
         self._next_ticket = 1
         self._last_seq = 0
@@ -197,7 +213,10 @@ class GroupCommitStore(Store):
             if self._closed:
                 return  # close() committed the last batch; writes after it are a caller bug
             if self._has_pending():
-                if not await self._commit_group():
+                group = self._submit_group(hold_back=not self._urgent)
+                if group is None:
+                    continue  # only deliveries in flight: they wait for the next flush
+                if await self._await_group(group) is not None:
                     await trio.sleep(RETRY_BACKOFF)
             elif self._urgent:
                 self._commit_nothing()
@@ -295,9 +314,16 @@ class GroupCommitStore(Store):
     def save_stream(self, name: str, options: dict[str, str]) -> None:
         self._add_structural(SaveStream(name, dict(options)))
 
+    def save_queue(self, name: str, options: dict[str, str] | None) -> None:
+        self._add_structural(SaveQueue(name, None if options is None else dict(options)))
+
     def trim_stream(self, name: str, before: int) -> None:
         self._stream_appends = _untrimmed(self._stream_appends, name, before)
         self._add_structural(TrimStream(name, before))
+
+    def delete_stream(self, name: str) -> None:
+        self._stream_appends = [m for m in self._stream_appends if m.space + m.queue != name]
+        self._add_structural(DropStream(name))
 
     def _put(self, seq: int, kind: int, msg: StoredMessage) -> None:
         if not self._has_pending():
@@ -369,15 +395,34 @@ class GroupCommitStore(Store):
         while self._inflight is not None:
             await self._group_finished.wait()
 
-    def _submit_group(self) -> _Group:
-        """Take the whole pending batch as the next group and queue it on the database thread."""
+    @overload
+    def _submit_group(self) -> _Group: ...
+    @overload
+    def _submit_group(self, hold_back: bool) -> _Group | None: ...
+
+    def _submit_group(self, hold_back: bool = False) -> _Group | None:
+        """Take the pending batch as the next group and queue it on the database thread.
+
+        With ``hold_back`` (a timed flush) the inserts of deliveries in flight stay pending,
+        once (see the module docstring); None if that leaves nothing to commit.
+        """
         assert self._inflight is None and self._thread is not None
         ops, structural, appends = self._pending, self._structural, self._stream_appends
+        kept: dict[int, PendingOp] = {}
+        if hold_back:
+            ops, kept = _split_in_flight(ops, self._held_back)
+        self._held_back = frozenset(kept)
+        if not (ops or structural or appends):
+            self._pending_since = trio.current_time()
+            return None
         job = self._thread.submit(self._backend.commit, self._rows(ops, structural, appends))
         group = self._inflight = _Group(self._next_ticket, ops, structural, appends, job)
         self._next_ticket += 1
-        self._pending, self._structural, self._stream_appends, self._urgent = {}, [], [], False
-        self._inflight_bytes, self._pending_bytes = self._pending_bytes, 0
+        self._pending, self._structural, self._stream_appends, self._urgent = kept, [], [], False
+        kept_bytes = _insert_bytes(kept) if kept else 0
+        self._inflight_bytes, self._pending_bytes = self._pending_bytes - kept_bytes, kept_bytes
+        if kept:
+            self._pending_since = trio.current_time()
         return group
 
     def _rows(
@@ -387,16 +432,25 @@ class GroupCommitStore(Store):
         inserts: list[InsertRow] = []
         updates: list[UpdateRow] = []
         deletes: list[DeleteRow] = []
+        delayed: list[DelayedRow] = []
+        delayed_deletes: list[DeleteRow] = []
         for seq, (kind, m) in ops.items():
+            due = m.deliver_at
             if kind == INSERT:
-                inserts.append(
-                    (seq, m.space + m.queue, m.priority, m.headers, m.body, m.delivered, m.ack_timeout,
-                     m.redeliveries, m.timestamp)
-                )
+                if due is None:
+                    inserts.append(
+                        (seq, m.space + m.queue, m.priority, m.headers, m.body, m.delivered, m.ack_timeout,
+                         m.redeliveries, m.timestamp, m.expires)
+                    )
+                else:
+                    delayed.append((seq, m.space + m.queue, m.priority, m.headers, m.body, m.ack_timeout,
+                                    m.timestamp, m.expires, due))
             elif kind == UPDATE:
                 updates.append((m.delivered, m.redeliveries, m.priority, seq))
-            else:
+            elif due is None:
                 deletes.append((seq,))
+            else:
+                delayed_deletes.append((seq,))
         held = None
         if self.shared:
             held = frozenset(seq for seq, (kind, m) in ops.items() if kind != DELETE and m.held)
@@ -404,7 +458,8 @@ class GroupCommitStore(Store):
             (m.space + m.queue, m.offset, m.seq, m.priority, m.timestamp, m.headers, m.body, m.bytes_before)
             for m in appends
         ]
-        return GroupRows(structural, inserts, updates, deletes, self._last_seq, held, stream_rows)
+        return GroupRows(structural, inserts, updates, deletes, self._last_seq, held, stream_rows, delayed,
+                         delayed_deletes)
 
     async def _await_group(self, group: _Group) -> StoreError | None:
         """Wait for ``group`` to commit or fail and account for it; return its error, if any."""
@@ -454,6 +509,8 @@ class GroupCommitStore(Store):
         for op in self._structural:
             if isinstance(op, TrimStream):  # a newer trim covers the failed group's entries too
                 appends = _untrimmed(appends, op.name, op.before)
+            elif isinstance(op, DropStream):  # so does a newer delete
+                appends = [m for m in appends if m.space + m.queue != op.name]
         self._stream_appends = appends + self._stream_appends
         self._pending_bytes = _insert_bytes(merged)
         self._structural = group.structural + self._structural
@@ -471,6 +528,21 @@ class GroupCommitStore(Store):
     async def count(self, queue: str) -> int:
         return await self._read(self._backend.count, queue)
 
+    async def load_due(
+        self, after: tuple[int, int] | None, limit: int, vhost: str = DEFAULT_VHOST
+    ) -> Sequence[StoredMessage]:
+        return await self._read(self._backend.load_due, after, limit, vhost)
+
+    async def load_expired(
+        self, now_ms: int, after: tuple[int, int] | None, limit: int, vhost: str = DEFAULT_VHOST
+    ) -> tuple[Sequence[StoredMessage], int | None]:
+        return await self._read(self._backend.load_expired, now_ms, after, limit, vhost)
+
+    async def queue_size(self, queue: str, snapshot: Callable[[], T]) -> tuple[int, int, T]:
+        taken: list[T] = []
+        count, size = await self._read(self._backend.queue_size, queue, before=lambda: taken.append(snapshot()))
+        return count, size, taken[0]
+
     async def count_unacked(self, queue: str) -> int:
         return await self._read(self._backend.count_unacked, queue)
     async def read_stream(self, name: str, start: int, limit: int) -> Sequence[StreamMessage]:
@@ -479,18 +551,25 @@ class GroupCommitStore(Store):
     async def queue_names(self, prefix: str) -> list[str]:
         return await self._read(self._backend.queue_names, prefix)
 
+    async def queue_exists(self, name: str) -> bool:
+        return await self._read(self._backend.queue_exists, name)
+
     async def queue_page(self, after: str, limit: int) -> list[QueueCount]:
         return await self._read(self._backend.queue_page, after, limit)
 
-    async def _read(self, fn: Callable[[*Ts], T], *args: *Ts) -> T:
+    async def _read(self, fn: Callable[[*Ts], T], *args: *Ts, before: Callable[[], None] | None = None) -> T:
         """Run a read on the database thread behind every write buffered so far.
 
         A read that cannot see them (their group failed) raises instead of answering
         from a disk that lacks them: a pager would step over the missing messages.
+        ``before`` is called at the instant the read's view is fixed: with no await between it
+        and the submission, every write buffered before it is seen and none after it.
         """
         if self._thread is None:
             raise StoreError(f"{self._backend.name} is not open")
         await self._wait_idle()  # a failed group in flight is pending again afterwards
+        if before is not None:
+            before()
         if not self._has_pending():
             return await self._thread.call(fn, *args)
         group = self._submit_group()
@@ -504,6 +583,23 @@ class GroupCommitStore(Store):
 def _untrimmed(appends: list[StreamMessage], name: str, before: int) -> list[StreamMessage]:
     """``appends`` without the entries of stream ``name`` below offset ``before``."""
     return [m for m in appends if m.offset >= before or m.space + m.queue != name]
+
+
+def _split_in_flight(
+    ops: dict[int, PendingOp], held_before: frozenset[int]
+) -> tuple[dict[int, PendingOp], dict[int, PendingOp]]:
+    """``ops`` split into what commits now and the inserts of deliveries in flight that wait
+    one flush (those already held back by the previous group commit now)."""
+    now: dict[int, PendingOp] = {}
+    kept: dict[int, PendingOp] = {}
+    for seq, op in ops.items():
+        if op[0] == INSERT and op[1].delivered and seq not in held_before:
+            kept[seq] = op
+        else:
+            now[seq] = op
+    return now, kept
+
+
 def _insert_bytes(ops: dict[int, PendingOp]) -> int:
     """What the inserts among ``ops`` count against ``max_backlog_bytes``."""
     return sum(len(msg.body) + MESSAGE_OVERHEAD for kind, msg in ops.values() if kind == INSERT)

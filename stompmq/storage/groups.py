@@ -103,14 +103,32 @@ class SaveVhost:
     name: str
 
 
+@dataclass(frozen=True, slots=True)
+class SaveQueue:
+    """Insert or replace the declaration of queue ``name`` (None: forget it)."""
+
+    name: str
+    options: dict[str, str] | None
+
+
+@dataclass(frozen=True, slots=True)
+class DropStream:
+    """Delete stream ``name``: its entries and its declaration."""
+
+    name: str
+
+
 StructuralOp = (
     Purge | SaveExchange | DropExchange | SaveBinding | DropBinding | Release | TopicMessage | SaveStream | TrimStream
-    | SaveVhost
+    | SaveVhost | SaveQueue | DropStream
 )
 
 # -- message rows: one per message, at most one row per seq in a group ------------------------
-# (seq, queue, priority, headers, body, delivered, ack_timeout, redeliveries, timestamp)
-InsertRow = tuple[int, str, int, dict[str, str], bytes, bool, float | None, int, int]
+# (seq, queue, priority, headers, body, delivered, ack_timeout, redeliveries, timestamp, expires)
+InsertRow = tuple[int, str, int, dict[str, str], bytes, bool, float | None, int, int, int | None]
+# (seq, queue, priority, headers, body, ack_timeout, timestamp, expires, deliver_at): a delayed
+# message, stored apart (``delayed_messages``) until it is due; never updated.
+DelayedRow = tuple[int, str, int, dict[str, str], bytes, float | None, int, int | None, int]
 # (delivered, redeliveries, priority, seq): SET delivered, redeliveries, priority WHERE seq.
 UpdateRow = tuple[bool, int, int, int]
 # (seq,)
@@ -137,3 +155,5 @@ class GroupRows:
     #: the store is shared by several brokers (only then do claims matter)
     held: frozenset[int] | None = None
     stream_rows: list[StreamRow] = field(default_factory=list)  # in offset order per stream
+    delayed: list[DelayedRow] = field(default_factory=list)  # inserted with the inserts
+    delayed_deletes: list[DeleteRow] = field(default_factory=list)  # deleted with the deletes

@@ -2,7 +2,7 @@
 
 The broker keeps every message of a non-durable store in its queues and streams
 (it never pages), so this store has nothing to hold but exchanges, bindings and
-stream declarations; every
+stream and queue declarations; every
 write is already "committed" when it is made.
 """
 
@@ -12,7 +12,17 @@ from collections.abc import Sequence
 
 import trio
 
-from .base import DEFAULT_VHOST, BindingRecord, ExchangeRecord, Recovery, Store, StoredMessage, StreamMessage, StreamRecord
+from .base import (
+    DEFAULT_VHOST,
+    BindingRecord,
+    ExchangeRecord,
+    QueueRecord,
+    Recovery,
+    Store,
+    StoredMessage,
+    StreamMessage,
+    StreamRecord,
+)
 
 
 class MemoryStore(Store):
@@ -24,10 +34,14 @@ class MemoryStore(Store):
         self._bindings: dict[tuple[str, str, str], BindingRecord] = {}
         self._streams: dict[str, dict[str, str]] = {}
         self._vhosts = {DEFAULT_VHOST}
+        self._queues: dict[str, dict[str, str]] = {}
 
     async def open(self) -> Recovery:
         streams = [StreamRecord(name, options, 0, 0) for name, options in sorted(self._streams.items())]
-        return Recovery(0, list(self._exchanges.values()), list(self._bindings.values()), streams, sorted(self._vhosts))
+        queues = [QueueRecord(name, options) for name, options in sorted(self._queues.items())]
+        return Recovery(
+            0, list(self._exchanges.values()), list(self._bindings.values()), streams, sorted(self._vhosts), queues
+        )
 
     async def run(self) -> None:
         await trio.sleep_forever()
@@ -72,6 +86,15 @@ class MemoryStore(Store):
 
     def trim_stream(self, name: str, before: int) -> None:
         pass
+
+    def save_queue(self, name: str, options: dict[str, str] | None) -> None:
+        if options is None:
+            self._queues.pop(name, None)
+        else:
+            self._queues[name] = dict(options)
+
+    def delete_stream(self, name: str) -> None:
+        self._streams.pop(name, None)
 
     @property
     def committed(self) -> int:

@@ -68,6 +68,7 @@ from stompmq.storage.base import (
     ExchangeRecord,
     SEQ_CHUNK,
     QueueCount,
+    QueueRecord,
     Recovery,
     StoredMessage,
     StoreError,
@@ -78,6 +79,7 @@ from stompmq.storage.base import (
 )
 from stompmq.storage.groupcommit import FLUSH_INTERVAL, MAX_BACKLOG_BYTES, MAX_GROUP, GroupCommitStore
 from stompmq.storage.groups import (
+    DelayedRow,
     DropBinding,
     DropExchange,
     GroupRows,
@@ -86,6 +88,8 @@ from stompmq.storage.groups import (
     Release,
     SaveBinding,
     SaveExchange,
+    SaveQueue,
+    DropStream,
     SaveStream,
     SaveVhost,
     StreamRow,
@@ -123,12 +127,17 @@ RECONNECT_MAX = 5.0
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 _loads = json.JSONDecoder().decode
 
-READY_COLUMNS = ("seq", "priority", "headers", "body", "timestamp", "ack_timeout", "redeliveries")
+READY_COLUMNS = ("seq", "priority", "headers", "body", "timestamp", "ack_timeout", "redeliveries", "expires")
 COPY_SQL = (
     "COPY messages (seq, queue_id, priority, headers, body, delivered, ack_timeout, redeliveries,"
-    " timestamp, owner) FROM STDIN (FORMAT BINARY)"
+    " timestamp, owner, expires) FROM STDIN (FORMAT BINARY)"
 )
-COPY_TYPES = ["int8", "int4", "int4", "text", "bytea", "bool", "float8", "int4", "int8", "text"]
+COPY_TYPES = ["int8", "int4", "int4", "text", "bytea", "bool", "float8", "int4", "int8", "text", "int8"]
+DELAYED_COPY_SQL = (
+    "COPY delayed_messages (seq, queue_id, priority, headers, body, ack_timeout, timestamp, expires,"
+    " deliver_at, owner) FROM STDIN (FORMAT BINARY)"
+)
+DELAYED_COPY_TYPES = ["int8", "int4", "int4", "text", "bytea", "float8", "int8", "int8", "int8", "text"]
 UPDATE_SQL = (
     "UPDATE messages AS m SET delivered = u.delivered, redeliveries = u.redeliveries,"
     " priority = u.priority, owner = CASE WHEN u.held THEN %s ELSE NULL END"
@@ -148,6 +157,11 @@ CLAIM_SQL = (
     " UPDATE messages AS m SET owner = %(me)s FROM picked WHERE m.seq = picked.seq RETURNING "
     + ", ".join("m." + c for c in READY_COLUMNS)
 )
+#: Ready messages of a queue whoever holds them, claiming none (a browsing subscriber's page).
+BROWSE_SQL = (
+    "SELECT " + ", ".join(READY_COLUMNS) + " FROM messages WHERE queue_id = %(q)s AND {after} AND NOT delivered"
+    " ORDER BY priority DESC, seq LIMIT %(limit)s"
+)
 STREAM_COPY_SQL = (
     "COPY stream_messages (stream_id, position, seq, priority, timestamp, headers, body, bytes_before)"
     " FROM STDIN (FORMAT BINARY)"
@@ -159,6 +173,30 @@ STREAM_READ_SQL = (
 )
 AFTER_NOTHING = "true"
 AFTER_KEY = "(priority < %(p)s OR (priority = %(p)s AND seq > %(s)s))"
+#: Delayed rows of one vhost a broker may claim, by (deliver_at, seq) after a key: a range of
+#: their index (each vhost's engine pages its own).
+CLAIM_DUE_SQL = (
+    "WITH picked AS (SELECT seq FROM delayed_messages WHERE {after}"
+    " AND queue_id IN (SELECT id FROM queues WHERE vhost = %(vhost)s) AND (owner IS NULL OR owner = %(me)s"
+    " OR owner IN (SELECT id FROM brokers WHERE lease_until < now()))"
+    " ORDER BY deliver_at, seq LIMIT %(limit)s FOR UPDATE SKIP LOCKED)"
+    " UPDATE delayed_messages AS d SET owner = %(me)s FROM picked, queues q"
+    " WHERE d.seq = picked.seq AND q.id = d.queue_id"
+    " RETURNING d.seq, q.name, d.priority, d.headers, d.body, d.timestamp, d.ack_timeout, d.expires, d.deliver_at"
+)
+DUE_AFTER_KEY = "(deliver_at, seq) > (%(d)s, %(s)s)"
+#: Ready rows of one vhost past their expiry that this broker may take (free ones): the partial
+#: expiry index.
+EXPIRED_SQL = (
+    "SELECT m.seq, q.name, m.priority, m.headers, m.body, m.timestamp, m.ack_timeout, m.redeliveries, m.expires"
+    " FROM messages m JOIN queues q ON q.id = m.queue_id WHERE m.expires IS NOT NULL"
+    " AND (m.expires, m.seq) > (%(e)s, %(s)s) AND m.expires < %(now)s"
+    " AND NOT m.delivered AND q.vhost = %(vhost)s AND (m.owner IS NULL OR m.owner = %(me)s"
+    " OR m.owner IN (SELECT id FROM brokers WHERE lease_until < now()))"
+    " ORDER BY m.expires, m.seq LIMIT %(limit)s"
+)
+#: Over every vhost: another vhost's earlier expiry only wakes the asking engine once more, early.
+NEXT_EXPIRY_SQL = "SELECT MIN(expires) FROM messages WHERE expires IS NOT NULL AND expires >= %s"
 
 
 def masked(url: str) -> str:
@@ -224,9 +262,15 @@ class PostgresBackend:
                 self._free_lapsed(conn)
             vhosts, exchanges, bindings = self._definitions(conn)
             streams = self._recover_streams(conn)
+            queues = [
+                QueueRecord(vhost_space(vhost) + name, _loads(options))
+                for vhost, name, options in conn.execute(
+                    "SELECT vhost, name, options FROM queues WHERE options IS NOT NULL ORDER BY vhost, name"
+                )
+            ]
         except psycopg.Error as exc:
             raise StoreError(f"cannot recover {self.name}: {_one_line(exc)}") from None
-        return Recovery(0, exchanges, bindings, streams, vhosts)
+        return Recovery(0, exchanges, bindings, streams, vhosts, queues)
 
     def _recover_streams(self, conn: psycopg.Connection[Any]) -> list[StreamRecord]:
         """Each stream's options and retained offsets: the two ends of its key range, no scan."""
@@ -350,6 +394,7 @@ class PostgresBackend:
     def _free_claims(conn: psycopg.Connection[Any], owner: str) -> list[str]:
         """Make ``owner``'s rows free and ready (what it had out for delivery counts a
         redelivery); return the names of the queues that got ready rows."""
+        conn.execute("UPDATE delayed_messages SET owner = NULL WHERE owner = %s", (owner,))
         rows = conn.execute(
             "WITH freed AS (UPDATE messages SET owner = NULL, redeliveries = redeliveries + delivered::int,"
             " delivered = false WHERE owner = %s RETURNING queue_id)"
@@ -402,6 +447,10 @@ class PostgresBackend:
                 self._apply(cur, op, freed)
             if group.deletes:
                 cur.execute("DELETE FROM messages WHERE seq = ANY(%s)", ([seq for (seq,) in group.deletes],))
+            if group.delayed_deletes:
+                cur.execute(
+                    "DELETE FROM delayed_messages WHERE seq = ANY(%s)", ([seq for (seq,) in group.delayed_deletes],)
+                )
             if group.updates:
                 delivered, redeliveries, priorities, seqs = (list(c) for c in zip(*group.updates, strict=True))
                 cur.execute(
@@ -415,25 +464,46 @@ class PostgresBackend:
                 if replace:
                     cur.execute("DELETE FROM messages WHERE seq = ANY(%s)", ([row[0] for row in group.inserts],))
                 self._copy(cur, group.inserts, held, freed)
+            if group.delayed:
+                if replace:
+                    cur.execute("DELETE FROM delayed_messages WHERE seq = ANY(%s)", ([row[0] for row in group.delayed],))
+                self._copy_delayed(cur, group.delayed, held)
             if group.stream_rows:
                 self._copy_stream(cur, group.stream_rows, replace)
             self._notify_queues(conn, sorted(freed), self.broker_id)
 
-    def _copy(self, cur: psycopg.Cursor[Any], rows: list[InsertRow], held: frozenset[int], freed: set[str]) -> None:
+    def _queue_ids_of(self, cur: psycopg.Cursor[Any], rows: list[InsertRow] | list[DelayedRow]) -> dict[str, int]:
+        """The id of every queue the rows name (rows carry the queue's name second)."""
         ids = {}
         for name in {row[1] for row in rows}:
             queue_id = self._queue_id(cur, name, create=True)
             assert queue_id is not None
             ids[name] = queue_id
+        return ids
+
+    def _copy(self, cur: psycopg.Cursor[Any], rows: list[InsertRow], held: frozenset[int], freed: set[str]) -> None:
+        ids = self._queue_ids_of(cur, rows)
         me = self.broker_id
         with cur.copy(COPY_SQL) as copy:
             copy.set_types(COPY_TYPES)
-            for seq, name, prio, hdrs, body, delivered, ack, redel, ts in rows:
+            for seq, name, prio, hdrs, body, delivered, ack, redel, ts, exp in rows:
                 owner = me if seq in held else None
                 if owner is None:
                     freed.add(name)
                 copy.write_row(
-                    (seq, ids[name], prio, _dumps(hdrs) if hdrs else "{}", body, delivered, ack, redel, ts, owner)
+                    (seq, ids[name], prio, _dumps(hdrs) if hdrs else "{}", body, delivered, ack, redel, ts, owner, exp)
+                )
+
+    def _copy_delayed(self, cur: psycopg.Cursor[Any], rows: list[DelayedRow], held: frozenset[int]) -> None:
+        """Delayed rows this broker holds in memory are claimed; the others are free for any broker."""
+        ids = self._queue_ids_of(cur, rows)
+        me = self.broker_id
+        with cur.copy(DELAYED_COPY_SQL) as copy:
+            copy.set_types(DELAYED_COPY_TYPES)
+            for seq, name, prio, hdrs, body, ack, ts, exp, due in rows:
+                copy.write_row(
+                    (seq, ids[name], prio, _dumps(hdrs) if hdrs else "{}", body, ack, ts, exp, due,
+                     me if seq in held else None)
                 )
 
     def _copy_stream(self, cur: psycopg.Cursor[Any], rows: list[StreamRow], replace: bool) -> None:
@@ -487,8 +557,19 @@ class PostgresBackend:
                         freed.add(name)
             case TopicMessage(topic=topic, headers=headers, body=body):
                 self._notify_topic(cur, topic, headers, body)
+            case SaveQueue(name=name, options=options):
+                cur.execute(
+                    "UPDATE queues SET options = %s WHERE id = %s",
+                    (None if options is None else _dumps(options), self._queue_id(cur, name, create=True)),
+                )
             case SaveStream(name=name, options=options):
                 cur.execute("UPDATE streams SET options = %s WHERE id = %s", (_dumps(options), self._stream_id(cur, name)))
+            case DropStream(name=name):
+                dropped = self._find_stream(cur, name)
+                if dropped is not None:
+                    cur.execute("DELETE FROM stream_messages WHERE stream_id = %s", (dropped,))
+                    cur.execute("DELETE FROM streams WHERE id = %s", (dropped,))
+                    del self._stream_ids[name]
             case TrimStream(name=name, before=before):
                 trimmed = self._find_stream(cur, name)
                 if trimmed is not None:
@@ -570,32 +651,102 @@ class PostgresBackend:
     # -- reads -----------------------------------------------------------------------------------
     def load_ready(self, queue: str, after: tuple[int, int] | None, limit: int) -> Sequence[StoredMessage]:
         """Claim up to ``limit`` free ready messages of ``queue`` after ``after`` for this broker."""
+        messages = self._ready(CLAIM_SQL, {"me": self.broker_id}, queue, after, limit)
+        for msg in messages:
+            msg.held = True  # claimed for this broker by this read
+        return messages
+
+    def browse(self, queue: str, after: tuple[int, int] | None, limit: int) -> Sequence[StoredMessage]:
+        """Up to ``limit`` ready messages of ``queue`` after ``after``, whichever broker holds them."""
+        return self._ready(BROWSE_SQL, {}, queue, after, limit)
+
+    def _ready(self, sql: str, params: dict[str, Any], queue: str, after: tuple[int, int] | None,
+               limit: int) -> list[StoredMessage]:
+        """Ready rows of ``queue`` after ``after`` in delivery order, read by ``sql`` (CLAIM_SQL or
+        BROWSE_SQL, formatted with the ``after`` condition) in one transaction."""
         conn = self._connection()
         try:
             with conn.transaction(), conn.cursor() as cur:
                 queue_id = self._queue_id(cur, queue, create=False)
                 if queue_id is None or limit <= 0:
                     return []
-                params: dict[str, Any] = {"q": queue_id, "me": self.broker_id, "limit": limit}
+                params = {**params, "q": queue_id, "limit": limit}
                 if after is None:
-                    query = CLAIM_SQL.format(after=AFTER_NOTHING)
+                    query = sql.format(after=AFTER_NOTHING)
                 else:
                     params["p"], params["s"] = -after[0], after[1]
-                    query = CLAIM_SQL.format(after=AFTER_KEY)
+                    query = sql.format(after=AFTER_KEY)
                 rows = cur.execute(query, params).fetchall()
         except psycopg.Error as exc:
             raise StoreError(f"cannot read {self.name}: {_one_line(exc)}") from None
-        rows.sort(key=lambda r: (-r[1], r[0]))
-        messages = []
+        rows.sort(key=lambda r: (-r[1], r[0]))  # UPDATE ... RETURNING keeps no order
         vhost, name = split_key(queue)
         space = vhost_space(vhost)
-        for seq, prio, hdrs, body, ts, ack, redel in rows:
-            msg = StoredMessage(
-                seq, name, prio, _loads(hdrs) if hdrs != "{}" else {}, bytes(body), ts, ack, redel, space=space
+        return [
+            StoredMessage(
+                seq, name, prio, _loads(hdrs) if hdrs != "{}" else {}, bytes(body), ts, ack, redel, space=space,
+                expires=exp,
             )
-            msg.held = True  # claimed for this broker by this read
+            for seq, prio, hdrs, body, ts, ack, redel, exp in rows
+        ]
+
+    def load_due(self, after: tuple[int, int] | None, limit: int, vhost: str) -> Sequence[StoredMessage]:
+        """Claim up to ``limit`` free delayed messages of ``vhost`` after ``after`` = (deliver_at, seq)."""
+        if limit <= 0:
+            return []
+        params: dict[str, Any] = {"me": self.broker_id, "limit": limit, "vhost": vhost}
+        if after is None:
+            query = CLAIM_DUE_SQL.format(after=AFTER_NOTHING)
+        else:
+            params["d"], params["s"] = after
+            query = CLAIM_DUE_SQL.format(after=DUE_AFTER_KEY)
+        try:
+            conn = self._connection()
+            with conn.transaction(), conn.cursor() as cur:
+                rows = cur.execute(query, params).fetchall()
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot read {self.name}: {_one_line(exc)}") from None
+        rows.sort(key=lambda r: (r[8], r[0]))
+        messages = []
+        space = vhost_space(vhost)
+        for seq, name, prio, hdrs, body, ts, ack, exp, due in rows:
+            msg = StoredMessage(seq, name, prio, _loads(hdrs) if hdrs != "{}" else {}, bytes(body), ts, ack,
+                                space=space, expires=exp, deliver_at=due)
+            msg.held = True
             messages.append(msg)
         return messages
+
+    def load_expired(
+        self, now_ms: int, after: tuple[int, int] | None, limit: int, vhost: str
+    ) -> tuple[Sequence[StoredMessage], int | None]:
+        start = after if after is not None else (-1, -1)
+        params = {"now": now_ms, "e": start[0], "s": start[1], "limit": limit, "me": self.broker_id, "vhost": vhost}
+        try:
+            conn = self._connection()
+            rows = conn.execute(EXPIRED_SQL, params).fetchall()
+            row = conn.execute(NEXT_EXPIRY_SQL, (now_ms,)).fetchone()
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot read {self.name}: {_one_line(exc)}") from None
+        space = vhost_space(vhost)
+        return [
+            StoredMessage(seq, name, prio, _loads(hdrs) if hdrs != "{}" else {}, bytes(body), ts, ack, redel,
+                          space=space, expires=exp)
+            for seq, name, prio, hdrs, body, ts, ack, redel, exp in rows
+        ], None if row is None or row[0] is None else int(row[0])
+
+    def queue_size(self, queue: str) -> tuple[int, int]:
+        try:
+            with self._connection().cursor() as cur:
+                queue_id = self._queue_id(cur, queue, create=False)
+                if queue_id is None:
+                    return 0, 0
+                row = cur.execute(
+                    "SELECT COUNT(*), COALESCE(SUM(octet_length(body)), 0) FROM messages WHERE queue_id = %s",
+                    (queue_id,),
+                ).fetchone()
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot read {self.name}: {_one_line(exc)}") from None
+        return (int(row[0]), int(row[1])) if row else (0, 0)
 
     def read_stream(self, name: str, start: int, limit: int) -> list[StreamMessage]:
         if limit <= 0:
@@ -640,6 +791,13 @@ class PostgresBackend:
         except psycopg.Error as exc:
             raise StoreError(f"cannot read {self.name}: {_one_line(exc)}") from None
         return [vhost_space(vhost) + name for (name,) in rows]
+
+    def queue_exists(self, name: str) -> bool:
+        try:
+            with self._connection().cursor() as cur:
+                return self._queue_id(cur, name, create=False) is not None
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot read {self.name}: {_one_line(exc)}") from None
 
     def queue_page(self, after: str, limit: int) -> list[QueueCount]:
         vhost, name = split_key(after)
@@ -750,6 +908,9 @@ class PostgresStore(GroupCommitStore):
     @property
     def node_id(self) -> str:
         return self._pg.broker_id
+
+    async def browse(self, queue: str, after: tuple[int, int] | None, limit: int) -> Sequence[StoredMessage]:
+        return await self._read(self._pg.browse, queue, after, limit)
 
     async def open(self) -> Recovery:
         recovery = await super().open()

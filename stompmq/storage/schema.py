@@ -100,6 +100,9 @@ queues = Table(
     Column("id", Integer, primary_key=True, autoincrement=True),
     _vhost_column(),
     Column("name", String(NAME_LENGTH), nullable=False),
+    # JSON text of a /control/declare/queue declaration (message-ttl, max-length, overflow ...);
+    # NULL for a queue never declared (most of them), so start-up reads only the declared ones.
+    Column("options", Text, nullable=True),
     UniqueConstraint("vhost", "name"),
 )
 
@@ -119,6 +122,8 @@ messages = Table(
     # PostgreSQL also has ix_messages_owner, partial (WHERE owner IS NOT NULL), made by
     # migration 0003 only: SQLite has no use for it, and its inserts should not pay for it.
     Column("owner", String(BROKER_ID_LENGTH), nullable=True),
+    # Epoch milliseconds after which the message is dropped (NULL: never).
+    Column("expires", BigInteger, nullable=True),
 )
 
 Index(
@@ -127,6 +132,36 @@ Index(
     messages.c.priority.desc(),
     messages.c.seq,
 )
+
+# Partial: a message without a TTL costs the index nothing; the expiry sweep walks it from its
+# start (the earliest expiry) and never scans a queue.
+Index(
+    "ix_messages_expires",
+    messages.c.expires,
+    messages.c.seq,
+    sqlite_where=messages.c.expires.isnot(None),
+    postgresql_where=messages.c.expires.isnot(None),
+)
+
+# Delayed messages wait here, apart from the ready ones, so paging a queue never walks over
+# them; they are published into their queue (with a new seq) when due.
+delayed_messages = Table(
+    "delayed_messages",
+    metadata,
+    Column("seq", SEQ_TYPE, primary_key=True, autoincrement=False),
+    Column("queue_id", Integer, ForeignKey("queues.id"), nullable=False),
+    Column("priority", Integer, nullable=False),
+    Column("headers", Text, nullable=False),
+    Column("body", LargeBinary, nullable=False),
+    Column("ack_timeout", Float, nullable=True),
+    Column("timestamp", BigInteger, nullable=False),
+    Column("expires", BigInteger, nullable=True),
+    Column("deliver_at", BigInteger, nullable=False),
+    # The broker holding the row in memory (PostgreSQL; as messages.owner).  Always NULL on SQLite.
+    Column("owner", String(BROKER_ID_LENGTH), nullable=True),
+)
+
+Index("ix_delayed_messages_deliver_at", delayed_messages.c.deliver_at, delayed_messages.c.seq)
 
 exchanges = Table(
     "exchanges",

@@ -9,7 +9,10 @@ uses the store itself, whose names are its names.  Any other vhost's engine gets
 of ``storage/base.py``), every name coming back loses it, and every message written through it
 is stamped with the prefix (``StoredMessage.space``) so the group commit files it under the
 vhost.  Writes keyed by seq (update, delete), tickets and back-pressure go straight through:
-all vhosts share one write buffer, one commit group, one database thread.
+all vhosts share one write buffer, one commit group, one database thread.  The reads that
+span queues (``load_due``, ``load_expired``) name the view's vhost, and the backends select
+only its rows in SQL, so a vhost's engine never sees (or claims) another's messages; the
+default vhost's engine names none and gets the default vhost's.
 
 The view neither opens nor closes anything: the store's owner (``server/runtime.py``) does,
 once, and hands each vhost its part of the recovery (``split_recovery``).
@@ -18,7 +21,8 @@ once, and hands each vhost its part of the recovery (``split_recovery``).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import trio
 
@@ -34,6 +38,8 @@ from .base import (
     split_key,
     vhost_space,
 )
+
+T = TypeVar("T")
 
 
 def split_recovery(recovery: Recovery) -> dict[str, Recovery]:
@@ -54,6 +60,9 @@ def split_recovery(recovery: Recovery) -> dict[str, Recovery]:
     for stream in recovery.streams:
         target, name = part(stream.name)
         target.streams.append(dataclasses.replace(stream, name=name))
+    for queue in recovery.queues:
+        target, name = part(queue.name)
+        target.queues.append(dataclasses.replace(queue, name=name))
     return parts
 
 
@@ -147,6 +156,12 @@ class VhostStore(Store):
     def trim_stream(self, name: str, before: int) -> None:
         self.store.trim_stream(self.space + name, before)
 
+    def delete_stream(self, name: str) -> None:
+        self.store.delete_stream(self.space + name)
+
+    def save_queue(self, name: str, options: dict[str, str] | None) -> None:
+        self.store.save_queue(self.space + name, options)
+
     # -- durability: one buffer for every vhost --------------------------------------------------
     @property
     def committed(self) -> int:
@@ -167,6 +182,25 @@ class VhostStore(Store):
     # -- reads ---------------------------------------------------------------------------------
     async def load_ready(self, queue: str, after: tuple[int, int] | None, limit: int) -> Sequence[StoredMessage]:
         return await self.store.load_ready(self.space + queue, after, limit)
+
+    async def browse(self, queue: str, after: tuple[int, int] | None, limit: int) -> Sequence[StoredMessage]:
+        return await self.store.browse(self.space + queue, after, limit)
+
+    async def load_due(
+        self, after: tuple[int, int] | None, limit: int, vhost: str = DEFAULT_VHOST
+    ) -> Sequence[StoredMessage]:
+        return await self.store.load_due(after, limit, self.vhost)
+
+    async def load_expired(
+        self, now_ms: int, after: tuple[int, int] | None, limit: int, vhost: str = DEFAULT_VHOST
+    ) -> tuple[Sequence[StoredMessage], int | None]:
+        return await self.store.load_expired(now_ms, after, limit, self.vhost)
+
+    async def queue_size(self, queue: str, snapshot: Callable[[], T]) -> tuple[int, int, T]:
+        return await self.store.queue_size(self.space + queue, snapshot)
+
+    async def queue_exists(self, name: str) -> bool:
+        return await self.store.queue_exists(self.space + name)
 
     async def queue_names(self, prefix: str) -> list[str]:
         return [self._bare(key) for key in await self.store.queue_names(self.space + prefix)]

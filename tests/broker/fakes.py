@@ -3,8 +3,8 @@ in a dict, and a way to run the engine's store reads to completion synchronously
 
 from __future__ import annotations
 
-from collections.abc import Coroutine, Sequence
-from typing import Any
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, TypeVar
 
 from stompmq.broker import Broker
 from stompmq.protocol import Frame, FrameParser
@@ -90,6 +90,12 @@ class DictStore(Store):
     def save_stream(self, name: str, options: dict[str, str]) -> None:
         self.streams.setdefault(name, {})
 
+    def save_queue(self, name: str, options: dict[str, str] | None) -> None:
+        pass
+
+    def delete_stream(self, name: str) -> None:
+        self.streams.pop(name, None)
+
     def trim_stream(self, name: str, before: int) -> None:
         entries = self.streams.get(name, {})
         for offset in [o for o in entries if o < before]:
@@ -116,21 +122,48 @@ class DictStore(Store):
 
     async def load_ready(self, queue: str, after: tuple[int, int] | None, limit: int) -> Sequence[StoredMessage]:
         ready = sorted(
-            (m for m, delivered, _ in self.rows.values() if m.queue == queue and not delivered),
+            (m for m, delivered, _ in self.rows.values()
+             if m.queue == queue and not delivered and m.deliver_at is None),
             key=lambda m: m.order_key,
         )
         ready = [m for m in ready if after is None or m.order_key > after]
         return [
             StoredMessage(m.seq, m.queue, m.priority, m.headers, m.body, m.timestamp, m.ack_timeout,
-                          self.rows[m.seq][2])
+                          self.rows[m.seq][2], expires=m.expires)
             for m in ready[:limit]
         ]
+
+    async def load_due(self, after: tuple[int, int] | None, limit: int) -> Sequence[StoredMessage]:
+        due = sorted((m.deliver_at, m.seq) for m, _, _ in self.rows.values() if m.deliver_at is not None)
+        keys = [key for key in due if after is None or key > after][:limit]
+        return [self._copy(self.rows[seq][0]) for _, seq in keys]
+
+    async def load_expired(
+        self, now_ms: int, after: tuple[int, int] | None, limit: int
+    ) -> tuple[Sequence[StoredMessage], int | None]:
+        keys = sorted((m.expires, m.seq) for m, delivered, _ in self.rows.values()
+                      if m.expires is not None and m.deliver_at is None and not delivered)
+        expired = [key for key in keys if key[0] < now_ms and (after is None or key > after)][:limit]
+        later = [key[0] for key in keys if key[0] >= now_ms]
+        return [self._copy(self.rows[seq][0]) for _, seq in expired], min(later, default=None)
+
+    async def queue_size(self, queue: str, snapshot: Callable[[], T]) -> tuple[int, int, T]:
+        stored = [m for m, _, _ in self.rows.values() if m.queue == queue and m.deliver_at is None]
+        return len(stored), sum(len(m.body) for m in stored), snapshot()
+
+    def _copy(self, m: StoredMessage) -> StoredMessage:
+        """A message as a read returns it: a fresh object, as a database would give."""
+        return StoredMessage(m.seq, m.queue, m.priority, m.headers, m.body, m.timestamp, m.ack_timeout,
+                             self.rows[m.seq][2], expires=m.expires, deliver_at=m.deliver_at)
 
     async def queue_names(self, prefix: str) -> list[str]:
         return sorted({m.queue for m, _, _ in self.rows.values() if m.queue.startswith(prefix)})
 
     async def count(self, queue: str) -> int:
         return sum(1 for m, _, _ in self.rows.values() if m.queue == queue)
+
+
+T = TypeVar("T")
 
 
 def complete(coro: Coroutine[Any, Any, Any]) -> Any:

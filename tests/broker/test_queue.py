@@ -22,7 +22,7 @@ def fill(queue: Queue, n: int) -> None:
 
 def deliver_all(queue: Queue) -> list[tuple[str, int]]:
     out = []
-    for s, msg in queue.dispatch():
+    for s, msg in queue.dispatch(0, []):
         s.unacked = {**s.unacked, str(msg.seq): msg} if s.ack_mode is not AckMode.AUTO else s.unacked
         out.append((s.session.id, msg.seq))
     return out

@@ -153,3 +153,25 @@ def test_bad_options_name_the_option(spark: Any, make_memory_broker: Any, option
     options.setdefault("passcode", "pw")
     with pytest.raises(Exception, match=problem):
         spark.read.format("stompmq").options(**options).load().collect()
+
+
+@pytest.mark.parametrize(
+    ("options", "problem"),
+    [
+        ({"destination": "/stream/a"}, "option 'url'"),
+        ({"url": "stomp://127.0.0.1:1", "destination": "/stream/a"}, "option 'url'"),
+        ({"url": "URL", "destination": "/stream/a", "login": "bad", "passcode": "bad"}, "login"),
+        ({"url": "URL"}, "option 'destination'"),  # and no destination column
+    ],
+)
+def test_bad_write_options_name_the_option(spark: Any, make_memory_broker: Any, options: dict[str, str],
+                                           problem: str) -> None:
+    from stompmq.server import ServerSettings
+
+    thread = make_memory_broker(settings=ServerSettings(port=0, login="user", passcode="pw"))
+    options = {k: v.replace("URL", url(thread)) for k, v in options.items()}
+    options.setdefault("login", "user")
+    options.setdefault("passcode", "pw")
+    df = spark.createDataFrame([(b"x",)], "body binary")
+    with pytest.raises(Exception, match=problem):
+        df.write.format("stompmq").options(**options).mode("append").save()

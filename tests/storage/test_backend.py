@@ -52,7 +52,7 @@ def opened(make_backend: Callable[[], Backend]) -> Iterator[tuple[Backend, Recov
 
 
 def row(seq: int, queue: str = "q", delivered: bool = False) -> InsertRow:
-    return (seq, queue, 4, {"h": str(seq)}, b"body", delivered, None, 0, 1_700_000_000_000 + seq)
+    return (seq, queue, 4, {"h": str(seq)}, b"body", delivered, None, 0, 1_700_000_000_000 + seq, None)
 
 
 def group(

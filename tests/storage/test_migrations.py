@@ -119,10 +119,14 @@ def test_paging_index_has_the_queue_order(tmp_path: Path) -> None:
             if key
         ]
         assert columns == [("queue_id", 0), ("priority", 1), ("seq", 0)]
-        # seq is the rowid: no separate primary-key index.
-        assert conn.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'messages'"
-        ).fetchall() == [("ix_messages_queue_order",)]
+        # seq is the rowid: no separate primary-key index; the expiry index is partial.
+        assert sorted(conn.execute(
+            "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'messages'"
+        ).fetchall()) == [
+            ("ix_messages_expires", "CREATE INDEX ix_messages_expires ON messages (expires, seq) WHERE expires IS NOT NULL"),
+            ("ix_messages_queue_order", conn.execute(
+                "SELECT sql FROM sqlite_master WHERE name = 'ix_messages_queue_order'").fetchone()[0]),
+        ]
     finally:
         conn.close()
 
@@ -149,12 +153,12 @@ def test_alembic_command_line_from_the_repo_root(tmp_path: Path) -> None:
     assert revision(other) == "0001"
 
 
-def test_0006_puts_existing_rows_in_the_default_vhost_and_downgrades(tmp_path: Path) -> None:
+def test_0007_puts_existing_rows_in_the_default_vhost_and_downgrades(tmp_path: Path) -> None:
     path = tmp_path / "s.db"
-    command.upgrade(alembic_config(url(path)), "0005")
+    command.upgrade(alembic_config(url(path)), "0006")
     conn = sqlite3.connect(path)
     with conn:
-        conn.execute("INSERT INTO queues (id, name) VALUES (1, 'q')")
+        conn.execute("""INSERT INTO queues (id, name, options) VALUES (1, 'q', '{"max-length": "5"}')""")
         conn.execute("INSERT INTO exchanges (name, type, options) VALUES ('ex', 'direct', '{}')")
         conn.execute("INSERT INTO bindings (exchange, queue, weight, routing_key) VALUES ('ex', 'q', 1, 'k')")
         conn.execute("INSERT INTO streams (name, options) VALUES ('s', '{}')")
@@ -173,13 +177,19 @@ def test_0006_puts_existing_rows_in_the_default_vhost_and_downgrades(tmp_path: P
             )
             conn.execute("INSERT INTO exchanges (vhost, name, type, options) VALUES ('dev', 'ex', 'direct', '{}')")
             conn.execute("INSERT INTO streams (vhost, name, options) VALUES ('dev', 's', '{}')")
+            conn.execute(
+                "INSERT INTO delayed_messages (seq, queue_id, priority, headers, body, timestamp, deliver_at)"
+                " VALUES (8, 2, 4, '{}', x'00', 7, 9)"
+            )
     finally:
         conn.close()
-    command.downgrade(alembic_config(url(path)), "0005")
+    command.downgrade(alembic_config(url(path)), "0006")
     conn = sqlite3.connect(path)
     try:
-        assert conn.execute("SELECT name FROM queues").fetchall() == [("q",)]  # the other vhost's rows go
+        # the other vhost's rows go; the default vhost's declaration stays
+        assert conn.execute("SELECT name, options FROM queues").fetchall() == [("q", '{"max-length": "5"}')]
         assert conn.execute("SELECT seq FROM messages").fetchall() == []
+        assert conn.execute("SELECT seq FROM delayed_messages").fetchall() == []
         assert conn.execute("SELECT exchange, queue FROM bindings").fetchall() == [("ex", "q")]
     finally:
         conn.close()

@@ -47,12 +47,21 @@ class Commits:
         self.ok: list[int] = []
         self.failed: list[tuple[int, StoreError]] = []
         self.on_disk_at_commit: list[set[int]] = []
+        self._next = trio.Event()
         store.on_commit = self._commit
         store.on_commit_failed = self._failed
 
     def _commit(self, ticket: int) -> None:
         self.ok.append(ticket)
         self.on_disk_at_commit.append(seqs_on_disk(self.store.path))
+        self._next.set()
+        self._next = trio.Event()
+
+    async def wait(self, count: int) -> None:
+        """Until ``count`` commits were reported (woken by them: works with time frozen)."""
+        with trio.fail_after(10):
+            while len(self.ok) < count:
+                await self._next.wait()
 
     def _failed(self, ticket: int, error: StoreError) -> None:
         self.failed.append((ticket, error))
@@ -266,6 +275,49 @@ async def test_flush_interval_commits_without_a_ticket(tmp_path: Path) -> None:
             while store.committed < 1:
                 await trio.sleep(0.005)
         assert seqs_on_disk(store.path) == {1}
+
+
+async def test_a_timed_flush_holds_back_deliveries_in_flight_once(
+    tmp_path: Path, mock_clock: trio.testing.MockClock
+) -> None:
+    """Issue 17: the insert of a message out for delivery (a client ack not yet acked, an
+    auto-ack delivery not yet written to its socket) still buffered at a timed flush waits one
+    more interval: settled by then, it never reaches the disk; still in flight, it commits
+    with the next flush, alone if need be."""
+    flush = 0.05
+    async with running(tmp_path / "s.db", flush_interval=flush) as store:
+        commits = Commits(store)
+        acked = msg(1, body=b"ACKED-IN-TIME" * 8, delivered=True)
+        for m in (acked, msg(2, delivered=True), msg(3)):
+            store.insert(m)
+        mock_clock.jump(flush)
+        await commits.wait(1)
+        assert commits.on_disk_at_commit == [{3}]  # only the message waiting in its queue
+        assert store.backlog() == 2
+        store.delete(acked)  # settled within the interval: the insert is cancelled
+        mock_clock.jump(flush)
+        await commits.wait(2)
+        assert commits.on_disk_at_commit[1] == {2, 3}  # held back once only
+        assert b"ACKED-IN-TIME" not in file_bytes(store.path)
+
+        store.insert(msg(4, delivered=True))  # nothing else pending: no group at the first flush
+        mock_clock.jump(flush)
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(commits.ok) == 2 and store.backlog() == 1
+        mock_clock.jump(flush)
+        await commits.wait(3)
+        assert commits.on_disk_at_commit[2] == {2, 3, 4}
+
+
+async def test_a_ticket_or_a_read_holds_nothing_back(tmp_path: Path) -> None:
+    """A receipt promises the disk, and a read must see every write: neither waits for a delivery."""
+    async with running(tmp_path / "s.db", flush_interval=NEVER) as store:
+        store.insert(msg(1, delivered=True))
+        await committed(store, store.sync_ticket())
+        assert seqs_on_disk(store.path) == {1}
+        store.insert(msg(2, delivered=True))
+        assert await store.count("q") == 2
+        assert seqs_on_disk(store.path) == {1, 2}
 
 
 async def test_max_group_commits_without_waiting_for_the_interval(tmp_path: Path) -> None:

@@ -1,10 +1,12 @@
 """Add vhosts and key queues, exchanges, bindings and streams by (vhost, name).
 
 Every existing row goes to the default vhost "/" (the columns' server default), so a
-database from before vhosts opens with everything where its clients expect it.
+database from before vhosts opens with everything where its clients expect it.  The message
+lifecycle's tables need no column of their own: queue declarations are ``queues.options``
+(keyed with the queue), and ``delayed_messages`` and ``messages`` name their queue by id.
 
-Revision ID: 0006
-Revises: 0005
+Revision ID: 0007
+Revises: 0006
 Create Date: 2026-11-23
 """
 
@@ -13,8 +15,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0006"
-down_revision: str | None = "0005"
+revision: str = "0007"
+down_revision: str | None = "0006"
 branch_labels: str | None = None
 depends_on: str | None = None
 
@@ -48,8 +50,9 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    # Every vhost but "/" goes, with its messages and stream entries.
-    op.execute("DELETE FROM messages WHERE queue_id IN (SELECT id FROM queues WHERE vhost <> '/')")
+    # Every vhost but "/" goes, with its messages (delayed ones too) and stream entries.
+    for table in ("messages", "delayed_messages"):
+        op.execute(f"DELETE FROM {table} WHERE queue_id IN (SELECT id FROM queues WHERE vhost <> '/')")  # noqa: S608
     op.execute("DELETE FROM stream_messages WHERE stream_id IN (SELECT id FROM streams WHERE vhost <> '/')")
     for table in ("bindings", "exchanges", "streams", "queues"):
         op.execute(f"DELETE FROM {table} WHERE vhost <> '/'")  # noqa: S608 - fixed table names

@@ -1,0 +1,263 @@
+#!/usr/bin/env python3
+"""The broker's whole per-message path in one process, in virtual time: repeatable cost figures.
+
+Wall-clock benchmarks on a shared machine are noisy, and worse, the broker's behaviour depends
+on timing (whether a message is still buffered when the store flushes, whether a burst outruns
+the ready window), so one slow moment changes what the broker does, not only how long it takes.
+This drives the same code as a connection (``FrameParser.feed`` on 256 KiB reads, ``Broker.handle``
+per frame, the MESSAGE encoder into a real ``ConnectionOutbox``, ``Broker.written`` after each
+socket write) over a real SQLite store with its database thread, but the clock is a trio
+``MockClock`` that moves a fixed ``--us-per-message`` per message read: the flush timer, the
+paging and the settling happen at the same points on every run.  Run it under
+``valgrind --tool=callgrind`` (with ``--callgrind`` it only collects the measured part) for
+instruction counts, or read its CPU figure (process CPU time, database thread included).
+
+Scenarios:
+
+* ``keep-up``: one producer, one auto-ack consumer that takes everything written after each read
+  (the in-memory case: the backlog never leaves the window);
+* ``backlog``: the consumer subscribes only after ``--messages`` were sent, then drains them (the
+  on-disk case: all but the window are paged back from the store);
+* ``bursts``: ``--bursts`` bursts of ``--messages`` each into one broker, consumer slower than the
+  producer by ``--consumer-share`` (it takes that fraction of each read's worth of output), so
+  every burst builds a backlog; prints the cost of each burst.
+
+  PYTHONPATH=. python scripts/bench_engine.py --scenario keep-up --messages 100000
+  valgrind --tool=callgrind --instr-atstart=no python scripts/bench_engine.py --callgrind ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import sqlite3
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import trio
+import trio.testing
+
+from stompmq.broker import Broker
+from stompmq.protocol import Frame, FrameParser
+from stompmq.server.outbox import ConnectionOutbox
+from stompmq.server.runtime import Runtime
+from stompmq.storage.sqlite import SQLiteStore
+
+READ_BYTES = 256 * 1024  # what Connection._reader receives at most per read
+
+
+def cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def toggle_callgrind(on: bool) -> None:
+    """Start/stop callgrind's collection around the measured part (a no-op outside valgrind)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None)  # noqa: B018 - just to fail early outside Linux
+    except OSError:
+        return
+    os.system(f"callgrind_control -i {'on' if on else 'off'} {os.getpid()} >/dev/null 2>&1")
+
+
+class Pipeline:
+    """A producer and a consumer session on one broker, fed and drained like connections are."""
+
+    def __init__(self, broker: Broker, store: SQLiteStore, runtime: Runtime, clock: trio.testing.MockClock,
+                 args: argparse.Namespace) -> None:
+        self.broker, self.runtime, self.clock, self.args = broker, runtime, clock, args
+        assert store._thread is not None
+        self.thread = store._thread
+        self.parser = FrameParser()
+        self.producer = broker.open_session("p", "1.2", ConnectionOutbox())
+        self.outbox = ConnectionOutbox()
+        self.consumer = broker.open_session("c", "1.2", self.outbox)
+        self.outbox.on_drain = lambda: broker.resume(self.consumer)
+        body = b"x" * args.body_size
+        frame = (b"SEND\ndestination:/queue/bench\ncontent-type:application/octet-stream\ncontent-length:%d\n\n"
+                 % len(body)) + body + b"\0"
+        self.frame = frame
+        self.subscribed = False
+        self.sent_total = 0  # bytes the consumer's socket took
+        self.delivered = 0  # MESSAGE frames the consumer's socket took
+        self.jobs = [0]  # jobs submitted to the database thread
+        submit = self.thread.submit
+
+        def counted(*a: Any) -> Any:
+            self.jobs[0] += 1
+            return submit(*a)
+
+        self.thread.submit = counted  # type: ignore[method-assign,assignment]
+
+    def subscribe(self) -> None:
+        self.broker.handle(self.consumer, Frame("SUBSCRIBE", {"id": "1", "destination": "/queue/bench", "ack": "auto"}))
+        self.subscribed = True
+
+    async def settle(self) -> None:
+        """Let the commit loop and page reads run to completion (trio tasks and the database
+        thread): what happens then depends on virtual time only, not on the thread's speed."""
+        thread = self.thread
+        while True:
+            await trio.testing.wait_all_tasks_blocked()
+            before = self.jobs[0]
+            await thread.call(int)  # the thread runs jobs in order: all earlier ones are done
+            await trio.testing.wait_all_tasks_blocked()
+            if self.jobs[0] == before + 1:  # nothing new was queued meanwhile
+                return
+
+    async def write(self, share: float = 1.0) -> int:
+        """The consumer's socket takes ``share`` of what waits in the outbox; returns bytes sent."""
+        outbox = self.outbox
+        if not outbox.size:
+            return 0
+        data = await outbox.take()
+        sent = len(data) if share >= 1.0 else int(len(data) * share)
+        if sent < len(data):  # the rest goes back to the front of the outbox
+            outbox._chunks.insert(0, data[sent:])
+        self.runtime.tick()
+        outbox.sent(sent)
+        self.sent_total += sent
+        self.delivered += data.count(b"\0", 0, sent)  # every frame here is a MESSAGE (ends with NUL)
+        written = getattr(self.broker, "written", None)  # absent before auto-ack settled at the socket
+        if written is not None and self.consumer.unsent:
+            written(self.consumer, self.sent_total)
+        return sent
+
+    async def send(self, count: int, share: float = 1.0, drain_each: bool = True) -> None:
+        """``count`` SENDs in 256 KiB reads; after each read the consumer's writer runs."""
+        per_read = max(1, READ_BYTES // len(self.frame))
+        step = self.args.us_per_message * 1e-6 * per_read
+        left = count
+        store = self.broker.store
+        while left:
+            n = min(per_read, left)
+            left -= n
+            await store.wait_for_room() if hasattr(store, "wait_for_room") else None
+            self.clock.jump(step)
+            self.runtime.tick()
+            for frame in self.parser.feed(self.frame * n):
+                self.broker.handle(self.producer, frame)
+            await self.settle()
+            if drain_each and self.subscribed:
+                await self.write(share)
+                await self.settle()
+
+    async def drain(self, expected: int) -> None:
+        """The consumer takes everything until ``expected`` messages were delivered in total."""
+        idle = 0
+        while self.delivered < expected:
+            self.clock.jump(0.002)
+            self.runtime.tick()
+            self.broker.run_due()
+            sent = await self.write()
+            await self.settle()
+            idle = 0 if sent else idle + 1
+            if idle > 20000:
+                raise RuntimeError(f"stuck: {self.delivered} of {expected} messages delivered")
+
+
+def rows_written(path: str) -> int:
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute("SELECT COUNT(*) FROM messages").fetchone()[0]
+    finally:
+        conn.close()
+
+
+class Counting:
+    """Rows the store inserted and deleted (wraps the backend's commit)."""
+
+    def __init__(self, store: SQLiteStore) -> None:
+        self.inserted = self.deleted = self.pages = 0
+        backend = store._backend
+        commit: Callable[..., None] = backend.commit
+        load = backend.load_ready
+
+        def counted_commit(group: Any) -> None:
+            self.inserted += len(group.inserts)
+            self.deleted += len(group.deletes)
+            commit(group)
+
+        def counted_load(*a: Any) -> Any:
+            self.pages += 1
+            return load(*a)
+
+        backend.commit = counted_commit  # type: ignore[method-assign]
+        backend.load_ready = counted_load  # type: ignore[method-assign,assignment]
+
+
+async def run(args: argparse.Namespace, clock: trio.testing.MockClock) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = str(Path(tmp) / "bench.db")
+        store = SQLiteStore(path)
+        counting = Counting(store)
+        broker = Broker(store)
+        runtime = Runtime(broker)
+        await runtime.open()
+        async with trio.open_nursery() as nursery:
+            await nursery.start(runtime.run)
+            pipe = Pipeline(broker, store, runtime, clock, args)
+            # warm-up: a few reads, not measured
+            pipe.subscribe()
+            await pipe.send(2000)
+            await pipe.drain(2000)
+            if args.callgrind:
+                toggle_callgrind(True)
+            bursts = args.bursts if args.scenario == "bursts" else 1
+            for burst in range(bursts):
+                before_cpu, ins0, del0, pages0 = cpu(), counting.inserted, counting.deleted, counting.pages
+                base = pipe.delivered
+                if args.scenario == "keep-up":
+                    await pipe.send(args.messages)
+                elif args.scenario == "backlog":
+                    broker.handle(pipe.consumer, Frame("UNSUBSCRIBE", {"id": "1"}))
+                    pipe.subscribed = False
+                    await pipe.send(args.messages)
+                    pipe.subscribe()
+                else:
+                    await pipe.send(args.messages, share=args.consumer_share)
+                await pipe.drain(base + args.messages)
+                used = cpu() - before_cpu
+                print(f"scenario={args.scenario} burst={burst + 1} messages={args.messages} "
+                      f"cpu_us_per_msg={used / args.messages * 1e6:.2f} rows_inserted={counting.inserted - ins0} "
+                      f"rows_deleted={counting.deleted - del0} page_reads={counting.pages - pages0}", flush=True)
+            if args.callgrind:
+                toggle_callgrind(False)
+            nursery.cancel_scope.cancel()
+        await runtime.close()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--scenario", choices=["keep-up", "backlog", "bursts"], default="keep-up")
+    p.add_argument("--messages", type=int, default=100_000)
+    p.add_argument("--bursts", type=int, default=5)
+    p.add_argument("--body-size", type=int, default=100)
+    p.add_argument("--us-per-message", type=float, default=12.0,
+                   help="virtual time a read of N messages takes: N times this (default %(default)s)")
+    p.add_argument("--consumer-share", type=float, default=0.8,
+                   help="bursts: the fraction of the outbox the consumer takes per read (default %(default)s)")
+    p.add_argument("--default-gc", action="store_true", help="keep Python's GC thresholds (no tune_gc)")
+    p.add_argument("--callgrind", action="store_true", help="collect only the measured part (under callgrind)")
+    args = p.parse_args()
+    if not args.default_gc:
+        try:
+            from stompmq.server.app import tune_gc  # what the broker process does at start
+        except ImportError:  # a tree from before it
+            pass
+        else:
+            tune_gc()
+    clock = trio.testing.MockClock()
+    start = time.perf_counter()
+    trio.run(run, args, clock, clock=clock)
+    print(f"wall {time.perf_counter() - start:.1f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""The Spark figures of docs/benchmarks.md: the stompmq data source's write and streaming read rates.
+
+  scripts/bench_spark.py write --rows 1000000     # df.write.format("stompmq"), receipts, 4 streams
+  scripts/bench_spark.py read --rows 1000000      # readStream from 4 streams -> Parquet
+  scripts/bench_spark.py both --rows 1000000      # write, then read what was written
+
+``write``: a ``spark.range`` DataFrame of 100-byte bodies spread over the 4 streams
+(``destination`` column), written in 4 tasks; each task sends every row with a receipt and
+returns after the last RECEIPT.  Rate = rows / wall time of the write action.
+
+``read``: a streaming query over the 4 streams (4 partitions per micro-batch,
+``maxMessagesPerTrigger``) into a Parquet sink.  "Once running" excludes the first
+micro-batch (the Python workers and the JVM warm up there): rate = rows of the later batches /
+the sum of their batch durations, from ``StreamingQuery.recentProgress``.
+
+A local broker on a temporary SQLite store is started unless --url is given.  Spark runs in local
+mode with --cores cores (2: the machine of the recorded figures).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from local_broker import LocalBroker
+
+STREAMS = 4
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu() -> float:
+    """CPU seconds used so far by this process and every descendant (the broker, the JVM, the
+    Python workers): on a shared machine the wall rate swings with the neighbours' load, the
+    CPU each row costs much less, and cores / (CPU per row) bounds the rate on an idle machine."""
+    parents: dict[int, int] = {}
+    used: dict[int, float] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rpartition(")")[2].split()
+        except OSError:
+            continue
+        parents[int(entry)] = int(fields[1])
+        used[int(entry)] = sum(int(x) for x in fields[11:15]) / TICKS  # utime stime cutime cstime
+    mine, total = {os.getpid()}, 0.0
+    grew = True
+    while grew:
+        grew = False
+        for pid, parent in parents.items():
+            if parent in mine and pid not in mine:
+                mine.add(pid)
+                grew = True
+    for pid in mine:
+        total += used.get(pid, 0.0)
+    return total
+
+
+def session(cores: int) -> Any:
+    from pyspark.sql import SparkSession
+
+    import stompmq.spark
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    spark = (
+        SparkSession.builder.master(f"local[{cores}]").appName("stompmq-bench")
+        .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", str(cores))
+        .config("spark.driver.memory", "2g").config("spark.ui.showConsoleProgress", "false").getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    stompmq.spark.register(spark)
+    return spark
+
+
+def write(spark: Any, url: str, rows: int, prefix: str) -> float:
+    df = spark.range(0, rows, numPartitions=STREAMS).selectExpr(
+        "cast(lpad(cast(id as string), 100, 'x') as binary) as body",
+        f"concat('/stream/{prefix}', cast(id % {STREAMS} as string)) as destination",
+    )
+    started, cpu = time.perf_counter(), tree_cpu()
+    df.write.format("stompmq").option("url", url).mode("append").save()
+    elapsed, cpu = time.perf_counter() - started, tree_cpu() - cpu
+    rate = rows / elapsed
+    print(f"write: {rows:,} rows with receipts in {elapsed:.2f} s = {rate:,.0f} msg/s; "
+          f"CPU of all processes {cpu / rows * 1e6:.1f} us/row", flush=True)
+    return rate
+
+
+def read(spark: Any, url: str, rows: int, prefix: str, per_trigger: int) -> float:
+    work = Path(tempfile.mkdtemp(prefix="stompmq-bench-spark-"))
+    df = (spark.readStream.format("stompmq").option("url", url)
+          .option("destination", ",".join(f"/stream/{prefix}{i}" for i in range(STREAMS)))
+          .option("startingOffsets", "earliest").option("maxMessagesPerTrigger", str(per_trigger)).load())
+    cpu = tree_cpu()
+    query = (df.writeStream.format("parquet").option("path", str(work / "out"))
+             .option("checkpointLocation", str(work / "checkpoint")).start())
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    cpu = tree_cpu() - cpu
+    batches = [p for p in query.recentProgress if p["numInputRows"]]
+    total = sum(p["numInputRows"] for p in batches)
+    later = batches[1:]
+    seconds = sum(p["batchDuration"] for p in later) / 1000
+    later_rows = sum(p["numInputRows"] for p in later)
+    rate = later_rows / seconds if seconds else 0.0
+    first = batches[0]
+    print(f"read: {total:,} rows in {len(batches)} batches; first batch {first['numInputRows']:,} rows in "
+          f"{first['batchDuration'] / 1000:.2f} s; then {later_rows:,} rows in {seconds:.2f} s = {rate:,.0f} msg/s; "
+          f"CPU of all processes {cpu / rows * 1e6:.1f} us/row (first batch included)",
+          flush=True)
+    if total != rows:
+        raise SystemExit(f"read {total} rows, expected {rows}")
+    return rate
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("what", choices=["write", "read", "both"])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--per-trigger", type=int, default=200_000, help="maxMessagesPerTrigger of the read")
+    parser.add_argument("--cores", type=int, default=2)
+    parser.add_argument("--url", help="a running broker (stomp://host:port); default: start a local one")
+    parser.add_argument("--prefix", default=f"bench{os.getpid()}-", help="stream names: PREFIX0..PREFIX3")
+    args = parser.parse_args(argv)
+    spark = session(args.cores)
+    with LocalBroker() if args.url is None else _given(args.url) as url:
+        if args.what in ("write", "both"):
+            write(spark, url, args.rows, args.prefix)
+        if args.what == "read":
+            write(spark, url, args.rows, args.prefix)  # the data to read
+        if args.what in ("read", "both"):
+            read(spark, url, args.rows, args.prefix, args.per_trigger)
+    spark.stop()
+    return 0
+
+
+class _given:
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def __enter__(self) -> str:
+        return self.url
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""Queue policies: a declared queue's default TTL, its bounds and what happens past them.
+
+A queue is implicit in STOMP; ``/control/declare/queue/NAME`` (or a ``[[queues]]`` entry of
+the definitions file) gives it a policy, stored with the queue so a restart keeps it:
+
+* ``message-ttl``: milliseconds a message may wait before it expires (a SEND's own ``ttl`` or
+  ``expires`` wins when it comes sooner);
+* ``max-length`` / ``max-length-bytes``: messages (ready and unacked) and their body bytes;
+* ``overflow``: ``drop-head`` (the oldest ready message goes) or ``reject-publish`` (the SEND
+  is refused with an ERROR and nothing is stored);
+* ``dead-letter``: expired and dropped messages go to the dead-letter queue
+  (``dead-letter-reason`` ``expired`` or ``maxlen``) instead of being discarded.
+
+``--max-queue-bytes`` gives every queue that declares no byte bound ``max-length-bytes`` with
+``reject-publish``: a runaway producer is refused before it fills the disk.
+
+``QueueSize`` is a bounded queue's length and bytes as this broker counts them: every message
+stored (+1) and deleted (-1), corrected once by the store's count (``Store.queue_size``, whose
+snapshot says which writes the count saw).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import ClientError
+from .send_headers import flag, non_negative
+
+#: Overflow behaviours (RabbitMQ's names).
+DROP_HEAD = "drop-head"
+REJECT_PUBLISH = "reject-publish"
+OVERFLOWS = (DROP_HEAD, REJECT_PUBLISH)
+#: The declaration headers (and the keys of a definitions file's queue entry).
+MESSAGE_TTL, MAX_LENGTH, MAX_LENGTH_BYTES, OVERFLOW, DEAD_LETTER = (
+    "message-ttl", "max-length", "max-length-bytes", "overflow", "dead-letter",
+)
+POLICY_KEYS = (MESSAGE_TTL, MAX_LENGTH, MAX_LENGTH_BYTES, OVERFLOW, DEAD_LETTER)
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePolicy:
+    message_ttl: int | None = None  # milliseconds
+    max_length: int | None = None
+    max_length_bytes: int | None = None
+    overflow: str = DROP_HEAD
+    dead_letter: bool = False
+
+    @classmethod
+    def parse(cls, headers: dict[str, str]) -> QueuePolicy:
+        """The policy the declaration headers describe; ClientError naming a bad one."""
+        overflow = headers.get(OVERFLOW, DROP_HEAD)
+        if overflow not in OVERFLOWS:
+            raise ClientError(f"{OVERFLOW} must be {' or '.join(OVERFLOWS)}, not {overflow!r}")
+        return cls(
+            non_negative(headers, MESSAGE_TTL, " number of milliseconds"),
+            non_negative(headers, MAX_LENGTH),
+            non_negative(headers, MAX_LENGTH_BYTES),
+            overflow,
+            flag(headers, DEAD_LETTER, False),
+        )
+
+    def options(self) -> dict[str, str]:
+        """The policy as stored (and as a declaration would give it again)."""
+        options = {OVERFLOW: self.overflow, DEAD_LETTER: "true" if self.dead_letter else "false"}
+        for name, value in ((MESSAGE_TTL, self.message_ttl), (MAX_LENGTH, self.max_length),
+                            (MAX_LENGTH_BYTES, self.max_length_bytes)):
+            if value is not None:
+                options[name] = str(value)
+        return options
+
+    @property
+    def bounded(self) -> bool:
+        return self.max_length is not None or self.max_length_bytes is not None
+
+    def over(self, length: int, size: int) -> bool:
+        """Would a queue of ``length`` messages and ``size`` body bytes break a bound?"""
+        return (self.max_length is not None and length > self.max_length) or (
+            self.max_length_bytes is not None and size > self.max_length_bytes
+        )
+
+    def with_default_bytes(self, max_bytes: int | None) -> QueuePolicy:
+        """This policy under ``--max-queue-bytes``: a queue with no byte bound gets that one."""
+        if max_bytes is None or self.max_length_bytes is not None:
+            return self
+        overflow = self.overflow if self.max_length is not None else REJECT_PUBLISH
+        return QueuePolicy(self.message_ttl, self.max_length, max_bytes, overflow, self.dead_letter)
+
+
+class QueueSize:
+    """A bounded queue's messages and body bytes, as this broker counts them."""
+
+    __slots__ = ("length", "bytes", "dropping")
+
+    def __init__(self) -> None:
+        self.length = 0
+        self.bytes = 0
+        self.dropping = False  # a drop-head episode is under way (logged at its start)
+
+
+class QueueFull(ClientError):
+    """A SEND to a full ``reject-publish`` queue: an ERROR, and nothing was stored."""

@@ -22,6 +22,7 @@ import trio
 from ..broker import Broker
 from ..broker.definitions import load_definitions
 from ..broker.exchanges import PRIVATE_QUEUE_PREFIX
+from ..broker.reads import StoreRead
 from ..storage.base import Recovery, StoreError
 
 log = logging.getLogger(__name__)
@@ -71,6 +72,10 @@ class Runtime:
                 entries = [entry for offset in offsets for entry in await store.read_stream(name, offset, 1)]
                 self.tick()
                 broker.streams.load_marks(name, entries)
+            # What recovery asked for (bounded queues' sizes, the delayed messages due first) is
+            # read before the first client is served: a SEND must meet a full queue as full.
+            while (read := broker.take_read()) is not None:
+                await self._perform(read)
         except BaseException:
             with trio.CancelScope(shield=True):
                 await store.close()  # release the database (and its lock): the start failed
@@ -100,18 +105,22 @@ class Runtime:
             broker.run_due()
 
     async def _reads(self) -> None:
-        broker, store = self.broker, self.store
+        broker = self.broker
         while True:
             read = broker.take_read()
             if read is None:
                 await self._reads_queued.wait()
                 self._reads_queued = trio.Event()
                 continue
-            try:
-                result = await read.fetch(store)
-            except StoreError as e:
-                self.tick()
-                read.failed(e)
-            else:
-                self.tick()
-                read.done(result)
+            await self._perform(read)
+
+    async def _perform(self, read: StoreRead) -> None:
+        """Do one store read for the engine and hand it the result (or the error)."""
+        try:
+            result = await read.fetch(self.store)
+        except StoreError as e:
+            self.tick()
+            read.failed(e)
+        else:
+            self.tick()
+            read.done(result)

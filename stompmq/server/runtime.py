@@ -72,8 +72,8 @@ class Runtime:
                 entries = [entry for offset in offsets for entry in await store.read_stream(name, offset, 1)]
                 self.tick()
                 broker.streams.load_marks(name, entries)
-            # Reads the recovery asked for (the stored size of each bounded queue, say) are done
-            # before any client is served, so a bound holds from the first SEND after a restart.
+            # What recovery asked for (bounded queues' sizes, the delayed messages due first) is
+            # read before the first client is served: a SEND must meet a full queue as full.
             while (read := broker.take_read()) is not None:
                 await self._perform(read)
         except BaseException:
@@ -115,7 +115,7 @@ class Runtime:
             await self._perform(read)
 
     async def _perform(self, read: StoreRead) -> None:
-        """Do one store read the engine queued and hand it the answer (or the failure)."""
+        """Do one store read for the engine and hand it the result (or the error)."""
         try:
             result = await read.fetch(self.store)
         except StoreError as e:

@@ -15,7 +15,7 @@ whose ack timeout expired at one subscription goes to another one with room if
 there is one (``avoid``), as ocamlmq does.
 
 Two consumer modes change who gets a message (see docs/architecture.md,
-"Exclusive consumers, message groups, browsing"):
+"Exclusive consumers, message groups, browsing, temporary queues"):
 
 * *Single active consumer* (``activemq.exclusive:true`` or
   ``x-single-active-consumer:true`` on SUBSCRIBE): while the queue has such
@@ -43,12 +43,9 @@ from .stats import QueueStats
 from .window import ReadyWindow
 
 
-#: Headers naming a message's group (ActiveMQ's name first); the first present wins.
-GROUP_HEADERS = ("JMSXGroupID", "group")
-
-
 def group_of(msg: StoredMessage) -> str | None:
-    """The message group a message belongs to, if any."""
+    """The message group a message belongs to, if any: ``JMSXGroupID`` (ActiveMQ's header), else
+    ``group``; an empty value is no group."""
     headers = msg.headers
     if not headers:
         return None

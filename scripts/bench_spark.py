@@ -21,6 +21,7 @@ mode with --cores cores (2: the machine of the recorded figures).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import tempfile
@@ -132,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prefix", default=f"bench{os.getpid()}-", help="stream names: PREFIX0..PREFIX3")
     args = parser.parse_args(argv)
     spark = session(args.cores)
-    with LocalBroker() if args.url is None else _given(args.url) as url:
+    with LocalBroker() if args.url is None else contextlib.nullcontext(args.url) as url:
         if args.what in ("write", "both"):
             write(spark, url, args.rows, args.prefix)
         if args.what == "read":
@@ -141,17 +142,6 @@ def main(argv: list[str] | None = None) -> int:
             read(spark, url, args.rows, args.prefix, args.per_trigger)
     spark.stop()
     return 0
-
-
-class _given:
-    def __init__(self, url: str) -> None:
-        self.url = url
-
-    def __enter__(self) -> str:
-        return self.url
-
-    def __exit__(self, *exc: object) -> None:
-        pass
 
 
 if __name__ == "__main__":

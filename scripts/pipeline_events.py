@@ -184,14 +184,15 @@ def run(url: str, args: argparse.Namespace, spark: Any) -> int:
         windows = out.count()
         counted = out.agg({"events": "sum"}).collect()[0][0] or 0
         distinct = out.select("window_start").distinct().count()
-    batches = [p for p in query.recentProgress if p["numInputRows"]][1:]  # the first one warms up
+    batches = [p for p in query.recentProgress if p["numInputRows"] > args.streams][1:]  # the first warms up
     job_seconds = sum(p["batchDuration"] for p in batches) / 1000
-    job_rate = sum(p["numInputRows"] for p in batches) / job_seconds if job_seconds else float("nan")
+    job_rate = (f"the job ran at {sum(p['numInputRows'] for p in batches) / job_seconds:,.0f} msg/s after its "
+                "first micro-batch" if job_seconds else "the first micro-batch read them all")
     print(file=sys.stderr)
     print(f"events sent:     {generator.sent:,} over {args.streams} stream partitions ({args.keys} keys) "
           f"in {generator.seconds:.1f} s = {generator.sent / generator.seconds:,.0f} msg/s with receipts")
     print(f"events read:     {args.events:,}; all read {read_all - began:.1f} s after the first was sent; "
-          f"the job ran at {job_rate:,.0f} msg/s after its first micro-batch")
+          + job_rate)
     print(f"windows written: {windows:,} (key x window) rows over {distinct} {args.window}-second windows, "
           f"{counted:,} events counted")
     print(f"output:          {args.out} (Parquet), finished in {elapsed:.1f} s")

@@ -617,6 +617,9 @@ BAD_DEFINITIONS = {
     "empty-exchange-name": ("toml", '[[exchanges]]\nname = ""\n', ["exchanges[0]", "''"]),
     "conflicting-redeclaration": ("toml", '[[exchanges]]\nname = "e"\n[[exchanges]]\nname = "e"\nhash-header = "h"\n', ["exchanges[1]", "other options"]),
     "queue-a-topic": ("toml", '[[queues]]\nname = "/topic/t"\n', ["queues[0]", "/topic/t"]),
+    "queue-bad-overflow": ("toml", '[[queues]]\nname = "q"\noverflow = "drop-tail"\n', ["queues[0]", "overflow", "drop-tail"]),
+    "queue-negative-max-length": ("json", json.dumps({"queues": [{"name": "q", "max-length": -1}]}), ["queues[0]", "max-length", "-1"]),
+    "queue-misspelt-ttl": ("toml", '[[queues]]\nname = "q"\nmessage_ttl = 5\n', ["queues[0]", "message_ttl"]),
     "missing-file": ("toml", None, ["cannot read"]),
 }
 

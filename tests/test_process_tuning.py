@@ -11,7 +11,7 @@ from .broker_process import BrokerProcess
 
 
 def test_the_broker_freezes_start_up_objects_and_raises_the_gc_thresholds(tmp_path: Path) -> None:
-    with BrokerProcess(tmp_path / "db", log_level="INFO").start() as broker:
+    with BrokerProcess(tmp_path / "db", log_level="DEBUG").start() as broker:
         found = re.search(r"garbage collector: (\d+) start-up objects frozen, thresholds (\S+)", broker.stderr)
         assert found is not None, broker.stderr
         assert int(found.group(1)) > 1000  # the imported modules at least

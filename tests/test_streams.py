@@ -107,6 +107,20 @@ def test_reads_older_entries_from_the_store_and_survives_a_restart(tmp_path: Pat
         thread.stop()
 
 
+def test_long_reads_from_the_store_read_ahead_without_gaps(tmp_path: Path, store_kind: str) -> None:
+    if store_kind == "memory":
+        pytest.skip("the memory store keeps every entry in the tail: nothing is read")
+    thread = BrokerThread(make_store_factory(store_kind, tmp_path), config=BrokerConfig(window=10)).start()
+    try:
+        with Client(thread.port) as c:
+            publish(c, "long", 2600)  # 2.6 store reads: the next is asked for halfway through each
+            c.subscribe("/stream/long", x_stream_offset="first")
+            assert read(c, 2600) == [(i, f"m{i}") for i in range(2600)]
+            c.expect_nothing()
+    finally:
+        thread.stop()
+
+
 def test_retention_by_bytes_drops_whole_segments(tmp_path: Path, store_kind: str) -> None:
     make = make_store_factory(store_kind, tmp_path)
     thread = BrokerThread(make, config=BrokerConfig(stream_segment=10)).start()

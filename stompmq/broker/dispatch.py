@@ -88,6 +88,7 @@ class Dispatcher:
         self.sizes: dict[str, QueueSize] = {}  # bounded queues
         self.sweep_at = math.inf  # wall ms the EXPIRY_SWEEP deadline is armed for (inf: none)
         self.sweep_timer: Timer | None = None
+        self._expired: list[StoredMessage] = []  # what Queue.dispatch set aside in this pump
 
     # -- queues in memory ---------------------------------------------------------------------
     def activate(self, name: str) -> Queue:
@@ -210,7 +211,9 @@ class Dispatcher:
         self.sweep_at = at_ms
         self.sweep_timer = self.deadlines.arm(max(0.0, (at_ms - self.wall_ms) / 1000), EXPIRY_SWEEP)
 
-    def _expired_at_head(self, queue: Queue, expired: list[StoredMessage]) -> None:
+    def _expired_at_head(self, queue: Queue) -> None:
+        expired = self._expired[:]  # discarding may dead-letter: a pump of the DLQ reuses the list
+        self._expired.clear()
         for msg in expired:
             self.discard(msg, EXPIRED, queue.stats)
 
@@ -296,8 +299,8 @@ class Dispatcher:
                                     f" max-length-bytes {policy.max_length_bytes}, overflow reject-publish)")
                 size.length += 1
                 size.bytes += len(body)
-        msg = StoredMessage(self.next_seq(), queue_name, priority, headers, body, self.wall_ms, ack_timeout,
-                            expires=expires, deliver_at=deliver_at)
+        msg = StoredMessage(self.next_seq(), queue_name, priority, headers, body, self.wall_ms, ack_timeout, 0,
+                            False, expires, deliver_at)
         if expires is not None and expires + SWEEP_MS < self.sweep_at and self.store.durable:
             self.arm_sweep(max(expires, self.wall_ms) + SWEEP_MS)
         if deliver_at is not None:
@@ -322,11 +325,11 @@ class Dispatcher:
 
     def pump(self, queue: Queue) -> None:
         """Deliver what the queue can deliver now; ask for a page when its window runs low."""
-        expired: list[StoredMessage] = []
+        expired = self._expired
         for sub, msg in queue.dispatch(self.wall_ms, expired):
             self.deliver(queue, sub, msg)
         if expired:
-            self._expired_at_head(queue, expired)
+            self._expired_at_head(queue)
         if queue.pinned:
             policy = self.policy(queue.name)
             if policy is not None:
@@ -390,10 +393,13 @@ class Dispatcher:
     def written(self, session: Session, sent: int) -> None:
         """The first ``sent`` bytes of the session's outbox reached the socket: the auto-ack
         deliveries among them are done (deleted from the store)."""
-        unsent = session.unsent
+        unsent, store, sizes = session.unsent, self.store, self.sizes
         while unsent and unsent[0][0] <= sent:
             _, queue, msg = unsent.popleft()
-            self.remove(msg)
+            if sizes:
+                self.remove(msg)
+            else:
+                store.delete(msg)
             inflight = queue.inflight
             inflight.pop(msg.seq, None)
             if queue.groups:

@@ -24,8 +24,8 @@ Who owns what (imports point down this list, never up):
     engine        frames -> the modules below; sessions; time; deadlines -> handlers
     control       /control verbs, over the dispatcher and the router
     transactions  BEGIN/COMMIT/ABORT, over the router and acks
-    subscriptions SUBSCRIBE/UNSUBSCRIBE, over the dispatcher, acks and router
-    routing       SEND -> queue / topic / exchange; exchanges and topics
+    subscriptions SUBSCRIBE/UNSUBSCRIBE, over the dispatcher, acks and router; browse: browser:true
+    routing       SEND -> queue / topic / exchange; exchanges and topics; temp_queues
     acks          ACK/NACK/ack timeouts: settle, requeue
     expiry        expired messages deep in the store, removed in batches
     dispatch      queues in memory, publish, deliver, paging requests, dead letters, policies

@@ -17,7 +17,7 @@ aside for the caller instead of being delivered.  A ``pinned`` queue (a bounded 
 one, whose oldest messages must be at hand) stays in memory without subscribers.
 
 Two consumer modes change who gets a message (see docs/architecture.md,
-"Exclusive consumers, message groups, browsing"):
+"Exclusive consumers, message groups, browsing, temporary queues"):
 
 * *Single active consumer* (``activemq.exclusive:true`` or
   ``x-single-active-consumer:true`` on SUBSCRIBE): while the queue has such
@@ -45,12 +45,9 @@ from .stats import QueueStats
 from .window import ReadyWindow
 
 
-#: Headers naming a message's group (ActiveMQ's name first); the first present wins.
-GROUP_HEADERS = ("JMSXGroupID", "group")
-
-
 def group_of(msg: StoredMessage) -> str | None:
-    """The message group a message belongs to, if any."""
+    """The message group a message belongs to, if any: ``JMSXGroupID`` (ActiveMQ's header), else
+    ``group``; an empty value is no group."""
     headers = msg.headers
     if not headers:
         return None
@@ -196,7 +193,12 @@ class Queue:
                     groups = self.groups = {}
                 group = groups.get(name)
                 if group is None:
-                    group = groups[name] = Group(sub)
+                    owner = self._lighter(sub)
+                    group = groups[name] = Group(owner)
+                    if owner is not sub:
+                        group.count += 1
+                        yield owner, window.pop()
+                        continue
                 elif group.owner is not sub:
                     owner = group.owner
                     if not (self.parked and owner in self.parked) and owner.has_room():
@@ -209,6 +211,18 @@ class Queue:
             yield sub, window.pop()
             if len(ready_subs) > 1:
                 ready_subs.rotate(-1)
+
+    def _lighter(self, sub: Subscription) -> Subscription:
+        """Who gets a group that has no owner: ``sub`` (first in the round-robin) or the next one,
+        whichever has fewer deliveries unacked (two random choices, in effect).  Owners keep
+        their groups while they have messages in flight, so without this groups drift to the
+        busiest subscriber; comparing two costs O(1) and evens them out."""
+        ready_subs = self.ready_subs
+        if len(ready_subs) > 1:
+            other = ready_subs[1]
+            if len(other.unacked) < len(sub.unacked) and other.active and other.has_room():
+                return other
+        return sub
 
     def _park(self, owner: Subscription, group: Group) -> bool:
         """Set the head message aside for its group's owner, behind what it already has.

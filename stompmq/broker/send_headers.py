@@ -24,6 +24,10 @@ def user_headers(headers: dict[str, str]) -> dict[str, str]:
 
 
 SendOptions = tuple[int, float | None, int | None, int | None]
+#: Relative times (ttl, delay) seen lately, parsed: a producer usually sends the same few values,
+#: and int() with its checks is most of what reading a TTL costs.  Bounded: cleared when full.
+_RELATIVE: dict[str, int] = {}
+_RELATIVE_MAX = 256
 
 
 def send_options(headers: dict[str, str], now_ms: int) -> SendOptions:
@@ -35,37 +39,53 @@ def send_options(headers: dict[str, str], now_ms: int) -> SendOptions:
         if not (len(value) == 1 and "0" <= value <= "9"):  # isdigit() admits non-ASCII digits
             raise ClientError(f"priority must be an integer from 0 to 9, not {value!r}")
         priority = int(value)
+    ack_timeout = seconds(headers, "ack-timeout")
     if LIFECYCLE_HEADERS.isdisjoint(headers):
-        return priority, seconds(headers, "ack-timeout"), None, None
-    return (priority, seconds(headers, "ack-timeout"), *_lifecycle(headers, now_ms))
+        return priority, ack_timeout, None, None
+    expires = None
+    if (value := headers.get(TTL)) is not None:
+        expires = now_ms + _relative(TTL, value)
+    if (value := headers.get(EXPIRES)) is not None and value != "0":  # 0: never (JMS)
+        absolute = _integer(EXPIRES, value)
+        if expires is None or absolute < expires:
+            expires = absolute
+    if DELAY in headers or AMQ_SCHEDULED_DELAY in headers or DELIVER_AT in headers:
+        return priority, ack_timeout, expires, _due(headers, now_ms)
+    return priority, ack_timeout, expires, None
 
 
-def _lifecycle(headers: dict[str, str], now_ms: int) -> tuple[int | None, int | None]:
-    """When the message expires and when it is due (the soonest expiry, the latest due time)."""
-    expires = _milliseconds(headers, EXPIRES) or None  # 0: never (JMS)
-    ttl = _milliseconds(headers, TTL)
-    if ttl is not None and (expires is None or now_ms + ttl < expires):
-        expires = now_ms + ttl
+def _due(headers: dict[str, str], now_ms: int) -> int | None:
+    """When a delayed message is ready: the latest its headers say (None: it is ready now)."""
     due = None
     for name, base in ((DELAY, now_ms), (AMQ_SCHEDULED_DELAY, now_ms), (DELIVER_AT, 0)):
-        value = _milliseconds(headers, name)
-        if value is not None and (due is None or base + value > due):
-            due = base + value
-    return expires, due if due is not None and due > now_ms else None
+        if (value := headers.get(name)) is not None:
+            at = base + (_relative(name, value) if base else _integer(name, value))
+            if due is None or at > due:
+                due = at
+    return due if due is not None and due > now_ms else None
+
+
+def _relative(name: str, value: str) -> int:
+    """A ttl or delay in milliseconds, parsed once per distinct value (``_RELATIVE``)."""
+    parsed = _RELATIVE.get(value)
+    if parsed is None:
+        parsed = _integer(name, value)
+        if len(_RELATIVE) >= _RELATIVE_MAX:
+            _RELATIVE.clear()
+        _RELATIVE[value] = parsed
+    return parsed
 
 
 def non_negative(headers: dict[str, str], name: str, unit: str = "") -> int | None:
     """A header holding an integer >= 0 (None when absent); ERROR naming it otherwise."""
     value = headers.get(name)
-    if value is None:
-        return None
+    return None if value is None else _integer(name, value, unit)
+
+
+def _integer(name: str, value: str, unit: str = " number of milliseconds") -> int:
     if not (value.isascii() and value.isdigit()):  # int() would take "+5", " 5" and "5_0"
         raise ClientError(f"{name} must be an integer{unit} >= 0, not {value!r}")
     return int(value)
-
-
-def _milliseconds(headers: dict[str, str], name: str) -> int | None:
-    return non_negative(headers, name, " number of milliseconds")
 
 
 def seconds(headers: dict[str, str], name: str) -> float | None:

@@ -72,7 +72,7 @@ def tune_gc() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
-    log.info("garbage collector: %d start-up objects frozen, thresholds %s", gc.get_freeze_count(),
+    log.debug("garbage collector: %d start-up objects frozen, thresholds %s", gc.get_freeze_count(),
              "/".join(map(str, GC_THRESHOLDS)))
 
 

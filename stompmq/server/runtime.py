@@ -159,6 +159,10 @@ class Runtime:
                     entries = [e for offset in offsets for e in await engine.store.read_stream(name, offset, 1)]
                     self.tick()
                     engine.streams.load_marks(name, entries)
+                # What recovery asked for (bounded queues' sizes, the delayed messages due first) is
+                # read before the first client is served: a SEND must meet a full queue as full.
+                while (read := engine.take_read()) is not None:
+                    await self._perform(read, engine)
         except BaseException:
             with trio.CancelScope(shield=True):
                 await store.close()  # release the database (and its lock): the start failed
@@ -196,14 +200,19 @@ class Runtime:
                 await self._reads_queued.wait()
                 self._reads_queued = trio.Event()
                 continue
-            try:
-                result = await read.fetch(engine.store)
-            except StoreError as e:
-                self.tick()
-                read.failed(e)
-            else:
-                self.tick()
-                read.done(result)
+            await self._perform(read, engine)
+
+    async def _perform(self, read: StoreRead, engine: Broker) -> None:
+        """Do one store read for ``engine`` (through its store view) and hand it the result (or
+        the error)."""
+        try:
+            result = await read.fetch(engine.store)
+        except StoreError as e:
+            self.tick()
+            read.failed(e)
+        else:
+            self.tick()
+            read.done(result)
 
     def _next_read(self) -> tuple[StoreRead | None, Broker]:
         """A store read some engine wants, and that engine (the default one when none wants any).

@@ -111,8 +111,8 @@ class StreamRange(InputPartition):
         self.stream, self.start, self.end = stream, start, end
 
 
-#: The source's rows as Arrow: ``read`` yields record batches, which Spark takes without a
-#: per-row conversion (measured in docs/benchmarks.md: the read rate roughly doubled).
+#: The source's rows as Arrow: ``read`` yields record batches, which Spark takes without
+#: converting Python tuples row by row (docs/benchmarks.md, sitting 7, has what was measured).
 ARROW_SCHEMA = pa.schema([
     ("destination", pa.string()), ("offset", pa.int64()), ("message_id", pa.string()),
     ("timestamp", pa.timestamp("us", tz="UTC")), ("priority", pa.int32()),

@@ -139,9 +139,9 @@ class StoredMessage:
         ack_timeout: float | None = None,
         redeliveries: int = 0,
         delivered: bool = False,
-        space: str = "",
         expires: int | None = None,
         deliver_at: int | None = None,
+        space: str = "",
     ) -> None:
         self.seq = seq
         self.queue = queue

@@ -233,3 +233,13 @@ def test_parked_messages_count_as_ready() -> None:
     broker.handle(b, control)  # type: ignore[arg-type]
     (receipt,) = out_b.take("RECEIPT")
     assert (receipt.headers["num-messages"], receipt.headers["num-ready"]) == ("3", "2")
+
+
+def test_a_new_group_goes_to_the_lighter_of_the_next_two_subscribers() -> None:
+    broker, a, out_a, b, out_b = two_subscribers()
+    for body in ("x0", "x1", "x2"):
+        send(broker, a, body)  # a, b, a: b's turn next
+    ack_all(broker, a, out_a.take("MESSAGE"))  # a has nothing unacked, b one
+    send(broker, a, "g0", group="g")
+    assert bodies(out_a) == ["g0"]
+    assert bodies(out_b) == ["x1"]

@@ -22,8 +22,7 @@ def test_pipeline_events_counts_every_event_in_a_window(spark: Any, tmp_path: Pa
         from local_broker import LocalBroker
     finally:
         sys.path.remove(str(SCRIPTS))
-    args = pipeline_events.parse_args(["--events", "3000", "--streams", "3", "--keys", "20", "--quiet",
-                                       "--per-trigger", "1000", "--out", str(tmp_path / "out")])
+    args = pipeline_events.parse_args(["--events", "3000", "--streams", "3", "--keys", "20", "--quiet", "--out", str(tmp_path / "out")])
     with LocalBroker() as url:
         assert pipeline_events.run(url, args, spark) == 0
     summary = capsys.readouterr().out

@@ -64,7 +64,7 @@ def test_block_bounds_a_slow_subscribers_outbox_and_loses_nothing(make_memory_br
     """The default policy: a subscriber that stops reading stops the publisher (its SENDs are no
     longer read), its outbox stays bounded, and once it reads it gets every message in order
     (--topic-block-timeout 0: the publisher waits as long as it takes)."""
-    broker = make_memory_broker(settings=ServerSettings(topic_block_timeout=0))
+    broker = make_memory_broker(settings=ServerSettings(port=0, topic_block_timeout=0))
     count = (HARD_LIMIT * 3) // BIG
     slow = Client(broker.port, rcvbuf=4096)
     slow.subscribe("/topic/blocked")
@@ -98,7 +98,7 @@ def test_block_lets_the_publisher_go_on_without_a_subscriber_that_stalls_it_too_
     """--topic-block-timeout: a subscriber that holds the publisher back that long is treated as
     under drop from then on: it misses messages (counted, logged) while its output is over the
     limit, takes them again once it has caught up; the fast subscriber gets everything."""
-    broker = make_memory_broker(settings=ServerSettings(topic_block_timeout=0.5))
+    broker = make_memory_broker(settings=ServerSettings(port=0, topic_block_timeout=0.5))
     stalled = Client(broker.port, rcvbuf=4096)
     stalled.subscribe("/topic/lagging", "stalled-sub")
     fast = Client(broker.port)

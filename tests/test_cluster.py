@@ -215,9 +215,11 @@ def test_kill9_of_one_broker_loses_nothing_and_duplicates_only_its_unacked(
     for t in producers:
         t.join(60)
     everything = {body for bodies in receipted.values() for body in bodies}
+    # The victim may have committed SENDs whose RECEIPT it never sent: they are messages like any
+    # other, held by its lapsed claim until the handover, so wait for the queue to be empty too.
     with Peer(brokers[0].port) as checker:
-        wait_until(lambda: everything <= set(acked) or checker.count("jobs") == 0 and everything <= set(delivered),
-                   "every receipted message to be delivered and acked", timeout=HANDOVER + 20)
+        wait_until(lambda: everything <= set(delivered) and checker.count("jobs") == 0,
+                   "every receipted message to be delivered and the queue to be empty", timeout=HANDOVER + 20)
     stop.set()
     for t in consumers:
         t.join(30)

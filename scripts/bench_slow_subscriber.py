@@ -16,6 +16,7 @@ it) and had still not read when the phase ended (its backlog, not a loss), the b
 (VmHWM) and its RSS sampled every second, and the broker's slow-subscriber log lines.
 
   scripts/bench_slow_subscriber.py                       # 60 s per phase, block and drop
+  scripts/bench_slow_subscriber.py --policy block --block-timeout 5
   scripts/bench_slow_subscriber.py --seconds 10 --slow-rate 2000 --policy block
 """
 
@@ -90,7 +91,8 @@ def phase(args: argparse.Namespace, policy: str | None) -> dict[str, object]:
     """One broker, one run: the baseline when ``policy`` is None."""
     workdir = Path(tempfile.mkdtemp(prefix="stompmq-slow-"))
     args.port = 0
-    args.broker_args = ["--store", "memory", "--topic-overflow", policy or "block"]
+    args.broker_args = ["--store", "memory", "--topic-overflow", policy or "block",
+                        "--topic-block-timeout", str(args.block_timeout)]
     proc = spawn_broker(args, workdir)
     samples: list[tuple[float, int]] = []
     done = threading.Event()
@@ -146,13 +148,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fast", type=int, default=3, help="fast subscribers")
     parser.add_argument("--slow-rate", type=float, default=1000.0, help="messages/s the slow subscriber reads")
     parser.add_argument("--body-size", type=int, default=1024)
+    parser.add_argument("--block-timeout", type=float, default=0.0,
+                        help="the brokers' --topic-block-timeout (default 0: pure flow control)")
     parser.add_argument("--policy", action="append", choices=["block", "drop", "disconnect"],
                         help="--topic-overflow policies to run (default: block and drop)")
     args = parser.parse_args(argv)
     policies = args.policy or ["block", "drop"]
     rows = [phase(args, None)] + [phase(args, p) for p in policies]
     base = rows[0]["fast_rate"]
-    print(f"{args.seconds:g} s per phase, {args.fast} fast subscribers, slow subscriber at "
+    print(f"{args.seconds:g} s per phase, --topic-block-timeout {args.block_timeout:g}, {args.fast} fast subscribers, slow subscriber at "
           f"{args.slow_rate:g} msg/s, {args.body_size} B bodies, memory store")
     print("| phase | published | publish msg/s | fast msg/s (median) | fast vs baseline | fast lost "
           "| slow read | slow missed | slow unread at the end | peak RSS MiB | RSS MiB min–max |")

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
-import socket
 import statistics
 import sys
 import tempfile
@@ -176,5 +175,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    socket.setdefaulttimeout(None)
     sys.exit(main())

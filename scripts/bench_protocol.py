@@ -1,8 +1,9 @@
 """Micro-benchmark of the sans-IO STOMP layer: frames per second, no pass/fail.
 
 Measures the two per-message costs the broker pays on its single thread:
-parsing SEND frames out of 64 KiB receive buffers (as the server reads them)
-and encoding MESSAGE frames for delivery.  Run it from the repository root
+parsing SEND frames (and a client-ack consumer's ACK frames) out of 64 KiB
+receive buffers (as the server reads them) and encoding MESSAGE frames for
+delivery.  Run it from the repository root
 with ``PYTHONPATH=. python scripts/bench_protocol.py [--seconds S]`` (or with
 stompmq installed) and compare numbers taken on the same machine only.
 Rates are per CPU second of this process (``time.process_time``): the broker
@@ -24,9 +25,13 @@ BODY = b"x" * 100
 """A small task-queue payload; per-frame overhead dominates, which is what we measure."""
 
 
-def bench_parse(seconds: float) -> float:
-    """Return frames/s parsing SEND frames fed as 64 KiB chunks (frames straddle chunk ends)."""
-    frame = b"SEND\ndestination:/queue/bench\ncontent-length:%d\n\n%s\0" % (len(BODY), BODY)
+SEND_FRAME = b"SEND\ndestination:/queue/bench\ncontent-length:%d\n\n%s\0" % (len(BODY), BODY)
+ACK_FRAME = b"ACK\nid:1234567\n\n\0"
+"""What a STOMP 1.2 client-ack consumer sends per message (ACK/NACK take a short path)."""
+
+
+def bench_parse(seconds: float, frame: bytes = SEND_FRAME) -> float:
+    """Return frames/s parsing ``frame`` fed as 64 KiB chunks (frames straddle chunk ends)."""
     per_buffer = READ_SIZE // len(frame) + 1
     stream = frame * per_buffer * 16
     chunks = [stream[i : i + READ_SIZE] for i in range(0, len(stream), READ_SIZE)]
@@ -74,6 +79,7 @@ def main() -> None:
     arguments.add_argument("--seconds", type=float, default=2.0, help="time per measurement")
     options = arguments.parse_args()
     print(f"parse  SEND (64 KiB buffers, 100-byte body): {bench_parse(options.seconds):>12,.0f} frames/CPU-s")
+    print(f"parse  ACK (64 KiB buffers, id header):      {bench_parse(options.seconds, ACK_FRAME):>12,.0f} frames/CPU-s")
     print(f"encode MESSAGE (6 headers, 100-byte body):   {bench_encode(options.seconds):>12,.0f} frames/CPU-s")
 
 

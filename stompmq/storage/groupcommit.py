@@ -262,16 +262,29 @@ class GroupCommitStore(Store):
 
     def update(self, msg: StoredMessage) -> None:
         entry = self._pending.get(msg.seq)
-        # A pending insert or update already copies the fields when the batch is taken.
+        if entry is not None and entry[1] is msg:
+            return  # a pending insert or update of it copies its fields when the batch is taken
         self._put(msg.seq, UPDATE if entry is None else entry[0], msg)
 
     def delete(self, msg: StoredMessage) -> None:
-        entry = self._pending.get(msg.seq)
-        if entry is not None and entry[0] == INSERT:
-            del self._pending[msg.seq]  # never reached the disk: nothing to do there
-            self._pending_bytes -= len(msg.body) + MESSAGE_OVERHEAD
-        else:
-            self._put(msg.seq, DELETE, msg)
+        self.delete_all((msg,))
+
+    def delete_all(self, messages: Sequence[StoredMessage]) -> None:
+        pending = self._pending
+        if not self._has_pending():
+            self._batch_started()
+        freed = 0
+        for msg in messages:
+            seq = msg.seq
+            entry = pending.get(seq)
+            if entry is not None and entry[0] == INSERT:
+                del pending[seq]  # never reached the disk: nothing to do there
+                freed += len(msg.body) + MESSAGE_OVERHEAD
+            else:
+                pending[seq] = (DELETE, msg)
+        self._pending_bytes -= freed
+        if len(pending) >= self._max_group and not self._urgent:
+            self._hurry()
 
     def purge(self, queue: str) -> None:
         # Every message operation left pending after this was issued after the purge.
@@ -593,7 +606,7 @@ def _split_in_flight(
     now: dict[int, PendingOp] = {}
     kept: dict[int, PendingOp] = {}
     for seq, op in ops.items():
-        if op[0] == INSERT and op[1].delivered and seq not in held_before:
+        if op[0] == INSERT and (op[1].delivered or op[1].held) and seq not in held_before:
             kept[seq] = op
         else:
             now[seq] = op

@@ -42,17 +42,21 @@ Theory of operation (DESIGN §4)
   being read, receipts stay in order behind their tickets), and a batch of
   ``max_backlog_bytes / 4`` starts a group at once, so big messages never wait
   for the flush interval while the budget fills.
-* Deliveries in flight wait one flush: a group taken by the flush timer (no
-  receipt waits for it, nothing is full) leaves out, once, the inserts of
-  messages delivered and not yet settled (``msg.delivered``: a client-ack
-  delivery not yet acked, an auto-ack one whose bytes have not reached the
-  socket).  Most settle within the next interval, and their delete cancels
+* Messages about to be consumed wait one flush: a group taken by the flush
+  timer (no receipt waits for it, nothing is full) leaves out, once, the
+  inserts of messages delivered and not yet settled (``msg.delivered``: a
+  client-ack delivery not yet acked, an auto-ack one whose bytes have not
+  reached the socket) and of messages waiting in a subscribed queue's ready
+  window (``msg.held``: a client-ack consumer behind its prefetch gets them
+  next).  Most settle within the next interval, and their delete cancels
   the insert, so the message never touches the disk; the rest commit with the
-  next group, within two flush intervals.  Without it a delivery that takes
+  next group, within two flush intervals.  Without it a message that takes
   longer than the time left to the next flush costs a row insert and a row
   delete (issue 17: auto-ack, settled at the socket, committed ~50 % of its
-  messages that way).  Groups asked for by a ticket, a read, a full batch or
-  ``close`` hold nothing back.
+  messages that way; client-individual with prefetch 1000, ~17 % through the
+  ready window).  A message nobody here holds (a queue without subscribers,
+  beyond a window's boundary) commits at the first flush.  Groups asked for
+  by a ticket, a read, a full batch or ``close`` hold nothing back.
 * Every group that finishes, committed or failed, sets one ``trio.Event``:
   ``wait_for_room`` and the wait for the group in flight sleep on it, so
   nothing here polls.
@@ -215,7 +219,7 @@ class GroupCommitStore(Store):
             if self._has_pending():
                 group = self._submit_group(hold_back=not self._urgent)
                 if group is None:
-                    continue  # only deliveries in flight: they wait for the next flush
+                    continue  # only messages about to be consumed: they wait for the next flush
                 if await self._await_group(group) is not None:
                     await trio.sleep(RETRY_BACKOFF)
             elif self._urgent:
@@ -416,7 +420,7 @@ class GroupCommitStore(Store):
     def _submit_group(self, hold_back: bool = False) -> _Group | None:
         """Take the pending batch as the next group and queue it on the database thread.
 
-        With ``hold_back`` (a timed flush) the inserts of deliveries in flight stay pending,
+        With ``hold_back`` (a timed flush) the inserts of messages about to be consumed stay pending,
         once (see the module docstring); None if that leaves nothing to commit.
         """
         assert self._inflight is None and self._thread is not None
@@ -601,8 +605,8 @@ def _untrimmed(appends: list[StreamMessage], name: str, before: int) -> list[Str
 def _split_in_flight(
     ops: dict[int, PendingOp], held_before: frozenset[int]
 ) -> tuple[dict[int, PendingOp], dict[int, PendingOp]]:
-    """``ops`` split into what commits now and the inserts of deliveries in flight that wait
-    one flush (those already held back by the previous group commit now)."""
+    """``ops`` split into what commits now and the inserts that wait one flush: messages in
+    flight or in a ready window (those already held back by the previous group commit now)."""
     now: dict[int, PendingOp] = {}
     kept: dict[int, PendingOp] = {}
     for seq, op in ops.items():

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from stompmq.protocol import native as native_codec
 from stompmq.server import ServerSettings
 
 from .broker_process import free_port
@@ -58,6 +59,7 @@ def test_health_and_overview(http_broker: tuple[BrokerThread, Api]) -> None:
     send_all(broker.port, "/queue/a", ["1", "2"])
     overview = api.get("/api/overview")
     assert overview["store"] == "test-store"
+    assert overview["frame_codec"] == ("native" if native_codec.NATIVE else "python")
     assert overview["totals"]["published"] == 2
     assert set(overview["rates"]) == {"publish", "deliver", "ack"}
 
@@ -150,6 +152,7 @@ def test_metrics_bound_per_queue_series(http_broker: tuple[BrokerThread, Api]) -
     status, text = api.call("GET", "/metrics")
     assert status == 200
     assert "stompmq_published_all_total 21.0" in text
+    assert f"stompmq_native_frame_codec {float(native_codec.NATIVE)}" in text
     published = [line for line in text.splitlines() if line.startswith("stompmq_queue_published_total{")]
     assert sorted(published) == [f'stompmq_queue_published_total{{queue="m{i}",vhost="/"}} {i + 1}.0' for i in (3, 4, 5)]
     assert 'stompmq_queue_ready{queue="m5",vhost="/"} 6.0' in text

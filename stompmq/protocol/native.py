@@ -30,3 +30,12 @@ frames: ModuleType | None = None if os.environ.get(ENV_VAR, "") not in ("", "0")
 
 NATIVE = frames is not None
 """Whether the broker parses and encodes frames with the native fast path."""
+
+
+def describe() -> str:
+    """The codec in use, for the start-up log line: "native", or why it is pure Python."""
+    if NATIVE:
+        return "native"
+    if BUILT is not None:
+        return f"pure Python ({ENV_VAR} is set)"
+    return "pure Python (stompmq.protocol._frames is not built)"

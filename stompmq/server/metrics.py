@@ -26,6 +26,8 @@ from prometheus_client.registry import Collector
 from starlette.requests import Request
 from starlette.responses import Response
 
+from ..protocol import native as native_codec
+
 if TYPE_CHECKING:
     from .http import ManagementApp
 
@@ -73,6 +75,8 @@ async def scrape(management: ManagementApp) -> bytes:
     def gauge(name: str, doc: str, value: float) -> None:
         metrics.append(GaugeMetricFamily(name, doc, value=value))
 
+    gauge("stompmq_native_frame_codec", "1 when frames are parsed and encoded by the native fast path "
+          "(protocol/_frames.c), 0 in pure Python", int(native_codec.NATIVE))
     gauge("stompmq_connections", "Open client connections", len(management.connections))
     gauge("stompmq_subscriptions", "Subscriptions of open connections",
           sum(len(s.subscriptions) for engine in engines.values() for s in engine.sessions.values()))

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from stompmq.protocol import Frame, FrameParser, Limits, LocalProtocolError, ProtocolError, encode_frame, encoder
 from stompmq.protocol import native as native_module
 
-from .test_properties import _STOMPISH, _frameish, _frames
+from .test_properties import _STOMPISH, _frameish, _frames, mutate
 
 _frames_c = pytest.importorskip("stompmq.protocol._frames")  # test_native_codec_is_built fails loudly instead
 
@@ -122,17 +122,7 @@ def test_valid_streams_mutated_and_cut(version_frames: tuple[str, list[Frame]], 
             head, sep, rest = encoded.partition(b"\n\n")
             encoded = head.replace(b"\n", b"\r\n") + b"\r\n\r\n" + rest if sep else encoded
         stream += data.draw(_HEART_BEATS) + encoded
-    for _ in range(data.draw(st.integers(0, 3))):
-        at = data.draw(st.integers(0, len(stream)))
-        byte = data.draw(st.sampled_from([0, 10, 13, 58, 92, 65, 0xC3, 0xFF]))
-        action = data.draw(st.sampled_from(["replace", "insert", "delete"]))
-        if action == "insert":
-            stream[at:at] = bytes([byte])
-        elif at < len(stream):
-            if action == "replace":
-                stream[at] = byte
-            else:
-                del stream[at]
+    mutate(stream, data, data.draw(st.integers(0, 3)), [0, 10, 13, 58, 92, 65, 0xC3, 0xFF])
     _check(bytes(stream), data.draw(_cuts(len(stream))), version, data.draw(_LIMITS))
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 import pytest
 
@@ -129,6 +130,49 @@ def test_block_lets_the_publisher_go_on_without_a_subscriber_that_stalls_it_too_
     assert "caught up after missing" in lines[-1], lines
     stalled.close()
     fast.close()
+
+
+def test_block_timeout_keeps_blocking_for_subscribers_as_busy_as_each_other(make_memory_broker, caplog):
+    """--topic-block-timeout singles out a subscriber only when another one of the topic drains
+    at least twice as fast: two subscribers reading at the same (slow) pace behind a publisher
+    that outruns both hold it back past the timeout, and neither misses anything."""
+    broker = make_memory_broker(settings=ServerSettings(port=0, topic_block_timeout=0.2))
+    subs = [Client(broker.port, rcvbuf=4096) for _ in range(2)]
+    for s in subs:
+        s.subscribe("/topic/paced")
+    count = (HARD_LIMIT * 4) // BIG
+    got: list[list[int]] = [[], []]
+
+    def read_paced(client: Client, out: list[int]) -> None:
+        for _ in range(count):
+            out.append(int(client.message(timeout=30)["seq"]))
+            time.sleep(0.002)  # both read at the same pace, slower than the publisher
+
+    readers = [threading.Thread(target=read_paced, args=(s, g)) for s, g in zip(subs, got)]
+    for r in readers:
+        r.start()
+    producer = Client(broker.port)
+    publisher = threading.Thread(
+        target=lambda: [
+            producer.send_to("/topic/paced", b"p" * BIG, receipt=False, headers={"seq": str(i)})
+            for i in range(count)
+        ]
+    )
+    caplog.set_level(logging.DEBUG, logger="stompmq.broker.overflow")
+    publisher.start()
+    outbox_size = lambda: broker.call(lambda: broker.broker.sessions[subs[0].session_id].outbox.size)  # noqa: E731
+    wait_until(lambda: outbox_size() >= HARD_LIMIT, "the publisher to fill a subscriber's outbox")
+    publisher.join(60)
+    for r in readers:
+        r.join(60)
+    kept = [r.getMessage() for r in caplog.records if "the publisher keeps waiting" in r.getMessage()]
+    assert kept, "the publisher was never held back past the timeout: the test proved nothing"
+    assert got == [list(range(count))] * 2
+    stats = topic_stats(broker.port, "paced")
+    assert stats["total-lagging"] == "0" and stats["total-dropped"] == "0", stats
+    producer.close()
+    for s in subs:
+        s.close()
 
 
 def test_drop_counts_per_subscription_and_logs_once_per_episode(make_memory_broker, caplog):

@@ -31,8 +31,9 @@ a message again.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable
 
-from .session import Session, Subscription
+from .session import Outbox, Session, Subscription
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,9 @@ BLOCK = "block"
 DROP = "drop"
 DISCONNECT = "disconnect"
 POLICIES = (BLOCK, DROP, DISCONNECT)
+#: Under --topic-block-timeout a subscriber lags only if a peer drains this many times as fast:
+#: keeping it would slow the others (and the publisher) by more than this factor.
+LAG_RATIO = 2.0
 
 
 class TopicOverflow:
@@ -55,18 +59,37 @@ class TopicOverflow:
         self.total_disconnected = 0
         self.total_lagging = 0
 
-    def lagging(self, subscriber: Session, seconds: float) -> None:
-        """``subscriber`` held a publisher back for ``seconds`` (--topic-block-timeout): from
-        now on it never holds one back again, it misses messages instead (as under ``drop``)."""
+    def lag_if_slowest(
+        self,
+        subscriber: Session,
+        seconds: float,
+        drain_rate: Callable[[Outbox], float],
+        peers: Iterable[Session],
+    ) -> bool:
+        """``subscriber`` held a publisher back for ``seconds`` (--topic-block-timeout).  If one of
+        its ``peers`` drains at least ``LAG_RATIO`` times as fast, from now on it never holds a
+        publisher back again, it misses messages instead (as under ``drop``): True.  If none
+        does, every subscriber is as busy and the publisher keeps waiting: False."""
         if subscriber.topic_lagging or subscriber.closed:
-            return
+            return True
+        own = drain_rate(subscriber.outbox)
+        fastest = max((drain_rate(peer.outbox) for peer in peers), default=0.0)
+        if fastest <= 0.0 or fastest < LAG_RATIO * own:
+            log.debug(
+                "topic subscriber session %s held a publisher back for %g s draining %.0f bytes/s, "
+                "its fastest peer %.0f: no slower than the others, the publisher keeps waiting",
+                subscriber.id, seconds, own, fastest,
+            )
+            return False
         subscriber.topic_lagging = True
         self.total_lagging += 1
         log.warning(
-            "topic subscriber session %s held a publisher back for %g s (--topic-block-timeout): "
-            "from now on it misses topic messages whenever its output is over the limit, as under drop",
-            subscriber.id, seconds,
+            "topic subscriber session %s held a publisher back for %g s (--topic-block-timeout) "
+            "draining %.0f bytes/s while another subscriber drains %.0f: from now on it misses "
+            "topic messages whenever its output is over the limit, as under drop",
+            subscriber.id, seconds, own, fastest,
         )
+        return True
 
     def drop(self, sub: Subscription, why: str) -> None:
         self.total_dropped += 1

@@ -130,6 +130,16 @@ class Router:
         self.store.publish_topic(dest.name, headers, frame.body)  # the other brokers' subscribers
         self.deliver_topic(dest.name, dest.raw, headers, frame.body, publisher)
 
+    def topic_peers(self, session: Session) -> set[Session]:
+        """The other live, non-lagging sessions subscribed to what ``session``'s topic
+        subscriptions receive (the subscribers it is compared with under --topic-block-timeout)."""
+        peers: set[Session] = set()
+        for sub in session.subscriptions.values():
+            if sub.queue is None and sub.destination.startswith("/topic/"):
+                peers.update(p.session for p in self.topics.sharing(sub.destination[len("/topic/") :]))
+        peers.discard(session)
+        return {p for p in peers if not p.closed and not p.topic_lagging}
+
     def deliver_topic(
         self, topic: str, destination: str, headers: dict[str, str], body: bytes, publisher: Session | None
     ) -> None:

@@ -9,13 +9,16 @@ unsent output than its hard limit, something has to give:
   bounded: an outbox exceeds its limit by at most what one read of each
   publisher holds.  Every subscriber gets every message; the publisher (and the
   rest of its traffic) goes at the pace of the slowest subscriber -- but for
-  at most ``--topic-block-timeout`` seconds: a subscriber that holds a
-  publisher back that long is a known slow consumer (``Session.topic_lagging``,
-  the way ActiveMQ's slow-consumer strategies single one out) and is treated
-  as under ``drop`` for the rest of its connection: it misses messages while
-  its output is over the limit, counted and logged.  One stalled subscriber
-  cannot stop a topic for everyone else, and it cannot make the publisher wait
-  again and again.  A timeout of 0 waits forever.
+  at most ``--topic-block-timeout`` seconds (default 5) if another subscriber
+  of its topic drains at least ``LAG_RATIO`` times as fast: then it is a known
+  slow consumer (``Session.topic_lagging``, the way ActiveMQ's slow-consumer
+  strategies single one out) and is treated as under ``drop`` for the rest of
+  its connection: it misses messages while its output is over the limit,
+  counted and logged.  One stalled subscriber cannot stop a topic for everyone
+  else, and it cannot make the publisher wait again and again; subscribers
+  that keep pace with each other are never singled out, whatever the
+  publisher's pace (flow control is the answer to that).  A timeout of 0 waits
+  forever.
 * ``drop``: that subscriber misses the message; the others and the publisher
   are not slowed.
 * ``disconnect``: that subscriber's connection gets an ERROR and is closed.
@@ -25,7 +28,10 @@ for its socket, so under ``block`` it misses the message as under ``drop``.
 
 Every miss is counted per subscription and in total (``/control/stats/topic``)
 and logged once per episode: at the first miss, and when the subscriber takes
-a message again.
+a message again.  An episode lasts until the subscriber's output is below the
+soft limit (not merely below the hard limit), so it receives runs of
+consecutive messages rather than every n-th one, and a subscriber hovering at
+the limit does not fill the log.
 """
 
 from __future__ import annotations

@@ -161,7 +161,12 @@ class Router:
                 continue
             outbox = session.outbox
             holds = block and not session.topic_lagging  # may hold the publisher back
-            if not holds and not outbox.can_take_transient():
+            if not holds and (
+                not outbox.can_take_transient()
+                # an episode of misses lasts until its output is below the soft limit again:
+                # the subscriber gets runs of messages, not every n-th, and the log two lines
+                or (sub in overflow.missing and not outbox.has_room())
+            ):
                 slow.append(sub)
                 continue
             ack_id = None

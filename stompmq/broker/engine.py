@@ -142,6 +142,16 @@ class Broker:
         """Topic deliveries missed by slow or full subscribers since start (never stored)."""
         return self.router.topic_drops
 
+    @property
+    def topic_lagging(self) -> int:
+        """Topic subscribers singled out as slow by --topic-block-timeout since start."""
+        return self.router.overflow.total_lagging
+
+    @property
+    def reply_drops(self) -> int:
+        """SENDs to reply queues of this broker that were gone (dropped, as RabbitMQ does)."""
+        return self.router.temps.dropped
+
     def list_queues(self, after: str, limit: int) -> Deferred[QueuePage]:
         """A page of queues named after ``after``: ``answer(await fetch(store))``."""
         return self.control.list_queues(after, limit)

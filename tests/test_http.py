@@ -18,7 +18,7 @@ from stompmq.server import ServerSettings
 from .broker_process import free_port
 from .broker_thread import BrokerThread
 from .stompclient import Client
-from .waiting import send_all, wait_until
+from .waiting import send_all, wait_sessions, wait_until
 
 
 class Api:
@@ -180,6 +180,20 @@ def test_topic_drops_are_counted(http_broker: tuple[BrokerThread, Api]) -> None:
         send_all(broker.port, "/topic/t", ["1", "2", "3"])
         sub.message()
         assert "stompmq_topic_drops_total 2.0" in api.call("GET", "/metrics")[1]
+
+
+def test_reply_queue_drops_are_counted(http_broker: tuple[BrokerThread, Api]) -> None:
+    broker, api = http_broker
+    owner, worker = Client(broker.port), Client(broker.port)
+    owner.request("SEND", {"destination": "/queue/w", "reply-to": "/temp-queue/r"}, b"q")
+    worker.subscribe("/queue/w")
+    reply_to = worker.message()["reply-to"]
+    owner.request("DISCONNECT")
+    owner.close()
+    wait_sessions(broker, 1)
+    worker.request("SEND", {"destination": reply_to}, b"too late")  # the reply queue is gone
+    assert "stompmq_reply_queue_drops_total 1.0" in api.call("GET", "/metrics")[1]
+    worker.close()
 
 
 def test_vhosts_are_declared_and_listed_and_scope_the_queue_routes(http_broker: tuple[BrokerThread, Api]) -> None:

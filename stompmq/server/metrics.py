@@ -88,6 +88,12 @@ async def scrape(management: ManagementApp) -> bytes:
     metrics.append(CounterMetricFamily("stompmq_topic_drops", "Topic deliveries missed by subscribers that could "
                                        "not take them (outbox over its hard limit, prefetch full)",
                                        value=sum(engine.topic_drops for engine in engines.values())))
+    metrics.append(CounterMetricFamily("stompmq_topic_lagging", "Topic subscribers singled out as slow "
+                                       "(--topic-block-timeout): they miss messages while over the limit",
+                                       value=sum(engine.topic_lagging for engine in engines.values())))
+    metrics.append(CounterMetricFamily("stompmq_reply_queue_drops", "SENDs to temporary reply queues that "
+                                       "were gone (dropped)",
+                                       value=sum(engine.reply_drops for engine in engines.values())))
     metrics.append(CounterMetricFamily("stompmq_page_reads", "Pages of ready messages read from the store",
                                        value=sum(engine.page_reads for engine in engines.values())))
     gauge("stompmq_delayed_in_memory", "Delayed messages held in memory (the ones due first)",

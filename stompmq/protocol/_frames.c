@@ -220,6 +220,7 @@ static int one_frame(Scan *s, Py_ssize_t *pos, PyObject *frames) {
     /* The earliest blank line, "\n\n" or "\n\r\n" (the Python searches find the same one). A
      * block that could only end past max_header_bytes is deferred: Python decides. */
     Py_ssize_t limit = s->max_header_bytes < n - start ? start + s->max_header_bytes : n;
+    if (limit <= start) return DEFER; /* no block fits (a limit of 0 or less) */
     Py_ssize_t end, lines = 0;
     int crlf;
     const char *p = b + start;
@@ -299,6 +300,7 @@ static int one_frame(Scan *s, Py_ssize_t *pos, PyObject *frames) {
         }
     } else {
         Py_ssize_t stop = n - body_start > s->max_body ? body_start + s->max_body + 1 : n;
+        if (stop < body_start) stop = body_start; /* a negative limit: no body fits */
         const char *nul = memchr(b + body_start, '\0', (size_t)(stop - body_start));
         if (nul == NULL) {
             Py_DECREF(headers);

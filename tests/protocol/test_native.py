@@ -27,8 +27,13 @@ _frames_c = pytest.importorskip("stompmq.protocol._frames")  # test_native_codec
 _FUZZ = settings(deadline=None, max_examples=400)
 _VERSIONS = st.sampled_from(["1.0", "1.1", "1.2"])
 _LIMITS = st.sampled_from(
-    [Limits(), Limits(max_body=40, max_header_bytes=40, max_headers=3), Limits(max_body=5, max_header_bytes=12,
-                                                                                max_headers=1)]
+    [
+        Limits(),
+        Limits(max_body=40, max_header_bytes=40, max_headers=3),
+        Limits(max_body=5, max_header_bytes=12, max_headers=1),
+        Limits(max_body=0, max_header_bytes=0, max_headers=0),
+        Limits(max_body=-3, max_header_bytes=-3, max_headers=-1),  # nonsense, but never a wild read
+    ]
 )
 
 

@@ -11,6 +11,7 @@ produce the same bytes, or raise the same exception type.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -24,7 +25,8 @@ from .test_properties import _STOMPISH, _frameish, _frames, mutate
 
 _frames_c = pytest.importorskip("stompmq.protocol._frames")  # test_native_codec_is_built fails loudly instead
 
-_FUZZ = settings(deadline=None, max_examples=400)
+_FUZZ = settings(deadline=None, max_examples=int(os.environ.get("STOMPMQ_FUZZ_EXAMPLES", "400")))
+"""A longer hunt: STOMPMQ_FUZZ_EXAMPLES=20000 pytest tests/protocol/test_native.py"""
 _VERSIONS = st.sampled_from(["1.0", "1.1", "1.2"])
 _LIMITS = st.sampled_from(
     [
@@ -233,6 +235,6 @@ def test_pure_python_switch(monkeypatch: pytest.MonkeyPatch) -> None:
         " encoder.encode_message is encoder._message)"
     )
     for value, expected in (("1", "False True None True"), ("0", "True True <built-in")):
-        env = {**__import__("os").environ, native_module.ENV_VAR: value}
+        env = {**os.environ, native_module.ENV_VAR: value}
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
         assert out.stdout.startswith(expected)

@@ -231,10 +231,13 @@ def test_pure_python_switch(monkeypatch: pytest.MonkeyPatch) -> None:
 
     code = (
         "from stompmq.protocol import FrameParser, encoder, native;"
-        "print(native.NATIVE, native.BUILT is not None, FrameParser()._native_scan,"
-        " encoder.encode_message is encoder._message)"
+        "print(native.describe(), native.NATIVE, FrameParser()._native_scan is None,"
+        " encoder.encode_message is encoder._message, sep='|')"
     )
-    for value, expected in (("1", "False True None True"), ("0", "True True <built-in")):
+    for value, expected in (
+        ("1", "pure Python (STOMPMQ_PURE_PYTHON_CODEC is set)|False|True|True"),
+        ("0", "native|True|False|False"),
+    ):
         env = {**os.environ, native_module.ENV_VAR: value}
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-        assert out.stdout.startswith(expected)
+        assert out.stdout.strip() == expected

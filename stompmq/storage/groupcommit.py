@@ -72,6 +72,8 @@ import trio
 from stompmq.storage.backend import Backend, ConcurrentReads
 from stompmq.storage.base import (
     DEFAULT_VHOST,
+    split_key,
+    vhost_space,
     MESSAGE_OVERHEAD,
     BindingRecord,
     ExchangeRecord,
@@ -116,6 +118,14 @@ MAX_BACKLOG = 200_000
 # Bytes of inserted messages buffered or in flight before the server stops reading its clients:
 # without it 40,000 SENDs of 64 KiB took 2.5 GB while the disk fell behind (issue 18).
 MAX_BACKLOG_BYTES = 64 * 1024 * 1024
+# A page read lays the buffer over the disk only while the buffer (and the group in flight) holds
+# at most this many operations plus two per message asked for, or at least this many bytes of
+# inserted messages per operation: the overlay is a scan of the buffer on the engine's thread,
+# which must stay small per message paged, and waiting behind the batch costs little when it is
+# many small rows (quick to commit) and much when it is large bodies (a 64 KiB row spans 16
+# overflow pages; 64 MiB of backlog is only ~1,000 operations).
+READ_THROUGH_OPS = 1024
+READ_THROUGH_BYTES_PER_OP = 4096
 # After a failed group, wait this long before the next try: a full disk is not fixed in a loop.
 RETRY_BACKOFF = 0.1
 
@@ -534,10 +544,18 @@ class GroupCommitStore(Store):
     async def load_ready(
         self, queue: str, after: tuple[int, int] | None, limit: int
     ) -> Sequence[StoredMessage]:
-        if self._reader is None or self._purging(queue):
+        if self._reader is None or not self._worth_reading_through(limit) or self._purging(queue):
             # A purge empties the disk view in a way the buffer cannot replay: read behind it.
             return await self._read(self._backend.load_ready, queue, after, limit)
         return await self._read_through(*self._reader, queue, after, limit)
+
+    def _worth_reading_through(self, limit: int) -> bool:
+        """Is laying the buffer over the disk cheaper than waiting for its commit?  The overlay
+        scans every buffered operation on the engine's thread; the wait grows with the bytes to
+        write.  So: a small buffer, or one of large messages (see READ_THROUGH_OPS)."""
+        ops = len(self._pending) + (len(self._inflight.ops) if self._inflight is not None else 0)
+        return (ops <= READ_THROUGH_OPS + 2 * limit
+                or self._pending_bytes + self._inflight_bytes >= ops * READ_THROUGH_BYTES_PER_OP)
 
     def _purging(self, queue: str) -> bool:
         """A purge of ``queue`` is buffered or being committed."""
@@ -565,14 +583,15 @@ class GroupCommitStore(Store):
         the window's ``late`` key covers it.
         """
         overlay: dict[int, PendingOp] = {}
+        vhost, name = split_key(queue)
+        space = vhost_space(vhost)
         if self._inflight is not None:
-            _ops_of(self._inflight.ops, queue, overlay)
-        _ops_of(self._pending, queue, overlay)
+            _ops_of(self._inflight.ops, space, name, overlay)
+        _ops_of(self._pending, space, name, overlay)
         rows, more = await reader.call(backend.read_ready, queue, after, limit, frozenset(overlay))
-        buffered = [
-            m for kind, m in overlay.values()
-            if kind != DELETE and not m.delivered and (after is None or m.order_key > after)
-        ]
+        buffered = [m for kind, m in overlay.values() if kind != DELETE and not m.delivered]
+        if after is not None:
+            buffered = [m for m in buffered if m.order_key > after]
         if not buffered:
             return rows
         if more and rows:  # the disk may hold rows after its last one: nothing beyond it yet
@@ -638,11 +657,12 @@ class GroupCommitStore(Store):
         return await read.result()
 
 
-def _ops_of(ops: dict[int, PendingOp], queue: str, into: dict[int, PendingOp]) -> None:
-    """Copy into ``into`` the operations of ``queue``'s messages (not delayed ones)."""
+def _ops_of(ops: dict[int, PendingOp], space: str, name: str, into: dict[int, PendingOp]) -> None:
+    """Copy into ``into`` the operations of queue ``name``'s messages (not delayed ones) in the
+    vhost of key prefix ``space``."""
     for seq, op in ops.items():
         m = op[1]
-        if m.deliver_at is None and m.space + m.queue == queue:
+        if m.queue == name and m.space == space and m.deliver_at is None:
             into[seq] = op
 
 

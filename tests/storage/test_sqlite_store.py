@@ -25,7 +25,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from stompmq.storage.base import MESSAGE_OVERHEAD, BindingRecord, ExchangeRecord, Recovery, StoredMessage, StoreError
-from stompmq.storage.groupcommit import RETRY_BACKOFF, GroupCommitStore
+from stompmq.storage.groupcommit import (
+    READ_THROUGH_BYTES_PER_OP,
+    READ_THROUGH_OPS,
+    RETRY_BACKOFF,
+    GroupCommitStore,
+)
 from stompmq.storage.groups import GroupRows
 from stompmq.storage.memory import MemoryStore
 from stompmq.storage.sqlite import SQLiteBackend, SQLiteStore
@@ -448,6 +453,30 @@ async def test_a_page_read_does_not_wait_for_a_commit_in_progress(tmp_path: Path
         backend.hold = False
         backend.release()
         await committed(store, ticket)
+
+
+async def test_a_page_read_behind_a_large_buffer_commits_it_first(tmp_path: Path) -> None:
+    """Laying the buffer over the disk scans it on the engine's thread: past READ_THROUGH_OPS
+    operations (many small messages, whose commit is quick) the read waits behind the batch."""
+    async with running(tmp_path / "s.db", flush_interval=NEVER) as store:
+        count = READ_THROUGH_OPS + 2 * 10 + 1
+        for seq in range(1, count + 1):
+            store.insert(msg(seq))
+        page = await store.load_ready("q", None, 10)
+        assert [m.seq for m in page] == list(range(1, 11))
+        assert seqs_on_disk(store.path) == set(range(1, count + 1))
+
+
+async def test_a_page_read_reads_through_a_buffer_of_large_messages_however_long(tmp_path: Path) -> None:
+    """Past READ_THROUGH_OPS operations a buffer of large bodies (slow to commit, quick to scan
+    per byte) is still laid over the disk rather than committed first."""
+    async with running(tmp_path / "s.db", flush_interval=NEVER) as store:
+        count = READ_THROUGH_OPS + 2 * 10 + 1
+        for seq in range(1, count + 1):
+            store.insert(msg(seq, body=b"x" * READ_THROUGH_BYTES_PER_OP))
+        page = await store.load_ready("q", None, 10)
+        assert [m.seq for m in page] == list(range(1, 11))
+        assert seqs_on_disk(store.path) == set()
 
 
 async def test_count_includes_delivered_and_sees_pending_writes(tmp_path: Path) -> None:

@@ -59,6 +59,11 @@ Theory of operation (DESIGN §4)
 * Reads run on the database thread behind the pending batch (handed over as a
   group first), so they see every write buffered before them.  If that group
   fails, the read raises StoreError rather than answer without those writes.
+  Page reads (``load_ready``) are the exception when the backend offers
+  ``ConcurrentReads`` (SQLite) and the store is not shared: they run at once on
+  a second thread and connection, beside the commits, with every write not
+  known to be on the disk laid over what they find (``_read_through``), as long
+  as that scan of the buffer is cheaper than waiting for its commit.
 """
 
 from __future__ import annotations

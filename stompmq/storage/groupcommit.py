@@ -593,10 +593,10 @@ class GroupCommitStore(Store):
         if self._inflight is not None:
             _ops_of(self._inflight.ops, space, name, overlay)
         _ops_of(self._pending, space, name, overlay)
-        rows, more = await reader.call(backend.read_ready, queue, after, limit, frozenset(overlay))
         buffered = [m for kind, m in overlay.values() if kind != DELETE and not m.delivered]
         if after is not None:
             buffered = [m for m in buffered if m.order_key > after]
+        rows, more = await reader.call(backend.read_ready, queue, after, limit, frozenset(overlay))
         if not buffered:
             return rows
         if more and rows:  # the disk may hold rows after its last one: nothing beyond it yet

@@ -15,7 +15,9 @@ instruction counts, or read its CPU figure (process CPU time, database thread in
 Scenarios:
 
 * ``keep-up``: one producer, one auto-ack consumer that takes everything written after each read
-  (the in-memory case: the backlog never leaves the window);
+  (the in-memory case: the backlog never leaves the window); with ``--ack client-individual``
+  (or ``client``) the consumer subscribes with ``--prefetch`` and ACKs every message it took,
+  the ACKs of one write in one read, as ``scripts/bench.py --scenario queue-ack`` does;
 * ``backlog``: the consumer subscribes only after ``--messages`` were sent, then drains them (the
   on-disk case: all but the window are paged back from the store);
 * ``bursts``: ``--bursts`` bursts of ``--messages`` each into one broker, consumer slower than the
@@ -76,6 +78,8 @@ class Pipeline:
         # The database thread, and the reader thread of page reads when the store has one.
         self.threads = [store._thread] + ([store._reader[0]] if store._reader is not None else [])
         self.parser = FrameParser()
+        self.ack_parser = FrameParser()  # the consumer connection's
+        self.acked = 0  # ACKs the consumer sent (1.2 ack ids are 1, 2, ... on this session)
         self.producer = broker.open_session("p", "1.2", ConnectionOutbox())
         self.outbox = ConnectionOutbox()
         self.consumer = broker.open_session("c", "1.2", self.outbox)
@@ -101,7 +105,9 @@ class Pipeline:
         thread.submit = counted
 
     def subscribe(self) -> None:
-        self.broker.handle(self.consumer, Frame("SUBSCRIBE", {"id": "1", "destination": "/queue/bench", "ack": "auto"}))
+        args = self.args
+        self.broker.handle(self.consumer, Frame("SUBSCRIBE", {"id": "1", "destination": "/queue/bench", "ack": args.ack,
+                                                              "prefetch": str(args.prefetch)}))
         self.subscribed = True
 
     async def settle(self) -> None:
@@ -132,7 +138,23 @@ class Pipeline:
         written = getattr(self.broker, "written", None)  # absent before auto-ack settled at the socket
         if written is not None and self.consumer.unsent:
             written(self.consumer, self.sent_total)
+        if self.args.ack != "auto" and self.delivered > self.acked:
+            self.acknowledge()
         return sent
+
+    def acknowledge(self) -> None:
+        """The consumer ACKs every message it took so far, in one read (client: the last one only)."""
+        first = self.acked + 1 if self.args.ack == "client-individual" else self.delivered
+        data = b"".join(b"ACK\nid:%d\n\n\0" % i for i in range(first, self.delivered + 1))
+        self.acked = self.delivered
+        self.runtime.tick()
+        frames = self.ack_parser.feed(data)
+        handle_acks = getattr(self.broker, "handle_acks", None)  # absent before ACKs were batched per read
+        if handle_acks is not None:
+            handle_acks(self.consumer, frames)
+        else:
+            for frame in frames:
+                self.broker.handle(self.consumer, frame)
 
     async def send(self, count: int, share: float = 1.0, drain_each: bool = True) -> None:
         """``count`` SENDs in 256 KiB reads; after each read the consumer's writer runs."""
@@ -152,6 +174,9 @@ class Pipeline:
             if drain_each and self.subscribed:
                 await self.write(share)
                 await self.settle()
+                while self.args.ack != "auto" and self.outbox.size:  # its ACKs made room for more
+                    await self.write(share)
+                    await self.settle()
 
     async def drain(self, expected: int) -> None:
         """The consumer takes everything until ``expected`` messages were delivered in total."""
@@ -256,6 +281,9 @@ def main() -> None:
                    help="virtual time a read of N messages takes: N times this (default %(default)s)")
     p.add_argument("--consumer-share", type=float, default=0.8,
                    help="bursts: the fraction of the outbox the consumer takes per read (default %(default)s)")
+    p.add_argument("--ack", choices=["auto", "client", "client-individual"], default="auto",
+                   help="the consumer's ack mode (default %(default)s)")
+    p.add_argument("--prefetch", type=int, default=1000, help="the consumer's prefetch (client acks)")
     p.add_argument("--default-gc", action="store_true", help="keep Python's GC thresholds (no tune_gc)")
     p.add_argument("--callgrind", action="store_true", help="collect only the measured part (under callgrind)")
     args = p.parse_args()

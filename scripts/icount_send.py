@@ -1,14 +1,20 @@
 #!/usr/bin/env python3
 """N queue SENDs through the engine, in process, for instruction counts of the hot path.
 
-One subscriber (auto ack) on the memory store; each SEND is handled, delivered into a counting
-outbox and settled (``Broker.written``), as a connection would.  MODE: ``plain``, ``ttl``
-(``ttl:60000`` on every SEND) or ``extra`` (a header of the same size the broker ignores).
-Run it twice under callgrind and take the difference, so start-up cancels out:
+One subscriber on the memory store; each SEND is handled, delivered into a counting outbox and
+settled, as a connection would.  MODE: ``plain``, ``ttl`` (``ttl:60000`` on every SEND) or
+``extra`` (a header of the same size the broker ignores), all auto-ack (settled by
+``Broker.written``); ``ack``: the subscriber is ``client-individual`` and ACKs every message,
+the ACKs of 1,000 messages parsed from one buffer and handed over as a connection does
+(``Broker.handle_acks``, or frame by frame on a tree from before it).  Run it twice under
+callgrind and take the difference, so start-up cancels out:
 
   for n in 2000 7000; do
     valgrind --tool=callgrind --callgrind-out-file=/dev/null .venv/bin/python scripts/icount_send.py $n ttl
   done   # instructions per message = (Collected[7000] - Collected[2000]) / 5000
+
+``ack`` minus ``plain`` is the cost of a client acknowledgement (the ACK's parse and engine
+work, and what a client-ack delivery tracks that an auto-ack one does not).
 """
 
 from __future__ import annotations
@@ -16,8 +22,10 @@ from __future__ import annotations
 import sys
 
 from stompmq.broker import Broker
-from stompmq.protocol import Frame
+from stompmq.protocol import Frame, FrameParser
 from stompmq.storage.memory import MemoryStore
+
+ACKS_PER_READ = 1000
 
 
 class CountingOutbox:
@@ -39,7 +47,10 @@ def main() -> None:
     broker.advance(0.0, 1.7e9)
     outbox = CountingOutbox()
     subscriber = broker.open_session("s", "1.2", outbox)
-    broker.handle(subscriber, Frame("SUBSCRIBE", {"id": "1", "destination": "/queue/q"}, b""))
+    subscribe = {"id": "1", "destination": "/queue/q"}
+    if mode == "ack":
+        subscribe.update({"ack": "client-individual", "prefetch": str(ACKS_PER_READ)})
+    broker.handle(subscriber, Frame("SUBSCRIBE", subscribe, b""))
     producer = broker.open_session("p", "1.2", CountingOutbox())
     headers = {"destination": "/queue/q", "colour": "blue"}
     if mode == "ttl":
@@ -47,9 +58,23 @@ def main() -> None:
     elif mode == "extra":
         headers["xyz"] = "60000"
     frame = Frame("SEND", headers, b"x" * 100)
-    for _ in range(n):
-        broker.handle(producer, frame)
-        broker.written(subscriber, outbox.queued)
+    if mode != "ack":
+        for _ in range(n):
+            broker.handle(producer, frame)
+            broker.written(subscriber, outbox.queued)
+        return
+    parser = FrameParser()
+    handle_acks = getattr(broker, "handle_acks", None)  # absent before ACKs were batched per read
+    for first in range(1, n + 1, ACKS_PER_READ):
+        last = min(first + ACKS_PER_READ, n + 1)
+        for _ in range(first, last):
+            broker.handle(producer, frame)
+        acks = parser.feed(b"".join(b"ACK\nid:%d\n\n\0" % i for i in range(first, last)))
+        if handle_acks is not None:
+            handle_acks(subscriber, acks)
+        else:
+            for ack in acks:
+                broker.handle(subscriber, ack)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,12 @@ counter); 1.0 and 1.1 name the ``message-id``, which two overlapping topic
 subscriptions of one session share, so ``target`` also looks at the
 ``subscription`` header, but only to choose between subscriptions holding the id:
 a wrong one is ignored, as RabbitMQ and ActiveMQ do.
+
+A client-ack consumer sends one ACK per message, many per socket read, so the
+ACKs of a read form an ``AckRun`` (``Broker.handle_acks``): each is settled as
+it comes (a later ACK of the same id finds it settled), while their store
+deletes wait for one ``Store.delete_all`` and each subscription they made room
+in is pumped once, at the end (``finish``), instead of once per ACK.
 """
 
 from __future__ import annotations
@@ -22,6 +28,16 @@ from .errors import ClientError
 from .queue import Queue
 from .session import AckMode, Session, Subscription
 from .streams import Streams, StreamSubscription
+
+
+class AckRun:
+    """ACKs settled and not finished yet: the messages to delete, the subscriptions to pump."""
+
+    __slots__ = ("gone", "subs")
+
+    def __init__(self) -> None:
+        self.gone: list[StoredMessage] = []
+        self.subs: dict[Subscription, None] = {}  # in the order they were acked, each once
 
 
 class Acks:
@@ -57,15 +73,34 @@ class Acks:
         return sub, ack_id
 
     def ack(self, sub: Subscription, ack_id: str) -> None:
-        stored = sub.queue is not None  # topic and stream messages are never deleted by an ACK
+        """Apply one ACK completely (a transaction's, at COMMIT)."""
+        run = AckRun()
+        self.settle_ack(run, sub, ack_id)
+        self.finish(run)
+
+    def settle_ack(self, run: AckRun, sub: Subscription, ack_id: str) -> None:
+        """Settle what one ACK covers now; its deletes and the pump wait for ``finish(run)``."""
         ids = _acked_ids(sub, ack_id)
-        for one in ids:
-            msg = self.settle(sub, one)
-            if stored:
-                self.dispatcher.remove(msg)
-        if sub.queue is not None:
-            sub.queue.stats.acked += len(ids)
-        self.after_settle(sub)
+        queue = sub.queue
+        if queue is None:  # topic and stream messages are never deleted by an ACK
+            for one in ids:
+                self.settle(sub, one)
+        else:
+            gone = run.gone
+            for one in ids:
+                gone.append(self.settle(sub, one))
+            queue.stats.acked += len(ids)
+        run.subs[sub] = None
+
+    def finish(self, run: AckRun) -> None:
+        """Delete what the run's ACKs settled (one store call), then pump each subscription."""
+        if run.gone:
+            self.dispatcher.remove_all(run.gone)
+            run.gone = []
+        if run.subs:
+            subs, run.subs = run.subs, {}
+            for sub in subs:
+                self.after_settle(sub)
 
     def nack(self, sub: Subscription, ack_id: str, requeue: bool) -> None:
         for one in _acked_ids(sub, ack_id):

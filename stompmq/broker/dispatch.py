@@ -161,12 +161,19 @@ class Dispatcher:
 
     def remove(self, msg: StoredMessage) -> None:
         """A queue message is gone for good (acked, discarded, expired, dropped): delete it."""
-        self.store.delete(msg)
-        if self.sizes and msg.deliver_at is None:  # a delayed message counts once it is ready
-            size = self.sizes.get(msg.queue)
-            if size is not None:
-                size.length -= 1
-                size.bytes -= len(msg.body)
+        self.remove_all((msg,))
+
+    def remove_all(self, messages: Sequence[StoredMessage]) -> None:
+        """``remove`` for many messages (a socket read's ACKs, a socket write's auto-ack
+        deliveries) in one store call."""
+        self.store.delete_all(messages)
+        sizes = self.sizes
+        if sizes:
+            for msg in messages:
+                size = sizes.get(msg.queue)
+                if size is not None and msg.deliver_at is None:  # a delayed one counts once ready
+                    size.length -= 1
+                    size.bytes -= len(msg.body)
 
     def dead_letter(self, msg: StoredMessage, reason: str) -> None:
         """Move ``msg`` (already settled) to its queue's dead-letter queue, or drop it.
@@ -393,19 +400,19 @@ class Dispatcher:
     def written(self, session: Session, sent: int) -> None:
         """The first ``sent`` bytes of the session's outbox reached the socket: the auto-ack
         deliveries among them are done (deleted from the store)."""
-        unsent, store, sizes = session.unsent, self.store, self.sizes
+        unsent = session.unsent
+        done: list[StoredMessage] = []
         while unsent and unsent[0][0] <= sent:
             _, queue, msg = unsent.popleft()
-            if sizes:
-                self.remove(msg)
-            else:
-                store.delete(msg)
+            done.append(msg)
             inflight = queue.inflight
             inflight.pop(msg.seq, None)
             if queue.groups:
                 queue.settled(msg)
             if not inflight and not queue.nsubs:
                 self.deactivate_if_idle(queue)
+        if done:
+            self.remove_all(done)
 
     def take_unsent(self, session: Session) -> list[tuple[Queue, StoredMessage]]:
         """Remove the auto-ack deliveries that never reached the socket, oldest first."""

@@ -9,7 +9,8 @@ drives it:
 
 * ``advance(now, wall)`` gives it the time (trio's clock for deadlines, the
   wall clock for message timestamps) before handing it work;
-* ``handle(session, frame)`` applies one client frame synchronously: MESSAGE
+* ``handle(session, frame)`` applies one client frame synchronously (a run of
+  ACK/NACK frames from one socket read: ``handle_acks``, in one step): MESSAGE
   and RECEIPT bytes go into the sessions' outboxes, store writes into the
   store's buffer (the store commits them in groups and its commit callback
   releases RECEIPTs through ``Receipts``);
@@ -45,7 +46,7 @@ from typing import Any
 
 from ..protocol import Frame
 from ..storage.base import BindingRecord, ExchangeRecord, Recovery, Store, StoreError
-from .acks import Acks
+from .acks import Acks, AckRun
 from .browse import BrowseSubscription
 from .config import BrokerConfig
 from .control import Control, Deferred, QueuePage
@@ -298,6 +299,48 @@ class Broker:
             self._answer_later(session, receipt, answer)
         elif receipt is not None:
             self.receipts.send(session, receipt, answer)
+
+    def handle_acks(self, session: Session, frames: list[Frame]) -> None:
+        """Apply a run of ACK/NACK frames that came in one socket read, as ``handle`` would one
+        by one, but with their store deletes in one call and each subscription pumped once,
+        after the last of them (issue 17).  A plain ACK is settled at once, so a later frame
+        of the run sees it settled; a NACK or a transactional ACK goes through ``handle`` once
+        what came before it is finished.  RECEIPTs are sent in order once the deletes before
+        them are buffered.  A bad frame raises ClientError carrying its ``receipt_id``, after
+        the frames before it took effect (an unexpected error, logged, becomes one too)."""
+        if session.waiting is not None:
+            session.waiting.extend(frames)
+            return
+        acks = self.acks
+        run = AckRun()
+        receipts: list[str] = []
+        frame = frames[0]
+        try:
+            for frame in frames:
+                headers = frame.headers
+                if frame.command == "ACK" and "transaction" not in headers:
+                    sub, ack_id = acks.target(session, headers)
+                    acks.settle_ack(run, sub, ack_id)
+                    receipt = headers.get("receipt")
+                    if receipt is not None:
+                        receipts.append(receipt)
+                else:
+                    self._finish_acks(session, run, receipts)
+                    self.handle(session, frame)
+        except ClientError as e:
+            e.receipt_id = frame.headers.get("receipt")
+            raise
+        except Exception as e:
+            log.exception("session %s: internal error handling %s", session.id, frame.command)
+            raise ClientError("internal error", frame.headers.get("receipt")) from e
+        finally:
+            self._finish_acks(session, run, receipts)
+
+    def _finish_acks(self, session: Session, run: AckRun, receipts: list[str]) -> None:
+        self.acks.finish(run)
+        for receipt in receipts:
+            self.receipts.send(session, receipt)
+        receipts.clear()
 
     def _answer_later(self, session: Session, receipt: str | None, deferred: Deferred[Headers]) -> None:
         entry = self.receipts.reserve(session, receipt) if receipt is not None else None

@@ -9,8 +9,13 @@ from __future__ import annotations
 
 
 class ClientError(Exception):
-    """The client asked for something invalid; answer ERROR and close."""
+    """The client asked for something invalid; answer ERROR and close.
 
-    def __init__(self, message: str) -> None:
+    ``receipt_id`` is the offending frame's receipt when the raiser handled several frames
+    (``Broker.handle_acks``); otherwise the caller knows the frame and takes it from there.
+    """
+
+    def __init__(self, message: str, receipt_id: str | None = None) -> None:
         super().__init__(message)
         self.message = message
+        self.receipt_id = receipt_id

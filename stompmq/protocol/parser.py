@@ -33,6 +33,12 @@ the other would scan far ahead on every frame, so the parser searches first
 for the style the previous frame used and checks for the other one only
 inside the found block.
 
+ACK and NACK frames, one per message a client-ack consumer takes, have a short
+path (``_short_ack``): a frame in the form clients send (LF line ends, no
+backslash, no ``content-length``, no body) is cut at its NUL and split in one
+go.  Anything else it declines, and the general path parses it (or refuses
+it) as it would any frame, so both give the same frames and the same errors.
+
 Header unescaping depends on the session's STOMP version.  It is skipped
 entirely for header blocks without a backslash (nearly all of them), and
 never applied to CONNECT/STOMP/CONNECTED.  So that frames pipelined behind
@@ -96,6 +102,11 @@ _EOLS = re.compile(rb"(?:\r?\n)+")
 _QUOTE_AT_MOST = 60
 """Characters of offending input quoted in an error: it ends up in the ERROR frame's header."""
 
+_SHORT_ACK_BYTES = 512
+"""Longest ACK/NACK frame the short path looks at (ids, subscription, receipt); longer ones
+take the general path, so a peer feeding a long header block a byte at a time costs at most
+this much more per feed."""
+
 _new_frame = tuple.__new__
 """Builds a Frame without NamedTuple's Python-level __new__ (it is one call per frame)."""
 
@@ -153,6 +164,42 @@ def _unescaped_headers(lines: list[str], table: dict[str, str]) -> dict[str, str
         if name not in headers:
             headers[name] = value
     return headers
+
+
+def _short_ack(buf: bytearray, pos: int, max_header_bytes: int, max_headers: int) -> tuple[Frame, int] | None:
+    """The ACK or NACK frame at ``pos`` and the position after its NUL, if it is complete and in
+    the plain form (see the module docstring); None otherwise: the general path takes it.
+
+    Each refusal stands for a case where the general path could do something else: CR line
+    ends, escapes, a blank line before the last one (a body follows), a header line without a
+    colon, ``content-length``, a limit.  A NUL search and one decode per frame, no more.
+    """
+    end = buf.find(b"\0", pos, pos + _SHORT_ACK_BYTES)
+    if end < 0 or end - 1 - pos > max_header_bytes:
+        return None
+    try:
+        text = buf[pos:end].decode()
+    except UnicodeDecodeError:
+        return None
+    if not text.endswith("\n\n") or "\r" in text or "\\" in text:
+        return None
+    command, eol, rest = text[:-2].partition("\n")
+    if command != "ACK" and command != "NACK":
+        return None
+    headers: dict[str, str] = {}
+    if eol:
+        lines = rest.split("\n")
+        if len(lines) > max_headers:
+            return None
+        for line in lines:
+            name, colon, value = line.partition(":")
+            if not colon:  # an empty line among them too: an earlier blank line
+                return None
+            if name not in headers:
+                headers[name] = value
+        if "content-length" in headers:
+            return None
+    return _new_frame(Frame, (command, headers, b"")), end + 1
 
 
 class FrameParser:
@@ -252,6 +299,13 @@ class FrameParser:
                         first = buf[pos]
                     if first < 65 and not (first == 13 and pos + 1 == n):  # a CR may await its LF
                         raise ProtocolError(f"malformed command line: starts with byte {first:#04x}")
+                if first == 65 or first == 78:  # "A", "N": maybe an ACK/NACK for the short path
+                    short = _short_ack(buf, pos, max_header_bytes, max_headers)
+                    if short is not None:
+                        append(short[0])
+                        pos = short[1]
+                        crlf = False  # as the general path would find the LF blank line
+                        continue
                 if scan < pos:
                     scan = pos
                 window = pos + max_header_bytes + 2  # a blank line may start at the limit's last byte

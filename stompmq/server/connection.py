@@ -6,7 +6,8 @@ Each connection runs three tasks in its own nursery:
 
 * the reader receives whatever the socket has (up to ``RECEIVE_BYTES``),
   parses the whole buffer into frames at once and hands each frame to the
-  broker synchronously;
+  broker synchronously (consecutive ACK/NACK frames in one call,
+  ``Broker.handle_acks``: a client-ack consumer sends one per message);
 * the writer takes everything in the outbox and sends it with one
   ``send_all``;
 * the watchdog enforces the CONNECT deadline, sends heart-beats and closes a
@@ -70,6 +71,8 @@ DISCONNECT_WAIT_SECONDS = 30.0
 DECLARE_VHOST = "/control/declare/vhost/"
 #: Commands the broker handles after CONNECT (anything else is an unknown command).
 SESSION_COMMANDS = frozenset({"SEND", "SUBSCRIBE", "UNSUBSCRIBE", "ACK", "NACK", "BEGIN", "COMMIT", "ABORT"})
+#: Commands whose consecutive frames in one read go to the broker in one call.
+ACK_COMMANDS = frozenset({"ACK", "NACK"})
 
 _ids = itertools.count(1)
 
@@ -203,7 +206,14 @@ class Connection:
             if log.isEnabledFor(logging.DEBUG):  # once per read, not per frame
                 for frame in frames:
                     log.debug("connection %s: %s %s", self.id, frame.command, frame.headers)
+            acks: list[Frame] = []
             for frame in frames:
+                if frame.command in ACK_COMMANDS and self.session is not None:
+                    acks.append(frame)
+                    continue
+                if acks:
+                    self._on_acks(acks)
+                    acks = []
                 if self._errored:  # failed from outside (a slow topic subscriber disconnected)
                     raise _Close
                 if self.session is None and frame.command in ("CONNECT", "STOMP"):
@@ -211,6 +221,8 @@ class Connection:
                 if frame.command == "DISCONNECT" and self.session is not None:
                     await self._wait_for_engine(self.session)  # its RECEIPT follows every frame's
                 self._on_frame(frame)
+            if acks:
+                self._on_acks(acks)
             session = self.session
             if session is not None:
                 if session.throttled_by:
@@ -279,6 +291,20 @@ class Connection:
             self._error("already connected", frame.headers.get("receipt"))
         else:
             self._error(f"unknown command {command!r}", frame.headers.get("receipt"))
+
+    def _on_acks(self, frames: list[Frame]) -> None:
+        """Consecutive ACK/NACK frames of one read: one broker call (it names the bad frame's
+        receipt when one fails)."""
+        if self._errored:
+            raise _Close
+        assert self.session is not None
+        try:
+            self.broker.handle_acks(self.session, frames)
+        except ClientError as e:
+            self._error(e.message, e.receipt_id)
+        except Exception:  # handle_acks turns errors into ClientError; this is the last resort
+            log.exception("connection %s: internal error handling ACK/NACK", self.id)
+            self._error("internal error")
 
     def _connect(self, frame: Frame) -> None:
         headers = frame.headers

@@ -362,6 +362,12 @@ class Store(abc.ABC):
     def delete(self, msg: StoredMessage) -> None:
         """The message is acked or discarded."""
 
+    def delete_all(self, messages: Sequence[StoredMessage]) -> None:
+        """``delete`` each of ``messages`` (a socket read's worth of ACKs): one call, so a store
+        can take them in one step."""
+        for msg in messages:
+            self.delete(msg)
+
     @abc.abstractmethod
     def purge(self, queue: str) -> None:
         """Delete every message of ``queue`` (messages the broker holds in memory included)."""

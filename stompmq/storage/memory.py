@@ -58,6 +58,9 @@ class MemoryStore(Store):
     def delete(self, msg: StoredMessage) -> None:
         pass
 
+    def delete_all(self, messages: Sequence[StoredMessage]) -> None:
+        pass
+
     def purge(self, queue: str) -> None:
         pass
 

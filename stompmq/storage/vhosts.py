@@ -125,6 +125,9 @@ class VhostStore(Store):
     def delete(self, msg: StoredMessage) -> None:
         self.store.delete(msg)
 
+    def delete_all(self, messages: Sequence[StoredMessage]) -> None:
+        self.store.delete_all(messages)
+
     def purge(self, queue: str) -> None:
         self.store.purge(self.space + queue)
 

@@ -389,3 +389,105 @@ def test_16_mib_body_in_small_chunks(content_length: bool) -> None:
     for i in range(0, len(data), 64):
         frames += parser.feed(view[i : i + 64])
     assert len(frames) == 1 and len(frames[0].body) == size
+
+
+# -- the ACK/NACK short path (``_short_ack``) ----------------------------------------------------
+# Every case is parsed with the short path and without it (the general path alone): the frames,
+# or the error and its receipt, must be the same.  ``short`` says whether the short path takes
+# the frame (True) or declines it to the general path (False).
+ACK_CASES: list[tuple[str, bytes, bool]] = [
+    ("v12_id", b"ACK\nid:17\n\n\0", True),
+    ("v12_nack", b"NACK\nid:17\n\n\0", True),
+    ("v12_receipt", b"ACK\nid:17\nreceipt:r-1\n\n\0", True),
+    ("v12_transaction", b"ACK\nid:17\ntransaction:tx\n\n\0", True),
+    ("v11_message_id_subscription", b"ACK\nsubscription:s\nmessage-id:42\n\n\0", True),
+    ("nack_requeue_false", b"NACK\nid:3\nrequeue:false\n\n\0", True),
+    ("no_headers", b"ACK\n\n\0", True),
+    ("repeated_header_first_wins", b"ACK\nid:1\nid:2\n\n\0", True),
+    ("value_with_colons", b"ACK\nmessage-id:ID:host-1:2:3\n\n\0", True),
+    ("empty_value", b"ACK\nid:\n\n\0", True),
+    ("non_ascii_value", "ACK\nid:é😀\n\n\0".encode(), True),
+    ("heart_beats_around", b"\n\r\nACK\nid:1\n\n\0\nACK\nid:2\n\n\0\r\n", True),
+    # declined: the general path parses or refuses these
+    ("body", b"ACK\nid:1\n\nxyz\0", False),
+    ("body_of_an_eol", b"ACK\nid:1\n\n\n\0", False),
+    ("body_after_no_headers", b"ACK\n\n\n\0", False),
+    ("content_length_zero", b"ACK\nid:1\ncontent-length:0\n\n\0", False),
+    ("content_length_body", b"ACK\nid:1\ncontent-length:2\n\nab\0", False),
+    ("content_length_past_nul", b"ACK\nid:1\ncontent-length:3\n\n\0ab\0", False),
+    ("content_length_bad", b"ACK\nid:1\ncontent-length:x\n\n\0", False),
+    ("crlf", b"ACK\r\nid:1\r\n\r\n\0", False),
+    ("crlf_blank_line", b"ACK\nid:1\r\n\r\n\0", False),
+    ("cr_in_value", b"ACK\nid:1\rx\n\n\0", False),
+    ("escape_ok", b"ACK\nid:a\\cb\n\n\0", False),
+    ("escape_undefined", b"ACK\nid:a\\tb\nreceipt:r\n\n\0", False),
+    ("line_without_colon", b"ACK\nid:1\nnocolon\nreceipt:r\n\n\0", False),
+    ("blank_line_early", b"ACK\nid:1\n\nreceipt:r\n\n\0", False),
+    ("invalid_utf8", b"ACK\nid:\xff\n\n\0", False),
+    ("too_many_headers", b"ACK\n" + b"h:v\n" * 4 + b"\n\0", False),
+    ("header_block_over_limit", b"ACK\nid:" + b"1" * 60 + b"\n\n\0", False),
+    ("longer_than_the_short_path_looks", b"ACK\nid:" + b"1" * 600 + b"\n\n\0", False),
+    ("incomplete", b"ACK\nid:1\n\n", False),
+    ("nul_in_headers", b"ACK\nid:1\0\n\n\0", False),
+    ("ackx_command", b"ACKX\nid:1\n\n\0", False),
+    ("abort", b"ABORT\ntransaction:t\n\n\0", False),
+    ("ack_lowercase", b"ack\nid:1\n\n\0", False),
+]
+_ACK_LIMITS = Limits(max_header_bytes=64, max_headers=3)
+"""Low enough that the limit cases reach them; the others stay below."""
+
+
+def _outcome(data: bytes, feed_bytewise: bool = False, version: str = "1.2") -> tuple[str, object]:
+    parser = _parser(version, _ACK_LIMITS)
+    try:
+        frames = _feed_bytewise(parser, data) if feed_bytewise else parser.feed(data)
+    except ProtocolError as e:
+        return "error", (e.message, e.receipt_id)
+    return "frames", [(f, list(f.headers)) for f in frames]
+
+
+@pytest.mark.parametrize("version", ["1.0", "1.1", "1.2"])
+@pytest.mark.parametrize("name, data, short", ACK_CASES, ids=[c[0] for c in ACK_CASES])
+def test_ack_short_path_agrees_with_the_general_path(
+    name: str, data: bytes, short: bool, version: str, monkeypatch: pytest.MonkeyPatch, native: bool
+) -> None:
+    taken: list[Frame] = []
+    real = parser_module._short_ack
+
+    def spy(*args: object) -> object:
+        result = real(*args)  # type: ignore[arg-type]
+        if result is not None:
+            taken.append(result[0])
+        return result
+
+    monkeypatch.setattr(parser_module, "_short_ack", spy)
+    with_short = _outcome(data, version=version)
+    bytewise = _outcome(data, feed_bytewise=True, version=version)
+    if not native:  # the native scan takes complete, valid ACKs before the Python short path
+        assert bool(taken) == short, taken
+    monkeypatch.setattr(parser_module, "_short_ack", lambda *args: None)
+    assert with_short == _outcome(data, version=version)
+    assert bytewise == _outcome(data, feed_bytewise=True, version=version)
+
+
+def test_ack_short_path_frames() -> None:
+    frames = FrameParser().feed(b"ACK\nid:1\nreceipt:r\n\n\0NACK\nsubscription:s\nmessage-id:9\nrequeue:false\n\n\0")
+    assert frames == [
+        Frame("ACK", {"id": "1", "receipt": "r"}, b""),
+        Frame("NACK", {"subscription": "s", "message-id": "9", "requeue": "false"}, b""),
+    ]
+
+
+def test_ack_short_path_after_a_crlf_frame_leaves_crlf_search_for_the_next() -> None:
+    """The short path sets the blank-line style to LF, as the general path would have."""
+    data = b"SEND\r\nk:1\r\n\r\nx\0ACK\nid:1\n\n\0SEND\r\nk:2\r\n\r\ny\0"
+    assert FrameParser().feed(data) == [
+        Frame("SEND", {"k": "1"}, b"x"), Frame("ACK", {"id": "1"}, b""), Frame("SEND", {"k": "2"}, b"y")
+    ]
+
+
+def test_many_acks_fed_bytewise_stay_linear() -> None:
+    """A long header block starting like an ACK, a byte at a time: the short path looks at most
+    ``_SHORT_ACK_BYTES`` per feed, so this stays quick."""
+    data = b"ACK\n" + b"h:" + b"v" * 60_000 + b"\n\n\0"
+    assert _feed_bytewise(FrameParser(), data)[0].headers["h"] == "v" * 60_000

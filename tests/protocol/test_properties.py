@@ -7,7 +7,8 @@
 - arbitrary or corrupted bytes only ever raise ProtocolError, and cutting them
   differently never changes whether they do;
 - on frame-shaped input with plausible mistakes the parser agrees with a slow,
-  independent line-by-line reading of the grammar (``_reference_parse``).
+  independent line-by-line reading of the grammar (``_reference_parse``), ACK and
+  NACK frames (the short path) among them, and with itself without the short path.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stompmq.protocol import Frame, FrameParser, Limits, ProtocolError, encode_frame, escape
+from stompmq.protocol import parser as parser_module
 
 _NO_DEADLINE = settings(deadline=None)
 """Timing varies on shared machines; these tests check correctness, not speed."""
@@ -181,6 +183,8 @@ _STOMPISH = st.lists(
     st.sampled_from(
         [
             b"SEND",
+            b"ACK\n",
+            b"NACK\n",
             b"CONNECT",
             b"\n",
             b"\r\n",
@@ -349,7 +353,9 @@ _HEADER_LINE = st.one_of(
 @st.composite
 def _frameish(draw: st.DrawFn) -> bytes:
     """A frame-shaped byte string with plausible mistakes in every part."""
-    command = draw(st.sampled_from([b"SEND", b"SEND", b"CONNECT", b"STOMP", b"CONNECTED", b"send", b"S1", b"\r"]))
+    command = draw(
+        st.sampled_from([b"SEND", b"SEND", b"ACK", b"NACK", b"CONNECT", b"STOMP", b"CONNECTED", b"send", b"S1", b"\r"])
+    )
     lines = draw(st.lists(st.tuples(_HEADER_LINE, _EOL), max_size=4))
     body = draw(st.lists(st.sampled_from([b"x", b"\0", b"\n", b"\r\n"]), max_size=4).map(b"".join))
     return (
@@ -371,3 +377,29 @@ def test_parser_agrees_with_a_reference_reading_of_the_grammar(data: bytes, vers
     for pieces in ([], cuts):
         failed, frames = _outcome(_parser(version), data, pieces)
         assert (failed, frames if not failed else []) == expected
+
+
+@settings(_NO_DEADLINE, max_examples=300)
+@given(st.lists(_frameish(), max_size=4).map(b"".join), _VERSIONS, st.lists(st.integers(0, 200), max_size=8))
+def test_the_ack_short_path_changes_no_frame_and_no_error(data: bytes, version: str, cuts: list[int]) -> None:
+    """The parser with and without ``_short_ack``: the same frames, or the same error message."""
+
+    def outcome(parser: FrameParser) -> tuple[str | None, list[Frame]]:
+        frames: list[Frame] = []
+        start = 0
+        try:
+            for cut in [*sorted(cuts), len(data)]:
+                frames += parser.feed(data[start:cut])
+                start = max(start, cut)
+        except ProtocolError as e:
+            return e.message, []
+        return None, frames
+
+    with_short = outcome(_parser(version, _SMALL_LIMITS))
+    real = parser_module._short_ack
+    parser_module._short_ack = lambda *args: None
+    try:
+        without = outcome(_parser(version, _SMALL_LIMITS))
+    finally:
+        parser_module._short_ack = real
+    assert with_short == without

@@ -322,6 +322,49 @@ async def test_a_timed_flush_holds_back_deliveries_in_flight_once(
         assert commits.on_disk_at_commit[2] == {2, 3, 4}
 
 
+async def test_a_timed_flush_holds_back_messages_in_memory_once_and_not_the_others(
+    tmp_path: Path, mock_clock: trio.testing.MockClock
+) -> None:
+    """Issue 17.2: a message waiting in a consumer's ready window (``held``: in this broker's
+    memory) is held back like one in flight, so a client-ack consumer behind its prefetch that
+    acks it within the interval keeps it off the disk; one nobody here holds commits at once."""
+    flush = 0.05
+    async with running(tmp_path / "s.db", flush_interval=flush) as store:
+        commits = Commits(store)
+        acked, waiting = msg(1, body=b"ACKED-FROM-THE-WINDOW" * 4), msg(2)
+        acked.held = waiting.held = True
+        for m in (acked, waiting, msg(3)):
+            store.insert(m)
+        mock_clock.jump(flush)
+        await commits.wait(1)
+        assert commits.on_disk_at_commit == [{3}]
+        store.delete_all([acked])
+        mock_clock.jump(flush)
+        await commits.wait(2)
+        assert commits.on_disk_at_commit[1] == {2, 3}
+        assert b"ACKED-FROM-THE-WINDOW" not in file_bytes(store.path)
+
+
+async def test_delete_all_cancels_pending_inserts_and_deletes_stored_rows(tmp_path: Path) -> None:
+    """A read's worth of ACKs in one call: an insert still buffered is dropped (its bytes leave
+    the budget), a stored row is deleted, an update pending for it becomes the delete."""
+    async with running(tmp_path / "s.db", flush_interval=NEVER) as store:
+        stored = msg(1)
+        store.insert(stored)
+        await committed(store, store.sync_ticket())
+        buffered = msg(2, body=b"NEVER-STORED" * 8)
+        store.insert(buffered)
+        stored.delivered = True
+        store.update(stored)
+        store.update(buffered)  # a pending insert already carries its fields: nothing more
+        assert store.backlog() == 2
+        store.delete_all([buffered, stored])
+        assert store.backlog() == 1 and store.backlog_bytes() == 0
+        await committed(store, store.sync_ticket())
+        assert seqs_on_disk(store.path) == set()
+        assert b"NEVER-STORED" not in file_bytes(store.path)
+
+
 async def test_a_ticket_or_a_read_holds_nothing_back(tmp_path: Path) -> None:
     """A receipt promises the disk, and a read must see every write: neither waits for a delivery."""
     async with running(tmp_path / "s.db", flush_interval=NEVER) as store:

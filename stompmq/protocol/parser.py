@@ -299,7 +299,8 @@ class FrameParser:
                         first = buf[pos]
                     if first < 65 and not (first == 13 and pos + 1 == n):  # a CR may await its LF
                         raise ProtocolError(f"malformed command line: starts with byte {first:#04x}")
-                if first == 65 or first == 78:  # "A", "N": maybe an ACK/NACK for the short path
+                if first <= 78:  # "A".."N": ACK, NACK (one comparison for SEND; the rarer ABORT,
+                    # BEGIN, COMMIT, CONNECT, DISCONNECT are declined by the short path)
                     short = _short_ack(buf, pos, max_header_bytes, max_headers)
                     if short is not None:
                         append(short[0])

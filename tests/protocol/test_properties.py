@@ -149,24 +149,24 @@ _SMALL_LIMITS = Limits(max_body=40, max_header_bytes=40, max_headers=3)
 """Small enough that random input reaches every limit."""
 
 
-def _outcome(parser: FrameParser, data: bytes, cuts: list[int]) -> tuple[bool, list[Frame]]:
-    """Return (raised ProtocolError, frames); any other exception fails the test."""
+def _outcome(parser: FrameParser, data: bytes, cuts: list[int]) -> tuple[ProtocolError | None, list[Frame]]:
+    """Return (the ProtocolError raised, if any, frames); any other exception fails the test."""
     frames: list[Frame] = []
     start = 0
     try:
         for cut in [*sorted(cuts), len(data)]:
             frames += parser.feed(data[start:cut])
             start = max(start, cut)
-    except ProtocolError:
-        return True, frames
-    return False, frames
+    except ProtocolError as error:
+        return error, frames
+    return None, frames
 
 
 def _check_garbage(data: bytes, cuts: list[int], version: str) -> None:
-    whole_failed, whole = _outcome(_parser(version, _SMALL_LIMITS), data, [])
-    split_failed, split = _outcome(_parser(version, _SMALL_LIMITS), data, cuts)
-    assert whole_failed == split_failed
-    if not whole_failed:
+    whole_error, whole = _outcome(_parser(version, _SMALL_LIMITS), data, [])
+    split_error, split = _outcome(_parser(version, _SMALL_LIMITS), data, cuts)
+    assert (whole_error is None) == (split_error is None)
+    if whole_error is None:
         assert whole == split
 
 
@@ -375,7 +375,8 @@ def test_parser_agrees_with_a_reference_reading_of_the_grammar(data: bytes, vers
     """Same frames, or both refuse the stream, whether it is read whole or in pieces."""
     expected = _reference_outcome(data, version)
     for pieces in ([], cuts):
-        failed, frames = _outcome(_parser(version), data, pieces)
+        error, frames = _outcome(_parser(version), data, pieces)
+        failed = error is not None
         assert (failed, frames if not failed else []) == expected
 
 
@@ -384,22 +385,15 @@ def test_parser_agrees_with_a_reference_reading_of_the_grammar(data: bytes, vers
 def test_the_ack_short_path_changes_no_frame_and_no_error(data: bytes, version: str, cuts: list[int]) -> None:
     """The parser with and without ``_short_ack``: the same frames, or the same error message."""
 
-    def outcome(parser: FrameParser) -> tuple[str | None, list[Frame]]:
-        frames: list[Frame] = []
-        start = 0
-        try:
-            for cut in [*sorted(cuts), len(data)]:
-                frames += parser.feed(data[start:cut])
-                start = max(start, cut)
-        except ProtocolError as e:
-            return e.message, []
-        return None, frames
+    def outcome() -> tuple[tuple[str, str | None] | None, list[Frame]]:
+        error, frames = _outcome(_parser(version, _SMALL_LIMITS), data, cuts)
+        return (error.message, error.receipt_id) if error is not None else None, frames
 
-    with_short = outcome(_parser(version, _SMALL_LIMITS))
+    with_short = outcome()
     real = parser_module._short_ack
     parser_module._short_ack = lambda *args: None
     try:
-        without = outcome(_parser(version, _SMALL_LIMITS))
+        without = outcome()
     finally:
         parser_module._short_ack = real
     assert with_short == without

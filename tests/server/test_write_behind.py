@@ -10,6 +10,8 @@ file holds).
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -49,28 +51,32 @@ async def until_committed(store: GroupCommitStore, ticket: int) -> None:
         await trio.sleep(0)
 
 
-async def subscribed(pair: Any, prefetch: int) -> PeerClient:
-    consumer = await pair.connected()
-    await consumer.send("SUBSCRIBE", {"id": "s", "destination": "/queue/wb", "ack": "client-individual",
-                                      "prefetch": str(prefetch), "receipt": "sub"})
-    assert (await consumer.receive()).headers["receipt-id"] == "sub"
-    # The new subscription's first page read (of an empty queue) would commit what is buffered
-    # when it runs: a /control count is read behind it, so its RECEIPT says it is done.
-    await consumer.send("SEND", {"destination": "/control/count-msgs/queue/wb", "receipt": "count"})
-    assert (await consumer.receive()).headers["num-messages"] == "0"
-    return consumer
+@asynccontextmanager
+async def consumer_and_producer(
+    store_kind: str, tmp_path: Path
+) -> AsyncIterator[tuple[GroupCommitStore, list[bytes], PeerClient, PeerClient]]:
+    """A broker on a fresh store of ``store_kind``; the store, the bodies it inserts, a consumer
+    subscribed to /queue/wb (client-individual, prefetch 1) and a producer."""
+    store = make_store_factory(store_kind, tmp_path)()
+    assert isinstance(store, GroupCommitStore)
+    inserted = spy_inserts(store)
+    async with broker_pair(store) as pair:
+        consumer = await pair.connected()
+        await consumer.send("SUBSCRIBE", {"id": "s", "destination": "/queue/wb", "ack": "client-individual",
+                                          "prefetch": "1", "receipt": "sub"})
+        assert (await consumer.receive()).headers["receipt-id"] == "sub"
+        # The new subscription's first page read (of an empty queue) would commit what is
+        # buffered when it runs: a /control count is read behind it, so its RECEIPT says it is done.
+        await consumer.send("SEND", {"destination": "/control/count-msgs/queue/wb", "receipt": "count"})
+        assert (await consumer.receive()).headers["num-messages"] == "0"
+        yield store, inserted, consumer, await pair.connected()
 
 
 @pytest.mark.parametrize("store_kind", DURABLE)
 async def test_client_acked_within_the_flush_interval_never_reaches_the_disk(
     store_kind: str, tmp_path: Path, mock_clock: trio.testing.MockClock
 ) -> None:
-    store = make_store_factory(store_kind, tmp_path)()
-    assert isinstance(store, GroupCommitStore)
-    inserted = spy_inserts(store)
-    async with broker_pair(store) as pair:
-        consumer = await subscribed(pair, prefetch=1)
-        producer = await pair.connected()
+    async with consumer_and_producer(store_kind, tmp_path) as (store, inserted, consumer, producer):
         for i in range(3):
             await producer.send("SEND", {"destination": "/queue/wb"}, b"WRITE-BEHIND-%d" % i)
         msg = await consumer.receive()  # m0 out for delivery; m1 and m2 wait behind the prefetch
@@ -94,12 +100,7 @@ async def test_unsettled_messages_in_a_consumer_window_are_on_disk_at_the_second
 ) -> None:
     """The hold-back is once only: a SEND without receipt is stored within two flush intervals.
     A message for a queue nobody here consumes is not held back at all."""
-    store = make_store_factory(store_kind, tmp_path)()
-    assert isinstance(store, GroupCommitStore)
-    inserted = spy_inserts(store)
-    async with broker_pair(store) as pair:
-        consumer = await subscribed(pair, prefetch=1)
-        producer = await pair.connected()
+    async with consumer_and_producer(store_kind, tmp_path) as (store, inserted, consumer, producer):
         await producer.send("SEND", {"destination": "/queue/wb"}, b"in-flight")
         await producer.send("SEND", {"destination": "/queue/wb"}, b"in-window")
         await producer.send("SEND", {"destination": "/queue/nobody"}, b"unconsumed")

@@ -34,9 +34,12 @@ Several brokers on one database
 * ``LISTEN/NOTIFY`` on channel ``stompmq`` wakes the other brokers: ``q:BROKER:NAME`` when
   free ready rows of a queue appear (BROKER, who freed them, ignores it; empty = everyone), ``d:BROKER`` when exchanges or bindings change,
   ``t:`` + JSON for a topic message (bodies over ``NOTIFY_BODY_MAX`` travel through
-  the ``topic_relay`` table and are announced by id).  A listener thread with its
-  own connection receives them; every ``poll`` seconds the broker looks again
-  anyway, in case a notification was lost with a connection.
+  the ``topic_relay`` table and are announced by id), ``s:BROKER:NAME`` when a
+  stream's counter row changed (the listener reads the row: ``S:`` + its state).  A
+  listener thread with its own connection receives them; every ``poll`` seconds the
+  broker looks again anyway (queues, and every stream's row), in case a notification
+  was lost with a connection.
+* Streams are numbered in the commit: ``storage/pg_streams.py``.
 
 Names arrive as store keys (``storage.base``: a vhost's prefix and the name), are split
 into the ``vhost`` and ``name`` columns, and travel in notifications as keys.

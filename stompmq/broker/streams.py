@@ -53,7 +53,7 @@ from functools import partial
 
 from ..storage.base import TRIM_ALL, UNNUMBERED, Store, StoreError, StreamMessage, StreamRecord, StreamState
 from .config import BrokerConfig
-from .delivery import message_frame, message_tail
+from .delivery import stream_head, stream_tail
 from .dispatch import Dispatcher
 from .errors import ClientError
 from .reads import StoreRead
@@ -128,7 +128,7 @@ class Stream:
 class StreamSubscription(Subscription):
     """A subscription to a stream: a cursor over its offsets."""
 
-    __slots__ = ("stream", "position", "buffer", "reading", "min_ts")
+    __slots__ = ("stream", "position", "buffer", "reading", "min_ts", "head")
 
     def __init__(self, sub_id: str, session: Session, stream: Stream, ack_mode: AckMode, prefetch: int) -> None:
         super().__init__(sub_id, session, stream.destination, ack_mode, prefetch, None)
@@ -137,6 +137,7 @@ class StreamSubscription(Subscription):
         self.buffer: deque[StreamMessage] = deque()  # entries read from the store, from position on
         self.reading = False
         self.min_ts: int | None = None  # a timestamp= start: skip older entries until one is newer
+        self.head = stream_head(sub_id, stream.destination, session.version)
 
 
 class Streams:
@@ -514,11 +515,13 @@ class Streams:
     def _deliver(self, sub: StreamSubscription, msg: StreamMessage) -> None:
         session = sub.session
         version = session.version
-        ack_id = None if sub.ack_mode is AckMode.AUTO else self.dispatcher.track(session, sub, msg)
-        tail = b"%s:%d\n%s" % (OFFSET_HEADER.encode(), msg.offset, message_tail(msg, version))
-        session.outbox.write(
-            message_frame(msg, sub.destination, sub.id, ack_id if version == "1.2" else None, version, tail)
-        )
+        ack = b""
+        if sub.ack_mode is not AckMode.AUTO:
+            ack_id = self.dispatcher.track(session, sub, msg)
+            if version == "1.2":
+                ack = b"ack:%s\n" % ack_id.encode()
+        tail = stream_tail(msg, version, sub.stream.capacity is not None)
+        session.outbox.write(sub.head % (msg.seq, ack, tail))
 
     def _read(self, sub: StreamSubscription) -> None:
         if sub.reading:

@@ -183,7 +183,7 @@ class StreamMessage(StoredMessage):
     entry, so the size of any offset range is a difference of two point lookups.
     """
 
-    __slots__ = ("offset", "bytes_before")
+    __slots__ = ("offset", "bytes_before", "encoded")
 
     def __init__(
         self,
@@ -199,6 +199,8 @@ class StreamMessage(StoredMessage):
         super().__init__(seq, stream, priority, headers, body, timestamp)
         self.offset = offset
         self.bytes_before = bytes_before
+        #: Broker-private, never stored: (protocol version, the MESSAGE's encoded tail).
+        self.encoded: tuple[str, bytes] | None = None
 
 
 #: The offset of a stream entry not numbered yet: on a store several brokers share, entries are

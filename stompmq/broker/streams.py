@@ -69,6 +69,11 @@ STREAM_READ_RETRY = "stream-read-retry"
 STREAM_FOLLOW_RETRY = "stream-follow-retry"
 #: The SUBSCRIBE header choosing where to start, and the MESSAGE header carrying the offset.
 OFFSET_HEADER = "x-stream-offset"
+#: The SUBSCRIBE header naming the offset where the subscription stops (exclusive): a reader of
+#: a range (a Spark task) is not sent the entries after it, which it would only throw away.
+END_HEADER = "x-stream-end"
+#: A subscription without ``x-stream-end`` (past every offset).
+NO_END = 2**63
 #: Entries one store read asks for: enough to amortise the thread round trip, few enough to bound
 #: a subscriber's buffer.
 READ_BATCH = 1000
@@ -128,7 +133,7 @@ class Stream:
 class StreamSubscription(Subscription):
     """A subscription to a stream: a cursor over its offsets."""
 
-    __slots__ = ("stream", "position", "buffer", "reading", "min_ts", "head")
+    __slots__ = ("stream", "position", "buffer", "reading", "min_ts", "head", "end")
 
     def __init__(self, sub_id: str, session: Session, stream: Stream, ack_mode: AckMode, prefetch: int) -> None:
         super().__init__(sub_id, session, stream.destination, ack_mode, prefetch, None)
@@ -138,6 +143,7 @@ class StreamSubscription(Subscription):
         self.reading = False
         self.min_ts: int | None = None  # a timestamp= start: skip older entries until one is newer
         self.head = stream_head(sub_id, stream.destination, session.version)
+        self.end = NO_END  # x-stream-end: nothing at or after it is delivered
 
 
 class Streams:
@@ -463,10 +469,14 @@ class Streams:
 
     # -- subscribers --------------------------------------------------------------------------
     def subscribe(self, session: Session, name: str, sub_id: str, mode: AckMode, prefetch: int,
-                  start: str | None) -> StreamSubscription:
+                  start: str | None, end: str | None = None) -> StreamSubscription:
         stream = self.stream(name)
         sub = StreamSubscription(sub_id, session, stream, mode, prefetch)
         sub.position, sub.min_ts = _start(stream, start)
+        if end is not None:
+            if not (end.isascii() and end.isdigit()) or len(end) > 18:
+                raise ClientError(f"{END_HEADER} must be an offset (a whole number >= 0), not {end!r}")
+            sub.end = int(end)
         stream.subscribers.append(sub)
         session.subscriptions[sub_id] = sub
         if sub.position <= stream.next:
@@ -486,7 +496,7 @@ class Streams:
         stream, buffer = sub.stream, sub.buffer
         while sub.active and sub.has_room():
             position = sub.position
-            if position >= stream.next:
+            if position >= stream.next or position >= sub.end:
                 return
             if position < stream.first:  # retention overtook the subscriber: skip what is gone
                 sub.position = stream.first

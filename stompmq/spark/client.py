@@ -189,7 +189,7 @@ class Connection:
         if start >= end:
             return
         self.send_frame("SUBSCRIBE", {"destination": STREAM_PREFIX + stream, "id": "0", "ack": "auto",
-                                      "x-stream-offset": str(start)})
+                                      "x-stream-offset": str(start), "x-stream-end": str(end)})
         buf, pos, expected = bytearray(), 0, start
         match = _MESSAGE.match
         while expected < end:

@@ -96,6 +96,8 @@ class Subscriptions:
             self.browsers.subscribe(session, sub_id, dest.raw, queue_name)
             return
         queue = self.dispatcher.activate(queue_name)
+        declared = self.dispatcher.policies.get(queue_name)
+        exclusive = exclusive or (declared is not None and declared.single_active)
         if dest.kind is Kind.TOPIC or dest.kind is Kind.TEMP_QUEUE:
             queue.destination = dest.raw  # a durable subscriber sees the topic it subscribed to
         sub = Subscription(sub_id, session, dest.raw, mode, prefetch, ack_timeout, queue)

@@ -40,7 +40,7 @@ from typing import NoReturn, cast
 import trio
 
 from .. import __version__
-from ..broker import ClientError, Session
+from ..broker import ClientError, Outbox, Session
 from ..protocol import (
     Frame,
     FrameParser,
@@ -238,12 +238,16 @@ class Connection:
         timeout = self.settings.topic_block_timeout or math.inf
         for outbox, subscriber in subscribers.items():
             buffer = cast(ConnectionOutbox, outbox)
-            if buffer.holding_since is None:
-                buffer.holding_since = trio.current_time()
-            with trio.move_on_at(buffer.holding_since + timeout):
-                await buffer.wait_below_hard_limit()
-            if not buffer.can_take_transient() and not buffer.closed:
-                self.broker.topic_subscriber_lagging(subscriber, timeout)
+            while True:
+                if buffer.holding_since is None:
+                    buffer.holding_since = trio.current_time()
+                with trio.move_on_at(buffer.holding_since + timeout):
+                    await buffer.wait_below_hard_limit()
+                if buffer.can_take_transient() or buffer.closed:
+                    break
+                if self.broker.topic_subscriber_lagging(subscriber, timeout, _drain_rate):
+                    break
+                buffer.holding_since = None  # no faster peer: the publisher is faster than all
 
     def _on_frame(self, frame: Frame) -> None:
         session = self.session
@@ -449,15 +453,24 @@ class Connection:
         outbox, stream = self.outbox, self.stream
         while True:
             data = await outbox.take()
-            try:
-                await stream.send_all(data)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                self._broken = True
-                self._read_scope.cancel()
-                return
-            self.last_send = trio.current_time()
-            self.bytes_out += len(data)
-            outbox.sent(len(data))
+            size = len(data)
+            # a large batch goes in pieces: the outbox learns of progress (room for waiting
+            # publishers, its drain rate) every SEND_PIECE bytes, not only at the end
+            view = memoryview(data) if size > SEND_PIECE else None
+            start = 0
+            while start < size:
+                piece = data if view is None else view[start : start + SEND_PIECE]
+                outbox.sending_since = trio.current_time()
+                try:
+                    await stream.send_all(piece)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    self._broken = True
+                    self._read_scope.cancel()
+                    return
+                self.last_send = now = trio.current_time()
+                outbox.sent(len(piece), now)
+                start += len(piece)
+            self.bytes_out += size
             session = self.session
             if session is not None and session.unsent:  # auto-ack deliveries reached the socket
                 self.runtime.tick()
@@ -492,6 +505,15 @@ class Connection:
                 self.fail("heart-beat timeout", None)
                 return
 
+
+
+#: The writer hands at most this many bytes to one ``send_all``.
+SEND_PIECE = 256 * 1024
+
+
+def _drain_rate(outbox: Outbox) -> float:
+    """A subscriber's drain rate now (bytes/s), for --topic-block-timeout's comparison."""
+    return cast(ConnectionOutbox, outbox).drain_rate(trio.current_time())
 
 
 def _peer(stream: trio.abc.Stream) -> str:

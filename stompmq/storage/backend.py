@@ -24,7 +24,7 @@ one-line message for an operator (it ends up in an ERROR frame or on stderr).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from stompmq.storage.base import QueueCount, Recovery, StoredMessage, StreamMessage, StreamState
 from stompmq.storage.groups import GroupRows
@@ -121,3 +121,24 @@ class Backend(Protocol):
     def close(self) -> None:
         """Release the connection and any lock.  Called exactly once, last, also after a
         failed open (then with only part of the database open, or none of it)."""
+
+
+@runtime_checkable
+class ConcurrentReads(Protocol):
+    """A backend whose page reads may run on a second thread and connection, beside its commits.
+
+    ``read_ready`` runs on the store's reader thread (one call at a time), never waits for a
+    commit in progress on the database thread and sees some committed state: the group-commit
+    engine lays every operation not known to be on the disk over it (``GroupCommitStore``
+    ``_read_through``).  ``close_reader`` runs last on that thread.
+    """
+
+    def read_ready(
+        self, queue: str, after: tuple[int, int] | None, limit: int, hidden: frozenset[int]
+    ) -> tuple[list[StoredMessage], bool]:
+        """Like ``load_ready`` but leaving out the rows whose seq is in ``hidden`` (the engine
+        has newer news of them) and still returning ``limit`` rows if the disk has them, all
+        from one snapshot; and whether the disk may hold more after the last row returned."""
+
+    def close_reader(self) -> None:
+        """Close what ``read_ready`` opened (on the reader thread, after its last call)."""

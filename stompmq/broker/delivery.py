@@ -4,13 +4,15 @@ A MESSAGE is ``prefix + tail``: the prefix holds what differs per delivery
 (subscription, ack id, redelivery state), the tail holds what every delivery of
 the same message shares (user headers, priority, timestamp, content-length,
 body).  Topic fan-out builds the tail once per protocol version and reuses it
-for every subscriber; a queue delivery builds it once.
+for every subscriber; a queue delivery builds it once.  A stream delivery is one
+format of a head built per subscription (``stream_head``) and the entry's tail,
+kept on the entry (``stream_tail``): a stream's entries never change.
 """
 
 from __future__ import annotations
 
-from ..protocol.encoder import encode_message, encode_message_tail
-from ..storage.base import StoredMessage
+from ..protocol.encoder import encode_message, encode_message_tail, escape
+from ..storage.base import StoredMessage, StreamMessage
 
 #: Headers the broker sets itself on MESSAGE frames; a SEND cannot override them.
 BROKER_HEADERS = frozenset(
@@ -35,6 +37,34 @@ BROKER_HEADERS = frozenset(
 def message_tail(msg: StoredMessage, version: str) -> bytes:
     """The part of a MESSAGE frame shared by all its deliveries for ``version``."""
     return encode_message_tail(msg.priority, msg.timestamp, msg.expires, msg.headers, msg.body, version)
+
+
+def stream_tail(msg: StreamMessage, version: str, keep: bool) -> bytes:
+    """The part of a stream entry's MESSAGE from ``x-stream-offset`` on; with ``keep`` it is
+    kept on the entry for the next subscriber of the same version (an entry never changes, and
+    the tail of a stream is read by every subscriber that keeps up)."""
+    cached = msg.encoded
+    if cached is not None and cached[0] == version:
+        return cached[1]
+    tail = b"x-stream-offset:%d\n%s" % (
+        msg.offset, encode_message_tail(msg.priority, msg.timestamp, None, msg.headers, msg.body, version)
+    )
+    if keep:
+        msg.encoded = (version, tail)
+    return tail
+
+
+def stream_head(subscription_id: str, destination: str, version: str) -> bytes:
+    """A stream subscription's MESSAGE up to the tail, as a format of (message-id, ack line,
+    ``stream_tail``): built once per subscription, so a delivery is one ``%``."""
+
+    def field(value: str) -> bytes:
+        return escape(value, version).encode().replace(b"%", b"%%")
+
+    return (
+        b"MESSAGE\nsubscription:" + field(subscription_id) + b"\nmessage-id:%d\ndestination:" + field(destination)
+        + b"\n%sredelivered:false\nredelivery-count:0\n%s"
+    )
 
 
 def message_frame(

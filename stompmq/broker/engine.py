@@ -65,7 +65,7 @@ from .receipts import Headers, Receipts
 from .routing import Router
 from .send_headers import send_options
 from .session import Outbox, Session
-from .streams import STREAM_READ_RETRY, STREAM_RETENTION, Streams, StreamSubscription
+from .streams import STREAM_FOLLOW_RETRY, STREAM_READ_RETRY, STREAM_RETENTION, Streams, StreamSubscription
 from .stats import QueueStats
 from .subscriptions import Subscriptions
 from .temp_queues import TEMP_DESTINATION
@@ -109,6 +109,7 @@ class Broker:
             PAGE_RETRY: self.dispatcher.retry_page,
             STREAM_RETENTION: self.streams.expire,
             STREAM_READ_RETRY: self.streams.retry_read,
+            STREAM_FOLLOW_RETRY: self.streams.retry_follow,
             DELAY_DUE: self.dispatcher.promote_due,
             DELAY_PAGE_RETRY: self.dispatcher.delayed.retry_page,
             EXPIRY_SWEEP: self.expiry.run,

@@ -27,7 +27,7 @@ from .destinations import MAX_NAME_BYTES
 from .routing import Router, private_queue_name
 from .send_headers import flag, seconds
 from .session import AckMode, Session, Subscription
-from .streams import OFFSET_HEADER, Streams, StreamSubscription
+from .streams import END_HEADER, OFFSET_HEADER, Streams, StreamSubscription
 
 #: Header names that set a subscription's prefetch, first one present wins.
 PREFETCH_HEADERS = ("prefetch", "activemq.prefetchSize", "prefetch-count")
@@ -87,7 +87,8 @@ class Subscriptions:
             self.router.topics.add(dest.name, sub)
             return
         elif dest.kind is Kind.STREAM:
-            self.streams.subscribe(session, dest.name, sub_id, mode, prefetch, headers.get(OFFSET_HEADER))
+            self.streams.subscribe(session, dest.name, sub_id, mode, prefetch, headers.get(OFFSET_HEADER),
+                                   headers.get(END_HEADER))
             return
         else:
             raise ClientError(f"cannot SUBSCRIBE to {dest.raw!r}")

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from stompmq.storage.base import QueueCount, Recovery, StoredMessage, StreamMessage
+from stompmq.storage.base import QueueCount, Recovery, StoredMessage, StreamMessage, StreamState
 from stompmq.storage.groups import GroupRows
 
 
@@ -66,7 +66,9 @@ class Backend(Protocol):
            deletes its entries with offset < ``before`` (a range delete on the offset index).
         2. then ``deletes`` (and ``delayed_deletes``, rows of ``delayed_messages``), ``updates``,
            ``inserts`` (and ``delayed``), ``stream_rows`` (appended, in order;
-           an entry never changes once written).  A seq appears at most once in a group,
+           an entry never changes once written; a shared database numbers them from the
+           stream's counter row, holding its lock to the commit, and reports the states of the
+           streams it changed in ``group.stream_states``).  A seq appears at most once in a group,
            so these never conflict; deletes go first so the space they free serves the inserts.
            An insert replaces a stored row of the same seq.
 
@@ -96,6 +98,10 @@ class Backend(Protocol):
     def read_stream(self, name: str, start: int, limit: int) -> Sequence[StreamMessage]:
         """Up to ``limit`` entries of stream ``name`` with offset >= ``start``, in offset
         order, as fresh ``StreamMessage`` objects (a range scan of the offset index)."""
+
+    def stream_state(self, name: str) -> StreamState | None:
+        """A shared database's committed state of stream ``name`` (``Store.stream_state``); a
+        backend for one broker returns None."""
 
     def count(self, queue: str) -> int:
         """Messages stored for ``queue``, ready and delivered alike."""

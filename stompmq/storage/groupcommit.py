@@ -31,7 +31,11 @@ Theory of operation (DESIGN §4)
 * Stream entries are append-only: they never coalesce, so they wait in a plain
   list (``_stream_appends``) and travel with the group as ``stream_rows``.  A
   trim (retention) drops the pending entries it covers, like a purge, so the
-  rows left in a group all survive its structural operations.
+  rows left in a group all survive its structural operations.  On a shared store the
+  entries are unnumbered (``UNNUMBERED`` sorts after every offset, so only a purge's
+  ``TRIM_ALL`` drops them) and the backend numbers them in the commit; the states of the
+  streams a group changed (``GroupRows.stream_states``) go to ``on_stream_changed`` before the
+  group's ``on_commit``, so a RECEIPT released by it finds the engine knowing the new offsets.
 * Tickets are group numbers.  ``on_commit(t)`` means every group up to ``t``
   is on disk (a failed group's operations travel in a later one); groups
   commit in order, so tickets do.
@@ -92,6 +96,7 @@ from stompmq.storage.base import (
     StoredMessage,
     StoreError,
     StreamMessage,
+    StreamState,
 )
 from stompmq.storage.groups import (
     DelayedRow,
@@ -149,7 +154,7 @@ Ts = TypeVarTuple("Ts")
 class _Group:
     """One commit group handed to the database thread."""
 
-    __slots__ = ("ticket", "submitted", "ops", "structural", "appends", "job")
+    __slots__ = ("ticket", "submitted", "ops", "structural", "appends", "job", "rows")
 
     def __init__(
         self,
@@ -158,6 +163,7 @@ class _Group:
         structural: list[StructuralOp],
         appends: list[StreamMessage],
         job: Job[None],
+        rows: GroupRows,
     ) -> None:
         self.ticket = ticket
         self.submitted = trio.current_time()
@@ -165,6 +171,7 @@ class _Group:
         self.structural = structural
         self.appends = appends
         self.job = job  # the database thread's reply
+        self.rows = rows  # what the backend commits (and the stream states it reports)
 
     def __len__(self) -> int:
         return len(self.ops) + len(self.structural) + len(self.appends)
@@ -458,8 +465,9 @@ class GroupCommitStore(Store):
         if not (ops or structural or appends):
             self._pending_since = trio.current_time()
             return None
-        job = self._thread.submit(self._backend.commit, self._rows(ops, structural, appends))
-        group = self._inflight = _Group(self._next_ticket, ops, structural, appends, job)
+        rows = self._rows(ops, structural, appends)
+        job = self._thread.submit(self._backend.commit, rows)
+        group = self._inflight = _Group(self._next_ticket, ops, structural, appends, job, rows)
         self._next_ticket += 1
         self._pending, self._structural, self._stream_appends, self._urgent = kept, [], [], False
         kept_bytes = _insert_bytes(kept) if kept else 0
@@ -515,6 +523,8 @@ class GroupCommitStore(Store):
             if error is None:
                 self._committed = group.ticket
                 self.on_group_committed(trio.current_time() - group.submitted, len(group))
+                for name, state in group.rows.stream_states.items():
+                    self.on_stream_changed(name, state)
                 self.on_commit(group.ticket)
                 return None
             self._merge_back(group)
@@ -644,8 +654,12 @@ class GroupCommitStore(Store):
 
     async def count_unacked(self, queue: str) -> int:
         return await self._read(self._backend.count_unacked, queue)
+
     async def read_stream(self, name: str, start: int, limit: int) -> Sequence[StreamMessage]:
         return await self._read(self._backend.read_stream, name, start, limit)
+
+    async def stream_state(self, name: str) -> StreamState | None:
+        return await self._read(self._backend.stream_state, name)
 
     async def queue_names(self, prefix: str) -> list[str]:
         return await self._read(self._backend.queue_names, prefix)

@@ -629,6 +629,10 @@ class SQLiteBackend:
             for offset, seq, prio, ts, hdrs, body, before in rows
         ]
 
+    def stream_state(self, name: str) -> None:
+        """One broker: its engine numbers the entries and knows the state."""
+        return None
+
     def count(self, queue: str) -> int:
         return self._count(queue, "SELECT COUNT(*) FROM messages WHERE queue_id = ?")
 

@@ -1,7 +1,8 @@
-"""Build hook for the optional native router; all metadata lives in pyproject.toml.
+"""Build hook for the optional native code; all metadata lives in pyproject.toml.
 
-The extension is optional: without a C compiler the install still succeeds and
-stompmq.broker.hashring routes in pure Python (same answers, slower).
+Both extensions are optional: without a C compiler the install still succeeds,
+stompmq.broker.hashring routes in pure Python and stompmq.protocol parses and
+encodes frames in pure Python (same answers, slower).
 """
 
 from setuptools import Extension, setup
@@ -12,6 +13,11 @@ setup(
             "stompmq.broker._rendezvous",
             ["stompmq/broker/_rendezvous.c"],
             optional=True,
-        )
+        ),
+        Extension(
+            "stompmq.protocol._frames",
+            ["stompmq/protocol/_frames.c"],
+            optional=True,
+        ),
     ]
 )

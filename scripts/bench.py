@@ -50,7 +50,8 @@ second; latency: achieved publish rate), producer_rate (SENDs handed to the kern
 second; with plain SENDs this includes TCP buffering), producer_ingest_rate (until the
 broker's RECEIPT for the producer's DISCONNECT, i.e. until it has read every SEND),
 broker_cpu_s / broker_cpu_pct / broker_cpu_us_per_msg (with --broker-pid: utime+stime of
-the broker process during the run), loadgen_cpu_s (CPU used by this script's workers).
+the broker process during the run; broker_main_thread_cpu_s: of its main thread alone),
+loadgen_cpu_s (CPU used by this script's workers).
 
 Output: one summary line per run (``scenario=queue msgs=100000 rate=NNNNN msg/s ...``),
 plus a JSON line with --json.  An ERROR frame from the broker is printed and the script
@@ -539,11 +540,13 @@ class BrokerStats:
         self.pid = pid
         self.tck = os.sysconf("SC_CLK_TCK")
 
-    def cpu(self) -> float | None:
+    def cpu(self, thread: bool = False) -> float | None:
+        """utime+stime of the broker process (``thread``: of its main thread only, whose share
+        says how much of the work the other threads, e.g. a store's, took off it)."""
         if not self.pid:
             return None
         try:
-            with open(f"/proc/{self.pid}/stat") as fh:
+            with open(f"/proc/{self.pid}/task/{self.pid}/stat" if thread else f"/proc/{self.pid}/stat") as fh:
                 fields = fh.read().rsplit(")", 1)[1].split()
             return (int(fields[11]) + int(fields[12])) / self.tck  # utime + stime
         except (OSError, IndexError, ValueError):
@@ -1015,11 +1018,11 @@ def run_throughput(args, stats: BrokerStats) -> dict:
         if i == 0:
             share, wshare = total - share * (nprod - 1), warmup - wshare * (nprod - 1)
         R.start(producer, args, dest, go, done, pmode, share, wshare)
-    cpu0, w0 = stats.cpu(), time.monotonic()
+    cpu0, main0, w0 = stats.cpu(), stats.cpu(thread=True), time.monotonic()
     ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     go.set()
     results = R.collect(subs + nprod)
-    cpu1, w1 = stats.cpu(), time.monotonic()
+    cpu1, main1, w1 = stats.cpu(), stats.cpu(thread=True), time.monotonic()
     ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     prods = [r for r in results if r["role"] == "producer"]
     prod = prods[0]
@@ -1094,6 +1097,8 @@ def run_throughput(args, stats: BrokerStats) -> dict:
         out["broker_cpu_pct"] = round(100 * (cpu1 - cpu0) / (w1 - w0), 1)
         n_msgs = out.get("deliveries") or out["msgs"]
         out["broker_cpu_us_per_msg"] = round(1e6 * (cpu1 - cpu0) / n_msgs, 1)
+        if main0 is not None and main1 is not None:
+            out["broker_main_thread_cpu_s"] = round(main1 - main0, 2)
     out["loadgen_cpu_s"] = round(
         (ru1.ru_utime + ru1.ru_stime) - (ru0.ru_utime + ru0.ru_stime), 2)
     out["wall_s"] = round(w1 - w0, 3)

@@ -75,7 +75,8 @@ class Pipeline:
                  args: argparse.Namespace) -> None:
         self.broker, self.runtime, self.clock, self.args = broker, runtime, clock, args
         assert store._thread is not None
-        self.thread = store._thread
+        # The database thread, and the reader thread of page reads when the store has one.
+        self.threads = [store._thread] + ([store._reader[0]] if store._reader is not None else [])
         self.parser = FrameParser()
         self.ack_parser = FrameParser()  # the consumer connection's
         self.acked = 0  # ACKs the consumer sent (1.2 ack ids are 1, 2, ... on this session)
@@ -90,14 +91,18 @@ class Pipeline:
         self.subscribed = False
         self.sent_total = 0  # bytes the consumer's socket took
         self.delivered = 0  # MESSAGE frames the consumer's socket took
-        self.jobs = [0]  # jobs submitted to the database thread
-        submit = self.thread.submit
+        self.jobs = [0]  # jobs submitted to the store's threads
+        for thread in self.threads:
+            self._count_jobs(thread)
+
+    def _count_jobs(self, thread: Any) -> None:
+        submit = thread.submit
 
         def counted(*a: Any) -> Any:
             self.jobs[0] += 1
             return submit(*a)
 
-        self.thread.submit = counted  # type: ignore[method-assign,assignment]
+        thread.submit = counted
 
     def subscribe(self) -> None:
         args = self.args
@@ -108,13 +113,13 @@ class Pipeline:
     async def settle(self) -> None:
         """Let the commit loop and page reads run to completion (trio tasks and the database
         thread): what happens then depends on virtual time only, not on the thread's speed."""
-        thread = self.thread
         while True:
             await trio.testing.wait_all_tasks_blocked()
             before = self.jobs[0]
-            await thread.call(int)  # the thread runs jobs in order: all earlier ones are done
+            for thread in self.threads:
+                await thread.call(int)  # a thread runs jobs in order: all earlier ones are done
             await trio.testing.wait_all_tasks_blocked()
-            if self.jobs[0] == before + 1:  # nothing new was queued meanwhile
+            if self.jobs[0] == before + len(self.threads):  # nothing new was queued meanwhile
                 return
 
     async def write(self, share: float = 1.0) -> int:
@@ -203,6 +208,7 @@ class Counting:
         backend = store._backend
         commit: Callable[..., None] = backend.commit
         load = backend.load_ready
+        read = getattr(backend, "read_ready", None)  # page reads beside the commits, if any
 
         def counted_commit(group: Any) -> None:
             self.inserted += len(group.inserts)
@@ -215,6 +221,13 @@ class Counting:
 
         backend.commit = counted_commit  # type: ignore[method-assign]
         backend.load_ready = counted_load  # type: ignore[method-assign,assignment]
+        if read is not None:
+
+            def counted_read(*a: Any) -> Any:
+                self.pages += 1
+                return read(*a)
+
+            backend.read_ready = counted_read  # type: ignore[attr-defined]
 
 
 async def run(args: argparse.Namespace, clock: trio.testing.MockClock) -> None:

@@ -3,7 +3,9 @@
 Measures the two per-message costs the broker pays on its single thread:
 parsing SEND frames (and a client-ack consumer's ACK frames) out of 64 KiB
 receive buffers (as the server reads them) and encoding MESSAGE frames for
-delivery.  Run it from the repository root with ``PYTHONPATH=. python
+delivery (``encode_message_tail`` + ``encode_message``, as ``broker/delivery.py``
+does), each with the native fast path (``protocol/_frames.c``) and in pure
+Python.  Run it from the repository root with ``PYTHONPATH=. python
 scripts/bench_protocol.py [--seconds S]`` (or with stompmq installed) and
 compare numbers taken on the same machine only.  Rates are per CPU second of
 this process (``time.process_time``): the broker is single-threaded, so that
@@ -22,7 +24,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from stompmq.protocol import Frame, FrameParser, encode_frame
+from stompmq.protocol import FrameParser, encoder
+from stompmq.protocol import native as native_codec
 
 READ_SIZE = 64 * 1024
 """The server's receive size, so the parser sees what it will see in production."""
@@ -52,7 +55,7 @@ def parse_count(kind: str, count: int) -> None:
         parser.feed(buffer)
 
 
-def bench_parse(seconds: float, frame: bytes = SEND_FRAME) -> float:
+def bench_parse(seconds: float, native: bool, frame: bytes = SEND_FRAME) -> float:
     """Return frames/s parsing ``frame`` fed as 64 KiB chunks (frames straddle chunk ends)."""
     per_buffer = READ_SIZE // len(frame) + 1
     stream = frame * per_buffer * 16
@@ -61,37 +64,27 @@ def bench_parse(seconds: float, frame: bytes = SEND_FRAME) -> float:
     start = time.process_time()
     elapsed = 0.0
     while elapsed < seconds:
-        parser = FrameParser()
+        parser = FrameParser(native=native)
         for chunk in chunks:
             frames += len(parser.feed(chunk))
         elapsed = time.process_time() - start
     return frames / elapsed
 
 
-def bench_encode(seconds: float) -> float:
-    """Return frames/s encoding MESSAGE frames with the headers the broker adds."""
-    messages = [
-        Frame(
-            "MESSAGE",
-            {
-                "destination": "/queue/bench",
-                "message-id": str(1_000_000 + i),
-                "subscription": "sub-0",
-                "ack": str(2_000_000 + i),
-                "priority": "4",
-                "redelivered": "false",
-            },
-            BODY,
-        )
-        for i in range(1000)
-    ]
+def bench_encode(seconds: float, native: bool) -> float:
+    """Return frames/s encoding MESSAGE frames as a queue delivery does (tail, then the whole frame)."""
+    frames_c = native_codec.BUILT
+    assert frames_c is not None or not native, "the native codec is not built"
+    message = frames_c.encode_message if native and frames_c else encoder._message
+    tail = frames_c.encode_message_tail if native and frames_c else encoder._message_tail
+    headers = {"colour": "blue", "persistent": "true"}
     frames = 0
     start = time.process_time()
     elapsed = 0.0
     while elapsed < seconds:
-        for message in messages:
-            encode_frame(message, "1.2")
-        frames += len(messages)
+        for seq in range(1_000_000, 1_001_000):
+            message("sub-0", seq, "/queue/bench", str(seq), 0, "1.2", tail(4, 1_763_900_000_000, None, headers, BODY, "1.2"))
+        frames += 1000
         elapsed = time.process_time() - start
     return frames / elapsed
 
@@ -106,9 +99,14 @@ def main() -> None:
     if options.count is not None:
         parse_count(options.kind, options.count)
         return
-    print(f"parse  SEND (64 KiB buffers, 100-byte body): {bench_parse(options.seconds):>12,.0f} frames/CPU-s")
-    print(f"parse  ACK (64 KiB buffers, id header):      {bench_parse(options.seconds, ACK_FRAME):>12,.0f} frames/CPU-s")
-    print(f"encode MESSAGE (6 headers, 100-byte body):   {bench_encode(options.seconds):>12,.0f} frames/CPU-s")
+    for native in (True, False) if native_codec.BUILT is not None else (False,):
+        name = "native" if native else "python"
+        rate = bench_parse(options.seconds, native)
+        print(f"{name}: parse  SEND (64 KiB buffers, 100-byte body):     {rate:>12,.0f} frames/CPU-s")
+        rate = bench_parse(options.seconds, native, ACK_FRAME)
+        print(f"{name}: parse  ACK (64 KiB buffers, id header):          {rate:>12,.0f} frames/CPU-s")
+        rate = bench_encode(options.seconds, native)
+        print(f"{name}: encode MESSAGE (2 user headers, 100-byte body): {rate:>12,.0f} frames/CPU-s")
 
 
 if __name__ == "__main__":

@@ -90,8 +90,9 @@ def phase(args: argparse.Namespace, policy: str | None) -> dict[str, object]:
     """One broker, one run: the baseline when ``policy`` is None."""
     workdir = Path(tempfile.mkdtemp(prefix="stompmq-slow-"))
     args.port = 0
-    args.broker_args = ["--store", "memory", "--topic-overflow", policy or "block",
-                        "--topic-block-timeout", str(args.block_timeout)]
+    args.broker_args = ["--store", "memory", "--topic-overflow", policy or "block"]
+    if args.block_timeout is not None:
+        args.broker_args += ["--topic-block-timeout", str(args.block_timeout)]
     proc = spawn_broker(args, workdir)
     samples: list[tuple[float, int]] = []
     done = threading.Event()
@@ -147,15 +148,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fast", type=int, default=3, help="fast subscribers")
     parser.add_argument("--slow-rate", type=float, default=1000.0, help="messages/s the slow subscriber reads")
     parser.add_argument("--body-size", type=int, default=1024)
-    parser.add_argument("--block-timeout", type=float, default=0.0,
-                        help="the brokers' --topic-block-timeout (default 0: pure flow control)")
+    parser.add_argument("--block-timeout", type=float, default=None,
+                        help="the brokers' --topic-block-timeout (default: the broker's default)")
     parser.add_argument("--policy", action="append", choices=["block", "drop", "disconnect"],
                         help="--topic-overflow policies to run (default: block and drop)")
     args = parser.parse_args(argv)
     policies = args.policy or ["block", "drop"]
     rows = [phase(args, None)] + [phase(args, p) for p in policies]
     base = rows[0]["fast_rate"]
-    print(f"{args.seconds:g} s per phase, --topic-block-timeout {args.block_timeout:g}, {args.fast} fast subscribers, slow subscriber at "
+    timeout = "the default" if args.block_timeout is None else f"{args.block_timeout:g}"
+    print(f"{args.seconds:g} s per phase, --topic-block-timeout {timeout}, {args.fast} fast subscribers, slow subscriber at "
           f"{args.slow_rate:g} msg/s, {args.body_size} B bodies, memory store")
     print("| phase | published | publish msg/s | fast msg/s (median) | fast vs baseline | fast lost "
           "| slow read | slow missed | slow unread at the end | peak RSS MiB | RSS MiB min–max |")

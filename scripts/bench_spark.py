@@ -4,6 +4,7 @@
   scripts/bench_spark.py write --rows 1000000     # df.write.format("stompmq"), receipts, 4 streams
   scripts/bench_spark.py read --rows 1000000      # readStream from 4 streams -> Parquet
   scripts/bench_spark.py both --rows 1000000      # write, then read what was written
+  scripts/bench_spark.py read --rows 400000 --warm-up 100000   # CPU per row of warm processes
 
 ``write``: a ``spark.range`` DataFrame of 100-byte bodies spread over the 4 streams
 (``destination`` column), written in 4 tasks; each task sends every row with a receipt and
@@ -35,10 +36,11 @@ STREAMS = 4
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def tree_cpu() -> float:
-    """CPU seconds used so far by this process and every descendant (the broker, the JVM, the
-    Python workers): on a shared machine the wall rate swings with the neighbours' load, the
-    CPU each row costs much less, and cores / (CPU per row) bounds the rate on an idle machine."""
+def tree_cpu() -> dict[str, float]:
+    """CPU seconds used so far by this process and every descendant, per kind of process
+    (``broker``, ``jvm``, ``python workers``, ``driver``: this script): on a shared machine the
+    wall rate swings with the neighbours' load, the CPU each row costs much less, and
+    cores / (CPU per row) bounds the rate on an idle machine."""
     parents: dict[int, int] = {}
     used: dict[int, float] = {}
     for entry in os.listdir("/proc"):
@@ -51,7 +53,7 @@ def tree_cpu() -> float:
             continue
         parents[int(entry)] = int(fields[1])
         used[int(entry)] = sum(int(x) for x in fields[11:15]) / TICKS  # utime stime cutime cstime
-    mine, total = {os.getpid()}, 0.0
+    mine = {os.getpid()}
     grew = True
     while grew:
         grew = False
@@ -59,9 +61,33 @@ def tree_cpu() -> float:
             if parent in mine and pid not in mine:
                 mine.add(pid)
                 grew = True
+    kinds: dict[str, float] = {"broker": 0.0, "jvm": 0.0, "python workers": 0.0, "driver": 0.0}
     for pid in mine:
-        total += used.get(pid, 0.0)
-    return total
+        kinds[_kind(pid)] += used.get(pid, 0.0)
+    return kinds
+
+
+def _kind(pid: int) -> str:
+    if pid == os.getpid():
+        return "driver"
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmdline = f.read()
+    except OSError:
+        return "driver"
+    if b"stompmq.cli" in cmdline:
+        return "broker"
+    if b"java" in cmdline.split(b"\0")[0]:
+        return "jvm"
+    return "python workers"
+
+
+def cpu_since(before: dict[str, float], rows: int) -> str:
+    """CPU per row since ``before``, in total and per kind of process."""
+    after = tree_cpu()
+    spent = {kind: after[kind] - before[kind] for kind in after}
+    parts = ", ".join(f"{kind} {seconds / rows * 1e6:.1f}" for kind, seconds in spent.items())
+    return f"CPU of all processes {sum(spent.values()) / rows * 1e6:.1f} us/row ({parts})"
 
 
 def session(cores: int) -> Any:
@@ -87,10 +113,10 @@ def write(spark: Any, url: str, rows: int, prefix: str) -> float:
     )
     started, cpu = time.perf_counter(), tree_cpu()
     df.write.format("stompmq").option("url", url).mode("append").save()
-    elapsed, cpu = time.perf_counter() - started, tree_cpu() - cpu
+    elapsed = time.perf_counter() - started
     rate = rows / elapsed
-    print(f"write: {rows:,} rows with receipts in {elapsed:.2f} s = {rate:,.0f} msg/s; "
-          f"CPU of all processes {cpu / rows * 1e6:.1f} us/row", flush=True)
+    print(f"write: {rows:,} rows with receipts in {elapsed:.2f} s = {rate:,.0f} msg/s; {cpu_since(cpu, rows)}",
+          flush=True)
     return rate
 
 
@@ -106,7 +132,7 @@ def read(spark: Any, url: str, rows: int, prefix: str, per_trigger: int) -> floa
         query.processAllAvailable()
     finally:
         query.stop()
-    cpu = tree_cpu() - cpu
+    used = cpu_since(cpu, rows)
     batches = [p for p in query.recentProgress if p["numInputRows"]]
     total = sum(p["numInputRows"] for p in batches)
     later = batches[1:]
@@ -116,7 +142,7 @@ def read(spark: Any, url: str, rows: int, prefix: str, per_trigger: int) -> floa
     first = batches[0]
     print(f"read: {total:,} rows in {len(batches)} batches; first batch {first['numInputRows']:,} rows in "
           f"{first['batchDuration'] / 1000:.2f} s; then {later_rows:,} rows in {seconds:.2f} s = {rate:,.0f} msg/s; "
-          f"CPU of all processes {cpu / rows * 1e6:.1f} us/row (first batch included)",
+          f"{used} (first batch included); load {os.getloadavg()[0]:.1f}",
           flush=True)
     if total != rows:
         raise SystemExit(f"read {total} rows, expected {rows}")
@@ -131,12 +157,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cores", type=int, default=2)
     parser.add_argument("--url", help="a running broker (stomp://host:port); default: start a local one")
     parser.add_argument("--prefix", default=f"bench{os.getpid()}-", help="stream names: PREFIX0..PREFIX3")
+    parser.add_argument("--warm-up", type=int, default=0, metavar="ROWS",
+                        help="read: first write and read ROWS other rows, so the figures are of warm processes")
     args = parser.parse_args(argv)
     spark = session(args.cores)
     with LocalBroker() if args.url is None else contextlib.nullcontext(args.url) as url:
         if args.what in ("write", "both"):
             write(spark, url, args.rows, args.prefix)
         if args.what == "read":
+            if args.warm_up:
+                write(spark, url, args.warm_up, "warm-" + args.prefix)
+                print("warm-up ", end="")
+                read(spark, url, args.warm_up, "warm-" + args.prefix, args.per_trigger)
             write(spark, url, args.rows, args.prefix)  # the data to read
         if args.what in ("read", "both"):
             read(spark, url, args.rows, args.prefix, args.per_trigger)

@@ -39,6 +39,30 @@ def test_an_exclusive_consumer_gets_everything_and_hands_over_its_unacked_in_ord
     assert [f["redelivered"] for f in taken] == ["true", "true", "true", "false", "false"]
 
 
+def test_a_queue_declared_single_active_makes_plain_subscribers_take_turns(store_kind, tmp_path):
+    """RabbitMQ's form: x-single-active-consumer is a queue argument; declared once (and stored,
+    so it survives a restart), it makes every subscription of the queue a single active one."""
+    from .test_lifecycle import control, restarting
+
+    with restarting(store_kind, tmp_path) as start:
+        broker = start()
+        with Client(broker.port) as c:
+            control(c, "declare/queue/sac", **{"x-single-active-consumer": "true"})
+        if store_kind != "memory":  # the memory store starts empty
+            broker = start()
+        first, second = Client(broker.port), Client(broker.port)
+        first.subscribe("/queue/sac", ack="client-individual")
+        second.subscribe("/queue/sac", ack="client-individual")
+        send_all(broker.port, "/queue/sac", [str(i) for i in range(4)])
+        got = first.messages(4)
+        assert [f.body for f in got] == [b"0", b"1", b"2", b"3"]
+        second.expect_nothing()
+        ack(first, got[:2])
+        first.close()
+        assert [f.body for f in second.messages(2)] == [b"2", b"3"]
+        second.close()
+
+
 def test_exclusive_with_stomp_py(broker):
     inbox: stdqueue.Queue = stdqueue.Queue()
 

@@ -12,12 +12,13 @@ from typing import Any
 
 import pytest
 
+from stompmq.protocol import native as native_codec
 from stompmq.server import ServerSettings
 
 from .broker_process import free_port
 from .broker_thread import BrokerThread
 from .stompclient import Client
-from .waiting import send_all, wait_until
+from .waiting import send_all, wait_sessions, wait_until
 
 
 class Api:
@@ -58,6 +59,7 @@ def test_health_and_overview(http_broker: tuple[BrokerThread, Api]) -> None:
     send_all(broker.port, "/queue/a", ["1", "2"])
     overview = api.get("/api/overview")
     assert overview["store"] == "test-store"
+    assert overview["frame_codec"] == ("native" if native_codec.NATIVE else "python")
     assert overview["totals"]["published"] == 2
     assert set(overview["rates"]) == {"publish", "deliver", "ack"}
 
@@ -150,6 +152,7 @@ def test_metrics_bound_per_queue_series(http_broker: tuple[BrokerThread, Api]) -
     status, text = api.call("GET", "/metrics")
     assert status == 200
     assert "stompmq_published_all_total 21.0" in text
+    assert f"stompmq_native_frame_codec {float(native_codec.NATIVE)}" in text
     published = [line for line in text.splitlines() if line.startswith("stompmq_queue_published_total{")]
     assert sorted(published) == [f'stompmq_queue_published_total{{queue="m{i}",vhost="/"}} {i + 1}.0' for i in (3, 4, 5)]
     assert 'stompmq_queue_ready{queue="m5",vhost="/"} 6.0' in text
@@ -177,6 +180,20 @@ def test_topic_drops_are_counted(http_broker: tuple[BrokerThread, Api]) -> None:
         send_all(broker.port, "/topic/t", ["1", "2", "3"])
         sub.message()
         assert "stompmq_topic_drops_total 2.0" in api.call("GET", "/metrics")[1]
+
+
+def test_reply_queue_drops_are_counted(http_broker: tuple[BrokerThread, Api]) -> None:
+    broker, api = http_broker
+    owner, worker = Client(broker.port), Client(broker.port)
+    owner.request("SEND", {"destination": "/queue/w", "reply-to": "/temp-queue/r"}, b"q")
+    worker.subscribe("/queue/w")
+    reply_to = worker.message()["reply-to"]
+    owner.request("DISCONNECT")
+    owner.close()
+    wait_sessions(broker, 1)
+    worker.request("SEND", {"destination": reply_to}, b"too late")  # the reply queue is gone
+    assert "stompmq_reply_queue_drops_total 1.0" in api.call("GET", "/metrics")[1]
+    worker.close()
 
 
 def test_vhosts_are_declared_and_listed_and_scope_the_queue_routes(http_broker: tuple[BrokerThread, Api]) -> None:

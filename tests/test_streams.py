@@ -60,6 +60,17 @@ def test_start_positions(broker: BrokerThread) -> None:
         c.expect_nothing()
 
 
+def test_a_subscription_stops_at_its_end(broker: BrokerThread) -> None:
+    with Client(broker.port) as c:
+        publish(c, "e", 5)
+        c.subscribe("/stream/e", x_stream_offset="1", x_stream_end="3")
+        assert read(c, 2) == [(1, "m1"), (2, "m2")]
+        c.subscribe("/stream/e", "later", x_stream_offset="next", x_stream_end="6")  # ends past the end
+        publish(c, "e", 3, start=5)
+        assert read(c, 1) == [(5, "m5")]
+        c.expect_nothing()
+
+
 def test_timestamp_start(broker: BrokerThread) -> None:
     with Client(broker.port) as c:
         publish(c, "t", 3)
@@ -231,6 +242,8 @@ def test_purge_and_delete_through_control_survive_a_restart(tmp_path: Path, stor
     [
         ("SUBSCRIBE", {"destination": "/stream/x", "id": "1", "x-stream-offset": "soon"}, "x-stream-offset"),
         ("SUBSCRIBE", {"destination": "/stream/x", "id": "1", "x-stream-offset": "timestamp=x"}, "timestamp"),
+        ("SUBSCRIBE", {"destination": "/stream/x", "id": "1", "x-stream-end": "-1"}, "x-stream-end"),
+        ("SUBSCRIBE", {"destination": "/stream/x", "id": "1", "x-stream-end": "later"}, "x-stream-end"),
         ("SEND", {"destination": "/control/declare/stream/x", "max-age": "-1"}, "max-age"),
         ("SEND", {"destination": "/control/declare/stream/x", "max-bytes": "lots"}, "max-bytes"),
         ("SEND", {"destination": "/control/bind/exchange/none", "queue": "/stream/x"}, "no exchange"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 import pytest
 
@@ -60,11 +61,13 @@ def test_two_huge_messages_reach_two_subscribers_every_time(memory_broker, round
     assert topic_stats(memory_broker.port, "huge")["total-dropped"] == "0"
 
 
-def test_block_bounds_a_slow_subscribers_outbox_and_loses_nothing(make_memory_broker):
+@pytest.mark.parametrize("timeout", [0, 0.2])
+def test_block_bounds_a_slow_subscribers_outbox_and_loses_nothing(make_memory_broker, timeout):
     """The default policy: a subscriber that stops reading stops the publisher (its SENDs are no
     longer read), its outbox stays bounded, and once it reads it gets every message in order
-    (--topic-block-timeout 0: the publisher waits as long as it takes)."""
-    broker = make_memory_broker(settings=ServerSettings(port=0, topic_block_timeout=0))
+    (--topic-block-timeout 0: the publisher waits as long as it takes; a timeout changes nothing
+    for a topic's only subscriber: there is no faster one it holds back)."""
+    broker = make_memory_broker(settings=ServerSettings(port=0, topic_block_timeout=timeout))
     count = (HARD_LIMIT * 3) // BIG
     slow = Client(broker.port, rcvbuf=4096)
     slow.subscribe("/topic/blocked")
@@ -83,13 +86,14 @@ def test_block_bounds_a_slow_subscribers_outbox_and_loses_nothing(make_memory_br
         return broker.call(lambda: broker.broker.sessions[slow.session_id].outbox.size)  # type: ignore[return-value]
 
     wait_until(lambda: outbox_size() >= HARD_LIMIT, "the slow subscriber's outbox to fill")
-    publisher.join(0.5)  # the slow subscriber reads nothing meanwhile
+    publisher.join(0.5 + 3 * timeout)  # the slow subscriber reads nothing meanwhile
     assert publisher.is_alive() and len(sent) < count, "the publisher was never held back"
     # over the limit by at most one read of the publisher (256 KiB) and one message
     assert outbox_size() < HARD_LIMIT + 256 * 1024 + BIG + 1024, outbox_size()
     seqs = [int(slow.message(timeout=10)["seq"]) for _ in range(count)]
     publisher.join(30)
     assert seqs == list(range(count))
+    assert topic_stats(broker.port, "blocked")["total-lagging"] == "0"
     producer.close()
     slow.close()
 
@@ -131,6 +135,49 @@ def test_block_lets_the_publisher_go_on_without_a_subscriber_that_stalls_it_too_
     fast.close()
 
 
+def test_block_timeout_keeps_blocking_for_subscribers_as_busy_as_each_other(make_memory_broker, caplog):
+    """--topic-block-timeout singles out a subscriber only when another one of the topic drains
+    at least twice as fast: two subscribers reading at the same (slow) pace behind a publisher
+    that outruns both hold it back past the timeout, and neither misses anything."""
+    broker = make_memory_broker(settings=ServerSettings(port=0, topic_block_timeout=0.2))
+    subs = [Client(broker.port, rcvbuf=4096) for _ in range(2)]
+    for s in subs:
+        s.subscribe("/topic/paced")
+    count = (HARD_LIMIT * 4) // BIG
+    got: list[list[int]] = [[], []]
+
+    def read_paced(client: Client, out: list[int]) -> None:
+        for _ in range(count):
+            out.append(int(client.message(timeout=30)["seq"]))
+            time.sleep(0.002)  # both read at the same pace, slower than the publisher
+
+    readers = [threading.Thread(target=read_paced, args=(s, g)) for s, g in zip(subs, got)]
+    for r in readers:
+        r.start()
+    producer = Client(broker.port)
+    publisher = threading.Thread(
+        target=lambda: [
+            producer.send_to("/topic/paced", b"p" * BIG, receipt=False, headers={"seq": str(i)})
+            for i in range(count)
+        ]
+    )
+    caplog.set_level(logging.DEBUG, logger="stompmq.broker.overflow")
+    publisher.start()
+    outbox_size = lambda: broker.call(lambda: broker.broker.sessions[subs[0].session_id].outbox.size)  # noqa: E731
+    wait_until(lambda: outbox_size() >= HARD_LIMIT, "the publisher to fill a subscriber's outbox")
+    publisher.join(60)
+    for r in readers:
+        r.join(60)
+    kept = [r.getMessage() for r in caplog.records if "the publisher keeps waiting" in r.getMessage()]
+    assert kept, "the publisher was never held back past the timeout: the test proved nothing"
+    assert got == [list(range(count))] * 2
+    stats = topic_stats(broker.port, "paced")
+    assert stats["total-lagging"] == "0" and stats["total-dropped"] == "0", stats
+    producer.close()
+    for s in subs:
+        s.close()
+
+
 def test_drop_counts_per_subscription_and_logs_once_per_episode(make_memory_broker, caplog):
     broker = make_memory_broker(config=BrokerConfig(topic_overflow="drop"))
     slow = Client(broker.port, rcvbuf=4096)
@@ -169,7 +216,12 @@ def test_disconnect_closes_the_slow_subscriber_only(make_memory_broker):
     got: list[bytes] = []
     reader = read_bodies(fast, count, got)
     with Client(broker.port) as producer:
-        for _ in range(count):
+        for i in range(count):
+            # keep the fast subscriber within a few messages: on a loaded machine this test's
+            # reader thread could otherwise fall 8 MiB behind too and (by design) be disconnected
+            deadline = time.monotonic() + 20
+            while i - len(got) > 16 and time.monotonic() < deadline:
+                time.sleep(0.001)
             producer.send_to("/topic/strict", b"s" * BIG, receipt=False)
         producer.sync()
     reader.join(30)

@@ -243,7 +243,10 @@ class Control:
 
     def _stream_offsets(self, name: str, frame: Frame) -> Answer:
         """Answered once everything appended so far is committed (the RECEIPT waits for it), so
-        a reader that reads up to ``next-offset`` reads only entries a restart keeps."""
+        a reader that reads up to ``next-offset`` reads only entries a restart keeps.  On a shared
+        store the answer is the stream's counter row, read behind everything buffered."""
+        if self.dispatcher.store.shared:
+            return Deferred(*self.streams.offsets_read(name))
         return self.streams.offsets(name)
 
     # -- exchanges ----------------------------------------------------------------------------

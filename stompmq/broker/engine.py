@@ -65,7 +65,7 @@ from .receipts import Headers, Receipts
 from .routing import Router
 from .send_headers import send_options
 from .session import Outbox, Session
-from .streams import STREAM_READ_RETRY, STREAM_RETENTION, Streams, StreamSubscription
+from .streams import STREAM_FOLLOW_RETRY, STREAM_READ_RETRY, STREAM_RETENTION, Streams, StreamSubscription
 from .stats import QueueStats
 from .subscriptions import Subscriptions
 from .temp_queues import TEMP_DESTINATION
@@ -109,6 +109,7 @@ class Broker:
             PAGE_RETRY: self.dispatcher.retry_page,
             STREAM_RETENTION: self.streams.expire,
             STREAM_READ_RETRY: self.streams.retry_read,
+            STREAM_FOLLOW_RETRY: self.streams.retry_follow,
             DELAY_DUE: self.dispatcher.promote_due,
             DELAY_PAGE_RETRY: self.dispatcher.delayed.retry_page,
             EXPIRY_SWEEP: self.expiry.run,
@@ -143,6 +144,16 @@ class Broker:
         """Topic deliveries missed by slow or full subscribers since start (never stored)."""
         return self.router.topic_drops
 
+    @property
+    def topic_lagging(self) -> int:
+        """Topic subscribers singled out as slow by --topic-block-timeout since start."""
+        return self.router.overflow.total_lagging
+
+    @property
+    def reply_drops(self) -> int:
+        """SENDs to reply queues of this broker that were gone (dropped, as RabbitMQ does)."""
+        return self.router.temps.dropped
+
     def list_queues(self, after: str, limit: int) -> Deferred[QueuePage]:
         """A page of queues named after ``after``: ``answer(await fetch(store))``."""
         return self.control.list_queues(after, limit)
@@ -176,10 +187,17 @@ class Broker:
             self.dispatcher.arm_sweep(self.dispatcher.wall_ms + SWEEP_MS)  # expired while stopped
 
     # -- what other brokers sharing the store did -------------------------------------------------
-    def topic_subscriber_lagging(self, subscriber: Session, seconds: float) -> None:
+    def topic_subscriber_lagging(
+        self, subscriber: Session, seconds: float, drain_rate: Callable[[Outbox], float]
+    ) -> bool:
         """The server waited ``seconds`` for ``subscriber``'s outbox on behalf of a publisher
-        (--topic-overflow block, --topic-block-timeout): let the publisher go on without it."""
-        self.router.overflow.lagging(subscriber, seconds)
+        (--topic-overflow block, --topic-block-timeout).  If a subscriber of the same topic
+        drains its output ``LAG_RATIO`` times as fast (``drain_rate``, bytes/s, 0.0 unknown),
+        ``subscriber`` is what holds the topic back: the publisher goes on without it (True).
+        Otherwise the publisher is simply faster than every subscriber and flow control goes on."""
+        return self.router.overflow.lag_if_slowest(
+            subscriber, seconds, drain_rate, self.router.topic_peers(subscriber)
+        )
 
     def store_changed(self, queue: str) -> None:
         """Ready messages of ``queue`` ("*": of any queue) appeared in the store."""

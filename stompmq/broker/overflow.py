@@ -9,13 +9,16 @@ unsent output than its hard limit, something has to give:
   bounded: an outbox exceeds its limit by at most what one read of each
   publisher holds.  Every subscriber gets every message; the publisher (and the
   rest of its traffic) goes at the pace of the slowest subscriber -- but for
-  at most ``--topic-block-timeout`` seconds: a subscriber that holds a
-  publisher back that long is a known slow consumer (``Session.topic_lagging``,
-  the way ActiveMQ's slow-consumer strategies single one out) and is treated
-  as under ``drop`` for the rest of its connection: it misses messages while
-  its output is over the limit, counted and logged.  One stalled subscriber
-  cannot stop a topic for everyone else, and it cannot make the publisher wait
-  again and again.  A timeout of 0 waits forever.
+  at most ``--topic-block-timeout`` seconds (default 5) if another subscriber
+  of its topic drains at least ``LAG_RATIO`` times as fast: then it is a known
+  slow consumer (``Session.topic_lagging``, the way ActiveMQ's slow-consumer
+  strategies single one out) and is treated as under ``drop`` for the rest of
+  its connection: it misses messages while its output is over the limit,
+  counted and logged.  One stalled subscriber cannot stop a topic for everyone
+  else, and it cannot make the publisher wait again and again; subscribers
+  that keep pace with each other are never singled out, whatever the
+  publisher's pace (flow control is the answer to that).  A timeout of 0 waits
+  forever.
 * ``drop``: that subscriber misses the message; the others and the publisher
   are not slowed.
 * ``disconnect``: that subscriber's connection gets an ERROR and is closed.
@@ -25,14 +28,18 @@ for its socket, so under ``block`` it misses the message as under ``drop``.
 
 Every miss is counted per subscription and in total (``/control/stats/topic``)
 and logged once per episode: at the first miss, and when the subscriber takes
-a message again.
+a message again.  An episode lasts until the subscriber's output is below the
+soft limit (not merely below the hard limit), so it receives runs of
+consecutive messages rather than every n-th one, and a subscriber hovering at
+the limit does not fill the log.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable
 
-from .session import Session, Subscription
+from .session import Outbox, Session, Subscription
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +47,9 @@ BLOCK = "block"
 DROP = "drop"
 DISCONNECT = "disconnect"
 POLICIES = (BLOCK, DROP, DISCONNECT)
+#: Under --topic-block-timeout a subscriber lags only if a peer drains this many times as fast:
+#: keeping it would slow the others (and the publisher) by more than this factor.
+LAG_RATIO = 2.0
 
 
 class TopicOverflow:
@@ -55,18 +65,37 @@ class TopicOverflow:
         self.total_disconnected = 0
         self.total_lagging = 0
 
-    def lagging(self, subscriber: Session, seconds: float) -> None:
-        """``subscriber`` held a publisher back for ``seconds`` (--topic-block-timeout): from
-        now on it never holds one back again, it misses messages instead (as under ``drop``)."""
+    def lag_if_slowest(
+        self,
+        subscriber: Session,
+        seconds: float,
+        drain_rate: Callable[[Outbox], float],
+        peers: Iterable[Session],
+    ) -> bool:
+        """``subscriber`` held a publisher back for ``seconds`` (--topic-block-timeout).  If one of
+        its ``peers`` drains at least ``LAG_RATIO`` times as fast, from now on it never holds a
+        publisher back again, it misses messages instead (as under ``drop``): True.  If none
+        does, every subscriber is as busy and the publisher keeps waiting: False."""
         if subscriber.topic_lagging or subscriber.closed:
-            return
+            return True
+        own = drain_rate(subscriber.outbox)
+        fastest = max((drain_rate(peer.outbox) for peer in peers), default=0.0)
+        if fastest <= 0.0 or fastest < LAG_RATIO * own:
+            log.debug(
+                "topic subscriber session %s held a publisher back for %g s draining %.0f bytes/s, "
+                "its fastest peer %.0f: no slower than the others, the publisher keeps waiting",
+                subscriber.id, seconds, own, fastest,
+            )
+            return False
         subscriber.topic_lagging = True
         self.total_lagging += 1
         log.warning(
-            "topic subscriber session %s held a publisher back for %g s (--topic-block-timeout): "
-            "from now on it misses topic messages whenever its output is over the limit, as under drop",
-            subscriber.id, seconds,
+            "topic subscriber session %s held a publisher back for %g s (--topic-block-timeout) "
+            "draining %.0f bytes/s while another subscriber drains %.0f: from now on it misses "
+            "topic messages whenever its output is over the limit, as under drop",
+            subscriber.id, seconds, own, fastest,
         )
+        return True
 
     def drop(self, sub: Subscription, why: str) -> None:
         self.total_dropped += 1

@@ -9,7 +9,9 @@ the definitions file) gives it a policy, stored with the queue so a restart keep
 * ``overflow``: ``drop-head`` (the oldest ready message goes) or ``reject-publish`` (the SEND
   is refused with an ERROR and nothing is stored);
 * ``dead-letter``: expired and dropped messages go to the dead-letter queue
-  (``dead-letter-reason`` ``expired`` or ``maxlen``) instead of being discarded.
+  (``dead-letter-reason`` ``expired`` or ``maxlen``) instead of being discarded;
+* ``x-single-active-consumer`` (RabbitMQ's queue argument): every subscription of the queue is
+  a single active consumer, as if its SUBSCRIBE said so.
 
 ``--max-queue-bytes`` gives every queue that declares no byte bound ``max-length-bytes`` with
 ``reject-publish``: a runaway producer is refused before it fills the disk.
@@ -21,7 +23,7 @@ snapshot says which writes the count saw).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .errors import ClientError
 from .send_headers import flag, non_negative
@@ -31,10 +33,10 @@ DROP_HEAD = "drop-head"
 REJECT_PUBLISH = "reject-publish"
 OVERFLOWS = (DROP_HEAD, REJECT_PUBLISH)
 #: The declaration headers (and the keys of a definitions file's queue entry).
-MESSAGE_TTL, MAX_LENGTH, MAX_LENGTH_BYTES, OVERFLOW, DEAD_LETTER = (
-    "message-ttl", "max-length", "max-length-bytes", "overflow", "dead-letter",
+MESSAGE_TTL, MAX_LENGTH, MAX_LENGTH_BYTES, OVERFLOW, DEAD_LETTER, SINGLE_ACTIVE = (
+    "message-ttl", "max-length", "max-length-bytes", "overflow", "dead-letter", "x-single-active-consumer",
 )
-POLICY_KEYS = (MESSAGE_TTL, MAX_LENGTH, MAX_LENGTH_BYTES, OVERFLOW, DEAD_LETTER)
+POLICY_KEYS = (MESSAGE_TTL, MAX_LENGTH, MAX_LENGTH_BYTES, OVERFLOW, DEAD_LETTER, SINGLE_ACTIVE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +46,7 @@ class QueuePolicy:
     max_length_bytes: int | None = None
     overflow: str = DROP_HEAD
     dead_letter: bool = False
+    single_active: bool = False
 
     @classmethod
     def parse(cls, headers: dict[str, str]) -> QueuePolicy:
@@ -57,11 +60,14 @@ class QueuePolicy:
             non_negative(headers, MAX_LENGTH_BYTES),
             overflow,
             flag(headers, DEAD_LETTER, False),
+            flag(headers, SINGLE_ACTIVE, False),
         )
 
     def options(self) -> dict[str, str]:
         """The policy as stored (and as a declaration would give it again)."""
         options = {OVERFLOW: self.overflow, DEAD_LETTER: "true" if self.dead_letter else "false"}
+        if self.single_active:
+            options[SINGLE_ACTIVE] = "true"
         for name, value in ((MESSAGE_TTL, self.message_ttl), (MAX_LENGTH, self.max_length),
                             (MAX_LENGTH_BYTES, self.max_length_bytes)):
             if value is not None:
@@ -83,7 +89,7 @@ class QueuePolicy:
         if max_bytes is None or self.max_length_bytes is not None:
             return self
         overflow = self.overflow if self.max_length is not None else REJECT_PUBLISH
-        return QueuePolicy(self.message_ttl, self.max_length, max_bytes, overflow, self.dead_letter)
+        return replace(self, max_length_bytes=max_bytes, overflow=overflow)
 
 
 class QueueSize:

@@ -130,6 +130,16 @@ class Router:
         self.store.publish_topic(dest.name, headers, frame.body)  # the other brokers' subscribers
         self.deliver_topic(dest.name, dest.raw, headers, frame.body, publisher)
 
+    def topic_peers(self, session: Session) -> set[Session]:
+        """The other live, non-lagging sessions subscribed to what ``session``'s topic
+        subscriptions receive (the subscribers it is compared with under --topic-block-timeout)."""
+        peers: set[Session] = set()
+        for sub in session.subscriptions.values():
+            if sub.queue is None and sub.destination.startswith("/topic/"):
+                peers.update(p.session for p in self.topics.sharing(sub.destination[len("/topic/") :]))
+        peers.discard(session)
+        return {p for p in peers if not p.closed and not p.topic_lagging}
+
     def deliver_topic(
         self, topic: str, destination: str, headers: dict[str, str], body: bytes, publisher: Session | None
     ) -> None:
@@ -151,7 +161,12 @@ class Router:
                 continue
             outbox = session.outbox
             holds = block and not session.topic_lagging  # may hold the publisher back
-            if not holds and not outbox.can_take_transient():
+            if not holds and (
+                not outbox.can_take_transient()
+                # an episode of misses lasts until its output is below the soft limit again:
+                # the subscriber gets runs of messages, not every n-th, and the log two lines
+                or (sub in overflow.missing and not outbox.has_room())
+            ):
                 slow.append(sub)
                 continue
             ack_id = None

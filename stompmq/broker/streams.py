@@ -27,18 +27,33 @@ scan of the stream, ever.  The newest segment is never dropped.  Timestamps are
 kept non-decreasing within a stream, so ``timestamp=`` subscriptions find their
 start from the marks too.  After a restart the marks are re-read from the store
 by point reads (``marks_wanted`` / ``load_marks``, before the broker serves).
+
+Several brokers on one database (``Store.shared``: PostgreSQL)
+---------------------------------------------------------------
+No engine can number a stream that others append to, so ``append`` buffers the entry
+unnumbered (``UNNUMBERED``) and the commit numbers it (storage/pg_streams.py).  What the
+engine knows of a stream then comes from the store as ``StreamState``s (``changed``): after
+this broker's own commits (before their RECEIPTs) and when another broker's commit is
+notified.  ``next`` is the committed end; every offset below it is final.  The tail is no
+longer fed by ``append``: it is a window of committed entries ``[tail_first, tail_end)``
+read from the store (``_follow``: one read per stream, for the subscribers that wait past
+``tail_end``), so subscribers on every broker, this one included, get entries in one order
+once they are committed.  Marks of the segments other brokers fill are point reads
+(``_read_marks``).  ``/control/stream-offsets`` reads the counter row, and a SUBSCRIBE at
+an offset past the known end asks the store before clamping it, so an offset a client was
+told anywhere is never clamped to a stale end.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 
-from ..storage.base import Store, StoreError, StreamMessage, StreamRecord
+from ..storage.base import TRIM_ALL, UNNUMBERED, Store, StoreError, StreamMessage, StreamRecord, StreamState
 from .config import BrokerConfig
-from .delivery import message_frame, message_tail
+from .delivery import stream_head, stream_tail
 from .dispatch import Dispatcher
 from .errors import ClientError
 from .reads import StoreRead
@@ -47,11 +62,18 @@ from .timers import Timer
 
 log = logging.getLogger(__name__)
 
-#: Deadline kinds: a stream's oldest segment ages out; a failed stream read is retried.
+#: Deadline kinds: a stream's oldest segment ages out; a failed stream read (a subscriber's, or a
+#: stream's follow read on a shared store) is retried.
 STREAM_RETENTION = "stream-retention"
 STREAM_READ_RETRY = "stream-read-retry"
+STREAM_FOLLOW_RETRY = "stream-follow-retry"
 #: The SUBSCRIBE header choosing where to start, and the MESSAGE header carrying the offset.
 OFFSET_HEADER = "x-stream-offset"
+#: The SUBSCRIBE header naming the offset where the subscription stops (exclusive): a reader of
+#: a range (a Spark task) is not sent the entries after it, which it would only throw away.
+END_HEADER = "x-stream-end"
+#: A subscription without ``x-stream-end`` (past every offset).
+NO_END = 2**63
 #: Entries one store read asks for: enough to amortise the thread round trip, few enough to bound
 #: a subscriber's buffer.
 READ_BATCH = 1000
@@ -74,7 +96,8 @@ Mark = tuple[int, int, int]
 class Stream:
     __slots__ = (
         "name", "destination", "options", "max_age_ms", "max_bytes", "first", "next",
-        "end_bytes", "last_ts", "marks", "tail", "capacity", "subscribers", "timer",
+        "end_bytes", "last_ts", "marks", "tail", "tail_end", "capacity", "subscribers", "timer",
+        "row", "following",
     )
 
     def __init__(self, name: str, capacity: int | None, first: int = 0, next_offset: int = 0) -> None:
@@ -88,15 +111,18 @@ class Stream:
         self.end_bytes = 0  # body bytes appended since offset 0
         self.last_ts = 0
         self.marks: deque[Mark] = deque()
-        self.tail: deque[StreamMessage] = deque()  # the newest entries, up to ``next``
+        self.tail: deque[StreamMessage] = deque()  # the newest entries in memory, up to ``tail_end``
+        self.tail_end = next_offset  # == next, except on a shared store (entries not read yet)
         self.capacity = capacity  # None: the tail holds every retained entry (memory store)
         self.subscribers: list[StreamSubscription] = []
         self.timer: Timer | None = None
+        self.row: int | None = None  # a shared store's row (StreamState.id), once known
+        self.following = False  # a shared store's follow read is queued
 
     @property
     def tail_first(self) -> int:
         """The offset of the oldest entry in memory."""
-        return self.next - len(self.tail)
+        return self.tail_end - len(self.tail)
 
     @property
     def size(self) -> int:
@@ -107,7 +133,7 @@ class Stream:
 class StreamSubscription(Subscription):
     """A subscription to a stream: a cursor over its offsets."""
 
-    __slots__ = ("stream", "position", "buffer", "reading", "min_ts")
+    __slots__ = ("stream", "position", "buffer", "reading", "min_ts", "head", "end")
 
     def __init__(self, sub_id: str, session: Session, stream: Stream, ack_mode: AckMode, prefetch: int) -> None:
         super().__init__(sub_id, session, stream.destination, ack_mode, prefetch, None)
@@ -116,6 +142,8 @@ class StreamSubscription(Subscription):
         self.buffer: deque[StreamMessage] = deque()  # entries read from the store, from position on
         self.reading = False
         self.min_ts: int | None = None  # a timestamp= start: skip older entries until one is newer
+        self.head = stream_head(sub_id, stream.destination, session.version)
+        self.end = NO_END  # x-stream-end: nothing at or after it is delivered
 
 
 class Streams:
@@ -125,6 +153,7 @@ class Streams:
         self.config = config
         self.deadlines = dispatcher.deadlines
         self.reads = dispatcher.reads
+        self.shared = self.store.shared
         self.streams: dict[str, Stream] = {}
 
     # -- streams ------------------------------------------------------------------------------
@@ -133,7 +162,8 @@ class Streams:
         stream = self.streams.get(name)
         if stream is None:
             stream = self.streams[name] = self._new(name)
-            self.store.save_stream(name, {})
+            if not self.shared:  # (shared: the first append makes the row; {} here would undo a declaration)
+                self.store.save_stream(name, {})
         return stream
 
     def _new(self, name: str, first: int = 0, next_offset: int = 0) -> Stream:
@@ -170,6 +200,7 @@ class Streams:
             floor = int(record.options.get(FLOOR, 0))
             first, next_offset = max(record.first, floor), max(record.next, floor)
             stream = self.streams[record.name] = self._new(record.name, first, next_offset)
+            stream.row = record.row
             self._configure(stream, record.options)
 
     def marks_wanted(self) -> list[tuple[str, list[int]]]:
@@ -197,14 +228,17 @@ class Streams:
     def purge(self, name: str) -> None:
         """``/control/purge/stream/NAME``: drop every entry; offsets go on from where they were."""
         stream = self.streams.get(name)
-        if stream is None or stream.first == stream.next:
+        if stream is None or (stream.first == stream.next and not self.shared):
             return
         stream.first = stream.next
         stream.marks.clear()
         stream.tail.clear()
-        stream.options = {**stream.options, FLOOR: str(stream.next)}
-        self.store.trim_stream(name, stream.next)
-        self.store.save_stream(name, stream.options)
+        if self.shared:  # to the committed end, whatever it is then; the counter row keeps it
+            self.store.trim_stream(name, TRIM_ALL)
+        else:
+            stream.options = {**stream.options, FLOOR: str(stream.next)}
+            self.store.trim_stream(name, stream.next)
+            self.store.save_stream(name, stream.options)
         self._arm_age(stream)
 
     def delete(self, name: str) -> None:
@@ -227,10 +261,15 @@ class Streams:
         stream = self.streams.get(name) or self.stream(name)
         dispatcher = self.dispatcher
         dispatcher.seq += 1
+        if self.shared:  # numbered in the commit; subscribers get it from the store once committed
+            self.store.append_stream(
+                StreamMessage(dispatcher.seq, name, priority, headers, body, dispatcher.wall_ms, UNNUMBERED, 0)
+            )
+            return
         offset = stream.next
         timestamp = stream.last_ts = max(dispatcher.wall_ms, stream.last_ts)
         msg = StreamMessage(dispatcher.seq, name, priority, headers, body, timestamp, offset, stream.end_bytes)
-        stream.next = offset + 1
+        stream.next = stream.tail_end = offset + 1
         stream.end_bytes += len(body)
         self.store.append_stream(msg)
         tail = stream.tail
@@ -243,6 +282,152 @@ class Streams:
         for sub in stream.subscribers:
             if sub.position == offset:
                 self.pump(sub)
+
+    # -- a shared store's news ------------------------------------------------------------------
+    def changed(self, name: str, state: StreamState | None) -> None:
+        """A stream as committed (by this broker or another; None: deleted).  States may come
+        late or twice (a notification and a poll): offsets only ever move forward."""
+        stream = self.streams.get(name)
+        if state is None:
+            if stream is not None and stream.row is not None:  # (not one made here since)
+                self._forget(stream)
+            return
+        if stream is not None and stream.row is not None and stream.row != state.id:
+            self._forget(stream)  # deleted and made again: its offsets start anew
+            stream = None
+        if stream is None:
+            stream = self.streams[name] = self._new(name, state.first, state.first)
+        stream.row = state.id
+        if state.options != stream.options:
+            self._configure(stream, state.options)
+        if state.next > stream.next:
+            known = stream.next
+            stream.next, stream.end_bytes, stream.last_ts = state.next, state.end_bytes, state.last_ts
+            self._read_marks(stream, known)
+        if state.first > stream.first:
+            stream.first = state.first
+            marks = stream.marks
+            while marks and (marks[0][0] < state.first and (len(marks) == 1 or marks[1][0] <= state.first)):
+                marks.popleft()
+            tail = stream.tail
+            while tail and tail[0].offset < state.first:
+                tail.popleft()
+        self._arm_age(stream)
+        for sub in list(stream.subscribers):
+            self.pump(sub)
+
+    def _forget(self, stream: Stream) -> None:
+        """Another broker deleted ``stream``: its subscribers here stay where they are and get
+        nothing more (their offsets name entries of a stream that is gone)."""
+        del self.streams[stream.name]
+        if stream.timer is not None:
+            self.deadlines.cancel(stream.timer)
+        stream.first = stream.next = stream.tail_end = max(
+            [stream.next, *(sub.position for sub in stream.subscribers)]
+        )
+        stream.tail.clear()
+        for sub in stream.subscribers:
+            sub.position = stream.next
+            sub.buffer.clear()
+
+    def _read_marks(self, stream: Stream, known: int) -> None:
+        """Read the marks of the segments that start in ``[known, next)`` (point reads)."""
+        step = self.config.stream_segment
+        wanted = list(range(-(-known // step) * step, stream.next, step))
+        if not stream.marks and stream.first < stream.next and stream.first not in wanted:
+            wanted.insert(0, max(stream.first, known))
+        if not wanted:
+            return
+        name = stream.name
+
+        async def fetch(store: Store) -> list[StreamMessage]:
+            return [e for offset in wanted for e in await store.read_stream(name, offset, 1) if e.offset == offset]
+
+        def done(entries: list[StreamMessage]) -> None:
+            if self.streams.get(name) is not stream:
+                return
+            marks = stream.marks
+            for e in entries:
+                if e.offset >= stream.first and (not marks or e.offset > marks[-1][0]):
+                    marks.append((e.offset, e.timestamp, e.bytes_before))
+            self.enforce(stream)
+
+        def failed(error: StoreError) -> None:  # retention waits for the next segment's marks
+            log.warning("reading the marks of stream %s failed: %s", name, error)
+
+        self.reads.submit(StoreRead(fetch, done, failed))
+
+    def _follow(self, stream: Stream, position: int) -> None:
+        """Read committed entries from ``position`` (a subscriber waits there, past the tail) into
+        the tail: one read per stream, however many subscribers wait."""
+        if stream.following:
+            return
+        if position > stream.tail_end:  # nothing between is wanted: the tail starts again there
+            stream.tail.clear()
+            stream.tail_end = position
+        stream.following = True
+        name, start, end = stream.name, stream.tail_end, stream.next
+
+        def fetch(store: Store) -> Awaitable[Sequence[StreamMessage]]:
+            return store.read_stream(name, start, min(READ_BATCH, end - start))
+
+        def done(entries: Sequence[StreamMessage]) -> None:
+            stream.following = False
+            tail = stream.tail
+            if not entries or entries[0].offset != stream.tail_end:
+                tail.clear()  # entries trimmed by retention or a purge: what is there comes next
+                stream.tail_end = entries[0].offset if entries else max(stream.tail_end, end)
+            for e in entries:
+                tail.append(e)
+                if stream.capacity is not None and len(tail) > stream.capacity:
+                    tail.popleft()
+            if entries:
+                stream.tail_end = entries[-1].offset + 1
+            for sub in list(stream.subscribers):
+                self.pump(sub)
+
+        def failed(error: StoreError) -> None:
+            log.warning("reading stream %s failed, retrying: %s", name, error)
+            self.deadlines.arm(READ_RETRY_SECONDS, STREAM_FOLLOW_RETRY, stream)
+
+        self.reads.submit(StoreRead(fetch, done, failed))
+
+    def retry_follow(self, stream: Stream) -> None:
+        """The STREAM_FOLLOW_RETRY deadline."""
+        stream.following = False
+        for sub in list(stream.subscribers):
+            self.pump(sub)
+
+    def _clamp_after_check(self, sub: StreamSubscription) -> None:
+        """A SUBSCRIBE on a shared store at an offset past the end this broker knows: ask the
+        store for the end before clamping, since another broker may have appended that far."""
+        name = sub.stream.name
+
+        def fetch(store: Store) -> Awaitable[StreamState | None]:
+            return store.stream_state(name)
+
+        def done(state: StreamState | None) -> None:
+            self.changed(name, state)
+            stream = sub.stream
+            if sub.position > stream.next:
+                sub.position = stream.next
+            self.pump(sub)
+
+        self.reads.submit(StoreRead(fetch, done, lambda error: done(None)))
+
+    def offsets_read(self, name: str) -> tuple[Callable[[Store], Awaitable[StreamState | None]],
+                                               Callable[[StreamState | None], dict[str, str]]]:
+        """``/control/stream-offsets`` on a shared store: the counter row, read behind every
+        buffered append (the engine learns the state too, so it never clamps below it)."""
+
+        def fetch(store: Store) -> Awaitable[StreamState | None]:
+            return store.stream_state(name)
+
+        def answer(state: StreamState | None) -> dict[str, str]:
+            self.changed(name, state)
+            return self.offsets(name)
+
+        return fetch, answer
 
     # -- retention ----------------------------------------------------------------------------
     def enforce(self, stream: Stream) -> None:
@@ -284,13 +469,22 @@ class Streams:
 
     # -- subscribers --------------------------------------------------------------------------
     def subscribe(self, session: Session, name: str, sub_id: str, mode: AckMode, prefetch: int,
-                  start: str | None) -> StreamSubscription:
+                  start: str | None, end: str | None = None) -> StreamSubscription:
         stream = self.stream(name)
         sub = StreamSubscription(sub_id, session, stream, mode, prefetch)
         sub.position, sub.min_ts = _start(stream, start)
+        if end is not None:
+            if not (end.isascii() and end.isdigit()) or len(end) > 18:
+                raise ClientError(f"{END_HEADER} must be an offset (a whole number >= 0), not {end!r}")
+            sub.end = int(end)
         stream.subscribers.append(sub)
         session.subscriptions[sub_id] = sub
-        self.pump(sub)
+        if sub.position <= stream.next:
+            self.pump(sub)
+        elif self.shared:
+            self._clamp_after_check(sub)
+        else:
+            sub.position = stream.next
         return sub
 
     def remove(self, sub: StreamSubscription) -> None:
@@ -302,7 +496,7 @@ class Streams:
         stream, buffer = sub.stream, sub.buffer
         while sub.active and sub.has_room():
             position = sub.position
-            if position >= stream.next:
+            if position >= stream.next or position >= sub.end:
                 return
             if position < stream.first:  # retention overtook the subscriber: skip what is gone
                 sub.position = stream.first
@@ -313,6 +507,9 @@ class Streams:
                 msg = buffer.popleft()
                 if len(buffer) == READ_AHEAD and buffer[-1].offset + 1 < stream.tail_first:
                     self._read(sub)  # the next batch, while this one is delivered
+            elif position >= stream.tail_end:  # (shared store) committed, not read yet
+                self._follow(stream, position)
+                return
             elif position >= stream.tail_first:
                 msg = stream.tail[position - stream.tail_first]
             else:
@@ -328,11 +525,13 @@ class Streams:
     def _deliver(self, sub: StreamSubscription, msg: StreamMessage) -> None:
         session = sub.session
         version = session.version
-        ack_id = None if sub.ack_mode is AckMode.AUTO else self.dispatcher.track(session, sub, msg)
-        tail = b"%s:%d\n%s" % (OFFSET_HEADER.encode(), msg.offset, message_tail(msg, version))
-        session.outbox.write(
-            message_frame(msg, sub.destination, sub.id, ack_id if version == "1.2" else None, version, tail)
-        )
+        ack = b""
+        if sub.ack_mode is not AckMode.AUTO:
+            ack_id = self.dispatcher.track(session, sub, msg)
+            if version == "1.2":
+                ack = b"ack:%s\n" % ack_id.encode()
+        tail = stream_tail(msg, version, sub.stream.capacity is not None)
+        session.outbox.write(sub.head % (msg.seq, ack, tail))
 
     def _read(self, sub: StreamSubscription) -> None:
         if sub.reading:
@@ -350,7 +549,8 @@ class Streams:
         if sub.active:
             sub.buffer.extend(entries)
             if not entries and sub.position < sub.stream.tail_first:
-                sub.position = max(sub.position, sub.stream.first)  # trimmed while the read was queued
+                # Trimmed while the read was queued: nothing is left below what is in memory.
+                sub.position = max(sub.position, sub.stream.first, sub.stream.tail_first)
             self.pump(sub)
 
     def _read_failed(self, sub: StreamSubscription, error: StoreError) -> None:
@@ -400,5 +600,6 @@ def _start(stream: Stream, value: str | None) -> tuple[int, int | None]:
             start = offset
         return start, at_ms
     if value.isascii() and value.isdigit() and len(value) <= 18:
-        return min(max(int(value), stream.first), stream.next), None
+        # Past the end: clamped to it by the caller (a shared store's end is checked first).
+        return max(int(value), stream.first), None
     raise ClientError(f"{OFFSET_HEADER} must be first, last, next, an offset or timestamp=SECONDS, not {value!r}")

@@ -27,7 +27,7 @@ from .destinations import MAX_NAME_BYTES
 from .routing import Router, private_queue_name
 from .send_headers import flag, seconds
 from .session import AckMode, Session, Subscription
-from .streams import OFFSET_HEADER, Streams, StreamSubscription
+from .streams import END_HEADER, OFFSET_HEADER, Streams, StreamSubscription
 
 #: Header names that set a subscription's prefetch, first one present wins.
 PREFETCH_HEADERS = ("prefetch", "activemq.prefetchSize", "prefetch-count")
@@ -87,7 +87,8 @@ class Subscriptions:
             self.router.topics.add(dest.name, sub)
             return
         elif dest.kind is Kind.STREAM:
-            self.streams.subscribe(session, dest.name, sub_id, mode, prefetch, headers.get(OFFSET_HEADER))
+            self.streams.subscribe(session, dest.name, sub_id, mode, prefetch, headers.get(OFFSET_HEADER),
+                                   headers.get(END_HEADER))
             return
         else:
             raise ClientError(f"cannot SUBSCRIBE to {dest.raw!r}")
@@ -95,6 +96,8 @@ class Subscriptions:
             self.browsers.subscribe(session, sub_id, dest.raw, queue_name)
             return
         queue = self.dispatcher.activate(queue_name)
+        declared = self.dispatcher.policies.get(queue_name)
+        exclusive = exclusive or (declared is not None and declared.single_active)
         if dest.kind is Kind.TOPIC or dest.kind is Kind.TEMP_QUEUE:
             queue.destination = dest.raw  # a durable subscriber sees the topic it subscribed to
         sub = Subscription(sub_id, session, dest.raw, mode, prefetch, ack_timeout, queue)

@@ -74,6 +74,14 @@ class TopicRouter:
             if subs:
                 yield from subs
 
+    def sharing(self, pattern: str) -> Iterator[Subscription]:
+        """The subscriptions that receive what one subscribed to ``pattern`` receives: for a name,
+        every subscription a publish to it reaches; for ``PREFIX*``, the others on that prefix."""
+        if pattern.endswith(WILDCARD):
+            yield from self._prefix.get(pattern[:-1], ())
+        else:
+            yield from self.matching(pattern)
+
     def patterns(self) -> Iterator[tuple[str, int]]:
         """Every subscribed pattern (``PREFIX*`` for prefixes) with its number of subscriptions."""
         for name, subs in self._exact.items():

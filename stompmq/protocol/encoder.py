@@ -16,6 +16,13 @@ MESSAGE it delivers.  Because the receiver keeps the FIRST occurrence of a
 repeated header, the broker's own headers (destination, message-id,
 subscription, ack, content-length) must come before a spliced user block.
 
+``encode_message`` and ``encode_message_tail`` build the MESSAGE frames the
+broker delivers: the tail (priority, timestamp, expiry, content-length, the
+user headers and the body) is what every delivery of one message shares, so
+topic fan-out builds it once per version; the head is per delivery.  The
+Python versions below are the reference; the names are bound to the native
+ones from ``_frames.c`` when that is built and not switched off (native.py).
+
 Versions differ only in escaping: 1.0 has none, 1.1 escapes backslash,
 newline and colon, 1.2 adds CR.  CONNECT, CONNECTED and STOMP frames are never
 escaped.  Where a header cannot be expressed without escaping (a newline in
@@ -31,6 +38,7 @@ from collections.abc import Collection, Iterable
 
 from .errors import LocalProtocolError
 from .frame import Frame
+from .native import frames as _native
 
 _ESCAPE_TABLES: dict[str, dict[int, str] | None] = {
     "1.0": None,
@@ -111,3 +119,72 @@ def encode_frame(frame: Frame, version: str) -> bytes:
     else:
         raise LocalProtocolError(f"content-length {length!r} does not match the {len(body)}-byte body")
     return b"".join((head.encode(), body, b"\0"))
+
+
+def _message(
+    subscription: str, message_id: int, destination: str, ack: str | None, redeliveries: int, version: str, tail: bytes
+) -> bytes:
+    """A complete MESSAGE frame: this delivery's own headers, then ``tail`` (``_message_tail``).
+
+    They come first so that they win over a user header of the same name;
+    ``ack`` (1.2's ack id, None otherwise) is broker-made and never escaped.
+    """
+    if redeliveries:
+        redelivery = b"redelivered:true\nredelivery-count:%d\n" % redeliveries
+    else:
+        redelivery = b"redelivered:false\nredelivery-count:0\n"
+    ack_line = b"ack:%s\n" % ack.encode() if ack is not None else b""
+    return b"MESSAGE\nsubscription:%s\nmessage-id:%d\ndestination:%s\n%s%s%s" % (
+        escape(subscription, version).encode(),
+        message_id,
+        escape(destination, version).encode(),
+        ack_line,
+        redelivery,
+        tail,
+    )
+
+
+def _user_header_block(headers: dict[str, str], version: str) -> bytes:
+    """Encode a message's user headers for ``version``.
+
+    STOMP 1.0 has no escaping, so a header that a 1.1/1.2 sender wrote with an
+    escaped newline (or a colon in its name) cannot be expressed to a 1.0
+    subscriber: such headers are left out of that subscriber's MESSAGE rather
+    than failing the delivery (and with it the SEND of an unrelated producer).
+    """
+    if not headers:
+        return b""
+    try:
+        return encode_header_block(headers.items(), version)
+    except LocalProtocolError:
+        expressible = [(k, v) for k, v in headers.items() if not ("\n" in k or ":" in k or "\n" in v)]
+        return encode_header_block(expressible, version)
+
+
+def _message_tail(
+    priority: int, timestamp: int, expires: int | None, headers: dict[str, str], body: bytes, version: str
+) -> bytes:
+    """The part of a MESSAGE shared by all deliveries of one message to sessions of ``version``.
+
+    ``expires`` (epoch ms, as JMS has it) appears only on a message that can expire.
+    """
+    if expires is not None:
+        return b"priority:%d\ntimestamp:%d\nexpires:%d\ncontent-length:%d\n%s\n%s\x00" % (
+            priority,
+            timestamp,
+            expires,
+            len(body),
+            _user_header_block(headers, version),
+            body,
+        )
+    return b"priority:%d\ntimestamp:%d\ncontent-length:%d\n%s\n%s\x00" % (
+        priority,
+        timestamp,
+        len(body),
+        _user_header_block(headers, version),
+        body,
+    )
+
+
+encode_message = _native.encode_message if _native is not None else _message
+encode_message_tail = _native.encode_message_tail if _native is not None else _message_tail

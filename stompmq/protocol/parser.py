@@ -46,6 +46,16 @@ CONNECT in the same read are unescaped correctly, the parser adopts the
 version that ``negotiate_version`` picks for the first CONNECT/STOMP; the
 server may still set ``version`` afterwards.
 
+Native fast path
+----------------
+When the optional extension ``_frames.c`` is built (see ``native.py``), each
+header phase first hands the buffer to ``_frames.scan``, which parses every
+complete, valid frame it can in C and stops at the first one it does not
+handle (incomplete, invalid, near a limit, or a CONNECT/STOMP).  The loop
+below then goes on from there exactly as it would have on its own, so this
+file stays the reference: every error and every partial-feed state comes from
+it, and tests/protocol runs and fuzzes both.
+
 Any violation raises ``ProtocolError``; the parser then stays broken (every
 later ``feed`` raises the same error) because the connection is about to be
 closed and the stream position is no longer trustworthy.  Frames completed
@@ -59,6 +69,7 @@ from typing import NamedTuple
 
 from .errors import ProtocolError
 from .frame import Frame
+from .native import NATIVE, frames as _native
 from .negotiation import negotiate_version
 
 _COMPACT_AT = 256 * 1024
@@ -194,8 +205,12 @@ def _short_ack(buf: bytearray, pos: int, max_header_bytes: int, max_headers: int
 class FrameParser:
     """Turns a STOMP byte stream into frames; see the module docstring for the design."""
 
-    def __init__(self, limits: Limits = Limits()) -> None:
+    def __init__(self, limits: Limits = Limits(), *, native: bool = NATIVE) -> None:
+        if native and _native is None:
+            raise ValueError("the native frame codec (stompmq.protocol._frames) is not built or is switched off")
         self.limits = limits
+        self._native_scan = _native.scan if native and _native is not None else None
+        """The C fast path for complete, valid frames, or None (see the module docstring)."""
         self._buf = bytearray()
         self._pos = 0
         """Start of the first unconsumed byte in ``_buf``."""
@@ -265,10 +280,13 @@ class FrameParser:
         table = self._table
         frames: list[Frame] = []
         append = frames.append
+        native_scan = self._native_scan
 
         while True:
             if command is None:
                 # ---- header phase -------------------------------------------------
+                if native_scan is not None and pos < n:
+                    pos, crlf = native_scan(buf, pos, crlf, self._version, self.limits, frames)
                 if pos >= n:
                     break
                 first = buf[pos]

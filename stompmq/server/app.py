@@ -41,6 +41,7 @@ import trio
 from .. import __version__
 from ..broker import Broker
 from ..broker.hashring import NATIVE
+from ..protocol import native as native_codec
 from .connection import Connection, refuse
 from .http import bind_socket, serve_http
 from .listeners import listener_port, open_secure_listeners
@@ -178,8 +179,9 @@ async def serve(
                                     "who can reach it can purge and delete queues", settings.http_host)
                     await connections.start(serve_http, runtime, settings, open_connections, http_socket, security)
                 # Shown even at --log-level WARNING: an operator always learns what runs where.
-                log.log(max(logging.INFO, log.getEffectiveLevel()), "stompmq %s ready: store %s, listening on %s",
-                        __version__, settings.store_shown or "?", ", ".join(shown))
+                log.log(max(logging.INFO, log.getEffectiveLevel()),
+                        "stompmq %s ready: store %s, listening on %s, frame codec %s",
+                        __version__, settings.store_shown or "?", ", ".join(shown), native_codec.describe())
                 if not NATIVE:
                     log.warning(
                         "the native router (stompmq.broker._rendezvous) is not built: consistent-hash "

@@ -41,7 +41,7 @@ from typing import NoReturn, cast
 import trio
 
 from .. import __version__
-from ..broker import ClientError, Session
+from ..broker import ClientError, Outbox, Session
 from ..protocol import (
     Frame,
     FrameParser,
@@ -53,7 +53,7 @@ from ..protocol import (
 )
 from ..storage.base import DEFAULT_VHOST, vhost_name_error
 from .auth import Permission, User, required_permissions
-from .outbox import ConnectionOutbox
+from .outbox import SOFT_LIMIT, ConnectionOutbox
 from .runtime import Runtime
 from .security import Security, certificate_login, peer_address
 from .settings import ServerSettings
@@ -250,12 +250,16 @@ class Connection:
         timeout = self.settings.topic_block_timeout or math.inf
         for outbox, subscriber in subscribers.items():
             buffer = cast(ConnectionOutbox, outbox)
-            if buffer.holding_since is None:
-                buffer.holding_since = trio.current_time()
-            with trio.move_on_at(buffer.holding_since + timeout):
-                await buffer.wait_below_hard_limit()
-            if not buffer.can_take_transient() and not buffer.closed:
-                self.broker.topic_subscriber_lagging(subscriber, timeout)
+            while True:
+                if buffer.holding_since is None:
+                    buffer.holding_since = trio.current_time()
+                with trio.move_on_at(buffer.holding_since + timeout):
+                    await buffer.wait_below_hard_limit()
+                if buffer.can_take_transient() or buffer.closed:
+                    break
+                if self.broker.topic_subscriber_lagging(subscriber, timeout, _drain_rate):
+                    break
+                buffer.holding_since = None  # no faster peer: the publisher is faster than all
 
     def _on_frame(self, frame: Frame) -> None:
         session = self.session
@@ -475,15 +479,26 @@ class Connection:
         outbox, stream = self.outbox, self.stream
         while True:
             data = await outbox.take()
-            try:
-                await stream.send_all(data)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                self._broken = True
-                self._read_scope.cancel()
-                return
-            self.last_send = trio.current_time()
-            self.bytes_out += len(data)
-            outbox.sent(len(data))
+            size = len(data)
+            # a batch far above the soft limit (topic traffic backing up) goes in pieces: the
+            # outbox learns of progress (room for waiting publishers, its drain rate) every
+            # SEND_PIECE bytes, not only at the end.  Queue deliveries stop at the soft limit and
+            # go whole: telling the engine of progress mid-batch (on_drain) doubled their cost.
+            view = memoryview(data) if size > PIECES_ABOVE else None
+            start = 0
+            while start < size:
+                piece = data if view is None else view[start : start + SEND_PIECE]
+                outbox.sending_since = trio.current_time()
+                try:
+                    await stream.send_all(piece)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    self._broken = True
+                    self._read_scope.cancel()
+                    return
+                self.last_send = now = trio.current_time()
+                outbox.sent(len(piece), now)
+                start += len(piece)
+            self.bytes_out += size
             session = self.session
             if session is not None and session.unsent:  # auto-ack deliveries reached the socket
                 self.runtime.tick()
@@ -518,6 +533,17 @@ class Connection:
                 self.fail("heart-beat timeout", None)
                 return
 
+
+
+#: The writer hands at most this many bytes to one ``send_all``.
+SEND_PIECE = 256 * 1024
+#: Batches larger than this go to ``send_all`` in SEND_PIECE pieces (twice the soft limit).
+PIECES_ABOVE = 2 * SOFT_LIMIT
+
+
+def _drain_rate(outbox: Outbox) -> float:
+    """A subscriber's drain rate now (bytes/s), for --topic-block-timeout's comparison."""
+    return cast(ConnectionOutbox, outbox).drain_rate(trio.current_time())
 
 
 def _peer(stream: trio.abc.Stream) -> str:

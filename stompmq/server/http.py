@@ -54,6 +54,7 @@ from starlette.staticfiles import StaticFiles
 from .. import __version__
 from ..broker import Broker, ClientError
 from ..broker.control import MAX_PAGE, Deferred
+from ..protocol import native as native_codec
 from ..storage.base import DEFAULT_VHOST, StoreError, vhost_name_error
 from .connection import Connection
 from .http_auth import BasicAuth
@@ -241,6 +242,7 @@ class ManagementApp:
         }
         return JSONResponse({
             "version": __version__,
+            "frame_codec": "native" if native_codec.NATIVE else "python",
             "uptime": round(time.time() - self.started, 1),
             "store": self.settings.store_shown,
             "connections": len(self.connections),

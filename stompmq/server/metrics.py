@@ -26,6 +26,8 @@ from prometheus_client.registry import Collector
 from starlette.requests import Request
 from starlette.responses import Response
 
+from ..protocol import native as native_codec
+
 if TYPE_CHECKING:
     from .http import ManagementApp
 
@@ -73,6 +75,8 @@ async def scrape(management: ManagementApp) -> bytes:
     def gauge(name: str, doc: str, value: float) -> None:
         metrics.append(GaugeMetricFamily(name, doc, value=value))
 
+    gauge("stompmq_native_frame_codec", "1 when frames are parsed and encoded by the native fast path "
+          "(protocol/_frames.c), 0 in pure Python", int(native_codec.NATIVE))
     gauge("stompmq_connections", "Open client connections", len(management.connections))
     gauge("stompmq_subscriptions", "Subscriptions of open connections",
           sum(len(s.subscriptions) for engine in engines.values() for s in engine.sessions.values()))
@@ -84,6 +88,12 @@ async def scrape(management: ManagementApp) -> bytes:
     metrics.append(CounterMetricFamily("stompmq_topic_drops", "Topic deliveries missed by subscribers that could "
                                        "not take them (outbox over its hard limit, prefetch full)",
                                        value=sum(engine.topic_drops for engine in engines.values())))
+    metrics.append(CounterMetricFamily("stompmq_topic_lagging", "Topic subscribers singled out as slow "
+                                       "(--topic-block-timeout): they miss messages while over the limit",
+                                       value=sum(engine.topic_lagging for engine in engines.values())))
+    metrics.append(CounterMetricFamily("stompmq_reply_queue_drops", "SENDs to temporary reply queues that "
+                                       "were gone (dropped)",
+                                       value=sum(engine.reply_drops for engine in engines.values())))
     metrics.append(CounterMetricFamily("stompmq_page_reads", "Pages of ready messages read from the store",
                                        value=sum(engine.page_reads for engine in engines.values())))
     gauge("stompmq_delayed_in_memory", "Delayed messages held in memory (the ones due first)",

@@ -22,6 +22,14 @@ so a publisher never waits for a subscriber that is gone.
 engine remembers ``queued`` after each auto-ack delivery and settles it once
 ``sent_total`` has passed it (``Broker.written``), so the soft limit is also
 the bound on how much auto-ack traffic waits between the engine and the socket.
+
+``drain_rate`` estimates how fast the peer takes bytes while there is output
+for it: bytes sent over the time spent in ``send_all`` (a send still under way
+counts with the time it has taken so far), halved together every
+``RATE_WINDOW`` seconds of sending so the estimate follows the recent past.
+Time waiting for output is not counted, so a subscriber that is idle because
+its publisher is held back keeps the rate it showed when it was busy.
+--topic-block-timeout compares subscribers of one topic by it.
 """
 
 from __future__ import annotations
@@ -34,6 +42,8 @@ import trio
 SOFT_LIMIT = 512 * 1024
 #: Absolute bound on a connection's pending output.
 HARD_LIMIT = 8 * 1024 * 1024
+#: Seconds of sending after which ``drain_rate``'s counts are halved (its memory).
+RATE_WINDOW = 2.0
 
 
 class ConnectionOutbox:
@@ -52,6 +62,9 @@ class ConnectionOutbox:
         "queued",
         "sent_total",
         "holding_since",
+        "_busy_bytes",
+        "_busy_seconds",
+        "sending_since",
     )
 
     def __init__(self, soft_limit: int = SOFT_LIMIT, hard_limit: int = HARD_LIMIT) -> None:
@@ -71,6 +84,10 @@ class ConnectionOutbox:
         #: When this subscriber's output first held a topic publisher back since it last
         #: drained (trio time; None: it holds nobody back), for --topic-block-timeout.
         self.holding_since: float | None = None
+        self._busy_bytes = 0
+        self._busy_seconds = 0.0
+        #: When the send under way began (trio time; None: the writer is not sending).
+        self.sending_since: float | None = None
 
     def write(self, data: bytes) -> None:
         self._chunks.append(data)
@@ -103,10 +120,18 @@ class ConnectionOutbox:
         self._chunks = []
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
-    def sent(self, nbytes: int) -> None:
-        """``nbytes`` taken earlier reached the socket."""
+    def sent(self, nbytes: int, now: float | None = None) -> None:
+        """``nbytes`` taken earlier reached the socket, at ``now`` if the writer timed the send
+        (it began at ``sending_since``) for ``drain_rate``."""
         self.size -= nbytes
         self.sent_total += nbytes
+        if self.sending_since is not None and now is not None:
+            self._busy_bytes += nbytes
+            self._busy_seconds += now - self.sending_since
+            self.sending_since = None
+            if self._busy_seconds > RATE_WINDOW:
+                self._busy_bytes //= 2
+                self._busy_seconds /= 2
         if self._room is not None and self.size < self.hard_limit:
             self._room.set()
             self._room = None
@@ -117,6 +142,13 @@ class ConnectionOutbox:
             if self.blocked:
                 self.blocked = False
                 self.on_drain()
+
+    def drain_rate(self, now: float) -> float:
+        """Bytes per second the peer took while there was output for it (0.0: not known yet)."""
+        seconds = self._busy_seconds
+        if self.sending_since is not None:
+            seconds += now - self.sending_since
+        return self._busy_bytes / seconds if seconds > 0 else 0.0
 
     async def wait_written(self) -> None:
         """Wait for the next ``write`` (a RECEIPT being released, say)."""

@@ -29,7 +29,15 @@ from ..broker import Broker
 from ..broker.definitions import load_definitions, vhost_definitions
 from ..broker.exchanges import PRIVATE_QUEUE_PREFIX
 from ..broker.reads import StoreRead
-from ..storage.base import DEFAULT_VHOST, BindingRecord, ExchangeRecord, Recovery, StoreError, split_key
+from ..storage.base import (
+    DEFAULT_VHOST,
+    BindingRecord,
+    ExchangeRecord,
+    Recovery,
+    StoreError,
+    StreamState,
+    split_key,
+)
 from ..storage.vhosts import VhostStore, split_definitions, split_recovery
 
 log = logging.getLogger(__name__)
@@ -55,6 +63,7 @@ class Runtime:
         store.on_topic = self._timed(self._topic)
         store.on_definitions_changed = self._timed(self._definitions_changed)
         store.on_vhosts_changed = self._timed(self._vhosts_changed)
+        store.on_stream_changed = self._timed(self._stream_changed)
 
     def _timed(self, fn: Callable[P, None]) -> Callable[P, None]:
         """``fn`` called with the engine's time brought up to date first."""
@@ -117,6 +126,12 @@ class Runtime:
         engine = self.engines.get(vhost)
         if engine is not None:
             engine.remote_topic(name, headers, body)
+
+    def _stream_changed(self, key: str, state: StreamState | None) -> None:
+        vhost, name = split_key(key)
+        engine = self.engines.get(vhost)
+        if engine is not None:
+            engine.streams.changed(name, state)
 
     def _definitions_changed(self, exchanges: list[ExchangeRecord], bindings: list[BindingRecord]) -> None:
         for vhost, (ours, bound) in split_definitions(exchanges, bindings, list(self.engines)).items():

@@ -22,7 +22,7 @@ class ServerSettings:
     connect_timeout: float = 10.0
     #: --topic-overflow block: seconds a publisher waits for one slow topic subscriber before
     #: that subscriber is treated as under drop for the rest of its connection; 0 = wait forever.
-    topic_block_timeout: float = 0.0
+    topic_block_timeout: float = 5.0
     #: Client connections served at once (more are refused); None: derived from the open-file limit.
     max_connections: int | None = None
     #: The management API and /metrics (server/http.py); port None: off.

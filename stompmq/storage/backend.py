@@ -24,9 +24,9 @@ one-line message for an operator (it ends up in an ERROR frame or on stderr).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
-from stompmq.storage.base import QueueCount, Recovery, StoredMessage, StreamMessage
+from stompmq.storage.base import QueueCount, Recovery, StoredMessage, StreamMessage, StreamState
 from stompmq.storage.groups import GroupRows
 
 
@@ -66,7 +66,9 @@ class Backend(Protocol):
            deletes its entries with offset < ``before`` (a range delete on the offset index).
         2. then ``deletes`` (and ``delayed_deletes``, rows of ``delayed_messages``), ``updates``,
            ``inserts`` (and ``delayed``), ``stream_rows`` (appended, in order;
-           an entry never changes once written).  A seq appears at most once in a group,
+           an entry never changes once written; a shared database numbers them from the
+           stream's counter row, holding its lock to the commit, and reports the states of the
+           streams it changed in ``group.stream_states``).  A seq appears at most once in a group,
            so these never conflict; deletes go first so the space they free serves the inserts.
            An insert replaces a stored row of the same seq.
 
@@ -97,6 +99,10 @@ class Backend(Protocol):
         """Up to ``limit`` entries of stream ``name`` with offset >= ``start``, in offset
         order, as fresh ``StreamMessage`` objects (a range scan of the offset index)."""
 
+    def stream_state(self, name: str) -> StreamState | None:
+        """A shared database's committed state of stream ``name`` (``Store.stream_state``); a
+        backend for one broker returns None."""
+
     def count(self, queue: str) -> int:
         """Messages stored for ``queue``, ready and delivered alike."""
 
@@ -115,3 +121,24 @@ class Backend(Protocol):
     def close(self) -> None:
         """Release the connection and any lock.  Called exactly once, last, also after a
         failed open (then with only part of the database open, or none of it)."""
+
+
+@runtime_checkable
+class ConcurrentReads(Protocol):
+    """A backend whose page reads may run on a second thread and connection, beside its commits.
+
+    ``read_ready`` runs on the store's reader thread (one call at a time), never waits for a
+    commit in progress on the database thread and sees some committed state: the group-commit
+    engine lays every operation not known to be on the disk over it (``GroupCommitStore``
+    ``_read_through``).  ``close_reader`` runs last on that thread.
+    """
+
+    def read_ready(
+        self, queue: str, after: tuple[int, int] | None, limit: int, hidden: frozenset[int]
+    ) -> tuple[list[StoredMessage], bool]:
+        """Like ``load_ready`` but leaving out the rows whose seq is in ``hidden`` (the engine
+        has newer news of them) and still returning ``limit`` rows if the disk has them, all
+        from one snapshot; and whether the disk may hold more after the last row returned."""
+
+    def close_reader(self) -> None:
+        """Close what ``read_ready`` opened (on the reader thread, after its last call)."""

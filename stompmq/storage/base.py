@@ -183,7 +183,7 @@ class StreamMessage(StoredMessage):
     entry, so the size of any offset range is a difference of two point lookups.
     """
 
-    __slots__ = ("offset", "bytes_before")
+    __slots__ = ("offset", "bytes_before", "encoded")
 
     def __init__(
         self,
@@ -199,6 +199,30 @@ class StreamMessage(StoredMessage):
         super().__init__(seq, stream, priority, headers, body, timestamp)
         self.offset = offset
         self.bytes_before = bytes_before
+        #: Broker-private, never stored: (protocol version, the MESSAGE's encoded tail).
+        self.encoded: tuple[str, bytes] | None = None
+
+
+#: The offset of a stream entry not numbered yet: on a store several brokers share, entries are
+#: numbered in the commit (``StreamState``), after every offset known before it, so only a trim
+#: to the end (``TRIM_ALL``) covers a pending one.
+UNNUMBERED = 2**63 - 2
+#: ``trim_stream``'s ``before`` for a purge: every entry appended so far, pending ones included.
+TRIM_ALL = 2**63 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class StreamState:
+    """A stream as the database of a shared store has it after a commit: the counter row that
+    numbers appends (``next``), the retained range and the options.  Every offset below ``next``
+    is committed and final: appenders take the row's lock, so they commit in offset order."""
+
+    id: int  # the row: a stream deleted and made again is another row
+    first: int  # first retained offset
+    next: int  # offset of the next append
+    end_bytes: int  # body bytes appended since offset 0
+    last_ts: int  # timestamp (ms) of the newest entry: appends keep them non-decreasing
+    options: dict[str, str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,6 +233,7 @@ class StreamRecord:
     options: dict[str, str]
     first: int  # first retained offset (== next when nothing is retained)
     next: int  # offset the next append gets: offsets are never reused
+    row: int | None = None  # a shared store's row id (``StreamState.id``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,6 +341,9 @@ class Store(abc.ABC):
         )
         #: the declared vhosts changed (called before ``on_definitions_changed``): all of them
         self.on_vhosts_changed: Callable[[list[str]], None] = lambda vhosts: None
+        #: a stream's state after a commit, by this broker (before its ticket's ``on_commit``) or
+        #: another (notified); None: the stream was deleted
+        self.on_stream_changed: Callable[[str, StreamState | None], None] = lambda name, state: None
         self._seq_handed = 0  # the end of the last block handed out by seq_block
 
     # -- several brokers (the defaults serve a store used by one broker) -----------------
@@ -393,7 +421,8 @@ class Store(abc.ABC):
     # -- streams: append-only logs, written in the same groups as the messages --------------
     @abc.abstractmethod
     def append_stream(self, msg: StreamMessage) -> None:
-        """Buffer one stream entry; entries of a stream arrive in offset order."""
+        """Buffer one stream entry; entries of a stream arrive in offset order (on a shared
+        store unnumbered, ``offset`` = ``UNNUMBERED``: the commit numbers them, in order)."""
 
     @abc.abstractmethod
     def save_stream(self, name: str, options: dict[str, str]) -> None:
@@ -493,6 +522,11 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def read_stream(self, name: str, start: int, limit: int) -> Sequence[StreamMessage]:
         """Up to ``limit`` entries of stream ``name`` with offset >= ``start``, in offset order."""
+
+    async def stream_state(self, name: str) -> StreamState | None:
+        """A shared store's committed state of stream ``name`` (None: no such stream); a store of
+        one broker returns None (its engine numbers the entries and knows)."""
+        return None
 
     @abc.abstractmethod
     async def count(self, queue: str) -> int:

@@ -31,7 +31,11 @@ Theory of operation (DESIGN §4)
 * Stream entries are append-only: they never coalesce, so they wait in a plain
   list (``_stream_appends``) and travel with the group as ``stream_rows``.  A
   trim (retention) drops the pending entries it covers, like a purge, so the
-  rows left in a group all survive its structural operations.
+  rows left in a group all survive its structural operations.  On a shared store the
+  entries are unnumbered (``UNNUMBERED`` sorts after every offset, so only a purge's
+  ``TRIM_ALL`` drops them) and the backend numbers them in the commit; the states of the
+  streams a group changed (``GroupRows.stream_states``) go to ``on_stream_changed`` before the
+  group's ``on_commit``, so a RECEIPT released by it finds the engine knowing the new offsets.
 * Tickets are group numbers.  ``on_commit(t)`` means every group up to ``t``
   is on disk (a failed group's operations travel in a later one); groups
   commit in order, so tickets do.
@@ -63,6 +67,11 @@ Theory of operation (DESIGN §4)
 * Reads run on the database thread behind the pending batch (handed over as a
   group first), so they see every write buffered before them.  If that group
   fails, the read raises StoreError rather than answer without those writes.
+  Page reads (``load_ready``) are the exception when the backend offers
+  ``ConcurrentReads`` (SQLite) and the store is not shared: they run at once on
+  a second thread and connection, beside the commits, with every write not
+  known to be on the disk laid over what they find (``_read_through``), as long
+  as that scan of the buffer is cheaper than waiting for its commit.
 """
 
 from __future__ import annotations
@@ -73,9 +82,11 @@ from typing import TypeVar, TypeVarTuple, overload
 
 import trio
 
-from stompmq.storage.backend import Backend
+from stompmq.storage.backend import Backend, ConcurrentReads
 from stompmq.storage.base import (
     DEFAULT_VHOST,
+    split_key,
+    vhost_space,
     MESSAGE_OVERHEAD,
     BindingRecord,
     ExchangeRecord,
@@ -85,6 +96,7 @@ from stompmq.storage.base import (
     StoredMessage,
     StoreError,
     StreamMessage,
+    StreamState,
 )
 from stompmq.storage.groups import (
     DelayedRow,
@@ -120,6 +132,14 @@ MAX_BACKLOG = 200_000
 # Bytes of inserted messages buffered or in flight before the server stops reading its clients:
 # without it 40,000 SENDs of 64 KiB took 2.5 GB while the disk fell behind (issue 18).
 MAX_BACKLOG_BYTES = 64 * 1024 * 1024
+# A page read lays the buffer over the disk only while the buffer (and the group in flight) holds
+# at most this many operations plus two per message asked for, or at least this many bytes of
+# inserted messages per operation: the overlay is a scan of the buffer on the engine's thread,
+# which must stay small per message paged, and waiting behind the batch costs little when it is
+# many small rows (quick to commit) and much when it is large bodies (a 64 KiB row spans 16
+# overflow pages; 64 MiB of backlog is only ~1,000 operations).
+READ_THROUGH_OPS = 1024
+READ_THROUGH_BYTES_PER_OP = 4096
 # After a failed group, wait this long before the next try: a full disk is not fixed in a loop.
 RETRY_BACKOFF = 0.1
 
@@ -134,7 +154,7 @@ Ts = TypeVarTuple("Ts")
 class _Group:
     """One commit group handed to the database thread."""
 
-    __slots__ = ("ticket", "submitted", "ops", "structural", "appends", "job")
+    __slots__ = ("ticket", "submitted", "ops", "structural", "appends", "job", "rows")
 
     def __init__(
         self,
@@ -143,6 +163,7 @@ class _Group:
         structural: list[StructuralOp],
         appends: list[StreamMessage],
         job: Job[None],
+        rows: GroupRows,
     ) -> None:
         self.ticket = ticket
         self.submitted = trio.current_time()
@@ -150,6 +171,7 @@ class _Group:
         self.structural = structural
         self.appends = appends
         self.job = job  # the database thread's reply
+        self.rows = rows  # what the backend commits (and the stream states it reports)
 
     def __len__(self) -> int:
         return len(self.ops) + len(self.structural) + len(self.appends)
@@ -177,6 +199,8 @@ class GroupCommitStore(Store):
         self._pending_bytes = 0  # of the inserts in _pending (an over-estimate, never under)
         self._inflight_bytes = 0  # of the inserts in the group in flight
         self._thread: DatabaseThread | None = None
+        # Page reads beside the commits: their thread and the backend's reads (ConcurrentReads).
+        self._reader: tuple[DatabaseThread, ConcurrentReads] | None = None
         self._closed = False
         self._pending: dict[int, PendingOp] = {}
         self._structural: list[StructuralOp] = []
@@ -208,6 +232,12 @@ class GroupCommitStore(Store):
                 await self._stop_thread()
             raise
         self._last_seq = recovery.last_seq
+        if isinstance(backend, ConcurrentReads) and not self.shared:
+            reader = DatabaseThread(
+                f"stompmq-reader {backend.name}", backend.close_reader, trio.lowlevel.current_trio_token()
+            )
+            reader.start()
+            self._reader = (reader, backend)
         return recovery
 
     async def run(self) -> None:
@@ -251,6 +281,9 @@ class GroupCommitStore(Store):
                 await self._stop_thread()
 
     async def _stop_thread(self) -> None:
+        reader, self._reader = self._reader, None
+        if reader is not None:  # first: the database thread's close releases the file
+            await reader[0].stop()
         thread, self._thread = self._thread, None
         if thread is not None:
             await thread.stop()
@@ -432,8 +465,9 @@ class GroupCommitStore(Store):
         if not (ops or structural or appends):
             self._pending_since = trio.current_time()
             return None
-        job = self._thread.submit(self._backend.commit, self._rows(ops, structural, appends))
-        group = self._inflight = _Group(self._next_ticket, ops, structural, appends, job)
+        rows = self._rows(ops, structural, appends)
+        job = self._thread.submit(self._backend.commit, rows)
+        group = self._inflight = _Group(self._next_ticket, ops, structural, appends, job, rows)
         self._next_ticket += 1
         self._pending, self._structural, self._stream_appends, self._urgent = kept, [], [], False
         kept_bytes = _insert_bytes(kept) if kept else 0
@@ -489,6 +523,8 @@ class GroupCommitStore(Store):
             if error is None:
                 self._committed = group.ticket
                 self.on_group_committed(trio.current_time() - group.submitted, len(group))
+                for name, state in group.rows.stream_states.items():
+                    self.on_stream_changed(name, state)
                 self.on_commit(group.ticket)
                 return None
             self._merge_back(group)
@@ -540,7 +576,63 @@ class GroupCommitStore(Store):
     async def load_ready(
         self, queue: str, after: tuple[int, int] | None, limit: int
     ) -> Sequence[StoredMessage]:
-        return await self._read(self._backend.load_ready, queue, after, limit)
+        if self._reader is None or not self._worth_reading_through(limit) or self._purging(queue):
+            # A purge empties the disk view in a way the buffer cannot replay: read behind it.
+            return await self._read(self._backend.load_ready, queue, after, limit)
+        return await self._read_through(*self._reader, queue, after, limit)
+
+    def _worth_reading_through(self, limit: int) -> bool:
+        """Is laying the buffer over the disk cheaper than waiting for its commit?  The overlay
+        scans every buffered operation on the engine's thread; the wait grows with the bytes to
+        write.  So: a small buffer, or one of large messages (see READ_THROUGH_OPS)."""
+        ops = len(self._pending) + (len(self._inflight.ops) if self._inflight is not None else 0)
+        return (ops <= READ_THROUGH_OPS + 2 * limit
+                or self._pending_bytes + self._inflight_bytes >= ops * READ_THROUGH_BYTES_PER_OP)
+
+    def _purging(self, queue: str) -> bool:
+        """A purge of ``queue`` is buffered or being committed."""
+        structural = self._structural if self._inflight is None else self._inflight.structural + self._structural
+        return any(isinstance(op, Purge) and op.queue == queue for op in structural)
+
+    async def _read_through(
+        self, reader: DatabaseThread, backend: ConcurrentReads, queue: str, after: tuple[int, int] | None,
+        limit: int,
+    ) -> list[StoredMessage]:
+        """A page of ``queue`` read beside the commits, with the writes not yet on disk laid over it.
+
+        Why: a page read behind the pending batch waited for the group in flight and then for
+        that batch's commit, and when a queue's backlog outruns its window the batch is mostly
+        the queue's own newest messages: with 64 KiB bodies every page waited ~120 ms of fsync
+        and the consumer got one window per commit (issue 17, docs/architecture.md "Large
+        bodies and the disk path").  Here the read runs at once on the reader thread's own
+        connection (``ConcurrentReads``) and sees some committed state, and every operation not
+        known to be on the disk, in the group in flight and in the buffer, as it is at this
+        instant (no await before the submission), wins over it: a buffered insert comes from
+        memory (settled before its flush, it never touches the disk), a buffered delete, update
+        or delivery hides its row.  The backend refills past the hidden rows, so a page
+        shorter than ``limit`` still proves the queue exhausted.  What the read may see that
+        the snapshot did not (writes after it) is what a read behind the batch could miss too:
+        the window's ``late`` key covers it.
+        """
+        overlay: dict[int, PendingOp] = {}
+        vhost, name = split_key(queue)
+        space = vhost_space(vhost)
+        if self._inflight is not None:
+            _ops_of(self._inflight.ops, space, name, overlay)
+        _ops_of(self._pending, space, name, overlay)
+        buffered = [m for kind, m in overlay.values() if kind != DELETE and not m.delivered]
+        if after is not None:
+            buffered = [m for m in buffered if m.order_key > after]
+        rows, more = await reader.call(backend.read_ready, queue, after, limit, frozenset(overlay))
+        if not buffered:
+            return rows
+        if more and rows:  # the disk may hold rows after its last one: nothing beyond it yet
+            last = rows[-1].order_key
+            buffered = [m for m in buffered if m.order_key < last]
+        page = rows + buffered
+        page.sort(key=_order_key)
+        del page[limit:]
+        return page
 
     async def count(self, queue: str) -> int:
         return await self._read(self._backend.count, queue)
@@ -562,8 +654,12 @@ class GroupCommitStore(Store):
 
     async def count_unacked(self, queue: str) -> int:
         return await self._read(self._backend.count_unacked, queue)
+
     async def read_stream(self, name: str, start: int, limit: int) -> Sequence[StreamMessage]:
         return await self._read(self._backend.read_stream, name, start, limit)
+
+    async def stream_state(self, name: str) -> StreamState | None:
+        return await self._read(self._backend.stream_state, name)
 
     async def queue_names(self, prefix: str) -> list[str]:
         return await self._read(self._backend.queue_names, prefix)
@@ -595,6 +691,19 @@ class GroupCommitStore(Store):
         if error is not None:
             raise StoreError(f"read refused until buffered writes commit: {error}")
         return await read.result()
+
+
+def _ops_of(ops: dict[int, PendingOp], space: str, name: str, into: dict[int, PendingOp]) -> None:
+    """Copy into ``into`` the operations of queue ``name``'s messages (not delayed ones) in the
+    vhost of key prefix ``space``."""
+    for seq, op in ops.items():
+        m = op[1]
+        if m.queue == name and m.space == space and m.deliver_at is None:
+            into[seq] = op
+
+
+def _order_key(msg: StoredMessage) -> tuple[int, int]:
+    return msg.order_key
 
 
 def _untrimmed(appends: list[StreamMessage], name: str, before: int) -> list[StreamMessage]:

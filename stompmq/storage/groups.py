@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from stompmq.storage.base import BindingRecord, ExchangeRecord
+from stompmq.storage.base import BindingRecord, ExchangeRecord, StreamState
 
 
 # -- structural operations: rare, kept in the order the broker issued them ------------------
@@ -134,6 +134,8 @@ UpdateRow = tuple[bool, int, int, int]
 # (seq,)
 DeleteRow = tuple[int]
 # (stream, offset, seq, priority, timestamp, headers, body, bytes_before): appended, never changed.
+# On a shared store ``offset`` is ``UNNUMBERED`` and the backend numbers the rows (offset,
+# bytes_before, timestamp kept non-decreasing) from the stream's counter row.
 StreamRow = tuple[str, int, int, int, int, dict[str, str], bytes, int]
 
 
@@ -157,3 +159,6 @@ class GroupRows:
     stream_rows: list[StreamRow] = field(default_factory=list)  # in offset order per stream
     delayed: list[DelayedRow] = field(default_factory=list)  # inserted with the inserts
     delayed_deletes: list[DeleteRow] = field(default_factory=list)  # deleted with the deletes
+    #: filled in by a shared store's backend: each stream the group changed, as committed
+    #: (None: deleted); the engine hears of them before the group's ticket is released
+    stream_states: dict[str, StreamState | None] = field(default_factory=dict)

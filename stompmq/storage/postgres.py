@@ -34,9 +34,12 @@ Several brokers on one database
 * ``LISTEN/NOTIFY`` on channel ``stompmq`` wakes the other brokers: ``q:BROKER:NAME`` when
   free ready rows of a queue appear (BROKER, who freed them, ignores it; empty = everyone), ``d:BROKER`` when exchanges or bindings change,
   ``t:`` + JSON for a topic message (bodies over ``NOTIFY_BODY_MAX`` travel through
-  the ``topic_relay`` table and are announced by id).  A listener thread with its
-  own connection receives them; every ``poll`` seconds the broker looks again
-  anyway, in case a notification was lost with a connection.
+  the ``topic_relay`` table and are announced by id), ``s:BROKER:NAME`` when a
+  stream's counter row changed (the listener reads the row: ``S:`` + its state).  A
+  listener thread with its own connection receives them; every ``poll`` seconds the
+  broker looks again anyway (queues, and every stream's row), in case a notification
+  was lost with a connection.
+* Streams are numbered in the commit: ``storage/pg_streams.py``.
 
 Names arrive as store keys (``storage.base``: a vhost's prefix and the name), are split
 into the ``vhost`` and ``name`` columns, and travel in notifications as keys.
@@ -48,6 +51,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import json
 import logging
 import math
@@ -73,7 +77,7 @@ from stompmq.storage.base import (
     StoredMessage,
     StoreError,
     StreamMessage,
-    StreamRecord,
+    StreamState,
     split_key,
     vhost_space,
 )
@@ -92,12 +96,12 @@ from stompmq.storage.groups import (
     DropStream,
     SaveStream,
     SaveVhost,
-    StreamRow,
     StructuralOp,
     TopicMessage,
     TrimStream,
 )
 from stompmq.storage.migrate import upgrade_to_head
+from stompmq.storage.pg_streams import SharedStreams
 
 log = logging.getLogger(__name__)
 
@@ -162,15 +166,6 @@ BROWSE_SQL = (
     "SELECT " + ", ".join(READY_COLUMNS) + " FROM messages WHERE queue_id = %(q)s AND {after} AND NOT delivered"
     " ORDER BY priority DESC, seq LIMIT %(limit)s"
 )
-STREAM_COPY_SQL = (
-    "COPY stream_messages (stream_id, position, seq, priority, timestamp, headers, body, bytes_before)"
-    " FROM STDIN (FORMAT BINARY)"
-)
-STREAM_COPY_TYPES = ["int4", "int8", "int8", "int4", "int8", "text", "bytea", "int8"]
-STREAM_READ_SQL = (
-    "SELECT position, seq, priority, timestamp, headers, body, bytes_before FROM stream_messages"
-    " WHERE stream_id = %s AND position >= %s ORDER BY position LIMIT %s"
-)
 AFTER_NOTHING = "true"
 AFTER_KEY = "(priority < %(p)s OR (priority = %(p)s AND seq > %(s)s))"
 #: Delayed rows of one vhost a broker may claim, by (deliver_at, seq) after a key: a range of
@@ -230,7 +225,7 @@ class PostgresBackend:
         self._conn: psycopg.Connection[Any] | None = None
         self._queue_ids: dict[str, int] = {}
         self._queue_names: dict[int, str] = {}
-        self._stream_ids: dict[str, int] = {}  # every stream: streams are few
+        self.streams = SharedStreams(self.broker_id)
         self._down = False  # the database is unreachable: log the outage once, not per call
         self._registered = False  # this broker has held a lease already (a new one means it lapsed)
         self._backoff = RECONNECT_FIRST  # doubles per failed attempt while the database is down
@@ -261,7 +256,8 @@ class PostgresBackend:
             with conn.transaction():
                 self._free_lapsed(conn)
             vhosts, exchanges, bindings = self._definitions(conn)
-            streams = self._recover_streams(conn)
+            with conn.cursor() as cur:
+                streams = self.streams.recover(cur)
             queues = [
                 QueueRecord(vhost_space(vhost) + name, _loads(options))
                 for vhost, name, options in conn.execute(
@@ -271,25 +267,6 @@ class PostgresBackend:
         except psycopg.Error as exc:
             raise StoreError(f"cannot recover {self.name}: {_one_line(exc)}") from None
         return Recovery(0, exchanges, bindings, streams, vhosts, queues)
-
-    def _recover_streams(self, conn: psycopg.Connection[Any]) -> list[StreamRecord]:
-        """Each stream's options and retained offsets: the two ends of its key range, no scan."""
-        records = []
-        rows = conn.execute("SELECT id, vhost, name, options FROM streams ORDER BY vhost, name").fetchall()
-        for stream_id, vhost, bare, options in rows:
-            name = vhost_space(vhost) + bare
-            self._stream_ids[name] = stream_id
-            row = conn.execute(
-                "SELECT (SELECT position FROM stream_messages WHERE stream_id = %(s)s ORDER BY position LIMIT 1),"
-                " (SELECT position FROM stream_messages WHERE stream_id = %(s)s ORDER BY position DESC LIMIT 1)",
-                {"s": stream_id},
-            ).fetchone()
-            first, last = row if row is not None else (None, None)
-            if first is None or last is None:
-                records.append(StreamRecord(name, _loads(options), 0, 0))
-            else:
-                records.append(StreamRecord(name, _loads(options), int(first), int(last) + 1))
-        return records
 
     def close(self) -> None:
         conn, self._conn = self._conn, None
@@ -437,14 +414,19 @@ class PostgresBackend:
         """A transaction rolled back: queue and stream rows it made are gone, so are their ids."""
         self._queue_ids.clear()
         self._queue_names.clear()
-        self._stream_ids.clear()
+        self.streams.forget()
 
     def _commit(self, conn: psycopg.Connection[Any], group: GroupRows, *, replace: bool) -> None:
         held = group.held or frozenset()
         freed: set[str] = set()  # queues that get free ready rows: the other brokers hear of them
+        group.stream_states = {}  # (a retried attempt reports afresh)
         with conn.transaction(), conn.cursor() as cur:
+            counters = self.streams.lock(cur, group)  # first: stream rows in id order (pg_streams.py)
             for op in group.structural:
-                self._apply(cur, op, freed)
+                if isinstance(op, SaveStream | TrimStream | DropStream):
+                    self.streams.apply(cur, op, counters)
+                else:
+                    self._apply(cur, op, freed)
             if group.deletes:
                 cur.execute("DELETE FROM messages WHERE seq = ANY(%s)", ([seq for (seq,) in group.deletes],))
             if group.delayed_deletes:
@@ -469,7 +451,8 @@ class PostgresBackend:
                     cur.execute("DELETE FROM delayed_messages WHERE seq = ANY(%s)", ([row[0] for row in group.delayed],))
                 self._copy_delayed(cur, group.delayed, held)
             if group.stream_rows:
-                self._copy_stream(cur, group.stream_rows, replace)
+                self.streams.append(cur, group.stream_rows, counters)
+            self.streams.finish(cur, counters, group)
             self._notify_queues(conn, sorted(freed), self.broker_id)
 
     def _queue_ids_of(self, cur: psycopg.Cursor[Any], rows: list[InsertRow] | list[DelayedRow]) -> dict[str, int]:
@@ -506,40 +489,6 @@ class PostgresBackend:
                      me if seq in held else None)
                 )
 
-    def _copy_stream(self, cur: psycopg.Cursor[Any], rows: list[StreamRow], replace: bool) -> None:
-        ids = {name: self._stream_id(cur, name) for name in {row[0] for row in rows}}
-        if replace:  # a retried group: its entries may be there already
-            for name, stream_id in ids.items():
-                cur.execute(
-                    "DELETE FROM stream_messages WHERE stream_id = %s AND position = ANY(%s)",
-                    (stream_id, [row[1] for row in rows if row[0] == name]),
-                )
-        with cur.copy(STREAM_COPY_SQL) as copy:
-            copy.set_types(STREAM_COPY_TYPES)
-            for name, offset, seq, prio, ts, hdrs, body, before in rows:
-                copy.write_row((ids[name], offset, seq, prio, ts, _dumps(hdrs) if hdrs else "{}", body, before))
-
-    def _find_stream(self, cur: psycopg.Cursor[Any], name: str) -> int | None:
-        """The id of stream ``name`` if it exists (the cache is emptied by a rollback)."""
-        stream_id = self._stream_ids.get(name)
-        if stream_id is None:
-            row = cur.execute("SELECT id FROM streams WHERE vhost = %s AND name = %s", split_key(name)).fetchone()
-            if row is not None:
-                stream_id = self._stream_ids[name] = int(row[0])
-        return stream_id
-
-    def _stream_id(self, cur: psycopg.Cursor[Any], name: str) -> int:
-        """The id of stream ``name``, making its row if it is missing."""
-        stream_id = self._find_stream(cur, name)
-        if stream_id is None:
-            cur.execute(
-                "INSERT INTO streams (vhost, name, options) VALUES (%s, %s, '{}') ON CONFLICT (vhost, name) DO NOTHING",
-                split_key(name),
-            )
-            stream_id = self._find_stream(cur, name)
-            assert stream_id is not None
-        return stream_id
-
     def _apply(self, cur: psycopg.Cursor[Any], op: StructuralOp, freed: set[str]) -> None:
         match op:
             case Purge(queue=name):
@@ -562,18 +511,6 @@ class PostgresBackend:
                     "UPDATE queues SET options = %s WHERE id = %s",
                     (None if options is None else _dumps(options), self._queue_id(cur, name, create=True)),
                 )
-            case SaveStream(name=name, options=options):
-                cur.execute("UPDATE streams SET options = %s WHERE id = %s", (_dumps(options), self._stream_id(cur, name)))
-            case DropStream(name=name):
-                dropped = self._find_stream(cur, name)
-                if dropped is not None:
-                    cur.execute("DELETE FROM stream_messages WHERE stream_id = %s", (dropped,))
-                    cur.execute("DELETE FROM streams WHERE id = %s", (dropped,))
-                    del self._stream_ids[name]
-            case TrimStream(name=name, before=before):
-                trimmed = self._find_stream(cur, name)
-                if trimmed is not None:
-                    cur.execute("DELETE FROM stream_messages WHERE stream_id = %s AND position < %s", (trimmed, before))
             case SaveExchange(exchange=ex):
                 cur.execute(
                     "INSERT INTO exchanges (vhost, name, type, options) VALUES (%s, %s, %s, %s)"
@@ -749,21 +686,25 @@ class PostgresBackend:
         return (int(row[0]), int(row[1])) if row else (0, 0)
 
     def read_stream(self, name: str, start: int, limit: int) -> list[StreamMessage]:
-        if limit <= 0:
-            return []
         try:
             with self._connection().cursor() as cur:
-                stream_id = self._find_stream(cur, name)
-                if stream_id is None:
-                    return []
-                rows = cur.execute(STREAM_READ_SQL, (stream_id, start, limit)).fetchall()
+                return self.streams.read(cur, name, start, limit)
         except psycopg.Error as exc:
             raise StoreError(f"cannot read {self.name}: {_one_line(exc)}") from None
-        bare = split_key(name)[1]
-        return [
-            StreamMessage(seq, bare, prio, _loads(hdrs) if hdrs != "{}" else {}, bytes(body), ts, offset, before)
-            for offset, seq, prio, ts, hdrs, body, before in rows
-        ]
+
+    def stream_state(self, name: str) -> StreamState | None:
+        try:
+            with self._connection().cursor() as cur:
+                return self.streams.state(cur, name)
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot read {self.name}: {_one_line(exc)}") from None
+
+    def stream_states(self) -> list[tuple[str, StreamState]]:
+        try:
+            with self._connection().cursor() as cur:
+                return self.streams.states(cur)
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot read {self.name}: {_one_line(exc)}") from None
 
     def count(self, queue: str) -> int:
         return self._count(queue, "SELECT COUNT(*) FROM messages WHERE queue_id = %s")
@@ -856,10 +797,19 @@ class Listener:
                 self._stop.wait(LISTEN_RETRY)
 
     def _resolve(self, conn: psycopg.Connection[Any], payloads: list[str]) -> list[str]:
-        """Replace relayed topic messages by the message itself (read from topic_relay)."""
+        """Replace relayed topic messages by the message itself (read from topic_relay), and
+        another broker's stream news by the stream's state (``S:`` + JSON, once per stream)."""
         out = []
-        for payload in payloads:
-            if payload.startswith("r:"):
+        streams = SharedStreams(self.broker_id)
+        for payload in dict.fromkeys(payloads):
+            if payload.startswith("s:"):
+                origin, _, key = payload[2:].partition(":")
+                if origin == self.broker_id:
+                    continue  # our own commit told our engine already
+                with conn.cursor() as cur:
+                    state = streams.state(cur, key)
+                payload = "S:" + _dumps([key, None if state is None else list(dataclasses.astuple(state))])
+            elif payload.startswith("r:"):
                 ref = _loads(payload[2:])
                 if ref["b"] == self.broker_id:
                     continue
@@ -985,6 +935,14 @@ class PostgresStore(GroupCommitStore):
         while True:
             await trio.sleep(self.poll)
             self.on_queue_changed("*")
+            try:
+                states = await self._call(self._pg.stream_states)
+            except StoreError as exc:
+                if not self._pg.down:
+                    log.warning("%s", exc)
+                continue
+            for key, state in states:
+                self.on_stream_changed(key, state)
 
     def _notified(self, payloads: list[str]) -> None:
         definitions = False
@@ -1003,6 +961,9 @@ class PostgresStore(GroupCommitStore):
                 message = _loads(rest)
                 if message["b"] != self._pg.broker_id:
                     self.on_topic(message["t"], message["h"], base64.b64decode(message["d"]))
+            elif kind == "S":
+                key, state = _loads(rest)
+                self.on_stream_changed(key, None if state is None else StreamState(*state))
         if definitions and self._thread is not None:
             trio.lowlevel.spawn_system_task(self._reload_definitions)
 

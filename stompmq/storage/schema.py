@@ -208,6 +208,11 @@ streams = Table(
     Column("name", String(NAME_LENGTH), nullable=False),
     # JSON text of the declaration options (max-age, max-bytes); "{}" for an implicit stream.
     Column("options", Text, nullable=False),
+    # The counter row the PostgreSQL store numbers appends from (migration 0008; unused by SQLite).
+    Column("first_offset", BigInteger, nullable=False, server_default="0"),
+    Column("next_offset", BigInteger, nullable=False, server_default="0"),
+    Column("end_bytes", BigInteger, nullable=False, server_default="0"),
+    Column("last_ts", BigInteger, nullable=False, server_default="0"),
     UniqueConstraint("vhost", "name"),
 )
 

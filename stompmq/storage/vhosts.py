@@ -35,6 +35,7 @@ from .base import (
     Store,
     StoredMessage,
     StreamMessage,
+    StreamState,
     split_key,
     vhost_space,
 )
@@ -210,6 +211,9 @@ class VhostStore(Store):
 
     async def read_stream(self, name: str, start: int, limit: int) -> Sequence[StreamMessage]:
         return await self.store.read_stream(self.space + name, start, limit)
+
+    async def stream_state(self, name: str) -> StreamState | None:
+        return await self.store.stream_state(self.space + name)
 
     async def count(self, queue: str) -> int:
         return await self.store.count(self.space + queue)

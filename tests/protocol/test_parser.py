@@ -449,7 +449,7 @@ def _outcome(data: bytes, feed_bytewise: bool = False, version: str = "1.2") -> 
 @pytest.mark.parametrize("version", ["1.0", "1.1", "1.2"])
 @pytest.mark.parametrize("name, data, short", ACK_CASES, ids=[c[0] for c in ACK_CASES])
 def test_ack_short_path_agrees_with_the_general_path(
-    name: str, data: bytes, short: bool, version: str, monkeypatch: pytest.MonkeyPatch
+    name: str, data: bytes, short: bool, version: str, monkeypatch: pytest.MonkeyPatch, native: bool
 ) -> None:
     taken: list[Frame] = []
     real = parser_module._short_ack
@@ -463,7 +463,8 @@ def test_ack_short_path_agrees_with_the_general_path(
     monkeypatch.setattr(parser_module, "_short_ack", spy)
     with_short = _outcome(data, version=version)
     bytewise = _outcome(data, feed_bytewise=True, version=version)
-    assert bool(taken) == short, taken
+    if not native:  # the native scan takes complete, valid ACKs before the Python short path
+        assert bool(taken) == short, taken
     monkeypatch.setattr(parser_module, "_short_ack", lambda *args: None)
     assert with_short == _outcome(data, version=version)
     assert bytewise == _outcome(data, feed_bytewise=True, version=version)

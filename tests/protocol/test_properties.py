@@ -216,14 +216,12 @@ def test_stomp_like_noise_raises_only_protocol_errors(data: bytes, cuts: list[in
     _check_garbage(data, cuts, version)
 
 
-@settings(_NO_DEADLINE, max_examples=150)
-@given(st.lists(_frames("1.2"), min_size=1, max_size=4), st.data())
-def test_corrupted_streams_raise_only_protocol_errors(frames: list[Frame], data: st.DataObject) -> None:
-    stream = bytearray(b"".join(encode_frame(f, "1.2") for f in frames))
-    for _ in range(data.draw(st.integers(1, 4))):
+def mutate(stream: bytearray, data: st.DataObject, edits: int, values: list[int]) -> None:
+    """Make ``edits`` one-byte changes to ``stream``: replace, insert or delete, with ``values``."""
+    for _ in range(edits):
         at = data.draw(st.integers(0, len(stream)))
         action = data.draw(st.sampled_from(["replace", "insert", "delete"]))
-        byte = data.draw(st.sampled_from([0, 10, 13, 58, 92, 65, 0xFF]))
+        byte = data.draw(st.sampled_from(values))
         if action == "insert":
             stream[at:at] = bytes([byte])
         elif at < len(stream):
@@ -231,6 +229,13 @@ def test_corrupted_streams_raise_only_protocol_errors(frames: list[Frame], data:
                 stream[at] = byte
             else:
                 del stream[at]
+
+
+@settings(_NO_DEADLINE, max_examples=150)
+@given(st.lists(_frames("1.2"), min_size=1, max_size=4), st.data())
+def test_corrupted_streams_raise_only_protocol_errors(frames: list[Frame], data: st.DataObject) -> None:
+    stream = bytearray(b"".join(encode_frame(f, "1.2") for f in frames))
+    mutate(stream, data, data.draw(st.integers(1, 4)), [0, 10, 13, 58, 92, 65, 0xFF])
     cuts = data.draw(st.lists(st.integers(0, len(stream)), max_size=10))
     _check_garbage(bytes(stream), cuts, "1.2")
 

@@ -1,5 +1,6 @@
 """The Spark tasks' STOMP client (stompmq/spark/client.py) without Spark: the frame cutter of
-``read_range`` against a real broker, its fallback to the general parser, and its errors."""
+``read_chunks`` against a real broker, its fallback to the general parser, and its errors, and
+the Arrow record batches the source builds from its chunks."""
 
 from __future__ import annotations
 
@@ -9,13 +10,14 @@ import pytest
 
 from stompmq.protocol import Frame, encode_frame
 from stompmq.spark.client import Connection, StompmqError
+from stompmq.spark.source import _batch
 
 from ..broker_thread import BrokerThread
 
 pytestmark = pytest.mark.spark
 
 
-def test_read_range_cuts_frames_and_falls_back_for_escaped_headers(memory_broker: BrokerThread) -> None:
+def test_read_chunks_cuts_frames_and_falls_back_for_escaped_headers(memory_broker: BrokerThread) -> None:
     def frames() -> Iterator[bytes]:
         for i in range(3000):  # several recv chunks, frames split across them
             headers = {"destination": "/stream/c", "receipt": str(i), "n": str(i)}
@@ -25,17 +27,21 @@ def test_read_range_cuts_frames_and_falls_back_for_escaped_headers(memory_broker
 
     with Connection(f"stomp://127.0.0.1:{memory_broker.port}") as conn:
         conn.send_all(frames())
-        entries = list(conn.read_range("c", 5, 2500))
-    assert [e.offset for e in entries] == list(range(5, 2500))
-    assert all(e.body == f"body-{e.offset}\x00tail".encode() and e.headers["n"] == str(e.offset) for e in entries)
-    assert [e.offset for e in entries if "odd" in e.headers] == [7, 1007, 2007]
-    assert entries[2].headers["odd"] == "a:b\nc\\d" and entries[2].headers["destination"] == "/stream/c"
+        chunks = list(conn.read_chunks("c", 5, 2500, 700))  # chunks across recv boundaries
+    assert [(c.start, len(c.bodies)) for c in chunks] == [(5, 700), (705, 700), (1405, 700), (2105, 395)]
+    rows = [row for c in chunks for row in _batch("/stream/c", c).to_pylist()]
+    assert [r["offset"] for r in rows] == list(range(5, 2500))
+    assert all(r["body"] == f"body-{r['offset']}\x00tail".encode() and dict(r["headers"])["n"] == str(r["offset"])
+               for r in rows)
+    assert [r["offset"] for r in rows if "odd" in dict(r["headers"])] == [7, 1007, 2007]
+    assert dict(rows[2]["headers"]) == {"n": "7", "odd": "a:b\nc\\d"}  # the broker's own headers are columns
+    assert rows[2]["destination"] == "/stream/c" and rows[2]["priority"] == 4 and int(rows[2]["message_id"]) > 0
 
 
-def test_read_range_names_a_gap_left_by_retention(memory_broker: BrokerThread) -> None:
+def test_read_chunks_names_a_gap_left_by_retention(memory_broker: BrokerThread) -> None:
     with Connection(f"stomp://127.0.0.1:{memory_broker.port}") as conn:
         conn.request("SEND", {"destination": "/stream/g"}, b"x")
         conn.request("SEND", {"destination": "/control/purge/stream/g"})
         conn.request("SEND", {"destination": "/stream/g"}, b"y")
         with pytest.raises(StompmqError, match="offsets 0..0 of stream 'g' are gone"):
-            list(conn.read_range("g", 0, 2))
+            list(conn.read_chunks("g", 0, 2, 10))

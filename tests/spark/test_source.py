@@ -10,8 +10,9 @@ import pytest
 
 from stompmq.broker import BrokerConfig
 
+from ..broker_process import BrokerProcess
 from ..broker_thread import BrokerThread
-from ..conftest import make_store_factory
+from ..conftest import TEST_LEASE, make_store_factory, postgres_server
 from ..stompclient import Client
 
 pytestmark = pytest.mark.spark
@@ -175,3 +176,22 @@ def test_bad_write_options_name_the_option(spark: Any, make_memory_broker: Any, 
     df = spark.createDataFrame([(b"x",)], "body binary")
     with pytest.raises(Exception, match=problem):
         df.write.format("stompmq").options(**options).mode("append").save()
+
+
+@pytest.mark.postgres
+def test_batch_read_through_one_broker_sees_appends_through_another(spark: Any) -> None:
+    """Two broker processes on one PostgreSQL database share the stream: Spark plans and reads
+    through B what was appended through A and B, in one offset order."""
+    database = postgres_server().new_database()
+    with BrokerProcess(database, "--lease", str(TEST_LEASE)) as a, BrokerProcess(database, "--lease", str(TEST_LEASE)) as b:
+        a.start()
+        b.start()
+        publish(a.port, "shared", [f"a{i}" for i in range(40)])
+        publish(b.port, "shared", [f"b{i}" for i in range(10)])
+        publish(a.port, "shared", [f"c{i}" for i in range(10)])
+        df = spark.read.format("stompmq").option("url", f"stomp://127.0.0.1:{b.port}").option("destination", "/stream/shared").load()
+        rows = sorted(df.collect(), key=lambda r: r.offset)
+    assert [(r.offset, r.body) for r in rows] == list(
+        enumerate([f"a{i}".encode() for i in range(40)] + [f"b{i}".encode() for i in range(10)]
+                  + [f"c{i}".encode() for i in range(10)])
+    )

@@ -193,3 +193,33 @@ def test_0007_puts_existing_rows_in_the_default_vhost_and_downgrades(tmp_path: P
         assert conn.execute("SELECT exchange, queue FROM bindings").fetchall() == [("ex", "q")]
     finally:
         conn.close()
+
+
+def test_0008_gives_existing_streams_their_counters_and_downgrades(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    command.upgrade(alembic_config(url(path)), "0007")
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute("INSERT INTO streams (id, name, options) VALUES (1, 'full', '{}')")
+        conn.execute("""INSERT INTO streams (id, name, options) VALUES (2, 'purged', '{"first-offset": "9"}')""")
+        conn.execute("INSERT INTO streams (id, name, options) VALUES (3, 'empty', '{}')")
+        for position in (3, 4, 5):  # retention dropped 0-2; bodies of 2 bytes
+            conn.execute(
+                "INSERT INTO stream_messages (stream_id, position, seq, priority, timestamp, headers, body,"
+                " bytes_before) VALUES (1, ?, ?, 4, ?, '{}', x'0000', ?)",
+                (position, position, 100 + position, 2 * position),
+            )
+    conn.close()
+    upgrade_to_head(url(path))
+    conn = sqlite3.connect(path)
+    try:
+        rows = conn.execute("SELECT name, first_offset, next_offset, end_bytes, last_ts FROM streams ORDER BY id")
+        assert rows.fetchall() == [("full", 3, 6, 12, 105), ("purged", 9, 9, 0, 0), ("empty", 0, 0, 0, 0)]
+    finally:
+        conn.close()
+    command.downgrade(alembic_config(url(path)), "0007")
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("SELECT name FROM streams ORDER BY id").fetchall() == [("full",), ("purged",), ("empty",)]
+    finally:
+        conn.close()

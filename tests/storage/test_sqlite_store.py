@@ -25,7 +25,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from stompmq.storage.base import MESSAGE_OVERHEAD, BindingRecord, ExchangeRecord, Recovery, StoredMessage, StoreError
-from stompmq.storage.groupcommit import RETRY_BACKOFF, GroupCommitStore
+from stompmq.storage.groupcommit import (
+    READ_THROUGH_BYTES_PER_OP,
+    READ_THROUGH_OPS,
+    RETRY_BACKOFF,
+    GroupCommitStore,
+)
 from stompmq.storage.groups import GroupRows
 from stompmq.storage.memory import MemoryStore
 from stompmq.storage.sqlite import SQLiteBackend, SQLiteStore
@@ -156,6 +161,14 @@ class ControlledBackend:
 
     def load_ready(self, queue: str, after: tuple[int, int] | None, limit: int) -> list[StoredMessage]:
         return self.sqlite.load_ready(queue, after, limit)
+
+    def read_ready(
+        self, queue: str, after: tuple[int, int] | None, limit: int, hidden: frozenset[int]
+    ) -> tuple[list[StoredMessage], bool]:
+        return self.sqlite.read_ready(queue, after, limit, hidden)
+
+    def close_reader(self) -> None:
+        self.sqlite.close_reader()
 
     def count(self, queue: str) -> int:
         return self.sqlite.count(queue)
@@ -393,7 +406,7 @@ async def test_load_ready_orders_by_priority_then_seq_and_pages_after_a_key(tmp_
         store.update(delivered)  # delivered: never paged in
         expected = sorted((m for m in messages if not m.delivered), key=lambda m: m.order_key)
 
-        # Unflushed writes are visible: the read runs behind them on the database thread.
+        # Unflushed writes are visible: they are laid over what the read finds on the disk.
         page = await store.load_ready("q", None, 1000)
         assert [m.seq for m in page] == [m.seq for m in expected]
 
@@ -411,6 +424,102 @@ async def test_load_ready_orders_by_priority_then_seq_and_pages_after_a_key(tmp_
         )
         assert not first.delivered
         assert await store.load_ready("missing", None, 10) == []
+
+
+async def test_a_page_read_takes_buffered_messages_from_memory_and_commits_nothing(
+    tmp_path: Path,
+) -> None:
+    """A page read no longer commits the batch first: buffered messages come from memory, as the
+    very objects the broker made, and one settled before its flush never reaches the file."""
+    async with running(tmp_path / "s.db", flush_interval=NEVER) as store:
+        stored = [msg(seq, body=b"x" * 65536) for seq in range(1, 6)]
+        for m in stored[:2]:
+            store.insert(m)
+        await committed(store, store.sync_ticket())
+        for m in stored[2:]:
+            store.insert(m)
+        page = await store.load_ready("q", None, 4)
+        assert [m.seq for m in page] == [1, 2, 3, 4]
+        assert page[2] is stored[2] and page[3] is stored[3]
+        assert page[0] is not stored[0]  # read from the file
+        assert seqs_on_disk(store.path) == {1, 2}
+        for m in page:
+            store.delete(m)
+        assert [m.seq for m in await store.load_ready("q", (-4, 4), 10)] == [5]
+    assert seqs_on_disk(str(tmp_path / "s.db")) == {5}
+
+
+async def test_buffered_deletes_updates_and_deliveries_hide_rows_and_pages_stay_full(
+    tmp_path: Path,
+) -> None:
+    """Rows the buffer knows newer news of are left out, and the read refills past them, so a page
+    is ``limit`` long while the disk has more and short only at the end of the queue."""
+    async with running(tmp_path / "s.db", flush_interval=NEVER) as store:
+        stored = [msg(seq) for seq in range(1, 13)]
+        for m in stored:
+            store.insert(m)
+        await committed(store, store.sync_ticket())
+        for m in stored[1:4]:
+            store.delete(m)  # 2, 3, 4 gone
+        stored[4].delivered = True
+        store.update(stored[4])  # 5 delivered
+        stored[5].delivered = True  # 6 in flight (auto-ack: no update, the flag alone)
+        store.insert(stored[5])
+        store.insert(urgent := msg(20, priority=9))  # buffered, first by priority
+        page = await store.load_ready("q", None, 5)
+        assert [m.seq for m in page] == [20, 1, 7, 8, 9]
+        rest = await store.load_ready("q", page[-1].order_key, 5)
+        assert [m.seq for m in rest] == [10, 11, 12]
+        assert urgent in page
+        assert seqs_on_disk(store.path) == set(range(1, 13))  # nothing was committed to read
+
+
+async def test_a_page_read_does_not_wait_for_a_commit_in_progress(tmp_path: Path) -> None:
+    """The read runs on its own connection beside the database thread: a slow commit (a large
+    group's fsync) does not delay it, and the group's writes are laid over what it finds."""
+    backend = ControlledBackend(tmp_path / "s.db")
+    store = GroupCommitStore(backend, flush_interval=NEVER)
+    async with serving(store):
+        store.insert(msg(1))
+        await committed(store, store.sync_ticket())
+        backend.hold = True
+        store.insert(msg(2))
+        store.delete(first := (await store.load_ready("q", None, 1))[0])
+        assert first.seq == 1
+        ticket = store.sync_ticket()
+        await backend.entered()  # the group (insert 2, delete 1) waits at the gate
+        store.insert(msg(3))
+        with trio.fail_after(5):
+            page = await store.load_ready("q", None, 10)
+        assert [m.seq for m in page] == [2, 3]
+        assert store.committed < ticket
+        backend.hold = False
+        backend.release()
+        await committed(store, ticket)
+
+
+async def test_a_page_read_behind_a_large_buffer_commits_it_first(tmp_path: Path) -> None:
+    """Laying the buffer over the disk scans it on the engine's thread: past READ_THROUGH_OPS
+    operations (many small messages, whose commit is quick) the read waits behind the batch."""
+    async with running(tmp_path / "s.db", flush_interval=NEVER) as store:
+        count = READ_THROUGH_OPS + 2 * 10 + 1
+        for seq in range(1, count + 1):
+            store.insert(msg(seq))
+        page = await store.load_ready("q", None, 10)
+        assert [m.seq for m in page] == list(range(1, 11))
+        assert seqs_on_disk(store.path) == set(range(1, count + 1))
+
+
+async def test_a_page_read_reads_through_a_buffer_of_large_messages_however_long(tmp_path: Path) -> None:
+    """Past READ_THROUGH_OPS operations a buffer of large bodies (slow to commit, quick to scan
+    per byte) is still laid over the disk rather than committed first."""
+    async with running(tmp_path / "s.db", flush_interval=NEVER) as store:
+        count = READ_THROUGH_OPS + 2 * 10 + 1
+        for seq in range(1, count + 1):
+            store.insert(msg(seq, body=b"x" * READ_THROUGH_BYTES_PER_OP))
+        page = await store.load_ready("q", None, 10)
+        assert [m.seq for m in page] == list(range(1, 11))
+        assert seqs_on_disk(store.path) == set()
 
 
 async def test_count_includes_delivered_and_sees_pending_writes(tmp_path: Path) -> None:
@@ -812,14 +921,18 @@ async def test_store_matches_a_model(script: list[tuple[Any, ...]]) -> None:
                         (m for m in model.values() if m.queue == op[1] and not m.delivered),
                         key=lambda m: m.order_key,
                     )
+                    paged: list[StoredMessage] = []
                     try:
                         page = await store.load_ready(op[1], None, 1000)
                         stored = await store.count(op[1])
+                        while chunk := await store.load_ready(op[1], paged[-1].order_key if paged else None, 2):
+                            paged += chunk
                     except StoreError as error:
                         assert "injected failure" in str(error)
                         continue
                     assert [m.seq for m in page] == [m.seq for m in ready]
                     assert stored == sum(m.queue == op[1] for m in model.values())
+                    assert [m.seq for m in paged] == [m.seq for m in ready]
                 elif op[0] == "fail":
                     backend.failures += 1
             backend.failures = 0

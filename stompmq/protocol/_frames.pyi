@@ -1,0 +1,19 @@
+from .frame import Frame
+from .parser import Limits
+
+def scan(
+    buf: bytearray, pos: int, crlf: bool, version: str, limits: Limits, frames: list[Frame], /
+) -> tuple[int, bool]: ...
+def encode_message(
+    subscription: str,
+    message_id: int,
+    destination: str,
+    ack: str | None,
+    redeliveries: int,
+    version: str,
+    tail: bytes,
+    /,
+) -> bytes: ...
+def encode_message_tail(
+    priority: int, timestamp: int, expires: int | None, headers: dict[str, str], body: bytes, version: str, /
+) -> bytes: ...

@@ -956,6 +956,16 @@ def pct(sorted_vals, p):
     return sorted_vals[k]
 
 
+def add_broker_cpu(out: dict, cpu0: float | None, cpu1: float | None, wall_s: float) -> float | None:
+    """Put the broker's CPU over a run into ``out`` (only with --broker-pid) and return it."""
+    if cpu0 is None or cpu1 is None:
+        return None
+    cpu = cpu1 - cpu0
+    out["broker_cpu_s"] = round(cpu, 2)
+    out["broker_cpu_pct"] = round(100 * cpu / wall_s, 1)
+    return cpu
+
+
 def run_throughput(args, stats: BrokerStats) -> dict:
     sc = args.scenario
     warmup = args.warmup
@@ -1092,11 +1102,10 @@ def run_throughput(args, stats: BrokerStats) -> dict:
             v = pct(lat, p)
             out[f"{name}_ms"] = round(v / 1e6, 3) if v is not None else None
         out["rate"] = round(prod["rate"], 1)
-    if cpu0 is not None and cpu1 is not None:
-        out["broker_cpu_s"] = round(cpu1 - cpu0, 2)
-        out["broker_cpu_pct"] = round(100 * (cpu1 - cpu0) / (w1 - w0), 1)
+    cpu = add_broker_cpu(out, cpu0, cpu1, w1 - w0)
+    if cpu is not None:
         n_msgs = out.get("deliveries") or out["msgs"]
-        out["broker_cpu_us_per_msg"] = round(1e6 * (cpu1 - cpu0) / n_msgs, 1)
+        out["broker_cpu_us_per_msg"] = round(1e6 * cpu / n_msgs, 1)
         if main0 is not None and main1 is not None:
             out["broker_main_thread_cpu_s"] = round(main1 - main0, 2)
     out["loadgen_cpu_s"] = round(
@@ -1131,9 +1140,7 @@ def run_append(args, stats: BrokerStats) -> dict:
         "receipted": prod["receipted"],
         "elapsed_s": round(elapsed, 3),
     }
-    if cpu0 is not None and cpu1 is not None:
-        out["broker_cpu_s"] = round(cpu1 - cpu0, 2)
-        out["broker_cpu_pct"] = round(100 * (cpu1 - cpu0) / (w1 - w0), 1)
+    add_broker_cpu(out, cpu0, cpu1, w1 - w0)
     return out
 
 
@@ -1188,9 +1195,7 @@ def run_drain(args, stats: BrokerStats) -> dict:
         "received": c["received"],
         "consumer_elapsed_s": round(el, 3),
     }
-    if cpu0 is not None and cpu1 is not None:
-        out["broker_cpu_s"] = round(cpu1 - cpu0, 2)
-        out["broker_cpu_pct"] = round(100 * (cpu1 - cpu0) / (w1 - w0), 1)
+    add_broker_cpu(out, cpu0, cpu1, w1 - w0)
     return out
 
 

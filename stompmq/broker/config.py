@@ -19,6 +19,9 @@ class BrokerConfig:
     #: ...and at most this many bytes of them (bodies plus a per-message overhead): 10,000
     #: messages of 64 KiB would be 640 MB for one queue.  Whichever bound is reached first wins.
     window_bytes: int = 16 * 1024 * 1024
+    #: Seconds a queue whose consumers fall behind may hold its producers back in one stretch
+    #: before its backlog may spill to the store (pacing.py); 0 = never hold them back.
+    queue_pace_timeout: float = 1.0
     #: Seconds before an unacked delivery returns to its queue; 0 = never.
     ack_timeout: float = 0.0
     #: Redeliveries before a message goes to the dead-letter queue; None = unlimited.

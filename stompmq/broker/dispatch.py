@@ -36,13 +36,14 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 
 from ..storage.base import Store, StoredMessage, StoreError
 from .config import BrokerConfig
 from .delays import Delayed
 from .delivery import message_frame, message_tail
+from .pacing import PACE_AT, RESUME_AT, Pace
 from .policies import DROP_HEAD, REJECT_PUBLISH, QueueFull, QueuePolicy, QueueSize
 from .queue import Queue
 from .reads import Reads, StoreRead
@@ -89,6 +90,8 @@ class Dispatcher:
         self.sweep_at = math.inf  # wall ms the EXPIRY_SWEEP deadline is armed for (inf: none)
         self.sweep_timer: Timer | None = None
         self._expired: list[StoredMessage] = []  # what Queue.dispatch set aside in this pump
+        self.pacing: set[Queue] = set()  # queues the frame being handled left backed up (pacing.py)
+        self.pace_timeouts = 0  # pacing episodes that ended in a spill
 
     # -- queues in memory ---------------------------------------------------------------------
     def activate(self, name: str) -> Queue:
@@ -256,6 +259,8 @@ class Dispatcher:
 
     def deactivate_if_idle(self, queue: Queue) -> None:
         if queue.idle and (self.store.durable or not queue.size) and self.queues.get(queue.name) is queue:
+            if queue.pace is not None:
+                queue.pace.wake()
             del self.queues[queue.name]
             if self.store.shared:
                 for msg in queue.window.messages():
@@ -324,6 +329,8 @@ class Dispatcher:
         msg.held = queue.window.push(msg)
         self.store.insert(msg)
         self.pump(queue)
+        if queue.nsubs and queue.window.fills(PACE_AT) and self.config.queue_pace_timeout:
+            self.pacing.add(queue)
         return msg
 
     def new_message(self, destination: str, headers: dict[str, str], body: bytes) -> StoredMessage:
@@ -331,18 +338,25 @@ class Dispatcher:
         return StoredMessage(self.next_seq(), destination, DEFAULT_PRIORITY, headers, body, self.wall_ms)
 
     def pump(self, queue: Queue) -> None:
-        """Deliver what the queue can deliver now; ask for a page when its window runs low."""
+        """Deliver what the queue can deliver now; when its window runs low, refill it from its
+        tail or ask for a page."""
         expired = self._expired
-        for sub, msg in queue.dispatch(self.wall_ms, expired):
-            self.deliver(queue, sub, msg)
-        if expired:
-            self._expired_at_head(queue)
-        if queue.pinned:
-            policy = self.policy(queue.name)
-            if policy is not None:
-                self._drop_head(queue, policy)
-        if queue.window.spilled and queue.wants_page():
-            self._request_page(queue)
+        while True:
+            for sub, msg in queue.dispatch(self.wall_ms, expired):
+                self.deliver(queue, sub, msg)
+            if expired:
+                self._expired_at_head(queue)
+            if queue.pinned:
+                policy = self.policy(queue.name)
+                if policy is not None:
+                    self._drop_head(queue, policy)
+            if not (queue.window.spilled and queue.wants_page()):
+                break
+            if not queue.window.refill():
+                self._request_page(queue)
+                break
+        if queue.pace is not None:
+            self._check_pace(queue)
 
     def promote_due(self) -> None:
         """Delayed messages are due: each becomes a new message of its queue (or expires)."""
@@ -461,6 +475,46 @@ class Dispatcher:
             msg.held = queue.window.requeue(msg)
             if not msg.held:
                 self.store.update(msg)
+
+    # -- pacing (pacing.py) -------------------------------------------------------------------
+    def pace(self, queue: Queue, wake: Callable[[], None], now: float) -> float | None:
+        """A producer that published into backed-up ``queue`` asks whether to wait: None, go on
+        (it drained, or it held producers back for --queue-pace-timeout in this episode and its
+        backlog may spill now); else ``wake`` is called when it drains, and the time returned
+        (``now``'s clock) is when to ask again at the latest."""
+        if self.queues.get(queue.name) is not queue or not self._backed_up(queue):
+            return None
+        pace = queue.pace
+        if pace is None:
+            pace = queue.pace = Pace()
+        if pace.off:
+            return None
+        if pace.since is None:
+            pace.since = now
+        deadline = pace.since + self.config.queue_pace_timeout
+        if now < deadline:
+            pace.waiters.append(wake)
+            return deadline
+        pace.off = True
+        self.pace_timeouts += 1
+        log.debug("queue %s held its producers back for %g s (--queue-pace-timeout): its consumers are slower,"
+                  " its backlog may go to the store", queue.name, self.config.queue_pace_timeout)
+        pace.wake()
+        return None
+
+    def _backed_up(self, queue: Queue) -> bool:
+        """Does ``queue`` still hold its producers back (not yet drained to ``RESUME_AT``)?"""
+        return bool(queue.nsubs) and queue.window.fills(RESUME_AT)
+
+    def _check_pace(self, queue: Queue) -> None:
+        """After a pump: wake the producers of a queue that drained; forget an episode that gave
+        up once the queue has drained all in memory again."""
+        pace = queue.pace
+        assert pace is not None
+        if self._backed_up(queue) or (pace.off and queue.window.spilled):
+            return
+        queue.pace = None
+        pace.wake()
 
     # -- paging -------------------------------------------------------------------------------
     def _request_page(self, queue: Queue) -> None:

@@ -293,6 +293,8 @@ class Broker:
         if handler is None:
             raise ClientError(f"unknown command {frame.command!r}")
         answer = handler(session, frame)
+        if self.dispatcher.pacing:
+            self._paced(session)
         if isinstance(answer, Held):
             return
         receipt = frame.headers.get("receipt")
@@ -342,6 +344,24 @@ class Broker:
         for receipt in receipts:
             self.receipts.send(session, receipt)
         receipts.clear()
+
+    def _paced(self, session: Session) -> None:
+        """The frame just handled left queues backed up: its sender waits for them (pacing.py)."""
+        if session.paced is None:
+            session.paced = set()
+        session.paced |= self.dispatcher.pacing
+        self.dispatcher.pacing.clear()
+
+    def pace(self, queue: Queue, wake: Callable[[], None]) -> float | None:
+        """Should a producer that published into backed-up ``queue`` (``Session.paced``) wait?
+        None: go on.  Else ``wake`` is called when the queue drains, and the server's time
+        returned is when to ask again at the latest (--queue-pace-timeout)."""
+        return self.dispatcher.pace(queue, wake, self.deadlines.now)
+
+    @property
+    def pace_timeouts(self) -> int:
+        """Queues that held their producers back for --queue-pace-timeout, since start."""
+        return self.dispatcher.pace_timeouts
 
     def _answer_later(self, session: Session, receipt: str | None, deferred: Deferred[Headers]) -> None:
         entry = self.receipts.reserve(session, receipt) if receipt is not None else None

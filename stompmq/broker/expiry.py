@@ -85,10 +85,4 @@ class ExpirySweep:
         queue = self.dispatcher.queues.get(msg.queue)
         if queue is None:
             return False
-        window = queue.window
-        return (
-            msg.seq in queue.inflight
-            or window.loading
-            or not window.spilled
-            or (window.boundary is not None and msg.order_key <= window.boundary)
-        )
+        return msg.seq in queue.inflight or queue.window.holds(msg)

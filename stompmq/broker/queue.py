@@ -40,6 +40,7 @@ from collections import deque
 from collections.abc import Iterator
 
 from ..storage.base import StoredMessage
+from .pacing import Pace
 from .session import Subscription
 from .stats import QueueStats
 from .window import ReadyWindow
@@ -66,7 +67,7 @@ class Group:
 
 class Queue:
     __slots__ = ("name", "destination", "window", "nsubs", "ready_subs", "inflight", "avoid", "stats", "pinned",
-                 "exclusive", "groups", "parked", "nparked")
+                 "exclusive", "groups", "parked", "nparked", "pace")
 
     def __init__(
         self,
@@ -91,6 +92,7 @@ class Queue:
         self.groups: dict[str, Group] | None = None  # only groups with messages parked or in flight
         self.parked: dict[Subscription, deque[StoredMessage]] | None = None  # per owner, in order
         self.nparked = 0
+        self.pace: Pace | None = None  # its producers are held back, or were (pacing.py)
 
     @property
     def size(self) -> int:

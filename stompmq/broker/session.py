@@ -79,6 +79,7 @@ class Session:
         "login",
         "fail",
         "throttled_by",
+        "paced",
         "topic_lagging",
         "client_id",
         "unsent",
@@ -118,6 +119,9 @@ class Session:
         #: their hard limit (with the subscriber's session); the server reads nothing more from it
         #: until they are below it, or until --topic-block-timeout makes the subscriber lag.
         self.throttled_by: dict[Outbox, Session] | None = None
+        #: Backed-up queues this client's frames published into: the server reads nothing more
+        #: from it until they drain (broker/pacing.py).
+        self.paced: set[Queue] | None = None
         #: This session, as a topic subscriber, held a publisher back for --topic-block-timeout:
         #: it never holds one back again, it misses messages instead (broker/overflow.py).
         self.topic_lagging = False

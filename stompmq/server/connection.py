@@ -227,6 +227,8 @@ class Connection:
             if session is not None:
                 if session.throttled_by:
                     await self._wait_for_subscribers(session)
+                if session.paced:
+                    await self._wait_for_consumers(session)
                 await self._wait_for_engine(session)
 
     async def _wait_for_engine(self, session: Session) -> None:
@@ -260,6 +262,21 @@ class Connection:
                 if self.broker.topic_subscriber_lagging(subscriber, timeout, _drain_rate):
                     break
                 buffer.holding_since = None  # no faster peer: the publisher is faster than all
+
+    async def _wait_for_consumers(self, session: Session) -> None:
+        """This client published into queues whose consumers fell behind: read nothing more
+        from it until they drain, or until each has held its producers back for
+        --queue-pace-timeout (broker/pacing.py)."""
+        queues, session.paced = session.paced or (), None
+        for queue in queues:
+            while True:
+                self.runtime.tick()
+                drained = trio.Event()
+                deadline = self.broker.pace(queue, drained.set)
+                if deadline is None:
+                    break
+                with trio.move_on_at(deadline):
+                    await drained.wait()
 
     def _on_frame(self, frame: Frame) -> None:
         session = self.session

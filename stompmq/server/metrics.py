@@ -94,6 +94,9 @@ async def scrape(management: ManagementApp) -> bytes:
     metrics.append(CounterMetricFamily("stompmq_reply_queue_drops", "SENDs to temporary reply queues that "
                                        "were gone (dropped)",
                                        value=sum(engine.reply_drops for engine in engines.values())))
+    metrics.append(CounterMetricFamily("stompmq_queue_pace_timeouts", "Queues that held their producers back "
+                                       "for --queue-pace-timeout, after which their backlog could spill to the store",
+                                       value=sum(engine.pace_timeouts for engine in engines.values())))
     metrics.append(CounterMetricFamily("stompmq_page_reads", "Pages of ready messages read from the store",
                                        value=sum(engine.page_reads for engine in engines.values())))
     gauge("stompmq_delayed_in_memory", "Delayed messages held in memory (the ones due first)",

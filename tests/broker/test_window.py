@@ -5,10 +5,11 @@ Steps (``m(seq, prio)`` is a message; priority 4 unless given):
   ("requeue", seq[, prio])    a message coming back (NACK, ack timeout, connection lost)
   ("pop",)                    the head is delivered
   ("page",)                   a page read starts (the request is remembered)
-  ("loaded", [seqs], inflight) the last requested page comes back with those rows
+  ("loaded", [rows], inflight) the last requested page comes back with those rows
   ("failed",)                 the page read failed
   ("clear",)                  a purge
   ("changed",)                another broker sharing the store made ready messages
+  ("refill",)                 the window, run low, refills from its tail (it must be gapless)
 The expected state: the seqs in memory in delivery order, spilled, boundary, and whether a
 page is wanted.  ``BYTE_CASES`` run the same steps under a byte budget, with message sizes
 given in KiB (``len(body) + MESSAGE_OVERHEAD``).
@@ -56,8 +57,9 @@ def run(
             window.pop()
         elif op == "page":
             requests.append(window.start_page())
-        elif op == "loaded":
-            rows = [m(seq, prio_of.get(seq, 4), kib_of.get(seq, default_kib)) for seq in step[1]]
+        elif op == "loaded":  # a row is a seq, or (seq, priority) for one never pushed
+            rows = [m(*row) if isinstance(row, tuple) else m(row, prio_of.get(row, 4), kib_of.get(row, default_kib))
+                    for row in step[1]]
             window.page_loaded(requests[-1], rows, set(step[2]) if len(step) > 2 else set())
         elif op == "failed":
             window.page_failed()
@@ -65,6 +67,8 @@ def run(
             window.clear()
         elif op == "changed":
             window.store_changed()
+        elif op == "refill":
+            assert window.refill()
         else:
             raise AssertionError(op)
     return window, requests
@@ -94,8 +98,8 @@ CASES: dict[str, tuple[int | None, bool, list[Step], list[int], bool, tuple[int,
         [3], False, None, False),
     "late SEND during a load cuts the page there": (
         4, True, [("page",), ("push", 3), ("loaded", [1, 2, 4])], [1, 2], True, (-4, 2), True),
-    "SEND skipped during a load keeps a short page from unspilling": (
-        4, True, [("page",), ("push", 9), ("loaded", [1])], [1], True, (-4, 1), True),
+    "a SEND during a load waits in the tail and joins a short page": (
+        4, True, [("page",), ("push", 9), ("loaded", [1])], [1, 9], False, None, False),
     "stale page (boundary moved back) is dropped": (
         2, False, [("push", 1), ("push", 2), ("push", 3), ("pop",), ("pop",), ("page",), ("push", 4, 9),
                    ("push", 5, 9), ("push", 6, 9), ("loaded", [3])],
@@ -178,9 +182,10 @@ def test_a_page_of_unknown_sizes_is_a_probe() -> None:
 
 
 def test_a_page_is_sized_by_the_byte_budget() -> None:
-    # 4 KiB messages, 16 KiB budget: four fit; after three pops one is left, so three more fit
-    steps: list[Step] = [("push", i) for i in range(1, 6)] + [("pop",)] * 3 + [("page",)]
-    window, requests = run(1000, False, steps, max_kib=16, sizes={i: 4 for i in range(1, 6)})
+    # 4 KiB messages, 16 KiB budget: four fit; after three pops one is left, so three more fit.
+    # The tail (8 KiB) keeps 6 and 7, so the page that reads 5 reaches it.
+    steps: list[Step] = [("push", i) for i in range(1, 8)] + [("pop",)] * 3 + [("page",)]
+    window, requests = run(1000, False, steps, max_kib=16, sizes={i: 4 for i in range(1, 8)})
     assert requests[-1].limit == 3
     window.page_loaded(requests[-1], [m(i, 4, 4) for i in (5, 6, 7)], set())
     assert contents(window) == [4, 5, 6, 7] and window.bytes == 16 * KIB and window.unit == 4 * KIB
@@ -196,3 +201,85 @@ def test_page_request_describes_the_window() -> None:
 def test_loading_blocks_a_second_page() -> None:
     window, _ = run(4, True, [("page",)])
     assert window.loading and not window.wants_page()
+
+
+TAIL_CASES: dict[str, tuple[int, bool, list[Step], list[int], list[int], bool, tuple[int, int] | None]] = {
+    # name: (capacity, spilled at start, steps, contents, tail, spilled, boundary); the tail holds
+    # half the capacity
+    "eviction starts a gapless tail": (
+        4, False, [("push", i) for i in range(1, 7)], [1, 2, 3, 4], [5, 6], True, (-4, 4)),
+    "a full tail loses its oldest to the store, which leaves a gap": (
+        4, False, [("push", i) for i in range(1, 8)], [1, 2, 3, 4], [6, 7], True, (-4, 4)),
+    "refill takes the tail without a read and ends the spill": (
+        4, False, [("push", i) for i in range(1, 6)] + [("pop",), ("pop",), ("refill",)], [3, 4, 5], [], False,
+        None),
+    "a page that reaches the tail joins it to the window": (
+        4, False, [("push", i) for i in range(1, 8)] + [("pop",), ("pop",), ("page",), ("loaded", [5, 6])],
+        [3, 4, 5, 6], [7], True, (-4, 6)),
+    "a short page joins the tail": (
+        4, False, [("push", i) for i in range(1, 8)] + [("pop",)] * 3 + [("page",), ("loaded", [5])],
+        [4, 5, 6, 7], [], False, None),
+    "a SEND lost during the read cuts the page and keeps the spill": (
+        4, False, [("push", i) for i in range(1, 8)] + [("pop",), ("pop",), ("page",), ("push", 8),
+                                                        ("loaded", [5, 6])],
+        [3, 4, 5], [7, 8], True, (-4, 5)),
+    "rows beyond the tail's start that it lacks end the tail": (
+        4, False, [("push", i) for i in range(1, 6)] + [("pop",), ("pop",), ("page",), ("loaded", [5, 9])],
+        [3, 4], [], True, (-4, 4)),
+    "a window spilled from the start keeps a tail": (
+        4, True, [("push", 1), ("push", 2)], [], [1, 2], True, None),
+    "an untracked tail joins only a page that read the store to its end": (
+        4, True, [("push", 5), ("push", 6), ("page",), ("loaded", [1, 2, 3, 4])], [1, 2, 3, 4], [5, 6], True,
+        (-4, 4)),
+    "an untracked tail joins a short page": (
+        4, True, [("push", 5), ("push", 6), ("page",), ("loaded", [1, 5, 6])], [1, 5, 6], [], False, None),
+    "an older row of a lower priority beyond an untracked tail ends it": (
+        4, True, [("push", 5, 4), ("push", 6, 4), ("page",), ("loaded", [5, 6, (2, 1)])], [], [], True, None),
+    "a priority inside the tail's range ends the tail": (
+        4, False, [("push", i, 5) for i in range(1, 6)] + [("push", 6, 1), ("push", 7, 3)],
+        [1, 2, 3, 4], [], True, (-5, 4)),
+    "a priority before the tail's start leaves the tail alone": (
+        4, False, [("push", i, 5) for i in range(1, 5)] + [("push", 5, 3), ("push", 6, 4)],
+        [1, 2, 3, 4], [5], True, (-5, 4)),
+    "another broker's messages end the tail": (
+        4, False, [("push", i) for i in range(1, 6)] + [("changed",)], [1, 2, 3, 4], [], True, (-4, 4)),
+    "a purge forgets the tail": (
+        4, False, [("push", i) for i in range(1, 6)] + [("clear",)], [], [], True, None),
+}
+
+
+@pytest.mark.parametrize("name", list(TAIL_CASES))
+def test_tail_transition(name: str) -> None:
+    capacity, spilled, steps, expected, tail, expect_spilled, boundary = TAIL_CASES[name]
+    window, _ = run(capacity, spilled, steps)
+    assert contents(window) == expected
+    assert [msg.seq for msg in window.tail] == tail
+    assert [msg.seq for msg in window.messages()] == expected + tail
+    assert window.spilled is expect_spilled
+    assert window.boundary == boundary
+
+
+def test_sends_during_a_read_wait_in_the_tail_so_the_read_still_ends_the_spill() -> None:
+    # 16 KiB window, 8 KiB tail: 5 (4 KiB) is lost when 6 (6 KiB) joins the tail; 8 arrives while
+    # the page with 5 is read, and the tail has room for it.
+    sizes = {1: 4, 2: 4, 3: 4, 4: 4, 5: 4, 6: 6, 7: 1, 8: 1}
+    steps: list[Step] = [("push", i) for i in range(1, 8)] + [("pop",)] * 3 + [("page",), ("push", 8),
+                                                                               ("loaded", [5, 6])]
+    window, _ = run(100, False, steps, max_kib=16, sizes=sizes)
+    assert contents(window) == [4, 5, 6, 7, 8] and not window.tail
+    assert not window.spilled and window.bytes == 16 * KIB
+
+
+def test_the_tail_is_held_and_a_lost_message_is_not() -> None:
+    window = ReadyWindow(2, False)  # a tail of one
+    msgs = [m(seq) for seq in range(1, 5)]
+    for msg in msgs:
+        msg.held = window.push(msg)
+    assert [msg.held for msg in msgs] == [True, True, False, True]  # 3 went to the tail, lost to 4
+
+
+def test_holds_covers_the_window_and_the_tail() -> None:
+    window, _ = run(2, False, [("push", i) for i in range(1, 6)])  # window 1, 2; 3 and 4 lost; tail 5
+    assert [window.holds(m(seq)) for seq in range(1, 7)] == [True, True, False, False, True, True]
+    untracked, _ = run(2, True, [("push", 5)])  # the store may hold anything: only the tail itself
+    assert [untracked.holds(m(seq)) for seq in (4, 5, 6)] == [False, True, False]

@@ -1,0 +1,52 @@
+"""Producer pacing: a queue whose consumers fall behind holds its producers back, for a while.
+
+Why: one engine thread does all the work, so a backlog costs the consumers twice.  Once a
+queue's ready messages outgrow its window they are written to the store, read back and
+deleted, which takes the CPU the consumers needed, so the backlog grows further: with four
+producers and four consumers on one queue a run went either at 112-117k msg/s in memory or
+at 48-53k spilled, for the rest of the run (issue 17).  ActiveMQ blocks producers at a
+destination's memory limit, for as long as it takes; RabbitMQ paces them by credit flow.
+
+Theory of operation
+-------------------
+A queue is *backed up* when it has subscribers, all its ready messages are in memory (its
+window, and a tail that continues it: window.py), and they fill at least half of either of
+the window's budgets (``PACE_AT``).  ``Dispatcher.publish`` notes such queues; the engine
+hands them to the session whose frame published into them (``Session.paced``), and the
+server reads nothing more from that client until each has drained to a quarter
+(``RESUME_AT``), which ``Dispatcher.pump`` signals.  So producers go at their consumers'
+pace and the backlog never reaches the disk.
+
+A queue may hold its producers back for ``pace_timeout`` seconds (``--queue-pace-timeout``)
+in one *episode*, from the first wait until it drains.  Past that its consumers are simply
+slower than its producers (a task queue, a consumer that stopped): pacing stops, counted
+and logged, and the backlog spills to the store as it always could, until the queue is all
+in memory again.  So a slow queue costs its producers one wait per backlog, never a rate
+limit.  Timings: the engine has no clock; the server passes its own (``now``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+#: A queue is backed up at this fraction (1/N) of its window's count or bytes...
+PACE_AT = 2
+#: ...and has drained at this one.
+RESUME_AT = 4
+
+
+class Pace:
+    """A queue's pacing episode: since when it holds producers back, who waits, or whether it
+    gave up until its backlog is back in memory."""
+
+    __slots__ = ("since", "waiters", "off")
+
+    def __init__(self) -> None:
+        self.since: float | None = None  # server time of the episode's first wait
+        self.waiters: list[Callable[[], None]] = []
+        self.off = False
+
+    def wake(self) -> None:
+        waiters, self.waiters = self.waiters, []
+        for wake in waiters:
+            wake()

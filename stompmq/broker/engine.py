@@ -346,11 +346,14 @@ class Broker:
         receipts.clear()
 
     def _paced(self, session: Session) -> None:
-        """The frame just handled left queues backed up: its sender waits for them (pacing.py)."""
+        """The frame just handled left queues backed up: its sender waits for them (pacing.py),
+        except for queues it consumes itself (its own ACKs may be what drains them)."""
+        backed_up = self.dispatcher.pacing
+        own = {sub.queue for sub in session.subscriptions.values()}
         if session.paced is None:
             session.paced = set()
-        session.paced |= self.dispatcher.pacing
-        self.dispatcher.pacing.clear()
+        session.paced.update(queue for queue in backed_up if queue not in own)
+        backed_up.clear()
 
     def pace(self, queue: Queue, wake: Callable[[], None]) -> float | None:
         """Should a producer that published into backed-up ``queue`` (``Session.paced``) wait?

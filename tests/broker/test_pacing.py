@@ -100,3 +100,12 @@ def test_no_pacing_without_subscribers_or_with_a_zero_timeout() -> None:
     for _ in range(20):
         send(broker, producer, "/queue/q")
     assert producer.paced is None
+
+
+def test_a_client_that_consumes_the_queue_is_not_paced_by_it() -> None:
+    broker, consumer, producer, outbox = setup()
+    for _ in range(5):  # the consumer publishes into its own queue: it drains it with its ACKs
+        send(broker, consumer, "/queue/q")
+    assert not consumer.paced
+    send(broker, producer, "/queue/q")
+    assert paced_queue(producer).name == "q"

@@ -12,6 +12,7 @@ from stompmq.broker import BrokerConfig
 
 from .broker_thread import BrokerThread
 from .stompclient import Client
+from .waiting import wait_until
 
 
 # The memory store keeps every queue in memory: nothing to pace.
@@ -19,9 +20,9 @@ from .stompclient import Client
 def test_a_consumer_behind_paces_the_producer_and_nothing_spills(
     store_kind: str, make_broker: Callable[..., BrokerThread]
 ) -> None:
-    # A window of 2,000 with a tail of 1,000: the producer is paced at 1,000 ready messages, and
-    # one socket read (256 KiB, ~1,800 of these SENDs) on top of that still fits in memory.
-    broker = make_broker(config=BrokerConfig(window=2000, queue_pace_timeout=60.0))
+    # A window of 3,000 with a tail of 1,500: the producer is paced at 1,500 ready messages, and
+    # one socket read (256 KiB, under 2,000 of these SENDs) on top of that still fits in memory.
+    broker = make_broker(config=BrokerConfig(window=3000, queue_pace_timeout=60.0))
     count = 10_000
     got: list[bytes] = []
     with Client(broker.port) as consumer, Client(broker.port) as producer:
@@ -52,14 +53,15 @@ def test_a_stalled_consumer_holds_the_producer_back_only_for_the_timeout(
 ) -> None:
     broker = make_broker(config=BrokerConfig(window=100, queue_pace_timeout=0.2))
     count = 1000
+    engine = broker.broker
     with Client(broker.port) as consumer, Client(broker.port) as producer:
         consumer.subscribe("/queue/stalled", "s", "client-individual", prefetch="1")
-        for i in range(count - 1):
+        for i in range(count):
             producer.send_to("/queue/stalled", str(i), receipt=False)
-        producer.send_to("/queue/stalled", str(count - 1))  # its RECEIPT: the producer went on
-        engine = broker.broker
+        wait_until(lambda: broker.call(lambda: engine.pace_timeouts) == 1, "the producer to be let go")
+        producer.send_to("/queue/stalled", str(count))  # answered: pacing stopped for this backlog
         assert broker.call(lambda: engine.pace_timeouts) == 1
-        for i in range(count):  # the backlog went to the store; nothing is lost, nothing reordered
+        for i in range(count + 1):  # the backlog went to the store; nothing is lost, nothing reordered
             msg = consumer.message()
             assert msg.body == str(i).encode()
             consumer.ack(msg, receipt=False)

@@ -350,10 +350,13 @@ class Dispatcher:
                 policy = self.policy(queue.name)
                 if policy is not None:
                     self._drop_head(queue, policy)
-            if not (queue.window.spilled and queue.wants_page()):
+            window = queue.window
+            if not (window.spilled and queue.wants_page()):
                 break
-            if not queue.window.refill():
+            if not window.gapless:
                 self._request_page(queue)
+                break
+            if not window.refill():
                 break
         if queue.pace is not None:
             self._check_pace(queue)

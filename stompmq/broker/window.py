@@ -290,23 +290,23 @@ class ReadyWindow:
         )
 
     def refill(self) -> bool:
-        """While ``gapless``, take the tail's oldest into the window up to its budgets instead of
-        reading (call when ``wants_page``); False: a read is needed."""
-        if not self.gapless:
-            return False
-        assert self.capacity is not None and not self.loading
+        """While ``gapless`` (no read needed), take the tail's oldest into the window up to its
+        budgets; False if none fits yet (one larger than the room left: the window drains first)."""
+        assert self.gapless and self.capacity is not None and not self.loading
         tail = self.tail
+        moved = 0
         while tail:
             cost = len(tail[0].body) + MESSAGE_OVERHEAD
             if self.size and (self.size >= self.capacity or self.bytes + cost > self.max_bytes):
                 break
             self.tail_bytes -= cost
             self._append(tail.popleft(), cost)
-        if tail:
-            self.boundary = self.levels[self.prios[0]][-1].order_key
-        else:
+            moved += 1
+        if not tail:
             self._in_memory()
-        return True
+        elif moved:
+            self.boundary = self.levels[self.prios[0]][-1].order_key
+        return moved > 0
 
     def _append(self, msg: StoredMessage, cost: int) -> None:
         """Add ``msg``, which sorts after every message of its level, without a budget check."""
@@ -358,6 +358,7 @@ class ReadyWindow:
             rows = [m for m in rows if m.order_key < late]
         tail = self.tail
         if tail and rows and rows[-1].order_key >= tail[0].order_key:
+            page_end = rows[-1].order_key
             first = tail[0].order_key  # the read reached the tail, which has the rest
             seqs = {m.seq for m in tail}
             newest = all(m.seq in seqs for m in rows if m.order_key >= first)
@@ -368,6 +369,12 @@ class ReadyWindow:
                 exhausted = False
             elif self.tracked:  # nothing but the tail lies beyond its start
                 exhausted = True
+            elif not exhausted:  # the store may hold more beyond what the page read of the tail:
+                last = page_end  # the window takes that part of the tail and goes on after it
+                while tail and tail[0].order_key <= last:
+                    taken = tail.popleft()
+                    self.tail_bytes -= len(taken.body) + MESSAGE_OVERHEAD
+                    rows.append(taken)
         page_bytes = 0
         for msg in rows:
             cost = len(msg.body) + MESSAGE_OVERHEAD
@@ -379,5 +386,5 @@ class ReadyWindow:
             self.unit = page_bytes // len(rows)
         if exhausted and late is None and request.skipped == self.skipped:
             self._in_memory()
-        elif self.bytes > self.max_bytes:  # the sizes were underestimated: trim at once
+        else:  # over budget: the sizes were underestimated, or the part of the tail taken
             self._evict()

@@ -233,6 +233,9 @@ TAIL_CASES: dict[str, tuple[int, bool, list[Step], list[int], list[int], bool, t
         (-4, 4)),
     "an untracked tail joins a short page": (
         4, True, [("push", 5), ("push", 6), ("page",), ("loaded", [1, 5, 6])], [1, 5, 6], [], False, None),
+    "a full page that reads into an untracked tail takes that part of it": (
+        8, True, [("push", 7), ("push", 8), ("push", 9), ("page",), ("loaded", [1, 2, 3, 4, 5, 6, 7, 8])],
+        [1, 2, 3, 4, 5, 6, 7, 8], [9], True, (-4, 8)),
     "an older row of a lower priority beyond an untracked tail ends it": (
         4, True, [("push", 5, 4), ("push", 6, 4), ("page",), ("loaded", [5, 6, (2, 1)])], [], [], True, None),
     "a priority inside the tail's range ends the tail": (
@@ -268,6 +271,17 @@ def test_sends_during_a_read_wait_in_the_tail_so_the_read_still_ends_the_spill()
     window, _ = run(100, False, steps, max_kib=16, sizes=sizes)
     assert contents(window) == [4, 5, 6, 7, 8] and not window.tail
     assert not window.spilled and window.bytes == 16 * KIB
+
+
+def test_refill_waits_for_room_for_a_large_message() -> None:
+    # 16 KiB window: 1-4 fill it, 5 (14 KiB) is evicted into the tail; with 4 KiB left in the
+    # window 5 does not fit, so refill moves nothing until the window is empty.
+    sizes = {1: 4, 2: 4, 3: 4, 4: 4, 5: 14}
+    window, _ = run(100, False, [("push", i) for i in range(1, 6)] + [("pop",)] * 3, max_kib=16, sizes=sizes)
+    assert window.wants_page() and window.gapless
+    assert not window.refill() and contents(window) == [4]
+    window.pop()
+    assert window.refill() and contents(window) == [5] and not window.spilled
 
 
 def test_the_tail_is_held_and_a_lost_message_is_not() -> None:

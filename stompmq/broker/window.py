@@ -244,8 +244,8 @@ class ReadyWindow:
     def fills(self, divisor: int) -> bool:
         """Do the ready messages in memory (window and tail) fill at least ``1/divisor`` of
         either budget?  (pacing.py)"""
-        capacity = self.capacity
-        return capacity is not None and (self.size + len(self.tail) >= capacity // divisor
+        capacity = self.capacity  # at least one message: a tiny window must not round to nothing
+        return capacity is not None and (self.size + len(self.tail) >= max(1, capacity // divisor)
                                          or self.bytes + self.tail_bytes >= self.max_bytes // divisor)
 
     def holds(self, msg: StoredMessage) -> bool:

@@ -277,6 +277,7 @@ class Connection:
                     break
                 with trio.move_on_at(deadline):
                     await drained.wait()
+        self.last_recv = trio.current_time()  # time it was not read is not silence (heart-beats)
 
     def _on_frame(self, frame: Frame) -> None:
         session = self.session

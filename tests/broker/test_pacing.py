@@ -109,3 +109,14 @@ def test_a_client_that_consumes_the_queue_is_not_paced_by_it() -> None:
     assert not consumer.paced
     send(broker, producer, "/queue/q")
     assert paced_queue(producer).name == "q"
+
+
+def test_a_tiny_window_paces_at_one_message_and_drains_at_none() -> None:
+    broker, consumer, producer, outbox = setup(window=3)
+    send(broker, producer, "/queue/q")  # delivered at once: nothing ready
+    assert not producer.paced
+    send(broker, producer, "/queue/q")  # one ready: a third of the window
+    woken: list[bool] = []
+    assert broker.pace(paced_queue(producer), lambda: woken.append(True)) == 101.0
+    ack_next(broker, consumer, outbox)  # the ready one goes out: drained
+    assert woken == [True]

@@ -370,8 +370,7 @@ class ReadyWindow:
             elif self.tracked:  # nothing but the tail lies beyond its start
                 exhausted = True
             elif not exhausted:  # the store may hold more beyond what the page read of the tail:
-                last = page_end  # the window takes that part of the tail and goes on after it
-                while tail and tail[0].order_key <= last:
+                while tail and tail[0].order_key <= page_end:  # the window takes that part of it
                     taken = tail.popleft()
                     self.tail_bytes -= len(taken.body) + MESSAGE_OVERHEAD
                     rows.append(taken)

@@ -9,9 +9,12 @@ from collections.abc import Callable
 import pytest
 
 from stompmq.broker import BrokerConfig
+from stompmq.server import ServerSettings
 
+from .broker_process import free_port
 from .broker_thread import BrokerThread
 from .stompclient import Client
+from .test_http import Api
 from .waiting import wait_until
 
 
@@ -51,7 +54,9 @@ def test_a_consumer_behind_paces_the_producer_and_nothing_spills(
 def test_a_stalled_consumer_holds_the_producer_back_only_for_the_timeout(
     store_kind: str, make_broker: Callable[..., BrokerThread]
 ) -> None:
-    broker = make_broker(config=BrokerConfig(window=100, queue_pace_timeout=0.2))
+    http_port = free_port()
+    broker = make_broker(settings=ServerSettings(port=0, http_port=http_port),
+                         config=BrokerConfig(window=100, queue_pace_timeout=0.2))
     count = 1000
     engine = broker.broker
     with Client(broker.port) as consumer, Client(broker.port) as producer:
@@ -61,6 +66,7 @@ def test_a_stalled_consumer_holds_the_producer_back_only_for_the_timeout(
         wait_until(lambda: broker.call(lambda: engine.pace_timeouts) == 1, "the producer to be let go")
         producer.send_to("/queue/stalled", str(count))  # answered: pacing stopped for this backlog
         assert broker.call(lambda: engine.pace_timeouts) == 1
+        assert "stompmq_queue_pace_timeouts_total 1.0" in Api(http_port).call("GET", "/metrics")[1]
         for i in range(count + 1):  # the backlog went to the store; nothing is lost, nothing reordered
             msg = consumer.message()
             assert msg.body == str(i).encode()

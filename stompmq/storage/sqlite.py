@@ -31,7 +31,9 @@ import fcntl
 
 import os
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from itertools import chain
+from typing import Any
 
 from stompmq.storage import jsontext
 from stompmq.storage.base import (
@@ -143,6 +145,13 @@ NEXT_EXPIRY_SQL = "SELECT MIN(expires) FROM messages WHERE expires IS NOT NULL A
 # Parameters in the order of groups.UpdateRow.
 UPDATE_SQL = "UPDATE messages SET delivered = ?, redeliveries = ?, priority = ? WHERE seq = ?"
 DELETE_SQL = "DELETE FROM messages WHERE seq = ?"
+# Acknowledgements mostly settle runs of consecutive seqs: one statement deletes a run (1.1 against
+# 2.2 us per row, 200,000 rows of 100 bytes).
+DELETE_RUN_SQL = "DELETE FROM messages WHERE seq BETWEEN ? AND ?"
+# Rows per multi-row INSERT: a statement of one row costs about as much again as the row (2.9
+# against 1.4 us per 100-byte row, 200,000 rows); 64 rows of at most ten parameters stay below
+# the oldest SQLite limit on bound parameters (999).
+INSERT_ROWS = 64
 READY_COLUMNS = "seq, priority, headers, body, timestamp, ack_timeout, redeliveries, expires"
 # Three range scans of ix_messages_queue_order, none needs a sort: from the start,
 # the rest of the key's priority, then the lower priorities.
@@ -350,7 +359,7 @@ class SQLiteBackend:
                 for op in group.structural:
                     self._apply(conn, op, created)
                 if group.deletes:
-                    conn.executemany(DELETE_SQL, group.deletes)
+                    _delete(conn, group.deletes)
                 if group.delayed_deletes:
                     conn.executemany(DELAYED_DELETE_SQL, group.delayed_deletes)
                 if group.updates:
@@ -358,9 +367,9 @@ class SQLiteBackend:
                 if group.inserts:
                     full, plain = self._insert_params(conn, group.inserts, created)
                     if plain:
-                        conn.executemany(INSERT_PLAIN_SQL, plain)
+                        _insert(conn, INSERT_PLAIN_SQL, plain)
                     if full:
-                        conn.executemany(INSERT_SQL, full)
+                        _insert(conn, INSERT_SQL, full)
                 if group.delayed:
                     conn.executemany(DELAYED_INSERT_SQL, self._delayed_params(conn, group.delayed, created))
                 if group.stream_rows:
@@ -738,3 +747,48 @@ class SQLiteStore(GroupCommitStore):
             max_backlog_bytes=max_backlog_bytes,
         )
         self.path = path
+
+
+def _many_rows(sql: str, rows: int) -> str:
+    """``sql`` (an INSERT of one row of parameters) inserting ``rows`` rows."""
+    values = sql[sql.rindex("(") :]
+    return sql + (", " + values) * (rows - 1)
+
+
+_BATCHED = {sql: _many_rows(sql, INSERT_ROWS) for sql in (INSERT_SQL, INSERT_PLAIN_SQL)}
+
+
+def _insert(conn: sqlite3.Connection, sql: str, rows: Sequence[tuple[Any, ...]]) -> None:
+    """Insert ``rows`` INSERT_ROWS to a statement, the rest one by one (one SQL text each, so
+    the statement cache keeps them prepared)."""
+    whole = len(rows) - len(rows) % INSERT_ROWS
+    batched = _BATCHED[sql]
+    for start in range(0, whole, INSERT_ROWS):
+        conn.execute(batched, list(chain.from_iterable(rows[start : start + INSERT_ROWS])))
+    if whole < len(rows):
+        conn.executemany(sql, rows[whole:])
+
+
+def _delete(conn: sqlite3.Connection, deletes: Sequence[tuple[int]]) -> None:
+    """Delete the rows of these seqs, each run of consecutive seqs in one statement."""
+    seqs = sorted(seq for (seq,) in deletes)
+    singles: list[tuple[int]] = []
+    runs: list[tuple[int, int]] = []
+    start = end = seqs[0]
+    for seq in seqs[1:]:
+        if seq <= end + 1:
+            end = max(end, seq)
+            continue
+        if end > start:
+            runs.append((start, end))
+        else:
+            singles.append((start,))
+        start = end = seq
+    if end > start:
+        runs.append((start, end))
+    else:
+        singles.append((start,))
+    if runs:
+        conn.executemany(DELETE_RUN_SQL, runs)
+    if singles:
+        conn.executemany(DELETE_SQL, singles)

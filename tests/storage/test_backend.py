@@ -112,3 +112,22 @@ def test_commit_runs_structural_ops_in_the_order_given(
     with opened(make_backend) as (_, recovery):
         assert recovery.exchanges == [b]
         assert recovery.bindings == [BindingRecord("b", "q", 3)]
+
+
+def test_many_inserts_and_runs_of_deletes_keep_exactly_the_rows_left(
+    make_backend: Callable[[], Backend],
+) -> None:
+    # More rows than one multi-row INSERT takes (and a remainder), some with an ack timeout (the
+    # other statement); deletes in runs, single seqs, out of order, across both queues.
+    inserts = [row(seq, "q" if seq % 3 else "other") for seq in range(1, 301)]
+    inserts[10] = (11, "q", 4, {}, b"t", False, 5.0, 0, 1_700_000_000_011, None)
+    gone = {*range(5, 140), 150, 152, *range(200, 202), 299, 1}
+    with opened(make_backend) as (backend, _):
+        backend.commit(group(300, inserts=inserts))
+        backend.commit(group(300, deletes=[(seq,) for seq in sorted(gone, key=lambda s: -s % 7)]))
+    with opened(make_backend) as (backend, _):
+        left = [m.seq for m in backend.load_ready("q", None, 1000)] + [
+            m.seq for m in backend.load_ready("other", None, 1000)
+        ]
+        assert sorted(left) == [seq for seq in range(1, 301) if seq not in gone]
+        assert backend.load_ready("q", None, 1)[0].headers == {"h": "2"}

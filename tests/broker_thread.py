@@ -67,6 +67,13 @@ class BrokerThread:
         assert self._token is not None
         return trio.from_thread.run_sync(fn, trio_token=self._token)
 
+    def __enter__(self) -> BrokerThread:
+        """``with BrokerThread(...).start() as thread:`` stops it at the end, however it ends."""
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
     def stop(self) -> None:
         if self._thread is None:
             return

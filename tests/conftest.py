@@ -80,21 +80,15 @@ def store_kind(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def broker(store_kind: str, tmp_path: Path) -> Iterator[BrokerThread]:
     """A started broker (per test, per store kind)."""
-    thread = BrokerThread(make_store_factory(store_kind, tmp_path)).start()
-    try:
+    with BrokerThread(make_store_factory(store_kind, tmp_path)).start() as thread:
         yield thread
-    finally:
-        thread.stop()
 
 
 @pytest.fixture
 def memory_broker() -> Iterator[BrokerThread]:
     """A broker on the memory store, for protocol-level tests that do not depend on storage."""
-    thread = BrokerThread(MemoryStore).start()
-    try:
+    with BrokerThread(MemoryStore).start() as thread:
         yield thread
-    finally:
-        thread.stop()
 
 
 @contextmanager

@@ -45,14 +45,10 @@ def test_bad_amq_destinations_are_errors(memory_broker, destination):
 @pytest.mark.parametrize("store_kind", ["sqlite", "postgres"])
 def test_amq_queue_known_only_to_the_store_keeps_the_frames_in_order(tmp_path: Path, store_kind):
     make = make_store_factory(store_kind, tmp_path)
-    first = BrokerThread(make).start()
-    try:
+    with BrokerThread(make).start() as first:
         send_all(first.port, "/queue/kept", [b"before-restart"])
         send_all(first.port, "/queue/other", [b"a"])
-    finally:
-        first.stop()
-    broker = BrokerThread(make).start()
-    try:
+    with BrokerThread(make).start() as broker:
         with Client(broker.port) as c:
             # pipelined: the first frame waits for the store; the others must not overtake it
             c.frame("SEND", {"destination": "/amq/queue/kept"}, b"1")
@@ -69,5 +65,3 @@ def test_amq_queue_known_only_to_the_store_keeps_the_frames_in_order(tmp_path: P
             c.wait_receipt("bye")
         with Client(broker.port) as c:
             assert c.request("SEND", {"destination": "/control/count-msgs/queue/other"})["num-messages"] == "2"
-    finally:
-        broker.stop()

@@ -491,8 +491,7 @@ def test_exchanges_and_bindings_survive_a_restart(tmp_path: Path):
     make = make_store_factory("sqlite", tmp_path)
     keys = [f"r{i}" for i in range(1000)]
     weights = {"ra": 1, "rb": 2, "rc": 3, "rd": 1}
-    thread = BrokerThread(make).start()
-    try:
+    with BrokerThread(make).start() as thread:
         with Client(thread.port) as c, Consumer(thread.port, weights) as consumer:
             declare(c, "rx")
             for q, w in {**weights, "gone": 5}.items():
@@ -507,11 +506,8 @@ def test_exchanges_and_bindings_survive_a_restart(tmp_path: Path):
             bind(c, "deleted", "ra")
             control(c, "delete/exchange/deleted")
             before = route_through(c, consumer, "rx", keys)
-    finally:
-        thread.stop()
     assert before == expected_routes("rx", weights, keys)
-    thread = BrokerThread(make).start()
-    try:
+    with BrokerThread(make).start() as thread:
         with Client(thread.port) as c, Consumer(thread.port, weights) as consumer:
             assert bindings(c, "rx") == weights
             assert bindings(c, "rh") == {"ra": 1, "rb": 1}
@@ -523,8 +519,6 @@ def test_exchanges_and_bindings_survive_a_restart(tmp_path: Path):
         with Client(thread.port) as c:
             c.frame("SEND", {"destination": "/exchange/deleted/k", "receipt": "r"})
             assert "deleted" in c.expect_error()["message"]
-    finally:
-        thread.stop()
 
 
 # ---------------------------------------------------------------------------- definitions file
@@ -580,8 +574,7 @@ def test_definitions_file_declares_exchanges_and_bindings(broker_store_dir, fmt)
     path = write_definitions(directory, fmt)
     customers = [f"c{i}" for i in range(400)]
     for start in range(2 if store_kind == "sqlite" else 1):  # applying it again is a no-op
-        thread = BrokerThread(make_store_factory(store_kind, directory), config=BrokerConfig(definitions=str(path))).start()
-        try:
+        with BrokerThread(make_store_factory(store_kind, directory), config=BrokerConfig(definitions=str(path))).start() as thread:
             with Client(thread.port) as c, Consumer(thread.port, ["o1", "o2", "p1"]) as consumer:
                 assert bindings(c, "orders") == {"o1": 1, "o2": 3}
                 assert bindings(c, "plain") == {"p1": 1}
@@ -591,8 +584,6 @@ def test_definitions_file_declares_exchanges_and_bindings(broker_store_dir, fmt)
                 if start == 0:
                     # changed over STOMP: the file sets its weight again at the next start
                     bind(c, "orders", "o2", 9)
-        finally:
-            thread.stop()
 
 
 @pytest.fixture(params=["memory", "sqlite"])
@@ -732,20 +723,14 @@ def test_failed_start_releases_the_store_and_changes_nothing(tmp_path):
     make = make_store_factory("sqlite", tmp_path)
     with pytest.raises(RuntimeError):
         BrokerThread(make, config=BrokerConfig(definitions=str(path))).start()
-    thread = BrokerThread(make).start()
-    try:
+    with BrokerThread(make).start() as thread:
         with Client(thread.port) as c:
             c.frame("SEND", {"destination": "/control/list-bindings/exchange/e", "receipt": "r"})
             assert "no exchange" in c.expect_error()["message"]
-    finally:
-        thread.stop()
     path.write_text('[[exchanges]]\nname = "e"\n[[bindings]]\nexchange = "e"\nqueue = "q"\nweight = 2\n')
-    thread = BrokerThread(make, config=BrokerConfig(definitions=str(path))).start()
-    try:
+    with BrokerThread(make, config=BrokerConfig(definitions=str(path))).start() as thread:
         with Client(thread.port) as c:
             assert bindings(c, "e") == {"q": 2}
-    finally:
-        thread.stop()
 
 
 async def _store_orphan(path: Path, queue: str) -> None:
@@ -766,13 +751,10 @@ def test_private_queues_left_by_a_crash_are_purged_at_start(tmp_path):
     import trio
 
     trio.run(_store_orphan, tmp_path / "broker.db", "amq.gen.e.1.0")
-    thread = BrokerThread(make_store_factory("sqlite", tmp_path)).start()
-    try:
+    with BrokerThread(make_store_factory("sqlite", tmp_path)).start() as thread:
         with Client(thread.port) as c:
             assert count_msgs(c, "amq.gen.e.1.0") == 0
             assert count_msgs(c, "kept") == 1
-    finally:
-        thread.stop()
 
 
 @pytest.mark.parametrize("native", [True, False], ids=["native", "fallback"])

@@ -218,25 +218,19 @@ def test_stored_messages_delivered_after_restart_without_any_send(tmp_path: Path
     """ocamlmq fault (restart flavour): messages recovered from the store were only
     dispatched when a new SEND arrived.  Restart, subscribe, and they must all come."""
     make = make_store_factory("sqlite", tmp_path)
-    first = BrokerThread(make, config=BrokerConfig(window=4)).start()
-    try:
+    with BrokerThread(make, config=BrokerConfig(window=4)).start() as first:
         with Client(first.port) as c:
             c.subscribe("/queue/restart", ack="client-individual", prefetch="3")
             send_all(first.port, "/queue/restart", [str(i) for i in range(25)], receipt=False)
             held = c.messages(3)  # unacked at shutdown: ready again after the restart
             assert [m.body for m in held] == [b"0", b"1", b"2"]
-    finally:
-        first.stop()
-    second = BrokerThread(make, config=BrokerConfig(window=4)).start()
-    try:
+    with BrokerThread(make, config=BrokerConfig(window=4)).start() as second:
         with Client(second.port) as c:
             c.subscribe("/queue/restart", ack="client-individual", prefetch="100")
             got = c.messages(25)
             c.expect_nothing()
             assert [int(m.body) for m in got] == list(range(25))
             assert [m["redelivered"] for m in got[:3]] == ["true"] * 3
-    finally:
-        second.stop()
 
 
 class PageGateStore(SQLiteStore):
@@ -263,8 +257,7 @@ def test_message_sent_during_a_page_read_is_not_left_behind(tmp_path: Path):
     store only; if the page already read (without it) spans its place, the queue moved
     past it and it was never delivered, though the subscriber had room."""
     store = PageGateStore(str(tmp_path / "gate.db"))
-    broker = BrokerThread(lambda: store, config=BrokerConfig(window=5)).start()
-    try:
+    with BrokerThread(lambda: store, config=BrokerConfig(window=5)).start() as broker:
         send_all(broker.port, "/queue/gate", [f"old-{i}" for i in range(10)], receipt=False)  # priority 4
         broker.call(lambda: setattr(store, "hold", True))
         with Client(broker.port) as c:
@@ -280,8 +273,6 @@ def test_message_sent_during_a_page_read_is_not_left_behind(tmp_path: Path):
                 c.ack(m, receipt=False)
             c.expect_nothing()
         assert got == ["urgent"] + [f"old-{i}" for i in range(10)]
-    finally:
-        broker.stop()
 
 
 # ---------------------------------------------------------------------------- 6
@@ -298,11 +289,8 @@ def test_fresh_send_never_overtakes_an_older_ready_message(make_broker, store_ki
     durable_only = where in ("restart", "page-read") and store_kind == "sqlite"
     store = PageGateStore(str(tmp_path / "fifo.db"))
     if durable_only and where == "restart":
-        thread = BrokerThread(lambda: SQLiteStore(store.path), config=BrokerConfig(window=4)).start()
-        try:
+        with BrokerThread(lambda: SQLiteStore(store.path), config=BrokerConfig(window=4)).start() as thread:
             send_all(thread.port, "/queue/fifo", [f"old-{i}" for i in range(30)], receipt=False)
-        finally:
-            thread.stop()
     if durable_only:
         broker = BrokerThread(lambda: store, config=BrokerConfig(window=4)).start()
     else:

@@ -115,8 +115,7 @@ def durable_headers(form: str) -> tuple[dict[str, str], dict[str, str]]:
 def test_durable_subscription_keeps_messages_while_away_and_across_restarts(tmp_path: Path, form):
     connect, durable = durable_headers(form)
     make = make_store_factory("sqlite", tmp_path)
-    broker = BrokerThread(make).start()
-    try:
+    with BrokerThread(make).start() as broker:
         c = Client(broker.port, **connect)
         c.subscribe("/topic/audit.events", "d1", ack="client-individual", **durable)
         with Client(broker.port) as p:
@@ -127,8 +126,6 @@ def test_durable_subscription_keeps_messages_while_away_and_across_restarts(tmp_
         c.disconnect()
         with Client(broker.port) as p:
             p.send_to("/topic/audit.events", "while-away")
-    finally:
-        broker.stop()
     broker = BrokerThread(make).start()  # the message and the binding were stored
     try:
         with Client(broker.port) as p:

@@ -307,8 +307,7 @@ def test_paging_keeps_priority_order_with_nacks_and_new_sends(tmp_path: Path) ->
 
 def test_inactive_queues_cost_no_memory(tmp_path: Path) -> None:
     db = tmp_path / "many.db"
-    thread = BrokerThread(lambda: SQLiteStore(str(db), flush_interval=0.01)).start()
-    try:
+    with BrokerThread(lambda: SQLiteStore(str(db), flush_interval=0.01)).start() as thread:
         queues = 10_000
         with Peer(thread.port) as producer:
             for i in range(queues):
@@ -328,8 +327,6 @@ def test_inactive_queues_cost_no_memory(tmp_path: Path) -> None:
             assert consumer.count("q4321") == 0
             assert consumer.count("q4322") == 1
         assert thread.call(lambda: len(thread.broker.queues)) == 0
-    finally:
-        thread.stop()
     conn = sqlite3.connect(str(db))
     try:
         assert conn.execute("SELECT COUNT(*) FROM messages").fetchone() == (queues - 3,)

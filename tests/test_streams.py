@@ -99,43 +99,33 @@ def test_client_ack_position_advances_with_acks(broker: BrokerThread) -> None:
 def test_reads_older_entries_from_the_store_and_survives_a_restart(tmp_path: Path) -> None:
     make = make_store_factory("sqlite", tmp_path)
     config = BrokerConfig(window=10, stream_segment=7)  # 10 entries in memory, the rest from disk
-    thread = BrokerThread(make, config=config).start()
-    try:
+    with BrokerThread(make, config=config).start() as thread:
         with Client(thread.port) as c:
             publish(c, "d", 100)
             c.subscribe("/stream/d", x_stream_offset="first")
             assert read(c, 100) == [(i, f"m{i}") for i in range(100)]
-    finally:
-        thread.stop()
-    thread = BrokerThread(make, config=config).start()
-    try:
+    with BrokerThread(make, config=config).start() as thread:
         with Client(thread.port) as c:
             assert offsets(c, "d")["next-offset"] == 100
             publish(c, "d", 1, start=100)  # offsets continue, never reused
             c.subscribe("/stream/d", x_stream_offset="95")
             assert read(c, 6) == [(i, f"m{i}") for i in range(95, 101)]
-    finally:
-        thread.stop()
 
 
 def test_long_reads_from_the_store_read_ahead_without_gaps(tmp_path: Path, store_kind: str) -> None:
     if store_kind == "memory":
         pytest.skip("the memory store keeps every entry in the tail: nothing is read")
-    thread = BrokerThread(make_store_factory(store_kind, tmp_path), config=BrokerConfig(window=10)).start()
-    try:
+    with BrokerThread(make_store_factory(store_kind, tmp_path), config=BrokerConfig(window=10)).start() as thread:
         with Client(thread.port) as c:
             publish(c, "long", 2600)  # 2.6 store reads: the next is asked for halfway through each
             c.subscribe("/stream/long", x_stream_offset="first")
             assert read(c, 2600) == [(i, f"m{i}") for i in range(2600)]
             c.expect_nothing()
-    finally:
-        thread.stop()
 
 
 def test_retention_by_bytes_drops_whole_segments(tmp_path: Path, store_kind: str) -> None:
     make = make_store_factory(store_kind, tmp_path)
-    thread = BrokerThread(make, config=BrokerConfig(stream_segment=10)).start()
-    try:
+    with BrokerThread(make, config=BrokerConfig(stream_segment=10)).start() as thread:
         with Client(thread.port) as c:
             c.request("SEND", {"destination": "/control/declare/stream/r", "max-bytes": "250"})
             publish(c, "r", 95, size=10)  # 950 bytes in segments of 100
@@ -146,19 +136,14 @@ def test_retention_by_bytes_drops_whole_segments(tmp_path: Path, store_kind: str
             c.subscribe("/stream/r", x_stream_offset="first")
             assert read(c, 25)[0] == (70, "m70")
             c.expect_nothing()
-    finally:
-        thread.stop()
     if store_kind == "sqlite":
         db = sqlite3.connect(tmp_path / "broker.db")
         assert db.execute("SELECT MIN(position), COUNT(*) FROM stream_messages").fetchone() == (70, 25)
         db.close()
-        thread = BrokerThread(make, config=BrokerConfig(stream_segment=10)).start()
-        try:
+        with BrokerThread(make, config=BrokerConfig(stream_segment=10)).start() as thread:
             with Client(thread.port) as c:
                 publish(c, "r", 10, start=95, size=10)  # the declaration and marks came back
                 assert offsets(c, "r")["first-offset"] == 80
-        finally:
-            thread.stop()
 
 
 def test_retention_by_age_needs_no_new_message(make_broker) -> None:
@@ -190,8 +175,7 @@ def test_exchange_partitions_keyed_sends_over_streams(broker: BrokerThread) -> N
 
 def test_purge_and_delete_through_control_survive_a_restart(tmp_path: Path, store_kind: str) -> None:
     make = make_store_factory(store_kind, tmp_path)
-    thread = BrokerThread(make, config=BrokerConfig(stream_segment=4)).start()
-    try:
+    with BrokerThread(make, config=BrokerConfig(stream_segment=4)).start() as thread:
         with Client(thread.port) as c:
             c.request("SEND", {"destination": "/control/declare/stream/keep", "max-bytes": "1000"})
             publish(c, "keep", 10)
@@ -213,28 +197,20 @@ def test_purge_and_delete_through_control_survive_a_restart(tmp_path: Path, stor
             assert c.request("SEND", {"destination": "/control/list-bindings/exchange/ex"})["num-bindings"] == "0"
             c.request("SEND", {"destination": "/control/purge/stream/never"})  # no such stream: nothing to do
             c.request("SEND", {"destination": "/control/delete/stream/never"})
-    finally:
-        thread.stop()
     if store_kind == "memory":
         return
     for expected in ({"first-offset": 10, "last-offset": 11, "next-offset": 12, "count": 2},
                      {"first-offset": 12, "last-offset": 11, "next-offset": 12, "count": 0}):
-        thread = BrokerThread(make, config=BrokerConfig(stream_segment=4)).start()
-        try:
+        with BrokerThread(make, config=BrokerConfig(stream_segment=4)).start() as thread:
             with Client(thread.port) as c:
                 assert offsets(c, "keep") == expected
                 assert offsets(c, "gone")["next-offset"] == 0
                 c.request("SEND", {"destination": "/control/purge/stream/keep"})  # seen by the next restart
-        finally:
-            thread.stop()
-    thread = BrokerThread(make, config=BrokerConfig(stream_segment=4)).start()
-    try:
+    with BrokerThread(make, config=BrokerConfig(stream_segment=4)).start() as thread:
         with Client(thread.port) as c:
             publish(c, "keep", 1, start=12)
             c.subscribe("/stream/keep", x_stream_offset="first")
             assert read(c, 1) == [(12, "m12")]
-    finally:
-        thread.stop()
 
 
 @pytest.mark.parametrize(

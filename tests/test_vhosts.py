@@ -107,11 +107,8 @@ def test_vhosts_are_isolated_and_survive_a_restart(store_kind: str, tmp_path: Pa
 
     @contextmanager
     def running() -> Iterator[int]:
-        thread = BrokerThread(make_store).start()
-        try:
+        with BrokerThread(make_store).start() as thread:
             yield thread.port
-        finally:
-            thread.stop()
 
     with running() as port:
         declare(port, "dev")
@@ -146,8 +143,7 @@ def test_vhosts_are_isolated_and_survive_a_restart(store_kind: str, tmp_path: Pa
 
 
 def test_a_private_queue_and_a_durable_subscription_stay_in_their_vhost(store_kind: str, tmp_path: Path) -> None:
-    thread = BrokerThread(make_store_factory(store_kind, tmp_path)).start()
-    try:
+    with BrokerThread(make_store_factory(store_kind, tmp_path)).start() as thread:
         declare(thread.port, "dev")
         with connect(thread.port, "dev") as dev, connect(thread.port, None) as default:
             for client in (dev, default):
@@ -157,8 +153,6 @@ def test_a_private_queue_and_a_durable_subscription_stay_in_their_vhost(store_ki
             message = dev.recv()
             assert (message.command, message.body) == ("MESSAGE", b"dev only")
             assert default.no_frame(0.5)
-    finally:
-        thread.stop()
 
 
 @contextmanager

@@ -29,6 +29,7 @@ from starlette.responses import Response
 from ..protocol import native as native_codec
 
 if TYPE_CHECKING:
+    from ..broker import Broker
     from .http import ManagementApp
 
 QUEUE_COUNTERS = ("published", "delivered", "acked", "redelivered", "dead_lettered", "expired", "dropped", "rejected")
@@ -75,6 +76,10 @@ async def scrape(management: ManagementApp) -> bytes:
     def gauge(name: str, doc: str, value: float) -> None:
         metrics.append(GaugeMetricFamily(name, doc, value=value))
 
+    def counter(name: str, doc: str, of_engine: Callable[[Broker], int]) -> None:
+        """A counter summed over every vhost's engine."""
+        metrics.append(CounterMetricFamily(name, doc, value=sum(of_engine(engine) for engine in engines.values())))
+
     gauge("stompmq_native_frame_codec", "1 when frames are parsed and encoded by the native fast path "
           "(protocol/_frames.c), 0 in pure Python", int(native_codec.NATIVE))
     gauge("stompmq_connections", "Open client connections", len(management.connections))
@@ -85,24 +90,18 @@ async def scrape(management: ManagementApp) -> bytes:
     gauge("stompmq_queues_active", "Queues in memory (with consumers or deliveries in flight)",
           sum(len(engine.queues) for engine in engines.values()))
     gauge("stompmq_store_backlog", "Store writes buffered, not yet committed", management.runtime.store.backlog())
-    metrics.append(CounterMetricFamily("stompmq_topic_drops", "Topic deliveries missed by subscribers that could "
-                                       "not take them (outbox over its hard limit, prefetch full)",
-                                       value=sum(engine.topic_drops for engine in engines.values())))
-    metrics.append(CounterMetricFamily("stompmq_topic_lagging", "Topic subscribers singled out as slow "
-                                       "(--topic-block-timeout): they miss messages while over the limit",
-                                       value=sum(engine.topic_lagging for engine in engines.values())))
-    metrics.append(CounterMetricFamily("stompmq_reply_queue_drops", "SENDs to temporary reply queues that "
-                                       "were gone (dropped)",
-                                       value=sum(engine.reply_drops for engine in engines.values())))
-    metrics.append(CounterMetricFamily("stompmq_queue_pace_timeouts", "Queues that held their producers back "
-                                       "for --queue-pace-timeout, after which their backlog could spill to the store",
-                                       value=sum(engine.pace_timeouts for engine in engines.values())))
-    metrics.append(CounterMetricFamily("stompmq_page_reads", "Pages of ready messages read from the store",
-                                       value=sum(engine.page_reads for engine in engines.values())))
+    counter("stompmq_topic_drops", "Topic deliveries missed by subscribers that could not take them (outbox "
+            "over its hard limit, prefetch full)", lambda engine: engine.topic_drops)
+    counter("stompmq_topic_lagging", "Topic subscribers singled out as slow (--topic-block-timeout): they miss "
+            "messages while over the limit", lambda engine: engine.topic_lagging)
+    counter("stompmq_reply_queue_drops", "SENDs to temporary reply queues that were gone (dropped)",
+            lambda engine: engine.reply_drops)
+    counter("stompmq_queue_pace_timeouts", "Queues that held their producers back for --queue-pace-timeout, "
+            "after which their backlog could spill to the store", lambda engine: engine.pace_timeouts)
+    counter("stompmq_page_reads", "Pages of ready messages read from the store", lambda engine: engine.page_reads)
     gauge("stompmq_delayed_in_memory", "Delayed messages held in memory (the ones due first)",
           sum(len(engine.dispatcher.delayed) for engine in engines.values()))
-    metrics.append(CounterMetricFamily("stompmq_expiry_sweeps", "Store reads looking for expired messages",
-                                       value=sum(engine.expiry.sweeps for engine in engines.values())))
+    counter("stompmq_expiry_sweeps", "Store reads looking for expired messages", lambda engine: engine.expiry.sweeps)
 
     totals = [0] * len(QUEUE_COUNTERS)
     for s in stats.values():  # one pass: with many queues this loop is most of a scrape

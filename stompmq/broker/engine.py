@@ -292,8 +292,11 @@ class Broker:
         handler = self._handlers.get(frame.command)
         if handler is None:
             raise ClientError(f"unknown command {frame.command!r}")
+        pacing = self.dispatcher.pacing
+        if pacing:  # left by a publish outside any client's frame (a timer's): nobody to pace
+            pacing.clear()
         answer = handler(session, frame)
-        if self.dispatcher.pacing:
+        if pacing:
             self._paced(session)
         if isinstance(answer, Held):
             return

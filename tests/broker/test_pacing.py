@@ -120,3 +120,11 @@ def test_a_tiny_window_paces_at_one_message_and_drains_at_none() -> None:
     assert broker.pace(paced_queue(producer), lambda: woken.append(True)) == 101.0
     ack_next(broker, consumer, outbox)  # the ready one goes out: drained
     assert woken == [True]
+
+
+def test_a_publish_outside_any_clients_frame_paces_nobody() -> None:
+    broker, consumer, producer, outbox = setup()
+    for _ in range(5):  # a timer's publish (a delayed message come due, a dead letter) backs q up
+        broker.dispatcher.publish("q", {}, b"x")
+    send(broker, producer, "/queue/elsewhere")
+    assert not producer.paced

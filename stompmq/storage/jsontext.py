@@ -5,6 +5,13 @@ goes through two Python frames: for a message's small header dict that is most o
 the cost (1.7 µs to encode, 1.0 µs to decode, against 0.6 and 0.3 here), paid once
 per message that reaches the disk and once per message paged back (issue 17).
 The text is the same as ``json.dumps(obj, ensure_ascii=False, separators=(",", ":"))``.
+
+Messages' headers go through :func:`headers_text` and :func:`headers`, which remember the
+texts and dicts they made: most producers send the same few headers on every message, and a
+hit costs 0.2 µs where encoding costs 0.8 and decoding 0.5 plus a dict the garbage collector
+tracks (issue 17: a backlog on disk pays both once per message).  A decoded dict is shared
+by every message with that text, which is safe because a message's headers are never mutated
+(``StoredMessage``); both caches are bounded, and long texts are never kept.
 """
 
 from __future__ import annotations
@@ -33,6 +40,41 @@ def _c_dumps() -> Callable[[Any], str]:
 dumps: Callable[[Any], str] = (
     _c_dumps() if c_make_encoder is not None else json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 )
+
+
+# Distinct header texts each cache keeps before it starts over; texts longer than
+# HEADERS_CACHE_TEXT are never kept, so the caches stay below about a megabyte each.
+HEADERS_CACHE_MAX = 1024
+HEADERS_CACHE_TEXT = 512
+
+_texts: dict[tuple[tuple[str, str], ...], str] = {}
+_dicts: dict[str, dict[str, str]] = {}
+
+
+def headers_text(headers: dict[str, str]) -> str:
+    """The JSON text of a message's headers (as ``dumps``), from the cache when seen before."""
+    key = tuple(headers.items())
+    text = _texts.get(key)
+    if text is None:
+        text = dumps(headers)
+        if len(text) <= HEADERS_CACHE_TEXT:
+            if len(_texts) >= HEADERS_CACHE_MAX:
+                _texts.clear()  # a dict op: atomic under the GIL, safe on any thread
+            _texts[key] = text
+    return text
+
+
+def headers(text: str) -> dict[str, str]:
+    """The headers of JSON ``text``: a dict shared with every caller of the same text, which
+    nobody may mutate."""
+    value = _dicts.get(text)
+    if value is None:
+        value = loads(text)
+        if len(text) <= HEADERS_CACHE_TEXT:
+            if len(_dicts) >= HEADERS_CACHE_MAX:
+                _dicts.clear()
+            _dicts[text] = value
+    return value
 
 
 def loads(text: str) -> Any:

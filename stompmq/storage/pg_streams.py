@@ -29,16 +29,16 @@ The cursor passed in is the backend's, inside its commit transaction (writes) or
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import psycopg
 
+from stompmq.storage import jsontext
 from stompmq.storage.base import StreamMessage, StreamRecord, StreamState, split_key, vhost_space
 from stompmq.storage.groups import DropStream, GroupRows, SaveStream, StreamRow, StructuralOp, TrimStream
 
-_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
-_loads = json.JSONDecoder().decode
+_dumps, _loads = jsontext.dumps, jsontext.loads
+_headers, _headers_text = jsontext.headers, jsontext.headers_text
 
 #: The LISTEN/NOTIFY channel (postgres.CHANNEL: one channel for every kind of news).
 CHANNEL = "stompmq"
@@ -183,7 +183,7 @@ class SharedStreams:
                 counter = ready[name]
                 offset = counter.next
                 ts = max(ts, counter.last_ts)
-                copy.write_row((counter.id, offset, seq, prio, ts, _dumps(hdrs) if hdrs else "{}", body,
+                copy.write_row((counter.id, offset, seq, prio, ts, _headers_text(hdrs), body,
                                 counter.end_bytes))
                 counter.next = offset + 1
                 counter.end_bytes += len(body)
@@ -234,6 +234,6 @@ class SharedStreams:
         rows = cur.execute(READ_SQL, (stream_id, start, limit)).fetchall()
         bare = split_key(name)[1]
         return [
-            StreamMessage(seq, bare, prio, _loads(hdrs) if hdrs != "{}" else {}, bytes(body), ts, offset, before)
+            StreamMessage(seq, bare, prio, _headers(hdrs), bytes(body), ts, offset, before)
             for offset, seq, prio, ts, hdrs, body, before in rows
         ]

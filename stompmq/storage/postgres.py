@@ -52,7 +52,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import dataclasses
-import json
 import logging
 import math
 import re
@@ -66,6 +65,7 @@ from typing import Any
 import psycopg
 import trio
 
+from stompmq.storage import jsontext
 from stompmq.storage.base import (
     QUEUE_PAGE_SQL,
     BindingRecord,
@@ -128,8 +128,8 @@ LISTEN_RETRY = 1.0
 RECONNECT_FIRST = 0.1
 RECONNECT_MAX = 5.0
 
-_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
-_loads = json.JSONDecoder().decode
+_dumps, _loads = jsontext.dumps, jsontext.loads
+_headers, _headers_text = jsontext.headers, jsontext.headers_text
 
 READY_COLUMNS = ("seq", "priority", "headers", "body", "timestamp", "ack_timeout", "redeliveries", "expires")
 COPY_SQL = (
@@ -474,7 +474,7 @@ class PostgresBackend:
                 if owner is None:
                     freed.add(name)
                 copy.write_row(
-                    (seq, ids[name], prio, _dumps(hdrs) if hdrs else "{}", body, delivered, ack, redel, ts, owner, exp)
+                    (seq, ids[name], prio, _headers_text(hdrs), body, delivered, ack, redel, ts, owner, exp)
                 )
 
     def _copy_delayed(self, cur: psycopg.Cursor[Any], rows: list[DelayedRow], held: frozenset[int]) -> None:
@@ -485,7 +485,7 @@ class PostgresBackend:
             copy.set_types(DELAYED_COPY_TYPES)
             for seq, name, prio, hdrs, body, ack, ts, exp, due in rows:
                 copy.write_row(
-                    (seq, ids[name], prio, _dumps(hdrs) if hdrs else "{}", body, ack, ts, exp, due,
+                    (seq, ids[name], prio, _headers_text(hdrs), body, ack, ts, exp, due,
                      me if seq in held else None)
                 )
 
@@ -621,7 +621,7 @@ class PostgresBackend:
         space = vhost_space(vhost)
         return [
             StoredMessage(
-                seq, name, prio, _loads(hdrs) if hdrs != "{}" else {}, bytes(body), ts, ack, redel, space=space,
+                seq, name, prio, _headers(hdrs), bytes(body), ts, ack, redel, space=space,
                 expires=exp,
             )
             for seq, prio, hdrs, body, ts, ack, redel, exp in rows
@@ -647,7 +647,7 @@ class PostgresBackend:
         messages = []
         space = vhost_space(vhost)
         for seq, name, prio, hdrs, body, ts, ack, exp, due in rows:
-            msg = StoredMessage(seq, name, prio, _loads(hdrs) if hdrs != "{}" else {}, bytes(body), ts, ack,
+            msg = StoredMessage(seq, name, prio, _headers(hdrs), bytes(body), ts, ack,
                                 space=space, expires=exp, deliver_at=due)
             msg.held = True
             messages.append(msg)
@@ -666,7 +666,7 @@ class PostgresBackend:
             raise StoreError(f"cannot read {self.name}: {_one_line(exc)}") from None
         space = vhost_space(vhost)
         return [
-            StoredMessage(seq, name, prio, _loads(hdrs) if hdrs != "{}" else {}, bytes(body), ts, ack, redel,
+            StoredMessage(seq, name, prio, _headers(hdrs), bytes(body), ts, ack, redel,
                           space=space, expires=exp)
             for seq, name, prio, hdrs, body, ts, ack, redel, exp in rows
         ], None if row is None or row[0] is None else int(row[0])

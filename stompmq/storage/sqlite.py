@@ -94,6 +94,7 @@ QUEUE_ID_CACHE_MAX = 100_000
 LAST_SEQ = "last_seq"
 
 _dumps, _loads = jsontext.dumps, jsontext.loads
+_headers, _headers_text = jsontext.headers, jsontext.headers_text
 
 # An insert as its SQL parameters: InsertRow with the queue id and the headers as JSON, for
 # INSERT_SQL (with an ack timeout or an expiry) or INSERT_PLAIN_SQL (neither: nearly every message).
@@ -446,7 +447,7 @@ class SQLiteBackend:
         full: list[InsertParams] = []
         plain: list[InsertPlainParams] = []
         for seq, name, prio, hdrs, body, dlv, ack, redel, ts, exp in rows:
-            text = _dumps(hdrs) if hdrs else "{}"
+            text = _headers_text(hdrs)
             blob = bytearray(body) if len(body) < BLOB_COPY_BELOW else body
             if ack is None and exp is None:
                 plain.append((seq, ids[name], prio, text, blob, int(dlv), redel, ts))
@@ -459,7 +460,7 @@ class SQLiteBackend:
     ) -> list[DelayedParams]:
         ids = {name: self._make_queue(conn, name, created) for name in {row[1] for row in rows}}
         return [
-            (seq, ids[name], prio, _dumps(hdrs) if hdrs else "{}", body, ack, ts, exp, due)
+            (seq, ids[name], prio, _headers_text(hdrs), body, ack, ts, exp, due)
             for seq, name, prio, hdrs, body, ack, ts, exp, due in rows
         ]
 
@@ -468,7 +469,7 @@ class SQLiteBackend:
     ) -> list[tuple[int, int, int, int, int, str, bytes, int]]:
         ids = {name: self._make_stream(conn, name, created) for name in {row[0] for row in rows}}
         return [
-            (ids[name], offset, seq, prio, ts, _dumps(hdrs) if hdrs else "{}", body, before)
+            (ids[name], offset, seq, prio, ts, _headers_text(hdrs), body, before)
             for name, offset, seq, prio, ts, hdrs, body, before in rows
         ]
 
@@ -579,11 +580,9 @@ class SQLiteBackend:
                 ).fetchall()
         vhost, name = split_key(queue)
         space = vhost_space(vhost)
+        # Every argument positional (delivered, expires, deliver_at, space): keywords cost 0.2 us a row.
         return [
-            StoredMessage(
-                seq, name, prio, _loads(hdrs) if hdrs != "{}" else {}, body, ts, ack, redel, space=space,
-                expires=exp,
-            )
+            StoredMessage(seq, name, prio, _headers(hdrs), body, ts, ack, redel, False, exp, None, space)
             for seq, prio, hdrs, body, ts, ack, redel, exp in rows
         ]
 
@@ -597,7 +596,7 @@ class SQLiteBackend:
                 rows = conn.execute(DUE_AFTER_SQL, (vhost, after[0], after[1], limit)).fetchall()
         space = vhost_space(vhost)
         return [
-            StoredMessage(seq, name, prio, _loads(hdrs) if hdrs != "{}" else {}, body, ts, ack,
+            StoredMessage(seq, name, prio, _headers(hdrs), body, ts, ack,
                           space=space, expires=exp, deliver_at=due)
             for seq, name, prio, hdrs, body, ts, ack, exp, due in rows
         ]
@@ -611,7 +610,7 @@ class SQLiteBackend:
             (next_expiry,) = conn.execute(NEXT_EXPIRY_SQL, (now_ms,)).fetchone()
         space = vhost_space(vhost)
         return [
-            StoredMessage(seq, name, prio, _loads(hdrs) if hdrs != "{}" else {}, body, ts, ack, redel,
+            StoredMessage(seq, name, prio, _headers(hdrs), body, ts, ack, redel,
                           space=space, expires=exp)
             for seq, name, prio, hdrs, body, ts, ack, redel, exp in rows
         ], next_expiry
@@ -634,7 +633,7 @@ class SQLiteBackend:
             rows = conn.execute(STREAM_READ_SQL, (stream_id, start, limit)).fetchall()
         bare = split_key(name)[1]
         return [
-            StreamMessage(seq, bare, prio, _loads(hdrs) if hdrs != "{}" else {}, body, ts, offset, before)
+            StreamMessage(seq, bare, prio, _headers(hdrs), body, ts, offset, before)
             for offset, seq, prio, ts, hdrs, body, before in rows
         ]
 

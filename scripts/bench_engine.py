@@ -20,6 +20,12 @@ Scenarios:
   the ACKs of one write in one read, as ``scripts/bench.py --scenario queue-ack`` does;
 * ``backlog``: the consumer subscribes only after ``--messages`` were sent, then drains them (the
   on-disk case: all but the window are paged back from the store);
+* ``stalled``: the consumer stays subscribed but its socket takes nothing while the messages
+  are sent, then it drains them: a backlog in a subscribed queue, held in the ready window as
+  far as ``--window``/``--window-bytes`` allow and paged back from the store beyond it.  With
+  the defaults the backlog lives on disk; with a window larger than the backlog it lives in
+  memory, and the two runs differ in nothing else (issue 17's "backlog on disk against the
+  in-memory case");
 * ``bursts``: ``--bursts`` bursts of ``--messages`` each into one broker, consumer slower than the
   producer by ``--consumer-share`` (it takes that fraction of each read's worth of output), so
   every burst builds a backlog; prints the cost of each burst.
@@ -35,6 +41,7 @@ import os
 import resource
 import sqlite3
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -44,6 +51,7 @@ import trio
 import trio.testing
 
 from stompmq.broker import Broker
+from stompmq.broker.config import BrokerConfig
 from stompmq.protocol import Frame, FrameParser
 from stompmq.server.outbox import ConnectionOutbox
 from stompmq.server.runtime import Runtime
@@ -55,6 +63,21 @@ READ_BYTES = 256 * 1024  # what Connection._reader receives at most per read
 def cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
+
+
+def thread_cpu() -> dict[str, float]:
+    """CPU seconds of each live thread by role (main, db, reader), from /proc (Linux only)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for thread in threading.enumerate():
+        role = "main" if thread is threading.main_thread() else thread.name.split()[0].removeprefix("stompmq-")
+        try:
+            with open(f"/proc/self/task/{thread.native_id}/stat") as f:
+                fields = f.read().rpartition(")")[2].split()
+        except OSError:
+            continue
+        out[role] = out.get(role, 0.0) + (int(fields[11]) + int(fields[12])) / ticks
+    return out
 
 
 def toggle_callgrind(on: bool) -> None:
@@ -235,7 +258,7 @@ async def run(args: argparse.Namespace, clock: trio.testing.MockClock) -> None:
         path = str(Path(tmp) / "bench.db")
         store = SQLiteStore(path)
         counting = Counting(store)
-        broker = Broker(store)
+        broker = Broker(store, BrokerConfig(window=args.window, window_bytes=args.window_bytes))
         runtime = Runtime(broker)
         await runtime.open()
         async with trio.open_nursery() as nursery:
@@ -249,10 +272,13 @@ async def run(args: argparse.Namespace, clock: trio.testing.MockClock) -> None:
                 toggle_callgrind(True)
             bursts = args.bursts if args.scenario == "bursts" else 1
             for burst in range(bursts):
+                before_threads = thread_cpu()
                 before_cpu, ins0, del0, pages0 = cpu(), counting.inserted, counting.deleted, counting.pages
                 base = pipe.delivered
                 if args.scenario == "keep-up":
                     await pipe.send(args.messages)
+                elif args.scenario == "stalled":
+                    await pipe.send(args.messages, drain_each=False)
                 elif args.scenario == "backlog":
                     broker.handle(pipe.consumer, Frame("UNSUBSCRIBE", {"id": "1"}))
                     pipe.subscribed = False
@@ -262,9 +288,13 @@ async def run(args: argparse.Namespace, clock: trio.testing.MockClock) -> None:
                     await pipe.send(args.messages, share=args.consumer_share)
                 await pipe.drain(base + args.messages)
                 used = cpu() - before_cpu
+                split = " ".join(
+                    f"{role}={(spent - before_threads.get(role, 0.0)) / args.messages * 1e6:.2f}"
+                    for role, spent in thread_cpu().items()
+                )
                 print(f"scenario={args.scenario} burst={burst + 1} messages={args.messages} "
                       f"cpu_us_per_msg={used / args.messages * 1e6:.2f} rows_inserted={counting.inserted - ins0} "
-                      f"rows_deleted={counting.deleted - del0} page_reads={counting.pages - pages0}", flush=True)
+                      f"rows_deleted={counting.deleted - del0} page_reads={counting.pages - pages0} threads_us: {split}", flush=True)
             if args.callgrind:
                 toggle_callgrind(False)
             nursery.cancel_scope.cancel()
@@ -273,7 +303,7 @@ async def run(args: argparse.Namespace, clock: trio.testing.MockClock) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--scenario", choices=["keep-up", "backlog", "bursts"], default="keep-up")
+    p.add_argument("--scenario", choices=["keep-up", "backlog", "stalled", "bursts"], default="keep-up")
     p.add_argument("--messages", type=int, default=100_000)
     p.add_argument("--bursts", type=int, default=5)
     p.add_argument("--body-size", type=int, default=100)
@@ -284,6 +314,10 @@ def main() -> None:
     p.add_argument("--ack", choices=["auto", "client", "client-individual"], default="auto",
                    help="the consumer's ack mode (default %(default)s)")
     p.add_argument("--prefetch", type=int, default=1000, help="the consumer's prefetch (client acks)")
+    p.add_argument("--window", type=int, default=BrokerConfig().window,
+                   help="ready messages a queue keeps in memory (default %(default)s)")
+    p.add_argument("--window-bytes", type=int, default=BrokerConfig().window_bytes,
+                   help="...and bytes of them (default %(default)s)")
     p.add_argument("--default-gc", action="store_true", help="keep Python's GC thresholds (no tune_gc)")
     p.add_argument("--callgrind", action="store_true", help="collect only the measured part (under callgrind)")
     args = p.parse_args()

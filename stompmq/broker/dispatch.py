@@ -329,8 +329,9 @@ class Dispatcher:
         msg.held = queue.window.push(msg)
         self.store.insert(msg)
         self.pump(queue)
-        if queue.nsubs and queue.window.fills(PACE_AT) and self.config.queue_pace_timeout:
-            self.pacing.add(queue)
+        if queue.nsubs and self.config.queue_pace_timeout and (queue.pace is None or not queue.pace.off):
+            if queue.window.fills(PACE_AT):  # (a queue whose pacing gave up paces nobody now)
+                self.pacing.add(queue)
         return msg
 
     def new_message(self, destination: str, headers: dict[str, str], body: bytes) -> StoredMessage:

@@ -352,10 +352,12 @@ class Broker:
         """The frame just handled left queues backed up: its sender waits for them (pacing.py),
         except for queues it consumes itself (its own ACKs may be what drains them)."""
         backed_up = self.dispatcher.pacing
-        own = {sub.queue for sub in session.subscriptions.values()}
-        if session.paced is None:
-            session.paced = set()
-        session.paced.update(queue for queue in backed_up if queue not in own)
+        paced = session.paced
+        if paced is None:
+            paced = session.paced = set()
+        if not backed_up <= paced:  # else every SEND of a read into a backed-up queue paid for this
+            own = {sub.queue for sub in session.subscriptions.values()}
+            paced.update(queue for queue in backed_up if queue not in own)
         backed_up.clear()
 
     def pace(self, queue: Queue, wake: Callable[[], None]) -> float | None:

@@ -151,26 +151,25 @@ class ReadyWindow:
         """A message beyond the boundary: kept at the end of the tail if it sorts after it, else
         lost to the store (one inside the tail's range ends the tail: it would leave a hole)."""
         tail = self.tail
-        if tail and msg.order_key < tail[-1].order_key:
-            if msg.order_key > tail[0].order_key:
+        key = msg.order_key
+        if tail and key < tail[-1].order_key:
+            if key > tail[0].order_key:
                 self._drop_tail(len(tail))
             self._lose(msg)
             return False
         tail.append(msg)
         self.tail_bytes += len(msg.body) + MESSAGE_OVERHEAD
-        self._trim_tail()
+        if len(tail) > self.tail_capacity or self.tail_bytes > self.tail_max_bytes:
+            self._trim_tail()
         return True
 
     def _trim_tail(self) -> None:
         """Lose the oldest of the tail while it is over its budgets (the newest always stays)."""
         tail = self.tail
-        over = 0
-        size, nbytes = len(tail), self.tail_bytes
-        while size - over > self.tail_capacity or (nbytes > self.tail_max_bytes and size - over > 1):
-            nbytes -= len(tail[over].body) + MESSAGE_OVERHEAD
-            over += 1
-        if over:
-            self._drop_tail(over)
+        while len(tail) > self.tail_capacity or (self.tail_bytes > self.tail_max_bytes and len(tail) > 1):
+            gone = tail.popleft()
+            self.tail_bytes -= len(gone.body) + MESSAGE_OVERHEAD
+            self._lose(gone)
 
     def _drop_tail(self, count: int) -> None:
         """Lose the first ``count`` messages of the tail to the store."""

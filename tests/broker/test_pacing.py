@@ -67,6 +67,7 @@ def test_past_the_timeout_pacing_stops_and_the_backlog_spills_until_it_is_back_i
     assert woken == [True, True] and broker.pace_timeouts == 1
     for _ in range(20):  # the producer runs at full speed; the backlog leaves memory
         send(broker, producer, "/queue/q")
+    assert producer.paced is None  # a queue that gave up is not even offered to the connection
     assert queue.window.spilled and broker.pace(queue, lambda: None) is None
     for _ in range(25):  # the consumer takes all 25: the queue is all in memory again
         ack_next(broker, consumer, outbox)

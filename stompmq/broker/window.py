@@ -114,8 +114,10 @@ class ReadyWindow:
     def push(self, msg: StoredMessage) -> bool:
         """A freshly sent message: newest of its priority, so it goes last in its level.
         False: it lies beyond the boundary and stays in the store only (not even in the tail)."""
-        if self.spilled and (self.boundary is None or msg.order_key > self.boundary):
-            return self._skip(msg)
+        if self.spilled:
+            key = msg.order_key
+            if self.boundary is None or key > self.boundary:
+                return self._skip(msg, key)
         level = self.levels.get(msg.priority)
         if level is None:
             level = self._new_level(msg.priority)
@@ -129,8 +131,10 @@ class ReadyWindow:
     def requeue(self, msg: StoredMessage) -> bool:
         """A message coming back (NACK, lost connection, ack timeout): back to its place by seq.
         False: it lies beyond the boundary and stays in the store only (not even in the tail)."""
-        if self.spilled and (self.boundary is None or msg.order_key > self.boundary):
-            return self._skip(msg)
+        if self.spilled:
+            key = msg.order_key
+            if self.boundary is None or key > self.boundary:
+                return self._skip(msg, key)
         level = self.levels.get(msg.priority)
         if level is None:
             level = self._new_level(msg.priority)
@@ -147,11 +151,11 @@ class ReadyWindow:
             self._evict()
         return True
 
-    def _skip(self, msg: StoredMessage) -> bool:
-        """A message beyond the boundary: kept at the end of the tail if it sorts after it, else
-        lost to the store (one inside the tail's range ends the tail: it would leave a hole)."""
+    def _skip(self, msg: StoredMessage, key: OrderKey) -> bool:
+        """A message beyond the boundary (``key``: its order key): kept at the end of the tail if
+        it sorts after it, else lost to the store (one inside the tail's range ends the tail: it
+        would leave a hole)."""
         tail = self.tail
-        key = msg.order_key
         if tail and key < tail[-1].order_key:
             if key > tail[0].order_key:
                 self._drop_tail(len(tail))

@@ -83,7 +83,7 @@ class PageRequest:
 class ReadyWindow:
     __slots__ = ("capacity", "max_bytes", "levels", "prios", "size", "bytes", "unit", "spilled", "boundary", "epoch",
                  "loading", "skipped", "late", "tail", "tail_bytes", "tail_capacity", "tail_max_bytes", "gapless",
-                 "tracked")
+                 "tracked", "marks")
 
     def __init__(self, capacity: int | None, spilled: bool, max_bytes: int | None = None) -> None:
         self.capacity = capacity  # None: everything stays in memory (non-durable store)
@@ -109,6 +109,9 @@ class ReadyWindow:
         # broker's messages.  Only then is the tail known to be the store's newest; before, a page
         # must read the store to its end to show it.
         self.tracked = not spilled
+        # fills(): (messages, bytes) at which the window fills 1/divisor, by divisor; a publish asks
+        # once per SEND (pacing), so the divisions are done once.
+        self.marks: dict[int, tuple[int, int]] = {}
 
     # -- adding -------------------------------------------------------------------------------
     def push(self, msg: StoredMessage) -> bool:
@@ -247,9 +250,13 @@ class ReadyWindow:
     def fills(self, divisor: int) -> bool:
         """Do the ready messages in memory (window and tail) fill at least ``1/divisor`` of
         either budget?  (pacing.py)"""
-        capacity = self.capacity  # at least one message: a tiny window must not round to nothing
-        return capacity is not None and (self.size + len(self.tail) >= max(1, capacity // divisor)
-                                         or self.bytes + self.tail_bytes >= self.max_bytes // divisor)
+        marks = self.marks.get(divisor)
+        if marks is None:
+            capacity = self.capacity  # at least one message: a tiny window must not round to nothing
+            if capacity is None:
+                return False
+            marks = self.marks[divisor] = (max(1, capacity // divisor), self.max_bytes // divisor)
+        return self.size + len(self.tail) >= marks[0] or self.bytes + self.tail_bytes >= marks[1]
 
     def holds(self, msg: StoredMessage) -> bool:
         """Is ``msg``, if ready, in memory here (or possibly about to be, by a read in flight)?"""

@@ -161,7 +161,7 @@ class ReadyWindow:
         tail = self.tail
         if tail and key < tail[-1].order_key:
             if key > tail[0].order_key:
-                self._drop_tail(len(tail))
+                self._drop_tail()
             self._lose(msg)
             return False
         tail.append(msg)
@@ -170,21 +170,21 @@ class ReadyWindow:
             self._trim_tail()
         return True
 
-    def _trim_tail(self) -> None:
-        """Lose the oldest of the tail while it is over its budgets (the newest always stays)."""
+    def _trim_tail(self, keep: int | None = None) -> None:
+        """Lose the oldest of the tail to the store while it holds more than ``keep`` messages
+        (default: its capacity) or is over its byte budget (where the newest stays, unless
+        ``keep`` is 0)."""
         tail = self.tail
-        while len(tail) > self.tail_capacity or (self.tail_bytes > self.tail_max_bytes and len(tail) > 1):
+        if keep is None:
+            keep = self.tail_capacity
+        while len(tail) > keep or (self.tail_bytes > self.tail_max_bytes and len(tail) > 1):
             gone = tail.popleft()
             self.tail_bytes -= len(gone.body) + MESSAGE_OVERHEAD
             self._lose(gone)
 
-    def _drop_tail(self, count: int) -> None:
-        """Lose the first ``count`` messages of the tail to the store."""
-        tail = self.tail
-        for _ in range(count):
-            gone = tail.popleft()
-            self.tail_bytes -= len(gone.body) + MESSAGE_OVERHEAD
-            self._lose(gone)
+    def _drop_tail(self) -> None:
+        """Lose the whole tail to the store."""
+        self._trim_tail(keep=0)
 
     def _lose(self, msg: StoredMessage) -> None:
         """``msg`` is ready in the store only: a page read must find it."""
@@ -271,7 +271,7 @@ class ReadyWindow:
         if not self.spilled:
             self.spilled = True
             self.boundary = self.levels[self.prios[0]][-1].order_key if self.size else None
-        self._drop_tail(len(self.tail))  # their messages may sort among the tail's
+        self._drop_tail()  # their messages may sort among the tail's
         self.tracked = False
         self.skipped += 1  # a short page in flight no longer proves the store exhausted
 
@@ -374,7 +374,7 @@ class ReadyWindow:
             newest = all(m.seq in seqs for m in rows if m.order_key >= first)
             rows = [m for m in rows if m.order_key < first]
             if not newest:  # rows beyond the tail's start that it lacks: it is not the newest
-                self._drop_tail(len(tail))
+                self._drop_tail()
                 self.tracked = False
                 exhausted = False
             elif self.tracked:  # nothing but the tail lies beyond its start

@@ -770,23 +770,19 @@ def _insert(conn: sqlite3.Connection, sql: str, rows: Sequence[tuple[Any, ...]])
 
 def _delete(conn: sqlite3.Connection, deletes: Sequence[tuple[int]]) -> None:
     """Delete the rows of these seqs, each run of consecutive seqs in one statement."""
-    seqs = sorted(seq for (seq,) in deletes)
+    seqs = sorted(seq for (seq,) in deletes)  # distinct: a group holds one operation per seq
     singles: list[tuple[int]] = []
     runs: list[tuple[int, int]] = []
     start = end = seqs[0]
-    for seq in seqs[1:]:
-        if seq <= end + 1:
-            end = max(end, seq)
+    for seq in seqs[1:] + [-1]:  # -1 continues no run: it closes the last one
+        if seq == end + 1:
+            end = seq
             continue
         if end > start:
             runs.append((start, end))
         else:
             singles.append((start,))
         start = end = seq
-    if end > start:
-        runs.append((start, end))
-    else:
-        singles.append((start,))
     if runs:
         conn.executemany(DELETE_RUN_SQL, runs)
     if singles:

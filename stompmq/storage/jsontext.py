@@ -57,10 +57,7 @@ def headers_text(headers: dict[str, str]) -> str:
     text = _texts.get(key)
     if text is None:
         text = dumps(headers)
-        if len(text) <= HEADERS_CACHE_TEXT:
-            if len(_texts) >= HEADERS_CACHE_MAX:
-                _texts.clear()  # a dict op: atomic under the GIL, safe on any thread
-            _texts[key] = text
+        _keep(_texts, key, text, text)
     return text
 
 
@@ -70,11 +67,17 @@ def headers(text: str) -> dict[str, str]:
     value = _dicts.get(text)
     if value is None:
         value = loads(text)
-        if len(text) <= HEADERS_CACHE_TEXT:
-            if len(_dicts) >= HEADERS_CACHE_MAX:
-                _dicts.clear()
-            _dicts[text] = value
+        _keep(_dicts, text, value, text)
     return value
+
+
+def _keep(cache: dict[Any, Any], key: Any, value: Any, text: str) -> None:
+    """Remember ``value`` under ``key`` unless its ``text`` is too long; start over when full
+    (dict operations: atomic under the GIL, so any thread may call this)."""
+    if len(text) <= HEADERS_CACHE_TEXT:
+        if len(cache) >= HEADERS_CACHE_MAX:
+            cache.clear()
+        cache[key] = value
 
 
 def loads(text: str) -> Any:

@@ -326,6 +326,14 @@ class Dispatcher:
                 return msg  # nobody listens here: the message waits in the store only
             queue = self.activate(queue_name)
         queue.stats.published += 1
+        taker = queue.taker(msg)
+        if taker is not None:  # the window is empty and a subscriber has room: straight to it
+            msg.held = True
+            self.store.insert(msg)
+            self.deliver(queue, taker, msg)
+            if queue.pace is not None:
+                self._check_pace(queue)
+            return msg
         msg.held = queue.window.push(msg)
         self.store.insert(msg)
         self.pump(queue)

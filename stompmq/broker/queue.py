@@ -52,7 +52,7 @@ def group_of(msg: StoredMessage) -> str | None:
     headers = msg.headers
     if not headers:
         return None
-    return headers.get("JMSXGroupID") or headers.get("group")
+    return headers.get("JMSXGroupID") or headers.get("group") or None
 
 
 class Group:
@@ -164,23 +164,21 @@ class Queue:
         """
         window = self.window
         if self.exclusive:
-            sub = self.exclusive[0]
-            while window.size and sub.active and sub.has_room():
+            single = self.exclusive[0]
+            while window.size and single.active and single.has_room():
                 msg = window.pop()
                 if msg.expires is not None and msg.expires < now_ms:
                     expired.append(msg)
                     continue
-                yield sub, msg
+                yield single, msg
             return
         if self.parked:
             yield from self._unpark()
         ready_subs = self.ready_subs
-        while window.size and ready_subs:
-            sub = ready_subs[0]
-            if not sub.active or not sub.has_room():
-                ready_subs.popleft()
-                sub.in_ready = False
-                continue
+        while window.size:
+            sub = self._front()
+            if sub is None:
+                return
             if self.avoid is not None and self._passes_over(sub):
                 ready_subs.rotate(-1)
                 continue
@@ -213,6 +211,34 @@ class Queue:
             yield sub, window.pop()
             if len(ready_subs) > 1:
                 ready_subs.rotate(-1)
+
+    def taker(self, msg: StoredMessage) -> Subscription | None:
+        """Who gets ``msg``, just sent, at once and without it entering the window: the
+        subscription ``dispatch`` would pair it with, when the window is empty and nothing
+        (a single active consumer, parking, an ack-timeout detour, pinning, a group, an expiry)
+        could make it another one.  None: the message goes through the window as usual.
+
+        A queue whose consumers keep up sends every message this way: pushing it into the
+        window and popping it out again was about a seventh of its cost (issue 17)."""
+        window = self.window
+        if (window.size or window.spilled or self.exclusive or self.parked or self.avoid is not None
+                or self.pinned or msg.expires is not None or group_of(msg) is not None):
+            return None
+        sub = self._front()
+        if sub is not None and len(self.ready_subs) > 1:
+            self.ready_subs.rotate(-1)
+        return sub
+
+    def _front(self) -> Subscription | None:
+        """The next subscription of the round-robin with room (those without room leave it)."""
+        ready_subs = self.ready_subs
+        while ready_subs:
+            sub = ready_subs[0]
+            if sub.active and sub.has_room():
+                return sub
+            ready_subs.popleft()
+            sub.in_ready = False
+        return None
 
     def _lighter(self, sub: Subscription) -> Subscription:
         """Who gets a group that has no owner: ``sub`` (first in the round-robin) or the next one,

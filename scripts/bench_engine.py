@@ -4,8 +4,8 @@
 Wall-clock benchmarks on a shared machine are noisy, and worse, the broker's behaviour depends
 on timing (whether a message is still buffered when the store flushes, whether a burst outruns
 the ready window), so one slow moment changes what the broker does, not only how long it takes.
-This drives the same code as a connection (``FrameParser.feed`` on 256 KiB reads, ``Broker.handle``
-per frame, the MESSAGE encoder into a real ``ConnectionOutbox``, ``Broker.written`` after each
+This drives the same code as a connection (``FrameParser.feed`` on 256 KiB reads, ``Broker.handle_frames``
+per read, the MESSAGE encoder into a real ``ConnectionOutbox``, ``Broker.written`` after each
 socket write) over a real SQLite store with its database thread, but the clock is a trio
 ``MockClock`` that moves a fixed ``--us-per-message`` per message read: the flush timer, the
 paging and the settling happen at the same points on every run.  Run it under
@@ -171,13 +171,21 @@ class Pipeline:
         data = b"".join(b"ACK\nid:%d\n\n\0" % i for i in range(first, self.delivered + 1))
         self.acked = self.delivered
         self.runtime.tick()
-        frames = self.ack_parser.feed(data)
-        handle_acks = getattr(self.broker, "handle_acks", None)  # absent before ACKs were batched per read
-        if handle_acks is not None:
-            handle_acks(self.consumer, frames)
+        self.handle_read(self.consumer, self.ack_parser.feed(data))
+
+    def handle_read(self, session: Any, frames: list[Frame]) -> None:
+        """One read's frames to the broker as the connection hands them over on this tree: in
+        one call (``handle_frames``), ACKs in one call (``handle_acks``, before), or each alone."""
+        broker = self.broker
+        handle_frames = getattr(broker, "handle_frames", None)
+        handle_acks = getattr(broker, "handle_acks", None)  # before handle_frames: ACK runs only
+        if handle_frames is not None:
+            handle_frames(session, frames)
+        elif handle_acks is not None and frames[0].command == "ACK":
+            handle_acks(session, frames)
         else:
             for frame in frames:
-                self.broker.handle(self.consumer, frame)
+                broker.handle(session, frame)
 
     async def send(self, count: int, share: float = 1.0, drain_each: bool = True) -> None:
         """``count`` SENDs in 256 KiB reads; after each read the consumer's writer runs."""
@@ -191,8 +199,7 @@ class Pipeline:
             await store.wait_for_room() if hasattr(store, "wait_for_room") else None
             self.clock.jump(step)
             self.runtime.tick()
-            for frame in self.parser.feed(self.frame * n):
-                self.broker.handle(self.producer, frame)
+            self.handle_read(self.producer, self.parser.feed(self.frame * n))
             await self.settle()
             if drain_each and self.subscribed:
                 await self.write(share)

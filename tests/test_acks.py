@@ -1,5 +1,5 @@
 """Issue 17.2: the ACK/NACK frames of one socket read are applied in one engine call
-(``Broker.handle_acks``), with their store deletes in one call and each subscription pumped
+(``Broker.handle_frames``), with their store deletes in one call and each subscription pumped
 once.  What a client sees must not change: every frame of a run acts as it would alone, the
 RECEIPTs come in order, and a bad frame fails the connection with its own receipt after the
 frames before it took effect.  Each run below is sent in one write (the broker reads it in one

@@ -146,3 +146,25 @@ def test_a_changed_users_file_applies_to_open_connections(secured: BrokerThread,
             if reply.command == "ERROR" or time.monotonic() > deadline:
                 break
         assert reply.body.decode() == "access refused: write access to /queue/orders in vhost / refused to user producer"
+
+
+def test_a_refused_frame_in_a_read_ends_it_after_the_frames_before_it(secured: BrokerThread) -> None:
+    """The frames of one read reach the engine together, but a refused one is the last: those
+    before it take effect (their RECEIPTs come first), those after it do not."""
+    with RawClient(secured.port) as client:
+        client.connect(login="producer", passcode="pw-producer")
+        client.send(
+            b"SEND\ndestination:/queue/orders\nreceipt:before\n\nfirst\0"
+            b"SEND\ndestination:/queue/elsewhere\nreceipt:refused\n\nsecond\0"
+            b"SEND\ndestination:/queue/orders\nreceipt:after\n\nthird\0"
+        )
+        assert client.recv()["receipt-id"] == "before"
+        error = client.expect_error()
+        assert error["receipt-id"] == "refused"
+        assert error.body.startswith(b"access refused: write access to /queue/elsewhere")
+        client.assert_closed()
+    with RawClient(secured.port) as client:
+        client.connect(login="consumer", passcode="pw-consumer")
+        client.frame("SUBSCRIBE", {"destination": "/queue/orders", "id": "1"})
+        assert client.recv().body == b"first"
+        assert client.no_frame()  # "third" came after the refused frame: never taken

@@ -14,7 +14,7 @@ subscriptions of one session share, so ``target`` also looks at the
 a wrong one is ignored, as RabbitMQ and ActiveMQ do.
 
 A client-ack consumer sends one ACK per message, many per socket read, so the
-ACKs of a read form an ``AckRun`` (``Broker.handle_acks``): each is settled as
+ACKs of a read form an ``AckRun`` (``Broker.handle_frames``): each is settled as
 it comes (a later ACK of the same id finds it settled), while their store
 deletes wait for one ``Store.delete_all`` and each subscription they made room
 in is pumped once, at the end (``finish``), instead of once per ACK.

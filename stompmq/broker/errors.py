@@ -12,7 +12,7 @@ class ClientError(Exception):
     """The client asked for something invalid; answer ERROR and close.
 
     ``receipt_id`` is the offending frame's receipt when the raiser handled several frames
-    (``Broker.handle_acks``); otherwise the caller knows the frame and takes it from there.
+    (``Broker.handle_frames``); otherwise the caller knows the frame and takes it from there.
     """
 
     def __init__(self, message: str, receipt_id: str | None = None) -> None:

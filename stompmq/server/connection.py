@@ -5,9 +5,11 @@ Theory of operation
 Each connection runs three tasks in its own nursery:
 
 * the reader receives whatever the socket has (up to ``RECEIVE_BYTES``),
-  parses the whole buffer into frames at once and hands each frame to the
-  broker synchronously (consecutive ACK/NACK frames in one call,
-  ``Broker.handle_acks``: a client-ack consumer sends one per message);
+  parses the whole buffer into frames at once and hands them to the broker
+  synchronously, consecutive session frames in one call (``Broker.handle_frames``:
+  a producer sends hundreds of SENDs per read, a client-ack consumer as many ACKs);
+  CONNECT, DISCONNECT, a vhost declaration and a frame the user's permissions
+  refuse are the server's own and end such a run;
 * the writer takes everything in the outbox and sends it with one
   ``send_all``;
 * the watchdog enforces the CONNECT deadline, sends heart-beats and closes a
@@ -71,8 +73,8 @@ DISCONNECT_WAIT_SECONDS = 30.0
 DECLARE_VHOST = "/control/declare/vhost/"
 #: Commands the broker handles after CONNECT (anything else is an unknown command).
 SESSION_COMMANDS = frozenset({"SEND", "SUBSCRIBE", "UNSUBSCRIBE", "ACK", "NACK", "BEGIN", "COMMIT", "ABORT"})
-#: Commands whose consecutive frames in one read go to the broker in one call.
-ACK_COMMANDS = frozenset({"ACK", "NACK"})
+#: Commands checked against the user's permissions on the vhost.
+GUARDED = frozenset({"SEND", "SUBSCRIBE"})
 
 _ids = itertools.count(1)
 
@@ -206,23 +208,27 @@ class Connection:
             if log.isEnabledFor(logging.DEBUG):  # once per read, not per frame
                 for frame in frames:
                     log.debug("connection %s: %s %s", self.id, frame.command, frame.headers)
-            acks: list[Frame] = []
+            run: list[Frame] = []  # session frames for the broker, in one call
             for frame in frames:
-                if frame.command in ACK_COMMANDS and self.session is not None:
-                    acks.append(frame)
-                    continue
-                if acks:
-                    self._on_acks(acks)
-                    acks = []
+                command = frame.command
+                if command in SESSION_COMMANDS and self.session is not None:
+                    # Those the server answers itself, or refuses, end the run (_on_frame).
+                    if not (command == "SEND" and frame.headers.get("destination", "").startswith(DECLARE_VHOST)
+                            or self.user is not None and command in GUARDED and self._refused(frame) is not None):
+                        run.append(frame)
+                        continue
+                if run:
+                    self._on_run(run)
+                    run = []
                 if self._errored:  # failed from outside (a slow topic subscriber disconnected)
                     raise _Close
-                if self.session is None and frame.command in ("CONNECT", "STOMP"):
+                if self.session is None and command in ("CONNECT", "STOMP"):
                     await self._authenticate(frame)
-                if frame.command == "DISCONNECT" and self.session is not None:
+                if command == "DISCONNECT" and self.session is not None:
                     await self._wait_for_engine(self.session)  # its RECEIPT follows every frame's
                 self._on_frame(frame)
-            if acks:
-                self._on_acks(acks)
+            if run:
+                self._on_run(run)
             session = self.session
             if session is not None:
                 if session.throttled_by:
@@ -287,19 +293,12 @@ class Connection:
                 self._error(f"expected CONNECT, got {command}", frame.headers.get("receipt"))
             self._connect(frame)
             return
-        if command in SESSION_COMMANDS:
+        if command in SESSION_COMMANDS:  # the reader hands the rest to the broker in runs
             if command == "SEND" and frame.headers.get("destination", "").startswith(DECLARE_VHOST):
                 self._declare_vhost(session, frame)
-                return
-            if self.user is not None and command in ("SEND", "SUBSCRIBE"):
-                self._authorise(frame)
-            try:
-                self.broker.handle(session, frame)
-            except ClientError as e:
-                self._error(e.message, frame.headers.get("receipt"))
-            except Exception:
-                log.exception("connection %s: internal error handling %s", self.id, command)
-                self._error("internal error", frame.headers.get("receipt"))
+            else:
+                self._authorise(frame)  # a frame the user's permissions refuse: ERROR
+                self._on_run([frame])
         elif command == "DISCONNECT":
             receipt = frame.headers.get("receipt")
             if receipt is not None:
@@ -310,18 +309,18 @@ class Connection:
         else:
             self._error(f"unknown command {command!r}", frame.headers.get("receipt"))
 
-    def _on_acks(self, frames: list[Frame]) -> None:
-        """Consecutive ACK/NACK frames of one read: one broker call (it names the bad frame's
-        receipt when one fails)."""
-        if self._errored:
+    def _on_run(self, frames: list[Frame]) -> None:
+        """Session frames of one read that the broker takes as they are: one broker call (it
+        names the bad frame's receipt when one fails)."""
+        if self._errored:  # failed from outside (a slow topic subscriber disconnected)
             raise _Close
         assert self.session is not None
         try:
-            self.broker.handle_acks(self.session, frames)
+            self.broker.handle_frames(self.session, frames)
         except ClientError as e:
             self._error(e.message, e.receipt_id)
-        except Exception:  # handle_acks turns errors into ClientError; this is the last resort
-            log.exception("connection %s: internal error handling ACK/NACK", self.id)
+        except Exception:  # handle_frames turns errors into ClientError; this is the last resort
+            log.exception("connection %s: internal error handling %d frames", self.id, len(frames))
             self._error("internal error")
 
     def _connect(self, frame: Frame) -> None:
@@ -431,12 +430,19 @@ class Connection:
         user = self._current_user()
         return user.permissions.get(self.vhost) if user is not None else None
 
-    def _authorise(self, frame: Frame) -> None:
-        """ERROR and close unless the user may do ``frame`` to its destination."""
+    def _refused(self, frame: Frame) -> tuple[str, str] | None:
+        """What the user may not do in ``frame``, if anything: (action, resource)."""
         permission = self._permission()
         for action, resource in required_permissions(frame.command, frame.headers):
-            if permission is not None and permission.allows(action, resource):
-                continue
+            if permission is None or not permission.allows(action, resource):
+                return action, resource
+        return None
+
+    def _authorise(self, frame: Frame) -> None:
+        """ERROR and close unless the user may do ``frame`` to its destination."""
+        refused = self._refused(frame)
+        if refused is not None:
+            action, resource = refused
             log.warning("connection %s: access refused: %s to %s in vhost %s for user %r from %s", self.id, action,
                         resource, self.vhost, self.login, self.peer)
             self._error(f"access refused: {action} access to {resource} in vhost {self.vhost} "

@@ -41,7 +41,7 @@ def send_options(headers: dict[str, str], now_ms: int) -> SendOptions:
         if not (len(value) == 1 and "0" <= value <= "9"):  # isdigit() admits non-ASCII digits
             raise ClientError(f"priority must be an integer from 0 to 9, not {value!r}")
         priority = int(value)
-    ack_timeout = seconds(headers, "ack-timeout")
+    ack_timeout = seconds(headers, "ack-timeout") if "ack-timeout" in headers else None  # a call less per SEND
     if LIFECYCLE_HEADERS.isdisjoint(headers):
         return priority, ack_timeout, None, None
     expires = None

@@ -290,9 +290,10 @@ class GroupCommitStore(Store):
 
     # -- buffered writes ---------------------------------------------------------------------
     def insert(self, msg: StoredMessage) -> None:
-        self._put(msg.seq, INSERT, msg)
-        if msg.seq > self._last_seq:
-            self._last_seq = msg.seq
+        seq = msg.seq
+        self._put(seq, INSERT, msg)
+        if seq > self._last_seq:
+            self._last_seq = seq
         self._pending_bytes += len(msg.body) + MESSAGE_OVERHEAD
         if self._pending_bytes >= self._max_group_bytes and not self._urgent:
             self._hurry()
@@ -376,10 +377,11 @@ class GroupCommitStore(Store):
         self._add_structural(DropStream(name))
 
     def _put(self, seq: int, kind: int, msg: StoredMessage) -> None:
-        if not self._has_pending():
+        pending = self._pending
+        if not pending and not self._has_pending():  # (the first test settles most calls)
             self._batch_started()
-        self._pending[seq] = (kind, msg)
-        if len(self._pending) >= self._max_group and not self._urgent:
+        pending[seq] = (kind, msg)
+        if len(pending) >= self._max_group and not self._urgent:
             self._hurry()
 
     def _add_structural(self, op: StructuralOp) -> None:

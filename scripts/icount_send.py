@@ -65,14 +65,14 @@ def main() -> None:
         return
     parser = FrameParser()
     # handle_frames takes a read's frames in one call; before it, handle_acks took its ACK runs.
-    handle_acks = getattr(broker, "handle_frames", None) or getattr(broker, "handle_acks", None)
+    handle_run = getattr(broker, "handle_frames", None) or getattr(broker, "handle_acks", None)
     for first in range(1, n + 1, ACKS_PER_READ):
         last = min(first + ACKS_PER_READ, n + 1)
         for _ in range(first, last):
             broker.handle(producer, frame)
         acks = parser.feed(b"".join(b"ACK\nid:%d\n\n\0" % i for i in range(first, last)))
-        if handle_acks is not None:
-            handle_acks(subscriber, acks)
+        if handle_run is not None:
+            handle_run(subscriber, acks)
         else:
             for ack in acks:
                 broker.handle(subscriber, ack)

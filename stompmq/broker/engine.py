@@ -351,7 +351,7 @@ class Broker:
                     self._finish_acks(session, run, receipts)
                 if command == "SEND":
                     answer = on_send(session, frame)
-                    if answer is None:
+                    if answer is None:  # _answer's plain case, spelled out: once per SEND
                         receipt = headers.get("receipt")
                         if receipt is not None:
                             send_receipt(session, receipt)

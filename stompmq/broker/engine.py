@@ -63,7 +63,7 @@ from .queue import Queue
 from .reads import Reads, StoreRead
 from .receipts import Headers, Receipts
 from .routing import Router
-from .send_headers import send_options
+from .send_headers import SPECIAL_HEADERS, send_options, user_headers
 from .session import Outbox, Session
 from .streams import STREAM_FOLLOW_RETRY, STREAM_READ_RETRY, STREAM_RETENTION, Streams, StreamSubscription
 from .stats import QueueStats
@@ -429,6 +429,9 @@ class Broker:
         headers = frame.headers
         dest = parse_destination(headers.get("destination"))
         kind = dest.kind
+        if kind is Kind.QUEUE and SPECIAL_HEADERS.isdisjoint(headers):  # a plain message: no options to read
+            self.dispatcher.publish(dest.name, user_headers(headers), frame.body)
+            return None
         if kind is Kind.CONTROL:
             return self.control.run(dest.name, frame)
         if kind is Kind.AMQ_QUEUE and not self._existing_queue(session, frame, dest.name):

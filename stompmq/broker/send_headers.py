@@ -13,6 +13,9 @@ DEFAULT_PRIORITY = 4
 #: ``AMQ_SCHEDULED_DELAY``).  ``expires:0`` means never, as in JMS.
 EXPIRES, TTL, DELAY, DELIVER_AT, AMQ_SCHEDULED_DELAY = "expires", "ttl", "delay", "deliver-at", "AMQ_SCHEDULED_DELAY"
 LIFECYCLE_HEADERS = frozenset({EXPIRES, TTL, DELAY, DELIVER_AT, AMQ_SCHEDULED_DELAY})
+#: Headers that make a SEND more than a plain message (options, a reply-to, a transaction):
+#: a SEND without any of them is published with the defaults, its options never read.
+SPECIAL_HEADERS = LIFECYCLE_HEADERS | {"priority", "ack-timeout", "reply-to", "transaction"}
 
 
 def user_headers(headers: dict[str, str], _broker: frozenset[str] = BROKER_HEADERS) -> dict[str, str]:

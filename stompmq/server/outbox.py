@@ -90,10 +90,12 @@ class ConnectionOutbox:
         self.sending_since: float | None = None
 
     def write(self, data: bytes) -> None:
-        self._chunks.append(data)
+        chunks = self._chunks
+        if not chunks:  # the writer only ever waits for an empty outbox: wake it once per batch
+            self._ready.set()
+        chunks.append(data)
         self.size += len(data)
         self.queued += len(data)
-        self._ready.set()
         if self._written is not None:
             self._written.set()
             self._written = None

@@ -18,6 +18,30 @@ async def test_take_returns_everything_queued_as_one_buffer() -> None:
     assert outbox.empty
 
 
+async def test_a_waiting_writer_wakes_for_every_write_after_a_take() -> None:
+    # write() wakes the writer only when the outbox was empty: the writer waits for nothing else.
+    outbox = ConnectionOutbox()
+    taken: list[bytes] = []
+
+    async def writer() -> None:
+        while True:
+            taken.append(await outbox.take())
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(writer)
+        for batch in (b"a", b"bc", b"d"):
+            await trio.testing.wait_all_tasks_blocked()
+            for byte in batch:
+                outbox.write(bytes([byte]))
+            await trio.testing.wait_all_tasks_blocked()
+            assert taken[-1] == batch
+        outbox.write(b"e")  # a write before the writer waits again: its take finds it at once
+        outbox.write(b"f")
+        await trio.testing.wait_all_tasks_blocked()
+        assert taken == [b"a", b"bc", b"d", b"ef"]
+        nursery.cancel_scope.cancel()
+
+
 def test_soft_limit_stops_queue_deliveries_and_drain_resumes_them() -> None:
     outbox = ConnectionOutbox(soft_limit=10, hard_limit=100)
     drained = []

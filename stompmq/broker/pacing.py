@@ -17,6 +17,20 @@ server reads nothing more from that client until each has drained to a quarter
 (``RESUME_AT``), which ``Dispatcher.pump`` signals.  So producers go at their consumers'
 pace and the backlog never reaches the disk.
 
+A queue whose subscribers all take their messages with ``ack:auto`` is paced much earlier:
+at ``SOCKET_PACE_AT`` of its budgets, until nothing is left in memory.  Such a subscriber
+lacks room only while its socket is behind (the server's output buffer for it is full), so
+what waits in the window waits for the network, not for anyone's work: holding the producer
+leaves the backlog in its socket, where it costs nothing, and the next SENDs find the window
+empty and go straight to their subscriber (``Queue.taker``) instead of through the window.  With
+the thresholds above, a standing backlog of a few thousand messages formed whenever a
+producer's read found the consumer's output still being sent, and three in four messages of
+``scripts/bench.py --scenario queue`` went through the window; paced early, a third do, and
+the broker needs about a sixth less CPU per message (docs/benchmarks.md, sitting 15).  A
+subscriber that acknowledges lacks room while its client works through its prefetch: a task
+queue's producer must be able to post a burst without waiting for the workers, so such a
+queue keeps the late thresholds.
+
 A queue may hold its producers back for ``pace_timeout`` seconds (``--queue-pace-timeout``)
 in one *episode*, from the first wait until it drains.  Past that its consumers are simply
 slower than its producers (a task queue, a consumer that stopped): pacing stops, counted
@@ -33,6 +47,9 @@ from collections.abc import Callable
 PACE_AT = 2
 #: ...and has drained at this one.
 RESUME_AT = 4
+#: A queue none of whose subscribers acknowledge is backed up at this fraction already, and has
+#: drained when nothing ready is left in memory.
+SOCKET_PACE_AT = 32
 
 
 class Pace:

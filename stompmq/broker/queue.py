@@ -41,7 +41,7 @@ from collections.abc import Iterator
 
 from ..storage.base import StoredMessage
 from .pacing import Pace
-from .session import Subscription
+from .session import AckMode, Subscription
 from .stats import QueueStats
 from .window import ReadyWindow
 
@@ -67,7 +67,7 @@ class Group:
 
 class Queue:
     __slots__ = ("name", "destination", "window", "nsubs", "ready_subs", "inflight", "avoid", "stats", "pinned",
-                 "exclusive", "groups", "parked", "nparked", "pace")
+                 "exclusive", "groups", "parked", "nparked", "pace", "nacking")
 
     def __init__(
         self,
@@ -81,6 +81,7 @@ class Queue:
         self.destination = "/queue/" + name
         self.window = ReadyWindow(capacity, spilled, max_bytes)
         self.nsubs = 0  # subscriptions (the round-robin holds those with room)
+        self.nacking = 0  # ...of them acknowledging (client, client-individual): pacing.py
         self.ready_subs: deque[Subscription] = deque()
         self.inflight: dict[int, StoredMessage] = {}  # seq -> message delivered, not yet settled
         # seq -> subscription whose ack timeout expired for it: another one gets it if it can
@@ -114,6 +115,8 @@ class Queue:
         """``sub`` joins; returns the parked messages to put back into the window when it makes
         the queue single-active (they wait for nobody any more)."""
         self.nsubs += 1
+        if sub.ack_mode is not AckMode.AUTO:
+            self.nacking += 1
         self.make_ready(sub)
         if not exclusive:
             return []
@@ -138,6 +141,8 @@ class Queue:
         """``sub`` left: forget it, free its groups, and return its parked messages (in order)
         for the caller to put back into the window."""
         self.nsubs -= 1
+        if sub.ack_mode is not AckMode.AUTO:
+            self.nacking -= 1
         if self.exclusive and sub in self.exclusive:
             self.exclusive.remove(sub)
         groups = self.groups

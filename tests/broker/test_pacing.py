@@ -11,14 +11,13 @@ from .fakes import DictStore, FakeOutbox, run_reads
 from .test_engine import connect, frame, send
 
 
-def setup(window: int = 8, timeout: float = 1.0) -> tuple[Broker, Any, Any, FakeOutbox]:
+def setup(window: int = 8, timeout: float = 1.0, ack: str = "client-individual") -> tuple[Broker, Any, Any, FakeOutbox]:
     """A broker whose queue q has one consumer taking one message at a time (client-individual,
-    prefetch 1), and a producer."""
+    prefetch 1; or ``ack:auto``, held back by its outbox's room only), and a producer."""
     broker = Broker(DictStore(), BrokerConfig(window=window, queue_pace_timeout=timeout))
     broker.advance(100.0, 1_700_000_000.0)
     consumer, outbox = connect(broker, "consumer")
-    broker.handle(consumer, frame("SUBSCRIBE", id="s", destination="/queue/q", ack="client-individual",
-                                  prefetch="1"))
+    broker.handle(consumer, frame("SUBSCRIBE", id="s", destination="/queue/q", ack=ack, prefetch="1"))
     run_reads(broker)  # the first page: the queue is empty, so it is all in memory
     producer, _ = connect(broker, "producer")
     return broker, consumer, producer, outbox
@@ -129,3 +128,35 @@ def test_a_publish_outside_any_clients_frame_paces_nobody() -> None:
         broker.dispatcher.publish("q", {}, b"x")
     send(broker, producer, "/queue/elsewhere")
     assert not producer.paced
+
+
+def test_a_queue_read_with_auto_ack_paces_early_and_until_it_is_empty() -> None:
+    # Its consumer lacks room only while its socket is behind: a window of 64 paces at 64/32 = 2
+    # ready messages (not half of it), and the producer waits until none is left, so its next
+    # SENDs go straight to the consumer.
+    broker, consumer, producer, outbox = setup(window=64, ack="auto")
+    send(broker, producer, "/queue/q")  # delivered at once
+    outbox.room = False  # the consumer's socket is behind
+    send(broker, producer, "/queue/q")  # one ready
+    assert not producer.paced
+    send(broker, producer, "/queue/q")  # two ready: 1/32 of the window
+    queue = paced_queue(producer)
+    woken: list[bool] = []
+    assert broker.pace(queue, lambda: woken.append(True)) == 101.0
+    outbox.room = True
+    broker.resume(consumer)  # the socket took the output: both ready messages go out
+    assert len(outbox.take("MESSAGE")) == 3
+    assert woken == [True] and queue.pace is None and queue.window.size == 0
+
+
+def test_one_subscriber_that_acknowledges_keeps_the_late_thresholds() -> None:
+    broker, consumer, producer, outbox = setup(window=64, ack="auto")
+    worker, _ = connect(broker, "worker")
+    broker.handle(worker, frame("SUBSCRIBE", id="w", destination="/queue/q", ack="client", prefetch="1"))
+    outbox.room = False
+    for _ in range(20):  # a task queue's burst: one to the worker, 19 ready, under half of 64
+        send(broker, producer, "/queue/q")
+    assert not producer.paced
+    broker.handle(worker, frame("UNSUBSCRIBE", id="w"))  # the worker's message goes back: 20 ready
+    send(broker, producer, "/queue/q")  # auto-ack only again: far past 1/32
+    assert paced_queue(producer).name == "q"

@@ -18,6 +18,11 @@ Scenarios:
   (the in-memory case: the backlog never leaves the window); with ``--ack client-individual``
   (or ``client``) the consumer subscribes with ``--prefetch`` and ACKs every message it took,
   the ACKs of one write in one read, as ``scripts/bench.py --scenario queue-ack`` does;
+* ``standing``: as keep-up, but ``--backlog`` messages were sent first while the consumer took
+  nothing, and its socket then takes everything only after every second read: the outbox
+  stays at its limit and a standing backlog in the ready window, which every measured message
+  joins and leaves (what ``scripts/bench.py --scenario queue`` shows, where a producer's read
+  often finds the consumer's output still sending the one before);
 * ``backlog``: the consumer subscribes only after ``--messages`` were sent, then drains them (the
   on-disk case: all but the window are paged back from the store);
 * ``stalled``: the consumer stays subscribed but its socket takes nothing while the messages
@@ -187,21 +192,24 @@ class Pipeline:
             for frame in frames:
                 broker.handle(session, frame)
 
-    async def send(self, count: int, share: float = 1.0, drain_each: bool = True) -> None:
-        """``count`` SENDs in 256 KiB reads; after each read the consumer's writer runs."""
+    async def send(self, count: int, share: float = 1.0, drain_each: bool = True, write_every: int = 1) -> None:
+        """``count`` SENDs in 256 KiB reads; after each read (each ``write_every``-th) the
+        consumer's writer runs."""
         per_read = max(1, READ_BYTES // len(self.frame))
         step = self.args.us_per_message * 1e-6 * per_read
         left = count
         store = self.broker.store
+        reads = 0
         while left:
             n = min(per_read, left)
             left -= n
+            reads += 1
             await store.wait_for_room() if hasattr(store, "wait_for_room") else None
             self.clock.jump(step)
             self.runtime.tick()
             self.handle_read(self.producer, self.parser.feed(self.frame * n))
             await self.settle()
-            if drain_each and self.subscribed:
+            if drain_each and self.subscribed and reads % write_every == 0:
                 await self.write(share)
                 await self.settle()
                 while self.args.ack != "auto" and self.outbox.size:  # its ACKs made room for more
@@ -275,6 +283,8 @@ async def run(args: argparse.Namespace, clock: trio.testing.MockClock) -> None:
             pipe.subscribe()
             await pipe.send(2000)
             await pipe.drain(2000)
+            if args.scenario == "standing":  # the backlog the measured messages queue behind
+                await pipe.send(args.backlog, drain_each=False)
             if args.callgrind:
                 toggle_callgrind(True)
             bursts = args.bursts if args.scenario == "bursts" else 1
@@ -286,6 +296,8 @@ async def run(args: argparse.Namespace, clock: trio.testing.MockClock) -> None:
                     await pipe.send(args.messages)
                 elif args.scenario == "stalled":
                     await pipe.send(args.messages, drain_each=False)
+                elif args.scenario == "standing":
+                    await pipe.send(args.messages, write_every=2)
                 elif args.scenario == "backlog":
                     broker.handle(pipe.consumer, Frame("UNSUBSCRIBE", {"id": "1"}))
                     pipe.subscribed = False
@@ -293,7 +305,7 @@ async def run(args: argparse.Namespace, clock: trio.testing.MockClock) -> None:
                     pipe.subscribe()
                 else:
                     await pipe.send(args.messages, share=args.consumer_share)
-                await pipe.drain(base + args.messages)
+                await pipe.drain(base + args.messages + (args.backlog if args.scenario == "standing" else 0))
                 used = cpu() - before_cpu
                 split = " ".join(
                     f"{role}={(spent - before_threads.get(role, 0.0)) / args.messages * 1e6:.2f}"
@@ -310,7 +322,9 @@ async def run(args: argparse.Namespace, clock: trio.testing.MockClock) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--scenario", choices=["keep-up", "backlog", "stalled", "bursts"], default="keep-up")
+    p.add_argument("--scenario", choices=["keep-up", "standing", "backlog", "stalled", "bursts"], default="keep-up")
+    p.add_argument("--backlog", type=int, default=1000,
+                   help="standing: messages waiting before the measured ones (default %(default)s)")
     p.add_argument("--messages", type=int, default=100_000)
     p.add_argument("--bursts", type=int, default=5)
     p.add_argument("--body-size", type=int, default=100)

@@ -4,6 +4,7 @@ holds its producer back instead of spilling, and for no longer than --queue-pace
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 
 import pytest
@@ -44,6 +45,39 @@ def test_a_consumer_behind_paces_the_producer_and_nothing_spills(
         for i in range(count - 1):
             producer.send_to("/queue/paced", f"{i:0100d}", receipt=False)
         producer.send_to("/queue/paced", f"{count - 1:0100d}")
+        reader.join(60)
+    assert got == [f"{i:0100d}".encode() for i in range(count)]
+    engine = broker.broker
+    assert broker.call(lambda: (engine.page_reads, engine.pace_timeouts)) == (1, 0)  # the first page only
+
+
+@pytest.mark.parametrize("store_kind", ["sqlite", "postgres"])
+def test_an_auto_ack_consumer_whose_socket_is_behind_paces_the_producer_early(
+    store_kind: str, make_broker: Callable[..., BrokerThread]
+) -> None:
+    # An auto-ack queue is paced at 1/32 of its window (93 of 3,000 messages) until it is empty
+    # (the thresholds: tests/broker/test_pacing.py).  Through real sockets: the consumer reads
+    # in bursts with pauses, the producer sends as fast as it can, each wait ends, and every
+    # message arrives once and in order without the queue ever leaving memory.
+    broker = make_broker(config=BrokerConfig(window=3000, queue_pace_timeout=60.0))
+    count = 20_000
+    got: list[bytes] = []
+    with Client(broker.port) as consumer, Client(broker.port) as producer:
+        consumer.subscribe("/queue/streamed", "s", "auto")
+        producer.send_to("/queue/streamed", "first")  # the queue is in memory from here on
+        consumer.message()
+
+        def consume() -> None:
+            for i in range(count):
+                if i % 2000 == 0:
+                    time.sleep(0.05)  # the socket's buffers fill meanwhile
+                got.append(consumer.message().body)
+
+        reader = threading.Thread(target=consume)
+        reader.start()
+        for i in range(count - 1):
+            producer.send_to("/queue/streamed", f"{i:0100d}", receipt=False)
+        producer.send_to("/queue/streamed", f"{count - 1:0100d}")
         reader.join(60)
     assert got == [f"{i:0100d}".encode() for i in range(count)]
     engine = broker.broker

@@ -338,8 +338,8 @@ class Dispatcher:
         msg.held = window.push(msg)
         self.store.insert(msg)
         # With no subscriber in the round-robin (all without room) and none of the cases where
-        # pump does more than dispatch to one, pump would deliver nothing: the usual state of a
-        # queue whose consumer's socket is behind, where it cost a sixth of the message's path.
+        # pump does more than dispatch to one, pump would deliver nothing: skip it (the usual
+        # state of a queue whose consumers' sockets are behind; 3.6 % of bench_engine standing).
         if (queue.ready_subs or queue.exclusive or queue.parked or queue.pinned or window.spilled
                 or queue.pace is not None):
             self.pump(queue)

@@ -314,7 +314,8 @@ class Broker:
     def handle_frames(self, session: Session, frames: list[Frame]) -> None:
         """Apply the frames of one socket read, in order, as ``handle`` would one by one, but in
         one call (issue 17): a producer sends hundreds of SENDs per read, a client-ack consumer
-        as many ACKs.  A plain SEND goes straight to ``_on_send``, with the per-frame dispatch,
+        as many ACKs.  A SEND goes straight to ``_on_send`` (a plain one to a queue, without
+        option headers, straight to ``Dispatcher.publish``), with the per-frame dispatch,
         pacing and receipt bookkeeping paid once per read.  A plain ACK is settled at once, so a
         later frame sees it settled, while the store deletes of a run of them wait for one call
         and each subscription is pumped once, after the run (``AckRun``); any other frame goes
@@ -328,6 +329,7 @@ class Broker:
             waiting.extend(frames)
             return
         acks, on_send, send_receipt = self.acks, self._on_send, self.receipts.send
+        publish, special, queue_kind = self.dispatcher.publish, SPECIAL_HEADERS, Kind.QUEUE
         pacing = self.dispatcher.pacing
         if pacing:  # left by a publish outside any client's frame (a timer's): nobody to pace
             pacing.clear()
@@ -350,7 +352,14 @@ class Broker:
                 if run.subs:
                     self._finish_acks(session, run, receipts)
                 if command == "SEND":
-                    answer = on_send(session, frame)
+                    dest = parse_destination(headers.get("destination"))
+                    if dest.kind is queue_kind and special.isdisjoint(headers):
+                        # A plain message to a queue (no options, reply-to or transaction): what
+                        # _on_send and Router.route would do, without either.
+                        publish(dest.name, user_headers(headers), frame.body)
+                        answer = None
+                    else:
+                        answer = on_send(session, frame)
                     if answer is None:  # _answer's plain case, spelled out: once per SEND
                         receipt = headers.get("receipt")
                         if receipt is not None:
@@ -429,9 +438,6 @@ class Broker:
         headers = frame.headers
         dest = parse_destination(headers.get("destination"))
         kind = dest.kind
-        if kind is Kind.QUEUE and SPECIAL_HEADERS.isdisjoint(headers):  # a plain message: no options to read
-            self.dispatcher.publish(dest.name, user_headers(headers), frame.body)
-            return None
         if kind is Kind.CONTROL:
             return self.control.run(dest.name, frame)
         if kind is Kind.AMQ_QUEUE and not self._existing_queue(session, frame, dest.name):

@@ -45,12 +45,14 @@ from types import MappingProxyType
 from typing import Any
 
 from ..protocol import Frame
+from ..protocol.headers import headers_without
 from ..storage.base import BindingRecord, ExchangeRecord, Recovery, Store, StoreError
 from .acks import Acks, AckRun
 from .browse import BrowseSubscription
 from .config import BrokerConfig
 from .control import Control, Deferred, QueuePage
 from .definitions import apply_definitions
+from .delivery import BROKER_HEADERS
 from .destinations import Kind, parse_destination
 from .delays import DELAY_DUE, DELAY_PAGE_RETRY
 from .dispatch import ACK_TIMEOUT, EXPIRY_SWEEP, PAGE_RETRY, SWEEP_MS, Dispatcher
@@ -63,7 +65,7 @@ from .queue import Queue
 from .reads import Reads, StoreRead
 from .receipts import Headers, Receipts
 from .routing import Router
-from .send_headers import SPECIAL_HEADERS, send_options, user_headers
+from .send_headers import SPECIAL_HEADERS, send_options
 from .session import Outbox, Session
 from .streams import STREAM_FOLLOW_RETRY, STREAM_READ_RETRY, STREAM_RETENTION, Streams, StreamSubscription
 from .stats import QueueStats
@@ -356,7 +358,7 @@ class Broker:
                     if dest.kind is queue_kind and special.isdisjoint(headers):
                         # A plain message to a queue (no options, reply-to or transaction): what
                         # _on_send and Router.route would do, without either.
-                        publish(dest.name, user_headers(headers), frame.body)
+                        publish(dest.name, headers_without(headers, BROKER_HEADERS), frame.body)  # user_headers
                         answer = None
                     else:
                         answer = on_send(session, frame)

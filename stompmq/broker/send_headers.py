@@ -3,6 +3,7 @@ boolean flags."""
 
 from __future__ import annotations
 
+from ..protocol.headers import headers_without
 from .delivery import BROKER_HEADERS
 from .errors import ClientError
 
@@ -18,14 +19,9 @@ LIFECYCLE_HEADERS = frozenset({EXPIRES, TTL, DELAY, DELIVER_AT, AMQ_SCHEDULED_DE
 SPECIAL_HEADERS = LIFECYCLE_HEADERS | {"priority", "ack-timeout", "reply-to", "transaction"}
 
 
-def user_headers(headers: dict[str, str], _broker: frozenset[str] = BROKER_HEADERS) -> dict[str, str]:
-    """The SEND headers a MESSAGE forwards (a SEND usually has few, so strip rather than filter;
-    a loop over them costs 0.2 us where building their intersection with BROKER_HEADERS cost 0.3)."""
-    user = headers.copy()
-    for name in headers:
-        if name in _broker:
-            del user[name]
-    return user
+def user_headers(headers: dict[str, str]) -> dict[str, str]:
+    """The SEND headers a MESSAGE forwards: all but the broker's own (``BROKER_HEADERS``)."""
+    return headers_without(headers, BROKER_HEADERS)
 
 
 SendOptions = tuple[int, float | None, int | None, int | None]

@@ -1,3 +1,5 @@
+from collections.abc import Set
+
 from .frame import Frame
 from .parser import Limits
 
@@ -17,3 +19,4 @@ def encode_message(
 def encode_message_tail(
     priority: int, timestamp: int, expires: int | None, headers: dict[str, str], body: bytes, version: str, /
 ) -> bytes: ...
+def headers_without(headers: dict[str, str], names: Set[str], /) -> dict[str, str]: ...

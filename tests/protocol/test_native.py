@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stompmq.protocol import Frame, FrameParser, Limits, LocalProtocolError, ProtocolError, encode_frame, encoder
+from stompmq.protocol import headers as headers_mod
 from stompmq.protocol import native as native_module
 
 from .test_properties import _STOMPISH, _frameish, _frames, mutate
@@ -224,19 +225,35 @@ def test_encoders_refuse_unencodable_text_alike() -> None:
             function(4, 0, None, {"k": "\udfff"}, b"", "1.2")
 
 
+@_FUZZ
+@given(st.dictionaries(_TEXT, _TEXT, max_size=8), st.frozensets(_TEXT, max_size=6), st.data())
+def test_headers_without_matches(headers: dict[str, str], names: frozenset[str], data: st.DataObject) -> None:
+    names |= data.draw(st.frozensets(st.sampled_from(sorted(headers) or [""]), max_size=4))  # names it has
+    native_result = _frames_c.headers_without(headers, names)
+    assert list(native_result.items()) == list(headers_mod._headers_without(headers, names).items())  # and order
+    assert native_result is not headers and set(names).isdisjoint(native_result)
+
+
+def test_headers_without_refuses_what_is_not_a_dict_and_a_set() -> None:
+    bad_args: tuple[tuple[Any, ...], ...] = (([("a", "b")], frozenset()), ({"a": "b"}, ["a"]), ({"a": "b"},))
+    for bad in bad_args:
+        with pytest.raises(TypeError):
+            _frames_c.headers_without(*bad)
+
+
 def test_pure_python_switch(monkeypatch: pytest.MonkeyPatch) -> None:
     """STOMPMQ_PURE_PYTHON_CODEC=1 keeps the extension out of the parser and the encoder."""
     import subprocess
     import sys
 
     code = (
-        "from stompmq.protocol import FrameParser, encoder, native;"
+        "from stompmq.protocol import FrameParser, encoder, headers, native;"
         "print(native.describe(), native.NATIVE, FrameParser()._native_scan is None,"
-        " encoder.encode_message is encoder._message, sep='|')"
+        " encoder.encode_message is encoder._message, headers.headers_without is headers._headers_without, sep='|')"
     )
     for value, expected in (
-        ("1", "pure Python (STOMPMQ_PURE_PYTHON_CODEC is set)|False|True|True"),
-        ("0", "native|True|False|False"),
+        ("1", "pure Python (STOMPMQ_PURE_PYTHON_CODEC is set)|False|True|True|True"),
+        ("0", "native|True|False|False|False"),
     ):
         env = {**os.environ, native_module.ENV_VAR: value}
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)

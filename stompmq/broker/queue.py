@@ -226,8 +226,10 @@ class Queue:
         A queue whose consumers keep up sends every message this way: pushing it into the
         window and popping it out again was about a seventh of its cost (issue 17)."""
         window = self.window
+        headers = msg.headers  # a group header, even an empty one (no group): the window decides
         if (window.size or window.spilled or self.exclusive or self.parked or self.avoid is not None
-                or self.pinned or msg.expires is not None or group_of(msg) is not None):
+                or self.pinned or msg.expires is not None
+                or headers and ("JMSXGroupID" in headers or "group" in headers)):
             return None
         sub = self._front()
         if sub is not None and len(self.ready_subs) > 1:

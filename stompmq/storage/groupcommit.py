@@ -291,7 +291,12 @@ class GroupCommitStore(Store):
     # -- buffered writes ---------------------------------------------------------------------
     def insert(self, msg: StoredMessage) -> None:
         seq = msg.seq
-        self._put(seq, INSERT, msg)
+        pending = self._pending  # _put, spelled out: once per message published
+        if not pending and not self._has_pending():
+            self._batch_started()
+        pending[seq] = (INSERT, msg)
+        if len(pending) >= self._max_group and not self._urgent:
+            self._hurry()
         if seq > self._last_seq:
             self._last_seq = seq
         self._pending_bytes += len(msg.body) + MESSAGE_OVERHEAD

@@ -1,5 +1,3 @@
-from collections.abc import Set
-
 from .frame import Frame
 from .parser import Limits
 
@@ -19,4 +17,4 @@ def encode_message(
 def encode_message_tail(
     priority: int, timestamp: int, expires: int | None, headers: dict[str, str], body: bytes, version: str, /
 ) -> bytes: ...
-def headers_without(headers: dict[str, str], names: Set[str], /) -> dict[str, str]: ...
+def headers_without(headers: dict[str, str], names: frozenset[str], /) -> dict[str, str]: ...

@@ -6,12 +6,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Set
-
 from .native import frames as _native
 
 
-def _headers_without(headers: dict[str, str], names: Set[str]) -> dict[str, str]:
+def _headers_without(headers: dict[str, str], names: frozenset[str]) -> dict[str, str]:
     """A copy of ``headers`` without the keys in ``names``, the rest in their order (a frame has
     few headers, so copy and delete rather than filter)."""
     copy = headers.copy()

@@ -3,6 +3,7 @@ holds its producer back instead of spilling, and for no longer than --queue-pace
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Callable
@@ -19,6 +20,32 @@ from .test_http import Api
 from .waiting import wait_until
 
 
+def _produce_past(broker: BrokerThread, destination: str, count: int, subscription: dict[str, str],
+                  take: Callable[[Client], bytes]) -> None:
+    """A producer sends ``count`` numbered messages as fast as it can while a consumer thread takes
+    them with ``take``: every one arrives once and in order, and the queue never leaves memory
+    (the first page read is the only one, and pacing never gave up)."""
+    got: list[bytes] = []
+    with Client(broker.port) as consumer, Client(broker.port) as producer:
+        consumer.subscribe(destination, "s", **subscription)
+        producer.send_to(destination, "first")  # the queue is in memory from here on
+        take(consumer)
+
+        def consume() -> None:
+            for _ in range(count):
+                got.append(take(consumer))
+
+        reader = threading.Thread(target=consume)
+        reader.start()
+        for i in range(count - 1):
+            producer.send_to(destination, f"{i:0100d}", receipt=False)
+        producer.send_to(destination, f"{count - 1:0100d}")
+        reader.join(60)
+    assert got == [f"{i:0100d}".encode() for i in range(count)]
+    engine = broker.broker
+    assert broker.call(lambda: (engine.page_reads, engine.pace_timeouts)) == (1, 0)  # the first page only
+
+
 # The memory store keeps every queue in memory: nothing to pace.
 @pytest.mark.parametrize("store_kind", ["sqlite", "postgres"])
 def test_a_consumer_behind_paces_the_producer_and_nothing_spills(
@@ -27,28 +54,13 @@ def test_a_consumer_behind_paces_the_producer_and_nothing_spills(
     # A window of 3,000 with a tail of 1,500: the producer is paced at 1,500 ready messages, and
     # one socket read (256 KiB, under 2,000 of these SENDs) on top of that still fits in memory.
     broker = make_broker(config=BrokerConfig(window=3000, queue_pace_timeout=60.0))
-    count = 10_000
-    got: list[bytes] = []
-    with Client(broker.port) as consumer, Client(broker.port) as producer:
-        consumer.subscribe("/queue/paced", "s", "client-individual", prefetch="1")
-        producer.send_to("/queue/paced", "first")  # the queue is in memory from here on
-        consumer.ack(consumer.message())
 
-        def consume() -> None:  # one message at a time: far slower than the producer
-            for _ in range(count):
-                msg = consumer.message()
-                got.append(msg.body)
-                consumer.ack(msg, receipt=False)
+    def take(consumer: Client) -> bytes:  # one message at a time: far slower than the producer
+        msg = consumer.message()
+        consumer.ack(msg, receipt=False)
+        return msg.body
 
-        reader = threading.Thread(target=consume)
-        reader.start()
-        for i in range(count - 1):
-            producer.send_to("/queue/paced", f"{i:0100d}", receipt=False)
-        producer.send_to("/queue/paced", f"{count - 1:0100d}")
-        reader.join(60)
-    assert got == [f"{i:0100d}".encode() for i in range(count)]
-    engine = broker.broker
-    assert broker.call(lambda: (engine.page_reads, engine.pace_timeouts)) == (1, 0)  # the first page only
+    _produce_past(broker, "/queue/paced", 10_000, {"ack": "client-individual", "prefetch": "1"}, take)
 
 
 @pytest.mark.parametrize("store_kind", ["sqlite", "postgres"])
@@ -60,28 +72,14 @@ def test_an_auto_ack_consumer_whose_socket_is_behind_paces_the_producer_early(
     # in bursts with pauses, the producer sends as fast as it can, each wait ends, and every
     # message arrives once and in order without the queue ever leaving memory.
     broker = make_broker(config=BrokerConfig(window=3000, queue_pace_timeout=60.0))
-    count = 20_000
-    got: list[bytes] = []
-    with Client(broker.port) as consumer, Client(broker.port) as producer:
-        consumer.subscribe("/queue/streamed", "s", "auto")
-        producer.send_to("/queue/streamed", "first")  # the queue is in memory from here on
-        consumer.message()
+    taken = itertools.count()
 
-        def consume() -> None:
-            for i in range(count):
-                if i % 2000 == 0:
-                    time.sleep(0.05)  # the socket's buffers fill meanwhile
-                got.append(consumer.message().body)
+    def take(consumer: Client) -> bytes:
+        if next(taken) % 2000 == 0:
+            time.sleep(0.05)  # the socket's buffers fill meanwhile
+        return consumer.message().body
 
-        reader = threading.Thread(target=consume)
-        reader.start()
-        for i in range(count - 1):
-            producer.send_to("/queue/streamed", f"{i:0100d}", receipt=False)
-        producer.send_to("/queue/streamed", f"{count - 1:0100d}")
-        reader.join(60)
-    assert got == [f"{i:0100d}".encode() for i in range(count)]
-    engine = broker.broker
-    assert broker.call(lambda: (engine.page_reads, engine.pace_timeouts)) == (1, 0)  # the first page only
+    _produce_past(broker, "/queue/streamed", 20_000, {"ack": "auto"}, take)
 
 
 @pytest.mark.parametrize("store_kind", ["sqlite", "postgres"])

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 @dataclass(slots=True)
 class BrokerConfig:
-    #: Prefetch of a client-ack subscription that names none (DESIGN §3).
+    #: Prefetch of a client-ack subscription that names none.
     default_prefetch: int = 100
     #: Upper bound on any prefetch a client asks for.
     max_prefetch: int = 10_000

@@ -315,7 +315,7 @@ class Broker:
 
     def handle_frames(self, session: Session, frames: list[Frame]) -> None:
         """Apply the frames of one socket read, in order, as ``handle`` would one by one, but in
-        one call (issue 17): a producer sends hundreds of SENDs per read, a client-ack consumer
+        one call: a producer sends hundreds of SENDs per read, a client-ack consumer
         as many ACKs.  A SEND goes straight to ``_on_send`` (a plain one to a queue, without
         option headers, straight to ``Dispatcher.publish``), with the per-frame dispatch,
         pacing and receipt bookkeeping paid once per read.  A plain ACK is settled at once, so a

@@ -173,7 +173,7 @@ class Connection:
                 try:
                     self.runtime.tick()
                     self.broker.close_session(self.session)
-                except Exception:  # escaping here would take down every connection (DESIGN §5)
+                except Exception:  # escaping here would take down every connection
                     log.exception("connection %s: closing its session failed", self.id)
                 log.info(
                     "connection %s from %s: disconnected after %.1f s, login %r, %d frames, %d bytes in, %d out",

@@ -16,7 +16,7 @@ Theory of operation
   ``_structural``.  A purge drops the pending operations of its queue's
   messages, so every message operation left in a batch was issued after the
   batch's purges: that is why a backend runs the structural operations first
-  (the contract of ``Backend.commit``), and why ``Broker.purge_queue`` may write
+  (the contract of ``Backend.commit``), and why ``Dispatcher.purge`` may write
   its deliveries in flight back right after a purge.
 * Group commit: the commit loop in ``run()`` keeps at most ONE group in
   flight.  While it commits (one fsync), new writes pile up in ``_pending`` and

@@ -610,8 +610,8 @@ class GroupCommitStore(Store):
         Why: a page read behind the pending batch waited for the group in flight and then for
         that batch's commit, and when a queue's backlog outruns its window the batch is mostly
         the queue's own newest messages: with 64 KiB bodies every page waited ~120 ms of fsync
-        and the consumer got one window per commit (docs/architecture.md, "Large
-        bodies and the disk path").  Here the read runs at once on the reader thread's own
+        and the consumer got one window per commit (docs/architecture.md, "Performance
+        design").  Here the read runs at once on the reader thread's own
         connection (``ConcurrentReads``) and sees some committed state, and every operation not
         known to be on the disk, in the group in flight and in the buffer, as it is at this
         instant (no await before the submission), wins over it: a buffered insert comes from

@@ -4,7 +4,10 @@
 ``SUBSCRIBE /exchange/NAME/REST`` is RabbitMQ's consumer-side form of an
 exchange: a private queue (``amq.gen.`` prefix) is bound with REST (a weight
 for consistent-hash, a binding key for direct and topic) for the
-subscription's lifetime and purged when it ends.
+subscription's lifetime and purged when it ends.  Such private queues (and
+temporary queues, temp_queues.py) are consumed by their own subscription or
+connection only: a SUBSCRIBE naming one as ``/queue/amq.gen...`` is refused, as
+RabbitMQ refuses to consume another connection's exclusive queue.
 
 A durable topic subscription (``durable:true`` or ``persistent:true`` with an
 ``id``, RabbitMQ's form; ``activemq.subscriptionName`` with the CONNECT's
@@ -33,6 +36,7 @@ from .destinations import Destination, Kind
 from .dispatch import Dispatcher
 from .errors import ClientError
 from .destinations import MAX_NAME_BYTES
+from .exchanges import PRIVATE_QUEUE_PREFIX
 from .routing import Router, private_queue_name
 from .send_headers import flag, seconds
 from .session import AckMode, Session, Subscription
@@ -84,6 +88,9 @@ class Subscriptions:
         exclusive = single_active(headers)
         browser = flag(headers, BROWSER_HEADER, False)
         if dest.kind is Kind.QUEUE or dest.kind is Kind.AMQ_QUEUE:
+            if dest.name.startswith(PRIVATE_QUEUE_PREFIX):
+                raise ClientError(f"access refused: {dest.raw!r} is the private queue of another subscription or"
+                                  " connection (only its own can consume it)")
             queue_name = dest.name
         elif dest.kind is Kind.TEMP_QUEUE:
             queue_name = self.router.temps.resolve(session, dest.name)

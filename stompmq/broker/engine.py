@@ -190,15 +190,16 @@ class Broker:
 
     # -- what other brokers sharing the store did -------------------------------------------------
     def topic_subscriber_lagging(
-        self, subscriber: Session, seconds: float, drain_rate: Callable[[Outbox], float]
+        self, subscriber: Session, seconds: float, drain_rate: Callable[[Outbox], float], stalled: bool
     ) -> bool:
         """The server waited ``seconds`` for ``subscriber``'s outbox on behalf of a publisher
-        (--topic-overflow block, --topic-block-timeout).  If a subscriber of the same topic
+        (--topic-overflow block, --topic-block-timeout); ``stalled``: one wait lasted that long,
+        its output never falling below the limit.  If so, or if a subscriber of the same topic
         drains its output ``LAG_RATIO`` times as fast (``drain_rate``, bytes/s, 0.0 unknown),
         ``subscriber`` is what holds the topic back: the publisher goes on without it (True).
         Otherwise the publisher is simply faster than every subscriber and flow control goes on."""
         return self.router.overflow.lag_if_slowest(
-            subscriber, seconds, drain_rate, self.router.topic_peers(subscriber)
+            subscriber, seconds, drain_rate, self.router.topic_peers(subscriber), stalled
         )
 
     def store_changed(self, queue: str) -> None:

@@ -518,8 +518,8 @@ class Broker:
         return None
 
     def _on_nack(self, session: Session, frame: Frame) -> Held | None:
-        if session.version == "1.0":
-            raise ClientError("NACK does not exist in STOMP 1.0")
+        # NACK is not in STOMP 1.0, but RabbitMQ takes it there, naming the message by message-id
+        # as a 1.0 ACK does, and clients written against RabbitMQ send it.
         sub, ack_id = self.acks.target(session, frame.headers)
         requeue = requeue_wanted(frame.headers)
         if "transaction" in frame.headers:

@@ -29,8 +29,10 @@ from .send_headers import flag, seconds
 from .session import AckMode, Session, Subscription
 from .streams import END_HEADER, OFFSET_HEADER, Streams, StreamSubscription
 
+#: ActiveMQ's prefetch header; 0 there means the consumer pulls (STOMP's nearest: prefetch 1).
+ACTIVEMQ_PREFETCH = "activemq.prefetchSize"
 #: Header names that set a subscription's prefetch, first one present wins.
-PREFETCH_HEADERS = ("prefetch", "activemq.prefetchSize", "prefetch-count")
+PREFETCH_HEADERS = ("prefetch", ACTIVEMQ_PREFETCH, "prefetch-count")
 
 _ACK_MODES = {mode.value: mode for mode in AckMode}
 #: Name prefix of the queue of a durable topic subscription (never purged at start).
@@ -98,8 +100,9 @@ class Subscriptions:
         queue = self.dispatcher.activate(queue_name)
         declared = self.dispatcher.policies.get(queue_name)
         exclusive = exclusive or (declared is not None and declared.single_active)
-        if dest.kind is Kind.TOPIC or dest.kind is Kind.TEMP_QUEUE:
-            queue.destination = dest.raw  # a durable subscriber sees the topic it subscribed to
+        if dest.kind is not Kind.QUEUE and dest.kind is not Kind.AMQ_QUEUE:
+            # a durable or exchange subscriber sees what it subscribed to (RabbitMQ), not its queue
+            queue.destination = dest.raw
         sub = Subscription(sub_id, session, dest.raw, mode, prefetch, ack_timeout, queue)
         session.subscriptions[sub_id] = sub
         self.dispatcher.restore(queue, queue.add_subscriber(sub, exclusive))
@@ -114,6 +117,8 @@ class Subscriptions:
                     prefetch = int(value)
                 except ValueError:
                     raise ClientError(f"{name} must be a positive integer, not {value!r}") from None
+                if prefetch == 0 and name == ACTIVEMQ_PREFETCH:
+                    prefetch = 1  # ActiveMQ's 0 is a consumer that pulls one at a time
                 if prefetch < 1:
                     raise ClientError(f"{name} must be a positive integer, not {value!r}")
                 return min(prefetch, limit)

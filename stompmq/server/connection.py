@@ -48,6 +48,7 @@ from ..protocol import (
     Frame,
     FrameParser,
     ProtocolError,
+    connected_heart_beat,
     encode_frame,
     heart_beat_intervals,
     negotiate_version,
@@ -355,7 +356,7 @@ class Connection:
         session.fail = self.fail
         connected = {
             "version": version,
-            "heart-beat": "%d,%d" % settings.heart_beat,
+            "heart-beat": "%d,%d" % connected_heart_beat(client_beats, settings.heart_beat),
             "server": f"stompmq/{__version__}",
             "session": self.id,
         }

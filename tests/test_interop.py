@@ -67,6 +67,48 @@ def test_exchange_subscriber_sees_the_destination_it_subscribed_to_like_rabbitmq
         assert c.message()["destination"] == "/exchange/amq.direct/route"
 
 
+def test_exchange_subscription_queue_is_named_by_x_queue_name_like_rabbitmq(broker):
+    """RabbitMQ names an exchange subscription's queue by ``x-queue-name``: the client finds it
+    under that name (counts, /amq/queue/); it goes with the subscription, and the name can be
+    taken again afterwards."""
+    c = Client(broker.port)
+    c.subscribe("/exchange/amq.direct/feed", "s", **{"x-queue-name": "feed-of-c"})
+    c.send_to("/exchange/amq.direct/feed", "m")
+    assert c.message()["destination"] == "/exchange/amq.direct/feed"
+    with Client(broker.port) as other:
+        assert other.request("SEND", {"destination": "/control/count-subscribers/queue/feed-of-c"})[
+            "num-subscribers"] == "1"
+        other.send_to("/amq/queue/feed-of-c", "by name")  # an existing queue now
+    assert c.message().body == b"by name"
+    c.unsubscribe("s")
+    with Client(broker.port) as other:
+        assert other.request("SEND", {"destination": "/control/count-msgs/queue/feed-of-c"})["num-messages"] == "0"
+    c.subscribe("/exchange/amq.direct/feed", "again", **{"x-queue-name": "feed-of-c"})
+    c.send_to("/exchange/amq.direct/feed", "again")
+    assert c.message().body == b"again"
+
+
+@pytest.mark.parametrize(
+    "name, complaint",
+    [("jobs", "'jobs'"), ("taken", "'taken' names a queue in use"), ("amq.gen.x", "reserved")],
+)
+def test_x_queue_name_never_takes_over_a_queue_in_use(broker, name, complaint):
+    """The subscription's end deletes its queue: a name already in use (messages, another
+    subscription) or reserved is an ERROR, and the queue keeps what it had."""
+    with Client(broker.port) as owner:
+        owner.send_to("/queue/jobs", "keep me")
+        holder = Client(broker.port)
+        holder.subscribe("/exchange/amq.fanout", **{"x-queue-name": "taken"})
+        c = Client(broker.port)
+        c.frame("SUBSCRIBE", {"id": "s", "destination": "/exchange/amq.direct/k", "x-queue-name": name,
+                              "receipt": "r"})
+        error = c.expect_error()
+        assert complaint in error["message"] and error["receipt-id"] == "r", error
+        assert owner.request("SEND", {"destination": "/control/count-msgs/queue/jobs"})["num-messages"] == "1"
+        owner.send_to("/exchange/amq.fanout", "still bound")
+        assert holder.message().body == b"still bound"
+
+
 # ---------------------------------------------------------------------------- prefetch
 
 

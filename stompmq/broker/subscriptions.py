@@ -20,7 +20,7 @@ from __future__ import annotations
 from .acks import Acks
 from .browse import BROWSER_HEADER, Browsers, BrowseSubscription
 from .config import BrokerConfig
-from .destinations import Destination, Kind
+from .destinations import Destination, Kind, parse_destination
 from .dispatch import Dispatcher
 from .errors import ClientError
 from .destinations import MAX_NAME_BYTES
@@ -35,6 +35,10 @@ ACTIVEMQ_PREFETCH = "activemq.prefetchSize"
 PREFETCH_HEADERS = ("prefetch", ACTIVEMQ_PREFETCH, "prefetch-count")
 
 _ACK_MODES = {mode.value: mode for mode in AckMode}
+#: RabbitMQ's SUBSCRIBE header naming an exchange subscription's private queue.
+QUEUE_NAME_HEADER = "x-queue-name"
+#: Queue names the broker makes itself (private, durable, temporary); never an x-queue-name.
+RESERVED_QUEUE_PREFIX = "amq."
 #: Name prefix of the queue of a durable topic subscription (never purged at start).
 DURABLE_QUEUE_PREFIX = "amq.durable."
 #: SUBSCRIBE headers that make the subscription a single active consumer (ActiveMQ, RabbitMQ).
@@ -78,7 +82,9 @@ class Subscriptions:
         elif browser:
             raise ClientError(f"browser:true needs a queue destination, not {dest.raw!r}")
         elif dest.kind is Kind.EXCHANGE:
-            queue_name = private_queue_name(dest.name, self.dispatcher.store.node_id, session.id, sub_id)
+            queue_name = headers.get(QUEUE_NAME_HEADER) or private_queue_name(
+                dest.name, self.dispatcher.store.node_id, session.id, sub_id
+            )
             self.router.bind_private(dest.name, queue_name, dest.key)
         elif dest.kind is Kind.TOPIC and (durable := durable_queue(session, headers)) is not None:
             queue_name = durable
@@ -107,6 +113,22 @@ class Subscriptions:
         session.subscriptions[sub_id] = sub
         self.dispatcher.restore(queue, queue.add_subscriber(sub, exclusive))
         self.dispatcher.pump(queue)
+
+    def check_queue_name(self, name: str) -> None:
+        """ClientError unless ``x-queue-name`` ``name`` may name an exchange subscription's
+        private queue: a valid queue name outside the reserved ``amq.`` prefix (RabbitMQ's rule;
+        the generated, durable and temporary queues live there) that this broker knows nobody
+        uses (declared, bound, subscribed, holding messages in memory), since the subscription's
+        end deletes it.  The engine asks the store whether it holds messages."""
+        dest = parse_destination("/queue/" + name)
+        if dest.kind is not Kind.QUEUE or dest.name != name:
+            raise ClientError(f"{QUEUE_NAME_HEADER} {name!r} is not a queue name")
+        if name.startswith(RESERVED_QUEUE_PREFIX):
+            raise ClientError(f"{QUEUE_NAME_HEADER} {name!r}: queue names starting with "
+                              f"{RESERVED_QUEUE_PREFIX!r} are reserved")
+        dispatcher = self.dispatcher
+        if name in dispatcher.queues or name in dispatcher.policies or self.router.is_bound(name):
+            raise ClientError(f"{QUEUE_NAME_HEADER} {name!r} names a queue in use")
 
     def _prefetch(self, headers: dict[str, str]) -> int:
         limit = self.config.max_prefetch

@@ -186,15 +186,17 @@ _DUMMY_HASH = hash_password("", salt=b"\0" * 16)
 def required_permissions(command: str, headers: Mapping[str, str]) -> list[tuple[str, str]]:
     """The (action, resource) pairs a SEND or SUBSCRIBE needs, all of them; [] for other frames.
 
-    A ``/control/VERB/KIND/NAME`` SEND needs ``configure`` or ``read`` on ``/KIND/NAME``;
-    binding or unbinding also changes the queue of its ``queue`` header, so it needs
-    ``configure`` on that queue too.
+    An ``/exchange/`` SUBSCRIBE with ``x-queue-name:NAME`` also needs ``configure`` on
+    ``/queue/NAME``, the queue it creates.  A ``/control/VERB/KIND/NAME`` SEND needs
+    ``configure`` or ``read`` on ``/KIND/NAME``; binding or unbinding also changes the queue of
+    its ``queue`` header, so it needs ``configure`` on that queue too.
     """
     destination = headers.get("destination")
     if destination is None:
         return []  # the broker reports the missing header
     if command == "SUBSCRIBE":
-        return [("read", destination)]
+        named = headers.get("x-queue-name") if destination.startswith("/exchange/") else None
+        return [("read", destination)] + ([("configure", "/queue/" + named)] if named else [])
     if command != "SEND":
         return []
     if not destination.startswith("/control/"):

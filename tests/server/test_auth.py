@@ -64,6 +64,8 @@ def test_a_bad_users_file_is_one_clear_error(tmp_path: Path, text: str, complain
         ("SEND", {"destination": "/queue/a"}, [("write", "/queue/a")]),
         ("SEND", {"destination": "/exchange/prices/eu"}, [("write", "/exchange/prices/eu")]),
         ("SUBSCRIBE", {"destination": "/topic/t"}, [("read", "/topic/t")]),
+        ("SUBSCRIBE", {"destination": "/exchange/amq.direct/k", "x-queue-name": "mine"},
+         [("read", "/exchange/amq.direct/k"), ("configure", "/queue/mine")]),
         ("SEND", {"destination": "/control/purge/queue/a"}, [("configure", "/queue/a")]),
         ("SEND", {"destination": "/control/declare/exchange/x"}, [("configure", "/exchange/x")]),
         ("SEND", {"destination": "/control/bind/exchange/x", "queue": "/queue/q"},

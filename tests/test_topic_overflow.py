@@ -36,6 +36,14 @@ def read_bodies(client: Client, n: int, out: list[bytes], timeout: float = 30) -
     return thread
 
 
+def publish_numbered(producer: Client, topic: str, count: int) -> None:
+    """``count`` BIG messages to ``/topic/<topic>`` numbered by ``seq``, then a round trip: the
+    broker read them all (the publisher was not held back for good)."""
+    for i in range(count):
+        producer.send_to(f"/topic/{topic}", b"n" * BIG, receipt=False, headers={"seq": str(i)})
+    producer.sync()
+
+
 def topic_stats(port: int, topic: str) -> dict[str, str]:
     with Client(port) as c:
         return c.request("SEND", {"destination": f"/control/stats/topic/{topic}"}).headers
@@ -108,9 +116,7 @@ def test_block_timeout_frees_the_publisher_of_a_topics_only_subscriber_that_neve
     stalled.subscribe("/topic/alone", "never-reads")
     count = (HARD_LIMIT * 3) // BIG
     with caplog.at_level(logging.WARNING, logger="stompmq.broker.overflow"), Client(broker.port) as producer:
-        for i in range(count):
-            producer.send_to("/topic/alone", b"a" * BIG, receipt=False, headers={"seq": str(i)})
-        producer.sync()  # got through although the only subscriber read nothing
+        publish_numbered(producer, "alone", count)  # got through although the only subscriber read nothing
         stats = topic_stats(broker.port, "alone")
         assert stats["total-lagging"] == "1" and stats["subscription-0-id"] == "never-reads", stats
         assert int(stats["subscription-0-dropped"]) > 0, stats
@@ -132,9 +138,7 @@ def test_block_lets_the_publisher_go_on_without_a_subscriber_that_stalls_it_too_
     got: list[bytes] = []
     reader = read_bodies(fast, count, got)
     with caplog.at_level(logging.WARNING, logger="stompmq.broker.overflow"), Client(broker.port) as producer:
-        for i in range(count):
-            producer.send_to("/topic/lagging", b"l" * BIG, receipt=False, headers={"seq": str(i)})
-        producer.sync()  # the publisher got through although the stalled subscriber read nothing
+        publish_numbered(producer, "lagging", count)  # the publisher got through although the stalled subscriber read nothing
         reader.join(30)
         assert len(got) == count
         stats = topic_stats(broker.port, "lagging")
@@ -205,9 +209,7 @@ def test_drop_counts_per_subscription_and_logs_once_per_episode(make_memory_brok
     slow.subscribe("/topic/dropping", "slow-sub")
     count = (HARD_LIMIT * 2) // BIG
     with caplog.at_level(logging.WARNING, logger="stompmq.broker.overflow"), Client(broker.port) as producer:
-        for i in range(count):
-            producer.send_to("/topic/dropping", b"d" * BIG, receipt=False, headers={"seq": str(i)})
-        producer.sync()
+        publish_numbered(producer, "dropping", count)
         stats = topic_stats(broker.port, "dropping")
         seqs = []
         while True:

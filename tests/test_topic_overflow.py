@@ -138,7 +138,7 @@ def test_block_lets_the_publisher_go_on_without_a_subscriber_that_stalls_it_too_
     got: list[bytes] = []
     reader = read_bodies(fast, count, got)
     with caplog.at_level(logging.WARNING, logger="stompmq.broker.overflow"), Client(broker.port) as producer:
-        publish_numbered(producer, "lagging", count)  # the publisher got through although the stalled subscriber read nothing
+        publish_numbered(producer, "lagging", count)  # got through although the stalled one read nothing
         reader.join(30)
         assert len(got) == count
         stats = topic_stats(broker.port, "lagging")

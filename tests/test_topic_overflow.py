@@ -161,14 +161,16 @@ def test_block_lets_the_publisher_go_on_without_a_subscriber_that_stalls_it_too_
 
 
 def test_block_timeout_keeps_blocking_for_subscribers_as_busy_as_each_other(make_memory_broker, caplog):
-    """--topic-block-timeout singles out a subscriber only when another one of the topic drains
-    at least twice as fast: two subscribers reading at the same (slow) pace behind a publisher
-    that outruns both hold it back past the timeout, and neither misses anything."""
-    broker = make_memory_broker(settings=ServerSettings(port=0, topic_block_timeout=0.2))
+    """--topic-block-timeout singles out a subscriber that keeps reading only when another one of
+    the topic drains at least twice as fast: two subscribers reading at the same (slow) pace
+    behind a publisher that outruns both hold it back past the timeout, and neither misses
+    anything.  (The timeout leaves room for a reader thread descheduled a while on a busy
+    machine: a wait that lasts it all marks a subscriber as stalled.)"""
+    broker = make_memory_broker(settings=ServerSettings(port=0, topic_block_timeout=0.5))
     subs = [Client(broker.port, rcvbuf=4096) for _ in range(2)]
     for s in subs:
         s.subscribe("/topic/paced")
-    count = (HARD_LIMIT * 4) // BIG
+    count = (HARD_LIMIT * 6) // BIG
     got: list[list[int]] = [[], []]
 
     def read_paced(client: Client, out: list[int]) -> None:

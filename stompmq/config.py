@@ -196,7 +196,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("dlq-prefix", str, "DLQ.", "dead-letter queue of /queue/NAME is /queue/<prefix>NAME", "PREFIX"),
     Option("dead-letter-rejected", _flag, False, "NACK with requeue:false moves the message to its dead-letter queue instead of discarding it", "BOOL"),
     Option("topic-overflow", _topic_overflow, "block", "a topic subscriber over its output limit: block the publisher (bounded memory), drop its messages, or disconnect it", "block|drop|disconnect"),
-    Option("topic-block-timeout", _seconds(zero=True), 5.0, "under --topic-overflow block, seconds one topic subscriber may hold a publisher back; after that, if another subscriber of its topic drains twice as fast, it is treated as under drop for the rest of its connection (0 = wait forever)", "SECONDS"),
+    Option("topic-block-timeout", _seconds(zero=True), 5.0, "under --topic-overflow block, seconds one topic subscriber may hold a publisher back; after that, if another subscriber of its topic drains twice as fast, or if its output never fell below the limit while the publisher waited (it reads nothing), it is treated as under drop for the rest of its connection (0 = wait forever)", "SECONDS"),
     Option("stream-max-age", float, 0.0, "seconds a stream keeps its entries (0 = no limit); per stream: /control/declare/stream/NAME max-age", "SECONDS"),
     Option("stream-max-bytes", int, 0, "body bytes a stream keeps (0 = no limit); per stream: /control/declare/stream/NAME max-bytes", "BYTES"),
     Option("stream-segment", int, 10_000, "entries per stream segment, the unit retention deletes", "N"),

@@ -137,7 +137,6 @@ def test_a_bad_ack_in_a_run_fails_with_its_receipt_after_the_acks_before_it(brok
 @pytest.mark.parametrize(
     "version, headers, error",
     [
-        ("1.0", {"message-id": "ID"}, "NACK does not exist in STOMP 1.0"),
         ("1.2", {"id": "ID", "requeue": "maybe"}, "requeue must be true or false, not 'maybe'"),
         ("1.2", {"id": "nope"}, "no unacked message with ack id 'nope'"),
     ],

@@ -217,7 +217,7 @@ def test_s15_connected_has_version_and_server(memory_broker):
 def test_s16_missing_heart_beat_means_none(make_memory_broker):
     broker = hb_broker(make_memory_broker)
     with Client(broker.port) as c:  # no heart-beat header
-        assert c.connected["heart-beat"] == "100,100"
+        assert c.connected["heart-beat"] == "0,0"  # as RabbitMQ and ActiveMQ answer (test_interop.py)
         assert c.raw_bytes(0.4) == b"", "server sent beats the client did not ask for"
         # and it did not expect any either: still alive well past 100 ms x grace
         c.sync()
@@ -226,6 +226,7 @@ def test_s16_missing_heart_beat_means_none(make_memory_broker):
 def test_s16_zero_heart_beat_means_none(make_memory_broker):
     broker = hb_broker(make_memory_broker)
     with Client(broker.port, heart_beat="0,0") as c:
+        assert c.connected["heart-beat"] == "0,0"
         assert c.raw_bytes(0.4) == b""
         c.sync()
 
@@ -640,15 +641,6 @@ def test_s26_v10_ack_by_message_id(broker):
         c.request("ACK", {"message-id": msg["message-id"]})
         c.disconnect()
     assert redelivered_bodies(broker.port, "/queue/s26c", 0) == []
-
-
-def test_s26_v10_has_no_nack(memory_broker):
-    with Client(memory_broker.port, "1.0") as c:
-        c.subscribe("/queue/s26d", ack="client")
-        c.send_to("/queue/s26d", "x")
-        msg = c.message()
-        c.frame("NACK", {"message-id": msg["message-id"], "receipt": "r"})
-        assert c.expect_error()["receipt-id"] == "r"
 
 
 @pytest.mark.parametrize("version", ["1.0", "1.1", "1.2"])

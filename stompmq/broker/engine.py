@@ -42,7 +42,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 from ..protocol import Frame
 from ..protocol.headers import headers_without
@@ -69,7 +69,7 @@ from .send_headers import SPECIAL_HEADERS, send_options
 from .session import Outbox, Session
 from .streams import STREAM_FOLLOW_RETRY, STREAM_READ_RETRY, STREAM_RETENTION, Streams, StreamSubscription
 from .stats import QueueStats
-from .subscriptions import Subscriptions, split_legacy_bindings
+from .subscriptions import QUEUE_NAME_HEADER, Subscriptions, split_legacy_bindings
 from .temp_queues import TEMP_DESTINATION
 from .timers import Deadlines
 from .topics import WILDCARD, TopicRouter
@@ -78,6 +78,7 @@ from .transactions import HELD, Held, Transactions, requeue_wanted
 log = logging.getLogger(__name__)
 
 Handler = Callable[[Session, Frame], "Headers | Deferred[Headers] | Held | None"]
+T = TypeVar("T")
 
 
 class Broker:
@@ -96,6 +97,8 @@ class Broker:
         self.transactions = Transactions(self.router, self.acks)
         self.control = Control(self.dispatcher, self.router, self.streams)
         self.expiry = ExpirySweep(self.dispatcher)
+        #: x-queue-name names the store found unused, for the SUBSCRIBE handled again at once
+        self._vetted: set[str] = set()
         self._handlers: dict[str, Handler] = {
             "SEND": self._on_send,
             "SUBSCRIBE": self._on_subscribe,
@@ -193,15 +196,16 @@ class Broker:
 
     # -- what other brokers sharing the store did -------------------------------------------------
     def topic_subscriber_lagging(
-        self, subscriber: Session, seconds: float, drain_rate: Callable[[Outbox], float]
+        self, subscriber: Session, seconds: float, drain_rate: Callable[[Outbox], float], stalled: bool
     ) -> bool:
         """The server waited ``seconds`` for ``subscriber``'s outbox on behalf of a publisher
-        (--topic-overflow block, --topic-block-timeout).  If a subscriber of the same topic
+        (--topic-overflow block, --topic-block-timeout); ``stalled``: one wait lasted that long,
+        its output never falling below the limit.  If so, or if a subscriber of the same topic
         drains its output ``LAG_RATIO`` times as fast (``drain_rate``, bytes/s, 0.0 unknown),
         ``subscriber`` is what holds the topic back: the publisher goes on without it (True).
         Otherwise the publisher is simply faster than every subscriber and flow control goes on."""
         return self.router.overflow.lag_if_slowest(
-            subscriber, seconds, drain_rate, self.router.topic_peers(subscriber)
+            subscriber, seconds, drain_rate, self.router.topic_peers(subscriber), stalled
         )
 
     def store_changed(self, queue: str) -> None:
@@ -463,39 +467,78 @@ class Broker:
         dest = parse_destination(headers.get("destination"))
         if dest.kind is Kind.AMQ_QUEUE and not self._existing_queue(session, frame, dest.name):
             return HELD
+        named = headers.get(QUEUE_NAME_HEADER)
+        if dest.kind is Kind.EXCHANGE and named and not self._unused_queue(session, frame, named):
+            return HELD
         self.subscriptions.subscribe(session, dest, headers)
         return None
 
     def _existing_queue(self, session: Session, frame: Frame, name: str) -> bool:
         """``/amq/queue/NAME`` names an existing queue (RabbitMQ): True when this broker knows
-        it (used since start).  Otherwise the store is asked, and this frame and every later one
-        of the session wait for the answer (``Session.waiting``), so their order holds."""
+        it (used since start).  Otherwise the store is asked (``_ask_store``)."""
         dispatcher = self.dispatcher
         if name in dispatcher.stats or name in dispatcher.queues:
             return True
         if not self.store.durable:
             raise ClientError(_no_queue(name))
-        session.waiting = deque([frame])
 
         def fetch(store: Store) -> Awaitable[bool]:
             return store.queue_exists(name)
+
+        def answer(exists: bool) -> str | None:
+            if not exists:
+                return _no_queue(name)
+            dispatcher.queue_stats(name)  # known from now on
+            return None
+
+        self._ask_store(session, frame, fetch, answer)
+        return False
+
+    def _unused_queue(self, session: Session, frame: Frame, name: str) -> bool:
+        """``x-queue-name`` names the private queue of an exchange subscription (RabbitMQ): a
+        queue nobody uses, since the subscription's end deletes it.  ClientError if this broker
+        knows it in use; True once the store has said it holds no messages (``_ask_store``)."""
+        self.subscriptions.check_queue_name(name)
+        if not self.store.durable or name in self._vetted:
+            self._vetted.discard(name)
+            return True
+
+        def fetch(store: Store) -> Awaitable[int]:
+            return store.count(name)
+
+        def answer(count: int) -> str | None:
+            if count:
+                return f"{QUEUE_NAME_HEADER} {name!r} names a queue that holds messages"
+            self._vetted.add(name)
+            return None
+
+        self._ask_store(session, frame, fetch, answer)
+        return False
+
+    def _ask_store(
+        self, session: Session, frame: Frame, fetch: Callable[[Store], Awaitable[T]],
+        answer: Callable[[T], str | None],
+    ) -> None:
+        """What ``frame`` names must be looked up in the store: it and every later frame of the
+        session wait for the answer (``Session.waiting``), so their order holds; ``answer``
+        says what is wrong with the result (the session fails) or None (the frames go on)."""
+        session.waiting = deque([frame])
 
         def failed(error: StoreError) -> None:
             if not session.closed:
                 session.fail(f"store error: {error}", frame.headers.get("receipt"))
 
-        self.reads.submit(StoreRead(fetch, partial(self._checked, session, name), failed))
-        return False
+        self.reads.submit(StoreRead(fetch, partial(self._checked, session, answer), failed))
 
-    def _checked(self, session: Session, name: str, exists: bool) -> None:
-        """The store answered whether queue ``name`` exists: handle the frames that waited."""
+    def _checked(self, session: Session, answer: Callable[[T], str | None], result: T) -> None:
+        """The store answered for the first waiting frame: handle the frames that waited."""
         frames, session.waiting = session.waiting, None
         if session.closed or frames is None:
             return
-        if not exists:
-            session.fail(_no_queue(name), frames[0].headers.get("receipt"))
+        error = answer(result)
+        if error is not None:
+            session.fail(error, frames[0].headers.get("receipt"))
             return
-        self.dispatcher.queue_stats(name)  # known from now on
         for frame in frames:
             try:
                 self.handle(session, frame)  # a later frame may wait again: the rest queue behind it
@@ -520,8 +563,8 @@ class Broker:
         return None
 
     def _on_nack(self, session: Session, frame: Frame) -> Held | None:
-        if session.version == "1.0":
-            raise ClientError("NACK does not exist in STOMP 1.0")
+        # NACK is not in STOMP 1.0, but RabbitMQ takes it there, naming the message by message-id
+        # as a 1.0 ACK does, and clients written against RabbitMQ send it.
         sub, ack_id = self.acks.target(session, frame.headers)
         requeue = requeue_wanted(frame.headers)
         if "transaction" in frame.headers:

@@ -9,16 +9,19 @@ unsent output than its hard limit, something has to give:
   bounded: an outbox exceeds its limit by at most what one read of each
   publisher holds.  Every subscriber gets every message; the publisher (and the
   rest of its traffic) goes at the pace of the slowest subscriber -- but for
-  at most ``--topic-block-timeout`` seconds (default 5) if another subscriber
-  of its topic drains at least ``LAG_RATIO`` times as fast: then it is a known
-  slow consumer (``Session.topic_lagging``, the way ActiveMQ's slow-consumer
-  strategies single one out) and is treated as under ``drop`` for the rest of
-  its connection: it misses messages while its output is over the limit,
-  counted and logged.  One stalled subscriber cannot stop a topic for everyone
-  else, and it cannot make the publisher wait again and again; subscribers
-  that keep pace with each other are never singled out, whatever the
-  publisher's pace (flow control is the answer to that).  A timeout of 0 waits
-  forever.
+  at most ``--topic-block-timeout`` seconds (default 5) in one stretch if
+  another subscriber of its topic drains at least ``LAG_RATIO`` times as fast,
+  or if the subscriber is stalled: one publisher waited the whole timeout
+  without its output falling below the limit once (it reads nothing, or next
+  to nothing), whether or not the topic has other subscribers.  Then it is a
+  known slow consumer (``Session.topic_lagging``, the way ActiveMQ's
+  slow-consumer strategies single one out) and is treated as under ``drop``
+  for the rest of its connection: it misses messages while its output is over
+  the limit, counted and logged.  One stalled subscriber cannot stop a topic,
+  even as its only subscriber, and it cannot make the publisher wait again and
+  again; subscribers that keep reading and keep pace with each other are never
+  singled out, whatever the publisher's pace (flow control is the answer to
+  that).  A timeout of 0 waits forever.
 * ``drop``: that subscriber misses the message; the others and the publisher
   are not slowed.
 * ``disconnect``: that subscriber's connection gets an ERROR and is closed.
@@ -71,14 +74,22 @@ class TopicOverflow:
         seconds: float,
         drain_rate: Callable[[Outbox], float],
         peers: Iterable[Session],
+        stalled: bool,
     ) -> bool:
-        """``subscriber`` held a publisher back for ``seconds`` (--topic-block-timeout).  If one of
-        its ``peers`` drains at least ``LAG_RATIO`` times as fast, from now on it never holds a
-        publisher back again, it misses messages instead (as under ``drop``): True.  If none
-        does, every subscriber is as busy and the publisher keeps waiting: False."""
+        """``subscriber`` held a publisher back for ``seconds`` (--topic-block-timeout).  If it is
+        ``stalled`` (one publisher waited that long for it alone), or one of its ``peers`` drains
+        at least ``LAG_RATIO`` times as fast, from now on it never holds a publisher back again,
+        it misses messages instead (as under ``drop``): True.  If neither, every subscriber is
+        as busy and the publisher keeps waiting: False."""
         if subscriber.topic_lagging or subscriber.closed:
             return True
         own = drain_rate(subscriber.outbox)
+        if stalled:
+            self._lagging(
+                subscriber, "held a publisher back for %g s (--topic-block-timeout) without its output falling "
+                "below the limit (draining %.0f bytes/s)", seconds, own,
+            )
+            return True
         fastest = max((drain_rate(peer.outbox) for peer in peers), default=0.0)
         if fastest <= 0.0 or fastest < LAG_RATIO * own:
             log.debug(
@@ -87,15 +98,20 @@ class TopicOverflow:
                 subscriber.id, seconds, own, fastest,
             )
             return False
+        self._lagging(
+            subscriber, "held a publisher back for %g s (--topic-block-timeout) draining %.0f bytes/s while "
+            "another subscriber drains %.0f", seconds, own, fastest,
+        )
+        return True
+
+    def _lagging(self, subscriber: Session, why: str, *args: object) -> None:
+        """From now on ``subscriber`` misses topic messages rather than hold publishers back."""
         subscriber.topic_lagging = True
         self.total_lagging += 1
         log.warning(
-            "topic subscriber session %s held a publisher back for %g s (--topic-block-timeout) "
-            "draining %.0f bytes/s while another subscriber drains %.0f: from now on it misses "
-            "topic messages whenever its output is over the limit, as under drop",
-            subscriber.id, seconds, own, fastest,
+            "topic subscriber session %s " + why + ": from now on it misses topic messages whenever its "
+            "output is over the limit, as under drop", subscriber.id, *args,
         )
-        return True
 
     def drop(self, sub: Subscription, why: str) -> None:
         self.total_dropped += 1

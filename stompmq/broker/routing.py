@@ -325,6 +325,12 @@ class Router:
                 keyed.unbind(queue, key)
                 self.store.delete_binding(keyed.name, queue, key)
 
+    def is_bound(self, queue: str) -> bool:
+        """Is ``queue`` bound to any exchange (declared or private bindings alike)?"""
+        return any(queue in exchange.bindings for exchange in self.exchanges.values()) or any(
+            keyed.keys_of(queue) for keyed in self.key_exchanges.values()
+        )
+
     def bind_private(self, exchange_name: str, queue: str, weight_or_key: str) -> None:
         """Bind the private queue of a SUBSCRIBE /exchange/NAME/REST (never stored): REST is the
         weight for a consistent-hash exchange, the binding key for the others."""

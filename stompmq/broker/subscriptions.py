@@ -32,7 +32,7 @@ from ..storage.base import BindingRecord
 from .acks import Acks
 from .browse import BROWSER_HEADER, Browsers, BrowseSubscription
 from .config import BrokerConfig
-from .destinations import Destination, Kind
+from .destinations import Destination, Kind, parse_destination
 from .dispatch import Dispatcher
 from .errors import ClientError
 from .destinations import MAX_NAME_BYTES
@@ -42,12 +42,18 @@ from .send_headers import flag, seconds
 from .session import AckMode, Session, Subscription
 from .streams import END_HEADER, OFFSET_HEADER, Streams, StreamSubscription
 
+#: ActiveMQ's prefetch header; 0 there means the consumer pulls (STOMP's nearest: prefetch 1).
+ACTIVEMQ_PREFETCH = "activemq.prefetchSize"
 #: Header names that set a subscription's prefetch, first one present wins.
-PREFETCH_HEADERS = ("prefetch", "activemq.prefetchSize", "prefetch-count")
+PREFETCH_HEADERS = ("prefetch", ACTIVEMQ_PREFETCH, "prefetch-count")
 
 _ACK_MODES = {mode.value: mode for mode in AckMode}
 log = logging.getLogger(__name__)
 
+#: RabbitMQ's SUBSCRIBE header naming an exchange subscription's private queue.
+QUEUE_NAME_HEADER = "x-queue-name"
+#: Queue names the broker makes itself (private, durable, temporary); never an x-queue-name.
+RESERVED_QUEUE_PREFIX = "amq."
 #: Name prefix of the queue of a durable topic subscription (never purged at start).
 DURABLE_QUEUE_PREFIX = "amq.subscription."
 #: The prefix of durable subscriptions named by their id alone, before they had owners: any
@@ -97,7 +103,9 @@ class Subscriptions:
         elif browser:
             raise ClientError(f"browser:true needs a queue destination, not {dest.raw!r}")
         elif dest.kind is Kind.EXCHANGE:
-            queue_name = private_queue_name(dest.name, self.dispatcher.store.node_id, session.id, sub_id)
+            queue_name = headers.get(QUEUE_NAME_HEADER) or private_queue_name(
+                dest.name, self.dispatcher.store.node_id, session.id, sub_id
+            )
             self.router.bind_private(dest.name, queue_name, dest.key)
         elif dest.kind is Kind.TOPIC and (durable := durable_queue(session.login, session.client_id, headers)):
             queue_name = durable
@@ -119,12 +127,29 @@ class Subscriptions:
         queue = self.dispatcher.activate(queue_name)
         declared = self.dispatcher.policies.get(queue_name)
         exclusive = exclusive or (declared is not None and declared.single_active)
-        if dest.kind is Kind.TOPIC or dest.kind is Kind.TEMP_QUEUE:
-            queue.destination = dest.raw  # a durable subscriber sees the topic it subscribed to
+        if dest.kind is not Kind.QUEUE and dest.kind is not Kind.AMQ_QUEUE:
+            # a durable or exchange subscriber sees what it subscribed to (RabbitMQ), not its queue
+            queue.destination = dest.raw
         sub = Subscription(sub_id, session, dest.raw, mode, prefetch, ack_timeout, queue)
         session.subscriptions[sub_id] = sub
         self.dispatcher.restore(queue, queue.add_subscriber(sub, exclusive))
         self.dispatcher.pump(queue)
+
+    def check_queue_name(self, name: str) -> None:
+        """ClientError unless ``x-queue-name`` ``name`` may name an exchange subscription's
+        private queue: a valid queue name outside the reserved ``amq.`` prefix (RabbitMQ's rule;
+        the generated, durable and temporary queues live there) that this broker knows nobody
+        uses (declared, bound, subscribed, holding messages in memory), since the subscription's
+        end deletes it.  The engine asks the store whether it holds messages."""
+        dest = parse_destination("/queue/" + name)
+        if dest.kind is not Kind.QUEUE or dest.name != name:
+            raise ClientError(f"{QUEUE_NAME_HEADER} {name!r} is not a queue name")
+        if name.startswith(RESERVED_QUEUE_PREFIX):
+            raise ClientError(f"{QUEUE_NAME_HEADER} {name!r}: queue names starting with "
+                              f"{RESERVED_QUEUE_PREFIX!r} are reserved")
+        dispatcher = self.dispatcher
+        if name in dispatcher.queues or name in dispatcher.policies or self.router.is_bound(name):
+            raise ClientError(f"{QUEUE_NAME_HEADER} {name!r} names a queue in use")
 
     def _prefetch(self, headers: dict[str, str]) -> int:
         limit = self.config.max_prefetch
@@ -135,6 +160,8 @@ class Subscriptions:
                     prefetch = int(value)
                 except ValueError:
                     raise ClientError(f"{name} must be a positive integer, not {value!r}") from None
+                if prefetch == 0 and name == ACTIVEMQ_PREFETCH:
+                    prefetch = 1  # ActiveMQ's 0 is a consumer that pulls one at a time
                 if prefetch < 1:
                     raise ClientError(f"{name} must be a positive integer, not {value!r}")
                 return min(prefetch, limit)

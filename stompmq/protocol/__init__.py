@@ -7,7 +7,13 @@ sockets, timers and the ERROR replies built from ``ProtocolError``.
 from .encoder import encode_frame, encode_header_block, escape
 from .errors import LocalProtocolError, ProtocolError
 from .frame import Frame
-from .negotiation import SUPPORTED_VERSIONS, heart_beat_intervals, negotiate_version, parse_heart_beat
+from .negotiation import (
+    SUPPORTED_VERSIONS,
+    connected_heart_beat,
+    heart_beat_intervals,
+    negotiate_version,
+    parse_heart_beat,
+)
 from .parser import FrameParser, Limits
 
 __all__ = [
@@ -17,6 +23,7 @@ __all__ = [
     "Limits",
     "LocalProtocolError",
     "ProtocolError",
+    "connected_heart_beat",
     "encode_frame",
     "encode_header_block",
     "escape",

@@ -73,3 +73,11 @@ def heart_beat_intervals(client: tuple[int, int], server: tuple[int, int]) -> tu
     sends = 0 if sx == 0 or cy == 0 else max(sx, cy)
     expects = 0 if cx == 0 or sy == 0 else max(cx, sy)
     return (sends, expects)
+
+
+def connected_heart_beat(client: tuple[int, int], server: tuple[int, int]) -> tuple[int, int]:
+    """The ``heart-beat`` CONNECTED answers: the server's own (sx, sy), or (0, 0) when the
+    client asked for none.  Either answer gives the same intervals (a 0 on the client's side
+    turns that direction off), but RabbitMQ and ActiveMQ say ``0,0`` to such a client, and
+    clients that check the answer expect it."""
+    return (0, 0) if client == (0, 0) else server

@@ -198,7 +198,8 @@ def required_permissions(
     every alias of a queue or topic meets the same patterns.  A ``/control/VERB/KIND/NAME``
     SEND needs ``configure`` or ``read`` on ``/KIND/NAME``'s resource; binding or unbinding
     also changes the queue of its ``queue`` header, so it needs ``configure`` on that queue
-    too.  A durable topic subscription of ``login`` (``client_id``: the CONNECT's) reads its
+    too.  An ``/exchange/`` SUBSCRIBE with ``x-queue-name:NAME`` also needs ``configure`` on
+    ``/queue/NAME``, the queue it creates.  A durable topic subscription of ``login`` (``client_id``: the CONNECT's) reads its
     stored queue as well as the topic, so it needs ``read`` on both.
     """
     if command != "SEND" and command != "SUBSCRIBE":
@@ -215,6 +216,9 @@ def required_permissions(
             durable = None  # the engine reports the bad durable header
         if durable is not None:
             needs.append(("read", "/queue/" + durable))
+        named = headers.get("x-queue-name") if dest.kind is Kind.EXCHANGE else None
+        if named:
+            needs.append(("configure", "/queue/" + named))
         return needs
     if dest.kind is not Kind.CONTROL:
         return [("write", resource(dest, headers))]

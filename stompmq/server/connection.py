@@ -48,6 +48,7 @@ from ..protocol import (
     Frame,
     FrameParser,
     ProtocolError,
+    connected_heart_beat,
     encode_frame,
     heart_beat_intervals,
     negotiate_version,
@@ -252,22 +253,27 @@ class Connection:
         """--topic-overflow block: this client published topic messages into outboxes that are
         now over their hard limit; read nothing more from it until each is below it again.
         A subscriber may hold publishers back for --topic-block-timeout in one stretch (until
-        its output drains, however many waits that takes); then it lags (broker/overflow.py)."""
+        its output drains, however many waits that takes); then it lags (broker/overflow.py) if
+        a peer drains much faster, or if this one wait lasted the whole timeout (it is stalled,
+        whether or not it has peers)."""
         subscribers = session.throttled_by or {}
         session.throttled_by = None
         timeout = self.settings.topic_block_timeout or math.inf
         for outbox, subscriber in subscribers.items():
             buffer = cast(ConnectionOutbox, outbox)
+            waiting_since = trio.current_time()
             while True:
                 if buffer.holding_since is None:
-                    buffer.holding_since = trio.current_time()
+                    buffer.holding_since = waiting_since
                 with trio.move_on_at(buffer.holding_since + timeout):
                     await buffer.wait_below_hard_limit()
                 if buffer.can_take_transient() or buffer.closed:
                     break
-                if self.broker.topic_subscriber_lagging(subscriber, timeout, _drain_rate):
+                now = trio.current_time()
+                stalled = now - waiting_since >= timeout
+                if self.broker.topic_subscriber_lagging(subscriber, timeout, _drain_rate, stalled):
                     break
-                buffer.holding_since = None  # no faster peer: the publisher is faster than all
+                buffer.holding_since = now  # it keeps pace with its peers: a new stretch starts
 
     async def _wait_for_consumers(self, session: Session) -> None:
         """This client published into queues whose consumers fell behind: read nothing more
@@ -350,7 +356,7 @@ class Connection:
         session.fail = self.fail
         connected = {
             "version": version,
-            "heart-beat": "%d,%d" % settings.heart_beat,
+            "heart-beat": "%d,%d" % connected_heart_beat(client_beats, settings.heart_beat),
             "server": f"stompmq/{__version__}",
             "session": self.id,
         }

@@ -7,6 +7,7 @@ import pytest
 from stompmq.protocol import (
     SUPPORTED_VERSIONS,
     ProtocolError,
+    connected_heart_beat,
     heart_beat_intervals,
     negotiate_version,
     parse_heart_beat,
@@ -80,3 +81,22 @@ INTERVAL_CASES = [
 )
 def test_heart_beat_intervals(client: tuple[int, int], server: tuple[int, int], expected: tuple[int, int]) -> None:
     assert heart_beat_intervals(client, server) == expected
+
+
+CONNECTED_CASES = [
+    # (id, client (cx, cy), server (sx, sy), CONNECTED's heart-beat)
+    ("client_wants_none", (0, 0), (10_000, 10_000), (0, 0)),
+    ("client_wants_beats", (0, 200), (10_000, 10_000), (10_000, 10_000)),
+    ("client_sends_beats", (100, 0), (150, 50), (150, 50)),
+    ("server_declines", (100, 100), (0, 0), (0, 0)),
+]
+
+
+@pytest.mark.parametrize(
+    ("client", "server", "expected"), [c[1:] for c in CONNECTED_CASES], ids=[c[0] for c in CONNECTED_CASES]
+)
+def test_connected_heart_beat(client: tuple[int, int], server: tuple[int, int], expected: tuple[int, int]) -> None:
+    answer = connected_heart_beat(client, server)
+    assert answer == expected
+    # whatever CONNECTED says, both sides compute the same intervals from it
+    assert heart_beat_intervals(client, answer) == heart_beat_intervals(client, server)

@@ -62,8 +62,10 @@ def test_a_bad_users_file_is_one_clear_error(tmp_path: Path, text: str, complain
     "command, headers, needs",
     [
         ("SEND", {"destination": "/queue/a"}, [("write", "/queue/a")]),
-        ("SEND", {"destination": "/exchange/prices/eu"}, [("write", "/exchange/prices/eu")]),
+        ("SEND", {"destination": "/exchange/prices/eu"}, [("write", "/exchange/prices")]),
         ("SUBSCRIBE", {"destination": "/topic/t"}, [("read", "/topic/t")]),
+        ("SUBSCRIBE", {"destination": "/exchange/amq.direct/k", "x-queue-name": "mine"},
+         [("read", "/exchange/amq.direct"), ("configure", "/queue/mine")]),
         ("SEND", {"destination": "/control/purge/queue/a"}, [("configure", "/queue/a")]),
         ("SEND", {"destination": "/control/declare/exchange/x"}, [("configure", "/exchange/x")]),
         ("SEND", {"destination": "/control/bind/exchange/x", "queue": "/queue/q"},

@@ -136,3 +136,23 @@ async def test_a_stalled_auto_ack_subscriber_loses_nothing(autojump_clock: trio.
         assert any(redelivered)
         # Duplicates come only from the one write the socket took in part (at-least-once).
         assert len(set(got_stalled) & set(got_other)) <= 512 * 1024 // 1000
+
+
+async def test_a_topics_only_subscriber_that_never_reads_holds_its_publisher_for_the_timeout_only(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """--topic-overflow block, --topic-block-timeout 5: a subscriber that reads nothing holds the
+    publisher back for 5 s (not less: it could be busy), then it counts as slow though it is the
+    topic's only subscriber, and the publisher goes on at once."""
+    big = b"x" * (64 * 1024)
+    async with broker_pair(settings=ServerSettings(port=0, topic_block_timeout=5.0)) as pair:
+        stalled = await pair.connected(lockstep=True)  # the server's writes wait for reads: none come
+        await stalled.send("SUBSCRIBE", {"id": "1", "destination": "/topic/t"})
+        publisher = await pair.connected()
+        start = trio.current_time()
+        for _ in range(200):  # 12.5 MiB: over the outbox's 8 MiB hard limit
+            await publisher.send("SEND", {"destination": "/topic/t"}, big)
+        await publisher.send("SEND", {"destination": "/control/stats/topic/t", "receipt": "r"})
+        stats = (await publisher.receive()).headers
+        assert 5.0 <= trio.current_time() - start < 6.0
+        assert stats["total-lagging"] == "1" and int(stats["subscription-0-dropped"]) > 0, stats

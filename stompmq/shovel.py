@@ -208,13 +208,18 @@ def main(argv: list[str]) -> int:
         started = time.monotonic()
         run_client(_main, shovel)
     except ClientError as e:
-        print(f"\nstompmq shovel: {e}", file=sys.stderr)
+        print(f"{_line_end()}stompmq shovel: {e}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
-        print("\nstompmq shovel: interrupted; messages not yet confirmed stay at the source", file=sys.stderr)
+        print(f"{_line_end()}stompmq shovel: interrupted; what was not confirmed stays at the source", file=sys.stderr)
         return 130
     elapsed = time.monotonic() - started
     rate = shovel.moved / max(elapsed, 1e-9)
-    print(f"\rstompmq shovel: {shovel.moved} moved in {elapsed:.1f} s ({rate:,.0f}/s), "
+    print(f"{_line_end()}stompmq shovel: {shovel.moved} moved in {elapsed:.1f} s ({rate:,.0f}/s), "
           f"{shovel.flagged} flagged {REDELIVERED}", file=sys.stderr)
     return 0
+
+
+def _line_end() -> str:
+    """What ends a progress line before a last message: on a terminal the line is still open."""
+    return "\n" if sys.stderr.isatty() else ""

@@ -38,6 +38,8 @@ def fill(port: int, queue: str, n: int) -> None:
             p.send(b"".join(encode_frame(Frame("SEND", {
                 "destination": "/queue/" + queue, "number": str(i), "content-type": "text/plain", "priority": "4",
             }, b"m%d" % i), "1.2") for i in range(start, min(n, start + chunk))))
+        p.frame("SEND", {"destination": "/queue/filled", "receipt": "filled"})
+        p.wait_receipt("filled", timeout=300)  # the broker read every SEND before it
         assert p.count(queue) >= n
 
 

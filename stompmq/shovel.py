@@ -33,7 +33,8 @@ from dataclasses import dataclass, field
 import trio
 
 from .client import ClientError, Refused, StompConnection, StompUrl, reason, run_client
-from .protocol import Frame, encode_frame
+from .protocol import Frame, encode_frame, encode_header_block, escape
+from .protocol.headers import headers_without
 
 #: Headers a broker sets on each delivery: meaningless at the destination, or set there anew.
 BROKER_SET = frozenset({
@@ -43,6 +44,9 @@ BROKER_SET = frozenset({
 #: The header that marks a message the source delivered more than once (a possible duplicate).
 REDELIVERED = "shovel-redelivered"
 DEFAULT_PREFETCH = 1000
+#: Seconds without a delivery that --until-empty takes for an empty source: STOMP cannot ask
+#: whether a queue is empty, and a broker paging a large backlog from disk may pause a second or two.
+IDLE_SECONDS = 5.0
 #: Seconds between progress lines on a terminal (elsewhere: PLAIN_PROGRESS_SECONDS).
 PROGRESS_SECONDS = 0.5
 PLAIN_PROGRESS_SECONDS = 5.0
@@ -71,10 +75,11 @@ class Shovel:
         except BaseException:
             await source.stream.aclose()
             raise
+        prefetch = str(self.prefetch if self.max is None else min(self.prefetch, self.max))
         try:
             await source.send(Frame("SUBSCRIBE", {
                 "id": "shovel", "destination": self.source.destination, "ack": "client-individual",
-                "prefetch-count": str(self.prefetch), "activemq.prefetchSize": str(self.prefetch),
+                "prefetch-count": prefetch, "activemq.prefetchSize": prefetch,
             }))
             self.last_message = trio.current_time()
             async with trio.open_nursery() as nursery:
@@ -92,8 +97,8 @@ class Shovel:
         return self.max is not None and self.forwarded >= self.max
 
     async def _forward(self, source: StompConnection, target: StompConnection) -> None:
-        destination = self.target.destination
         version = target.version
+        send = b"SEND\ndestination:" + escape(self.target.destination, version).encode() + b"\nreceipt:%d\n%s"
         while True:
             out = []
             for frame in await source.frames():
@@ -101,15 +106,15 @@ class Shovel:
                     raise Refused(f"source {self.source.where()}: {reason(frame)}")
                 if frame.command != "MESSAGE" or self._done():
                     continue  # past --max: left unacknowledged, so it goes back to the source
-                headers = {k: v for k, v in frame.headers.items() if k not in BROKER_SET}
+                headers = headers_without(frame.headers, BROKER_SET)
                 if frame.headers.get("redelivered") == "true":
                     headers[REDELIVERED] = "true"
                     self.flagged += 1
                 self.forwarded += 1
-                headers["destination"] = destination
-                headers["receipt"] = str(self.forwarded)
                 self.outstanding[self.forwarded] = _ack(frame, source.version)
-                out.append(encode_frame(Frame("SEND", headers, frame.body), version))
+                body = frame.body
+                out.append(send % (self.forwarded, encode_header_block(headers.items(), version)))
+                out.append(b"content-length:%d\n\n%s\0" % (len(body), body))
             self.last_message = trio.current_time()
             if out:
                 await target.send_bytes(b"".join(out))
@@ -120,8 +125,9 @@ class Shovel:
             for frame in await target.frames():
                 if frame.command == "ERROR":
                     raise Refused(f"destination {self.target.where()}: {reason(frame)}")
-                if frame.command == "RECEIPT":
-                    acks.append(self.outstanding.pop(int(frame.headers["receipt-id"])))
+                receipt = frame.headers.get("receipt-id", "")
+                if frame.command == "RECEIPT" and receipt.isdigit() and int(receipt) in self.outstanding:
+                    acks.append(self.outstanding.pop(int(receipt)))
             if acks:
                 await source.send_bytes(b"".join(acks))
                 self.moved += len(acks)
@@ -140,10 +146,9 @@ class Shovel:
 def _ack(message: Frame, version: str) -> bytes:
     """The ACK of a MESSAGE (1.2 by its ack id; 1.0 and 1.1 by message and subscription)."""
     if version == "1.2":
-        headers = {"id": message.headers.get("ack", "")}
-    else:
-        headers = {"message-id": message.headers.get("message-id", ""), "subscription": "shovel"}
-    return encode_frame(Frame("ACK", headers), version)
+        return b"ACK\nid:%s\n\n\0" % escape(message.headers.get("ack", ""), version).encode()
+    return encode_frame(Frame("ACK", {"message-id": message.headers.get("message-id", ""),
+                                      "subscription": "shovel"}), version)
 
 
 async def _progress(shovel: Shovel, interactive: bool) -> None:
@@ -179,9 +184,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--to-vhost", help="the destination's vhost [default: the URL's]")
     parser.add_argument("--prefetch", type=_positive, default=DEFAULT_PREFETCH,
                         help=f"messages in flight, the source's prefetch [default: {DEFAULT_PREFETCH}]")
-    parser.add_argument("--max", type=_positive, help="stop after moving this many messages")
-    parser.add_argument("--until-empty", nargs="?", type=float, const=1.0, metavar="SECONDS",
-                        help="stop once the source delivered nothing for SECONDS [default: 1]")
+    parser.add_argument("--max", type=_positive, help="stop after moving this many messages (what the source "
+                        "delivered beyond them goes back to it, marked redelivered by the source)")
+    parser.add_argument("--until-empty", nargs="?", type=float, const=IDLE_SECONDS, metavar="SECONDS",
+                        help=f"stop once the source delivered nothing for SECONDS [default: {IDLE_SECONDS:g}]")
     return parser
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -84,7 +85,7 @@ def check_moved(old: BrokerProcess, new: BrokerProcess, queue: str, n: int) -> l
 
 def run_to_end(old: BrokerProcess, new: BrokerProcess, queue: str, n: int) -> float:
     started = time.monotonic()
-    proc = shovel(old, new, queue, "--until-empty", "0.5")
+    proc = shovel(old, new, queue, "--until-empty")
     _, err = proc.communicate(timeout=600)
     elapsed = time.monotonic() - started
     assert proc.returncode == 0, err
@@ -99,7 +100,7 @@ def test_shovel_moves_2k_with_headers_and_nothing_lost(brokers):
     run_to_end(old, new, "a", 2000)
     with Peer(old.port) as p:  # headers kept, but for those the source's broker set
         p.send_to("/queue/b", "x", headers={"custom": "kept", "content-type": "text/plain", "priority": "7"})
-    proc = shovel(old, new, "b", "--until-empty", "0.3")
+    proc = shovel(old, new, "b", "--until-empty", "2")
     assert proc.wait(60) == 0
     (message,) = drain(new.port, "b")
     assert message.headers["custom"] == "kept" and message.headers["priority"] == "7"
@@ -125,9 +126,14 @@ def test_kill_9_of_the_shovel_leaves_only_flagged_duplicates(brokers):
     proc.wait(30)
     with Peer(new.port) as p:
         assert p.count("k") < n  # killed mid-way
-    proc = shovel(old, new, "k", "--until-empty", "0.5")
-    assert proc.wait(300) == 0
-    check_moved(old, new, "k", n)
+    proc = shovel(old, new, "k", "--until-empty")
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    # What the killed shovel held unacked comes again, redelivered: possibly a second copy, so flagged.
+    flagged = int(re.search(rb"(\d+) flagged", err)[1])  # type: ignore[index]
+    assert flagged > 0
+    duplicates = check_moved(old, new, "k", n)
+    assert len(duplicates) <= 2 * flagged
 
 
 def test_max_moves_that_many_and_leaves_the_rest(brokers):

@@ -397,7 +397,10 @@ def main(argv: list[str]) -> int:
         if args.users_file is not None:
             path = Path(args.users_file)
             users = Users.load(path) if path.exists() else Users()
-            users.users.update(result.users)
+            for name, user in result.users.items():
+                if name in result.locked and name in users.users:  # a password set since an earlier import
+                    user.password = users.users[name].password
+                users.users[name] = user
             users.save(path)
         run_client(apply, result, broker)
     except (ClientError, UsersFileError) as e:

@@ -12,6 +12,7 @@ import pytest
 from stompmq.admin import main as admin_main
 from stompmq.rabbitmq_import import LOCKED, plan, translate
 from stompmq.server.auth import Users, verify_password
+from stompmq.server.users_cli import users_main
 
 from .broker_thread import BrokerThread
 from .conftest import make_store_factory
@@ -113,7 +114,7 @@ def test_plan_lists_everything_it_cannot_map():
     assert "/control/declare/exchange/shards hash-header=customer" in text
     assert "/control/bind/exchange/shards queue=/stream/events weight=1" in text
     assert result.vhosts["staging"][0].destination == "/control/declare/vhost/staging"
-    assert result.locked == ["bob"]
+    assert result.locked == ["bob"] and not verify_password("", LOCKED)
     assert verify_password("s3cret", result.users["alice"].password)
 
 
@@ -151,7 +152,9 @@ def test_import_routes_every_binding_like_rabbitmq(tmp_path: Path, capsys: pytes
             assert c.request("SEND", {"destination": "/control/list-bindings/exchange/amq.topic"})[
                 "num-bindings"] == "0"
         assert admin_main(argv) == 0
-        assert admin_main(argv) == 0  # idempotent
+        assert Users.load(users_file).users["bob"].password == LOCKED
+        assert users_main(["--users-file", str(users_file), "passwd", "bob", "--password", "b0b"]) == 0
+        assert admin_main(argv) == 0  # idempotent, and bob keeps the password set since
         with Client(broker.port) as p:
             sends = {
                 "/exchange/orders/eu": 1, "/exchange/orders/us": 1, "/exchange/orders/asia": 1,
@@ -183,7 +186,7 @@ def test_import_routes_every_binding_like_rabbitmq(tmp_path: Path, capsys: pytes
             staging.send_to("/exchange/jobs/run", "job")
             assert _count(staging, "q.staging") == 1
     users = Users.load(users_file)
-    assert users.users["bob"].password == LOCKED and users.authenticate("bob", "") is None
+    assert users.authenticate("bob", "b0b") is not None
     assert users.authenticate("alice", "s3cret") is not None
     bob = users.users["bob"].permissions["/"]
     assert bob.allows("write", "/exchange/orders/eu") and not bob.allows("write", "/queue/q.eu")

@@ -44,13 +44,13 @@ def fill(port: int, queue: str, n: int) -> None:
         assert p.count(queue) >= n
 
 
-def drain(port: int, queue: str) -> list[Frame]:
+def drain(port: int, queue: str, vhost: str = "localhost") -> list[Frame]:
     """Every message of ``queue``, read until it is empty (auto ack), with their headers."""
-    with Peer(port) as p:
+    with Peer(port, host=vhost) as p:
         expected = p.count(queue)
     sock = socket.create_connection(("127.0.0.1", port))
     parser = FrameParser(Limits())
-    sock.sendall(encode_frame(Frame("CONNECT", {"accept-version": "1.2", "host": "localhost"}), "1.2")
+    sock.sendall(encode_frame(Frame("CONNECT", {"accept-version": "1.2", "host": vhost}), "1.2")
                  + encode_frame(Frame("SUBSCRIBE", {"id": "d", "destination": "/queue/" + queue,
                                                     "prefetch": "10000"}), "1.2"))
     sock.settimeout(30)
@@ -98,11 +98,18 @@ def test_shovel_moves_2k_with_headers_and_nothing_lost(brokers):
     old, new = brokers
     fill(old.port, "a", 2000)
     run_to_end(old, new, "a", 2000)
-    with Peer(old.port) as p:  # headers kept, but for those the source's broker set
+    for broker in (old, new):
+        with Peer(broker.port) as p:
+            p.request("SEND", {"destination": "/control/declare/vhost/staging"})
+    with Peer(old.port, host="staging") as p:  # headers kept, but for those the source's broker set
         p.send_to("/queue/b", "x", headers={"custom": "kept", "content-type": "text/plain", "priority": "7"})
-    proc = shovel(old, new, "b", "--until-empty", "2")
-    assert proc.wait(60) == 0
-    (message,) = drain(new.port, "b")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(  # the source's vhost in its URL, the destination's as an option
+        [sys.executable, "-m", "stompmq.cli", "shovel", "--from", f"stomp://127.0.0.1:{old.port}/queue/b?vhost=staging",
+         "--to", f"stomp://127.0.0.1:{new.port}/queue/b", "--to-vhost", "staging", "--until-empty", "2"],
+        capture_output=True, env=env, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    (message,) = drain(new.port, "b", "staging")
     assert message.headers["custom"] == "kept" and message.headers["priority"] == "7"
     assert message.headers["redelivered"] == "false" and message.body == b"x"
 

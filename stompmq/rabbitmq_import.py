@@ -112,10 +112,10 @@ def load(path: str) -> dict[str, Any]:
     return data
 
 
-def plan(data: dict[str, Any], passwords: dict[str, str]) -> Plan:
-    """What importing ``data`` does; ``passwords`` maps user names to new passwords."""
+def plan(data: dict[str, Any], passwords: dict[str, str], default: str = DEFAULT_VHOST) -> Plan:
+    """What importing ``data`` does; ``passwords`` maps user names to new passwords, ``default``
+    is the vhost of entries that name none (a single vhost's export)."""
     result = Plan()
-    default = data.get("vhost")  # a single-vhost export names its vhost once, at the top
     for entry in _entries(data, "vhosts"):
         result.vhosts.setdefault(str(entry.get("name", DEFAULT_VHOST)), [])
         if entry.get("limits"):
@@ -141,7 +141,7 @@ def _entries(data: dict[str, Any], key: str) -> list[dict[str, Any]]:
     return value
 
 
-def _exchanges_and_queues(data: dict[str, Any], result: Plan, default: str | None) -> None:
+def _exchanges_and_queues(data: dict[str, Any], result: Plan, default: str) -> None:
     exchanges: dict[tuple[str, str], str] = {}  # (vhost, name) -> type, of those declared
     streams: set[tuple[str, str]] = set()
     queues: set[tuple[str, str]] = set()
@@ -266,11 +266,11 @@ def _seconds(age: str) -> int | None:
     return int(match[1]) * DURATION_UNITS[match[2]] if match else None
 
 
-def _vhost(entry: dict[str, Any], default: str | None) -> str:
-    return str(entry.get("vhost", default or DEFAULT_VHOST))
+def _vhost(entry: dict[str, Any], default: str) -> str:
+    return str(entry.get("vhost", default))
 
 
-def _users(data: dict[str, Any], result: Plan, passwords: dict[str, str], default: str | None) -> None:
+def _users(data: dict[str, Any], result: Plan, passwords: dict[str, str], default: str) -> None:
     for u in _entries(data, "users"):
         name = str(u.get("name", ""))
         raw_tags = u.get("tags", [])
@@ -384,11 +384,14 @@ def main(argv: list[str]) -> int:
                              "when it has users) [default: stomp://127.0.0.1:61613]")
     parser.add_argument("--users-file", metavar="FILE", help="write the users into this users file (merged)")
     parser.add_argument("--password-file", metavar="FILE", help="user:password lines: the users' new passwords")
+    parser.add_argument("--vhost", default=DEFAULT_VHOST,
+                        help="the vhost of entries that name none (a single vhost's export) [default: /]")
     parser.add_argument("--dry-run", action="store_true", help="print the plan and change nothing")
     args = parser.parse_args(argv)
     try:
         broker = StompUrl.parse(args.broker)
-        result = plan(load(args.file), read_passwords(args.password_file) if args.password_file else {})
+        passwords = read_passwords(args.password_file) if args.password_file else {}
+        result = plan(load(args.file), passwords, args.vhost)
         print(result.text())
         if args.dry_run:
             return 0

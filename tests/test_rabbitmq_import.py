@@ -118,6 +118,12 @@ def test_plan_lists_everything_it_cannot_map():
     assert verify_password("s3cret", result.users["alice"].password)
 
 
+def test_entries_without_a_vhost_go_to_the_one_given():
+    result = plan({"queues": [{"name": "q", "durable": True, "arguments": {}}]}, {}, "staging")
+    assert [s.destination for s in result.vhosts["staging"]] == ["/control/declare/vhost/staging",
+                                                                 "/control/declare/queue/q"]
+
+
 @pytest.mark.parametrize("pattern, allowed, refused", [
     ("^orders$", ["/queue/orders", "/exchange/orders/eu", "/exchange/orders", "/topic/orders"],
      ["/queue/orders2", "/queue/my-orders", "/exchange/orders2/k"]),

@@ -12,7 +12,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -23,8 +22,10 @@ from .broker_process import ROOT, BrokerProcess, Peer
 from .waiting import wait_until
 
 
-@pytest.fixture
-def brokers(tmp_path: Path) -> Iterator[tuple[BrokerProcess, BrokerProcess]]:
+@pytest.fixture(scope="module")
+def brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess, BrokerProcess]]:
+    """Two broker processes for the whole module (each test moves a queue of its own)."""
+    tmp_path = tmp_path_factory.mktemp("shovel")
     with BrokerProcess(tmp_path / "old.db") as old, BrokerProcess(tmp_path / "new.db") as new:
         old.start()
         new.start()

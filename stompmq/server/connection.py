@@ -433,7 +433,9 @@ class Connection:
     def _refused(self, frame: Frame) -> tuple[str, str] | None:
         """What the user may not do in ``frame``, if anything: (action, resource)."""
         permission = self._permission()
-        for action, resource in required_permissions(frame.command, frame.headers):
+        session = self.session
+        assert session is not None  # checked after CONNECT only
+        for action, resource in required_permissions(frame.command, frame.headers, session.login, session.client_id):
             if permission is None or not permission.allows(action, resource):
                 return action, resource
         return None

@@ -17,10 +17,9 @@ prints it.  Then:
   user's password comes from ``--password-file`` (``user:password`` lines), or
   the user is written locked until ``stompmq users passwd`` sets one.
 * **Permissions**: RabbitMQ's configure/write/read regular expressions match
-  resource *names*; stompmq's match destinations (``/queue/NAME``,
-  ``/exchange/NAME/KEY``, ``/control`` resources ``/KIND/NAME``).  A pattern is
-  rewritten to match the same names behind any destination prefix: ``^`` becomes
-  "just after the prefix", ``$`` also matches before an exchange's routing key.
+  resource *names* (``orders``); stompmq's match resources (``/queue/orders``,
+  ``/exchange/orders``).  A pattern is rewritten to match the same names of every
+  kind: ``^`` becomes "just after ``/KIND/``".
 
 Whatever has no stompmq counterpart (headers exchanges, exchange-to-exchange
 bindings, policies, shovel and federation parameters, ...) is listed under "not
@@ -49,8 +48,8 @@ BUILT_IN = {"amq.direct": "direct", "amq.fanout": "fanout", "amq.topic": "topic"
 CONSISTENT_HASH = "x-consistent-hash"
 #: RabbitMQ's hash-property values and stompmq's names for them.
 HASH_PROPERTIES = {"message_id": "message-id", "correlation_id": "correlation-id", "timestamp": "timestamp"}
-#: Destination prefixes a RabbitMQ name pattern is applied behind.
-NAME_PREFIXES = ("queue", "topic", "stream", "amq/queue", "temp-queue", "reply-queue", "vhost")
+#: The kinds of resource permissions are checked on (``/KIND/NAME``, broker/resources.py).
+RESOURCE_KINDS = ("queue", "topic", "exchange", "stream", "temp-queue", "reply-queue")
 #: Queue arguments that map to a stompmq queue policy key one for one.
 QUEUE_ARGUMENTS = {"x-message-ttl": "message-ttl", "x-max-length": "max-length",
                    "x-max-length-bytes": "max-length-bytes", "x-single-active-consumer": "x-single-active-consumer"}
@@ -300,24 +299,16 @@ def _users(data: dict[str, Any], result: Plan, passwords: dict[str, str], defaul
 
 
 def translate(pattern: str) -> str:
-    """A RabbitMQ permission pattern (searched in a resource name) as a stompmq one (searched in a
-    destination): the same names behind any destination prefix.  ``re.error`` if it does not compile."""
+    """A RabbitMQ permission pattern (searched in a resource's name) as a stompmq one (searched in
+    the resource, ``/KIND/NAME``): the same names of every kind.  ``re.error`` if it does not compile."""
     if pattern in ("", "^$"):
         return "^$"  # RabbitMQ: the empty pattern grants nothing
     if pattern == ".*":
         return ".*"
-    names = "|".join(re.escape(p) for p in NAME_PREFIXES)
-    translated = (f"^/(?:{names})/.*?(?:{_behind_prefix(pattern, '$')})"
-                  f"|^/exchange/.*?(?:{_behind_prefix(pattern, '(?=/|$)')})")  # a routing key may follow
-    re.compile(translated)
-    return translated
-
-
-def _behind_prefix(pattern: str, end: str) -> str:
-    """``pattern`` with ``^`` meaning "just after the destination prefix" and ``$`` as ``end``."""
-    start = "(?:" + "|".join(f"(?<=^/{re.escape(p)}/)" for p in (*NAME_PREFIXES, "exchange")) + ")"
+    kinds = "|".join(re.escape(kind) for kind in RESOURCE_KINDS)
+    start = "(?:" + "|".join(f"(?<=^/{re.escape(kind)}/)" for kind in RESOURCE_KINDS) + ")"
     out, i = [], 0
-    while i < len(pattern):
+    while i < len(pattern):  # ``^`` becomes "just after /KIND/"; escapes and classes are copied
         c = pattern[i]
         j = i + 1
         if c == "\\":
@@ -328,9 +319,11 @@ def _behind_prefix(pattern: str, end: str) -> str:
             while j < len(pattern) and pattern[j] != "]":
                 j += 2 if pattern[j] == "\\" else 1
             j += 1
-        out.append(start if c == "^" else end if c == "$" else pattern[i:j])
+        out.append(start if c == "^" else pattern[i:j])
         i = j
-    return "".join(out)
+    translated = f"^/(?:{kinds})/.*?(?:{''.join(out)})"
+    re.compile(translated)
+    return translated
 
 
 def read_passwords(path: str) -> dict[str, str]:

@@ -11,6 +11,7 @@ import pytest
 
 from stompmq.admin import main as admin_main
 from stompmq.rabbitmq_import import LOCKED, plan, translate
+from stompmq.server import ServerSettings
 from stompmq.server.auth import Users, verify_password
 from stompmq.server.users_cli import users_main
 
@@ -30,6 +31,7 @@ DEFINITIONS = {
     "vhosts": [{"name": "/"}, {"name": "staging", "limits": []}],
     "permissions": [
         {"user": "alice", "vhost": "/", "configure": ".*", "write": ".*", "read": ".*"},
+        {"user": "alice", "vhost": "staging", "configure": ".*", "write": ".*", "read": ".*"},
         {"user": "bob", "vhost": "/", "configure": "", "write": "^orders$", "read": "^q\\.(eu|us)$"},
     ],
     "topic_permissions": [],
@@ -125,11 +127,12 @@ def test_entries_without_a_vhost_go_to_the_one_given():
 
 
 @pytest.mark.parametrize("pattern, allowed, refused", [
-    ("^orders$", ["/queue/orders", "/exchange/orders/eu", "/exchange/orders", "/topic/orders"],
-     ["/queue/orders2", "/queue/my-orders", "/exchange/orders2/k"]),
-    ("^q\\.(eu|us)$", ["/queue/q.eu", "/amq/queue/q.us"], ["/queue/q.eux", "/queue/xq.eu"]),
-    ("^amq\\.gen|^tmp[.^]", ["/queue/amq.gen-x", "/queue/tmp.1"], ["/queue/a.tmp.1", "/queue/tmpx"]),
-    ("error", ["/topic/app.error", "/queue/errors"], ["/queue/warn"]),
+    ("^orders$", ["/queue/orders", "/exchange/orders", "/topic/orders"],
+     ["/queue/orders2", "/queue/my-orders", "/exchange/orders2", "/queue/x/orders"]),
+    ("^q\\.(eu|us)$", ["/queue/q.eu", "/stream/q.us"], ["/queue/q.eux", "/queue/xq.eu"]),
+    ("^amq\\.gen|^tmp[.^]", ["/queue/amq.gen-x", "/queue/tmp.1", "/temp-queue/tmp^"],
+     ["/queue/a.tmp.1", "/queue/tmpx"]),
+    ("error", ["/topic/app.error", "/queue/errors", "/reply-queue/error"], ["/queue/warn"]),
     ("", [], ["/queue/a", "/exchange/x"]),
     ("^[^$]x$", ["/queue/ax"], ["/queue/$x", "/queue/abx"]),
 ])
@@ -195,5 +198,32 @@ def test_import_routes_every_binding_like_rabbitmq(tmp_path: Path, capsys: pytes
     assert users.authenticate("bob", "b0b") is not None
     assert users.authenticate("alice", "s3cret") is not None
     bob = users.users["bob"].permissions["/"]
-    assert bob.allows("write", "/exchange/orders/eu") and not bob.allows("write", "/queue/q.eu")
+    assert bob.allows("write", "/exchange/orders") and not bob.allows("write", "/queue/q.eu")
     assert bob.allows("read", "/queue/q.eu") and not bob.allows("configure", "/queue/q.eu")
+
+
+def test_imported_permissions_guard_the_same_names(tmp_path: Path, make_memory_broker):
+    """bob had RabbitMQ write ``^orders$``, read ``^q\\.(eu|us)$``: the broker enforces the same names;
+    alice, an administrator, imports into the secured broker."""
+    definitions = tmp_path / "definitions.json"
+    definitions.write_text(json.dumps(DEFINITIONS))
+    passwords = tmp_path / "passwords"
+    passwords.write_text("alice:a1ice\nbob:b0b\n")
+    users_file = tmp_path / "users.toml"
+
+    def run(port: int, credentials: str = "") -> int:
+        return admin_main(["import-rabbitmq", str(definitions), "--broker", f"stomp://{credentials}127.0.0.1:{port}",
+                           "--users-file", str(users_file), "--password-file", str(passwords)])
+
+    assert run(make_memory_broker().port) == 0  # writes the users file
+    secured = make_memory_broker(settings=ServerSettings(port=0, users_file=str(users_file)))
+    assert run(secured.port, "bob:b0b@") == 1  # bob may not declare
+    assert run(secured.port, "alice:a1ice@") == 0
+    with Client(secured.port, login="bob", passcode="b0b") as bob:
+        bob.send_to("/exchange/orders/eu", "allowed")
+        bob.subscribe("/amq/queue/q.eu")  # /queue/q.eu: readable
+        assert bob.message().body == b"allowed"
+    for command, destination in (("SEND", "/queue/q.eu"), ("SUBSCRIBE", "/queue/q.all"), ("SEND", "/exchange/logs/x")):
+        with Client(secured.port, login="bob", passcode="b0b") as bob:
+            with pytest.raises(BrokerError, match="access refused"):
+                bob.request(command, {"destination": destination, "id": "s"})

@@ -40,6 +40,7 @@ from typing import Any
 from .client import ClientError, StompConnection, StompUrl, run_client
 from .server.auth import DEFAULT_VHOST, KNOWN_TAGS, Permission, User, Users, UsersFileError, hash_password
 
+DECLARE_VHOST = "/control/declare/vhost/"
 #: Written as the password hash of a user without a password: it matches no password.
 LOCKED = "locked: no password yet, set one with stompmq users passwd"
 KEY_TYPES = ("direct", "fanout", "topic")
@@ -129,7 +130,7 @@ def plan(data: dict[str, Any], passwords: dict[str, str], default: str = DEFAULT
             result.unmapped.append(f"{what}: {json.dumps(entry, sort_keys=True)}")
     for vhost, steps in result.vhosts.items():
         if vhost != DEFAULT_VHOST:
-            steps.insert(0, Step("/control/declare/vhost/" + vhost))
+            steps.insert(0, Step(DECLARE_VHOST + vhost))
     return result
 
 
@@ -343,21 +344,22 @@ def read_passwords(path: str) -> dict[str, str]:
 
 
 async def apply(result: Plan, broker: StompUrl) -> None:
-    """Declare the plan's vhosts (first, on the default vhost) and then each vhost's steps."""
+    """Declare the plan's new vhosts (on the default vhost), then each vhost's other steps in it."""
     first = await StompConnection.open(broker)
     try:
         for steps in result.vhosts.values():
-            for step in steps[:1]:
-                if step.destination.startswith("/control/declare/vhost/"):
-                    await _run(first, step)
+            if steps and steps[0].destination.startswith(DECLARE_VHOST):
+                await _run(first, steps[0])
     finally:
         await first.close()
     for vhost, steps in result.vhosts.items():
+        steps = [step for step in steps if not step.destination.startswith(DECLARE_VHOST)]
+        if not steps:
+            continue
         connection = await StompConnection.open(broker, vhost if vhost != DEFAULT_VHOST else broker.host)
         try:
             for step in steps:
-                if not step.destination.startswith("/control/declare/vhost/"):
-                    await _run(connection, step)
+                await _run(connection, step)
         finally:
             await connection.close()
 
@@ -384,7 +386,10 @@ def main(argv: list[str]) -> int:
     try:
         broker = StompUrl.parse(args.broker)
         passwords = read_passwords(args.password_file) if args.password_file else {}
-        result = plan(load(args.file), passwords, args.vhost)
+        try:
+            result = plan(load(args.file), passwords, args.vhost)
+        except (AttributeError, TypeError, ValueError) as e:  # a field of the wrong type
+            raise ClientError(f"{args.file}: not RabbitMQ definitions: {e}") from None
         print(result.text())
         if args.dry_run:
             return 0

@@ -227,3 +227,12 @@ def test_imported_permissions_guard_the_same_names(tmp_path: Path, make_memory_b
         with Client(secured.port, login="bob", passcode="b0b") as bob:
             with pytest.raises(BrokerError, match="access refused"):
                 bob.request(command, {"destination": destination, "id": "s"})
+
+
+@pytest.mark.parametrize("content", ["not json", "[]", '{"queues": {"q": 1}}',
+                                     '{"queues": [{"name": "q", "arguments": "oops"}]}'])
+def test_bad_definitions_are_one_line_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str):
+    definitions = tmp_path / "definitions.json"
+    definitions.write_text(content)
+    assert admin_main(["import-rabbitmq", str(definitions), "--dry-run"]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1

@@ -139,6 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("close-connection", help="close a client connection").add_argument("id")
     sub.add_parser("export", help="write the exchanges and bindings as a definitions file").add_argument("file")
     sub.add_parser("import", help="declare what a definitions file (TOML or JSON) declares").add_argument("file")
+    sub.add_parser("import-rabbitmq", help="RabbitMQ's definitions.json: see stompmq admin import-rabbitmq --help")
     return parser
 
 
@@ -191,6 +192,10 @@ def run(api: Api, args: argparse.Namespace) -> tuple[Any, list[str] | None]:
 
 
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["import-rabbitmq"]:  # over STOMP, not this API: its own options (rabbitmq_import.py)
+        from .rabbitmq_import import main as import_rabbitmq
+
+        return import_rabbitmq(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         result, columns = run(Api.login(args.url, args.vhost, args.user, args.password), args)

@@ -28,6 +28,10 @@ def main(argv: list[str] | None = None) -> int:
         from .backup import main as backup
 
         return backup(argv[1:])
+    if argv[:1] == ["shovel"]:
+        from .shovel import main as shovel
+
+        return shovel(argv[1:])
     if argv[:1] == ["users"]:
         return users_main(argv[1:])
     config = load_config(argv)

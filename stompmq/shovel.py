@@ -1,0 +1,231 @@
+"""``stompmq shovel --from URL --to URL``: move the messages of one STOMP destination to another.
+
+Theory of operation
+-------------------
+No message is lost: the shovel subscribes at the source with
+``ack:client-individual`` and ACKs a message there only after the destination
+sent the RECEIPT of its SEND, i.e. after the destination stored it.  A crash
+between the two leaves the message unacknowledged at the source, which
+delivers it again marked ``redelivered:true``; the shovel forwards that mark as
+``shovel-redelivered:true``, so the only duplicates the destination can hold
+are flagged ones (consumers that must not see a message twice check that
+header against what they already processed).
+
+It is pipelined: the source's prefetch (``--prefetch``, default 1000) is the
+window of messages in flight.  One task reads the source and forwards every
+MESSAGE of one socket read in one write to the destination; another reads the
+destination's RECEIPTs and sends the matching ACKs in one write.  Each socket
+has one writer, and nothing waits per message.
+
+Headers are kept but for those a broker sets on delivery (``BROKER_SET``);
+``priority``, ``expires``, ``persistent``, ``content-type`` and user headers pass.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+
+import trio
+
+from .client import ClientError, Refused, StompConnection, StompUrl, reason, run_client
+from .protocol import Frame, encode_frame, encode_header_block, escape
+from .protocol.headers import headers_without
+
+#: Headers a broker sets on each delivery: meaningless at the destination, or set there anew.
+BROKER_SET = frozenset({
+    "destination", "message-id", "subscription", "ack", "content-length", "redelivered",
+    "redelivery-count", "timestamp", "receipt", "transaction", "x-stream-offset",
+})
+#: The header that marks a message the source delivered more than once (a possible duplicate).
+REDELIVERED = "shovel-redelivered"
+DEFAULT_PREFETCH = 1000
+#: Seconds without a delivery that --until-empty takes for an empty source: STOMP cannot ask
+#: whether a queue is empty, and a broker paging a large backlog from disk may pause a second or two.
+IDLE_SECONDS = 5.0
+#: Seconds between progress lines on a terminal (elsewhere: PLAIN_PROGRESS_SECONDS).
+PROGRESS_SECONDS = 0.5
+PLAIN_PROGRESS_SECONDS = 5.0
+
+
+@dataclass
+class Shovel:
+    """What one run moves, and how far it got."""
+
+    source: StompUrl
+    target: StompUrl
+    prefetch: int = DEFAULT_PREFETCH
+    max: int | None = None
+    until_empty: float | None = None  # stop after this many seconds without a message
+    moved: int = 0
+    flagged: int = 0
+    forwarded: int = 0
+    #: receipt number -> the source's ACK frame for that message, in the order sent
+    outstanding: dict[int, bytes] = field(default_factory=dict)
+    last_message: float = 0.0
+
+    async def run(self) -> None:
+        source = await StompConnection.open(self.source)
+        try:
+            target = await StompConnection.open(self.target)
+        except BaseException:
+            await source.stream.aclose()
+            raise
+        prefetch = str(self.prefetch if self.max is None else min(self.prefetch, self.max))
+        try:
+            await source.send(Frame("SUBSCRIBE", {
+                "id": "shovel", "destination": self.source.destination, "ack": "client-individual",
+                "prefetch-count": prefetch, "activemq.prefetchSize": prefetch,
+            }))
+            self.last_message = trio.current_time()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._forward, source, target)
+                nursery.start_soon(self._confirm, source, target, nursery.cancel_scope)
+                if self.until_empty is not None:
+                    nursery.start_soon(self._watch_idle, nursery.cancel_scope)
+            await source.close()  # what was delivered and not forwarded goes back to the queue
+            await target.close()
+        finally:
+            await source.stream.aclose()
+            await target.stream.aclose()
+
+    def _done(self) -> bool:
+        return self.max is not None and self.forwarded >= self.max
+
+    async def _forward(self, source: StompConnection, target: StompConnection) -> None:
+        version = target.version
+        send = b"SEND\ndestination:" + escape(self.target.destination, version).encode() + b"\nreceipt:%d\n%s"
+        while True:
+            out = []
+            for frame in await source.frames():
+                if frame.command == "ERROR":
+                    raise Refused(f"source {self.source.where()}: {reason(frame)}")
+                if frame.command != "MESSAGE" or self._done():
+                    continue  # past --max: left unacknowledged, so it goes back to the source
+                headers = headers_without(frame.headers, BROKER_SET)
+                if frame.headers.get("redelivered") == "true":
+                    headers[REDELIVERED] = "true"
+                    self.flagged += 1
+                self.forwarded += 1
+                self.outstanding[self.forwarded] = _ack(frame, source.version)
+                body = frame.body
+                out.append(send % (self.forwarded, encode_header_block(headers.items(), version)))
+                out.append(b"content-length:%d\n\n%s\0" % (len(body), body))
+            self.last_message = trio.current_time()
+            if out:
+                await target.send_bytes(b"".join(out))
+
+    async def _confirm(self, source: StompConnection, target: StompConnection, scope: trio.CancelScope) -> None:
+        while True:
+            acks = []
+            for frame in await target.frames():
+                if frame.command == "ERROR":
+                    raise Refused(f"destination {self.target.where()}: {reason(frame)}")
+                receipt = frame.headers.get("receipt-id", "")
+                if frame.command == "RECEIPT" and receipt.isdigit() and int(receipt) in self.outstanding:
+                    acks.append(self.outstanding.pop(int(receipt)))
+            if acks:
+                await source.send_bytes(b"".join(acks))
+                self.moved += len(acks)
+            if self._done() and not self.outstanding:
+                scope.cancel()
+
+    async def _watch_idle(self, scope: trio.CancelScope) -> None:
+        assert self.until_empty is not None
+        while True:
+            idle = trio.current_time() - self.last_message
+            if idle >= self.until_empty and not self.outstanding:
+                scope.cancel()
+            await trio.sleep(max(0.05, self.until_empty - idle))
+
+
+def _ack(message: Frame, version: str) -> bytes:
+    """The ACK of a MESSAGE (1.2 by its ack id; 1.0 and 1.1 by message and subscription)."""
+    if version == "1.2":
+        return b"ACK\nid:%s\n\n\0" % escape(message.headers.get("ack", ""), version).encode()
+    return encode_frame(Frame("ACK", {"message-id": message.headers.get("message-id", ""),
+                                      "subscription": "shovel"}), version)
+
+
+async def _progress(shovel: Shovel, interactive: bool) -> None:
+    """A progress line on stderr: moved so far and the rate over the last interval."""
+    interval = PROGRESS_SECONDS if interactive else PLAIN_PROGRESS_SECONDS
+    before, then = 0, trio.current_time()
+    while True:
+        await trio.sleep(interval)
+        now = trio.current_time()
+        rate = (shovel.moved - before) / (now - then)
+        before, then = shovel.moved, now
+        line = f"stompmq shovel: {shovel.moved} moved, {rate:,.0f}/s, {len(shovel.outstanding)} in flight"
+        print(("\r" + line + "\033[K") if interactive else line, end="" if interactive else "\n",
+              file=sys.stderr, flush=True)
+
+
+async def _main(shovel: Shovel) -> float:
+    start = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_progress, shovel, sys.stderr.isatty())
+        await shovel.run()
+        nursery.cancel_scope.cancel()
+    return trio.current_time() - start
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="stompmq shovel", description=__doc__.splitlines()[0].strip("`"))
+    parser.add_argument("--from", dest="source", required=True, metavar="URL",
+                        help="stomp://[user:password@]host[:port]/DESTINATION[?vhost=V] to take messages from")
+    parser.add_argument("--to", dest="target", required=True, metavar="URL",
+                        help="stomp://[user:password@]host[:port]/DESTINATION[?vhost=V] to put them on")
+    parser.add_argument("--from-vhost", help="the source's vhost (CONNECT host header) [default: the URL's]")
+    parser.add_argument("--to-vhost", help="the destination's vhost [default: the URL's]")
+    parser.add_argument("--prefetch", type=_positive, default=DEFAULT_PREFETCH,
+                        help=f"messages in flight, the source's prefetch [default: {DEFAULT_PREFETCH}]")
+    parser.add_argument("--max", type=_positive, help="stop after moving this many messages (what the source "
+                        "delivered beyond them goes back to it, marked redelivered by the source)")
+    parser.add_argument("--until-empty", nargs="?", type=float, const=IDLE_SECONDS, metavar="SECONDS",
+                        help=f"stop once the source delivered nothing for SECONDS [default: {IDLE_SECONDS:g}]")
+    return parser
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 10_000_000:
+        raise argparse.ArgumentTypeError(f"expected a whole number from 1 to 10000000, not {text!r}")
+    return int(text)
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        source, target = StompUrl.parse(args.source), StompUrl.parse(args.target)
+        for url, what in ((source, "--from"), (target, "--to")):
+            if not url.destination.startswith("/"):
+                raise ClientError(f"{what} needs a destination: stomp://host:port/queue/NAME")
+        if args.until_empty is not None and not (math.isfinite(args.until_empty) and args.until_empty > 0):
+            raise ClientError("--until-empty needs a number of seconds > 0")
+        if args.from_vhost is not None:
+            source = dataclasses.replace(source, vhost=args.from_vhost)
+        if args.to_vhost is not None:
+            target = dataclasses.replace(target, vhost=args.to_vhost)
+        shovel = Shovel(source, target, args.prefetch, args.max, args.until_empty)
+        started = time.monotonic()
+        run_client(_main, shovel)
+    except ClientError as e:
+        print(f"{_line_end()}stompmq shovel: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print(f"{_line_end()}stompmq shovel: interrupted; what was not confirmed stays at the source", file=sys.stderr)
+        return 130
+    elapsed = time.monotonic() - started
+    rate = shovel.moved / max(elapsed, 1e-9)
+    print(f"{_line_end()}stompmq shovel: {shovel.moved} moved in {elapsed:.1f} s ({rate:,.0f}/s), "
+          f"{shovel.flagged} flagged {REDELIVERED}", file=sys.stderr)
+    return 0
+
+
+def _line_end() -> str:
+    """What ends a progress line before a last message: on a terminal the line is still open."""
+    return "\n" if sys.stderr.isatty() else ""

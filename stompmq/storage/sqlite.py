@@ -72,6 +72,12 @@ from stompmq.storage.groups import (
 )
 from stompmq.storage.migrate import upgrade_to_head
 
+# ``PRAGMA quick_check`` reads every page of the file: seconds for a backlog of millions of
+# messages, all before the first delivery.  A file up to this size is checked whole at open (well
+# under a second); a larger one only has its header and schema read, and a damaged page fails the
+# read or commit that meets it with a store error (``PRAGMA integrity_check`` in the sqlite3
+# shell checks it whole, off the start-up path).
+CHECK_WHOLE_BYTES = 64 * 1024**2
 # Page cache of the connection, in KiB: keeps the paging index and recent pages hot while
 # bounding RSS (the broker must hold 1M queued messages under 150 MB).
 CACHE_SIZE_KIB = 16 * 1024
@@ -143,6 +149,9 @@ EXPIRED_SQL = (
 # Over every vhost (a MIN over the expiry index, no join): another vhost's earlier expiry only wakes
 # the asking engine once more, early.
 NEXT_EXPIRY_SQL = "SELECT MIN(expires) FROM messages WHERE expires IS NOT NULL AND expires >= ?"
+# Start-up makes the rows out for delivery at a crash ready again: a walk of the partial
+# ix_messages_delivered (those rows only), not a scan of the backlog.
+REQUEUE_DELIVERED_SQL = "UPDATE messages SET delivered = 0, redeliveries = redeliveries + 1 WHERE delivered = 1"
 # Parameters in the order of groups.UpdateRow.
 UPDATE_SQL = "UPDATE messages SET delivered = ?, redeliveries = ?, priority = ? WHERE seq = ?"
 DELETE_SQL = "DELETE FROM messages WHERE seq = ?"
@@ -263,7 +272,7 @@ class SQLiteBackend:
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open {self.path}: {exc}") from exc
         try:
-            problems = [row[0] for row in conn.execute("PRAGMA quick_check").fetchall()]
+            problems = _quick_check(conn, self.path)
             if problems != ["ok"]:
                 # One row may hold many lines ("*** in database main ***\nPage 8: ..."): the
                 # message must stay one line for the operator and for ERROR headers.
@@ -295,10 +304,7 @@ class SQLiteBackend:
         try:
             with _transaction(conn):
                 # At-least-once: whatever was out for delivery at the crash is ready again.
-                conn.execute(
-                    "UPDATE messages SET delivered = 0, redeliveries = redeliveries + 1"
-                    " WHERE delivered = 1"
-                )
+                conn.execute(REQUEUE_DELIVERED_SQL)
             (max_seq,) = conn.execute("SELECT COALESCE(MAX(seq), 0) FROM messages").fetchone()
             row = conn.execute(
                 "SELECT value FROM broker_meta WHERE name = ?", (LAST_SEQ,)
@@ -702,6 +708,15 @@ def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
         raise
+
+
+def _quick_check(conn: sqlite3.Connection, path: str) -> list[str]:
+    """``PRAGMA quick_check``'s problems (["ok"]: none) for a file up to CHECK_WHOLE_BYTES;
+    for a larger one, reading the schema ("not a database" raises)."""
+    if not os.path.exists(path) or os.path.getsize(path) <= CHECK_WHOLE_BYTES:
+        return [row[0] for row in conn.execute("PRAGMA quick_check").fetchall()]
+    conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+    return ["ok"]
 
 
 def _remember(ids: dict[str, int], name: str, queue_id: int) -> int:

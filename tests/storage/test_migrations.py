@@ -119,10 +119,11 @@ def test_paging_index_has_the_queue_order(tmp_path: Path) -> None:
             if key
         ]
         assert columns == [("queue_id", 0), ("priority", 1), ("seq", 0)]
-        # seq is the rowid: no separate primary-key index; the expiry index is partial.
+        # seq is the rowid: no separate primary-key index; the delivered and expiry indexes are partial.
         assert sorted(conn.execute(
             "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'messages'"
         ).fetchall()) == [
+            ("ix_messages_delivered", "CREATE INDEX ix_messages_delivered ON messages (seq) WHERE delivered = 1"),
             ("ix_messages_expires", "CREATE INDEX ix_messages_expires ON messages (expires, seq) WHERE expires IS NOT NULL"),
             ("ix_messages_queue_order", conn.execute(
                 "SELECT sql FROM sqlite_master WHERE name = 'ix_messages_queue_order'").fetchone()[0]),

@@ -33,7 +33,8 @@ from stompmq.storage.groupcommit import (
 )
 from stompmq.storage.groups import GroupRows
 from stompmq.storage.memory import MemoryStore
-from stompmq.storage.sqlite import SQLiteBackend, SQLiteStore
+from stompmq.storage import sqlite as sqlite_module
+from stompmq.storage.sqlite import REQUEUE_DELIVERED_SQL, SQLiteBackend, SQLiteStore
 
 from ..unwritable import immutable
 
@@ -580,6 +581,60 @@ async def test_restart_recovers_unacked_messages_exchanges_bindings_and_last_seq
         assert (await store.load_ready("q", None, 100))[2].redeliveries == 1  # not counted twice
     finally:
         await store.close()
+
+
+async def test_restart_requeues_only_the_delivered_rows_through_their_index(tmp_path: Path) -> None:
+    """Recovery walks ix_messages_delivered, not the backlog; the index follows every way a row
+    becomes delivered or ready again (insert, update, requeue, ack)."""
+    path = tmp_path / "s.db"
+    async with running(path, flush_interval=NEVER) as store:
+        for seq in range(1, 7):
+            store.insert(msg(seq, delivered=seq == 1))  # 1: delivered before its first commit
+        await committed(store, store.sync_ticket())
+        updates = [msg(2, delivered=True), msg(3, delivered=True), msg(4, delivered=True)]
+        for m in updates:
+            store.update(m)
+        await committed(store, store.sync_ticket())
+        store.update(msg(3, delivered=False, redeliveries=1))  # NACKed: ready again
+        store.delete(msg(4))  # acked
+        await committed(store, store.sync_ticket())
+    conn = sqlite3.connect(path)
+    try:
+        plan = " ".join(row[-1] for row in conn.execute(f"EXPLAIN QUERY PLAN {REQUEUE_DELIVERED_SQL}"))
+        assert "ix_messages_delivered" in plan
+        indexed = [seq for (seq,) in conn.execute("SELECT seq FROM messages INDEXED BY ix_messages_delivered"
+                                                  " WHERE delivered = 1 ORDER BY seq")]
+        assert indexed == [1, 2]
+    finally:
+        conn.close()
+    store = SQLiteStore(str(path))
+    try:
+        await store.open()
+        ready = await store.load_ready("q", None, 10)
+        assert [(m.seq, m.redeliveries) for m in ready] == [(1, 1), (2, 1), (3, 1), (5, 0), (6, 0)]
+    finally:
+        await store.close()
+    assert {seq: row[2] for seq, row in rows_on_disk(str(path)).items()} == {1: 0, 2: 0, 3: 0, 5: 0, 6: 0}
+
+
+async def test_open_checks_only_the_schema_of_a_large_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """quick_check would read every page of a large backlog before the first delivery."""
+    monkeypatch.setattr(sqlite_module, "CHECK_WHOLE_BYTES", 0)
+    path = tmp_path / "s.db"
+    async with running(path) as store:
+        store.insert(msg(1))
+    checks: list[str] = []
+    conn = sqlite3.connect(path)
+    conn.set_trace_callback(checks.append)
+    assert sqlite_module._quick_check(conn, str(path)) == ["ok"]
+    conn.close()
+    assert not any("quick_check" in sql for sql in checks)
+    async with running(path) as store:
+        assert [m.seq for m in await store.load_ready("q", None, 10)] == [1]
+    path.write_bytes(b"this is certainly not sqlite\n" * 400)
+    await expect_open_error(path, "not a SQLite database or is corrupt")
 
 
 # -- purge --------------------------------------------------------------------------------------

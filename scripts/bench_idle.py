@@ -1,0 +1,167 @@
+#!/usr/bin/env python3
+"""Many idle connections: the broker's memory per connection, its idle CPU, and how fast a new
+client still connects.
+
+Starts a broker (``--store memory`` unless --store says otherwise) on a free loopback port, opens
+--connections STOMP connections with ``heart-beat:10000,10000`` (--heart-beat), and keeps them
+alive from this one process: a heart-beat on every connection each half interval, whatever the
+broker sends read and discarded.  Then reports the broker's RSS growth per connection, its CPU
+(user + system, from /proc/PID/stat) over --idle seconds as a share of one core, and the time a
+new client takes from connect() to CONNECTED (--probes times, while the others stay idle).
+
+Both this process and the broker need a file descriptor per connection: the script raises its
+soft RLIMIT_NOFILE to the hard limit, which the broker inherits.
+
+  scripts/bench_idle.py --connections 15000 --idle 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import selectors
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+CONNECT = "CONNECT\naccept-version:1.2\nhost:/\nheart-beat:{0},{0}\n\n\x00"
+
+
+def rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise RuntimeError("no VmRSS")
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def open_connection(port: int, heart_beat: int) -> socket.socket:
+    """A connected STOMP session (CONNECTED read), as a non-blocking socket."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    sock.sendall(CONNECT.format(heart_beat).encode())
+    buf = b""
+    while b"\x00" not in buf:
+        data = sock.recv(4096)
+        if not data:
+            raise EOFError("broker closed the connection")
+        buf += data
+    if not buf.lstrip(b"\r\n").startswith(b"CONNECTED"):
+        raise RuntimeError(f"broker refused: {buf!r}")
+    sock.setblocking(False)
+    return sock
+
+
+def keep_alive(selector: selectors.BaseSelector, socks: list[socket.socket], seconds: float, every: float) -> int:
+    """Heart-beat every socket each ``every`` seconds and drain what arrives; closed ones counted."""
+    closed = 0
+    end = time.monotonic() + seconds
+    next_beat = time.monotonic()
+    while True:
+        now = time.monotonic()
+        if now >= end:
+            return closed
+        if now >= next_beat:
+            for sock in socks:
+                try:
+                    sock.send(b"\n")
+                except (BlockingIOError, OSError):
+                    pass
+            next_beat = now + every
+        for key, _ in selector.select(timeout=min(end, next_beat) - now):
+            sock = key.fileobj
+            assert isinstance(sock, socket.socket)
+            try:
+                if not sock.recv(65536):
+                    selector.unregister(sock)
+                    closed += 1
+            except BlockingIOError:
+                pass
+            except OSError:
+                selector.unregister(sock)
+                closed += 1
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--connections", type=int, default=15_000)
+    parser.add_argument("--heart-beat", type=int, default=10_000, help="milliseconds, both directions")
+    parser.add_argument("--idle", type=float, default=30.0, help="seconds of idle CPU measured")
+    parser.add_argument("--probes", type=int, default=5, help="new connections timed while idle")
+    parser.add_argument("--store", default="memory")
+    args = parser.parse_args()
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    if hard < args.connections + 100:
+        sys.exit(f"RLIMIT_NOFILE hard limit {hard} is too low for {args.connections} connections")
+
+    port = free_port()
+    broker = subprocess.Popen(
+        [sys.executable, "-m", "stompmq.cli", "--store", args.store, "--port", str(port), "--log-level", "WARNING"],
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                first = open_connection(port, args.heart_beat)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        time.sleep(1)
+        before = rss_kib(broker.pid)
+        selector = selectors.DefaultSelector()
+        socks = [first]
+        t0 = time.monotonic()
+        for _ in range(args.connections - 1):
+            socks.append(open_connection(port, args.heart_beat))
+        opened = time.monotonic() - t0
+        for sock in socks:
+            selector.register(sock, selectors.EVENT_READ)
+        every = args.heart_beat / 2000
+        closed = keep_alive(selector, socks, 2 * every, every)  # settle: every connection has beaten
+        after = rss_kib(broker.pid)
+        cpu0, wall0 = cpu_seconds(broker.pid), time.monotonic()
+        closed += keep_alive(selector, socks, args.idle, every)
+        cpu = (cpu_seconds(broker.pid) - cpu0) / (time.monotonic() - wall0)
+        probes = []
+        for _ in range(args.probes):
+            t = time.monotonic()
+            open_connection(port, args.heart_beat).close()
+            probes.append(time.monotonic() - t)
+            closed += keep_alive(selector, socks, 1.0, every)
+        load = os.getloadavg()[0]
+        print(f"{args.connections} connections opened in {opened:.1f} s; closed by the broker: {closed}")
+        print(
+            f"RSS {before / 1024:.1f} -> {after / 1024:.1f} MiB:"
+            f" {(after - before) / args.connections:.2f} KiB per connection"
+        )
+        print(f"idle CPU {100 * cpu:.1f} % of a core over {args.idle:.0f} s (load average {load:.1f})")
+        print(
+            f"new connection to CONNECTED: median {1000 * statistics.median(probes):.0f} ms,"
+            f" max {1000 * max(probes):.0f} ms over {args.probes}"
+        )
+    finally:
+        broker.terminate()
+        broker.wait()
+
+
+if __name__ == "__main__":
+    main()

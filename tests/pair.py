@@ -17,6 +17,7 @@ import trio.testing
 from stompmq.broker import Broker, BrokerConfig
 from stompmq.protocol import Frame, FrameParser, encode_frame
 from stompmq.server.connection import Connection
+from stompmq.server.heartbeats import HeartBeats
 from stompmq.server.runtime import Runtime
 from stompmq.server.settings import ServerSettings
 from stompmq.storage.base import Store
@@ -67,11 +68,14 @@ class PeerClient:
 
 
 class BrokerPair:
-    def __init__(self, runtime: Runtime, nursery: trio.Nursery, settings: ServerSettings) -> None:
+    def __init__(
+        self, runtime: Runtime, nursery: trio.Nursery, settings: ServerSettings, heart_beats: HeartBeats
+    ) -> None:
         self.runtime = runtime
         self.broker = runtime.broker
         self.nursery = nursery
         self.settings = settings
+        self.heart_beats = heart_beats
 
     def open(self, version: str = "1.2", lockstep: bool = False) -> PeerClient:
         """A new client connection; its server side runs in the pair's nursery.  ``lockstep``:
@@ -79,7 +83,8 @@ class BrokerPair:
         whose buffers are full, so what the server counts as sent is what the client read."""
         make = trio.testing.lockstep_stream_pair if lockstep else trio.testing.memory_stream_pair
         client_stream, server_stream = make()
-        self.nursery.start_soon(Connection(server_stream, self.runtime, self.settings).run)
+        connection = Connection(server_stream, self.runtime, self.settings, heart_beats=self.heart_beats)
+        self.nursery.start_soon(connection.run)
         return PeerClient(client_stream, version)
 
     async def connected(self, version: str = "1.2", heart_beat: str = "0,0", lockstep: bool = False) -> PeerClient:
@@ -98,7 +103,9 @@ async def broker_pair(
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(runtime.run)
-            yield BrokerPair(runtime, nursery, settings or ServerSettings(port=0))
+            heart_beats = HeartBeats()
+            await nursery.start(heart_beats.run)
+            yield BrokerPair(runtime, nursery, settings or ServerSettings(port=0), heart_beats)
             nursery.cancel_scope.cancel()
     finally:
         with trio.CancelScope(shield=True):

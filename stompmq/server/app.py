@@ -43,6 +43,7 @@ from ..broker import Broker
 from ..broker.hashring import NATIVE
 from ..protocol import native as native_codec
 from .connection import Connection, refuse
+from .heartbeats import HeartBeats
 from .http import bind_socket, serve_http
 from .listeners import listener_port, open_secure_listeners
 from .runtime import Runtime
@@ -140,6 +141,8 @@ async def serve(
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(runtime.run)
+            heart_beats = HeartBeats()
+            await nursery.start(heart_beats.run)
             listeners = await trio.open_tcp_listeners(settings.port, host=settings.host)
             http_socket = bind_socket(settings.http_host, settings.http_port) if settings.http_port is not None else None
             open_connections: dict[str, Connection] = {}  # what the management API lists
@@ -158,7 +161,7 @@ async def serve(
                     log.warning("accepting connections again after refusing %d", refused)
                     refused = 0
                 active += 1
-                connection = Connection(stream, runtime, settings, security)
+                connection = Connection(stream, runtime, settings, security, heart_beats=heart_beats)
                 open_connections[connection.id] = connection
                 try:
                     await connection.run()

@@ -2,7 +2,8 @@
 
 Theory of operation
 -------------------
-Each connection runs three tasks in its own nursery:
+Each connection runs two tasks in its own nursery, and is watched by the server's
+heart-beat timer (``server/heartbeats.py``, one task for every connection):
 
 * the reader receives whatever the socket has (up to ``RECEIVE_BYTES``),
   parses the whole buffer into frames at once and hands them to the broker
@@ -12,9 +13,9 @@ Each connection runs three tasks in its own nursery:
   refuse are the server's own and end such a run;
 * the writer takes everything in the outbox and sends it with one
   ``send_all``;
-* the watchdog enforces the CONNECT deadline, sends heart-beats and closes a
-  peer that went silent for longer than its heart-beat allows (times the grace
-  factor).
+* the timer's visits (``check``) enforce the CONNECT deadline, send heart-beats
+  and close a peer that went silent for longer than its heart-beat allows (times
+  the grace factor).
 
 A STOMP error anywhere (``ProtocolError`` from the parser, ``ClientError``
 from the broker) queues an ERROR frame, lets the writer flush it, half-closes
@@ -56,6 +57,7 @@ from ..protocol import (
 )
 from ..storage.base import DEFAULT_VHOST, vhost_name_error
 from .auth import Permission, User, required_permissions
+from .heartbeats import HeartBeats
 from .outbox import SOFT_LIMIT, ConnectionOutbox
 from .runtime import Runtime
 from .security import Security, certificate_login, peer_address
@@ -70,6 +72,9 @@ RECEIVE_BYTES = 256 * 1024
 LINGER_SECONDS = 1.0
 #: Seconds a DISCONNECT waits for its RECEIPT's commit before closing anyway.
 DISCONNECT_WAIT_SECONDS = 30.0
+#: Heart-beats go out at this fraction of the negotiated interval: the timer's and the writer's
+#: latency must not stretch a gap past the interval ("at least every n ms"; stomp.py checks).
+BEAT_EARLY = 0.9
 #: The /control verb that declares a vhost: the server's, not an engine's (engines live in vhosts).
 DECLARE_VHOST = "/control/declare/vhost/"
 #: Commands the broker handles after CONNECT (anything else is an unknown command).
@@ -118,6 +123,8 @@ class Connection:
         runtime: Runtime,
         settings: ServerSettings,
         security: Security | None = None,
+        *,
+        heart_beats: HeartBeats,
     ) -> None:
         self.stream = stream
         self.security = security
@@ -142,7 +149,8 @@ class Connection:
         self._errored = False
         self._broken = False  # the socket failed: nothing more can be sent
         self._read_scope = trio.CancelScope()
-        self._session_opened = trio.Event()  # wakes the watchdog to start heart-beating at once
+        self._heart_beats = heart_beats
+        self.beat_token: int | None = None  # the heart-beat timer's entry (HeartBeats.watch)
         # What an operator sees (the management API, the connect/disconnect log lines).
         self.peer = _peer(stream)
         self.since = time.time()
@@ -152,7 +160,7 @@ class Connection:
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._writer)
-                nursery.start_soon(self._watchdog)
+                self._heart_beats.watch(self, trio.current_time() + self.settings.connect_timeout)
                 with self._read_scope:
                     try:
                         await self._reader()
@@ -166,6 +174,7 @@ class Connection:
         except Exception:
             log.exception("connection %s failed", self.id)
         finally:
+            self.beat_token = None  # the timer forgets this connection
             self.outbox.close()
             if self._admitted:
                 assert self.security is not None
@@ -351,7 +360,7 @@ class Connection:
         self.session = session = self.broker.open_session(
             self.id, version, self.outbox, self.login or headers.get("login"), headers.get("client-id")
         )
-        self._session_opened.set()
+        self._heart_beats.watch(self, trio.current_time())  # heart-beats start now
         self.outbox.on_drain = lambda: self._resume(session)
         session.fail = self.fail
         connected = {
@@ -540,31 +549,27 @@ class Connection:
         """Close this connection with an ERROR saying ``reason`` (an administrator asked)."""
         self.fail(reason, None)
 
-    async def _watchdog(self) -> None:
-        connect_deadline = trio.current_time() + self.settings.connect_timeout
-        while self.session is None:
-            # not a 0.5 s poll: heart-beats must start right after CONNECTED (S17)
-            with trio.move_on_at(connect_deadline):
-                await self._session_opened.wait()
-            if self.session is None and trio.current_time() >= connect_deadline:
-                self.fail("no CONNECT frame in time", None)
-                return
-        if not self.send_every and not self.expect_every:
-            return
-        grace = self.expect_every * self.settings.heart_beat_grace
-        tick = min(x for x in (self.send_every, self.expect_every) if x) / 2
-        while True:
-            await trio.sleep(tick)
-            now = trio.current_time()
-            # Beat one tick early: waiting for a full interval let gaps reach send_every + tick,
-            # breaking "at least every n ms" (S17) and tripping clients such as stomp.py.
-            if self.send_every and now - self.last_send >= self.send_every - tick and self.outbox.empty:
-                self.outbox.write(b"\n")
-            if grace and now - self.last_recv > grace:
+    def check(self, now: float) -> float | None:
+        """The heart-beat timer's visit: fail a client without CONNECT by its deadline, beat when
+        due, close a peer silent past its grace; when to look again (None: never)."""
+        if self.session is None:  # the CONNECT deadline came (CONNECT moves the entry to now)
+            self.fail("no CONNECT frame in time", None)
+            return None
+        after = math.inf
+        if self.send_every:
+            after = self.last_send + self.send_every * BEAT_EARLY
+            if now >= after:
+                if self.outbox.empty:  # else the writer is sending: that is a beat too
+                    self.outbox.write(b"\n")
+                after = now + self.send_every * BEAT_EARLY
+        if self.expect_every:
+            grace = self.expect_every * self.settings.heart_beat_grace
+            if now - self.last_recv >= grace:
                 log.info("connection %s: no heart-beat for %.1f s, closing", self.id, now - self.last_recv)
                 self.fail("heart-beat timeout", None)
-                return
-
+                return None
+            after = min(after, self.last_recv + grace)
+        return None if after == math.inf else after
 
 
 #: The writer hands at most this many bytes to one ``send_all``.

@@ -7,6 +7,7 @@ blocked, so the 30-second and 10-second waits below take no real time.
 from __future__ import annotations
 
 import trio
+import trio.testing
 
 from stompmq.broker import BrokerConfig
 from stompmq.server.settings import ServerSettings
@@ -77,6 +78,43 @@ async def test_a_silent_peer_is_closed_after_the_grace_period(autojump_clock: tr
         error = await client.receive()
         assert error.command == "ERROR" and error.headers["message"] == "heart-beat timeout"
         assert 2.0 <= trio.current_time() - start <= 3.0
+
+
+async def test_one_timer_beats_for_connections_of_different_intervals(autojump_clock: trio.abc.Clock) -> None:
+    """The server's single heart-beat timer keeps each connection's own interval and closes only
+    the silent one."""
+    settings = ServerSettings(port=0, heart_beat=(1000, 1000), heart_beat_grace=2.0)
+    async with broker_pair(settings=settings) as pair:
+        fast = await pair.connected(heart_beat="0,1000")
+        slow = await pair.connected(heart_beat="0,4000")  # the server beats every 4 s at least
+        silent = await pair.connected(heart_beat="1000,0")  # promises a beat a second, sends none
+        start = trio.current_time()
+        error = await silent.receive()
+        assert error.headers["message"] == "heart-beat timeout"
+        assert 2.0 <= trio.current_time() - start <= 3.0
+        async with trio.open_nursery() as nursery:
+            for client in (fast, slow):
+                nursery.start_soon(client.nothing_within, start + 12.0 - trio.current_time())
+        assert fast.heart_beats >= 12 and 3 <= slow.heart_beats <= 6
+
+
+async def test_an_idle_connection_has_no_timer_task_of_its_own(autojump_clock: trio.abc.Clock) -> None:
+    """Tasks are memory: a connection runs its reader and writer; heart-beats and the CONNECT
+    deadline belong to the server's one timer."""
+
+    def tasks() -> int:
+        def count(task: trio.lowlevel.Task) -> int:
+            return 1 + sum(count(child) for nursery in task.child_nurseries for child in nursery.child_tasks)
+
+        return count(trio.lowlevel.current_root_task())
+
+    async with broker_pair(settings=ServerSettings(port=0, heart_beat=(1000, 1000))) as pair:
+        clients = [await pair.connected(heart_beat="1000,1000")]
+        await trio.testing.wait_all_tasks_blocked()
+        before = tasks()
+        clients += [await pair.connected(heart_beat="1000,1000") for _ in range(3)]
+        await trio.testing.wait_all_tasks_blocked()
+        assert tasks() - before == 3 * 2
 
 
 async def test_no_connect_frame_in_time(autojump_clock: trio.abc.Clock) -> None:

@@ -130,12 +130,17 @@ def main() -> None:
         selector = selectors.DefaultSelector()
         socks = [first]
         t0 = time.monotonic()
+        every = 0.9 * args.heart_beat / 1000  # as clients do: a little within the interval
+        beaten = t0
         for _ in range(args.connections - 1):
             socks.append(open_connection(port, args.heart_beat))
+            if time.monotonic() - beaten >= every:  # opening takes minutes: keep the first ones alive
+                for sock in socks:
+                    sock.send(b"\n")
+                beaten = time.monotonic()
         opened = time.monotonic() - t0
         for sock in socks:
             selector.register(sock, selectors.EVENT_READ)
-        every = 0.9 * args.heart_beat / 1000  # as clients do: a little within the interval
         closed = keep_alive(selector, socks, 2 * every, every)  # settle: every connection has beaten
         after = rss_kib(broker.pid)
         cpu0, wall0 = cpu_seconds(broker.pid), time.monotonic()

@@ -27,27 +27,9 @@ import subprocess
 import sys
 import time
 
+from bench_backlog import cpu_seconds, free_port, rss_kib  # beside this script
+
 CONNECT = "CONNECT\naccept-version:1.2\nhost:/\nheart-beat:{0},{0}\n\n\x00"
-
-
-def rss_kib(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise RuntimeError("no VmRSS")
-
-
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def open_connection(port: int, heart_beat: int) -> socket.socket:
@@ -126,7 +108,7 @@ def main() -> None:
                     raise
                 time.sleep(0.1)
         time.sleep(1)
-        before = rss_kib(broker.pid)
+        before = rss_kib(broker.pid, "VmRSS")
         selector = selectors.DefaultSelector()
         socks = [first]
         t0 = time.monotonic()
@@ -142,7 +124,7 @@ def main() -> None:
         for sock in socks:
             selector.register(sock, selectors.EVENT_READ)
         closed = keep_alive(selector, socks, 2 * every, every)  # settle: every connection has beaten
-        after = rss_kib(broker.pid)
+        after = rss_kib(broker.pid, "VmRSS")
         cpu0, wall0 = cpu_seconds(broker.pid), time.monotonic()
         closed += keep_alive(selector, socks, args.idle, every)
         cpu = (cpu_seconds(broker.pid) - cpu0) / (time.monotonic() - wall0)

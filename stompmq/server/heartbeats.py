@@ -5,15 +5,16 @@ Theory of operation
 A watchdog task per connection, waking every half heart-beat interval, cost each idle
 connection a task with its frame, cancel scope and timer, and the broker a wake-up per
 connection per half interval: 15,000 idle clients meant 3,000 wake-ups a second.  Here one
-task keeps a heap of ``(when, order, watched, token)`` and sleeps until the earliest entry;
+task keeps a heap of ``(when, token, watched)`` and sleeps until the earliest entry;
 an entry asks its connection ``check(now)``, which acts (beats, or fails a silent peer or one
 that never sent CONNECT) and answers when it next needs looking at, or None.  Receiving and
 sending only update the connection's timestamps: the heap is touched once per beat owed or
 deadline that may be missed, not per frame.
 
 ``watch`` replaces a connection's entry (a new token; the old entry is skipped when it comes
-up), so a connection is in the heap at most once in effect; a closed connection stops
-answering and its last entry drops out when it falls due.
+up), so a connection is in the heap at most once in effect.  Entries hold their connection by a
+weak reference: a closed connection is freed at once, not when its last entry falls due
+(with clients coming and going, that would keep a grace period's worth of them alive).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import heapq
 import itertools
 import logging
 import math
+import weakref
 from typing import Protocol
 
 import trio
@@ -44,12 +46,9 @@ class HeartBeats:
     """One timer task for the heart-beats and CONNECT deadlines of every connection."""
 
     def __init__(self) -> None:
-        self._heap: list[tuple[float, int, Watched, int]] = []
+        self._heap: list[tuple[float, int, weakref.ref[Watched]]] = []
         self._order = itertools.count()
         self._wake = trio.Event()
-
-    def __len__(self) -> int:
-        return len(self._heap)
 
     def watch(self, watched: Watched, when: float) -> None:
         """Check ``watched`` at ``when`` (instead of when it said before)."""
@@ -57,7 +56,7 @@ class HeartBeats:
         watched.beat_token = token
         if not self._heap or when < self._heap[0][0]:
             self._wake.set()  # earlier than the run task sleeps for
-        heapq.heappush(self._heap, (when, token, watched, token))
+        heapq.heappush(self._heap, (when, token, weakref.ref(watched)))
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Check each connection when due, forever."""
@@ -69,9 +68,10 @@ class HeartBeats:
                 await self._wake.wait()
             now = trio.current_time()
             while heap and heap[0][0] <= now:
-                _, _, watched, token = heapq.heappop(heap)
-                if watched.beat_token != token:
-                    continue  # replaced by a later watch, or the connection ended
+                _, token, ref = heapq.heappop(heap)
+                watched = ref()
+                if watched is None or watched.beat_token != token:
+                    continue  # the connection ended, or a later watch replaced this entry
                 try:
                     when = watched.check(now)
                 except Exception:  # one connection's failure must not stop everyone's heart-beats
@@ -82,4 +82,4 @@ class HeartBeats:
                 else:
                     token = next(self._order)
                     watched.beat_token = token
-                    heapq.heappush(heap, (when, token, watched, token))
+                    heapq.heappush(heap, (when, token, ref))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -88,16 +89,82 @@ def test_queue_list_pages_through_every_queue(http_broker: tuple[BrokerThread, A
 def test_queue_detail_purge_and_delete(http_broker: tuple[BrokerThread, Api]) -> None:
     broker, api = http_broker
     send_all(broker.port, "/queue/work", ["1", "2", "3"])
-    with Client(broker.port) as consumer:
+    with Client(broker.port, login="w") as consumer:
         consumer.subscribe("/queue/work", ack="client-individual", prefetch="1")
         consumer.message()
-        queue = api.get("/api/queues/work")
-        assert (queue["ready"], queue["unacked"], queue["consumers"]) == (2, 1, 1)
+        queue = api.get("/api/queues/%2F/work")
+        assert (queue["ready"], queue["unacked"], queue["consumers"], queue["vhost"]) == (2, 1, 1, "/")
         assert queue["published"] == 3 and queue["delivered"] == 1
-        assert api.call("POST", "/api/queues/work/purge")[0] == 200
-        wait_until(lambda: api.get("/api/queues/work")["ready"] == 0, "purged")
-        assert api.get("/api/queues/work")["unacked"] == 1  # in flight stays with its consumer
-    assert api.call("DELETE", "/api/queues/work")[0] == 200
+        shortcut = api.get("/api/queues/work")  # one segment: the shortcut for vhost /
+        assert {**shortcut, "rates": None} == {**queue, "rates": None}
+        [sub] = api.get("/api/queues/%2F/work/consumers")["items"]
+        assert (sub["login"], sub["ack"], sub["prefetch"], sub["unacked"]) == ("w", "client-individual", 1, 1)
+        status, body = api.call("POST", "/api/queues/%2F/work/purge")
+        assert status == 200 and body["purged"] == 2
+        assert api.get("/api/queues/%2F/work")["ready"] == 0
+        assert api.get("/api/queues/%2F/work")["unacked"] == 1  # in flight stays with its consumer
+    wait_until(lambda: api.get("/api/queues/%2F/work")["unacked"] == 0, "the delivery back in the queue")
+    status, body = api.call("DELETE", "/api/queues/%2F/work")
+    assert status == 200 and body["deleted"] is True
+    assert "work" not in [q["name"] for q in api.get("/api/queues")["items"]]
+    assert api.call("GET", "/api/queues/%2F/work")[0] == 404
+
+
+def test_unknown_queues_and_paths_are_404_with_a_reason(http_broker: tuple[BrokerThread, Api]) -> None:
+    broker, api = http_broker
+    for method, path in (("GET", "/api/queues/nonexistent"), ("GET", "/api/queues/%2F/nonexistent"),
+                         ("POST", "/api/queues/%2F/nonexistent/purge"), ("DELETE", "/api/queues/%2F/nonexistent")):
+        status, body = api.call(method, path)
+        assert status == 404 and "no queue 'nonexistent'" in body["error"], (method, path, body)
+    # Two segments are a vhost and a queue: never a queue named "orders/messages".
+    status, body = api.call("GET", "/api/queues/orders/messages")
+    assert status == 404 and "no vhost 'orders'" in body["error"]
+    send_all(broker.port, "/queue/orders/messages", ["x"])
+    assert api.get("/api/queues/%2F/orders%2Fmessages")["ready"] == 1
+    assert api.call("GET", "/api/queues/%2F/orders%2Fmessages/nothing")[0] == 404
+    assert api.call("POST", "/api/queues/%2F/orders%2Fmessages")[0] == 405
+    status, body = api.call("GET", "/api/queues/%2F/orders%2Fmessages?vhost=%2F")
+    assert status == 400 and "not both" in body["error"]
+    assert api.call("GET", "/api/queues/%2F/%FF")[0] == 400
+
+
+def test_ready_is_never_negative_under_a_client_ack_consumer(http_broker: tuple[BrokerThread, Api]) -> None:
+    """Polls the list while a producer and a client-ack consumer (prefetch 10) keep the queue busy."""
+    broker, api = http_broker
+    stop = threading.Event()
+    acked = [0]
+
+    def consume() -> None:
+        with Client(broker.port) as consumer:
+            consumer.subscribe("/queue/busy", ack="client", prefetch="10")
+            while not stop.is_set():
+                try:
+                    msg = consumer.message(timeout=0.5)
+                except TimeoutError:
+                    continue  # the producer stopped
+                consumer.ack(msg, receipt=False)
+                acked[0] += 1
+
+    def produce() -> None:
+        with Client(broker.port) as producer:
+            while not stop.is_set():
+                producer.send_to("/queue/busy", "x", receipt=False)
+                producer.sync()
+
+    threads = [threading.Thread(target=consume), threading.Thread(target=produce)]
+    for thread in threads:
+        thread.start()
+    seen = []
+    try:
+        wait_until(lambda: acked[0] > 0, "the consumer acking")
+        for _ in range(100):
+            seen += [(q["ready"], q["unacked"]) for q in api.get("/api/queues")["items"] if q["name"] == "busy"]
+            seen.append(tuple(api.get("/api/queues/%2F/busy")[k] for k in ("ready", "unacked")))
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(10)
+    assert seen and all(ready >= 0 and unacked >= 0 for ready, unacked in seen), [c for c in seen if min(c) < 0]
 
 
 def test_exchange_declare_bind_unbind(http_broker: tuple[BrokerThread, Api]) -> None:

@@ -250,6 +250,9 @@ class Control:
             self.dispatcher.declare(name, None)
         self.dispatcher.purge(name)
         self.router.unbind_everywhere(name)
+        queue = self.dispatcher.queues.get(name)
+        if queue is not None:  # emptied: without consumers it leaves memory, and the listings
+            self.dispatcher.deactivate_if_idle(queue)
         self.dispatcher.forget_stats(name)
         return {}
 

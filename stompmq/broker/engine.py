@@ -156,6 +156,12 @@ class Broker:
         """SENDs to reply queues of this broker that were gone (dropped, as RabbitMQ does)."""
         return self.router.temps.dropped
 
+    def knows_queue(self, name: str) -> bool:
+        """Is queue ``name`` in use here (active, used since start) or declared?  Any other queue
+        exists only while the store holds messages of it (``/control/count-msgs``)."""
+        dispatcher = self.dispatcher
+        return name in dispatcher.stats or name in dispatcher.queues or name in dispatcher.policies
+
     def list_queues(self, after: str, limit: int) -> Deferred[QueuePage]:
         """A page of queues named after ``after``: ``answer(await fetch(store))``."""
         return self.control.list_queues(after, limit)

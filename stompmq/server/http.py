@@ -20,8 +20,11 @@ way, two guards keep a web page the operator happens to visit from driving it: a
 without a CORS preflight this server never grants), and on a loopback address
 only loopback host names are accepted (no DNS rebinding).
 
-Every queue, exchange and topic route takes ``?vhost=NAME`` (default ``/``; an unknown
-vhost is a 404) and works on that vhost's engine; ``/api/vhosts`` lists and declares vhosts.
+A queue is a resource at ``/api/queues/{vhost}/{name}`` (each one percent-encoded path
+segment; ``queue_target``), with ``/purge`` and ``/consumers`` under it; anything unknown (a
+vhost, a queue, an action) is a 404 with a reason, never an empty success.  The exchange and
+topic routes and the queue list take ``?vhost=NAME`` (default ``/``); ``/api/vhosts`` lists
+and declares vhosts.
 
 Rates are derived here, not counted in the engine: ``Rates`` samples the
 engine's plain counters every ``SAMPLE_SECONDS`` and a rate is the change
@@ -34,6 +37,7 @@ import logging
 import os
 import socket
 import time
+import urllib.parse
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -144,8 +148,38 @@ def _page_args(request: Request) -> tuple[str, int]:
 
 
 def _queue_name(name: str) -> str:
-    """``orders`` and ``/queue/orders`` name the same queue."""
+    """``orders`` and ``/queue/orders`` name the same queue (in a binding)."""
     return name.removeprefix("/queue/")
+
+
+QueueHandler = Callable[[Broker, str, str, tuple[int, int]], Awaitable[Response]]
+
+
+def queue_target(request: Request, actions: set[str]) -> tuple[str, str, str | None]:
+    """(vhost, queue, action) of ``/api/queues/VHOST/NAME[/ACTION]``, from the raw path.
+
+    Each of VHOST and NAME is one percent-encoded path segment (``/`` is ``%2F``), so a name
+    holding ``/`` is never read as a route: the decoded path cannot tell them apart, hence the
+    raw one.  ``/api/queues/NAME`` (one segment) is a shortcut for the queue in the vhost of
+    ``?vhost=`` (default ``/``); with two or more segments ``?vhost=`` would be a second
+    answer to the same question, and is refused.
+    """
+    raw = request.scope.get("raw_path") or request.url.path.encode()
+    prefix = b"/api/queues/"
+    try:
+        segments = [urllib.parse.unquote(part.decode("ascii"), errors="strict")
+                    for part in raw[len(prefix):].split(b"/")] if raw.startswith(prefix) else []
+    except UnicodeDecodeError:
+        raise HTTPException(400, "a queue path must be percent-encoded UTF-8") from None
+    query_vhost = request.query_params.get("vhost")
+    if len(segments) == 1 and segments[0]:
+        return query_vhost if query_vhost is not None else DEFAULT_VHOST, segments[0], None
+    if query_vhost is not None:
+        raise HTTPException(400, "give the vhost in the path (/api/queues/VHOST/NAME) or ?vhost=, not both")
+    if len(segments) in (2, 3) and all(segments) and (len(segments) == 2 or segments[2] in actions):
+        return segments[0], segments[1], segments[2] if len(segments) == 3 else None
+    raise HTTPException(404, "not a queue path: use /api/queues/VHOST/NAME[/" + "|".join(sorted(actions)) + "] with "
+                             "VHOST and NAME percent-encoded (/ is %2F)")
 
 
 class ManagementApp:
@@ -162,6 +196,13 @@ class ManagementApp:
         self.store_metrics = StoreMetrics()
         runtime.store.on_group_committed = self.store_metrics.observe
 
+        #: (action after the queue's path or None, method) -> handler
+        self.queue_actions: dict[tuple[str | None, str], QueueHandler] = {
+            (None, "GET"): self.get_queue,
+            (None, "DELETE"): self.delete_queue,
+            ("purge", "POST"): self.purge_queue,
+            ("consumers", "GET"): self.queue_consumers,
+        }
         routes: list[BaseRoute] = [
             Route("/healthz", self.healthz),
             Route("/readyz", self.readyz),
@@ -170,9 +211,7 @@ class ManagementApp:
             Route("/api/vhosts", self.list_vhosts),
             Route("/api/vhosts/{name:path}", self.declare_vhost, methods=["PUT"]),
             Route("/api/queues", self.list_queues),
-            Route("/api/queues/{name:path}/purge", self.purge_queue, methods=["POST"]),
-            Route("/api/queues/{name:path}", self.get_queue, methods=["GET"]),
-            Route("/api/queues/{name:path}", self.delete_queue, methods=["DELETE"]),
+            Route("/api/queues/{rest:path}", self.queue_resource, methods=["GET", "POST", "DELETE"]),
             Route("/api/exchanges", self.list_exchanges),
             Route("/api/exchanges/{name}/bindings/{queue:path}", self.unbind, methods=["DELETE"]),
             Route("/api/exchanges/{name}/bindings", self.bind, methods=["POST"]),
@@ -296,33 +335,70 @@ class ManagementApp:
             items.append(item)
         return JSONResponse({"items": items, "next_after": page.next_after})
 
-    async def get_queue(self, request: Request) -> Response:
-        name = _queue_name(request.path_params["name"])
-        engine = self.engine(request)
+    async def queue_resource(self, request: Request) -> Response:
+        """``/api/queues/{vhost}/{name}[/ACTION]``: route on the raw path (see ``queue_target``)."""
+        vhost, name, action = queue_target(request, {a for a, _ in self.queue_actions if a is not None})
+        handler = self.queue_actions.get((action, request.method))
+        if handler is None:
+            allowed = ", ".join(sorted(m for a, m in self.queue_actions if a == action))
+            raise HTTPException(405, f"{request.method} is not allowed here (allowed: {allowed})")
+        engine = self.engines.get(vhost)
+        if engine is None:
+            raise HTTPException(404, f"no vhost {vhost!r} (the queue routes are /api/queues/VHOST/NAME, "
+                                     "each percent-encoded, e.g. /api/queues/%2F/orders)")
+        counts = await self._queue_counts(engine, name)
+        if counts is None:
+            raise HTTPException(404, f"no queue {name!r} in vhost {vhost!r}")
+        return await handler(engine, vhost, name, counts)
+
+    async def _queue_counts(self, engine: Broker, name: str) -> tuple[int, int] | None:
+        """(ready, unacked) of queue ``name``, or None if there is no such queue: one this broker
+        neither uses nor declared, of which the store holds no message."""
         counts = await self.answer(engine, self.administer(engine, "count-msgs/queue/" + name))
-        subscribers = self.administer(engine, "count-subscribers/queue/" + name)
+        ready, unacked = int(counts["num-ready"]), int(counts["num-unacked"])
+        if not engine.knows_queue(name) and ready + unacked == 0:
+            return None
+        return ready, unacked
+
+    async def get_queue(self, engine: Broker, vhost: str, name: str, counts: tuple[int, int]) -> Response:
         stats = engine.queue_stats.get(name)
+        queue = engine.queues.get(name)
         return JSONResponse({
             "name": name,
-            "vhost": request.query_params.get("vhost", DEFAULT_VHOST),
-            "ready": int(counts["num-ready"]),
-            "unacked": int(counts["num-unacked"]),
-            "consumers": int(subscribers["num-subscribers"]),
+            "vhost": vhost,
+            "ready": counts[0],
+            "unacked": counts[1],
+            "consumers": queue.nsubs if queue is not None else 0,
             **(stats.as_dict() if stats is not None else {}),
-            "rates": self.rates.of(request.query_params.get("vhost", DEFAULT_VHOST), name),
+            "rates": self.rates.of(vhost, name),
         })
 
-    async def purge_queue(self, request: Request) -> Response:
-        name = _queue_name(request.path_params["name"])
-        self.administer(self.engine(request), "purge/queue/" + name)
-        log.info("queue %s purged through the management API", name)
-        return JSONResponse({"purged": name})
+    async def purge_queue(self, engine: Broker, vhost: str, name: str, counts: tuple[int, int]) -> Response:
+        """Drop the ready messages; ``purged`` is how many were ready as the purge began (counted
+        by the read just before it: a message sent meanwhile may be purged too)."""
+        self.administer(engine, "purge/queue/" + name)
+        log.info("queue %s of vhost %s purged through the management API (%d messages)", name, vhost, counts[0])
+        return JSONResponse({"name": name, "vhost": vhost, "purged": counts[0]})
 
-    async def delete_queue(self, request: Request) -> Response:
-        name = _queue_name(request.path_params["name"])
-        self.administer(self.engine(request), "delete/queue/" + name)
-        log.info("queue %s deleted through the management API", name)
-        return JSONResponse({"deleted": name})
+    async def delete_queue(self, engine: Broker, vhost: str, name: str, counts: tuple[int, int]) -> Response:
+        self.administer(engine, "delete/queue/" + name)
+        log.info("queue %s of vhost %s deleted through the management API", name, vhost)
+        return JSONResponse({"name": name, "vhost": vhost, "deleted": True, "purged": counts[0]})
+
+    async def queue_consumers(self, engine: Broker, vhost: str, name: str, counts: tuple[int, int]) -> Response:
+        """The subscriptions of this broker's connections to the queue."""
+        items = []
+        for conn in self.connections.values():
+            session = conn.session
+            if session is None or conn.vhost != vhost:
+                continue
+            for sub in session.subscriptions.values():
+                queue = sub.queue
+                if queue is not None and queue.name == name:
+                    items.append({"connection": conn.id, "peer": conn.peer, "login": session.login,
+                                  "subscription": sub.id, "ack": sub.ack_mode.value, "prefetch": sub.prefetch,
+                                  "unacked": len(sub.unacked)})
+        return JSONResponse({"items": items})
 
     # -- exchanges ------------------------------------------------------------------------------
     def _exchange_json(self, engine: Broker, name: str) -> dict[str, Any]:

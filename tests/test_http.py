@@ -173,7 +173,12 @@ def test_exchange_declare_bind_unbind(http_broker: tuple[BrokerThread, Api]) -> 
     assert status == 201 and ex["bindings"] == []
     status, ex = api.call("POST", "/api/exchanges/orders/bindings", {"queue": "/queue/o1", "weight": 3})
     assert status == 201 and ex["bindings"] == [{"queue": "o1", "weight": 3}]
-    assert [e["name"] for e in api.get("/api/exchanges")["items"]] == ["orders"]
+    assert [e["name"] for e in api.get("/api/exchanges")["items"]] == ["amq.direct", "amq.fanout", "amq.topic", "orders"]
+    status, ex = api.call("PUT", "/api/exchanges/ex2", {"type": "direct"})
+    assert status == 201 and (ex["type"], ex["bindings"]) == ("direct", [])
+    status, ex = api.call("POST", "/api/exchanges/ex2/bindings", {"queue": "d1", "routing_key": "k"})
+    assert status == 201 and ex["bindings"] == [{"queue": "d1", "routing_key": "k"}]
+    assert api.call("DELETE", "/api/exchanges/ex2/bindings/d1?routing_key=k")[1]["bindings"] == []
     assert api.call("DELETE", "/api/exchanges/orders/bindings/o1")[1]["bindings"] == []
     assert api.call("DELETE", "/api/exchanges/orders")[0] == 200
     assert api.call("GET", "/api/exchanges/orders")[0] == 404

@@ -59,7 +59,7 @@ from .dispatch import ACK_TIMEOUT, EXPIRY_SWEEP, PAGE_RETRY, SWEEP_MS, Dispatche
 from .errors import ClientError
 from .exchanges import Exchange
 from .expiry import ExpirySweep
-from .key_exchanges import BUILT_IN
+from .key_exchanges import BUILT_IN, KeyExchange
 from .policies import QueuePolicy
 from .queue import Queue
 from .reads import Reads, StoreRead
@@ -125,6 +125,11 @@ class Broker:
     @property
     def exchanges(self) -> dict[str, Exchange]:
         return self.router.exchanges
+
+    @property
+    def key_exchanges(self) -> dict[str, KeyExchange]:
+        """The direct, fanout and topic exchanges (the built-in ``amq.*`` ones too)."""
+        return self.router.key_exchanges
 
     @property
     def topics(self) -> TopicRouter:

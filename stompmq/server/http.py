@@ -58,6 +58,7 @@ from starlette.staticfiles import StaticFiles
 from .. import __version__
 from ..broker import Broker, ClientError
 from ..broker.control import MAX_PAGE, Deferred
+from ..broker.exchanges import EXCHANGE_TYPE, ROUTING_KEY_HEADER
 from ..protocol import native as native_codec
 from ..storage.base import DEFAULT_VHOST, StoreError, vhost_name_error
 from .connection import Connection
@@ -402,11 +403,24 @@ class ManagementApp:
 
     # -- exchanges ------------------------------------------------------------------------------
     def _exchange_json(self, engine: Broker, name: str) -> dict[str, Any]:
+        """A consistent-hash exchange (bindings with weights) or a direct, fanout or topic one
+        (bindings with routing keys); 404 if there is neither."""
+        keyed = engine.key_exchanges.get(name)
+        if keyed is not None:
+            return {
+                "name": keyed.name,
+                "type": keyed.type,
+                "options": {},
+                "bindings": [{"queue": q, "routing_key": k} for q, k in sorted(keyed.bindings)],
+                "routed": keyed.routed,
+                "unroutable": keyed.unroutable,
+            }
         exchange = engine.exchanges.get(name)
         if exchange is None:
             raise HTTPException(404, f"no exchange {name!r}")
         return {
             "name": exchange.name,
+            "type": EXCHANGE_TYPE,
             "options": exchange.options,
             "bindings": [{"queue": q, "weight": w} for q, w in sorted(exchange.bindings.items())],
             "routed": exchange.routed,
@@ -416,7 +430,7 @@ class ManagementApp:
     async def list_exchanges(self, request: Request) -> Response:
         after, limit = _page_args(request)
         engine = self.engine(request)
-        names = sorted(n for n in engine.exchanges if n > after)[:limit]
+        names = sorted(n for n in (*engine.exchanges, *engine.key_exchanges) if n > after)[:limit]
         return JSONResponse({
             "items": [self._exchange_json(engine, n) for n in names],
             "next_after": names[-1] if len(names) == limit else None,
@@ -447,6 +461,8 @@ class ManagementApp:
         headers = {"queue": "/queue/" + _queue_name(str(body["queue"]))}
         if "weight" in body:
             headers["weight"] = str(body["weight"])
+        if "routing_key" in body:
+            headers[ROUTING_KEY_HEADER] = str(body["routing_key"])
         engine = self.engine(request)
         self._exchange_json(engine, name)
         self.administer(engine, "bind/exchange/" + name, headers)
@@ -456,8 +472,10 @@ class ManagementApp:
         name = request.path_params["name"]
         engine = self.engine(request)
         self._exchange_json(engine, name)
-        queue = "/queue/" + _queue_name(request.path_params["queue"])
-        self.administer(engine, "unbind/exchange/" + name, {"queue": queue})
+        headers = {"queue": "/queue/" + _queue_name(request.path_params["queue"])}
+        if "routing_key" in request.query_params:
+            headers[ROUTING_KEY_HEADER] = request.query_params["routing_key"]
+        self.administer(engine, "unbind/exchange/" + name, headers)
         return JSONResponse(self._exchange_json(engine, name))
 
     # -- topics ---------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ import pytest
 
 from stompmq.protocol import native as native_codec
 from stompmq.server import ServerSettings
+from stompmq.storage.sqlite import SQLiteStore
 
 from .broker_process import free_port
 from .broker_thread import BrokerThread
@@ -230,6 +231,24 @@ def test_metrics_bound_per_queue_series(http_broker: tuple[BrokerThread, Api]) -
     assert 'stompmq_queue_ready{queue="m5",vhost="/"} 6.0' in text
     if broker.broker is not None and broker.broker.store.durable:  # commit groups are timed
         assert "stompmq_store_commit_seconds_count" in text and "stompmq_store_commit_group_size_bucket" in text
+
+
+def test_metrics_of_the_process_the_build_and_the_queue_consumers(http_broker: tuple[BrokerThread, Api]) -> None:
+    broker, api = http_broker
+    with Client(broker.port) as consumer:
+        consumer.subscribe("/queue/watched", ack="client")
+        send_all(broker.port, "/queue/watched", ["x"])
+        consumer.message()
+        text = api.call("GET", "/metrics")[1]
+    lines = text.splitlines()
+    [info] = [line for line in lines if line.startswith("stompmq_build_info{")]
+    assert 'version="0.1.0"' in info and info.endswith(" 1.0")
+    assert 'stompmq_queue_consumers{queue="watched",vhost="/"} 1.0' in lines
+    for series in ("process_resident_memory_bytes", "process_open_fds", "process_cpu_seconds_total"):
+        assert any(line.startswith(series + " ") for line in lines), series
+    disk = [float(line.split()[1]) for line in lines if line.startswith("stompmq_store_disk_bytes ")]
+    on_sqlite = broker.broker is not None and isinstance(broker.broker.store, SQLiteStore)
+    assert len(disk) == on_sqlite and all(size > 0 for size in disk)
 
 
 def test_control_list_queues_pages_in_receipt_headers(http_broker: tuple[BrokerThread, Api]) -> None:

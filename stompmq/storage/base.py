@@ -540,6 +540,11 @@ class Store(abc.ABC):
         """Messages of ``queue`` out for delivery (by any broker sharing the store)."""
         return 0
 
+    def disk_bytes(self) -> int | None:
+        """Bytes the store takes on disk now, or None where this process cannot tell (memory;
+        a database server's own monitoring knows its size)."""
+        return None
+
     async def queue_page(self, after: str, limit: int, snapshot: Callable[[], T]) -> tuple[list[QueueCount], T]:
         """Up to ``limit`` queues the store knows, named after ``after``, in name order, with
         their counts (the management API pages through a million queues with this), and

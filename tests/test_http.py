@@ -129,6 +129,31 @@ def test_unknown_queues_and_paths_are_404_with_a_reason(http_broker: tuple[Broke
     assert api.call("GET", "/api/queues/%2F/%FF")[0] == 400
 
 
+def test_peek_and_publish(http_broker: tuple[BrokerThread, Api]) -> None:
+    broker, api = http_broker
+    assert api.call("POST", "/api/queues/%2F/jobs/publish", {"body": "x"})[0] == 404  # no such queue yet
+    send_all(broker.port, "/queue/jobs", ["first"], lambda i: {"colour": "blue"})
+    status, body = api.call("POST", "/api/queues/%2F/jobs/publish", {"body": "urgent", "headers": {"priority": "9"}})
+    assert status == 201 and body["published"] is True
+    peeked = api.get("/api/queues/%2F/jobs/messages")["items"]
+    assert [m["body"] for m in peeked] == ["urgent", "first"]  # delivery order: priority first
+    assert peeked[1]["headers"]["colour"] == "blue" and peeked[1]["redelivery_count"] == 0
+    assert peeked[0]["age"] >= 0 and api.get("/api/queues/%2F/jobs")["ready"] == 2  # nothing consumed
+    assert [m["body"] for m in api.get("/api/queues/%2F/jobs/messages?count=1")["items"]] == ["urgent"]
+    with Client(broker.port) as consumer:
+        consumer.subscribe("/queue/jobs", ack="client-individual", prefetch="1")
+        msg = consumer.message()
+        assert msg.body == b"urgent"
+        assert [m["body"] for m in api.get("/api/queues/%2F/jobs/messages")["items"]] == ["first"]  # in flight
+        consumer.unsubscribe(msg["subscription"])  # what it held goes back, redelivered
+    again = api.get("/api/queues/%2F/jobs/messages")["items"]
+    assert [(m["body"], m["redelivery_count"]) for m in again] == [("urgent", 1), ("first", 0)]
+    for bad in ({"body": 1}, {"body": "x", "headers": {"a": "b\nc"}}, {"body": "x", "extra": 1},
+                {"body": "x", "headers": {"priority": "high"}}):
+        assert api.call("POST", "/api/queues/%2F/jobs/publish", bad)[0] == 400, bad
+    assert api.call("GET", "/api/queues/%2F/jobs/messages?count=0")[0] == 400
+
+
 def test_ready_is_never_negative_under_a_client_ack_consumer(http_broker: tuple[BrokerThread, Api]) -> None:
     """Polls the list while a producer and a client-ack consumer (prefetch 10) keep the queue busy."""
     broker, api = http_broker

@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from ..protocol import Frame
-from ..storage.base import QueueCount, Store
+from ..storage.base import QueueCount, Store, StoredMessage
 from .destinations import Kind, parse_destination
 from .dispatch import Dispatcher
 from .errors import ClientError
@@ -236,6 +236,27 @@ class Control:
         more = len(page) == limit
         return QueuePage(rows, page[-1] if more else None)
 
+    def peek(self, name: str, count: int) -> Deferred[list[StoredMessage]]:
+        """Up to ``count`` ready messages of queue ``name`` in delivery order, consuming none
+        (what a browsing subscriber would see first); deliveries in flight here are skipped."""
+        dispatcher = self.dispatcher
+
+        def unsettled() -> set[int]:
+            queue = dispatcher.queues.get(name)
+            return set(queue.inflight) if queue is not None else set()
+
+        if not dispatcher.store.durable:  # every message is in memory
+            queue = dispatcher.queues.get(name)
+            held = [] if queue is None else queue.window.messages() + [
+                msg for waiting in (queue.parked or {}).values() for msg in waiting]
+            ready = sorted(held, key=lambda msg: msg.order_key)[:count]
+            return Deferred(lambda store: _ready(ready), lambda rows: rows)
+
+        def fetch(store: Store) -> Awaitable[Sequence[StoredMessage]]:
+            return store.browse(name, None, count + len(unsettled()))
+
+        return Deferred(fetch, lambda rows: [msg for msg in rows if msg.seq not in unsettled()][:count])
+
     def _purge(self, name: str, frame: Frame) -> Answer:
         self.dispatcher.purge(name)
         return {}
@@ -355,6 +376,11 @@ def _bind_target(frame: Frame) -> str:
     if dest.name.startswith("/"):
         raise ClientError(f"queue names bound to an exchange must not start with '/': {dest.raw!r}")
     return dest.name
+
+
+async def _ready(rows: list[StoredMessage]) -> list[StoredMessage]:
+    """``rows``, as a store read would give them (the memory store's are all at hand)."""
+    return rows
 
 
 def _page_limit(value: str | None) -> int:

@@ -46,7 +46,7 @@ from typing import Any
 
 from ..protocol import Frame
 from ..protocol.headers import headers_without
-from ..storage.base import BindingRecord, ExchangeRecord, Recovery, Store, StoreError
+from ..storage.base import BindingRecord, ExchangeRecord, Recovery, Store, StoredMessage, StoreError
 from .acks import Acks, AckRun
 from .browse import BrowseSubscription
 from .config import BrokerConfig
@@ -65,7 +65,7 @@ from .queue import Queue
 from .reads import Reads, StoreRead
 from .receipts import Headers, Receipts
 from .routing import Router
-from .send_headers import SPECIAL_HEADERS, send_options
+from .send_headers import SPECIAL_HEADERS, send_options, user_headers
 from .session import Outbox, Session
 from .streams import STREAM_FOLLOW_RETRY, STREAM_READ_RETRY, STREAM_RETENTION, Streams, StreamSubscription
 from .stats import QueueStats
@@ -170,6 +170,16 @@ class Broker:
     def list_queues(self, after: str, limit: int) -> Deferred[QueuePage]:
         """A page of queues named after ``after``: ``answer(await fetch(store))``."""
         return self.control.list_queues(after, limit)
+
+    def peek(self, queue: str, count: int) -> Deferred[list[StoredMessage]]:
+        """Up to ``count`` ready messages of ``queue``, consuming none: ``answer(await fetch(store))``."""
+        return self.control.peek(queue, count)
+
+    def publish(self, queue: str, headers: dict[str, str], body: bytes) -> None:
+        """Put a message in ``queue`` as a SEND with these headers would (priority, expiry, delay),
+        outside any session; ClientError for a bad header or a full ``reject-publish`` queue."""
+        priority, ack_timeout, expires, deliver_at = send_options(headers, self.dispatcher.wall_ms)
+        self.dispatcher.publish(queue, user_headers(headers), body, priority, ack_timeout, expires, deliver_at)
 
     def administer(self, path: str, headers: dict[str, str] | None = None) -> Headers | Deferred[Headers]:
         """Run the ``/control/PATH`` verb for an administrator, outside any session (ClientError

@@ -21,7 +21,8 @@ without a CORS preflight this server never grants), and on a loopback address
 only loopback host names are accepted (no DNS rebinding).
 
 A queue is a resource at ``/api/queues/{vhost}/{name}`` (each one percent-encoded path
-segment; ``queue_target``), with ``/purge`` and ``/consumers`` under it; anything unknown (a
+segment; ``queue_target``), with ``/purge``, ``/consumers``, ``/messages`` (a peek) and
+``/publish`` under it; anything unknown (a
 vhost, a queue, an action) is a 404 with a reason, never an empty success.  The exchange and
 topic routes and the queue list take ``?vhost=NAME`` (default ``/``); ``/api/vhosts`` lists
 and declares vhosts.
@@ -33,8 +34,10 @@ since the older of the last two samples (a 5-10 s window).
 
 from __future__ import annotations
 
+import base64
 import logging
 import os
+import re
 import socket
 import time
 import urllib.parse
@@ -60,7 +63,7 @@ from ..broker import Broker, ClientError
 from ..broker.control import MAX_PAGE, Deferred
 from ..broker.exchanges import EXCHANGE_TYPE, ROUTING_KEY_HEADER
 from ..protocol import native as native_codec
-from ..storage.base import DEFAULT_VHOST, StoreError, vhost_name_error
+from ..storage.base import DEFAULT_VHOST, StoredMessage, StoreError, vhost_name_error
 from .connection import Connection
 from .http_auth import BasicAuth
 from .metrics import StoreMetrics, metrics_route
@@ -153,7 +156,11 @@ def _queue_name(name: str) -> str:
     return name.removeprefix("/queue/")
 
 
-QueueHandler = Callable[[Broker, str, str, tuple[int, int]], Awaitable[Response]]
+QueueHandler = Callable[[Broker, str, str, tuple[int, int], Request], Awaitable[Response]]
+#: Messages a peek shows when the client does not say, and at most.
+DEFAULT_PEEK, MAX_PEEK = 10, 100
+#: What no header name or value may hold (a frame's line structure), nor ':' in a name.
+_BAD_HEADER = re.compile("[\r\n\0]")
 
 
 def queue_target(request: Request, actions: set[str]) -> tuple[str, str, str | None]:
@@ -203,6 +210,8 @@ class ManagementApp:
             (None, "DELETE"): self.delete_queue,
             ("purge", "POST"): self.purge_queue,
             ("consumers", "GET"): self.queue_consumers,
+            ("messages", "GET"): self.peek_messages,
+            ("publish", "POST"): self.publish_message,
         }
         routes: list[BaseRoute] = [
             Route("/healthz", self.healthz),
@@ -350,7 +359,7 @@ class ManagementApp:
         counts = await self._queue_counts(engine, name)
         if counts is None:
             raise HTTPException(404, f"no queue {name!r} in vhost {vhost!r}")
-        return await handler(engine, vhost, name, counts)
+        return await handler(engine, vhost, name, counts, request)
 
     async def _queue_counts(self, engine: Broker, name: str) -> tuple[int, int] | None:
         """(ready, unacked) of queue ``name``, or None if there is no such queue: one this broker
@@ -361,7 +370,8 @@ class ManagementApp:
             return None
         return ready, unacked
 
-    async def get_queue(self, engine: Broker, vhost: str, name: str, counts: tuple[int, int]) -> Response:
+    async def get_queue(self, engine: Broker, vhost: str, name: str, counts: tuple[int, int],
+                        request: Request) -> Response:
         stats = engine.queue_stats.get(name)
         queue = engine.queues.get(name)
         return JSONResponse({
@@ -374,19 +384,55 @@ class ManagementApp:
             "rates": self.rates.of(vhost, name),
         })
 
-    async def purge_queue(self, engine: Broker, vhost: str, name: str, counts: tuple[int, int]) -> Response:
+    async def purge_queue(self, engine: Broker, vhost: str, name: str, counts: tuple[int, int],
+                          request: Request) -> Response:
         """Drop the ready messages; ``purged`` is how many were ready as the purge began (counted
         by the read just before it: a message sent meanwhile may be purged too)."""
         self.administer(engine, "purge/queue/" + name)
         log.info("queue %s of vhost %s purged through the management API (%d messages)", name, vhost, counts[0])
         return JSONResponse({"name": name, "vhost": vhost, "purged": counts[0]})
 
-    async def delete_queue(self, engine: Broker, vhost: str, name: str, counts: tuple[int, int]) -> Response:
+    async def delete_queue(self, engine: Broker, vhost: str, name: str, counts: tuple[int, int],
+                           request: Request) -> Response:
         self.administer(engine, "delete/queue/" + name)
         log.info("queue %s of vhost %s deleted through the management API", name, vhost)
         return JSONResponse({"name": name, "vhost": vhost, "deleted": True, "purged": counts[0]})
 
-    async def queue_consumers(self, engine: Broker, vhost: str, name: str, counts: tuple[int, int]) -> Response:
+    async def peek_messages(self, engine: Broker, vhost: str, name: str, counts: tuple[int, int],
+                            request: Request) -> Response:
+        """``?count=N`` (default 10): the first ready messages, in delivery order, consuming none."""
+        try:
+            count = int(request.query_params.get("count", DEFAULT_PEEK))
+        except ValueError:
+            raise HTTPException(400, "count must be a number") from None
+        if not 1 <= count <= MAX_PEEK:
+            raise HTTPException(400, f"count must be 1-{MAX_PEEK}")
+        messages = await self.answer(engine, engine.peek(name, count))
+        return JSONResponse({"items": [_message_json(msg) for msg in messages]})
+
+    async def publish_message(self, engine: Broker, vhost: str, name: str, counts: tuple[int, int],
+                              request: Request) -> Response:
+        """``{"body": TEXT, "headers": {NAME: VALUE}}``: a message as a SEND without receipt would
+        put it (stored within --flush-interval; priority, ttl, delay headers apply)."""
+        message = await _json_object(request)
+        body, headers = message.get("body", ""), message.get("headers", {})
+        unknown = sorted(set(message) - {"body", "headers"})
+        if unknown:
+            raise HTTPException(400, f"unknown field {unknown[0]!r}: a message has body and headers")
+        if not isinstance(body, str):
+            raise HTTPException(400, "body must be a string (sent as UTF-8)")
+        if not isinstance(headers, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) and k and not _BAD_HEADER.search(k + v) and ":" not in k
+                for k, v in headers.items()):
+            raise HTTPException(400, "headers must map names to string values, without ':' in a name or "
+                                     "CR, LF or NUL anywhere")
+        self.runtime.tick()
+        engine.publish(name, headers, body.encode())
+        log.info("a message published to queue %s of vhost %s through the management API", name, vhost)
+        return JSONResponse({"name": name, "vhost": vhost, "published": True}, status_code=201)
+
+    async def queue_consumers(self, engine: Broker, vhost: str, name: str, counts: tuple[int, int],
+                              request: Request) -> Response:
         """The subscriptions of this broker's connections to the queue."""
         items = []
         for conn in self.connections.values():
@@ -518,6 +564,17 @@ def _connection_json(conn: Connection) -> dict[str, Any]:
         "bytes_out": conn.bytes_out,
         "frames_in": conn.frames_in,
     }
+
+
+def _message_json(msg: StoredMessage) -> dict[str, Any]:
+    """A peeked message: the body as text (``body_base64`` when it is not UTF-8)."""
+    item: dict[str, Any] = {"headers": msg.headers or {}, "priority": msg.priority,
+                            "redelivery_count": msg.redeliveries, "age": _age(msg.timestamp)}
+    try:
+        item["body"] = msg.body.decode()
+    except UnicodeDecodeError:
+        item["body_base64"] = base64.b64encode(msg.body).decode()
+    return item
 
 
 def _age(oldest_ms: int | None) -> float | None:

@@ -85,14 +85,22 @@ class Api:
             after = page["next_after"]
 
 
-    def queue(self, method: str, name: str, action: str = "") -> Any:
+    def queue(self, method: str, name: str, action: str = "", body: Any = None) -> Any:
         """A request to queue ``name`` of the vhost: ``/api/queues/{vhost}/{name}[/action]``."""
         path = f"/api/queues/{_quoted(self.vhost)}/{_quoted(name.removeprefix('/queue/'))}"
-        return self.call(method, path + ("/" + action if action else ""), scoped=False)
+        return self.call(method, path + ("/" + action if action else ""), body, scoped=False)
 
 
 def _quoted(name: str) -> str:
     return urllib.parse.quote(name, safe="")
+
+
+def _pairs(flag: str, items: list[str]) -> dict[str, str]:
+    """``KEY=VALUE`` arguments as a dict; one without ``=`` is a usage error."""
+    malformed = [item for item in items if "=" not in item]
+    if malformed:
+        raise UsageError(f"{flag} {malformed[0]!r}: write KEY=VALUE")
+    return dict(item.split("=", 1) for item in items)
 
 
 def _check_url(url: str) -> None:
@@ -182,8 +190,17 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("list-queues", help="every queue with its counts")
     sub.add_parser("list-connections", help="every client connection")
     sub.add_parser("list-exchanges", help="every exchange with its bindings")
-    for name, what in (("purge", "drop a queue's ready messages"), ("delete", "purge a queue and unbind it")):
+    for name, what in (("purge", "drop a queue's ready messages"), ("delete", "purge a queue and unbind it"),
+                       ("consumers", "the subscriptions of a queue")):
         sub.add_parser(name, help=what).add_argument("queue")
+    peek = sub.add_parser("peek", help="show a queue's first ready messages, consuming none")
+    peek.add_argument("queue")
+    peek.add_argument("--count", type=int, default=10, help="messages to show [default: 10; at most 100]")
+    publish = sub.add_parser("publish", help="put a message in a queue (as a SEND without receipt)")
+    publish.add_argument("queue")
+    publish.add_argument("body")
+    publish.add_argument("--header", action="append", default=[], metavar="NAME=VALUE",
+                         help="a header of the message, e.g. priority=9 (repeatable)")
     declare = sub.add_parser("declare", help="declare a consistent-hash exchange")
     declare.add_argument("exchange")
     declare.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
@@ -208,6 +225,8 @@ COLUMNS = {
     "list-queues": ["name", "ready", "unacked", "consumers", "publish/s", "deliver/s", "ack/s", "oldest_age"],
     "list-connections": ["id", "peer", "login", "version", "subscriptions", "bytes_in", "bytes_out"],
     "list-exchanges": ["name", "type", "bindings", "routed"],
+    "consumers": ["connection", "peer", "login", "subscription", "ack", "prefetch", "unacked"],
+    "peek": ["priority", "redelivery_count", "age", "headers", "body"],
 }
 
 
@@ -236,12 +255,18 @@ def run(api: Api, args: argparse.Namespace) -> Any:
         return api.queue("POST", args.queue, "purge")
     if command == "delete":
         return api.queue("DELETE", args.queue)
+    if command == "consumers":
+        return api.queue("GET", args.queue, "consumers")["items"]
+    if command == "peek":
+        rows = api.queue("GET", args.queue, f"messages?count={args.count}")["items"]
+        for row in rows:
+            row["body"] = row.get("body", "(base64) " + row.pop("body_base64", ""))
+        return rows
+    if command == "publish":
+        body = {"body": args.body, "headers": _pairs("--header", args.header)}
+        return api.queue("POST", args.queue, "publish", body)
     if command == "declare":
-        malformed = [o for o in args.option if "=" not in o]
-        if malformed:
-            raise UsageError(f"--option {malformed[0]!r}: write KEY=VALUE")
-        options = dict(o.split("=", 1) for o in args.option)
-        return api.call("PUT", "/api/exchanges/" + _quoted(args.exchange), options)
+        return api.call("PUT", "/api/exchanges/" + _quoted(args.exchange), _pairs("--option", args.option))
     if command == "bind":
         return api.call("POST", f"/api/exchanges/{_quoted(args.exchange)}/bindings",
                         {"queue": args.queue, "weight": args.weight})

@@ -67,6 +67,22 @@ def test_every_command_prints_a_table_unless_json(admin) -> None:
     assert code == 1 and "404" in err and "no-such-queue" in err
 
 
+def test_publish_peek_and_consumers(admin) -> None:
+    send_all(admin.broker.port, "/queue/jobs", ["a"])
+    code, out, err = admin("publish", "jobs", "urgent", "--header", "priority=9", "--header", "k=v")
+    assert code == 0, err
+    code, out, _ = admin("peek", "jobs")
+    header, first, second = out.splitlines()
+    assert header.split()[0] == "PRIORITY" and first.split()[-1] == "urgent" and second.split()[-1] == "a"
+    assert [m["body"] for m in json.loads(admin("--json", "peek", "jobs", "--count", "1")[1])] == ["urgent"]
+    with Client(admin.broker.port, login="w") as consumer:
+        consumer.subscribe("/queue/jobs", ack="client", prefetch="5")
+        consumer.messages(2)
+        [row] = json.loads(admin("--json", "consumers", "jobs")[1])
+        assert (row["login"], row["unacked"]) == ("w", 2)
+    assert admin("publish", "jobs", "x", "--header", "novalue")[0] == 2
+
+
 def test_declaring_a_direct_exchange_answers_with_it(admin) -> None:
     code, out, err = admin("--json", "declare", "ex2", "--option", "type=direct")
     assert code == 0, err

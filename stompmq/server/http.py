@@ -141,14 +141,18 @@ def _per_second(now: Counters, before: Counters, elapsed: float) -> dict[str, fl
 
 
 def _page_args(request: Request) -> tuple[str, int]:
-    after = request.query_params.get("after", "")
+    return request.query_params.get("after", ""), _count_param(request, "limit", DEFAULT_PAGE, MAX_PAGE)
+
+
+def _count_param(request: Request, name: str, default: int, most: int) -> int:
+    """Query parameter ``name``: a number from 1 to ``most`` (400 otherwise), ``default`` if absent."""
     try:
-        limit = int(request.query_params.get("limit", DEFAULT_PAGE))
+        value = int(request.query_params.get(name, default))
     except ValueError:
-        raise HTTPException(400, "limit must be a number") from None
-    if not 1 <= limit <= MAX_PAGE:
-        raise HTTPException(400, f"limit must be 1-{MAX_PAGE}")
-    return after, limit
+        raise HTTPException(400, f"{name} must be a number") from None
+    if not 1 <= value <= most:
+        raise HTTPException(400, f"{name} must be 1-{most}")
+    return value
 
 
 def _queue_name(name: str) -> str:
@@ -401,12 +405,7 @@ class ManagementApp:
     async def peek_messages(self, engine: Broker, vhost: str, name: str, counts: tuple[int, int],
                             request: Request) -> Response:
         """``?count=N`` (default 10): the first ready messages, in delivery order, consuming none."""
-        try:
-            count = int(request.query_params.get("count", DEFAULT_PEEK))
-        except ValueError:
-            raise HTTPException(400, "count must be a number") from None
-        if not 1 <= count <= MAX_PEEK:
-            raise HTTPException(400, f"count must be 1-{MAX_PEEK}")
+        count = _count_param(request, "count", DEFAULT_PEEK, MAX_PEEK)
         messages = await self.answer(engine, engine.peek(name, count))
         return JSONResponse({"items": [_message_json(msg) for msg in messages]})
 

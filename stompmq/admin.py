@@ -84,7 +84,6 @@ class Api:
                 return
             after = page["next_after"]
 
-
     def queue(self, method: str, name: str, action: str = "", body: Any = None) -> Any:
         """A request to queue ``name`` of the vhost: ``/api/queues/{vhost}/{name}[/action]``."""
         path = f"/api/queues/{_quoted(self.vhost)}/{_quoted(name.removeprefix('/queue/'))}"
@@ -201,7 +200,8 @@ def build_parser() -> argparse.ArgumentParser:
     publish.add_argument("body")
     publish.add_argument("--header", action="append", default=[], metavar="NAME=VALUE",
                          help="a header of the message, e.g. priority=9 (repeatable)")
-    declare = sub.add_parser("declare", help="declare a consistent-hash exchange")
+    declare = sub.add_parser("declare", help="declare an exchange: consistent-hash, or --option type=direct, "
+                             "fanout or topic")
     declare.add_argument("exchange")
     declare.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                          help="declaration option, e.g. hash-header=customer-id")

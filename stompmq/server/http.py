@@ -22,10 +22,9 @@ only loopback host names are accepted (no DNS rebinding).
 
 A queue is a resource at ``/api/queues/{vhost}/{name}`` (each one percent-encoded path
 segment; ``queue_target``), with ``/purge``, ``/consumers``, ``/messages`` (a peek) and
-``/publish`` under it; anything unknown (a
-vhost, a queue, an action) is a 404 with a reason, never an empty success.  The exchange and
-topic routes and the queue list take ``?vhost=NAME`` (default ``/``); ``/api/vhosts`` lists
-and declares vhosts.
+``/publish`` under it; anything unknown (a vhost, a queue, an action) is a 404 with a
+reason, never an empty success.  The exchange and topic routes and the queue list take
+``?vhost=NAME`` (default ``/``); ``/api/vhosts`` lists and declares vhosts.
 
 Rates are derived here, not counted in the engine: ``Rates`` samples the
 engine's plain counters every ``SAMPLE_SECONDS`` and a rate is the change

@@ -124,6 +124,8 @@ def test_unknown_queues_and_paths_are_404_with_a_reason(http_broker: tuple[Broke
     assert api.get("/api/queues/%2F/orders%2Fmessages")["ready"] == 1
     assert api.call("GET", "/api/queues/%2F/orders%2Fmessages/nothing")[0] == 404
     assert api.call("POST", "/api/queues/%2F/orders%2Fmessages")[0] == 405
+    status, body = api.call("POST", "/api/queues/orders%2Fmessages/purge")  # the old form
+    assert status == 405 and "/api/queues/%2F/orders%2Fmessages/purge" in body["error"]
     status, body = api.call("GET", "/api/queues/%2F/orders%2Fmessages?vhost=%2F")
     assert status == 400 and "not both" in body["error"]
     assert api.call("GET", "/api/queues/%2F/%FF")[0] == 400

@@ -354,7 +354,10 @@ class ManagementApp:
         handler = self.queue_actions.get((action, request.method))
         if handler is None:
             allowed = ", ".join(sorted(m for a, m in self.queue_actions if a == action))
-            raise HTTPException(405, f"{request.method} is not allowed here (allowed: {allowed})")
+            hint = ""
+            if action is None and (name, request.method) in self.queue_actions:  # the old /api/queues/NAME/ACTION
+                hint = f"; {name} of queue {vhost!r} in vhost '/' is /api/queues/%2F/{urllib.parse.quote(vhost, safe='')}/{name}"
+            raise HTTPException(405, f"{request.method} is not allowed here (allowed: {allowed}){hint}")
         engine = self.engines.get(vhost)
         if engine is None:
             raise HTTPException(404, f"no vhost {vhost!r} (the queue routes are /api/queues/VHOST/NAME, "

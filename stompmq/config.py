@@ -11,6 +11,7 @@ wherever it comes from: one line naming the source and the key, exit code 2.
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import re
 import tomllib
@@ -220,6 +221,27 @@ OPTIONS: tuple[Option, ...] = (
 )
 
 
+#: ``STOMPMQ_*`` variables that are not broker settings, with what reads them.  Any other
+#: ``STOMPMQ_*`` variable is taken for a misspelt setting and refused (a typo such as
+#: ``STOMPMQ_PORTT`` would otherwise be ignored without a word).
+OTHER_VARIABLES = {
+    "STOMPMQ_ADMIN_URL": "stompmq admin --url",
+    "STOMPMQ_ADMIN_USER": "stompmq admin --user",
+    "STOMPMQ_ADMIN_PASSWORD": "stompmq admin --password",
+    "STOMPMQ_PURE_PYTHON_CODEC": "1: the Python frame codec instead of the C one (read at import)",
+    "STOMPMQ_STORE_URL": "the store alembic migrates when run by hand (alembic.ini)",
+    "STOMPMQ_TEST_POSTGRES_URL": "the test suite: a PostgreSQL server to use instead of starting one",
+    "STOMPMQ_FUZZ_EXAMPLES": "the test suite: examples of the frame codec fuzz tests",
+    "STOMPMQ_CRASH_SEED": "the test suite: replays one run of the kill -9 test",
+}
+
+
+def _nearest(name: str, names: list[str]) -> str:
+    """`` (did you mean X?)`` for the name closest to a misspelt ``name``, or nothing."""
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
 @dataclass(frozen=True)
 class Config:
     values: Mapping[str, Any]
@@ -341,9 +363,13 @@ def load_config(argv: list[str] | None = None, environ: Mapping[str, str] | None
             parser.error(f"--config {path}: not valid TOML: {e}")
         file_values = {key.replace("-", "_"): value for key, value in loaded.items()}  # dashes as in flags
     known = {opt.key for opt in OPTIONS}
-    unknown = set(file_values) - known
+    unknown = sorted(set(file_values) - known)
     if unknown:
-        parser.error(f"{path}: unknown settings: {', '.join(sorted(unknown))}")
+        parser.error(f"{path}: unknown setting {unknown[0]}{_nearest(unknown[0], sorted(known))}")
+    variables = [opt.env for opt in OPTIONS]
+    for name in sorted(environ):
+        if name.startswith("STOMPMQ_") and name not in OTHER_VARIABLES and name not in variables:
+            parser.error(f"environment {name}: no such setting{_nearest(name, variables)}")
     values: dict[str, Any] = {}
     for opt in OPTIONS:
         if opt.key in args:

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 import sys
 import threading
 from pathlib import Path
+
+import pytest
+
+from stompmq.cli import main
 
 from .broker_process import ROOT, BrokerProcess
 from .stompclient import Client
@@ -55,3 +60,46 @@ def test_backup_refuses_other_stores(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "stompmq.cli", "backup", str(tmp_path / "x.db"), "--store", "memory"],
                           capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert done.returncode == 2 and "only SQLite" in done.stderr
+
+
+def _store(path: Path) -> str:
+    """A small SQLite database to back up (any database will do)."""
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE t (x)")
+        db.execute("INSERT INTO t VALUES (42)")
+    db.close()
+    return f"sqlite:///{path}"
+
+
+def test_an_existing_dest_is_refused_unless_forced(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = _store(tmp_path / "live.db")
+    dest = tmp_path / "copy.db"
+    dest.write_text("the last good backup")
+    assert main(["backup", str(dest), "--store", store]) == 2
+    err = capsys.readouterr().err
+    assert str(dest) in err and "--force" in err
+    assert dest.read_text() == "the last good backup"
+    assert main(["backup", str(dest), "--store", store, "--force"]) == 0
+    with sqlite3.connect(dest) as db:
+        assert db.execute("SELECT x FROM t").fetchall() == [(42,)]
+    db.close()
+
+
+def test_every_error_names_its_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = _store(tmp_path / "live.db")
+    dest = tmp_path / "no-such-dir" / "copy.db"
+    assert main(["backup", str(dest), "--store", store]) == 2
+    assert str(dest) in capsys.readouterr().err
+    assert not list(tmp_path.glob("**/*.partial"))
+    assert main(["backup", str(tmp_path / "c.db"), "--store", f"sqlite:///{tmp_path / 'missing.db'}"]) == 2
+    assert str(tmp_path / "missing.db") in capsys.readouterr().err
+    assert main(["backup", str(tmp_path), "--store", store]) == 2
+    assert "is a directory" in capsys.readouterr().err
+
+
+def test_help_describes_every_argument(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["backup", "--help"])
+    out = capsys.readouterr().out
+    assert exit_.value.code == 0
+    assert all(word in out for word in ("DEST", "--force", "--store", "--data-dir", "--config", "consistent copy"))

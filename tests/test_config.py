@@ -121,3 +121,20 @@ def test_data_dir_is_absolute_and_passwords_are_masked() -> None:
     assert config.store_url == "sqlite:///" + str(Path("relative").resolve() / "stompmq.db")
     pg = load_config(["--store", "postgresql://bob:s3cret@db:5432/mq"], environ={})
     assert pg.store_shown == "postgresql://bob:***@db:5432/mq" and "s3cret" not in str(pg.server())
+
+
+def test_a_misspelt_environment_variable_is_an_error_naming_the_nearest(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        load_config([], environ={"STOMPMQ_PORTT": "1"})
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2
+    assert "STOMPMQ_PORTT" in err and "did you mean STOMPMQ_PORT?" in err
+
+
+def test_variables_of_other_tools_are_allowed() -> None:
+    from stompmq.config import OTHER_VARIABLES
+
+    config = load_config([], environ={**{name: "x" for name in OTHER_VARIABLES}, "STOMPMQ_HTTP_PORT": "0",
+                                      "OTHER_PORTT": "ignored: not ours"})
+    assert config.http_port == 0
+    assert {"STOMPMQ_ADMIN_URL", "STOMPMQ_PURE_PYTHON_CODEC", "STOMPMQ_TEST_POSTGRES_URL"} <= OTHER_VARIABLES.keys()

@@ -60,4 +60,7 @@ def test_dashboard_shows_a_queue_and_its_counts_change(
     browser.find_element(By.LINK_TEXT, "dash-test").click()
     wait.until(lambda d: d.find_element(By.ID, "queue-name").text == "dash-test")
     wait.until(lambda d: "Ready\n5" in d.execute_script("return document.getElementById('queue-detail').innerText"))
+    browser.find_element(By.ID, "purge").click()
+    wait.until(lambda d: d.switch_to.alert).accept()
+    wait.until(lambda d: "Ready\n0" in d.execute_script("return document.getElementById('queue-detail').innerText"))
     assert browser.get_log("browser") == []  # no script errors, nothing fetched from outside failed

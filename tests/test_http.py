@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -14,6 +15,7 @@ import pytest
 
 from stompmq.protocol import native as native_codec
 from stompmq.server import ServerSettings
+from stompmq.storage.sqlite import SQLiteStore
 
 from .broker_process import free_port
 from .broker_thread import BrokerThread
@@ -88,16 +90,109 @@ def test_queue_list_pages_through_every_queue(http_broker: tuple[BrokerThread, A
 def test_queue_detail_purge_and_delete(http_broker: tuple[BrokerThread, Api]) -> None:
     broker, api = http_broker
     send_all(broker.port, "/queue/work", ["1", "2", "3"])
-    with Client(broker.port) as consumer:
+    with Client(broker.port, login="w") as consumer:
         consumer.subscribe("/queue/work", ack="client-individual", prefetch="1")
         consumer.message()
-        queue = api.get("/api/queues/work")
-        assert (queue["ready"], queue["unacked"], queue["consumers"]) == (2, 1, 1)
+        queue = api.get("/api/queues/%2F/work")
+        assert (queue["ready"], queue["unacked"], queue["consumers"], queue["vhost"]) == (2, 1, 1, "/")
         assert queue["published"] == 3 and queue["delivered"] == 1
-        assert api.call("POST", "/api/queues/work/purge")[0] == 200
-        wait_until(lambda: api.get("/api/queues/work")["ready"] == 0, "purged")
-        assert api.get("/api/queues/work")["unacked"] == 1  # in flight stays with its consumer
-    assert api.call("DELETE", "/api/queues/work")[0] == 200
+        shortcut = api.get("/api/queues/work")  # one segment: the shortcut for vhost /
+        assert {**shortcut, "rates": None} == {**queue, "rates": None}
+        [sub] = api.get("/api/queues/%2F/work/consumers")["items"]
+        assert (sub["login"], sub["ack"], sub["prefetch"], sub["unacked"]) == ("w", "client-individual", 1, 1)
+        status, body = api.call("POST", "/api/queues/%2F/work/purge")
+        assert status == 200 and body["purged"] == 2
+        assert api.get("/api/queues/%2F/work")["ready"] == 0
+        assert api.get("/api/queues/%2F/work")["unacked"] == 1  # in flight stays with its consumer
+    wait_until(lambda: api.get("/api/queues/%2F/work")["unacked"] == 0, "the delivery back in the queue")
+    status, body = api.call("DELETE", "/api/queues/%2F/work")
+    assert status == 200 and body["deleted"] is True
+    assert "work" not in [q["name"] for q in api.get("/api/queues")["items"]]
+    assert api.call("GET", "/api/queues/%2F/work")[0] == 404
+
+
+def test_unknown_queues_and_paths_are_404_with_a_reason(http_broker: tuple[BrokerThread, Api]) -> None:
+    broker, api = http_broker
+    for method, path in (("GET", "/api/queues/nonexistent"), ("GET", "/api/queues/%2F/nonexistent"),
+                         ("POST", "/api/queues/%2F/nonexistent/purge"), ("DELETE", "/api/queues/%2F/nonexistent")):
+        status, body = api.call(method, path)
+        assert status == 404 and "no queue 'nonexistent'" in body["error"], (method, path, body)
+    # Two segments are a vhost and a queue: never a queue named "orders/messages".
+    status, body = api.call("GET", "/api/queues/orders/messages")
+    assert status == 404 and "no vhost 'orders'" in body["error"]
+    send_all(broker.port, "/queue/orders/messages", ["x"])
+    assert api.get("/api/queues/%2F/orders%2Fmessages")["ready"] == 1
+    assert api.call("GET", "/api/queues/%2F/orders%2Fmessages/nothing")[0] == 404
+    assert api.call("POST", "/api/queues/%2F/orders%2Fmessages")[0] == 405
+    status, body = api.call("POST", "/api/queues/orders%2Fmessages/purge")  # the old form
+    assert status == 405 and "/api/queues/%2F/orders%2Fmessages/purge" in body["error"]
+    status, body = api.call("GET", "/api/queues/%2F/orders%2Fmessages?vhost=%2F")
+    assert status == 400 and "not both" in body["error"]
+    assert api.call("GET", "/api/queues/%2F/%FF")[0] == 400
+
+
+def test_peek_and_publish(http_broker: tuple[BrokerThread, Api]) -> None:
+    broker, api = http_broker
+    assert api.call("POST", "/api/queues/%2F/jobs/publish", {"body": "x"})[0] == 404  # no such queue yet
+    send_all(broker.port, "/queue/jobs", ["first"], lambda i: {"colour": "blue"})
+    status, body = api.call("POST", "/api/queues/%2F/jobs/publish", {"body": "urgent", "headers": {"priority": "9"}})
+    assert status == 201 and body["published"] is True
+    peeked = api.get("/api/queues/%2F/jobs/messages")["items"]
+    assert [m["body"] for m in peeked] == ["urgent", "first"]  # delivery order: priority first
+    assert peeked[1]["headers"]["colour"] == "blue" and peeked[1]["redelivery_count"] == 0
+    assert peeked[0]["age"] >= 0 and api.get("/api/queues/%2F/jobs")["ready"] == 2  # nothing consumed
+    assert [m["body"] for m in api.get("/api/queues/%2F/jobs/messages?count=1")["items"]] == ["urgent"]
+    with Client(broker.port) as consumer:
+        consumer.subscribe("/queue/jobs", ack="client-individual", prefetch="1")
+        msg = consumer.message()
+        assert msg.body == b"urgent"
+        assert [m["body"] for m in api.get("/api/queues/%2F/jobs/messages")["items"]] == ["first"]  # in flight
+        consumer.unsubscribe(msg["subscription"])  # what it held goes back, redelivered
+    again = api.get("/api/queues/%2F/jobs/messages")["items"]
+    assert [(m["body"], m["redelivery_count"]) for m in again] == [("urgent", 1), ("first", 0)]
+    for bad in ({"body": 1}, {"body": "x", "headers": {"a": "b\nc"}}, {"body": "x", "extra": 1},
+                {"body": "x", "headers": {"priority": "high"}}):
+        assert api.call("POST", "/api/queues/%2F/jobs/publish", bad)[0] == 400, bad
+    assert api.call("GET", "/api/queues/%2F/jobs/messages?count=0")[0] == 400
+
+
+def test_ready_is_never_negative_under_a_client_ack_consumer(http_broker: tuple[BrokerThread, Api]) -> None:
+    """Polls the list while a producer and a client-ack consumer (prefetch 10) keep the queue busy."""
+    broker, api = http_broker
+    stop = threading.Event()
+    acked = [0]
+
+    def consume() -> None:
+        with Client(broker.port) as consumer:
+            consumer.subscribe("/queue/busy", ack="client", prefetch="10")
+            while not stop.is_set():
+                try:
+                    msg = consumer.message(timeout=0.5)
+                except TimeoutError:
+                    continue  # the producer stopped
+                consumer.ack(msg, receipt=False)
+                acked[0] += 1
+
+    def produce() -> None:
+        with Client(broker.port) as producer:
+            while not stop.is_set():
+                producer.send_to("/queue/busy", "x", receipt=False)
+                producer.sync()
+
+    threads = [threading.Thread(target=consume), threading.Thread(target=produce)]
+    for thread in threads:
+        thread.start()
+    seen = []
+    try:
+        wait_until(lambda: acked[0] > 0, "the consumer acking")
+        for _ in range(100):
+            seen += [(q["ready"], q["unacked"]) for q in api.get("/api/queues")["items"] if q["name"] == "busy"]
+            seen.append(tuple(api.get("/api/queues/%2F/busy")[k] for k in ("ready", "unacked")))
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(10)
+    assert seen and all(ready >= 0 and unacked >= 0 for ready, unacked in seen), [c for c in seen if min(c) < 0]
 
 
 def test_exchange_declare_bind_unbind(http_broker: tuple[BrokerThread, Api]) -> None:
@@ -106,7 +201,12 @@ def test_exchange_declare_bind_unbind(http_broker: tuple[BrokerThread, Api]) -> 
     assert status == 201 and ex["bindings"] == []
     status, ex = api.call("POST", "/api/exchanges/orders/bindings", {"queue": "/queue/o1", "weight": 3})
     assert status == 201 and ex["bindings"] == [{"queue": "o1", "weight": 3}]
-    assert [e["name"] for e in api.get("/api/exchanges")["items"]] == ["orders"]
+    assert [e["name"] for e in api.get("/api/exchanges")["items"]] == ["amq.direct", "amq.fanout", "amq.topic", "orders"]
+    status, ex = api.call("PUT", "/api/exchanges/ex2", {"type": "direct"})
+    assert status == 201 and (ex["type"], ex["bindings"]) == ("direct", [])
+    status, ex = api.call("POST", "/api/exchanges/ex2/bindings", {"queue": "d1", "routing_key": "k"})
+    assert status == 201 and ex["bindings"] == [{"queue": "d1", "routing_key": "k"}]
+    assert api.call("DELETE", "/api/exchanges/ex2/bindings/d1?routing_key=k")[1]["bindings"] == []
     assert api.call("DELETE", "/api/exchanges/orders/bindings/o1")[1]["bindings"] == []
     assert api.call("DELETE", "/api/exchanges/orders")[0] == 200
     assert api.call("GET", "/api/exchanges/orders")[0] == 404
@@ -158,6 +258,24 @@ def test_metrics_bound_per_queue_series(http_broker: tuple[BrokerThread, Api]) -
     assert 'stompmq_queue_ready{queue="m5",vhost="/"} 6.0' in text
     if broker.broker is not None and broker.broker.store.durable:  # commit groups are timed
         assert "stompmq_store_commit_seconds_count" in text and "stompmq_store_commit_group_size_bucket" in text
+
+
+def test_metrics_of_the_process_the_build_and_the_queue_consumers(http_broker: tuple[BrokerThread, Api]) -> None:
+    broker, api = http_broker
+    with Client(broker.port) as consumer:
+        consumer.subscribe("/queue/watched", ack="client")
+        send_all(broker.port, "/queue/watched", ["x"])
+        consumer.message()
+        text = api.call("GET", "/metrics")[1]
+    lines = text.splitlines()
+    [info] = [line for line in lines if line.startswith("stompmq_build_info{")]
+    assert 'version="0.1.0"' in info and info.endswith(" 1.0")
+    assert 'stompmq_queue_consumers{queue="watched",vhost="/"} 1.0' in lines
+    for series in ("process_resident_memory_bytes", "process_open_fds", "process_cpu_seconds_total"):
+        assert any(line.startswith(series + " ") for line in lines), series
+    disk = [float(line.split()[1]) for line in lines if line.startswith("stompmq_store_disk_bytes ")]
+    on_sqlite = broker.broker is not None and isinstance(broker.broker.store, SQLiteStore)
+    assert len(disk) == on_sqlite and all(size > 0 for size in disk)
 
 
 def test_control_list_queues_pages_in_receipt_headers(http_broker: tuple[BrokerThread, Api]) -> None:

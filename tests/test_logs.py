@@ -54,3 +54,28 @@ def test_json_lines_and_a_start_up_line_even_at_warning(tmp_path: Path) -> None:
     entries = [json.loads(line) for line in broker.stderr.splitlines() if line.strip()]
     assert any(" ready: " in e["message"] and e["level"] == "WARNING" for e in entries), entries
     assert all({"time", "level", "logger", "message"} <= e.keys() for e in entries)
+
+
+def test_json_lines_name_their_connection_in_fields_and_carry_a_zone(tmp_path: Path) -> None:
+    from datetime import datetime
+
+    broker = BrokerProcess(tmp_path / "broker.db", "--log-format", "json", log_level="INFO").start()
+    try:
+        with Client(broker.port, login="alice") as c:
+            c.send_to("/queue/a", "x")
+        with Client(broker.port, connect=False) as early:
+            early.frame("SEND", {"destination": "/queue/a"}, b"before CONNECT")
+            early.expect_error()
+        wait_until(lambda: "disconnected after" in broker.stderr and ": ERROR " in broker.stderr, "log lines")
+    finally:
+        broker.terminate()
+    entries = [json.loads(line) for line in broker.stderr.splitlines() if line.strip()]
+    assert all(datetime.fromisoformat(e["time"]).utcoffset() is not None for e in entries)
+    [connected] = [e for e in entries if "connected, login 'alice'" in e["message"]]
+    assert (connected["login"], connected["vhost"]) == ("alice", "/")
+    assert connected["peer"].startswith("127.0.0.1:") and connected["conn"]
+    [error] = [e for e in entries if ": ERROR " in e["message"]]
+    assert error["peer"].startswith("127.0.0.1:") and error["login"] is None and error["conn"] != connected["conn"]
+    assert error["peer"] in error["message"]  # the text line names the peer too
+    ready = next(e for e in entries if " ready: " in e["message"])
+    assert "conn" not in ready  # not logged for a connection

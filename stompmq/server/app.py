@@ -41,6 +41,7 @@ import trio
 from .. import __version__
 from ..broker import Broker
 from ..broker.hashring import NATIVE
+from ..logs import CONNECTION
 from ..protocol import native as native_codec
 from .connection import Connection, refuse
 from .http import bind_socket, serve_http
@@ -159,6 +160,7 @@ async def serve(
                     refused = 0
                 active += 1
                 connection = Connection(stream, runtime, settings, security)
+                CONNECTION.set(connection)  # this task's log lines name it (logs.py)
                 open_connections[connection.id] = connection
                 try:
                     await connection.run()

@@ -473,7 +473,7 @@ class Connection:
         headers["content-type"] = "text/plain"
         self.outbox.write(encode_frame(Frame("ERROR", headers, message.encode()), self.version))
         self._errored = True
-        log.info("connection %s: ERROR %s", self.id, message)
+        log.info("connection %s from %s: ERROR %s", self.id, self.peer, message)
         # The session ends with the ERROR, not after the linger: requeue what it holds at once
         # and deliver nothing more to a connection that will never ACK it.
         if self.session is not None and not self.session.closed:

@@ -674,8 +674,10 @@ class GroupCommitStore(Store):
     async def queue_exists(self, name: str) -> bool:
         return await self._read(self._backend.queue_exists, name)
 
-    async def queue_page(self, after: str, limit: int) -> list[QueueCount]:
-        return await self._read(self._backend.queue_page, after, limit)
+    async def queue_page(self, after: str, limit: int, snapshot: Callable[[], T]) -> tuple[list[QueueCount], T]:
+        taken: list[T] = []
+        rows = await self._read(self._backend.queue_page, after, limit, before=lambda: taken.append(snapshot()))
+        return rows, taken[0]
 
     async def _read(self, fn: Callable[[*Ts], T], *args: *Ts, before: Callable[[], None] | None = None) -> T:
         """Run a read on the database thread behind every write buffered so far.

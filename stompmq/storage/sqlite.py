@@ -747,6 +747,14 @@ class SQLiteStore(GroupCommitStore):
         )
         self.path = path
 
+    def disk_bytes(self) -> int:
+        """The database file and its write-ahead log (two stat calls: cheap enough per scrape)."""
+        total = 0
+        for name in (self.path, self.path + "-wal"):
+            with contextlib.suppress(FileNotFoundError):
+                total += os.stat(name).st_size
+        return total
+
 
 def _many_rows(sql: str, rows: int) -> str:
     """``sql`` (an INSERT of one row of parameters) inserting ``rows`` rows."""

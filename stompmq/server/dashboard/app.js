@@ -7,6 +7,8 @@ const CHART_POINTS = 60;
 const state = { sortKey: "name", sortDesc: false, after: "", queueRows: [], history: {} };
 
 const $ = (sel) => document.querySelector(sel);
+// A queue of the default vhost: /api/queues/{vhost}/{name}, each one percent-encoded segment.
+const queuePath = (name) => "/api/queues/" + encodeURIComponent("/") + "/" + encodeURIComponent(name);
 
 async function api(path, options) {
   const response = await fetch(path, options);
@@ -57,7 +59,7 @@ const views = {
     renderQueues();
   },
   async queue(name) {
-    const q = await api("/api/queues/" + encodeURIComponent(name));
+    const q = await api(queuePath(name));
     $("#queue-name").textContent = q.name;
     fillList("#queue-detail", [
       ["Ready", q.ready], ["Unacked", q.unacked], ["Consumers", q.consumers],
@@ -146,8 +148,7 @@ $("#prev-page").addEventListener("click", () => { state.after = ""; refresh(); }
 $("#purge").addEventListener("click", async () => {
   const name = $("#queue-name").textContent;
   if (confirm(`Purge every ready message of ${name}?`)) {
-    await api("/api/queues/" + encodeURIComponent(name) + "/purge",
-      { method: "POST", headers: { "content-type": "application/json" } });
+    await api(queuePath(name) + "/purge", { method: "POST", headers: { "content-type": "application/json" } });
     refresh();
   }
 });

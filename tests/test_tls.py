@@ -118,13 +118,13 @@ def test_mutual_tls_refuses_a_certificate_from_another_ca_and_serves_others(tls_
     client.close()
 
 
-def test_the_client_certificate_cn_is_the_login(tmp_path: Path, tls_broker) -> None:
+def test_the_client_certificate_cn_is_the_login_with_tls_cert_login(tmp_path: Path, tls_broker) -> None:
     ca = trustme.CA()
     ca.cert_pem.write_to_path(str(tmp_path / "client-ca.pem"))
     users = Users({"alice": User("alice", hash_password("pw"), [], {"/": Permission()})})
     users.save(tmp_path / "users.toml")
     broker, tls_port = tls_broker(ca, tls_ca=str(tmp_path / "client-ca.pem"), tls_verify_client=True,
-                                  users_file=str(tmp_path / "users.toml"))
+                                  users_file=str(tmp_path / "users.toml"), tls_cert_login=True)
     context = client_context(ca)
     ca.issue_cert("alice", common_name="alice").configure_cert(context)
     client = tls_client(tls_port, context)
@@ -136,6 +136,24 @@ def test_the_client_certificate_cn_is_the_login(tmp_path: Path, tls_broker) -> N
     client = tls_client(tls_port, unknown)
     client.frame("CONNECT", {"accept-version": "1.2", "host": "localhost"})
     assert client.expect_error()["message"] == "bad login or passcode"
+
+
+def test_a_client_certificate_alone_does_not_log_in_by_default(tmp_path: Path, tls_broker) -> None:
+    """A browser presents its certificate to any page that opens wss://: the certificate
+    alone is a login only where the operator says so (--tls-cert-login)."""
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(str(tmp_path / "client-ca.pem"))
+    users = Users({"alice": User("alice", hash_password("pw"), ["administrator"], {"/": Permission()})})
+    users.save(tmp_path / "users.toml")
+    broker, tls_port = tls_broker(ca, tls_ca=str(tmp_path / "client-ca.pem"), tls_verify_client=True,
+                                  users_file=str(tmp_path / "users.toml"))
+    context = client_context(ca)
+    ca.issue_cert("alice", common_name="alice").configure_cert(context)
+    with tls_client(tls_port, context) as client:
+        client.frame("CONNECT", {"accept-version": "1.2", "host": "localhost"})
+        assert client.expect_error()["message"] == "bad login or passcode"
+    with tls_client(tls_port, context) as client:  # the password still works with the certificate
+        assert client.connect(login="alice", passcode="pw").command == "CONNECTED"
 
 
 def test_a_changed_certificate_is_used_for_new_connections(tls_broker, tmp_path: Path) -> None:

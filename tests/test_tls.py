@@ -5,11 +5,14 @@ Certificates are made by the test itself with trustme (a throw-away CA per test)
 
 from __future__ import annotations
 
+import logging
+import os
 import queue
 import signal
 import ssl
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,6 +23,7 @@ import trustme
 from stompmq.server import ServerSettings
 from stompmq.server.auth import Permission, User, Users, hash_password
 from stompmq.server.listeners import listener_port
+from stompmq.server.security import Security
 
 from .broker_process import BrokerProcess, free_port
 from .broker_thread import BrokerThread
@@ -96,6 +100,17 @@ def test_only_tls_1_2_and_later_are_accepted(tls_broker) -> None:
     context.minimum_version = context.maximum_version = ssl.TLSVersion.TLSv1_1
     with pytest.raises(REFUSED):
         tls_client(tls_port, context).connect()
+
+
+def test_a_failed_handshake_is_logged_with_the_peer(tls_broker, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="stompmq.server.connection")
+    _, tls_port = tls_broker(trustme.CA())
+    with pytest.raises(REFUSED):
+        tls_client(tls_port, client_context(trustme.CA())).connect()  # the client does not trust it
+    wait_until(lambda: "TLS handshake failed" in caplog.text, "the failure logged")
+    line = next(r.getMessage() for r in caplog.records if "TLS handshake failed" in r.getMessage())
+    assert "from 127.0.0.1:" in line, line
+    assert "Traceback" not in caplog.text
 
 
 def test_mutual_tls_refuses_a_certificate_from_another_ca_and_serves_others(tls_broker, tmp_path: Path) -> None:
@@ -210,6 +225,23 @@ def test_sighup_reloads_the_certificate_of_a_running_broker(tmp_path: Path) -> N
         assert broker.proc.poll() is None  # SIGHUP does not stop the broker
     finally:
         assert broker.terminate() == 0
+
+
+def test_a_changed_file_reloads_that_file_only(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="stompmq.server.security")
+    cert, key = write_cert(trustme.CA(), tmp_path)
+    users = Users({"alice": User("alice", hash_password("pw"), [], {"/": Permission()})})
+    users.save(tmp_path / "users.toml")
+    security = Security(ServerSettings(tls_port=0, tls_cert=cert, tls_key=key, users_file=str(tmp_path / "users.toml")))
+    users.users["bob"] = User("bob", hash_password("pw"), [], {})
+    users.save(tmp_path / "users.toml")
+    security.reload_changed()
+    assert "users reloaded" in caplog.text and "TLS certificate reloaded" not in caplog.text
+    caplog.clear()
+    cert, _ = write_cert(trustme.CA(), tmp_path)
+    os.utime(cert, (time.time() + 10, time.time() + 10))  # changed even within the clock's granularity
+    security.reload_changed()
+    assert "TLS certificate reloaded" in caplog.text and "users reloaded" not in caplog.text
 
 
 @pytest.mark.parametrize(

@@ -41,6 +41,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import ssl
 import time
 from typing import NoReturn, cast
 
@@ -163,8 +164,11 @@ class Connection:
                         await self._reader()
                     except _Close:
                         pass
-                    except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    except (trio.BrokenResourceError, trio.ClosedResourceError) as e:
                         self._broken = True
+                        if self.bytes_in == 0 and isinstance(e.__cause__, ssl.SSLError):
+                            log.info("connection %s from %s: TLS handshake failed: %s", self.id, self.peer,
+                                     e.__cause__.reason or e.__cause__)
                 if not self._broken:
                     await self._finish()
                 nursery.cancel_scope.cancel()

@@ -309,6 +309,8 @@ def _reference_parse(data: bytes, version: str) -> list[Frame]:
             if command not in ("CONNECT", "STOMP", "CONNECTED"):
                 name, value = _reference_unescape(name, version), _reference_unescape(value, version)
             headers.setdefault(name, value)
+        if command == "SEND" and any("\r" in name + value for name, value in headers.items()):
+            raise _Refused  # its subscribers may speak 1.0 or 1.1, which cannot receive a CR
         if command in ("CONNECT", "STOMP") and not negotiated:
             negotiated = True
             offered = headers.get("accept-version")

@@ -25,6 +25,8 @@ from .broker import BrokerConfig
 from .broker.overflow import POLICIES
 from .protocol import Limits
 from .server import ServerSettings
+from .server.logins import CONNECT_MAX_BYTES
+from .server.websocket import allowed_origins
 
 
 def _heart_beat(value: str) -> tuple[int, int]:
@@ -47,6 +49,22 @@ def _flag(value: str) -> bool:
 def _names(value: str) -> tuple[str, ...]:
     """A comma-separated list of names (blanks ignored)."""
     return tuple(name.strip().lower() for name in str(value).split(",") if name.strip())
+
+
+def _origins(value: str) -> tuple[str, ...]:
+    """A comma-separated list of web origins (scheme://host[:port]), ``null`` or ``*``."""
+    try:
+        return allowed_origins(entry.strip() for entry in str(value).split(",") if entry.strip())
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _login_budget(value: str) -> int:
+    """--max-login-bytes: room for one connection's CONNECT frame at least."""
+    number = _size(value)
+    if number < CONNECT_MAX_BYTES:
+        raise argparse.ArgumentTypeError(f"must be at least {CONNECT_MAX_BYTES} (one CONNECT frame), got {value!r}")
+    return number
 
 
 def _topic_overflow(value: str) -> str:
@@ -183,7 +201,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("max-headers", _int(1), 1000, "most headers accepted in one frame", "N"),
     Option("heart-beat", _heart_beat, (10_000, 10_000), "heart-beats the server offers: SEND_MS,RECEIVE_MS (0 = none)", "SEND_MS,RECEIVE_MS"),
     Option("heart-beat-grace", _seconds(), 2.0, "how many receive intervals a silent client gets before it is closed", "FACTOR"),
-    Option("connect-timeout", _seconds(), 10.0, "seconds a new connection has to send CONNECT", "SECONDS"),
+    Option("connect-timeout", _seconds(), 5.0, "seconds a new connection has to be CONNECTED (TLS and WebSocket handshakes and the login included); until then it may send one CONNECT frame of at most %d bytes" % CONNECT_MAX_BYTES, "SECONDS"),
     Option("default-prefetch", _int(1), 100, "prefetch of a client-ack subscription that asks for none", "N"),
     Option("max-prefetch", _int(1), 10_000, "upper bound on the prefetch a subscription may ask for", "N"),
     Option("window", _int(1), 10_000, "ready messages a queue keeps in memory; the rest is paged in from the store", "N"),
@@ -211,11 +229,14 @@ OPTIONS: tuple[Option, ...] = (
     Option("tls-cert", str, None, "PEM certificate chain of the TLS listeners (reloaded on SIGHUP or change)", "FILE"),
     Option("tls-key", str, None, "PEM private key of --tls-cert", "FILE"),
     Option("tls-ca", str, None, "PEM CA certificates that client certificates are verified against", "FILE"),
-    Option("tls-verify-client", _flag, False, "require a client certificate signed by --tls-ca (its CN may be the login)", "BOOL"),
+    Option("tls-verify-client", _flag, False, "require a client certificate signed by --tls-ca", "BOOL"),
+    Option("tls-cert-login", _flag, False, "a verified client certificate alone logs its CN in (a CONNECT without passcode); off by default, since a browser presents its certificate to any page that opens a wss:// connection", "BOOL"),
     Option("ws-port", _optional_int, None, "TCP port for STOMP over WebSocket (ws://HOST:PORT/ws)", "PORT"),
     Option("wss-port", _optional_int, None, "TCP port for STOMP over WebSocket on TLS (wss://HOST:PORT/ws; the --tls-* files)", "PORT"),
+    Option("ws-allowed-origins", _origins, (), "web origins (scheme://host[:port]; null; * for any) whose pages may open a WebSocket besides the broker's own origin (Origin host:port = Host header); a browser's handshake from any other origin gets HTTP 403, one without Origin (not a browser) is accepted", "ORIGIN,..."),
     Option("max-subscriptions", _int(1), 1000, "subscriptions one connection may hold at once", "N"),
-    Option("max-connections-per-address", _optional_int, None, "connections one source IP address may hold at once (default unlimited)", "N"),
+    Option("max-connections-per-address", _optional_int, None, "connections one source IP address may hold at once (default unlimited); more are refused at once and do not count against --max-connections", "N"),
+    Option("max-login-bytes", _login_budget, 16 * 1024**2, "bytes all connections not yet CONNECTED may buffer together; each reserves %d (its largest CONNECT frame), and a new connection past the budget is refused at once with an ERROR" % CONNECT_MAX_BYTES, "BYTES"),
     Option("host-names", _names, (), "more names clients use for this server (DNS aliases, a load balancer): a CONNECT host header with one of them is in the default vhost, like localhost, IP addresses and the machine's name", "NAME,..."),
     Option("users-file", str, None, "TOML users file with hashed passwords and permissions (see 'stompmq users'); anonymous access is off", "FILE"),
 )
@@ -289,10 +310,13 @@ class Config:
             tls_key=self.tls_key,
             tls_ca=self.tls_ca,
             tls_verify_client=self.tls_verify_client,
+            tls_cert_login=self.tls_cert_login,
             ws_port=self.ws_port,
             wss_port=self.wss_port,
+            ws_allowed_origins=self.ws_allowed_origins,
             users_file=self.users_file,
             max_connections_per_address=self.max_connections_per_address,
+            max_login_bytes=self.max_login_bytes,
             host_names=self.host_names,
         )
 

@@ -117,6 +117,7 @@ BAD_FRAMES = {
     # keyed exchange destinations take a short parsing path; each of these must leave it
     "exchange-key-escaped-newline": b"SEND\ndestination:/exchange/nope/k\\ney\n\nx\x00",
     "exchange-name-escaped-cr": b"SEND\ndestination:/exchange/no\\rpe/key\n\nx\x00",
+    "header-raw-cr": b"SEND\ndestination:/queue/bystander\nk:a\rb\n\nx\x00",
     "exchange-key-too-long": b"SEND\ndestination:/exchange/e/" + b"k" * 250 + b"\n\nx\x00",
     "exchange-key-too-long-multibyte": b"SEND\ndestination:/exchange/e/" + "é".encode() * 130 + b"\n\nx\x00",
     "exchange-empty-name": b"SEND\ndestination:/exchange//key\n\nx\x00",
@@ -166,11 +167,12 @@ BAD_FRAMES = {
 # end in "no exchange named ...").
 EXPECTED_MESSAGE = {
     "destination-escaped-newline": "must not contain NUL, CR or LF",
-    "destination-escaped-cr": "must not contain NUL, CR or LF",
+    "destination-escaped-cr": "holds a carriage return",
     "destination-too-long": "longer than 255 bytes",
     "destination-too-long-multibyte": "longer than 255 bytes",
     "exchange-key-escaped-newline": "must not contain NUL, CR or LF",
-    "exchange-name-escaped-cr": "must not contain NUL, CR or LF",
+    "exchange-name-escaped-cr": "holds a carriage return",
+    "header-raw-cr": "holds a carriage return",
     "exchange-key-too-long": "longer than 255 bytes",
     "exchange-key-too-long-multibyte": "longer than 255 bytes",
     "exchange-empty-name": "has an empty name",

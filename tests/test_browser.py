@@ -76,7 +76,9 @@ def chromium() -> Iterator[object]:
 def test_stompjs_in_chromium_connects_sends_receives_and_acks(
     chromium, page_server: int, make_memory_broker: Callable[..., BrokerThread]
 ) -> None:
-    broker = make_memory_broker(settings=ServerSettings(port=0, ws_port=0))
+    # the page comes from another origin than the broker's WebSocket: allowed explicitly
+    broker = make_memory_broker(settings=ServerSettings(port=0, ws_port=0,
+                                                        ws_allowed_origins=(f"http://127.0.0.1:{page_server}",)))
     ws_port = listener_port(broker.listeners[1])
     with Client(broker.port) as python:
         python.subscribe("/queue/from-browser")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -13,7 +15,7 @@ from stompmq.server import ServerSettings
 from stompmq.server.auth import Permission, User, Users, hash_password
 
 from .broker_thread import BrokerThread
-from .rawclient import TIMEOUT, RawClient
+from .rawclient import TIMEOUT, RawClient, RawFrame
 from .waiting import wait_until
 
 NOTHING = "^$"
@@ -91,18 +93,46 @@ def client_from(address: str, port: int) -> RawClient:
     return client
 
 
-def login_takes(address: str, port: int, passcode: str) -> float:
-    start = time.monotonic()
+def login_reply(address: str, port: int, login: str, passcode: str) -> RawFrame:
     with client_from(address, port) as client:
-        client.frame("CONNECT", {"accept-version": "1.2", "host": "localhost", "login": "admin", "passcode": passcode})
-        client.recv()
-    return time.monotonic() - start
+        client.frame("CONNECT", {"accept-version": "1.2", "host": "localhost", "login": login, "passcode": passcode})
+        return client.recv()
 
 
-def test_failed_logins_slow_their_own_address_only(secured: BrokerThread) -> None:
-    assert login_takes("127.0.0.2", secured.port, "wrong") < 0.5  # the first failure is not slowed
-    assert login_takes("127.0.0.2", secured.port, "wrong") > 0.7  # the next waits out ~1 s
-    assert login_takes("127.0.0.3", secured.port, "pw-admin") < 0.5  # another address does not wait
+def test_a_failed_login_backs_off_its_own_address_and_login_only(secured: BrokerThread) -> None:
+    assert login_reply("127.0.0.2", secured.port, "admin", "wrong")["message"] == "bad login or passcode"
+    again = login_reply("127.0.0.2", secured.port, "admin", "pw-admin")  # at once: refused, not checked
+    assert again["message"].startswith("too many failed logins, retry in ")
+    assert login_reply("127.0.0.2", secured.port, "consumer", "pw-consumer").command == "CONNECTED"
+    assert login_reply("127.0.0.3", secured.port, "admin", "pw-admin").command == "CONNECTED"
+    wait_until(lambda: login_reply("127.0.0.2", secured.port, "admin", "pw-admin").command == "CONNECTED",
+               "the back-off over", timeout=10)
+
+
+def test_a_correct_login_is_not_held_behind_concurrent_bad_ones(secured: BrokerThread) -> None:
+    """40 clients keep guessing from one address; a correct login from it gets in at once."""
+    stop = threading.Event()
+    replies: list[str] = []
+
+    def guess(i: int) -> None:
+        while not stop.is_set():
+            with contextlib.suppress(OSError, EOFError, TimeoutError):
+                replies.append(login_reply("127.0.0.2", secured.port, f"guess{i % 4}", "wrong")["message"])
+
+    guessers = [threading.Thread(target=guess, args=(i,)) for i in range(40)]
+    for thread in guessers:
+        thread.start()
+    try:
+        wait_until(lambda: len(replies) >= 40, "the guessing under way", timeout=30)
+        start = time.monotonic()
+        assert login_reply("127.0.0.2", secured.port, "admin", "pw-admin").command == "CONNECTED"
+        took = time.monotonic() - start
+    finally:
+        stop.set()
+        for thread in guessers:
+            thread.join()
+    assert took <= 3.0, took
+    assert any(r.startswith("too many failed logins") for r in replies)
 
 
 def test_login_and_passcode_remain_a_one_user_shortcut(make_memory_broker: Callable[..., BrokerThread]) -> None:

@@ -5,11 +5,14 @@ Certificates are made by the test itself with trustme (a throw-away CA per test)
 
 from __future__ import annotations
 
+import logging
+import os
 import queue
 import signal
 import ssl
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,6 +23,7 @@ import trustme
 from stompmq.server import ServerSettings
 from stompmq.server.auth import Permission, User, Users, hash_password
 from stompmq.server.listeners import listener_port
+from stompmq.server.security import Security
 
 from .broker_process import BrokerProcess, free_port
 from .broker_thread import BrokerThread
@@ -98,6 +102,17 @@ def test_only_tls_1_2_and_later_are_accepted(tls_broker) -> None:
         tls_client(tls_port, context).connect()
 
 
+def test_a_failed_handshake_is_logged_with_the_peer(tls_broker, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="stompmq.server.connection")
+    _, tls_port = tls_broker(trustme.CA())
+    with pytest.raises(REFUSED):
+        tls_client(tls_port, client_context(trustme.CA())).connect()  # the client does not trust it
+    wait_until(lambda: "TLS handshake failed" in caplog.text, "the failure logged")
+    line = next(r.getMessage() for r in caplog.records if "TLS handshake failed" in r.getMessage())
+    assert "from 127.0.0.1:" in line, line
+    assert "Traceback" not in caplog.text
+
+
 def test_mutual_tls_refuses_a_certificate_from_another_ca_and_serves_others(tls_broker, tmp_path: Path) -> None:
     ca, stranger = trustme.CA(), trustme.CA()
     ca.cert_pem.write_to_path(str(tmp_path / "client-ca.pem"))
@@ -118,13 +133,13 @@ def test_mutual_tls_refuses_a_certificate_from_another_ca_and_serves_others(tls_
     client.close()
 
 
-def test_the_client_certificate_cn_is_the_login(tmp_path: Path, tls_broker) -> None:
+def test_the_client_certificate_cn_is_the_login_with_tls_cert_login(tmp_path: Path, tls_broker) -> None:
     ca = trustme.CA()
     ca.cert_pem.write_to_path(str(tmp_path / "client-ca.pem"))
     users = Users({"alice": User("alice", hash_password("pw"), [], {"/": Permission()})})
     users.save(tmp_path / "users.toml")
     broker, tls_port = tls_broker(ca, tls_ca=str(tmp_path / "client-ca.pem"), tls_verify_client=True,
-                                  users_file=str(tmp_path / "users.toml"))
+                                  users_file=str(tmp_path / "users.toml"), tls_cert_login=True)
     context = client_context(ca)
     ca.issue_cert("alice", common_name="alice").configure_cert(context)
     client = tls_client(tls_port, context)
@@ -136,6 +151,24 @@ def test_the_client_certificate_cn_is_the_login(tmp_path: Path, tls_broker) -> N
     client = tls_client(tls_port, unknown)
     client.frame("CONNECT", {"accept-version": "1.2", "host": "localhost"})
     assert client.expect_error()["message"] == "bad login or passcode"
+
+
+def test_a_client_certificate_alone_does_not_log_in_by_default(tmp_path: Path, tls_broker) -> None:
+    """A browser presents its certificate to any page that opens wss://: the certificate
+    alone is a login only where the operator says so (--tls-cert-login)."""
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(str(tmp_path / "client-ca.pem"))
+    users = Users({"alice": User("alice", hash_password("pw"), ["administrator"], {"/": Permission()})})
+    users.save(tmp_path / "users.toml")
+    broker, tls_port = tls_broker(ca, tls_ca=str(tmp_path / "client-ca.pem"), tls_verify_client=True,
+                                  users_file=str(tmp_path / "users.toml"))
+    context = client_context(ca)
+    ca.issue_cert("alice", common_name="alice").configure_cert(context)
+    with tls_client(tls_port, context) as client:
+        client.frame("CONNECT", {"accept-version": "1.2", "host": "localhost"})
+        assert client.expect_error()["message"] == "bad login or passcode"
+    with tls_client(tls_port, context) as client:  # the password still works with the certificate
+        assert client.connect(login="alice", passcode="pw").command == "CONNECTED"
 
 
 def test_a_changed_certificate_is_used_for_new_connections(tls_broker, tmp_path: Path) -> None:
@@ -192,6 +225,23 @@ def test_sighup_reloads_the_certificate_of_a_running_broker(tmp_path: Path) -> N
         assert broker.proc.poll() is None  # SIGHUP does not stop the broker
     finally:
         assert broker.terminate() == 0
+
+
+def test_a_changed_file_reloads_that_file_only(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="stompmq.server.security")
+    cert, key = write_cert(trustme.CA(), tmp_path)
+    users = Users({"alice": User("alice", hash_password("pw"), [], {"/": Permission()})})
+    users.save(tmp_path / "users.toml")
+    security = Security(ServerSettings(tls_port=0, tls_cert=cert, tls_key=key, users_file=str(tmp_path / "users.toml")))
+    users.users["bob"] = User("bob", hash_password("pw"), [], {})
+    users.save(tmp_path / "users.toml")
+    security.reload_changed()
+    assert "users reloaded" in caplog.text and "TLS certificate reloaded" not in caplog.text
+    caplog.clear()
+    cert, _ = write_cert(trustme.CA(), tmp_path)
+    os.utime(cert, (time.time() + 10, time.time() + 10))  # changed even within the clock's granularity
+    security.reload_changed()
+    assert "TLS certificate reloaded" in caplog.text and "users reloaded" not in caplog.text
 
 
 @pytest.mark.parametrize(

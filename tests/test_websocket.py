@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import ssl
 from collections.abc import Callable
 from pathlib import Path
@@ -11,11 +12,13 @@ import trustme
 from wsproto.events import AcceptConnection, RejectConnection
 
 from stompmq.server import ServerSettings
+from stompmq.server.auth import Permission, User, Users, hash_password
 from stompmq.server.listeners import listener_port
-from stompmq.server.websocket import choose_subprotocol
+from stompmq.server.websocket import allowed_origins, choose_subprotocol, origin_allowed
 
 from .broker_thread import BrokerThread
 from .test_tls import client_context, write_cert
+from .waiting import wait_until
 from .wsclient import WSClient
 
 CONNECT = "CONNECT\naccept-version:1.2\nhost:localhost\n\n\x00"
@@ -122,3 +125,79 @@ def test_logins_are_checked_over_websocket_too(make_memory_broker: Callable[...,
     with WSClient(port) as client:
         client.send_message("CONNECT\naccept-version:1.2\nhost:localhost\nlogin:u\npasscode:x\n\n\x00")
         assert client.recv()["message"] == "bad login or passcode"
+
+
+@pytest.mark.parametrize(
+    "origin, host, allowed, tls, ok",
+    [
+        (None, "broker:15674", (), False, True),  # no Origin: not a browser
+        ("http://broker:15674", "broker:15674", (), False, True),  # the broker's own origin
+        ("http://BROKER:15674", "broker:15674", (), False, True),
+        ("https://broker", "broker", (), True, True),  # 443 on both sides
+        ("https://broker", "broker:443", (), True, True),
+        ("http://broker", "broker", (), True, False),  # 80 is not the wss listener's 443
+        ("https://evil.example", "broker:15674", (), False, False),
+        ("http://broker:8080", "broker:15674", (), False, False),  # another port: another origin
+        ("null", "broker:15674", (), False, False),
+        ("null", "broker:15674", ("null",), False, True),
+        ("https://app.example", "broker:15674", ("https://app.example:443",), False, True),
+        ("https://app.example:8443", "broker:15674", ("https://app.example",), False, False),
+        ("https://evil.example", "broker:15674", ("*",), False, True),
+        ("garbage", "broker:15674", (), False, False),
+    ],
+)
+def test_which_origins_may_open_a_websocket(
+    origin: str | None, host: str, allowed: tuple[str, ...], tls: bool, ok: bool
+) -> None:
+    assert origin_allowed(origin, host, allowed_origins(allowed), tls) is ok
+
+
+def test_a_cross_origin_browser_handshake_is_refused_unless_allowed(
+    make_memory_broker: Callable[..., BrokerThread],
+) -> None:
+    broker = make_memory_broker(settings=ServerSettings(port=0, ws_port=0,
+                                                        ws_allowed_origins=("https://app.example",)))
+    port = listener_port(broker.listeners[1])
+    evil = WSClient(port, origin="https://evil.example")
+    assert isinstance(evil.handshake, RejectConnection) and evil.handshake.status_code == 403
+    evil.close()
+    for origin in ("https://app.example", f"http://localhost:{port}", None):
+        with WSClient(port, origin=origin, host=f"localhost:{port}") as client:
+            assert isinstance(client.handshake, AcceptConnection), origin
+            assert client.connect().command == "CONNECTED"
+
+
+def test_wss_with_a_client_certificate_from_another_origin_is_not_a_login(
+    tmp_path: Path, make_memory_broker: Callable[..., BrokerThread]
+) -> None:
+    """What a page of evil.example could do with the browser of alice (who holds a client
+    certificate): neither open the WebSocket nor log in as alice with the certificate alone."""
+    ca = trustme.CA()
+    cert, key = write_cert(ca, tmp_path)
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    users = Users({"alice": User("alice", hash_password("pw"), ["administrator"], {"/": Permission()})})
+    users.save(tmp_path / "users.toml")
+    broker = make_memory_broker(settings=ServerSettings(
+        port=0, wss_port=0, tls_cert=cert, tls_key=key, tls_ca=str(tmp_path / "ca.pem"),
+        users_file=str(tmp_path / "users.toml")))
+    port = listener_port(broker.listeners[1])
+    context = client_context(ca)
+    ca.issue_cert("alice", common_name="alice").configure_cert(context)
+    evil = WSClient(port, context=context, origin="https://evil.example")
+    assert isinstance(evil.handshake, RejectConnection) and evil.handshake.status_code == 403
+    evil.close()
+    with WSClient(port, context=context) as client:  # even where the handshake passes
+        client.send_message(CONNECT)
+        assert client.expect_error()["message"] == "bad login or passcode"
+
+
+def test_a_client_gone_without_a_close_frame_is_one_quiet_line(
+    ws_port: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="stompmq.server")
+    client = WSClient(ws_port)
+    client.connect()
+    client.sock.close()  # no Close frame
+    wait_until(lambda: "disconnected after" in caplog.text, "the disconnection logged")
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING and "ready" not in r.getMessage()]
+    assert "Traceback" not in caplog.text and not any(r.exc_info for r in caplog.records)

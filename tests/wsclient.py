@@ -36,15 +36,19 @@ class WSClient(RawClient):
         *,
         path: str = "/ws",
         context: ssl.SSLContext | None = None,
+        origin: str | None = None,
+        host: str = "localhost",
     ) -> None:
+        """``origin``: the Origin header a browser would send (None: none, as other programs)."""
         sock = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT)
         self.sock = context.wrap_socket(sock, server_hostname="localhost") if context else sock
         self.buffer = b""
         self.ws = WSConnection(ConnectionType.CLIENT)
         self.events: list[Event] = []  # control events and handshake answers, in order
         self.messages: list[bytes | str] = []  # data (parts of) messages as received (str = text)
-        self.sock.sendall(self.ws.send(Request(host="localhost", target=path,
-                                               subprotocols=subprotocols or ["v12.stomp"])))
+        extra = [(b"origin", origin.encode())] if origin is not None else []
+        self.sock.sendall(self.ws.send(Request(host=host, target=path, subprotocols=subprotocols or ["v12.stomp"],
+                                               extra_headers=extra)))
         self.handshake = self._next_event((AcceptConnection, RejectConnection))
 
     def _pump(self) -> bool:

@@ -47,7 +47,7 @@ from .connection import Connection, refuse
 from .http import bind_socket, serve_http
 from .listeners import listener_port, open_secure_listeners
 from .runtime import Runtime
-from .security import Security
+from .security import Security, peer_address
 from .settings import ServerSettings
 from .vhosts import machine_names
 
@@ -158,14 +158,20 @@ async def serve(
                 if refused:
                     log.warning("accepting connections again after refusing %d", refused)
                     refused = 0
+                admission = security.admit(peer_address(stream))
+                if isinstance(admission, str):  # refused before it is served: not counted above
+                    log.info("refusing a connection from %s: %s", peer_address(stream), admission)
+                    await refuse(stream, admission)
+                    return
                 active += 1
-                connection = Connection(stream, runtime, settings, security)
+                connection = Connection(stream, runtime, settings, security, admission)
                 CONNECTION.set(connection)  # this task's log lines name it (logs.py)
                 open_connections[connection.id] = connection
                 try:
                     await connection.run()
                 finally:
                     active -= 1
+                    admission.close()
                     del open_connections[connection.id]
 
             async with trio.open_nursery() as connections:

@@ -323,10 +323,11 @@ class GroupCommitStore(Store):
         if not self._has_pending():
             self._batch_started()
         freed = 0
+        in_doubt = self._in_doubt  # (empty but after a commit whose outcome was lost)
         for msg in messages:
             seq = msg.seq
             entry = pending.get(seq)
-            if entry is not None and entry[0] == INSERT:
+            if entry is not None and entry[0] == INSERT and seq not in in_doubt:
                 del pending[seq]  # never reached the disk: nothing to do there
                 freed += len(msg.body) + MESSAGE_OVERHEAD
             else:

@@ -28,6 +28,17 @@ Theory of operation (DESIGN §4)
   (after ``RETRY_BACKOFF``), and no later group ever ran on top of it.  A purge
   among the newer operations wins over the failed group's operations on that
   queue, which are dropped, not resurrected.
+* A store outage (a full disk, PostgreSQL restarting) is a run of failed groups:
+  the receipts waiting on them wait on (broker/receipts.py), the merged-back
+  writes count against the backlog bounds, so producers are held back, and
+  ``storage/outage.py`` logs the outage once each way.  A group whose commit's
+  outcome was lost with the connection (``CommitInDoubt``) is merged back too,
+  but its inserts stay *in doubt* until a commit succeeds: the retry writes them
+  again (backends accept a row already there), a newer delete no longer cancels
+  one (the row may be on disk), and ``withdraw`` refuses them.  ``withdraw``
+  drops a buffered insert certainly not on disk (never tried, or its group
+  failed for sure), on the trio thread and so in the same step as the
+  decision to answer ERROR: no commit can take it afterwards.
 * Stream entries are append-only: they never coalesce, so they wait in a plain
   list (``_stream_appends``) and travel with the group as ``stream_rows``.  A
   trim (retention) drops the pending entries it covers, like a purge, so the

@@ -1,6 +1,7 @@
 """A store outage under receipted load, end to end: a real broker process on the test PostgreSQL
 server, which is stopped (``pg_ctl stop -m fast``, as a restart or a fail-over does), left down
-for a few seconds and started again while producers send with receipts over real sockets.
+for a few seconds and started again while producers send with receipts over real sockets; and
+a broker whose SQLite commits fail for a while, holding a heart-beating producer back.
 
 The promises: a RECEIPT only for a stored message, and every receipted message delivered;
 within ``--store-timeout`` no SEND is refused and no connection is closed (the receipts come
@@ -12,13 +13,20 @@ from __future__ import annotations
 
 import re
 import threading
+import time
+from pathlib import Path
+
 import pytest
 
-from .broker_process import BrokerProcess, Peer
-from .conftest import postgres_server
-from .waiting import wait_until
+from stompmq.broker import BrokerConfig
+from stompmq.server.settings import ServerSettings
+from stompmq.storage.groupcommit import GroupCommitStore
 
-pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+from .broker_process import BrokerProcess, Peer
+from .broker_thread import BrokerThread
+from .conftest import postgres_server
+from .storage.test_sqlite_store import ControlledBackend
+from .waiting import wait_until
 
 #: Seconds the database stays down after it stopped (a restart takes about one more).
 OUTAGE = 3.0
@@ -134,6 +142,8 @@ def run_load(broker: BrokerProcess, consumer: Consumer | None) -> list[Producer]
     return producers
 
 
+@pytest.mark.postgres
+@pytest.mark.slow
 def test_within_the_store_timeout_a_restart_refuses_nothing_and_closes_nothing(database: str) -> None:
     broker = BrokerProcess(database).start()
     try:
@@ -167,6 +177,8 @@ def test_within_the_store_timeout_a_restart_refuses_nothing_and_closes_nothing(d
         broker.close()
 
 
+@pytest.mark.postgres
+@pytest.mark.slow
 def test_past_the_store_timeout_an_errored_send_is_never_delivered(database: str) -> None:
     """``--store-timeout 0``: a SEND is refused at the first failed commit, if its message can
     be withdrawn (no consumer has it: there is none during the outage)."""
@@ -195,3 +207,45 @@ def test_past_the_store_timeout_an_errored_send_is_never_delivered(database: str
         assert len(delivered) == len(set(delivered)), "a message was delivered twice"
     finally:
         broker.close()
+
+
+def test_a_producer_held_back_through_an_outage_is_not_closed_for_missing_heart_beats(tmp_path: Path) -> None:
+    """The backlog bound holds through an outage (the reader stops reading), and the heart-beats
+    the producer keeps sending meanwhile, unread, do not count as silence."""
+    backend = ControlledBackend(tmp_path / "s.db")
+    budget = 64 * 1024
+    thread = BrokerThread(
+        lambda: GroupCommitStore(backend, max_backlog_bytes=budget),
+        settings=ServerSettings(port=0, heart_beat=(0, 100), heart_beat_grace=2.0),
+        config=BrokerConfig(store_timeout=60),
+    ).start()
+    try:
+        backend.failures = 10**9  # every commit fails until the test says otherwise
+        producer = Peer(thread.port, heart_beat="100,0")
+        beating = threading.Event()
+
+        def beat() -> None:
+            while not beating.wait(0.05):
+                producer.send(b"\n")
+
+        beats = threading.Thread(target=beat)
+        beats.start()
+        try:
+            body = b"x" * (8 * 1024)
+            for i in range(40):  # 320 KiB: five times the budget
+                producer.frame("SEND", {"destination": "/queue/held", "receipt": str(i)}, body)
+            store = thread.broker.store if thread.broker else None
+            assert isinstance(store, GroupCommitStore)
+            wait_until(lambda: thread.call(store.full), "the backlog to fill up")
+            time.sleep(2.0)  # ten times the heart-beat grace, the reader held back all along
+            assert thread.call(store.backlog_bytes) < 2 * budget, "the backlog bound did not hold"
+            assert producer.no_frame(0.1), "an answer came while the store was down"
+            backend.failures = 0
+            receipts = [producer.recv(30) for _ in range(40)]
+            assert [f["receipt-id"] for f in receipts] == [str(i) for i in range(40)], receipts
+        finally:
+            beating.set()
+            beats.join()
+        producer.close()
+    finally:
+        thread.stop()

@@ -184,9 +184,9 @@ class Dispatcher:
 
     def withdraw(self, msg: StoredMessage) -> bool:
         """Take back ``msg``, whose SEND is about to be answered "not stored": True if nobody got
-        it (not delivered, not delayed) and the store dropped its insert (certainly not on disk);
-        then it never reaches a subscriber either (dispatch drops it at the queue's head)."""
-        if msg.delivered or msg.deliver_at is not None or not self.store.withdraw(msg):
+        it (never delivered, not delayed) and the store dropped its insert (certainly not on
+        disk); then it never reaches a subscriber either (dispatch drops it at the queue's head)."""
+        if msg.delivered or msg.redeliveries or msg.deliver_at is not None or not self.store.withdraw(msg):
             return False
         msg.expires = WITHDRAWN
         return True

@@ -191,6 +191,10 @@ class ControlledBackend:
     def close(self) -> None:
         self.sqlite.close()
 
+    def __getattr__(self, name: str) -> Any:
+        """The rest of the backend (what a whole broker reads) is the SQLite one's."""
+        return getattr(self.sqlite, name)
+
 
 # -- coalescing ---------------------------------------------------------------------------------
 def file_bytes(path: str) -> bytes:

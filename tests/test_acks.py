@@ -1,4 +1,4 @@
-"""Issue 17.2: the ACK/NACK frames of one socket read are applied in one engine call
+"""The ACK/NACK frames of one socket read are applied in one engine call
 (``Broker.handle_frames``), with their store deletes in one call and each subscription pumped
 once.  What a client sees must not change: every frame of a run acts as it would alone, the
 RECEIPTs come in order, and a bad frame fails the connection with its own receipt after the

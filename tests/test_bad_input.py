@@ -5,7 +5,7 @@ queue before the bad input arrives.  After the offender is dealt with, a
 fresh producer sends the bystander a message, which must arrive — first, so
 nothing the offender sent leaked into the queue — with nothing else around it.
 Checklist rows: S04 (undefined escapes), S19, S21, S23, S33-S35 and the
-DESIGN §3/§5 rules on destinations, priorities, prefetch and back-pressure.
+broker's rules on destinations, priorities, prefetch and back-pressure.
 """
 
 from __future__ import annotations

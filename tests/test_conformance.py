@@ -619,7 +619,7 @@ def test_s26_v11_ack_by_message_id_and_subscription(broker):
 
 
 def test_s26_v11_ack_with_wrong_subscription_acks_the_message(memory_broker):
-    """Issue 13: as RabbitMQ and ActiveMQ do, a 1.1 ACK naming another subscription acts on the
+    """As RabbitMQ and ActiveMQ do, a 1.1 ACK naming another subscription acts on the
     message-id when it is unacked on this connection (it used to be an ERROR)."""
     with Client(memory_broker.port, "1.1") as c:
         c.subscribe("/queue/s26w", "right", ack="client-individual")
@@ -997,7 +997,7 @@ def test_s32_exactly_one_receipt_per_frame(broker):
     step("ACK", {"id": msgs[0]["ack"]})
     step("NACK", {"id": msgs[1]["ack"], "requeue": "false"})
     step("BEGIN", {"transaction": "t"})
-    # a transactional SEND's RECEIPT comes at COMMIT, just before the COMMIT's own (issue 13)
+    # a transactional SEND's RECEIPT comes at COMMIT, just before the COMMIT's own
     c.frame("SEND", {"destination": "/queue/s32", "transaction": "t", "receipt": f"send-{len(frames)}"}, b"3")
     step("COMMIT", {"transaction": "t"})
     step("BEGIN", {"transaction": "t2"})

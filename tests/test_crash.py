@@ -1,6 +1,6 @@
 """Durability end to end: the broker in a subprocess, killed with SIGKILL or stopped by a signal.
 
-The contract under test (issue text):
+The contract under test:
 
 * a RECEIPT for a SEND to a queue is sent only after the message is committed; an ACK with a
   receipt is committed before its RECEIPT;

@@ -1,4 +1,4 @@
-"""Issue 18, file descriptors: the broker raises its open-file limit, refuses clients beyond
+"""File descriptors: the broker raises its open-file limit, refuses clients beyond
 ``--max-connections`` with an ERROR at once, and logs accept failures once per episode."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 17: the broker process tunes the cyclic garbage collector at start (server/app.py)."""
+"""The broker process tunes the cyclic garbage collector at start (server/app.py)."""
 
 from __future__ import annotations
 

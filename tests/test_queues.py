@@ -1,4 +1,4 @@
-"""Queue and topic semantics end to end, on every store (DESIGN §3).
+"""Queue and topic semantics end to end, on every store.
 
 Competing consumers, priorities, prefetch, redelivery after a consumer goes
 away or NACKs, and topic fan-out.  Every test runs once per store through the

@@ -3,11 +3,14 @@ listening broker on every store: raw frames, and the README's RPC example run wi
 
 from __future__ import annotations
 
+import base64
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from stompmq.broker import BrokerConfig
 
 from .stompclient import Client
 from .waiting import wait_sessions
@@ -104,3 +107,50 @@ def test_a_reply_to_that_is_not_a_temp_queue_is_forwarded_as_is(memory_broker):
         c.subscribe("/queue/q")
         c.request("SEND", {"destination": "/queue/q", "reply-to": "/queue/answers"}, b"x")
         assert c.message()["reply-to"] == "/queue/answers"
+
+
+def reply_queue_of(port: int) -> str:
+    """The reply-queue name a new connection's ``reply-to:/temp-queue/answers`` becomes."""
+    with Client(port) as c:
+        c.subscribe("/queue/tokens")
+        c.request("SEND", {"destination": "/queue/tokens", "reply-to": "/temp-queue/answers"})
+        return c.message()["reply-to"]
+
+
+def test_reply_queue_names_carry_128_random_bits(broker):
+    """Consecutive connections once got /reply-queue/486051.answers, 486053.answers: anyone could
+    guess another client's replies' name.  Now the part before the name is 128 random bits."""
+    names = [reply_queue_of(broker.port) for _ in range(8)]
+    randoms = [name.removesuffix(".answers").rsplit(".", 1)[-1] for name in names]
+    assert len(set(randoms)) == len(randoms)
+    for random in randoms:
+        assert len(base64.urlsafe_b64decode(random + "==")) >= 16, names
+
+
+def test_the_engine_takes_its_reply_token_from_its_config(make_memory_broker):
+    """The engine reads no randomness itself: the source is BrokerConfig.reply_token."""
+    broker = make_memory_broker(config=BrokerConfig(reply_token=lambda: "chosen"))
+    assert reply_queue_of(broker.port) == "/reply-queue/chosen.answers"
+
+
+def test_control_list_queues_leaves_out_reply_queues(memory_broker):
+    with Client(memory_broker.port) as owner, Client(memory_broker.port) as other:
+        owner.subscribe("/temp-queue/answers")
+        other.send_to("/queue/listed")
+        listing = other.request("SEND", {"destination": "/control/list-queues"})
+        assert [listing[f"queue-{i}-name"] for i in range(int(listing["num-queues"]))] == ["listed"]
+
+
+@pytest.mark.parametrize("alias", ["/queue/amq.gen.reply/", "/amq/queue/amq.gen.reply/"])
+def test_only_its_owner_consumes_a_temp_queue(memory_broker, alias):
+    """The reply-queue name lets anyone told it write to the queue, never read it."""
+    with Client(memory_broker.port) as owner, Client(memory_broker.port) as other:
+        owner.subscribe("/temp-queue/answers")
+        owner.request("SEND", {"destination": "/queue/w", "reply-to": "/temp-queue/answers"})
+        other.subscribe("/queue/w")
+        token = other.message()["reply-to"][len("/reply-queue/"):]
+        other.frame("SUBSCRIBE", {"destination": alias + token, "id": "steal"})
+        assert "private queue" in other.expect_error()["message"]
+        with Client(memory_broker.port) as replier:
+            replier.send_to(alias + token, "reply by another name")
+        assert owner.message().body == b"reply by another name"

@@ -43,7 +43,7 @@ def topic_stats(port: int, topic: str) -> dict[str, str]:
 
 @pytest.mark.parametrize("round", range(3))
 def test_two_huge_messages_reach_two_subscribers_every_time(memory_broker, round):
-    """Issue 13's report: the second 16 MiB message used to be dropped once 8 MiB waited."""
+    """A reported bug: the second 16 MiB message used to be dropped once 8 MiB waited."""
     subs = [Client(memory_broker.port) for _ in range(2)]
     for s in subs:
         s.subscribe("/topic/huge")

@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
+
+#: Random bytes in a reply queue's name: 128 bits, as in RabbitMQ's ``amq.gen-`` names.
+REPLY_TOKEN_BYTES = 16
+
+
+def random_token() -> str:
+    """An unguessable name part: ``REPLY_TOKEN_BYTES`` from ``secrets`` in URL-safe base64
+    (22 characters of ``A-Za-z0-9-_``: no ``.`` or ``/``, which the names around it use)."""
+    return secrets.token_urlsafe(REPLY_TOKEN_BYTES)
 
 
 @dataclass(slots=True)
 class BrokerConfig:
-    #: Prefetch of a client-ack subscription that names none (DESIGN §3).
+    #: Prefetch of a client-ack subscription that names none.
     default_prefetch: int = 100
     #: Upper bound on any prefetch a client asks for.
     max_prefetch: int = 10_000
@@ -50,3 +61,6 @@ class BrokerConfig:
     max_subscriptions: int = 1000
     #: TOML or JSON file of exchanges, queues and bindings applied at start.
     definitions: str | None = None
+    #: Where the unguessable part of reply queue names comes from (temp_queues.py); the
+    #: engine reads no randomness of its own, so a test can pass a deterministic source.
+    reply_token: Callable[[], str] = random_token

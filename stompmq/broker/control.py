@@ -12,7 +12,8 @@ Counts follow ocamlmq: ``num-messages`` counts ready and unacked messages;
 ``num-ready`` and ``num-unacked`` split it.
 
 ``list_queues`` pages through every queue by name for ``/control/list-queues``
-and the management API alike: the store's page (``Store.queue_page``) merged
+(which leaves out temporary reply queues: their names are capabilities) and the
+management API alike: the store's page (``Store.queue_page``) merged
 with the queues only this broker knows (active, or published to since start).
 When the store's page is full, names past its last one wait for the next page,
 so no queue is skipped however the two sources interleave.
@@ -36,6 +37,7 @@ from .policies import QueuePolicy
 from .routing import STREAM_TARGET, Router
 from .stats import QueueStats
 from .streams import Streams
+from .temp_queues import TEMP_QUEUE_PREFIX
 
 Headers = dict[str, str]
 R = TypeVar("R")
@@ -164,10 +166,12 @@ class Control:
 
         def answer(store_rows: list[QueueCount]) -> Headers:
             page = listing.answer(store_rows)
-            headers = {"num-queues": str(len(page.rows))}
+            # A reply queue's name is what lets a client write to it: not for every client to list.
+            rows = [row for row in page.rows if not row.name.startswith(TEMP_QUEUE_PREFIX)]
+            headers = {"num-queues": str(len(rows))}
             if page.next_after is not None:
                 headers["next-after"] = page.next_after
-            for i, row in enumerate(page.rows):
+            for i, row in enumerate(rows):
                 headers[f"queue-{i}-name"] = row.name
                 headers[f"queue-{i}-ready"] = str(row.ready)
                 headers[f"queue-{i}-unacked"] = str(row.unacked)

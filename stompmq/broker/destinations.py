@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 from .errors import ClientError
 
-#: Longest destination name in UTF-8 bytes (DESIGN §3); keeps index keys small.
+#: Longest destination name in UTF-8 bytes; keeps index keys small.
 MAX_NAME_BYTES = 255
 #: Parsed destinations remembered; cleared wholesale when full (bounded memory, no LRU cost).
 MAX_MEMOISED = 10_000

@@ -69,7 +69,7 @@ from .send_headers import SPECIAL_HEADERS, send_options
 from .session import Outbox, Session
 from .streams import STREAM_FOLLOW_RETRY, STREAM_READ_RETRY, STREAM_RETENTION, Streams, StreamSubscription
 from .stats import QueueStats
-from .subscriptions import Subscriptions
+from .subscriptions import Subscriptions, split_legacy_bindings
 from .temp_queues import TEMP_DESTINATION
 from .timers import Deadlines
 from .topics import WILDCARD, TopicRouter
@@ -178,7 +178,10 @@ class Broker:
         for name, kind in BUILT_IN.items():
             if name not in recovered:  # stored so that bindings to it have their parent row
                 self.store.save_exchange(ExchangeRecord(name, kind, {}))
-        self.router.load_definitions(recovery.exchanges, recovery.bindings)
+        bindings, legacy = split_legacy_bindings(recovery.bindings)
+        for binding in legacy:
+            self.store.delete_binding(binding.exchange, binding.queue, binding.routing_key)
+        self.router.load_definitions(recovery.exchanges, bindings)
         self.streams.recover(recovery.streams)
         for record in recovery.queues:
             self.dispatcher.declare(record.name, QueuePolicy.parse(record.options), save=False)
@@ -317,7 +320,7 @@ class Broker:
 
     def handle_frames(self, session: Session, frames: list[Frame]) -> None:
         """Apply the frames of one socket read, in order, as ``handle`` would one by one, but in
-        one call (issue 17): a producer sends hundreds of SENDs per read, a client-ack consumer
+        one call: a producer sends hundreds of SENDs per read, a client-ack consumer
         as many ACKs.  A SEND goes straight to ``_on_send`` (a plain one to a queue, without
         option headers, straight to ``Dispatcher.publish``), with the per-frame dispatch,
         pacing and receipt bookkeeping paid once per read.  A plain ACK is settled at once, so a

@@ -4,7 +4,7 @@ Why: one engine thread does all the work, so a backlog costs the consumers twice
 queue's ready messages outgrow its window they are written to the store, read back and
 deleted, which takes the CPU the consumers needed, so the backlog grows further: with four
 producers and four consumers on one queue a run went either at 112-117k msg/s in memory or
-at 48-53k spilled, for the rest of the run (issue 17).  ActiveMQ blocks producers at a
+at 48-53k spilled, for the rest of the run.  ActiveMQ blocks producers at a
 destination's memory limit, for as long as it takes; RabbitMQ paces them by credit flow.
 
 Theory of operation
@@ -26,7 +26,7 @@ empty and go straight to their subscriber (``Queue.taker``) instead of through t
 the thresholds above, a standing backlog of a few thousand messages formed whenever a
 producer's read found the consumer's output still being sent, and three in four messages of
 ``scripts/bench.py --scenario queue`` went through the window; paced early, a third do, and
-the broker needs about a sixth less CPU per message (docs/benchmarks.md, sitting 15).  A
+the broker needs about a sixth less CPU per message (docs/decisions/early-pacing.md).  A
 subscriber that acknowledges lacks room while its client works through its prefetch: a task
 queue's producer must be able to post a burst without waiting for the workers, so such a
 queue keeps the late thresholds.

@@ -224,7 +224,7 @@ class Queue:
         could make it another one.  None: the message goes through the window as usual.
 
         A queue whose consumers keep up sends every message this way: pushing it into the
-        window and popping it out again was about a seventh of its cost (issue 17)."""
+        window and popping it out again was about a seventh of its cost."""
         window = self.window
         headers = msg.headers  # a group header, even an empty one (no group): the window decides
         if (window.size or window.spilled or self.exclusive or self.parked or self.avoid is not None

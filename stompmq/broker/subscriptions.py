@@ -4,19 +4,31 @@
 ``SUBSCRIBE /exchange/NAME/REST`` is RabbitMQ's consumer-side form of an
 exchange: a private queue (``amq.gen.`` prefix) is bound with REST (a weight
 for consistent-hash, a binding key for direct and topic) for the
-subscription's lifetime and purged when it ends.
+subscription's lifetime and purged when it ends.  Such private queues (and
+temporary queues, temp_queues.py) are consumed by their own subscription or
+connection only: a SUBSCRIBE naming one as ``/queue/amq.gen...`` is refused, as
+RabbitMQ refuses to consume another connection's exclusive queue.
 
 A durable topic subscription (``durable:true`` or ``persistent:true`` with an
 ``id``, RabbitMQ's form; ``activemq.subscriptionName`` with the CONNECT's
-``client-id``, ActiveMQ's) is a stored queue named with the reserved
-``amq.durable.`` prefix, bound to ``amq.topic`` with the topic as its pattern:
-the store, paging and acks carry it like any queue, and it keeps collecting
-messages while its subscriber is away.  UNSUBSCRIBE with the same durable
-header deletes it.  Ending a subscription requeues what it held unacked.
+``client-id``, ActiveMQ's) is a stored queue bound to ``amq.topic`` with the
+topic as its pattern: the store, paging and acks carry it like any queue, and
+it keeps collecting messages while its subscriber is away.  The queue is named
+after its owner as well as the subscription (``durable_queue``): the login,
+then the client-id in ActiveMQ's form, then the id or subscription name, so
+the same id from another user is another subscription and nobody can take
+over, or re-point, someone else's (the vhost is implicit: each has its own
+engine and store keys).  UNSUBSCRIBE with the same durable header deletes it;
+a plain one detaches and keeps it.  Ending a subscription requeues what it
+held unacked.
 """
 
 from __future__ import annotations
 
+import logging
+from urllib.parse import quote
+
+from ..storage.base import BindingRecord
 from .acks import Acks
 from .browse import BROWSER_HEADER, Browsers, BrowseSubscription
 from .config import BrokerConfig
@@ -24,6 +36,7 @@ from .destinations import Destination, Kind
 from .dispatch import Dispatcher
 from .errors import ClientError
 from .destinations import MAX_NAME_BYTES
+from .exchanges import PRIVATE_QUEUE_PREFIX
 from .routing import Router, private_queue_name
 from .send_headers import flag, seconds
 from .session import AckMode, Session, Subscription
@@ -33,8 +46,13 @@ from .streams import END_HEADER, OFFSET_HEADER, Streams, StreamSubscription
 PREFETCH_HEADERS = ("prefetch", "activemq.prefetchSize", "prefetch-count")
 
 _ACK_MODES = {mode.value: mode for mode in AckMode}
+log = logging.getLogger(__name__)
+
 #: Name prefix of the queue of a durable topic subscription (never purged at start).
-DURABLE_QUEUE_PREFIX = "amq.durable."
+DURABLE_QUEUE_PREFIX = "amq.subscription."
+#: The prefix of durable subscriptions named by their id alone, before they had owners: any
+#: user naming the id took the subscription over.  ``drop_legacy_bindings`` retires them.
+LEGACY_DURABLE_PREFIX = "amq.durable."
 #: SUBSCRIBE headers that make the subscription a single active consumer (ActiveMQ, RabbitMQ).
 EXCLUSIVE_HEADERS = ("activemq.exclusive", "x-single-active-consumer")
 #: ActiveMQ's header naming a durable topic subscription (scoped by the CONNECT client-id).
@@ -70,6 +88,9 @@ class Subscriptions:
         exclusive = single_active(headers)
         browser = flag(headers, BROWSER_HEADER, False)
         if dest.kind is Kind.QUEUE or dest.kind is Kind.AMQ_QUEUE:
+            if dest.name.startswith(PRIVATE_QUEUE_PREFIX):
+                raise ClientError(f"access refused: {dest.raw!r} is the private queue of another subscription or"
+                                  " connection (only its own can consume it)")
             queue_name = dest.name
         elif dest.kind is Kind.TEMP_QUEUE:
             queue_name = self.router.temps.resolve(session, dest.name)
@@ -78,7 +99,7 @@ class Subscriptions:
         elif dest.kind is Kind.EXCHANGE:
             queue_name = private_queue_name(dest.name, self.dispatcher.store.node_id, session.id, sub_id)
             self.router.bind_private(dest.name, queue_name, dest.key)
-        elif dest.kind is Kind.TOPIC and (durable := durable_queue(session, headers)) is not None:
+        elif dest.kind is Kind.TOPIC and (durable := durable_queue(session.login, session.client_id, headers)):
             queue_name = durable
             self.router.bind_durable(queue_name, _durable_pattern(dest))
         elif dest.kind is Kind.TOPIC:
@@ -130,7 +151,7 @@ class Subscriptions:
         if sub is None:
             raise ClientError(f"no subscription with id {sub_id!r}")
         self.drop(sub)
-        durable = durable_queue(session, headers)
+        durable = durable_queue(session.login, session.client_id, headers)
         if durable is not None and sub.queue is not None and sub.queue.name == durable:
             self.dispatcher.purge(durable)  # UNSUBSCRIBE with the durable header deletes it
             self.router.unbind_everywhere(durable)
@@ -175,17 +196,21 @@ def single_active(headers: dict[str, str]) -> bool:
     return flag(headers, EXCLUSIVE_HEADERS[0], False) | flag(headers, EXCLUSIVE_HEADERS[1], False)
 
 
-def durable_queue(session: Session, headers: dict[str, str]) -> str | None:
-    """The queue of the durable topic subscription a SUBSCRIBE/UNSUBSCRIBE names, if any."""
+def durable_queue(login: str | None, client_id: str | None, headers: dict[str, str]) -> str | None:
+    """The queue of the durable topic subscription a SUBSCRIBE/UNSUBSCRIBE of ``login``'s
+    connection names, if any: ``amq.subscription.LOGIN/ID`` (RabbitMQ's form) or
+    ``amq.subscription.LOGIN,CLIENT-ID/NAME`` (ActiveMQ's).  LOGIN and CLIENT-ID are
+    percent-encoded, so they hold no ``/`` or ``,`` and no two owners share a name."""
+    owner = quote(login or "", safe="")
     name = headers.get(ACTIVEMQ_SUBSCRIPTION)
     if name is not None:
-        if session.client_id is None:
+        if client_id is None:
             raise ClientError(f"{ACTIVEMQ_SUBSCRIPTION} needs a client-id header in CONNECT")
-        queue = f"{DURABLE_QUEUE_PREFIX}{session.client_id}:{name}"
+        queue = f"{DURABLE_QUEUE_PREFIX}{owner},{quote(client_id, safe='')}/{name}"
     elif flag(headers, "durable", False) or flag(headers, "persistent", False):
         if "id" not in headers:
             raise ClientError("a durable subscription needs an id header")
-        queue = DURABLE_QUEUE_PREFIX + headers["id"]
+        queue = f"{DURABLE_QUEUE_PREFIX}{owner}/{headers['id']}"
     else:
         return None
     if len(queue.encode()) > MAX_NAME_BYTES:
@@ -202,3 +227,20 @@ def _durable_pattern(dest: Destination) -> str:
             f"durable subscriptions take AMQP topic patterns ('*' one word, '#' any), not {dest.raw!r}"
         )
     return dest.name
+
+
+def split_legacy_bindings(bindings: list[BindingRecord]) -> tuple[list[BindingRecord], list[BindingRecord]]:
+    """(bindings to load, amq.topic bindings of durable subscriptions stored under the ownerless
+    naming, ``LEGACY_DURABLE_PREFIX``).  No owner can be told from such a name, so they are no
+    one's subscription any more and must stop collecting copies of topic messages nobody can
+    take: the engine deletes those bindings at start.  Their stored messages stay, for an
+    operator to read as ``/queue/NAME`` or delete (docs/security.md)."""
+    keep: list[BindingRecord] = []
+    legacy: list[BindingRecord] = []
+    for binding in bindings:
+        retired = binding.exchange == "amq.topic" and binding.queue.startswith(LEGACY_DURABLE_PREFIX)
+        (legacy if retired else keep).append(binding)
+    if legacy:
+        log.warning("%d durable subscription(s) of the ownerless naming unbound from amq.topic, messages kept: %s",
+                    len(legacy), ", ".join(sorted({b.queue for b in legacy})[:10]))
+    return keep, legacy

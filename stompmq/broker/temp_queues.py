@@ -12,11 +12,14 @@ so no exchange subscription's queue can take that name), so paging, acks and
 several brokers sharing a store work unchanged.
 
 A SEND whose ``reply-to`` is ``/temp-queue/x`` has it rewritten to
-``/reply-queue/TOKEN``, which any client may SEND to (not SUBSCRIBE).  TOKEN is
-``SEQ.NAME`` (``NODE.SEQ.NAME`` on a store several brokers share, NODE being
-the broker's id): SEQ is a sequence number taken when the queue is made, unique
-over the store's whole life and every broker sharing it, so a reply to a queue
-that is gone can never reach a newer connection's queue of the same name.  A
+``/reply-queue/TOKEN``, which any client that was told it may SEND to (not
+SUBSCRIBE: only the owner consumes it).  TOKEN is ``RANDOM.NAME``
+(``NODE.RANDOM.NAME`` on a store several brokers share, NODE being the broker's
+id): RANDOM is 128 bits from ``BrokerConfig.reply_token`` (``secrets``), as
+RabbitMQ's ``amq.gen-`` names are, so the name is a capability nobody can guess
+from their own (sequence numbers were: consecutive connections got consecutive
+ones), and a reply to a queue that is gone never reaches a newer connection's
+queue of the same name.  ``/control/list-queues`` leaves these queues out.  A
 SEND to a reply queue of this broker that is gone is dropped and counted
 (``dropped``), as RabbitMQ drops it; one of another broker is stored for that
 broker to claim (see docs/architecture.md for what happens when it is gone).
@@ -55,8 +58,8 @@ class TempQueues:
         queue = temps.get(name)
         if queue is None:
             node = self.dispatcher.store.node_id
-            seq = self.dispatcher.next_seq()
-            token = f"{node}.{seq}.{name}" if node else f"{seq}.{name}"
+            random = self.dispatcher.config.reply_token()
+            token = f"{node}.{random}.{name}" if node else f"{random}.{name}"
             if len((REPLY_DESTINATION + token).encode()) > MAX_NAME_BYTES:
                 raise ClientError(f"temporary queue name too long: {TEMP_DESTINATION + name!r}")
             queue = temps[name] = TEMP_QUEUE_PREFIX + token

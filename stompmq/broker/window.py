@@ -38,8 +38,9 @@ window covers nothing yet and the store holds the queue from its start).
   memory again.  Without it a queue
   whose producers kept sending never came back: each read missed the SENDs
   made while it ran, so the next read had to look for them, and every message
-  was inserted, read back and deleted for the rest of the run (issue 17, 4p/4c:
-  48-53k msg/s spilled against 112-117k in memory).  A message that does not
+  was inserted, read back and deleted for the rest of the run (four producers
+  and four consumers: 48-53k msg/s spilled against 112-117k in memory).  A
+  message that does not
   continue the tail (the tail is full, or it sorts before the tail's end) is
   *lost* to the store: ``held`` goes False, ``skipped`` counts it.  While
   ``gapless`` (the tail was cut off the window itself and nothing was lost

@@ -2,7 +2,7 @@
  * Native fast path of the STOMP frame codec (stompmq.protocol._frames).
  *
  * Why: the pure-Python parser and MESSAGE encoder were ~40 % of the engine thread's time
- * (docs/benchmarks.md, sittings 7b and 8). This module does the same work for the common
+ * (docs/decisions/native-codec.md). This module does the same work for the common
  * frames in a few C calls per socket read or per delivery.
  *
  * The Python code stays the reference and the fallback:

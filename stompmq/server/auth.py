@@ -16,12 +16,14 @@ is unit-tested without a broker.
   Passwords are hashed with ``hashlib.scrypt`` (memory-hard: 16 MiB and ~50 ms
   per guess), never stored in clear; ``stompmq users`` edits the file.
 * **Permissions** are three regular expressions per user and vhost, searched
-  (``re.search``, as RabbitMQ does: anchor with ``^``/``$``) in the destination
-  as the client wrote it (``/queue/orders``, ``/exchange/prices``):
-  ``write`` guards SEND, ``read`` guards SUBSCRIBE and the ``/control`` reads,
-  ``configure`` guards the ``/control`` verbs that change things (declare,
-  delete, bind, unbind, purge), checked against ``/KIND/NAME`` (and, for bind
-  and unbind, against the queue being bound).
+  (``re.search``, as RabbitMQ does: anchor with ``^``/``$``) in the resource a
+  destination acts on (``/queue/orders``, ``/exchange/prices``), never in its
+  text: every alias (``/amq/queue/orders``, ``/exchange/amq.topic/KEY``...) is
+  resolved first (``broker/resources.py``).  ``write`` guards SEND, ``read``
+  guards SUBSCRIBE and the ``/control`` reads, ``configure`` guards the
+  ``/control`` verbs that change things (declare, delete, bind, unbind, purge),
+  checked against ``/KIND/NAME`` (and, for bind and unbind, against the queue
+  being bound).
 * **Connections per address** are counted (``AddressCounter``) against
   ``--max-connections-per-address``.
 * **Throttling**: after a failed login, the next attempt from the same source
@@ -38,10 +40,14 @@ import json
 import os
 import re
 import tomllib
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from ..broker import ClientError
+from ..broker.destinations import Kind, parse_destination
+from ..broker.resources import resource
+from ..broker.subscriptions import durable_queue
 
 #: scrypt cost: N=2**14, r=8, p=1 is 16 MiB of memory per hash (the interactive-login setting).
 SCRYPT_N, SCRYPT_R, SCRYPT_P = 2**14, 8, 1
@@ -183,27 +189,43 @@ class Users:
 _DUMMY_HASH = hash_password("", salt=b"\0" * 16)
 
 
-def required_permissions(command: str, headers: Mapping[str, str]) -> list[tuple[str, str]]:
+def required_permissions(
+    command: str, headers: dict[str, str], login: str | None = None, client_id: str | None = None
+) -> list[tuple[str, str]]:
     """The (action, resource) pairs a SEND or SUBSCRIBE needs, all of them; [] for other frames.
 
-    A ``/control/VERB/KIND/NAME`` SEND needs ``configure`` or ``read`` on ``/KIND/NAME``;
-    binding or unbinding also changes the queue of its ``queue`` header, so it needs
-    ``configure`` on that queue too.
+    Destinations are resolved to the resources they act on first (``broker.resources``), so
+    every alias of a queue or topic meets the same patterns.  A ``/control/VERB/KIND/NAME``
+    SEND needs ``configure`` or ``read`` on ``/KIND/NAME``'s resource; binding or unbinding
+    also changes the queue of its ``queue`` header, so it needs ``configure`` on that queue
+    too.  A durable topic subscription of ``login`` (``client_id``: the CONNECT's) reads its
+    stored queue as well as the topic, so it needs ``read`` on both.
     """
-    destination = headers.get("destination")
-    if destination is None:
-        return []  # the broker reports the missing header
-    if command == "SUBSCRIBE":
-        return [("read", destination)]
-    if command != "SEND":
+    if command != "SEND" and command != "SUBSCRIBE":
         return []
-    if not destination.startswith("/control/"):
-        return [("write", destination)]
-    verb, _, resource = destination[len("/control/"):].partition("/")
-    needs = [("configure" if verb in CONFIGURE_VERBS else "read", "/" + resource)]
+    try:
+        dest = parse_destination(headers.get("destination"))
+    except ClientError:
+        return []  # the engine reports the bad destination
+    if command == "SUBSCRIBE":
+        needs = [("read", resource(dest))]
+        try:
+            durable = durable_queue(login, client_id, headers) if dest.kind is Kind.TOPIC else None
+        except ClientError:
+            durable = None  # the engine reports the bad durable header
+        if durable is not None:
+            needs.append(("read", "/queue/" + durable))
+        return needs
+    if dest.kind is not Kind.CONTROL:
+        return [("write", resource(dest, headers))]
+    verb = dest.name.partition("/")[0]
+    needs = [("configure" if verb in CONFIGURE_VERBS else "read", resource(dest))]
     queue = headers.get("queue")
     if verb in ("bind", "unbind") and queue is not None:
-        needs.append(("configure", queue))
+        try:
+            needs.append(("configure", resource(parse_destination(queue))))
+        except ClientError:
+            pass  # the engine reports the bad queue header
     return needs
 
 

@@ -174,7 +174,7 @@ class Connection:
                 try:
                     self.runtime.tick()
                     self.broker.close_session(self.session)
-                except Exception:  # escaping here would take down every connection (DESIGN §5)
+                except Exception:  # escaping here would take down every connection
                     log.exception("connection %s: closing its session failed", self.id)
                 log.info(
                     "connection %s from %s: disconnected after %.1f s, login %r, %d frames, %d bytes in, %d out",
@@ -438,7 +438,9 @@ class Connection:
     def _refused(self, frame: Frame) -> tuple[str, str] | None:
         """What the user may not do in ``frame``, if anything: (action, resource)."""
         permission = self._permission()
-        for action, resource in required_permissions(frame.command, frame.headers):
+        session = self.session
+        assert session is not None  # checked after CONNECT only
+        for action, resource in required_permissions(frame.command, frame.headers, session.login, session.client_id):
             if permission is None or not permission.allows(action, resource):
                 return action, resource
         return None

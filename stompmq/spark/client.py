@@ -184,7 +184,7 @@ class Connection:
         MESSAGE frames are cut out of the byte stream here rather than by ``FrameParser``: the
         broker writes a stream's MESSAGEs in one shape (``_MESSAGE``), so one compiled match per
         frame finds every field, the body is sliced by content-length, and the numbers stay bytes
-        for Arrow to convert in bulk (docs/benchmarks.md, sitting 9d).  A frame of another shape
+        for Arrow to convert in bulk (docs/benchmarks.md, "Streams and Spark").  A frame of another shape
         (an escaped header, another command) goes through ``FrameParser``."""
         if start >= end:
             return

@@ -112,7 +112,7 @@ class StreamRange(InputPartition):
 
 
 #: The source's rows as Arrow: ``read`` yields record batches, which Spark takes without
-#: converting Python tuples row by row (docs/benchmarks.md, sitting 7, has what was measured).
+#: converting Python tuples row by row (docs/benchmarks.md, "Streams and Spark").
 ARROW_SCHEMA = pa.schema([
     ("destination", pa.string()), ("offset", pa.int64()), ("message_id", pa.string()),
     ("timestamp", pa.timestamp("us", tz="UTC")), ("priority", pa.int32()),

@@ -1,8 +1,8 @@
 """The group-commit engine: a coalescing write buffer on the trio thread, group commits on a
 database thread, over any SQL backend.
 
-Theory of operation (DESIGN §4)
--------------------------------
+Theory of operation
+-------------------
 * The broker must never wait on the disk per message, so ``insert``/``update``/
   ``delete`` only touch ``_pending``, a dict keyed by seq.  Keying by seq is what
   makes coalescing free: insert + delete of a message acked before its flush
@@ -16,7 +16,7 @@ Theory of operation (DESIGN §4)
   ``_structural``.  A purge drops the pending operations of its queue's
   messages, so every message operation left in a batch was issued after the
   batch's purges: that is why a backend runs the structural operations first
-  (the contract of ``Backend.commit``), and why ``Broker.purge_queue`` may write
+  (the contract of ``Backend.commit``), and why ``Dispatcher.purge`` may write
   its deliveries in flight back right after a purge.
 * Group commit: the commit loop in ``run()`` keeps at most ONE group in
   flight.  While it commits (one fsync), new writes pile up in ``_pending`` and
@@ -67,7 +67,7 @@ Theory of operation (DESIGN §4)
   the insert, so the message never touches the disk; the rest commit with the
   next group, within two flush intervals.  Without it a message that takes
   longer than the time left to the next flush costs a row insert and a row
-  delete (issue 17: auto-ack, settled at the socket, committed ~50 % of its
+  delete (measured: auto-ack, settled at the socket, committed ~50 % of its
   messages that way; client-individual with prefetch 1000, ~17 % through the
   ready window).  A message nobody here holds (a queue without subscribers,
   beyond a window's boundary) commits at the first flush.  Groups asked for
@@ -143,7 +143,7 @@ MAX_GROUP = 10_000
 # Message operations buffered or in flight before the server stops reading its clients.
 MAX_BACKLOG = 200_000
 # Bytes of inserted messages buffered or in flight before the server stops reading its clients:
-# without it 40,000 SENDs of 64 KiB took 2.5 GB while the disk fell behind (issue 18).
+# without it 40,000 SENDs of 64 KiB took 2.5 GB while the disk fell behind.
 MAX_BACKLOG_BYTES = 64 * 1024 * 1024
 # A page read lays the buffer over the disk only while the buffer (and the group in flight) holds
 # at most this many operations plus two per message asked for, or at least this many bytes of
@@ -661,8 +661,8 @@ class GroupCommitStore(Store):
         Why: a page read behind the pending batch waited for the group in flight and then for
         that batch's commit, and when a queue's backlog outruns its window the batch is mostly
         the queue's own newest messages: with 64 KiB bodies every page waited ~120 ms of fsync
-        and the consumer got one window per commit (issue 17, docs/architecture.md "Large
-        bodies and the disk path").  Here the read runs at once on the reader thread's own
+        and the consumer got one window per commit (docs/architecture.md, "Performance
+        design").  Here the read runs at once on the reader thread's own
         connection (``ConcurrentReads``) and sees some committed state, and every operation not
         known to be on the disk, in the group in flight and in the buffer, as it is at this
         instant (no await before the submission), wins over it: a buffered insert comes from

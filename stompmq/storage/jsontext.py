@@ -3,13 +3,13 @@
 ``json.JSONEncoder.encode`` builds a new C encoder on every call and ``json.loads``
 goes through two Python frames: for a message's small header dict that is most of
 the cost (1.7 µs to encode, 1.0 µs to decode, against 0.6 and 0.3 here), paid once
-per message that reaches the disk and once per message paged back (issue 17).
+per message that reaches the disk and once per message paged back.
 The text is the same as ``json.dumps(obj, ensure_ascii=False, separators=(",", ":"))``.
 
 Messages' headers go through :func:`headers_text` and :func:`headers`, which remember the
 texts and dicts they made: most producers send the same few headers on every message, and a
 hit costs 0.2 µs where encoding costs 0.8 and decoding 0.5 plus a dict the garbage collector
-tracks (issue 17: a backlog on disk pays both once per message).  A decoded dict is shared
+tracks (a backlog on disk pays both once per message).  A decoded dict is shared
 by every message with that text, which is safe because a message's headers are never mutated
 (``StoredMessage``); both caches are bounded, and long texts are never kept.
 """

@@ -59,7 +59,7 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 
-# Queue and exchange names are at most 255 bytes of UTF-8 (DESIGN §3), hence at most 255 chars.
+# Queue and exchange names are at most 255 bytes of UTF-8 (broker/destinations.py), hence at most 255 chars.
 NAME_LENGTH = 255
 # Exchange types are short words ("consistent-hash").
 TYPE_LENGTH = 64

@@ -1,4 +1,4 @@
-"""Issue 18: a producer that outruns the disk is paused, so writes not yet on disk stay within
+"""A producer that outruns the disk is paused, so writes not yet on disk stay within
 the store's byte budget (plus what one socket read can hold), and nothing is lost or reordered."""
 
 from __future__ import annotations

@@ -101,7 +101,7 @@ async def test_disconnect_receipt_waits_for_the_commit_and_closes(autojump_clock
 
 
 async def test_a_stalled_auto_ack_subscriber_loses_nothing(autojump_clock: trio.abc.Clock) -> None:
-    """Issue 18: what never reached the socket of a closed auto-ack subscriber goes to the next
+    """What never reached the socket of a closed auto-ack subscriber goes to the next
     one, in order, marked redelivered; what reached it counts as delivered; nothing is lost."""
     n = 3000
     async with broker_pair() as pair:

@@ -1,4 +1,4 @@
-"""Issue 17.2: a message a client acknowledges within the flush interval never reaches the disk,
+"""A message a client acknowledges within the flush interval never reaches the disk,
 whether it was out for delivery or still waiting in the consumer's ready window (behind its
 prefetch) when the flush timer fired; and a message nobody settles is still on disk within two
 flush intervals.  A real broker (runtime, connections) and a real store of each durable kind,

@@ -309,7 +309,7 @@ async def test_flush_interval_commits_without_a_ticket(tmp_path: Path) -> None:
 async def test_a_timed_flush_holds_back_deliveries_in_flight_once(
     tmp_path: Path, mock_clock: trio.testing.MockClock
 ) -> None:
-    """Issue 17: the insert of a message out for delivery (a client ack not yet acked, an
+    """The insert of a message out for delivery (a client ack not yet acked, an
     auto-ack delivery not yet written to its socket) still buffered at a timed flush waits one
     more interval: settled by then, it never reaches the disk; still in flight, it commits
     with the next flush, alone if need be."""
@@ -341,7 +341,7 @@ async def test_a_timed_flush_holds_back_deliveries_in_flight_once(
 async def test_a_timed_flush_holds_back_messages_in_memory_once_and_not_the_others(
     tmp_path: Path, mock_clock: trio.testing.MockClock
 ) -> None:
-    """Issue 17.2: a message waiting in a consumer's ready window (``held``: in this broker's
+    """A message waiting in a consumer's ready window (``held``: in this broker's
     memory) is held back like one in flight, so a client-ack consumer behind its prefetch that
     acks it within the interval keeps it off the disk; one nobody here holds commits at once."""
     flush = 0.05
@@ -789,7 +789,7 @@ async def test_wait_for_room_wakes_when_groups_finish_without_polling(
 
 
 async def test_unflushed_bytes_bound_the_backlog_and_start_groups_early(tmp_path: Path) -> None:
-    """Issue 18: memory for writes not yet on disk is bounded in bytes, not only in operations."""
+    """Memory for writes not yet on disk is bounded in bytes, not only in operations."""
     backend = ControlledBackend(tmp_path / "s.db")
     body = b"x" * (64 * 1024)
     store = GroupCommitStore(backend, flush_interval=NEVER, max_backlog_bytes=4 * len(body))

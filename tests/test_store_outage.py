@@ -134,8 +134,8 @@ def run_load(broker: BrokerProcess, consumer: Consumer | None) -> list[Producer]
     stop.set()
     for p in producers:
         p.join(RECEIPT_WAIT + 10)
-        assert not p.is_alive(), f"{p.name} still waits for its receipts"
-        assert p.failure is None, p.failure
+        assert not p.is_alive(), f"{p.name} still waits for its receipts; the broker's log:\n{broker.stderr}"
+        assert p.failure is None, f"{p.name}: {p.failure!r}; the broker's log:\n{broker.stderr}"
     if consumer is not None:
         consumer.done.set()
         consumer.join(10)

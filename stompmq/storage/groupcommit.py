@@ -619,10 +619,12 @@ class GroupCommitStore(Store):
         self._stream_appends = appends + self._stream_appends
         self._pending_bytes = _insert_bytes(merged)
         self._structural = group.structural + self._structural
-        if self._has_pending():
-            if was_empty:
-                self._pending_since = trio.current_time()
-            self._hurry()  # retry after the back-off, not after the flush interval
+        if was_empty and self._has_pending():
+            self._pending_since = trio.current_time()
+        # Retry after the back-off, not after the flush interval.  With nothing left to write (the
+        # group's messages were acked meanwhile) the commit loop then commits nothing, which keeps
+        # the failed ticket's promise: receipts wait for it now instead of failing.
+        self._hurry()
 
     # -- reads -------------------------------------------------------------------------------
     async def load_ready(

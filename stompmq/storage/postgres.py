@@ -975,8 +975,7 @@ class PostgresStore(GroupCommitStore):
     async def _reload_definitions(self) -> None:
         try:
             vhosts, exchanges, bindings = await self._call(self._pg.definitions)
-        except StoreError as exc:
-            log.warning("%s", exc)
-            return
+        except StoreError:
+            return  # the store is down: its outage is logged once (storage/outage.py)
         self.on_vhosts_changed(vhosts)
         self.on_definitions_changed(exchanges, bindings)

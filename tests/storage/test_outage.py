@@ -97,3 +97,23 @@ async def test_withdraw_takes_back_only_an_insert_certainly_not_on_disk(
         assert seqs_on_disk(path) == {3}
         assert store.withdraw(msg(5)) is False  # never buffered
     assert seqs_on_disk(path) == {3}
+
+
+async def test_a_failed_group_whose_messages_were_acked_meanwhile_still_commits_its_ticket(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Its inserts and the newer deletes cancel out, leaving nothing to write: its ticket must
+    still commit, or the receipts waiting on it wait forever."""
+    backend = ControlledBackend(tmp_path / "s.db")
+    store = GroupCommitStore(backend, flush_interval=NEVER)
+    async with serving(store):
+        consumed = msg(1)
+        store.insert(consumed)
+        backend.hold, backend.failures = True, 1
+        ticket = store.sync_ticket()
+        await backend.entered()
+        store.delete(consumed)  # acked while its insert is being committed
+        backend.hold = False
+        backend.release()
+        await committed(store, ticket)
+        assert store.backlog() == 0 and seqs_on_disk(backend.sqlite.path) == set()

@@ -23,7 +23,6 @@ outcome is unknown) or that a consumer already has keeps its receipt waiting.
 from __future__ import annotations
 
 import sys
-
 from collections.abc import Callable
 
 from ..protocol import Frame, encode_frame, escape

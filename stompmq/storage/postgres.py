@@ -399,7 +399,6 @@ class PostgresBackend:
         """Commit ``group``; CommitInDoubt if the connection was lost during its COMMIT (then the
         retry, carrying the same rows, finds its inserts there or not: ``replace`` takes both)."""
         conn = self._connection()
-        self._committing = False
         try:
             try:
                 self._commit(conn, group, replace=False)
@@ -420,6 +419,7 @@ class PostgresBackend:
         self.streams.forget()
 
     def _commit(self, conn: psycopg.Connection[Any], group: GroupRows, *, replace: bool) -> None:
+        self._committing = False
         held = group.held or frozenset()
         freed: set[str] = set()  # queues that get free ready rows: the other brokers hear of them
         group.stream_states = {}  # (a retried attempt reports afresh)

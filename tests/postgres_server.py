@@ -16,6 +16,7 @@ import pwd
 import shutil
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import psycopg
@@ -101,11 +102,13 @@ class PostgresServer:
             finally:
                 shutil.rmtree(self.directory, ignore_errors=True)
 
-    def restart(self, mode: str = "fast") -> None:
-        """Stop the server (``immediate`` = as a crash would) and start it again."""
+    def restart(self, mode: str = "fast", down: float = 0.0) -> None:
+        """Stop the server (``immediate`` = as a crash would), leave it down ``down`` more
+        seconds, and start it again."""
         assert self.owned and self.directory is not None, "only a server the tests started can be restarted"
         data = str(self.directory / "data")
         self._pg("pg_ctl", "-D", data, "-m", mode, "-w", "stop")
+        time.sleep(down)
         self._pg("pg_ctl", "-D", data, "-l", str(self.directory / "log"), "-w", "-t", str(PG_CTL_WAIT), "start")
 
     # -- databases ---------------------------------------------------------------------------

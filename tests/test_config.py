@@ -24,8 +24,10 @@ def test_flags_beat_environment_beat_file(tmp_path: Path) -> None:
 
 
 def test_settings_reach_the_engine_and_the_server() -> None:
-    config = load_config(["--ack-timeout", "2.5", "--heart-beat", "100,200", "--max-frame-size", "10"], environ={})
-    assert config.broker().ack_timeout == 2.5
+    config = load_config(["--ack-timeout", "2.5", "--heart-beat", "100,200", "--max-frame-size", "10",
+                          "--store-timeout", "0"], environ={})
+    assert config.broker().ack_timeout == 2.5 and config.broker().store_timeout == 0
+    assert load_config([], environ={}).broker().store_timeout == 30
     server = config.server()
     assert server.heart_beat == (100, 200) and server.limits.max_body == 10
 
@@ -78,6 +80,7 @@ def test_bad_file_values_are_usage_errors(tmp_path: Path, capsys: pytest.Capture
     (["--log-level", "LOUD"], {}, None, "--log-level"),
     (["--flush-interval", "0"], {}, None, "--flush-interval"),
     (["--ack-timeout", "-1"], {}, None, "--ack-timeout"),
+    (["--store-timeout", "-1"], {}, None, "--store-timeout"),
     (["--http-port", "70000"], {}, None, "--http-port"),
     ([], {"STOMPMQ_PORT": "abc"}, None, "STOMPMQ_PORT"),
     ([], {"STOMPMQ_WINDOW": "0"}, None, "STOMPMQ_WINDOW"),

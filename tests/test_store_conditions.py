@@ -4,8 +4,8 @@ Start errors go through the real command line in a subprocess: the operator must
 get exit code 2 and one line ``stompmq: store error: ...`` within seconds, never
 a traceback or a broker that keeps restarting.  A disk that fills up while the
 broker runs (SQLite's ``max_page_count``) must give ERROR frames for the SENDs
-that could not be stored and never a RECEIPT for a message that is not on disk,
-while other connections keep working.  What is on disk is always read through a
+that could not be stored within ``--store-timeout`` (and never deliver those), and
+never a RECEIPT for a message that is not on disk, while other connections keep working.  What is on disk is always read through a
 separate ``sqlite3`` connection.
 
 Paging: with a window of 50 messages, a queue of thousands keeps exactly the
@@ -132,12 +132,15 @@ def test_start_error_corrupt_pages(tmp_path: Path) -> None:
 BODY = 10 * 1024
 # Pages of 4 KiB: the empty schema takes a dozen, a 10 KiB message three overflow pages.
 MAX_PAGES = 1000
+#: --store-timeout of the disk-full test: how long a SEND waits for space before its ERROR.
+STORE_TIMEOUT = 0.5
 
 
 def test_disk_full_errors_the_sends_that_could_not_be_stored(tmp_path: Path) -> None:
     db = tmp_path / "full.db"
     thread = BrokerThread(
-        lambda: SQLiteStore(str(db), flush_interval=0.01, max_page_count=MAX_PAGES)
+        lambda: SQLiteStore(str(db), flush_interval=0.01, max_page_count=MAX_PAGES),
+        config=BrokerConfig(store_timeout=STORE_TIMEOUT),
     ).start()
     try:
         port = thread.port
@@ -216,6 +219,7 @@ def test_disk_full_errors_the_sends_that_could_not_be_stored(tmp_path: Path) -> 
             got.append(msg["uid"])
             consumer.frame("ACK", {"id": msg["ack"]})
         assert set(receipted) <= set(got), "a receipted message was never delivered"
+        assert error["receipt-id"] not in got, "the message answered ERROR was delivered"
         assert set(got) <= set(sent)
         assert len(got) == len(set(got)), "a message was delivered twice"
         consumer.request("SEND", {"destination": "/queue/sync"}, b"")  # commits again: space is back

@@ -88,8 +88,8 @@ class Broker:
         self.sessions: dict[str, Session] = {}
         self.deadlines = Deadlines()
         self.reads = Reads()
-        self.receipts = Receipts(store)
         self.dispatcher = Dispatcher(store, config, self.deadlines, self.reads)
+        self.receipts = Receipts(store, self.deadlines, self.dispatcher.withdraw, config.store_timeout)
         self.streams = Streams(self.dispatcher, config)
         self.acks = Acks(self.dispatcher, self.streams)
         self.router = Router(self.dispatcher, self.streams)
@@ -325,6 +325,7 @@ class Broker:
         pacing = self.dispatcher.pacing
         if pacing:  # left by a publish outside any client's frame (a timer's): nobody to pace
             pacing.clear()
+        self.dispatcher.published = None
         answer = handler(session, frame)
         if pacing:
             self._paced(session)
@@ -339,7 +340,8 @@ class Broker:
         if isinstance(answer, Deferred):
             self._answer_later(session, receipt, answer)
         elif receipt is not None:
-            self.receipts.send(session, receipt, answer)
+            message = self.dispatcher.published if frame.command == "SEND" else None
+            self.receipts.send(session, receipt, answer, message)
 
     def handle_frames(self, session: Session, frames: list[Frame]) -> None:
         """Apply the frames of one socket read, in order, as ``handle`` would one by one, but in
@@ -359,7 +361,8 @@ class Broker:
             waiting.extend(frames)
             return
         acks, on_send, send_receipt = self.acks, self._on_send, self.receipts.send
-        publish, special, queue_kind = self.dispatcher.publish, SPECIAL_HEADERS, Kind.QUEUE
+        dispatcher = self.dispatcher
+        publish, special, queue_kind = dispatcher.publish, SPECIAL_HEADERS, Kind.QUEUE
         pacing = self.dispatcher.pacing
         if pacing:  # left by a publish outside any client's frame (a timer's): nobody to pace
             pacing.clear()
@@ -386,14 +389,18 @@ class Broker:
                     if dest.kind is queue_kind and special.isdisjoint(headers):
                         # A plain message to a queue (no options, reply-to or transaction): what
                         # _on_send and Router.route would do, without either.
-                        publish(dest.name, headers_without(headers, BROKER_HEADERS), frame.body)  # user_headers
+                        msg: StoredMessage | None = publish(
+                            dest.name, headers_without(headers, BROKER_HEADERS), frame.body  # user_headers
+                        )
                         answer = None
                     else:
+                        dispatcher.published = None
                         answer = on_send(session, frame)
+                        msg = dispatcher.published
                     if answer is None:  # _answer's plain case, spelled out: once per SEND
                         receipt = headers.get("receipt")
                         if receipt is not None:
-                            send_receipt(session, receipt)
+                            send_receipt(session, receipt, None, msg)
                         continue
                     self._answer(session, frame, answer)
                 else:

@@ -146,6 +146,7 @@ class Connection:
         self.last_send = self.last_recv
         self.send_every = 0.0  # seconds between our heart-beats, 0 = none
         self.expect_every = 0.0  # seconds the peer may stay silent, 0 = forever
+        self.held = False  # the reader waits for the store: the peer's heart-beats are not read
         self._errored = False
         self._broken = False  # the socket failed: nothing more can be sent
         self._read_scope = trio.CancelScope()
@@ -197,7 +198,11 @@ class Connection:
         while True:
             if outbox.size >= outbox.hard_limit:
                 await outbox.wait_below_hard_limit()
-            await store.wait_for_room()  # producers wait while the disk is behind (memory bound)
+            if store.full():  # producers wait while the disk is behind (memory bound)
+                self.held = True  # a store outage may last longer than the heart-beat grace
+                await store.wait_for_room()
+                self.held = False
+                self.last_recv = trio.current_time()  # time it was not read is not silence
             if self.session is None:  # not logged in: a CONNECT frame's worth, no more
                 room = CONNECT_MAX_BYTES - self.bytes_in
                 if room <= 0:
@@ -571,7 +576,7 @@ class Connection:
             # breaking "at least every n ms" (S17) and tripping clients such as stomp.py.
             if self.send_every and now - self.last_send >= self.send_every - tick and self.outbox.empty:
                 self.outbox.write(b"\n")
-            if grace and now - self.last_recv > grace:
+            if grace and not self.held and now - self.last_recv > grace:
                 log.info("connection %s: no heart-beat for %.1f s, closing", self.id, now - self.last_recv)
                 self.fail("heart-beat timeout", None)
                 return

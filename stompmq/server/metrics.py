@@ -103,7 +103,13 @@ async def scrape(management: ManagementApp) -> bytes:
     gauge("stompmq_queues_in_use", "Queues published to or consumed from since start", len(stats))
     gauge("stompmq_queues_active", "Queues in memory (with consumers or deliveries in flight)",
           sum(len(engine.queues) for engine in engines.values()))
-    gauge("stompmq_store_backlog", "Store writes buffered, not yet committed", management.runtime.store.backlog())
+    store = management.runtime.store
+    gauge("stompmq_store_backlog", "Store writes buffered, not yet committed", store.backlog())
+    metrics.append(CounterMetricFamily("stompmq_store_outages", "Times the store became unavailable (a failed "
+                                       "commit or read, until the next success)", value=store.outages))
+    metrics.append(CounterMetricFamily("stompmq_store_outage_seconds", "Seconds the store was unavailable, the "
+                                       "outage going on included (receipts waited meanwhile)",
+                                       value=store.outage_seconds()))
     counter("stompmq_topic_drops", "Topic deliveries missed by subscribers that could not take them (outbox "
             "over its hard limit, prefetch full)", lambda engine: engine.topic_drops)
     counter("stompmq_topic_lagging", "Topic subscribers singled out as slow (--topic-block-timeout): they miss "

@@ -107,6 +107,7 @@ class Runtime:
             view.on_commit(ticket)
 
     def _commit_failed(self, ticket: int, error: StoreError) -> None:
+        self.tick()  # receipts measure how long they waited (--store-timeout)
         self._default_failed(ticket, error)
         for view in self._views:
             view.on_commit_failed(ticket, error)

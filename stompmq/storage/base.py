@@ -102,6 +102,15 @@ class StoreError(Exception):
     """
 
 
+class CommitInDoubt(StoreError):
+    """A commit whose outcome is unknown: the connection was lost while the database committed.
+
+    Its writes may be on disk or not; the next commit, which carries them again, settles it
+    (a backend must accept a row it may have written already), so until then none of them
+    may be answered as "not stored".
+    """
+
+
 class StoredMessage:
     """One message of one queue, as the broker and the store both see it.
 
@@ -471,6 +480,22 @@ class Store(abc.ABC):
         bytes): at once, without a checkpoint, if they are; otherwise re-checked each time a
         commit group finishes (committed or failed), never by polling.  Needs ``run()`` going
         to make progress."""
+
+    def withdraw(self, msg: StoredMessage) -> bool:
+        """Give up storing ``msg``: drop its buffered insert if it is certainly not on disk (its
+        commit failed, or it never was tried) and return True; False if it may be stored (its
+        group is in flight or in doubt) or is not buffered (stored, or acked before its flush).
+        A store that never fails has nothing to give up."""
+        return False
+
+    @property
+    def outages(self) -> int:
+        """Times the store became unavailable since start (for /metrics)."""
+        return 0
+
+    def outage_seconds(self) -> float:
+        """Seconds the store was unavailable since start, the outage going on included."""
+        return 0.0
 
     # -- reads ---------------------------------------------------------------
     @abc.abstractmethod

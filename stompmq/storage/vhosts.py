@@ -183,6 +183,9 @@ class VhostStore(Store):
     async def wait_for_room(self) -> None:
         await self.store.wait_for_room()
 
+    def withdraw(self, msg: StoredMessage) -> bool:
+        return self.store.withdraw(msg)
+
     # -- reads ---------------------------------------------------------------------------------
     async def load_ready(self, queue: str, after: tuple[int, int] | None, limit: int) -> Sequence[StoredMessage]:
         return await self.store.load_ready(self.space + queue, after, limit)

@@ -355,13 +355,13 @@ def test_with_a_users_file_the_api_needs_basic_auth_and_a_tag(
     status, body = api.call("GET", "/api/overview")
     assert status == 401 and body["error"] == "authentication required"
     assert api.call("GET", "/api/overview", headers=as_user("root", "wrong"))[0] == 401
+    status, body = api.call("PUT", "/api/vhosts/dev", headers=as_user("root"))  # root just failed: backs off
+    assert status == 429 and body["error"].startswith("too many failed logins, retry in ")
     assert api.call("GET", "/api/overview", headers={"authorization": "Basic !!!"})[0] == 401
     assert api.call("GET", "/api/overview", headers=as_user("watcher"))[0] == 200
     assert api.call("GET", "/metrics", headers=as_user("watcher"))[0] == 200
     status, body = api.call("PUT", "/api/vhosts/dev", headers=as_user("watcher"))
     assert status == 403 and "needs the administrator tag" in body["error"]
     assert api.call("GET", "/api/overview", headers=as_user("plain"))[0] == 403
-    status, body = api.call("PUT", "/api/vhosts/dev", headers=as_user("root"))  # root just failed: backs off
-    assert status == 429 and body["error"].startswith("too many failed logins, retry in ")
     wait_until(lambda: api.call("GET", "/api/overview", headers=as_user("root"))[0] == 200, "root's back-off over")
     assert api.call("PUT", "/api/vhosts/dev", headers=as_user("root"))[0] == 201

@@ -10,7 +10,7 @@ import pytest
 from pyspark.sql.datasource import InputPartition
 
 from stompmq.spark.client import StompmqError
-from stompmq.spark.source import StompmqStreamReader, StreamRange, _due, _options, _ranges, _seconds
+from stompmq.spark.source import StompmqStreamReader, StreamRange, _due, _options, _ranges, _resolve, _seconds
 
 pytestmark = pytest.mark.spark
 
@@ -90,3 +90,13 @@ def test_unknown_write_option() -> None:
 def test_bad_stream_options(options: dict[str, str], problem: str) -> None:
     with pytest.raises(StompmqError, match=problem):
         StompmqStreamReader(_options({**OK, **options}, reading=True), options)
+
+
+def test_offsets_json_names_only_streams_of_the_read() -> None:
+    bounds = {"a": (3, 10), "b": (0, 5)}
+    assert _resolve('{"a": 4}', "earliest", bounds, "startingOffsets") == {"a": 4, "b": 0}
+    assert _resolve("latest", "earliest", bounds, "startingOffsets") == {"a": 10, "b": 5}
+    with pytest.raises(StompmqError, match="option 'startingOffsets' names c, not a stream of this read"):
+        _resolve('{"c": 1}', "earliest", bounds, "startingOffsets")
+    with pytest.raises(StompmqError, match="option 'endingOffsets' must map stream names to offsets"):
+        _resolve('{"a": -1}', "latest", bounds, "endingOffsets")

@@ -11,7 +11,7 @@
 returns after the last RECEIPT.  Rate = rows / wall time of the write action.
 
 ``read``: a streaming query over the 4 streams (4 partitions per micro-batch,
-``maxMessagesPerTrigger``) into a Parquet sink.  "Once running" excludes the first
+``maxOffsetsPerTrigger``; ``--streams``, ``--min-partitions``) into a Parquet sink.  "Once running" excludes the first
 micro-batch (the Python workers and the JVM warm up there): rate = rows of the later batches /
 the sum of their batch durations, from ``StreamingQuery.recentProgress``.
 

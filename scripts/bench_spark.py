@@ -11,7 +11,7 @@
 returns after the last RECEIPT.  Rate = rows / wall time of the write action.
 
 ``read``: a streaming query over the 4 streams (4 partitions per micro-batch,
-``maxMessagesPerTrigger``) into a Parquet sink.  "Once running" excludes the first
+``maxOffsetsPerTrigger``; ``--streams``, ``--min-partitions``) into a Parquet sink.  "Once running" excludes the first
 micro-batch (the Python workers and the JVM warm up there): rate = rows of the later batches /
 the sum of their batch durations, from ``StreamingQuery.recentProgress``.
 
@@ -106,10 +106,10 @@ def session(cores: int) -> Any:
     return spark
 
 
-def write(spark: Any, url: str, rows: int, prefix: str) -> float:
+def write(spark: Any, url: str, rows: int, prefix: str, streams: int = STREAMS) -> float:
     df = spark.range(0, rows, numPartitions=STREAMS).selectExpr(
         "cast(lpad(cast(id as string), 100, 'x') as binary) as body",
-        f"concat('/stream/{prefix}', cast(id % {STREAMS} as string)) as destination",
+        f"concat('/stream/{prefix}', cast(id % {streams} as string)) as destination",
     )
     started, cpu = time.perf_counter(), tree_cpu()
     df.write.format("stompmq").option("url", url).mode("append").save()
@@ -120,11 +120,13 @@ def write(spark: Any, url: str, rows: int, prefix: str) -> float:
     return rate
 
 
-def read(spark: Any, url: str, rows: int, prefix: str, per_trigger: int) -> float:
+def read(spark: Any, url: str, rows: int, prefix: str, per_trigger: int, streams: int = STREAMS,
+         min_partitions: int = 1) -> float:
     work = Path(tempfile.mkdtemp(prefix="stompmq-bench-spark-"))
     df = (spark.readStream.format("stompmq").option("url", url)
-          .option("destination", ",".join(f"/stream/{prefix}{i}" for i in range(STREAMS)))
-          .option("startingOffsets", "earliest").option("maxMessagesPerTrigger", str(per_trigger)).load())
+          .option("destination", ",".join(f"/stream/{prefix}{i}" for i in range(streams)))
+          .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", str(per_trigger))
+          .option("minPartitions", str(min_partitions)).load())
     cpu = tree_cpu()
     query = (df.writeStream.format("parquet").option("path", str(work / "out"))
              .option("checkpointLocation", str(work / "checkpoint")).start())
@@ -153,25 +155,27 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("what", choices=["write", "read", "both"])
     parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--per-trigger", type=int, default=200_000, help="maxMessagesPerTrigger of the read")
+    parser.add_argument("--per-trigger", type=int, default=200_000, help="maxOffsetsPerTrigger of the read")
+    parser.add_argument("--streams", type=int, default=STREAMS, help="streams written and read")
+    parser.add_argument("--min-partitions", type=int, default=1, help="minPartitions of the read")
     parser.add_argument("--cores", type=int, default=2)
     parser.add_argument("--url", help="a running broker (stomp://host:port); default: start a local one")
-    parser.add_argument("--prefix", default=f"bench{os.getpid()}-", help="stream names: PREFIX0..PREFIX3")
+    parser.add_argument("--prefix", default=f"bench{os.getpid()}-", help="stream names: PREFIX0..")
     parser.add_argument("--warm-up", type=int, default=0, metavar="ROWS",
                         help="read: first write and read ROWS other rows, so the figures are of warm processes")
     args = parser.parse_args(argv)
     spark = session(args.cores)
     with LocalBroker() if args.url is None else contextlib.nullcontext(args.url) as url:
         if args.what in ("write", "both"):
-            write(spark, url, args.rows, args.prefix)
+            write(spark, url, args.rows, args.prefix, args.streams)
         if args.what == "read":
             if args.warm_up:
                 write(spark, url, args.warm_up, "warm-" + args.prefix)
                 print("warm-up ", end="")
                 read(spark, url, args.warm_up, "warm-" + args.prefix, args.per_trigger)
-            write(spark, url, args.rows, args.prefix)  # the data to read
+            write(spark, url, args.rows, args.prefix, args.streams)  # the data to read
         if args.what in ("read", "both"):
-            read(spark, url, args.rows, args.prefix, args.per_trigger)
+            read(spark, url, args.rows, args.prefix, args.per_trigger, args.streams, args.min_partitions)
     spark.stop()
     return 0
 

@@ -32,11 +32,13 @@ from pathlib import Path
 
 from hashring_table import chi_squared, critical_p01, route_all
 from local_broker import LocalBroker
+from pipeline_events import Help
 
 from stompmq.protocol import Frame, encode_frame
 from stompmq.spark.client import Connection
 
-BUCKETS = [*range(2, 21), 100, 1000]
+#: The bucket counts of the report (argparse parses a string default with ``type``).
+BUCKETS = "2-20,100,1000"
 
 
 @dataclass(frozen=True)
@@ -161,15 +163,15 @@ def broker(args: argparse.Namespace) -> Iterator[Connection | None]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=Help)
     parser.add_argument("--keys", type=int, default=2_000_000, help="keys routed per bucket count")
-    parser.add_argument("--buckets", type=parse_buckets, default=BUCKETS, help="e.g. 2-20,100,1000 (the default)")
+    parser.add_argument("--buckets", type=parse_buckets, default=BUCKETS, help="bucket counts")
     parser.add_argument("--check-keys", type=int, default=10_000,
                         help="the first K keys also go through the broker (0: no broker)")
     parser.add_argument("--url", help="broker (stomp://host:port); default: start a local one")
-    parser.add_argument("--login")
-    parser.add_argument("--passcode")
-    parser.add_argument("--out", type=Path, default=Path("pipeline-distribution"))
+    parser.add_argument("--login", help="the broker's login")
+    parser.add_argument("--passcode", help="the broker's passcode")
+    parser.add_argument("--out", type=Path, default=Path("pipeline-distribution"), help="where the report goes")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     keys = [str(i) for i in range(args.keys)]

@@ -103,7 +103,7 @@ def start_query(spark: Any, url: str, args: argparse.Namespace, start: dict[str,
     from pyspark.sql import functions as F
 
     source = (spark.readStream.format("stompmq").option("url", url).option("exchange", args.name)
-              .option("startingOffsets", json.dumps(start)).option("maxMessagesPerTrigger", str(args.per_trigger)))
+              .option("startingOffsets", json.dumps(start)).option("maxOffsetsPerTrigger", str(args.per_trigger)))
     if args.login is not None:
         source = source.option("login", args.login).option("passcode", args.passcode or "")
     events = source.load().select(
@@ -132,6 +132,7 @@ def events_read(query: Any, start: dict[str, int]) -> int:
 
 
 def bar(done: int, total: int, rate: float, width: int = 30) -> str:
+    """The progress line: events only (the end markers are the script's, not the user's)."""
     filled = width * min(done, total) // max(total, 1)
     return f"\r[{'#' * filled}{'.' * (width - filled)}] {done:>12,}/{total:,} events read  {rate:>9,.0f} msg/s"
 
@@ -158,7 +159,7 @@ def run(url: str, args: argparse.Namespace, spark: Any) -> int:
         generator = Generator(url, args)
         began = time.monotonic()
         generator.start()
-        total = args.events + args.streams  # the end markers are read too
+        total = args.events + args.streams  # the end markers are read too, not shown in the bar
         markers_sent = False
         last, last_t, rate = 0, began, 0.0
         while True:
@@ -171,7 +172,7 @@ def run(url: str, args: argparse.Namespace, spark: Any) -> int:
             if done != last:
                 rate, last, last_t = (done - last) / (now - last_t), done, now
             if not args.quiet:
-                print(bar(done, total, rate), end="", file=sys.stderr, flush=True)
+                print(bar(min(done, args.events), args.events, rate), end="", file=sys.stderr, flush=True)
             if not markers_sent and not generator.is_alive() and done == args.events:
                 read_all = time.monotonic()
                 send_end_markers(conn, args.name, args.streams, generator.last_ts + (args.lateness + args.window + 1) * 1000)
@@ -208,22 +209,31 @@ def _only_markers_left(query: Any) -> bool:
     return bool(progress) and all(op["numRowsTotal"] == 1 for op in progress.get("stateOperators", []))
 
 
+class Help(argparse.RawDescriptionHelpFormatter):
+    """The module text as written, and each option's default (where it has one)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or action.default is False or action.default == argparse.SUPPRESS:
+            return action.help
+        return f"{action.help} (default: %(default)s)"
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=Help)
     parser.add_argument("--url", help="broker (stomp://host:port); default: start a local one")
-    parser.add_argument("--login")
-    parser.add_argument("--passcode")
-    parser.add_argument("--events", type=int, default=200_000)
+    parser.add_argument("--login", help="the broker's login")
+    parser.add_argument("--passcode", help="the broker's passcode")
+    parser.add_argument("--events", type=int, default=200_000, help="events the generator publishes")
     parser.add_argument("--streams", type=int, default=4, help="stream partitions bound to the exchange")
     parser.add_argument("--keys", type=int, default=100, help="distinct event keys")
     parser.add_argument("--rate", type=float, default=0, help="events/s the generator sends (0: as fast as it can)")
     parser.add_argument("--window", type=int, default=1, help="seconds per aggregation window")
     parser.add_argument("--lateness", type=int, default=30, help="watermark delay, seconds")
-    parser.add_argument("--per-trigger", type=int, default=100_000, help="maxMessagesPerTrigger")
+    parser.add_argument("--per-trigger", type=int, default=100_000, help="the job's maxOffsetsPerTrigger")
     parser.add_argument("--cores", type=int, default=2, help="Spark local[N]")
     parser.add_argument("--name", default=f"events{os.getpid()}", help="exchange name; streams are NAME-0..")
-    parser.add_argument("--out", type=Path, default=Path("pipeline-events"))
-    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--out", type=Path, default=Path("pipeline-events"), help="Parquet output and checkpoint")
+    parser.add_argument("--seed", type=int, default=1, help="the generator's random seed")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
     args.out = args.out.resolve()
@@ -234,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     with contextlib.ExitStack() as stack:
         url = args.url or stack.enter_context(LocalBroker())
+        print("starting Spark… (the JVM and the first micro-batch take a few seconds)", file=sys.stderr, flush=True)
         spark = session(args.cores)
         stack.callback(spark.stop)
         return run(url, args, spark)

@@ -15,6 +15,18 @@ SCRIPTS = ROOT / "scripts"
 pytestmark = pytest.mark.spark
 
 
+def test_help_shows_the_defaults(capsys: Any) -> None:
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        import pipeline_events
+    finally:
+        sys.path.remove(str(SCRIPTS))
+    with pytest.raises(SystemExit):
+        pipeline_events.parse_args(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(default: 200000)" in text and "(default: 0)" in text and "(default: None)" not in text
+
+
 def test_pipeline_events_counts_every_event_in_a_window(spark: Any, tmp_path: Path, capsys: Any) -> None:
     sys.path.insert(0, str(SCRIPTS))
     try:

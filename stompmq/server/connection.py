@@ -70,6 +70,8 @@ RECEIVE_BYTES = 256 * 1024
 LINGER_SECONDS = 1.0
 #: Seconds a DISCONNECT waits for its RECEIPT's commit before closing anyway.
 DISCONNECT_WAIT_SECONDS = 30.0
+#: Destinations of management verbs: a resource alarm holds no SEND to them (server/alarms.py).
+CONTROL = "/control/"
 #: The /control verb that declares a vhost: the server's, not an engine's (engines live in vhosts).
 DECLARE_VHOST = "/control/declare/vhost/"
 #: Commands the broker handles after CONNECT (anything else is an unknown command).
@@ -140,6 +142,7 @@ class Connection:
         self.send_every = 0.0  # seconds between our heart-beats, 0 = none
         self.expect_every = 0.0  # seconds the peer may stay silent, 0 = forever
         self._errored = False
+        self.held = False  # waiting for a resource alarm to clear before its next SEND
         self._broken = False  # the socket failed: nothing more can be sent
         self._read_scope = trio.CancelScope()
         self._session_opened = trio.Event()  # wakes the watchdog to start heart-beating at once
@@ -212,6 +215,12 @@ class Connection:
             run: list[Frame] = []  # session frames for the broker, in one call
             for frame in frames:
                 command = frame.command
+                if command == "SEND" and runtime.alarms.active and self.session is not None and not \
+                        frame.headers.get("destination", "").startswith(CONTROL):  # a purge frees space
+                    if run:
+                        self._on_run(run)
+                        run = []
+                    await self._wait_for_alarms()
                 if command in SESSION_COMMANDS and self.session is not None:
                     # Those the server answers itself, or refuses, end the run (_on_frame).
                     if not (command == "SEND" and frame.headers.get("destination", "").startswith(DECLARE_VHOST)
@@ -246,6 +255,18 @@ class Connection:
         handled = trio.Event()
         session.ungated = handled.set
         await handled.wait()
+        if self._errored:
+            raise _Close
+
+    async def _wait_for_alarms(self) -> None:
+        """A resource alarm is set (server/alarms.py): hand the broker no SEND until every alarm
+        has cleared.  Meanwhile the client is held, not silent (its heart-beats wait unread)."""
+        self.held = True
+        try:
+            await self.runtime.alarms.wait_cleared()
+        finally:
+            self.held = False
+        self.last_recv = trio.current_time()
         if self._errored:
             raise _Close
 
@@ -560,7 +581,7 @@ class Connection:
             # breaking "at least every n ms" (S17) and tripping clients such as stomp.py.
             if self.send_every and now - self.last_send >= self.send_every - tick and self.outbox.empty:
                 self.outbox.write(b"\n")
-            if grace and now - self.last_recv > grace:
+            if grace and not self.held and now - self.last_recv > grace:
                 log.info("connection %s: no heart-beat for %.1f s, closing", self.id, now - self.last_recv)
                 self.fail("heart-beat timeout", None)
                 return

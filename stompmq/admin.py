@@ -102,6 +102,14 @@ def _pairs(flag: str, items: list[str]) -> dict[str, str]:
     return dict(item.split("=", 1) for item in items)
 
 
+def _limit(value: str) -> int:
+    """A byte count for --disk-free-limit (0 turns the alarm off)."""
+    number = int(value)
+    if number < 0:
+        raise ValueError(value)
+    return number
+
+
 def _check_url(url: str) -> None:
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
@@ -212,7 +220,14 @@ def build_parser() -> argparse.ArgumentParser:
     unbind = sub.add_parser("unbind", help="unbind a queue from an exchange")
     unbind.add_argument("exchange")
     unbind.add_argument("queue")
+    sub.add_parser("connection", help="one client connection: its subscriptions and rates").add_argument("id")
     sub.add_parser("close-connection", help="close a client connection").add_argument("id")
+    sub.add_parser("alarms", help="resource alarms set now, their limits and the measurements")
+    limits = sub.add_parser("set-limits", help="change the resource alarms' limits until the broker restarts")
+    limits.add_argument("--disk-free-limit", type=_limit, default=argparse.SUPPRESS, metavar="BYTES",
+                        help="free bytes the store's file system must keep (0: alarm off)")
+    limits.add_argument("--memory-high-watermark", type=float, default=argparse.SUPPRESS, metavar="N",
+                        help="resident memory: a fraction of RAM up to 1, bytes above (0: alarm off)")
     sub.add_parser("export", help="write the exchanges and bindings as a definitions file (FILE.toml or "
                    "FILE.json: the extension picks the format)").add_argument("file")
     sub.add_parser("import", help="declare what a definitions file (FILE.toml or FILE.json) declares").add_argument("file")
@@ -274,6 +289,16 @@ def run(api: Api, args: argparse.Namespace) -> Any:
     if command == "unbind":
         queue = args.queue.removeprefix("/queue/")
         return api.call("DELETE", f"/api/exchanges/{_quoted(args.exchange)}/bindings/{_quoted(queue)}")
+    if command == "connection":
+        return api.call("GET", "/api/connections/" + _quoted(args.id))
+    if command == "alarms":
+        return api.call("GET", "/api/alarms")
+    if command == "set-limits":
+        changes = {key: value or None for key, value in vars(args).items()
+                   if key in ("disk_free_limit", "memory_high_watermark")}
+        if not changes:
+            raise UsageError("set-limits: give --disk-free-limit, --memory-high-watermark or both")
+        return api.call("PUT", "/api/alarms", changes)
     if command == "close-connection":
         return api.call("DELETE", "/api/connections/" + _quoted(args.id))
     if command == "export":

@@ -170,6 +170,21 @@ def _optional_size(value: str) -> int | None:
     return None if str(value).strip().lower() in ("", "none", "unlimited", "0") else _size(value)
 
 
+def _watermark(value: str) -> float | None:
+    """A fraction of the machine's RAM (0.4) or a byte count (2GiB); 0 or none: no limit."""
+    text = str(value).strip().lower()
+    if text in ("", "none", "unlimited", "0"):
+        return None
+    try:
+        fraction = float(text)
+    except ValueError:
+        return float(_size(value))
+    if not 0 < fraction <= 1:
+        raise argparse.ArgumentTypeError(f"expected a fraction of RAM from 0 to 1 (such as 0.4) or a size such "
+                                          f"as 2GiB, got {value!r}")
+    return fraction
+
+
 @dataclass(frozen=True)
 class Option:
     name: str  # flag without dashes, e.g. "max-frame-size"
@@ -210,6 +225,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("store-timeout", _seconds(zero=True), 30.0, "seconds a SEND with a receipt waits for an unavailable store (its producer paused meanwhile) before it is answered ERROR, withdrawn and never delivered (0 = at the first failed commit)", "SECONDS"),
     Option("max-unflushed-bytes", _size, 64 * 1024**2, "bytes of messages waiting for the disk before producers are paused (back-pressure)", "BYTES"),
     Option("max-queue-bytes", _optional_size, None, "body bytes any queue may hold unless its declaration says otherwise; past it a SEND gets an ERROR (reject-publish) (default unlimited)", "BYTES"),
+    Option("disk-free-limit", _optional_size, 50 * 1024**2, "free bytes the SQLite store's file system must keep; below it publishers are blocked until space is freed (a resource alarm; 0 = off)", "BYTES"),
+    Option("memory-high-watermark", _watermark, 0.4, "resident memory past which publishers are blocked until it falls (a resource alarm): a fraction of RAM or a size such as 2GiB (0 = off)", "FRACTION|BYTES"),
     Option("max-connections", _optional_positive_int, None, "client connections served at once; more are refused with an ERROR (default: the open-file limit minus a reserve)", "N"),
     Option("ack-timeout", _seconds(zero=True), 0.0, "seconds before an unacked message is redelivered (0 = never); SEND/SUBSCRIBE 'ack-timeout' headers override", "SECONDS"),
     Option("max-redeliveries", _optional_int, None, "redeliveries before a message goes to its dead-letter queue (default unlimited)", "N"),
@@ -302,6 +319,10 @@ class Config:
             connect_timeout=self.connect_timeout,
             topic_block_timeout=self.topic_block_timeout,
             max_connections=self.max_connections,
+            disk_path=str(Path(self.store_url[len("sqlite:///"):]).resolve().parent)
+            if self.store_url.startswith("sqlite:///") else None,
+            disk_free_limit=self.disk_free_limit,
+            memory_high_watermark=self.memory_high_watermark,
             http_host=self.http_host,
             http_port=self.http_port or None,
             metrics_top_queues=self.metrics_top_queues,

@@ -16,6 +16,7 @@ import trio.testing
 
 from stompmq.broker import Broker, BrokerConfig
 from stompmq.protocol import Frame, FrameParser, encode_frame
+from stompmq.server.alarms import ResourceAlarms
 from stompmq.server.connection import Connection
 from stompmq.server.runtime import Runtime
 from stompmq.server.settings import ServerSettings
@@ -91,9 +92,10 @@ class BrokerPair:
 
 @asynccontextmanager
 async def broker_pair(
-    store: Store | None = None, config: BrokerConfig | None = None, settings: ServerSettings | None = None
+    store: Store | None = None, config: BrokerConfig | None = None, settings: ServerSettings | None = None,
+    alarms: ResourceAlarms | None = None,
 ) -> AsyncIterator[BrokerPair]:
-    runtime = Runtime(Broker(store or MemoryStore(), config or BrokerConfig()))
+    runtime = Runtime(Broker(store or MemoryStore(), config or BrokerConfig()), alarms)
     await runtime.open()
     try:
         async with trio.open_nursery() as nursery:

@@ -198,3 +198,16 @@ def test_import_declares_the_vhosts_of_a_definitions_file(admin, tmp_path: Path)
     assert [(e["name"], e["bindings"]) for e in exchanges] == [("ring", "q:1")]
     assert [e["name"] for e in json.loads(admin("--json", "list-exchanges")[1])] == ["amq.direct", "amq.fanout",
                                                                                       "amq.topic"]
+
+
+def test_connection_detail_alarms_and_limits(admin) -> None:
+    with Client(admin.broker.port, login="ops") as c:
+        c.subscribe("/queue/jobs", "s1")
+        (row,) = json.loads(admin("--json", "list-connections")[1])
+        code, out, _ = admin("--json", "connection", row["id"])
+        assert code == 0 and json.loads(out)["subscriptions"][0]["destination"] == "/queue/jobs"
+    code, out, _ = admin("alarms")
+    assert code == 0 and "memory.used" in out
+    code, out, _ = admin("--json", "set-limits", "--disk-free-limit", "4096", "--memory-high-watermark", "0")
+    assert code == 0 and json.loads(out)["disk"]["limit"] == 4096 and json.loads(out)["memory"]["limit"] is None
+    assert admin("set-limits")[0] == 2

@@ -141,3 +141,15 @@ def test_variables_of_other_tools_are_allowed() -> None:
                                       "OTHER_PORTT": "ignored: not ours"})
     assert config.http_port == 0
     assert {"STOMPMQ_ADMIN_URL", "STOMPMQ_PURE_PYTHON_CODEC", "STOMPMQ_TEST_POSTGRES_URL"} <= OTHER_VARIABLES.keys()
+
+
+def test_resource_alarm_limits(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    server = load_config(["--data-dir", str(tmp_path)], {}).server()
+    assert (server.disk_path, server.disk_free_limit, server.memory_high_watermark) == (
+        str(tmp_path.resolve()), 50 * 1024**2, 0.4)
+    server = load_config(["--disk-free-limit", "0", "--memory-high-watermark", "2GiB"], {}).server()
+    assert (server.disk_free_limit, server.memory_high_watermark) == (None, 2 * 1024**3)
+    assert load_config(["--store", "memory"], {}).server().disk_path is None
+    with pytest.raises(SystemExit) as exit_info:
+        load_config(["--memory-high-watermark", "1.5"], {})
+    assert exit_info.value.code == 2 and "fraction of RAM" in capsys.readouterr().err

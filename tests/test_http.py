@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import threading
 import urllib.error
 import urllib.request
@@ -365,3 +366,73 @@ def test_with_a_users_file_the_api_needs_basic_auth_and_a_tag(
     assert api.call("GET", "/api/overview", headers=as_user("plain"))[0] == 403
     wait_until(lambda: api.call("GET", "/api/overview", headers=as_user("root"))[0] == 200, "root's back-off over")
     assert api.call("PUT", "/api/vhosts/dev", headers=as_user("root"))[0] == 201
+    assert api.call("GET", "/api/alarms", headers=as_user("watcher"))[0] == 200
+    assert api.call("PUT", "/api/alarms", {"disk_free_limit": None}, headers=as_user("watcher"))[0] == 403
+    assert api.call("PUT", "/api/alarms", {"disk_free_limit": None}, headers=as_user("root"))[0] == 200
+
+
+def test_disk_alarm_blocks_a_producer_until_the_limit_is_lowered(
+        make_broker: Callable[..., BrokerThread], tmp_path: Path) -> None:
+    """A limit above the disk's free space sets the disk alarm: a producer's SEND gets no RECEIPT
+    while a consumer still drains; lowering the limit through the API resumes the producer."""
+    port = free_port()
+    broker = make_broker(settings=ServerSettings(port=0, http_port=port, disk_path=str(tmp_path)))
+    api = Api(port)
+    send_all(broker.port, "/queue/work", ["1", "2"])
+    assert api.get("/api/alarms")["alarms"] == []
+    status, body = api.call("PUT", "/api/alarms", {"disk_free_limit": 1 << 62})
+    assert status == 200 and body["alarms"] == ["disk"] and body["disk"]["free"] > 0, body
+    assert api.get("/api/overview")["alarms"] == ["disk"]
+    assert 'stompmq_alarm{resource="disk"} 1.0' in api.call("GET", "/metrics")[1]
+    with Client(broker.port) as producer, Client(broker.port) as consumer:
+        producer.frame("SEND", {"destination": "/queue/work", "receipt": "held"}, b"3")
+        consumer.subscribe("/queue/work", ack="client-individual")
+        for msg in consumer.messages(2):
+            consumer.ack(msg)  # acknowledged (its RECEIPT came) while the producer is held
+        with pytest.raises(TimeoutError):
+            producer.recv(1.0)
+        status, body = api.call("PUT", "/api/alarms", {"disk_free_limit": None})
+        assert status == 200 and body["alarms"] == [], body
+        producer.wait_receipt("held")
+        assert consumer.message().body == b"3"
+    assert api.call("PUT", "/api/alarms", {"disk_free_limit": -1})[0] == 400
+    assert api.call("PUT", "/api/alarms", {"disk": 1})[0] == 400
+
+
+def test_the_grafana_dashboard_uses_series_the_broker_exports(http_broker: tuple[BrokerThread, Api],
+                                                              store_kind: str) -> None:
+    broker, api = http_broker
+    send_all(broker.port, "/queue/a", ["1"])
+    exported = set(re.findall(r"^(\w+)", api.call("GET", "/metrics")[1], re.MULTILINE))
+    dashboard = json.loads((Path(__file__).parent.parent / "deploy" / "grafana-dashboard.json").read_text())
+    used = {name for panel in dashboard["panels"] for target in panel["targets"]
+            for name in re.findall(r"\b((?:stompmq|process)_\w+)", target["expr"])}
+    if store_kind != "sqlite":  # the size of a store elsewhere (memory, a database server) is not ours to tell
+        used.discard("stompmq_store_disk_bytes")
+    assert used and used <= exported, used - exported
+
+
+def test_connection_detail_with_subscriptions_and_rates(http_broker: tuple[BrokerThread, Api]) -> None:
+    broker, api = http_broker
+    with Client(broker.port, login="ops") as c:
+        c.subscribe("/queue/jobs", "s1", ack="client-individual", prefetch="5")
+        c.send_to("/queue/jobs", "x")
+        c.message()
+        (row,) = api.get("/api/connections")["items"]
+        detail = api.get("/api/connections/" + row["id"])
+        assert detail["login"] == "ops" and detail["held"] is False
+        assert detail["subscriptions"] == [{"id": "s1", "destination": "/queue/jobs", "queue": "jobs",
+                                            "ack": "client-individual", "prefetch": 5, "unacked": 1}]
+        assert detail["rates"]["frames_in"] > 0 and detail["rates"]["bytes_out"] > 0
+    assert api.call("GET", "/api/connections/999999")[0] == 404
+
+
+@pytest.mark.slow
+def test_rate_history_of_the_totals_and_of_a_queue(http_broker: tuple[BrokerThread, Api]) -> None:
+    broker, api = http_broker
+    send_all(broker.port, "/queue/a", ["1"] * 20)
+    wait_until(lambda: any(p[1] for p in api.get("/api/history")["points"]), "a point with publishes", 15)
+    history = api.get("/api/queues/%2F/a/history")
+    assert history["columns"] == ["time", "publish", "deliver", "ack"] and history["interval"] == 5
+    assert any(point[1] > 0 for point in history["points"])
+    assert api.call("GET", "/api/queues/%2F/nope/history")[0] == 404

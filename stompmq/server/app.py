@@ -43,6 +43,7 @@ from ..broker import Broker
 from ..broker.hashring import NATIVE
 from ..logs import CONNECTION
 from ..protocol import native as native_codec
+from .alarms import ResourceAlarms
 from .connection import Connection, refuse
 from .http import bind_socket, serve_http
 from .listeners import listener_port, open_secure_listeners
@@ -136,7 +137,8 @@ async def serve(
     limit = max_connections(settings, open_files)
     log.info("open-file limit %d; serving at most %d connections", open_files, limit)
     machine_names(settings.host_names)  # looked up once, now: getfqdn may ask DNS, which must not stall a CONNECT
-    runtime = Runtime(broker)
+    alarms = ResourceAlarms(settings.disk_path, settings.disk_free_limit, settings.memory_high_watermark)
+    runtime = Runtime(broker, alarms)
     await runtime.open()
     try:
         async with trio.open_nursery() as nursery:

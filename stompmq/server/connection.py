@@ -43,6 +43,7 @@ import logging
 import math
 import ssl
 import time
+from collections.abc import Awaitable, Callable
 from typing import NoReturn, cast
 
 import trio
@@ -76,6 +77,8 @@ RECEIVE_BYTES = 256 * 1024
 LINGER_SECONDS = 1.0
 #: Seconds a DISCONNECT waits for its RECEIPT's commit before closing anyway.
 DISCONNECT_WAIT_SECONDS = 30.0
+#: Destinations of management verbs: a resource alarm holds no SEND to them (server/alarms.py).
+CONTROL = "/control/"
 #: The /control verb that declares a vhost: the server's, not an engine's (engines live in vhosts).
 DECLARE_VHOST = "/control/declare/vhost/"
 #: Commands the broker handles after CONNECT (anything else is an unknown command).
@@ -146,7 +149,7 @@ class Connection:
         self.last_send = self.last_recv
         self.send_every = 0.0  # seconds between our heart-beats, 0 = none
         self.expect_every = 0.0  # seconds the peer may stay silent, 0 = forever
-        self.held = False  # the reader waits for the store: the peer's heart-beats are not read
+        self.held = False  # the reader waits (the store, an alarm): the peer's heart-beats are not read
         self._errored = False
         self._broken = False  # the socket failed: nothing more can be sent
         self._read_scope = trio.CancelScope()
@@ -199,10 +202,7 @@ class Connection:
             if outbox.size >= outbox.hard_limit:
                 await outbox.wait_below_hard_limit()
             if store.full():  # producers wait while the disk is behind (memory bound)
-                self.held = True  # a store outage may last longer than the heart-beat grace
-                await store.wait_for_room()
-                self.held = False
-                self.last_recv = trio.current_time()  # time it was not read is not silence
+                await self._hold(store.wait_for_room)  # an outage may outlast the heart-beat grace
             if self.session is None:  # not logged in: a CONNECT frame's worth, no more
                 room = CONNECT_MAX_BYTES - self.bytes_in
                 if room <= 0:
@@ -226,6 +226,12 @@ class Connection:
             run: list[Frame] = []  # session frames for the broker, in one call
             for frame in frames:
                 command = frame.command
+                if command == "SEND" and runtime.alarms.active and self.session is not None and not \
+                        frame.headers.get("destination", "").startswith(CONTROL):  # a purge frees space
+                    if run:
+                        self._on_run(run)
+                        run = []
+                    await self._wait_for_alarms()
                 if command in SESSION_COMMANDS and self.session is not None:
                     # Those the server answers itself, or refuses, end the run (_on_frame).
                     if not (command == "SEND" and frame.headers.get("destination", "").startswith(DECLARE_VHOST)
@@ -260,6 +266,23 @@ class Connection:
         handled = trio.Event()
         session.ungated = handled.set
         await handled.wait()
+        if self._errored:
+            raise _Close
+
+    async def _wait_for_alarms(self) -> None:
+        """A resource alarm is set (server/alarms.py): hand the broker no SEND until every alarm
+        has cleared."""
+        await self._hold(self.runtime.alarms.wait_cleared)
+
+    async def _hold(self, wait: Callable[[], Awaitable[None]]) -> None:
+        """Read nothing from the peer until ``wait`` returns: meanwhile the client is held, not
+        silent (its heart-beats wait unread), and the time it was not read is not silence."""
+        self.held = True
+        try:
+            await wait()
+        finally:
+            self.held = False
+        self.last_recv = trio.current_time()
         if self._errored:
             raise _Close
 

@@ -28,7 +28,8 @@ reason, never an empty success.  The exchange and topic routes and the queue lis
 
 Rates are derived here, not counted in the engine: ``Rates`` samples the
 engine's plain counters every ``SAMPLE_SECONDS`` and a rate is the change
-since the older of the last two samples (a 5-10 s window).
+since the older of the last two samples (a 5-10 s window).  Each sample also adds a point
+to the last hour's history the dashboard charts (``server/history.py``, ``/api/history``).
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ from ..broker.exchanges import EXCHANGE_TYPE, ROUTING_KEY_HEADER
 from ..protocol import native as native_codec
 from ..storage.base import DEFAULT_VHOST, StoredMessage, StoreError, vhost_name_error
 from .connection import Connection
+from .history import Counters, Point, QueueKey, RateHistory
 from .http_auth import BasicAuth
 from .metrics import StoreMetrics, metrics_route
 from .runtime import Runtime
@@ -82,8 +84,6 @@ DASHBOARD = Path(__file__).parent / "dashboard"
 #: Host names a loopback-bound API answers to.
 LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
 
-Counters = tuple[int, int, int]  # published, delivered, acked
-QueueKey = tuple[str, str]  # (vhost, queue)
 
 
 class _JsonMutationsOnly(BaseHTTPMiddleware):
@@ -97,12 +97,17 @@ class _JsonMutationsOnly(BaseHTTPMiddleware):
 
 
 class Rates:
-    """Messages per second from samples of the engines' counters (every vhost's)."""
+    """Messages per second from samples of the engines' counters (every vhost's), and bytes and
+    frames per second of the open connections."""
 
-    def __init__(self, engines: dict[str, Broker]) -> None:
+    def __init__(self, engines: dict[str, Broker], connections: dict[str, Connection]) -> None:
         self.engines = engines
+        self.connections = connections
         self._older: tuple[float, dict[QueueKey, Counters]] = (time.monotonic(), {})
         self._newer = self._older
+        self.history = RateHistory()
+        self._older_connections: dict[str, Counters] = {}
+        self._newer_connections: dict[str, Counters] = {}
 
     def sample(self) -> None:
         counters = {
@@ -110,7 +115,23 @@ class Rates:
             for vhost, engine in self.engines.items()
             for name, s in engine.queue_stats.items()
         }
-        self._older, self._newer = self._newer, (time.monotonic(), counters)
+        previous = self._newer
+        self._older, self._newer = previous, (time.monotonic(), counters)
+        self.history.record(time.time(), self._newer[0] - previous[0], previous[1], counters)
+        self._older_connections, self._newer_connections = self._newer_connections, {
+            conn.id: (conn.bytes_in, conn.bytes_out, conn.frames_in) for conn in self.connections.values()}
+
+    def of_connection(self, conn: Connection) -> dict[str, float]:
+        """Bytes in and out and frames in per second (since the connection opened, while it is
+        younger than the samples)."""
+        then = self._older[0]
+        before = self._older_connections.get(conn.id)
+        if before is None:
+            before, then = (0, 0, 0), time.monotonic() - (time.time() - conn.since)
+        elapsed = max(time.monotonic() - then, 1e-3)
+        now = (conn.bytes_in, conn.bytes_out, conn.frames_in)
+        keys = ("bytes_in", "bytes_out", "frames_in")
+        return {k: round(max(0, n - b) / elapsed, 1) for k, n, b in zip(keys, now, before)}
 
     def of(self, vhost: str, name: str) -> dict[str, float]:
         engine = self.engines.get(vhost)
@@ -202,7 +223,7 @@ class ManagementApp:
         self.engines = runtime.engines
         self.settings = settings
         self.connections = connections
-        self.rates = Rates(self.engines)
+        self.rates = Rates(self.engines, connections)
         self.started = time.time()
         self.store_metrics = StoreMetrics()
         runtime.store.on_group_committed = self.store_metrics.observe
@@ -215,12 +236,16 @@ class ManagementApp:
             ("consumers", "GET"): self.queue_consumers,
             ("messages", "GET"): self.peek_messages,
             ("publish", "POST"): self.publish_message,
+            ("history", "GET"): self.queue_history,
         }
         routes: list[BaseRoute] = [
             Route("/healthz", self.healthz),
             Route("/readyz", self.readyz),
             Route("/metrics", metrics_route(self)),
             Route("/api/overview", self.overview),
+            Route("/api/history", self.total_history),
+            Route("/api/alarms", self.get_alarms),
+            Route("/api/alarms", self.set_alarm_limits, methods=["PUT"]),
             Route("/api/vhosts", self.list_vhosts),
             Route("/api/vhosts/{name:path}", self.declare_vhost, methods=["PUT"]),
             Route("/api/queues", self.list_queues),
@@ -233,6 +258,7 @@ class ManagementApp:
             Route("/api/exchanges/{name}", self.delete_exchange, methods=["DELETE"]),
             Route("/api/topics", self.list_topics),
             Route("/api/connections", self.list_connections),
+            Route("/api/connections/{id}", self.get_connection, methods=["GET"]),
             Route("/api/connections/{id}", self.close_connection, methods=["DELETE"]),
         ]
         if DASHBOARD.is_dir():
@@ -304,7 +330,49 @@ class ManagementApp:
             "exchanges": sum(len(engine.exchanges) for engine in engines),
             "totals": totals,
             "rates": self.rates.total(),
+            "alarms": self.runtime.alarms.describe()["alarms"],
+            "node": self._node(),
         })
+
+    def _node(self) -> dict[str, Any]:
+        """The broker process and its machine, as the dashboard's node panel shows them."""
+        alarms = self.runtime.alarms
+        try:
+            fds: int | None = len(os.listdir("/proc/self/fd"))
+        except OSError:  # no /proc (not Linux)
+            fds = None
+        return {"memory_used": alarms.memory_used, "memory_limit": alarms.memory_limit,
+                "disk_free": alarms.disk_free, "disk_free_limit": alarms.disk_free_limit,
+                "store_bytes": self.runtime.store.disk_bytes(), "open_fds": fds}
+
+    async def total_history(self, request: Request) -> Response:
+        """The last hour's rates over every queue (``server/history.py``)."""
+        return _history_json(self.rates.history.of(None))
+
+    # -- resource alarms ------------------------------------------------------------------------
+    async def get_alarms(self, request: Request) -> Response:
+        """The alarms set now, their limits and the latest measurements."""
+        return JSONResponse(self.runtime.alarms.describe())
+
+    async def set_alarm_limits(self, request: Request) -> Response:
+        """``{"disk_free_limit": BYTES|null, "memory_high_watermark": FRACTION|BYTES|null}``: new
+        limits until the broker restarts (null: that alarm off; a field left out keeps its limit)."""
+        body = await _json_object(request)
+        alarms = self.runtime.alarms
+        unknown = sorted(set(body) - {"disk_free_limit", "memory_high_watermark"})
+        if unknown:
+            raise HTTPException(400, f"unknown field {unknown[0]!r}: the limits are disk_free_limit and "
+                                     "memory_high_watermark")
+        disk = body.get("disk_free_limit", alarms.disk_free_limit)
+        memory = body.get("memory_high_watermark", alarms.memory_limit)
+        if disk is not None and (not isinstance(disk, int) or isinstance(disk, bool) or disk < 1):
+            raise HTTPException(400, "disk_free_limit must be a positive number of bytes or null")
+        if memory is not None and (not isinstance(memory, (int, float)) or isinstance(memory, bool) or memory <= 0):
+            raise HTTPException(400, "memory_high_watermark must be a fraction of RAM (at most 1), bytes, or null")
+        self.runtime.tick()
+        alarms.set_limits(disk, memory)
+        log.info("resource limits set through the management API: disk free %s, memory %s", disk, memory)
+        return JSONResponse(alarms.describe())
 
     # -- vhosts ---------------------------------------------------------------------------------
     async def list_vhosts(self, request: Request) -> Response:
@@ -432,6 +500,11 @@ class ManagementApp:
         log.info("a message published to queue %s of vhost %s through the management API", name, vhost)
         return JSONResponse({"name": name, "vhost": vhost, "published": True}, status_code=201)
 
+    async def queue_history(self, engine: Broker, vhost: str, name: str, counts: tuple[int, int],
+                            request: Request) -> Response:
+        """The last hour's rates of the queue, if it is one of those with a history."""
+        return _history_json(self.rates.history.of((vhost, name)))
+
     async def queue_consumers(self, engine: Broker, vhost: str, name: str, counts: tuple[int, int],
                               request: Request) -> Response:
         """The subscriptions of this broker's connections to the queue."""
@@ -542,10 +615,25 @@ class ManagementApp:
         items = [_connection_json(self.connections[str(i)]) for i in ids]
         return JSONResponse({"items": items, "next_after": str(ids[-1]) if len(ids) == limit else None})
 
-    async def close_connection(self, request: Request) -> Response:
+    def _connection(self, request: Request) -> Connection:
         conn = self.connections.get(request.path_params["id"])
         if conn is None:
             raise HTTPException(404, f"no connection {request.path_params['id']!r}")
+        return conn
+
+    async def get_connection(self, request: Request) -> Response:
+        """One connection with its subscriptions and its rates."""
+        conn = self._connection(request)
+        session = conn.session
+        subscriptions = [] if session is None else [
+            {"id": sub.id, "destination": sub.destination, "queue": sub.queue.name if sub.queue is not None else None,
+             "ack": sub.ack_mode.value, "prefetch": sub.prefetch, "unacked": len(sub.unacked)}
+            for sub in session.subscriptions.values()]
+        return JSONResponse({**_connection_json(conn), "held": conn.held, "subscriptions": subscriptions,
+                             "rates": self.rates.of_connection(conn)})
+
+    async def close_connection(self, request: Request) -> Response:
+        conn = self._connection(request)
         conn.close("closed by an administrator")
         log.info("connection %s from %s closed through the management API", conn.id, conn.peer)
         return JSONResponse({"closed": conn.id})
@@ -565,6 +653,11 @@ def _connection_json(conn: Connection) -> dict[str, Any]:
         "bytes_out": conn.bytes_out,
         "frames_in": conn.frames_in,
     }
+
+
+def _history_json(points: list[Point]) -> Response:
+    return JSONResponse({"interval": SAMPLE_SECONDS, "columns": ["time", "publish", "deliver", "ack"],
+                         "points": points})
 
 
 def _message_json(msg: StoredMessage) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from starlette.responses import Response
 
 from .. import __version__
 from ..protocol import native as native_codec
+from .alarms import RESOURCES
 
 if TYPE_CHECKING:
     from ..broker import Broker
@@ -94,6 +95,11 @@ async def scrape(management: ManagementApp) -> bytes:
     disk = management.runtime.store.disk_bytes()
     if disk is not None:
         gauge("stompmq_store_disk_bytes", "Bytes the store takes on disk (SQLite: the database and its WAL)", disk)
+    alarm = GaugeMetricFamily("stompmq_alarm", "1 while a resource alarm blocks publishers (--disk-free-limit, "
+                              "--memory-high-watermark)", labels=["resource"])
+    for resource in RESOURCES:
+        alarm.add_metric([resource], int(resource in management.runtime.alarms.active))
+    metrics.append(alarm)
     gauge("stompmq_native_frame_codec", "1 when frames are parsed and encoded by the native fast path "
           "(protocol/_frames.c), 0 in pure Python", int(native_codec.NATIVE))
     gauge("stompmq_connections", "Open client connections", len(management.connections))

@@ -25,6 +25,13 @@ class ServerSettings:
     topic_block_timeout: float = 5.0
     #: Client connections served at once (more are refused); None: derived from the open-file limit.
     max_connections: int | None = None
+    #: Resource alarms (server/alarms.py): publishers wait while the file system of ``disk_path``
+    #: (the SQLite store's directory; None: not on this machine) has less than ``disk_free_limit``
+    #: bytes free, or the process is resident in more than ``memory_high_watermark`` (a fraction
+    #: of RAM up to 1, bytes above); None: that alarm off.
+    disk_path: str | None = None
+    disk_free_limit: int | None = None
+    memory_high_watermark: float | None = None
     #: The management API and /metrics (server/http.py); port None: off.
     http_host: str = "127.0.0.1"
     http_port: int | None = None

@@ -11,7 +11,7 @@ import trio
 from stompmq.broker import BrokerConfig
 from stompmq.server.settings import ServerSettings
 
-from ..pair import broker_pair
+from ..support.pair import broker_pair
 
 
 async def test_ack_timeout_redelivers_to_the_other_subscriber(autojump_clock: trio.abc.Clock) -> None:

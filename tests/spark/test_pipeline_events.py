@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from ..broker_process import ROOT
+from ..support.broker_process import ROOT
 
 SCRIPTS = ROOT / "scripts"
 pytestmark = pytest.mark.spark

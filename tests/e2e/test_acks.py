@@ -16,7 +16,7 @@ import pytest
 from ..support.stores import STORES
 from ..support.rawclient import RawFrame
 from ..support.stompclient import Client
-from .test_lifecycle import restarting
+from ..support.broker_thread import restarting
 
 
 def frame_bytes(command: str, headers: dict[str, str]) -> bytes:

@@ -42,7 +42,8 @@ def test_an_exclusive_consumer_gets_everything_and_hands_over_its_unacked_in_ord
 def test_a_queue_declared_single_active_makes_plain_subscribers_take_turns(store_kind, tmp_path):
     """RabbitMQ's form: x-single-active-consumer is a queue argument; declared once (and stored,
     so it survives a restart), it makes every subscription of the queue a single active one."""
-    from .test_lifecycle import control, restarting
+    from ..support.broker_thread import restarting
+    from ..support.stompclient import control
 
     with restarting(store_kind, tmp_path) as start:
         broker = start()

@@ -28,7 +28,7 @@ from stompmq.storage.memory import MemoryStore
 
 from ..support.broker_thread import BrokerThread
 from ..support.stores import make_store_factory
-from ..support.stompclient import Client
+from ..support.stompclient import Client, control
 from ..support.waiting import wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -36,12 +36,6 @@ KEYS_100K = [str(i) for i in range(100_000)]
 
 
 # ---------------------------------------------------------------------------- helpers
-
-
-def control(c: Client, path: str, **headers: str):
-    h = {"destination": "/control/" + path}
-    h.update(headers)
-    return c.request("SEND", h)
 
 
 def declare(c: Client, name: str, **options: str) -> None:

@@ -9,45 +9,18 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from pathlib import Path
 
 import pytest
 
 from stompmq.broker import BrokerConfig
 
-from ..support.broker_thread import BrokerThread
-from ..support.stores import make_store_factory
-from ..support.stompclient import BrokerError, Client
+from ..support.broker_thread import restarting
+from ..support.stompclient import BrokerError, Client, control
 from ..support.waiting import wait_until
-
-
-def control(c: Client, path: str, **headers: str):
-    return c.request("SEND", {"destination": "/control/" + path, **headers})
 
 
 def count(c: Client, queue: str) -> int:
     return int(control(c, f"count-msgs/queue/{queue}")["num-messages"])
-
-
-@contextmanager
-def restarting(store_kind: str, tmp_path: Path) -> Iterator[Callable[[], BrokerThread]]:
-    """``start()`` starts a broker on the same database each time; the last one is stopped."""
-    factory = make_store_factory(store_kind, tmp_path)
-    running: list[BrokerThread] = []
-
-    def start() -> BrokerThread:
-        if running:
-            running.pop().stop()
-        running.append(BrokerThread(factory).start())
-        return running[-1]
-
-    try:
-        yield start
-    finally:
-        for broker in running:
-            broker.stop()
 
 
 def now_ms() -> int:

@@ -20,14 +20,8 @@ from stompmq.storage.sqlite import SQLiteStore
 
 from ..support.broker_thread import BrokerThread
 from ..support.stores import make_store_factory
-from ..support.stompclient import Client
+from ..support.stompclient import Client, control
 from ..support.waiting import send_all, wait_sessions, wait_until
-
-
-def control(c: Client, path: str, **headers: str):
-    h = {"destination": "/control/" + path}
-    h.update(headers)
-    return c.request("SEND", h)
 
 
 def count_msgs(c: Client, queue: str) -> int:

@@ -9,11 +9,7 @@ import pytest
 
 from ..support.broker_thread import BrokerThread
 from ..support.stores import make_store_factory
-from ..support.stompclient import Client
-
-
-def control(c: Client, path: str, **headers: str):
-    return c.request("SEND", {"destination": "/control/" + path, **headers})
+from ..support.stompclient import Client, control
 
 
 def bodies(c: Client, n: int) -> list[bytes]:

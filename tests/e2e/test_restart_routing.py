@@ -15,14 +15,10 @@ from pathlib import Path
 from stompmq.broker.hashring import HashRing
 
 from ..support.broker_process import BrokerProcess
-from ..support.stompclient import Client
+from ..support.stompclient import Client, control
 
 KEYS = [f"key-{i}" for i in range(2000)]
 QUEUES = {"r0": 1, "r1": 2, "r2": 1, "r3": 3, "r4": 1}
-
-
-def control(c: Client, path: str, **headers: str):
-    return c.request("SEND", {"destination": "/control/" + path, **headers})
 
 
 def setup_exchange(port: int, bindings: list[tuple[str, int]]) -> None:

@@ -15,19 +15,13 @@ import pytest
 
 from stompmq.broker import BrokerConfig
 
-from ..support.stompclient import BrokerError, Client
+from ..support.stompclient import BrokerError, Client, control
 from ..support.waiting import send_all, wait_sessions, wait_until
 
 TIMEOUT = 0.5  # the ack timeout used where a test waits for an expiry (seconds)
 
 
 # ---------------------------------------------------------------------------- helpers
-
-
-def control(c: Client, path: str, **headers: str):
-    h = {"destination": "/control/" + path}
-    h.update(headers)
-    return c.request("SEND", h)
 
 
 def counts(c: Client, queue: str) -> tuple[int, int, int]:

@@ -8,8 +8,10 @@ cancels the broker the way SIGTERM would, so shutdown paths are exercised too.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import trio
@@ -17,6 +19,8 @@ import trio
 from stompmq.broker import Broker, BrokerConfig
 from stompmq.server import ServerSettings, serve
 from stompmq.storage.base import Store
+
+from .stores import make_store_factory
 
 
 @dataclass
@@ -86,3 +90,22 @@ class BrokerThread:
         self._thread = None
         if self._error is not None:
             raise RuntimeError("broker failed") from self._error
+
+
+@contextmanager
+def restarting(store_kind: str, tmp_path: Path) -> Iterator[Callable[[], BrokerThread]]:
+    """``start()`` starts a broker on the same database each time; the last one is stopped."""
+    factory = make_store_factory(store_kind, tmp_path)
+    running: list[BrokerThread] = []
+
+    def start() -> BrokerThread:
+        if running:
+            running.pop().stop()
+        running.append(BrokerThread(factory).start())
+        return running[-1]
+
+    try:
+        yield start
+    finally:
+        for broker in running:
+            broker.stop()

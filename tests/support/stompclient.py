@@ -215,3 +215,8 @@ class Client(RawClient):
             if not chunk:
                 return data
             data += chunk
+
+
+def control(c: Client, path: str, **headers: str) -> RawFrame:
+    """A request to the broker's ``/control/`` destinations (``path`` follows the prefix); its RECEIPT."""
+    return c.request("SEND", {"destination": "/control/" + path, **headers})

@@ -1,7 +1,8 @@
 """Waiting for the broker in the end-to-end suites: polling, sessions, bulk SENDs.
 
-One copy of the helpers that the queue, task-queue, exchange and ocamlmq
-regression suites share.  A test never sleeps for a fixed time to let the
+One copy of the waiting helpers the end-to-end suites share (the clients are in
+rawclient.py and stompclient.py, with ``control`` for /control/ requests; brokers
+in broker_thread.py and broker_process.py).  A test never sleeps for a fixed time to let the
 broker catch up: it polls for the state it needs with a generous deadline
 (``wait_until``, ``wait_sessions``), or uses receipts, which the broker
 releases only once the store has committed everything the connection sent

@@ -1,4 +1,4 @@
-"""Smoke test of scripts/pipeline_distribution.py at a small size, against the local broker it starts
+"""Smoke test of examples/pipeline_distribution.py at a small size, against the local broker it starts
 (tests/spark/test_pipeline_events.py has the Spark pipeline's)."""
 
 from __future__ import annotations
@@ -12,14 +12,12 @@ import pytest
 
 from ..support.broker_process import ROOT
 
-SCRIPTS = ROOT / "scripts"
-
 
 def test_pipeline_distribution_tables_chart_and_broker_check(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     out = tmp_path / "dist"
     done = subprocess.run(
-        [sys.executable, str(SCRIPTS / "pipeline_distribution.py"), "--keys", "20000", "--buckets", "2-3,100",
+        [sys.executable, "-m", "examples.pipeline_distribution", "--keys", "20000", "--buckets", "2-3,100",
          "--check-keys", "500", "--out", str(out)],
         capture_output=True, text=True, timeout=120, cwd=str(ROOT),
     )

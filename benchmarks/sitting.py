@@ -28,12 +28,11 @@ are listed in ``SCENARIOS`` below and by ``--help``.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import statistics
 import sys
-from pathlib import Path
-from types import ModuleType
+
+from benchmarks import load as bench
 
 #: The standard scenarios: bench.py options per scenario, the same for every broker; peers that
 #: only persist on request get ``--persistent`` where the scenario is about durability.
@@ -48,15 +47,6 @@ SCENARIOS: dict[str, list[str]] = {
     "queue-64k": ["--scenario", "queue", "--count", "5000", "--body-size", "65536"],
 }
 
-
-
-def load_bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench", Path(__file__).with_name("bench.py"))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench"] = module  # its worker processes pickle functions by module name
-    spec.loader.exec_module(module)
-    return module
 
 
 #: Transport suffixes of a target and the bench.py options they stand for.
@@ -92,7 +82,6 @@ def main() -> int:
     unknown = [s for s in scenarios if s not in SCENARIOS]
     if unknown:
         parser.error(f"unknown scenario {unknown[0]!r}: choose from {', '.join(SCENARIOS)}")
-    bench = load_bench()
     results: dict[tuple[str, str], list[tuple[float, float | None]]] = {}
     for scenario in scenarios:
         for run in range(args.runs):

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from local_broker import LocalBroker
+from benchmarks.local_broker import LocalBroker
 
 STREAMS = 4
 TICKS = os.sysconf("SC_CLK_TCK")

@@ -17,10 +17,9 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from stompmq.spark.client import Connection, StompmqError
 
-from stompmq.spark.client import Connection, StompmqError  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 #: Seconds the broker gets to listen (imports, migrations) and to exit on SIGTERM.
 START_TIMEOUT = STOP_TIMEOUT = 30.0

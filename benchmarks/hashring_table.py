@@ -10,13 +10,9 @@ a key "moved" if its queue differs before and after the change.
 
 from __future__ import annotations
 
-import sys
 from collections import Counter
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from stompmq.broker.hashring import HashRing  # noqa: E402
+from stompmq.broker.hashring import HashRing
 
 KEYS = [str(i) for i in range(100_000)]
 

@@ -31,8 +31,8 @@ import threading
 import time
 from pathlib import Path
 
-from bench_memory import Client, rss_kib, send_frame
-from soak import sample_rss, spawn_broker
+from benchmarks.memory import Client, rss_kib, send_frame
+from benchmarks.soak import sample_rss, spawn_broker
 
 TOPIC = "/topic/slow-subscriber"
 #: Seconds after the publisher stops that subscribers keep reading what is still on its way.

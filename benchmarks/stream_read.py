@@ -21,7 +21,7 @@ import os
 import sys
 import time
 
-from local_broker import LocalBroker
+from benchmarks.local_broker import LocalBroker
 
 from stompmq.spark.client import Connection
 from stompmq.spark.source import Options, StreamRange, _read

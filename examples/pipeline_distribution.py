@@ -30,8 +30,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from hashring_table import chi_squared, critical_p01, route_all
-from local_broker import LocalBroker
+from benchmarks.hashring_table import chi_squared, critical_p01, route_all
+from benchmarks.local_broker import LocalBroker
 
 from stompmq.protocol import Frame, encode_frame
 from stompmq.spark.client import Connection

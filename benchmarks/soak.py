@@ -34,7 +34,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from bench_memory import Client, rss_kib, send_frame
+from benchmarks.memory import Client, rss_kib, send_frame
 
 ROOT = Path(__file__).resolve().parent.parent
 QUEUE, TOPIC = "/queue/soak.work", "/topic/soak.events"

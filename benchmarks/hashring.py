@@ -14,13 +14,9 @@ so waiting for a core on a busy host does not count; pin it to one core
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from stompmq.broker.hashring import NATIVE, HashRing  # noqa: E402
+from stompmq.broker.hashring import NATIVE, HashRing
 
 
 def decisions_per_second(ring: HashRing, keys: list[str], repeat: int) -> float:

@@ -6,7 +6,7 @@ receive buffers (as the server reads them) and encoding MESSAGE frames for
 delivery (``encode_message_tail`` + ``encode_message``, as ``broker/delivery.py``
 does), each with the native fast path (``protocol/_frames.c``) and in pure
 Python.  Run it from the repository root with ``PYTHONPATH=. python
-scripts/bench_protocol.py [--seconds S]`` (or with stompmq installed) and
+python -m benchmarks.codec [--seconds S]`` (or with stompmq installed) and
 compare numbers taken on the same machine only.  Rates are per CPU second of
 this process (``time.process_time``): the broker is single-threaded, so that
 is its capacity, and it stays meaningful when other work shares the machine.
@@ -15,7 +15,7 @@ For instructions per frame, run ``--count`` at two counts under callgrind and
 divide the difference by 100,000::
 
   for n in 20000 120000; do
-    valgrind --tool=callgrind --callgrind-out-file=/dev/null python scripts/bench_protocol.py --count $n --kind ack
+    valgrind --tool=callgrind --callgrind-out-file=/dev/null python -m benchmarks.codec --count $n --kind ack
   done
 """
 

@@ -17,11 +17,11 @@ Scenarios:
 * ``keep-up``: one producer, one auto-ack consumer that takes everything written after each read
   (the in-memory case: the backlog never leaves the window); with ``--ack client-individual``
   (or ``client``) the consumer subscribes with ``--prefetch`` and ACKs every message it took,
-  the ACKs of one write in one read, as ``scripts/bench.py --scenario queue-ack`` does;
+  the ACKs of one write in one read, as ``benchmarks/load.py --scenario queue-ack`` does;
 * ``standing``: as keep-up, but ``--backlog`` messages were sent first while the consumer took
   nothing, and its socket then takes everything only after every second read: the outbox
   stays at its limit and a standing backlog in the ready window, which every measured message
-  joins and leaves (what ``scripts/bench.py --scenario queue`` shows, where a producer's read
+  joins and leaves (what ``benchmarks/load.py --scenario queue`` shows, where a producer's read
   often finds the consumer's output still sending the one before);
 * ``backlog``: the consumer subscribes only after ``--messages`` were sent, then drains them (the
   on-disk case: all but the window are paged back from the store);
@@ -35,8 +35,8 @@ Scenarios:
   producer by ``--consumer-share`` (it takes that fraction of each read's worth of output), so
   every burst builds a backlog; prints the cost of each burst.
 
-  PYTHONPATH=. python scripts/bench_engine.py --scenario keep-up --messages 100000
-  valgrind --tool=callgrind --instr-atstart=no python scripts/bench_engine.py --callgrind ...
+  python -m benchmarks.engine --scenario keep-up --messages 100000
+  valgrind --tool=callgrind --instr-atstart=no python -m benchmarks.engine --callgrind ...
 """
 
 from __future__ import annotations

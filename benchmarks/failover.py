@@ -7,7 +7,7 @@ without acking, ``kill -9``s broker A, and times, from the kill, the arrival of 
 messages at a consumer on broker B.  Repeats ``--rounds`` times and prints the median and
 maximum delay per round and overall.  Loopback only; every wait is bounded.
 
-  scripts/bench_failover.py --store-url postgresql://USER:PASSWORD@127.0.0.1:PORT/DB --lease 10
+  python -m benchmarks.failover --store-url postgresql://USER:PASSWORD@127.0.0.1:PORT/DB --lease 10
 """
 
 from __future__ import annotations

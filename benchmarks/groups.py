@@ -9,8 +9,8 @@ sockets, no parsing of the sends: what differs between the two runs is the engin
 Wall-clock time on a shared machine is noisy; for a steady figure count instructions with
 callgrind at two message counts and take the difference per message (startup cancels out):
 
-    valgrind --tool=callgrind --callgrind-out-file=/dev/null scripts/bench_groups.py --messages 10000
-    valgrind --tool=callgrind --callgrind-out-file=/dev/null scripts/bench_groups.py --messages 30000
+    valgrind --tool=callgrind --callgrind-out-file=/dev/null python -m benchmarks.groups --messages 10000
+    valgrind --tool=callgrind --callgrind-out-file=/dev/null python -m benchmarks.groups --messages 30000
 
 (the "Collected" line of each; (I30000 - I10000) / 20000 = instructions per message).
 """

@@ -1,6 +1,6 @@
 """Micro-benchmark of HashRing.route: routing decisions per second on one core.
 
-Usage: python scripts/bench_hashring.py [--keys 20000] [--repeat 5]
+Usage: python -m benchmarks.hashring [--keys 20000] [--repeat 5]
 
 For each N in 10, 100, 1000 it times routing str keys "0", "1", ... through a
 ring of N weight-1 queues and through a ring of N queues with weights cycling

@@ -1,6 +1,6 @@
 """Print the uniformity and key-movement tables of docs/consistent-hash.md.
 
-Usage: python scripts/hashring_table.py
+Usage: python -m benchmarks.hashring_table
 
 Uniformity: exchange "uniform", N weight-1 queues "q0".."q{N-1}", keys
 "0".."99999" (the same setup as tests/broker/test_hashring.py::test_uniform).

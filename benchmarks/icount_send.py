@@ -10,7 +10,7 @@ the ACKs of 1,000 messages parsed from one buffer and handed over as a connectio
 callgrind and take the difference, so start-up cancels out:
 
   for n in 2000 7000; do
-    valgrind --tool=callgrind --callgrind-out-file=/dev/null .venv/bin/python scripts/icount_send.py $n ttl
+    valgrind --tool=callgrind --callgrind-out-file=/dev/null .venv/bin/python -m benchmarks.icount_send $n ttl
   done   # instructions per message = (Collected[7000] - Collected[2000]) / 5000
 
 ``ack`` minus ``plain`` is the cost of a client acknowledgement (the ACK's parse and engine

@@ -60,12 +60,12 @@ socket operation has a timeout (--timeout), so a stuck broker never hangs the sc
 
 Examples:
 
-  scripts/bench.py --scenario queue                                   # stompmq on :61613
-  scripts/bench.py --port 61614 --login guest --passcode guest --scenario receipts --persistent
-  scripts/bench.py --port 61616 --scenario fanout --subscribers 10 --broker-pid auto
-  scripts/bench.py --scenario latency --rate 1000 --duration 10
-  scripts/bench.py --scenario drain --count 200000 --pause 30        # restart broker in the pause
-  scripts/bench.py --scenario idle --connections-idle 1000 --duration 20 --broker-pid auto
+  python -m benchmarks.load --scenario queue                                   # stompmq on :61613
+  python -m benchmarks.load --port 61614 --login guest --passcode guest --scenario receipts --persistent
+  python -m benchmarks.load --port 61616 --scenario fanout --subscribers 10 --broker-pid auto
+  python -m benchmarks.load --scenario latency --rate 1000 --duration 10
+  python -m benchmarks.load --scenario drain --count 200000 --pause 30        # restart broker in the pause
+  python -m benchmarks.load --scenario idle --connections-idle 1000 --duration 20 --broker-pid auto
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A password guesser for the failed-login figure: many bad CONNECTs from one source address.
 
-Run it beside ``scripts/bench.py`` (which logs in correctly from 127.0.0.1) against a broker
+Run it beside ``benchmarks/load.py`` (which logs in correctly from 127.0.0.1) against a broker
 started with ``--users-file``; compare bench.py's rate with and without it.  Each of
 ``--concurrency`` threads connects from ``--source``, sends a CONNECT with a wrong passcode and
 waits for the answer (the broker's ERROR, after the throttle's delay, or the close at its CONNECT

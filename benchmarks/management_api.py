@@ -6,8 +6,8 @@ each, pipelined SENDs, then one RECEIPT), then times every page of ``GET /api/qu
 --limit per page, and one ``GET /metrics`` (time and size; per-queue series are bounded by
 --metrics-top-queues).
 
-  scripts/bench_http.py --queues 100000                 # issue 14: < 100 ms per page
-  scripts/bench_http.py --queues 10000 --store memory   # /metrics with 10,000 queues
+  python -m benchmarks.management_api --queues 100000                 # issue 14: < 100 ms per page
+  python -m benchmarks.management_api --queues 10000 --store memory   # /metrics with 10,000 queues
 """
 
 from __future__ import annotations

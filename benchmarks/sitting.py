@@ -8,9 +8,9 @@ run as a fraction of the median (runs go to the same broker process one after an
 broker that slows down as it ages shows there), and each target's rate as a ratio of the first
 target's.  Every run is also printed as it finishes
 (one summary line, and one JSON line with ``--json``).  The load generator is
-scripts/bench.py, imported, so every option there applies to the runs here.
+python -m benchmarks.load, imported, so every option there applies to the runs here.
 
-  scripts/sitting.py --target stompmq=127.0.0.1:61613 \\
+  python -m benchmarks.sitting --target stompmq=127.0.0.1:61613 \\
       --target rabbitmq=127.0.0.1:61614:guest:guest --target activemq=127.0.0.1:61616 \\
       --runs 5 --affinity 1
 
@@ -18,7 +18,7 @@ A target is NAME=HOST:PORT[:LOGIN:PASSCODE][/tls][/ws]: ``/tls`` and ``/ws`` pic
 transports (TLS, verified against ``--tls-ca`` if given; STOMP over WebSocket), so one broker's
 listeners can be compared with each other:
 
-  scripts/sitting.py --target tcp=127.0.0.1:61613 --target tls=127.0.0.1:61614/tls \
+  python -m benchmarks.sitting --target tcp=127.0.0.1:61613 --target tls=127.0.0.1:61614/tls \
       --target ws=127.0.0.1:15674/ws --scenarios queue --runs 5 --affinity 1
 
 Its broker's process is found by the port (``--broker-pid auto``) for the CPU figures.  Scenarios (``--scenarios``, comma separated)

@@ -15,9 +15,9 @@ after the publisher's last), what the slow one read, missed (gaps: the broker dr
 it) and had still not read when the phase ended (its backlog, not a loss), the broker's peak RSS
 (VmHWM) and its RSS sampled every second, and the broker's slow-subscriber log lines.
 
-  scripts/bench_slow_subscriber.py                       # 60 s per phase, block and drop
-  scripts/bench_slow_subscriber.py --policy block --block-timeout 5
-  scripts/bench_slow_subscriber.py --seconds 10 --slow-rate 2000 --policy block
+  python -m benchmarks.slow_subscriber                       # 60 s per phase, block and drop
+  python -m benchmarks.slow_subscriber --policy block --block-timeout 5
+  python -m benchmarks.slow_subscriber --seconds 10 --slow-rate 2000 --policy block
 """
 
 from __future__ import annotations

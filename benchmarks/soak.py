@@ -16,9 +16,9 @@ sent/received/lost/duplicated per destination (lost on a queue = receipted but n
 topics lose by design for the stalled subscriber), and every broker log line at WARNING or
 above.  Exit status 1 if a queue lost anything.
 
-  scripts/soak.py --minutes 1                   # quick check (spawns a broker on a temp SQLite)
-  scripts/soak.py --minutes 10                  # the run recorded in docs/benchmarks.md
-  scripts/soak.py --port 61613 --pid PID        # against a broker you started
+  python -m benchmarks.soak --minutes 1                   # quick check (spawns a broker on a temp SQLite)
+  python -m benchmarks.soak --minutes 10                  # the run recorded in docs/benchmarks.md
+  python -m benchmarks.soak --port 61613 --pid PID        # against a broker you started
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """The Spark figures of docs/benchmarks.md: the stompmq data source's write and streaming read rates.
 
-  scripts/bench_spark.py write --rows 1000000     # df.write.format("stompmq"), receipts, 4 streams
-  scripts/bench_spark.py read --rows 1000000      # readStream from 4 streams -> Parquet
-  scripts/bench_spark.py both --rows 1000000      # write, then read what was written
-  scripts/bench_spark.py read --rows 400000 --warm-up 100000   # CPU per row of warm processes
+  python -m benchmarks.spark write --rows 1000000     # df.write.format("stompmq"), receipts, 4 streams
+  python -m benchmarks.spark read --rows 1000000      # readStream from 4 streams -> Parquet
+  python -m benchmarks.spark both --rows 1000000      # write, then read what was written
+  python -m benchmarks.spark read --rows 400000 --warm-up 100000   # CPU per row of warm processes
 
 ``write``: a ``spark.range`` DataFrame of 100-byte bodies spread over the 4 streams
 (``destination`` column), written in 4 tasks; each task sends every row with a receipt and

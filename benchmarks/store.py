@@ -13,7 +13,7 @@ or sockets.  Three figures:
 * drain + ack: each page is deleted (acked) and the acks committed before the next
   page is read, as a consumer emptying a backlog would.
 
-Usage: ``python scripts/bench_store.py [--messages 100000] [--drain 200000] [--dir DIR]``
+Usage: ``python -m benchmarks.store [--messages 100000] [--drain 200000] [--dir DIR]``
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The stream read path without Spark: broker and reader CPU per entry (docs/benchmarks.md, sitting 9d).
 
-  scripts/bench_stream_read.py --entries 200000 --rounds 3
+  python -m benchmarks.stream_read --entries 200000 --rounds 3
 
 Fills 4 streams with ``--entries`` 100-byte entries each (one pipelined producer), then reads
 every stream from offset 0 with the Spark source's own reader (``stompmq.spark.source._read``:

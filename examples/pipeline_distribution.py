@@ -2,9 +2,9 @@
 """How evenly the consistent-hash exchange spreads keys: per-bucket counts and chi-squared for
 2-20, 100 and 1000 buckets over millions of keys, as a Markdown and a CSV table and a PNG chart.
 
-  scripts/pipeline_distribution.py                       # 2,000,000 keys; starts a local broker
-  scripts/pipeline_distribution.py --keys 10000000 --out /tmp/dist
-  scripts/pipeline_distribution.py --url stomp://127.0.0.1:61613 --check-keys 50000
+  python -m examples.pipeline_distribution                       # 2,000,000 keys; starts a local broker
+  python -m examples.pipeline_distribution --keys 10000000 --out /tmp/dist
+  python -m examples.pipeline_distribution --url stomp://127.0.0.1:61613 --check-keys 50000
 
 RabbitMQ's documentation shows such a table for 2-20 buckets and 100,000 keys; this one is
 larger and drawn.  The setup: exchange ``dist-N`` with N weight-1 streams ``/stream/dist-N-I``
@@ -15,7 +15,7 @@ them are also sent through the broker, and the script fails unless every stream 
 the count the router predicted (the streams' ``count`` from /control/stream-offsets).
 
 Output in --out: distribution.md, distribution.csv, distribution.png.  Chi-squared is compared
-with the p = 0.01 critical value for N - 1 degrees of freedom (scripts/hashring_table.py).
+with the p = 0.01 critical value for N - 1 degrees of freedom (benchmarks/hashring_table.py).
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 """An event pipeline end to end: keyed events into a partitioned stream, a Structured Streaming
 job aggregating them per key and time window into Parquet.
 
-  scripts/pipeline_events.py                                   # starts a local broker
-  scripts/pipeline_events.py --events 1000000 --streams 4 --rate 50000
-  scripts/pipeline_events.py --url stomp://127.0.0.1:61613 --out /tmp/events
+  python -m examples.pipeline_events                                   # starts a local broker
+  python -m examples.pipeline_events --events 1000000 --streams 4 --rate 50000
+  python -m examples.pipeline_events --url stomp://127.0.0.1:61613 --out /tmp/events
 
 1. A consistent-hash exchange NAME is bound to --streams streams /stream/NAME-0.. (a partitioned
    stream: one key always lands in the same partition).

@@ -14,113 +14,51 @@ from __future__ import annotations
 
 import argparse
 import signal
-import socket
 import statistics
-import subprocess
-import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from benchmarks.local_broker import LocalBroker
+from benchmarks.stompload import Client, send_frame
+
 #: Seconds any single wait may take before the run is declared failed.
 TIMEOUT = 120.0
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Conn:
-    """A minimal STOMP 1.2 client over a raw socket."""
-
-    def __init__(self, port: int) -> None:
-        deadline = time.monotonic() + TIMEOUT
-        while True:
-            try:
-                self.sock = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT)
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-        self.buf = b""
-        self.send("CONNECT", {"accept-version": "1.2", "host": "/"})
-        assert self.frame()[0] == "CONNECTED"
-
-    def send(self, command: str, headers: dict[str, str], body: bytes = b"") -> None:
-        head = "".join(f"{k}:{v}\n" for k, v in headers.items())
-        self.sock.sendall(f"{command}\n{head}content-length:{len(body)}\n\n".encode() + body + b"\x00")
-
-    def frame(self, timeout: float = TIMEOUT) -> tuple[str, dict[str, str], bytes]:
-        self.sock.settimeout(timeout)
-        while True:
-            self.buf = self.buf.lstrip(b"\n")
-            end = self.buf.find(b"\n\n")
-            if end >= 0:
-                lines = self.buf[:end].decode().split("\n")
-                headers = dict(line.split(":", 1) for line in lines[1:])
-                length = int(headers.get("content-length", "0"))
-                if len(self.buf) > end + 2 + length:
-                    body = self.buf[end + 2 : end + 2 + length]
-                    self.buf = self.buf[end + 3 + length :]
-                    return lines[0], headers, body
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                raise EOFError("broker closed the connection")
-            self.buf += chunk
-
-    def message(self, timeout: float = TIMEOUT) -> tuple[str, dict[str, str], bytes]:
-        while True:
-            frame = self.frame(timeout)
-            if frame[0] == "MESSAGE":
-                return frame
-            if frame[0] == "ERROR":
-                raise RuntimeError(f"broker ERROR: {frame}")
-
-
-def start_broker(url: str, port: int, lease: float) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "stompmq.cli", "--port", str(port), "--http-port", "0", "--store", url, "--lease", str(lease),
-         "--log-level", "WARNING"],
-        cwd=str(ROOT), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-    )
+def connect(port: int) -> Client:
+    return Client("127.0.0.1", port, timeout=TIMEOUT, retry_until=time.monotonic() + TIMEOUT)
 
 
 def one_round(args: argparse.Namespace, queue: str) -> list[float]:
-    port_a, port_b = free_port(), free_port()
-    a = start_broker(args.store_url, port_a, args.lease)
-    b = start_broker(args.store_url, port_b, args.lease)
+    a = LocalBroker("--store", args.store_url, "--lease", str(args.lease))
+    b = LocalBroker("--store", args.store_url, "--lease", str(args.lease))
     try:
-        producer = Conn(port_b)
+        a.start()
+        b.start()
+        assert a.proc is not None
+        port_a, port_b = a.port, b.port
+        producer = connect(port_b)
         for i in range(args.messages):
-            producer.send("SEND", {"destination": f"/queue/{queue}", **({"receipt": "done"} if i == args.messages - 1 else {})},
-                          str(i).encode())
-        while producer.frame()[0] != "RECEIPT":
-            pass
-        held = Conn(port_a)
-        held.send("SUBSCRIBE", {"id": "1", "destination": f"/queue/{queue}", "ack": "client-individual",
-                                "prefetch": str(args.prefetch)})
+            producer.queue(send_frame(f"/queue/{queue}", str(i).encode()))
+        producer.flush()
+        held = connect(port_a)
+        held.subscribe(f"/queue/{queue}", "1", "client-individual", args.prefetch)
         taken = {held.message()[2] for _ in range(args.prefetch)}
         time.sleep(args.settle)  # the deliveries' state reaches the database (write-behind)
         killed = time.monotonic()
-        a.send_signal(signal.SIGKILL)
-        a.wait(TIMEOUT)
-        rescuer = Conn(port_b)
-        rescuer.send("SUBSCRIBE", {"id": "1", "destination": f"/queue/{queue}", "ack": "auto"})
+        a.proc.send_signal(signal.SIGKILL)
+        a.proc.wait(TIMEOUT)
+        rescuer = connect(port_b)
+        rescuer.subscribe(f"/queue/{queue}", "1")
         delays = []
         while taken:
-            _, headers, body = rescuer.message()
+            _, _, body = rescuer.message()
             if body in taken:
                 taken.discard(body)
                 delays.append(time.monotonic() - killed)
         return delays
     finally:
-        for proc in (a, b):
-            if proc.poll() is None:
-                proc.terminate()
-                proc.wait(TIMEOUT)
+        a.stop()
+        b.stop()
 
 
 def main() -> None:

@@ -78,363 +78,19 @@ import os
 import queue as queue_mod
 import resource
 import select
-import base64
 import socket
-import ssl
 import sys
 import time
 
-# ----------------------------------------------------------------------------- errors
+from benchmarks.stompload import BrokerError, Client, LoadError, build_frame, header_value
 
 
-class BenchError(Exception):
-    """A failure that aborts the run (timeout, connection problem, protocol problem)."""
-
-
-class BrokerError(BenchError):
-    """The broker sent an ERROR frame."""
-
-
-# ----------------------------------------------------------------------------- framing
-
-
-def build_frame(command: str, headers: list[tuple[str, str]], body: bytes = b"") -> bytes:
-    head = command + "\n" + "".join(f"{k}:{v}\n" for k, v in headers) + "\n"
-    return head.encode() + body + b"\0"
-
-
-def header_value(hdr: bytes, name: bytes) -> bytes | None:
-    """First value of header ``name`` in a raw header block (command line included)."""
-    key = b"\n" + name + b":"
-    i = hdr.find(key)
-    if i < 0:
-        return None
-    i += len(key)
-    j = hdr.find(b"\n", i)
-    v = hdr[i:] if j < 0 else hdr[i:j]
-    return bytes(v.rstrip(b"\r"))
-
-
-def headers_dict(hdr: bytes) -> dict[str, str]:
-    d: dict[str, str] = {}
-    for line in bytes(hdr).split(b"\n")[1:]:
-        line = line.rstrip(b"\r")
-        if b":" in line:
-            k, v = line.split(b":", 1)
-            d.setdefault(k.decode(errors="replace"), v.decode(errors="replace"))
-    return d
-
-
-def frame_command(hdr: bytes) -> bytes:
-    i = hdr.find(b"\n")
-    return bytes(hdr if i < 0 else hdr[:i]).rstrip(b"\r")
-
-
-class FrameReader:
-    """Incremental STOMP frame parser over a socket.
-
-    ``read()`` does one ``recv`` (of up to 1 MiB) and returns the complete frames as
-    ``(command, raw_header_block, body_or_None)`` tuples.  Bodies are only copied out when
-    ``want_body`` is set.  ERROR frames raise ``BrokerError``.
-    """
-
-    def __init__(self, sock: socket.socket, want_body: bool = False):
-        self.sock = sock
-        self.buf = bytearray()
-        self.want_body = want_body
-        self.sep = b"\n\n"
-        # frames parsed by read_until() that it did not consume (e.g. MESSAGEs arriving in
-        # the same chunk as a SUBSCRIBE receipt); handed out first by read()
-        self.pending: list = []
-
-    def detect_crlf(self, data: bytes) -> None:
-        nl = data.find(b"\n")
-        if nl > 0 and data[nl - 1 : nl] == b"\r":
-            self.sep = b"\r\n\r\n"
-
-    def recv(self) -> bool:
-        try:
-            data = self.sock.recv(1 << 20)
-        except socket.timeout:
-            raise
-        except OSError as e:
-            raise BenchError(f"recv failed: {e}") from e
-        if not data:
-            return False
-        self.buf += data
-        return True
-
-    def parse(self) -> list:
-        buf = self.buf
-        n = len(buf)
-        pos = 0
-        sep = self.sep
-        seplen = len(sep)
-        want_body = self.want_body
-        out = []
-        while True:
-            while pos < n and (buf[pos] == 10 or buf[pos] == 13):
-                pos += 1  # heart-beats / EOLs between frames
-            if pos >= n:
-                break
-            he = buf.find(sep, pos)
-            if he < 0:
-                break
-            hdr = buf[pos:he]
-            bs = he + seplen
-            ci = hdr.find(b"\ncontent-length:")
-            if ci >= 0:
-                ce = hdr.find(b"\n", ci + 16)
-                length = int(hdr[ci + 16 : ce if ce >= 0 else len(hdr)].strip())
-                be = bs + length
-                if be >= n:
-                    break
-                if buf[be] != 0:
-                    raise BenchError("frame body not terminated by NUL after content-length")
-            else:
-                be = buf.find(b"\0", bs)
-                if be < 0:
-                    break
-            cmd_end = hdr.find(b"\n")
-            cmd = bytes(hdr if cmd_end < 0 else hdr[:cmd_end]).rstrip(b"\r")
-            if cmd == b"ERROR":
-                h = headers_dict(hdr)
-                raise BrokerError(
-                    f"ERROR frame: message={h.get('message', '')!r} "
-                    f"body={bytes(buf[bs:be]).decode(errors='replace')[:500]!r} headers={h}"
-                )
-            out.append((cmd, hdr, bytes(buf[bs:be]) if want_body else None))
-            pos = be + 1
-        if pos:
-            del buf[:pos]
-        return out
-
-    def read(self) -> list:
-        """One recv + parse.  Raises on EOF, socket.timeout propagates."""
-        if self.pending:
-            out, self.pending = self.pending, []
-            return out
-        if not self.recv():
-            # parse whatever is left (maybe an ERROR frame) before reporting EOF
-            self.parse()
-            raise BenchError("connection closed by broker")
-        return self.parse()
-
-    def read_until(self, pred, timeout: float, what: str):
-        """Read frames until pred(frame) is true; returns that frame."""
-        deadline = time.monotonic() + timeout
-        while True:
-            frames, self.pending = self.pending + self.parse(), []
-            for i, f in enumerate(frames):
-                if pred(f):
-                    self.pending += frames[i + 1 :]
-                    return f
-                if f[0] == b"MESSAGE":
-                    self.pending.append(f)  # keep deliveries, drop other unmatched frames
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise BenchError(f"timeout waiting for {what}")
-            self.sock.settimeout(left)
-            try:
-                if not self.recv():
-                    self.parse()
-                    raise BenchError(f"connection closed by broker while waiting for {what}")
-            except socket.timeout:
-                raise BenchError(f"timeout ({timeout:g}s) waiting for {what}") from None
-
-
-# ----------------------------------------------------------------------------- connection
-
-
-def wrap_transport(s: socket.socket, args):
-    """TLS (--tls) and/or STOMP over WebSocket (--ws) around a connected TCP socket."""
-    if args.tls:
-        context = ssl.create_default_context(cafile=args.tls_ca)
-        if args.tls_ca is None:
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
-        s = context.wrap_socket(s, server_hostname=args.host)
-    return WebSocketSocket(s, args.host) if args.ws else s
-
-
-class WebSocketSocket:
-    """The socket calls bench.py makes, over STOMP-over-WebSocket (RFC 6455, path /ws).
-
-    Each sendall is one binary message.  The mask is all zeros: legal, and it spares the
-    generator an XOR over every byte it sends (it must stay cheaper than the broker).
-    """
-
-    def __init__(self, sock, host: str):
-        key = base64.b64encode(os.urandom(16)).decode()
-        sock.sendall((f"GET /ws HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                      f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
-                      "Sec-WebSocket-Protocol: v12.stomp\r\n\r\n").encode())
-        head = b""
-        while b"\r\n\r\n" not in head:
-            chunk = sock.recv(4096)
-            if not chunk:
-                raise BenchError("connection closed during the WebSocket handshake")
-            head += chunk
-        head, _, rest = head.partition(b"\r\n\r\n")
-        if b" 101 " not in head.split(b"\r\n")[0]:
-            raise BenchError(f"WebSocket handshake refused: {head.splitlines()[0]!r}")
-        self.sock = sock
-        self.raw = bytearray(rest)
-
-    def settimeout(self, t):
-        self.sock.settimeout(t)
-
-    def fileno(self):
-        return self.sock.fileno()
-
-    def close(self):
-        self.sock.close()
-
-    def sendall(self, data: bytes):
-        n = len(data)
-        if n < 126:
-            header = bytes([0x82, 0x80 | n])
-        elif n < 65536:
-            header = bytes([0x82, 0x80 | 126]) + n.to_bytes(2, "big")
-        else:
-            header = bytes([0x82, 0x80 | 127]) + n.to_bytes(8, "big")
-        self.sock.sendall(header + b"\0\0\0\0" + data)
-
-    def recv(self, n: int) -> bytes:
-        while True:
-            payload, closed = self._payloads()
-            if payload or closed:
-                return payload
-            chunk = self.sock.recv(n)
-            if not chunk:
-                return b""
-            self.raw += chunk
-
-    def _payloads(self):
-        """The data of every complete server frame buffered (server frames are unmasked)."""
-        raw, out, pos, closed = self.raw, [], 0, False
-        while len(raw) - pos >= 2:
-            opcode, length, start = raw[pos] & 0x0F, raw[pos + 1] & 0x7F, pos + 2
-            if length == 126:
-                if len(raw) - pos < 4:
-                    break
-                length, start = int.from_bytes(raw[pos + 2:pos + 4], "big"), pos + 4
-            elif length == 127:
-                if len(raw) - pos < 10:
-                    break
-                length, start = int.from_bytes(raw[pos + 2:pos + 10], "big"), pos + 10
-            if len(raw) < start + length:
-                break
-            if opcode in (0, 1, 2):
-                out.append(bytes(raw[start:start + length]))
-            elif opcode == 8:
-                closed = True
-            pos = start + length
-        del raw[:pos]
-        return b"".join(out), closed
-
-
-class Conn:
-    def __init__(self, args, want_body: bool = False, retry_until: float | None = None):
-        self.args = args
-        self.timeout = args.timeout
-        self.sock = self._connect(retry_until)
-        self.reader = FrameReader(self.sock, want_body)
-        self.version = "1.0"
-        self._handshake()
-
-    def _connect(self, retry_until):
-        while True:
-            try:
-                s = socket.create_connection((self.args.host, self.args.port), timeout=self.timeout)
-                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                return wrap_transport(s, self.args)
-            except OSError as e:
-                if retry_until is not None and time.monotonic() < retry_until:
-                    time.sleep(0.5)
-                    continue
-                raise BenchError(f"connect to {self.args.host}:{self.args.port} failed: {e}") from e
-
-    def _handshake(self):
-        a = self.args
-        hs = []
-        if a.stomp_version != "1.0":
-            versions = {"1.1": "1.0,1.1", "1.2": "1.0,1.1,1.2"}[a.stomp_version]
-            hs += [("accept-version", versions), ("host", a.vhost), ("heart-beat", "0,0")]
-        if a.login is not None:
-            hs.append(("login", a.login))
-        if a.passcode is not None:
-            hs.append(("passcode", a.passcode))
-        self.send(build_frame("CONNECT", hs))
-        # detect CRLF framing on the CONNECTED frame
-        self.sock.settimeout(self.timeout)
-        deadline = time.monotonic() + self.timeout
-        while b"\n" not in self.reader.buf.lstrip(b"\r\n"):
-            if time.monotonic() > deadline:
-                raise BenchError("timeout waiting for CONNECTED")
-            try:
-                if not self.reader.recv():
-                    self.reader.parse()
-                    raise BenchError("connection closed by broker during CONNECT")
-            except socket.timeout:
-                raise BenchError(f"timeout ({self.timeout:g}s) waiting for CONNECTED") from None
-        self.reader.detect_crlf(bytes(self.reader.buf.lstrip(b"\r\n")))
-        f = self.reader.read_until(lambda f: True, self.timeout, "CONNECTED")
-        if f[0] != b"CONNECTED":
-            raise BenchError(f"expected CONNECTED, got {f[0]!r}")
-        v = header_value(f[1], b"version")
-        self.version = v.decode() if v else "1.0"
-
-    def send(self, data: bytes):
-        self.sock.settimeout(self.timeout)
-        try:
-            self.sock.sendall(data)
-        except socket.timeout:
-            raise BenchError(f"timeout ({self.timeout:g}s) sending to broker") from None
-        except OSError as e:
-            # the broker may have sent an ERROR frame before closing: surface it
-            try:
-                self.sock.settimeout(1.0)
-                until = time.monotonic() + 2.0
-                while time.monotonic() < until and self.reader.recv():
-                    self.reader.parse()
-                self.reader.parse()
-            except BrokerError:
-                raise
-            except Exception:
-                pass
-            raise BenchError(f"send failed: {e}") from e
-
-    def wait_receipt(self, rid: str, what: str):
-        key = rid.encode()
-        self.reader.read_until(
-            lambda f: f[0] == b"RECEIPT" and header_value(f[1], b"receipt-id") == key,
-            self.timeout,
-            what,
-        )
-
-    def subscribe(self, dest: str, sub_id: str, ack: str, prefetch: int | None, extra=()):
-        hs = [("id", sub_id), ("destination", dest), ("ack", ack)]
-        if prefetch is not None:
-            p = str(prefetch)
-            hs += [("prefetch", p), ("activemq.prefetchSize", p), ("prefetch-count", p)]
-        hs += list(extra)
-        hs.append(("receipt", "sub-" + sub_id))
-        self.send(build_frame("SUBSCRIBE", hs))
-        self.wait_receipt("sub-" + sub_id, f"receipt for SUBSCRIBE {dest}")
-
-    def disconnect(self):
-        try:
-            self.send(build_frame("DISCONNECT", [("receipt", "bye")]))
-            self.wait_receipt("bye", "receipt for DISCONNECT")
-        finally:
-            self.close()
-
-    def close(self):
-        try:
-            self.sock.close()
-        except OSError:
-            pass
+def connect(args, want_body: bool = False, retry_until: float | None = None) -> Client:
+    """A connection as the command line asks for (address, credentials, version, transport, timeout)."""
+    return Client(
+        args.host, args.port, login=args.login, passcode=args.passcode, vhost=args.vhost, version=args.stomp_version,
+        timeout=args.timeout, want_body=want_body, tls=args.tls, tls_ca=args.tls_ca, ws=args.ws, retry_until=retry_until,
+    )
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -586,7 +242,7 @@ def run_worker(target, result_q, *a):
         result_q.put(res)
     except BrokerError as e:
         result_q.put({"error": str(e), "broker_error": True})
-    except BenchError as e:
+    except LoadError as e:
         result_q.put({"error": str(e)})
     except socket.timeout:
         result_q.put({"error": "socket timeout"})
@@ -598,11 +254,11 @@ def producer(args, dest: str, go, done, mode: str, total: int, warmup: int):
     """mode: 'plain' (fire and forget), 'receipts' (windowed receipts), 'seq' (plain with
     sequence numbers in the body), 'paced' (fixed --rate with timestamps)."""
     set_affinity(args.affinity)
-    conn = Conn(args)
+    conn = connect(args)
     prefix = send_prefix(args, dest)
     if not go.wait(args.timeout):
         conn.close()
-        raise BenchError("producer: timed out waiting for the consumers to be ready")
+        raise LoadError("producer: timed out waiting for the consumers to be ready")
     res = {"role": "producer"}
     batch = args.batch
     if mode in ("plain", "seq", "keys", "groups"):
@@ -693,7 +349,7 @@ def producer(args, dest: str, go, done, mode: str, total: int, warmup: int):
             try:
                 frames = reader.read()
             except socket.timeout:
-                raise BenchError(
+                raise LoadError(
                     f"producer: timeout ({args.timeout:g}s) waiting for receipts "
                     f"({receipted}/{total} receipted)"
                 ) from None
@@ -747,12 +403,12 @@ def consumer(args, dest: str, idx: int, ready_q, done, mode: str, total: int, wa
     sub_id = str(idx)
     while True:
         try:
-            conn = Conn(args, want_body=want_body, retry_until=retry_until)
+            conn = connect(args, want_body=want_body, retry_until=retry_until)
             for j, one in enumerate(dest.split(",")):  # several queues: one subscription each
                 conn.subscribe(one, sub_id if j == 0 else f"{sub_id}-{j}", ack, prefetch,
                                parse_headers(args.sub_header))
             break
-        except BenchError:
+        except LoadError:
             # e.g. a broker that is still starting up after a restart (drain --pause)
             if retry_until is None or time.monotonic() >= retry_until:
                 raise
@@ -781,7 +437,7 @@ def consumer(args, dest: str, idx: int, ready_q, done, mode: str, total: int, wa
             if mode != "count" and done.is_set() and now - last_data >= args.settle:
                 break
             if now - last_data >= args.timeout:
-                raise BenchError(
+                raise LoadError(
                     f"consumer {idx}: no message for {args.timeout:g}s "
                     f"(received {received}/{total})"
                 ) from None
@@ -876,7 +532,7 @@ class Runner:
                 p.terminate()
         for p in self.procs:
             p.join(2)
-        raise (BrokerError if broker else BenchError)(msg)
+        raise (BrokerError if broker else LoadError)(msg)
 
     def wait_ready(self, n: int):
         deadline = time.monotonic() + self.args.timeout + 5
@@ -939,7 +595,7 @@ def declare_exchange(args) -> tuple[str, str]:
     Returns the producer's destination prefix and the consumer's comma-separated queues."""
     name = f"bench-{os.getpid()}-{time.time_ns() // 1_000_000 % 10**9}"
     queues = [f"/queue/{name}-q{i}" for i in range(args.exchange_queues)]
-    conn = Conn(args)
+    conn = connect(args)
     frames = [build_frame("SEND", [("destination", f"/control/declare/exchange/{name}"),
                                    ("type", "consistent-hash")])]
     frames += [build_frame("SEND", [("destination", f"/control/bind/exchange/{name}"),
@@ -1214,8 +870,8 @@ def run_idle(args, stats: BrokerStats) -> dict:
     t0 = time.monotonic()
     try:
         for _ in range(n):
-            conns.append(Conn(args))
-    except BenchError as e:
+            conns.append(connect(args))
+    except LoadError as e:
         error = str(e)
     t_open = time.monotonic() - t0
     print(f"idle: opened {len(conns)}/{n} connections in {t_open:.2f}s; holding for "
@@ -1412,7 +1068,7 @@ def main(argv=None) -> int:
         except BrokerError as e:
             print(f"bench: broker sent {e}", file=sys.stderr)
             return 1
-        except BenchError as e:
+        except LoadError as e:
             print(f"bench: {e}", file=sys.stderr)
             return 1
         except KeyboardInterrupt:

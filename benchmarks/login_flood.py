@@ -6,31 +6,29 @@ started with ``--users-file``; compare bench.py's rate with and without it.  Eac
 ``--concurrency`` threads connects from ``--source``, sends a CONNECT with a wrong passcode and
 waits for the answer (the broker's ERROR, after the throttle's delay, or the close at its CONNECT
 deadline), until ``--attempts`` attempts were made or ``--max-seconds`` passed.  Bounded in count
-and time; loopback only.  Stdlib only.
+and time; loopback only.
 """
 
 from __future__ import annotations
 
 import argparse
-import socket
 import threading
 import time
 from collections import Counter
 
+from benchmarks.stompload import BrokerError, Client, LoadError
+
 
 def attempt(host: str, port: int, source: str, login: str, timeout: float) -> str:
+    """One CONNECT with a wrong passcode; what came of it (ERROR, closed, a timeout, ...)."""
     try:
-        with socket.create_connection((host, port), timeout=timeout, source_address=(source, 0)) as sock:
-            sock.sendall(f"CONNECT\naccept-version:1.2\nhost:/\nlogin:{login}\npasscode:wrong\n\n\0".encode())
-            data = b""
-            while b"\0" not in data:
-                chunk = sock.recv(4096)
-                if not chunk:
-                    return "closed"
-                data += chunk
-            return data.lstrip(b"\r\n").split(b"\n", 1)[0].decode()
-    except OSError as e:
-        return type(e).__name__
+        Client(host, port, login=login, passcode="wrong", source=source, timeout=timeout).close()
+        return "CONNECTED"
+    except BrokerError:
+        return "ERROR"
+    except LoadError as e:
+        cause = e.__cause__
+        return type(cause).__name__ if cause is not None else "closed" if "closed" in str(e) else "timeout"
 
 
 def main() -> None:

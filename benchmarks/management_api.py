@@ -14,41 +14,26 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
 import urllib.request
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from benchmarks.local_broker import LocalBroker, free_port
+from benchmarks.stompload import Client, send_frame
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+#: SENDs per write while populating.
+BATCH = 1000
 
 
 def populate(port: int, queues: int) -> None:
-    with socket.create_connection(("127.0.0.1", port)) as sock:
-        sock.sendall(b"CONNECT\naccept-version:1.2\nhost:localhost\n\n\0")
-        chunk = bytearray()
-        for i in range(queues):
-            chunk += b"SEND\ndestination:/queue/bench-%08d\n\nx\0" % i
-            if len(chunk) > 1 << 16:
-                sock.sendall(chunk)
-                chunk.clear()
-        chunk += b"DISCONNECT\nreceipt:done\n\n\0"
-        sock.sendall(chunk)
-        data = b""
-        while b"receipt-id:done" not in data:
-            more = sock.recv(1 << 16)
-            if not more:
-                raise SystemExit("broker closed the connection: " + data.decode(errors="replace")[-300:])
-            data += more
+    """One message in each of ``queues`` queues, pipelined; returns once the broker handled them all."""
+    client = Client("127.0.0.1", port, timeout=120)
+    for i in range(queues):
+        client.queue(send_frame(f"/queue/bench-{i:08d}", b"x"))
+        if len(client.queued) == BATCH:
+            client.send(b"".join(client.queued))
+            client.queued.clear()
+    client.disconnect()  # its receipt comes once the broker has read every SEND
 
 
 def get(url: str) -> tuple[float, bytes]:
@@ -65,43 +50,35 @@ def main() -> None:
     parser.add_argument("--store", default="sqlite", choices=["sqlite", "memory"])
     parser.add_argument("--metrics-top-queues", type=int, default=100)
     args = parser.parse_args()
-    port, http_port = free_port(), free_port()
-    with tempfile.TemporaryDirectory() as tmp:
-        store = "memory" if args.store == "memory" else f"sqlite:///{tmp}/bench.db"
-        broker = subprocess.Popen(
-            [sys.executable, "-m", "stompmq.cli", "--port", str(port), "--http-port", str(http_port),
-             "--store", store, "--log-level", "WARNING", "--metrics-top-queues", str(args.metrics_top_queues)],
-            cwd=ROOT,
-        )
-        try:
-            base = f"http://127.0.0.1:{http_port}"
-            for _ in range(300):
-                try:
-                    get(base + "/healthz")
-                    break
-                except OSError:
-                    time.sleep(0.1)
-            started = time.perf_counter()
-            populate(port, args.queues)
-            print(f"created {args.queues} queues in {time.perf_counter() - started:.1f} s ({args.store})")
-            times, after, seen = [], "", 0
-            while True:
-                elapsed, body = get(f"{base}/api/queues?limit={args.limit}&after={after}")
-                page = json.loads(body)
-                times.append(elapsed * 1000)
-                seen += len(page["items"])
-                if page["next_after"] is None:
-                    break
-                after = page["next_after"]
-            print(f"queue list: {len(times)} pages of {args.limit}, {seen} queues; per page ms: "
-                  f"mean {statistics.mean(times):.1f} p50 {statistics.median(times):.1f} max {max(times):.1f}")
-            elapsed, body = get(base + "/metrics")
-            lines = body.count(b"\n")
-            print(f"/metrics: {elapsed * 1000:.1f} ms, {len(body)} bytes, {lines} lines "
-                  f"(top {args.metrics_top_queues} queues per-queue)")
-        finally:
-            broker.terminate()
-            broker.wait(30)
+    http_port = free_port()
+    store = ["--store", "memory"] if args.store == "memory" else []
+    broker = LocalBroker("--http-port", str(http_port), "--metrics-top-queues", str(args.metrics_top_queues), *store)
+    with broker:
+        base = f"http://127.0.0.1:{http_port}"
+        for _ in range(300):
+            try:
+                get(base + "/healthz")
+                break
+            except OSError:
+                time.sleep(0.1)
+        started = time.perf_counter()
+        populate(broker.port, args.queues)
+        print(f"created {args.queues} queues in {time.perf_counter() - started:.1f} s ({args.store})")
+        times, after, seen = [], "", 0
+        while True:
+            elapsed, body = get(f"{base}/api/queues?limit={args.limit}&after={after}")
+            page = json.loads(body)
+            times.append(elapsed * 1000)
+            seen += len(page["items"])
+            if page["next_after"] is None:
+                break
+            after = page["next_after"]
+        print(f"queue list: {len(times)} pages of {args.limit}, {seen} queues; per page ms: "
+              f"mean {statistics.mean(times):.1f} p50 {statistics.median(times):.1f} max {max(times):.1f}")
+        elapsed, body = get(base + "/metrics")
+        lines = body.count(b"\n")
+        print(f"/metrics: {elapsed * 1000:.1f} ms, {len(body)} bytes, {lines} lines "
+              f"(top {args.metrics_top_queues} queues per-queue)")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 """Scale and memory benchmarks: broker RSS under many messages, queues or subscriptions.
 
 Targets a running broker by --host/--port and reads its resident memory from
-/proc/<--pid>/status, so it measures any broker on this machine.  Stdlib only;
+/proc/<--pid>/status, so it measures any broker on this machine.  The client is benchmarks/stompload.py:
 pipelined raw STOMP frames with a receipt every --batch frames for flow control.
 
   queued         --messages N over --queues Q (no subscribers), RSS before/after
@@ -26,83 +26,17 @@ import multiprocessing
 import multiprocessing.connection
 import multiprocessing.synchronize
 import random
-import socket
 import time
+
+from benchmarks.local_broker import rss_kib
+from benchmarks.stompload import Client, send_frame
 
 TIMEOUT = 60.0
 
 
-def rss_kib(pid: int, field: str = "VmRSS") -> int:
-    """The broker's resident memory now (VmRSS) or at its peak so far (VmHWM), in KiB."""
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(f"no {field}")
-
-
-class Client:
-    """A pipelining raw STOMP client: frames are buffered and flushed with receipts."""
-
-    def __init__(self, host: str, port: int, login: str | None = None, passcode: str | None = None) -> None:
-        self.sock = socket.create_connection((host, port), timeout=TIMEOUT)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.buf = bytearray()
-        self.pending: list[bytes] = []
-        self.receipts = 0
-        auth = f"login:{login}\npasscode:{passcode}\n" if login else ""
-        self.sock.sendall(f"CONNECT\naccept-version:1.2\nhost:/\n{auth}\n\x00".encode())
-        self.read_frame()
-
-    def read_frame(self) -> tuple[str, bytes]:
-        while True:
-            while self.buf[:1] in (b"\n", b"\r"):
-                del self.buf[:1]
-            end = self.buf.find(b"\x00")
-            if end >= 0:
-                head_end = self.buf.find(b"\n\n")
-                command = bytes(self.buf[: self.buf.find(b"\n")]).decode()
-                length = None
-                for line in bytes(self.buf[:head_end]).split(b"\n")[1:]:
-                    if line.startswith(b"content-length:"):
-                        length = int(line[15:])
-                if length is not None:
-                    end = head_end + 2 + length
-                    while len(self.buf) <= end:
-                        self._fill()
-                frame = bytes(self.buf[:end])
-                del self.buf[: end + 1]
-                if command == "ERROR":
-                    raise RuntimeError(f"broker ERROR: {frame!r}")
-                return command, frame
-            self._fill()
-
-    def _fill(self) -> None:
-        data = self.sock.recv(1 << 20)
-        if not data:
-            raise EOFError("broker closed the connection")
-        self.buf += data
-
-    def queue(self, frame: bytes) -> None:
-        self.pending.append(frame)
-
-    def flush(self, wait: bool = True) -> None:
-        """Send everything queued, the last frame carrying a receipt; wait for it."""
-        if not self.pending:
-            return
-        self.receipts += 1
-        last = self.pending[-1]
-        cut = last.index(b"\n") + 1
-        self.pending[-1] = last[:cut] + b"receipt:%d\n" % self.receipts + last[cut:]
-        self.sock.sendall(b"".join(self.pending))
-        self.pending.clear()
-        if wait:
-            while self.read_frame()[0] != "RECEIPT":
-                pass
-
-
-def send_frame(destination: str, body: bytes) -> bytes:
-    return b"SEND\ndestination:%s\ncontent-length:%d\n\n%s\x00" % (destination.encode(), len(body), body)
+def connect(args: argparse.Namespace, retry_until: float | None = None) -> Client:
+    return Client(args.host, args.port, login=args.login, passcode=args.passcode, timeout=TIMEOUT,
+                  retry_until=retry_until)
 
 
 def publish_rate(producer: Client, frame: bytes, args: argparse.Namespace) -> float:
@@ -125,7 +59,7 @@ def report(label: str, before: int, after: int, count: int, unit: str) -> None:
 
 
 def scenario_queued(args: argparse.Namespace) -> None:
-    c = Client(args.host, args.port, args.login, args.passcode)
+    c = connect(args)
     body = b"x" * args.body_size
     before = rss_kib(args.pid)
     frames = [send_frame(f"/queue/{args.prefix}{q}", body) for q in range(args.queues)]
@@ -143,7 +77,7 @@ def scenario_queued(args: argparse.Namespace) -> None:
 
 
 def scenario_queues(args: argparse.Namespace) -> None:
-    c = Client(args.host, args.port, args.login, args.passcode)
+    c = connect(args)
     body = b"x" * args.body_size
     before = rss_kib(args.pid)
     for q in range(args.queues):
@@ -157,18 +91,10 @@ def scenario_queues(args: argparse.Namespace) -> None:
 
 def scenario_first_message(args: argparse.Namespace) -> None:
     t0 = time.time()
-    while True:
-        try:
-            c = Client(args.host, args.port, args.login, args.passcode)
-            break
-        except OSError:
-            if time.time() - t0 > TIMEOUT:
-                raise
-            time.sleep(0.01)
+    c = connect(args, retry_until=time.monotonic() + TIMEOUT)
     connected = time.time() - t0
-    c.sock.sendall(f"SUBSCRIBE\nid:1\ndestination:/queue/{args.queue_name}\n\n\x00".encode())
-    while c.read_frame()[0] != "MESSAGE":
-        pass
+    c.send(f"SUBSCRIBE\nid:1\ndestination:/queue/{args.queue_name}\n\n\x00".encode())
+    c.message()
     print(f"first-message: connected after {connected:.2f} s, first MESSAGE after {time.time() - t0:.2f} s")
 
 
@@ -177,7 +103,7 @@ def scenario_subscriptions(args: argparse.Namespace) -> None:
     clients = []
     n = 0
     for ci in range(args.connections):
-        c = Client(args.host, args.port, args.login, args.passcode)
+        c = connect(args)
         for si in range(args.per_connection):
             q = (ci * args.per_connection + si) % args.queues
             c.queue(f"SUBSCRIBE\nid:{si}\ndestination:/queue/{args.prefix}{q}\nack:client-individual\n\n\x00".encode())
@@ -189,7 +115,7 @@ def scenario_subscriptions(args: argparse.Namespace) -> None:
 
 
 def scenario_prefix_topics(args: argparse.Namespace) -> None:
-    c = Client(args.host, args.port, args.login, args.passcode)
+    c = connect(args)
     before = rss_kib(args.pid)
     for i in range(args.subscriptions):
         c.queue(f"SUBSCRIBE\nid:{i}\ndestination:/topic/{args.prefix}{i:07d}.*\n\n\x00".encode())
@@ -197,7 +123,7 @@ def scenario_prefix_topics(args: argparse.Namespace) -> None:
             c.flush()
     c.flush()
     report("prefix-topics", before, rss_kib(args.pid), args.subscriptions, "prefix subscriptions")
-    producer = Client(args.host, args.port, args.login, args.passcode)
+    producer = connect(args)
     frame = send_frame(f"/topic/{args.prefix}0000001.orders.eu", b"x" * args.body_size)
     rate = publish_rate(producer, frame, args)
     print(f"published {args.messages} to a topic among {args.subscriptions} prefix subscriptions: {rate:.0f} msg/s")
@@ -207,25 +133,20 @@ def scenario_queue_fanout(args: argparse.Namespace) -> None:
     clients = []
     per = max(1, args.subscriptions // args.connections)
     for _ in range(args.connections):
-        c = Client(args.host, args.port, args.login, args.passcode)
+        c = connect(args)
         for si in range(per):
             c.queue(f"SUBSCRIBE\nid:{si}\ndestination:/queue/{args.queue_name}\n\n\x00".encode())
         c.flush()
         clients.append(c)
-    producer = Client(args.host, args.port, args.login, args.passcode)
+    producer = connect(args)
     frame = send_frame(f"/queue/{args.queue_name}", b"x" * args.body_size)
     rate = publish_rate(producer, frame, args)
     print(f"published {args.messages} to a queue with {per * args.connections} subscribers: {rate:.0f} msg/s")
 
 
-def _ack_id(frame: bytes) -> bytes:
-    start = frame.index(b"\nack:") + 5
-    return frame[start : frame.index(b"\n", start)]
-
-
 def scenario_ack_timeouts(args: argparse.Namespace) -> None:
-    producer = Client(args.host, args.port, args.login, args.passcode)
-    consumer = Client(args.host, args.port, args.login, args.passcode)
+    producer = connect(args)
+    consumer = connect(args)
     consumer.queue(
         f"SUBSCRIBE\nid:1\ndestination:/queue/{args.queue_name}\nack:client-individual\n"
         f"ack-timeout:3600\nprefetch:{args.batch}\n\n\x00".encode()
@@ -241,9 +162,9 @@ def scenario_ack_timeouts(args: argparse.Namespace) -> None:
         producer.flush()
         received = 0
         while received < n:
-            command, message = consumer.read_frame()
-            if command == "MESSAGE":
-                consumer.queue(b"ACK\nid:%s\n\n\x00" % _ack_id(message))
+            command, hdr, _ = consumer.read_frame()
+            if command == b"MESSAGE":
+                consumer.queue(consumer.ack(hdr))
                 received += 1
         consumer.flush()
         if done % (args.batch * 50) == 0:
@@ -256,16 +177,15 @@ def scenario_ack_timeouts(args: argparse.Namespace) -> None:
 def _receive_delayed(args: argparse.Namespace, ready: multiprocessing.synchronize.Event,
                      out: multiprocessing.connection.Connection) -> None:
     """The subscriber of ``delayed``: lateness in ms of each MESSAGE (its body is its due time)."""
-    c = Client(args.host, args.port, args.login, args.passcode)
-    c.sock.settimeout(args.lead + args.spread + 600)
-    c.sock.sendall(b"SUBSCRIBE\nid:1\ndestination:/queue/%sdelayed\nreceipt:sub\n\n\x00" % args.prefix.encode())
-    c.read_frame()
+    c = connect(args)
+    c.settimeout(args.lead + args.spread + 600)
+    c.subscribe(f"/queue/{args.prefix}delayed", "1")
     ready.set()
     late = []
     for _ in range(args.messages):
-        _, frame = c.read_frame()
+        _, _, body = c.message()
         now = time.time() * 1000
-        body = frame[frame.index(b"\n\n") + 2:]
+        assert body is not None
         late.append(now - int(body[:13]))
     out.send(late)
 
@@ -277,7 +197,7 @@ def scenario_delayed(args: argparse.Namespace) -> None:
     consumer.start()
     if not ready.wait(TIMEOUT):
         raise RuntimeError("the subscriber could not subscribe (is the broker up?)")
-    c = Client(args.host, args.port, args.login, args.passcode)
+    c = connect(args)
     before = rss_kib(args.pid)
     start = int(time.time() * 1000) + int(args.lead * 1000)
     spread = int(args.spread * 1000)

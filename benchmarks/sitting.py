@@ -96,7 +96,7 @@ def main() -> int:
                     bargs.affinity = {int(x) for x in bargs.affinity.split(",") if x}
                 try:
                     res = bench.run_throughput(bargs, bench.BrokerStats(bench.resolve_broker_pid(bargs)))
-                except bench.BenchError as e:
+                except bench.LoadError as e:
                     print(f"{scenario} run {run + 1} {name}: failed: {e}", flush=True)
                     continue
                 print(f"{scenario} run {run + 1} {name}: {bench.summary_line(res)}", flush=True)

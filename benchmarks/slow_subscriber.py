@@ -26,13 +26,11 @@ import argparse
 import multiprocessing as mp
 import statistics
 import sys
-import tempfile
 import threading
 import time
-from pathlib import Path
 
-from benchmarks.memory import Client, rss_kib, send_frame
-from benchmarks.soak import sample_rss, spawn_broker
+from benchmarks.local_broker import LocalBroker, rss_kib, sample_rss
+from benchmarks.stompload import Client, send_frame
 
 TOPIC = "/topic/slow-subscriber"
 #: Seconds after the publisher stops that subscribers keep reading what is still on its way.
@@ -45,18 +43,18 @@ def subscriber(host: str, port: int, rate: float, ready: mp.Event, stop: mp.Even
     client.queue(f"SUBSCRIBE\nid:1\ndestination:{TOPIC}\n\n\x00".encode())
     client.flush()
     ready.set()
-    client.sock.settimeout(0.5)
+    client.settimeout(0.5)
     received = lost = 0
     expected = 0
     first = last = 0.0
     while not stop.is_set():
         try:
-            command, frame = client.read_frame()
+            command, _, body = client.read_frame()
         except TimeoutError:
             continue
-        if command != "MESSAGE":
+        if command != b"MESSAGE" or body is None:
             continue
-        seq = int(frame[frame.index(b"\n\n") + 2 :].split(b" ", 1)[0])
+        seq = int(body.split(b" ", 1)[0])
         lost += max(0, seq - expected)
         expected = seq + 1
         received += 1
@@ -68,7 +66,7 @@ def subscriber(host: str, port: int, rate: float, ready: mp.Event, stop: mp.Even
             if ahead > 0:
                 time.sleep(ahead)
     out.put({"received": received, "lost": lost, "last_seq": expected - 1, "first": first, "last": last})
-    client.sock.close()
+    client.close()
 
 
 def publisher(host: str, port: int, seconds: float, body_size: int, go: mp.Event, out: mp.Queue) -> None:
@@ -78,22 +76,24 @@ def publisher(host: str, port: int, seconds: float, body_size: int, go: mp.Event
     go.wait()
     seq, start = 0, time.monotonic()
     while time.monotonic() - start < seconds:
-        client.sock.sendall(b"".join(send_frame(TOPIC, b"%d" % (seq + i) + pad) for i in range(100)))
+        client.send(b"".join(send_frame(TOPIC, b"%d" % (seq + i) + pad) for i in range(100)))
         seq += 100
     client.queue(send_frame(TOPIC, b"%d" % seq + pad))  # the last one, with a receipt: all were read
     client.flush()
     out.put({"sent": seq + 1, "seconds": time.monotonic() - start})
-    client.sock.close()
+    client.close()
 
 
 def phase(args: argparse.Namespace, policy: str | None) -> dict[str, object]:
     """One broker, one run: the baseline when ``policy`` is None."""
-    workdir = Path(tempfile.mkdtemp(prefix="stompmq-slow-"))
-    args.port = 0
-    args.broker_args = ["--store", "memory", "--topic-overflow", policy or "block"]
+    broker_args = ["--store", "memory", "--topic-overflow", policy or "block"]
     if args.block_timeout is not None:
-        args.broker_args += ["--topic-block-timeout", str(args.block_timeout)]
-    proc = spawn_broker(args, workdir)
+        broker_args += ["--topic-block-timeout", str(args.block_timeout)]
+    broker = LocalBroker(*broker_args)
+    broker.start()
+    proc = broker.proc
+    assert proc is not None
+    args.port = broker.port
     samples: list[tuple[float, int]] = []
     done = threading.Event()
     threading.Thread(target=sample_rss, args=(proc.pid, samples, done), daemon=True).start()
@@ -118,9 +118,8 @@ def phase(args: argparse.Namespace, policy: str | None) -> dict[str, object]:
         p.join(30)
     peak = rss_kib(proc.pid, "VmHWM")
     done.set()
-    proc.terminate()
-    proc.wait(30)
-    warnings = [line for line in (workdir / "broker.log").read_text(errors="replace").splitlines()
+    broker.stop()
+    warnings = [line for line in broker.log_text.splitlines()
                 if " WARNING " in line and "topic subscriber" in line]
     # Subscribers report in the order they finish: the slow one is the one that read the least.
     results.sort(key=lambda r: r["received"], reverse=True)

@@ -24,19 +24,15 @@ above.  Exit status 1 if a queue lost anything.
 from __future__ import annotations
 
 import argparse
-import os
 import socket
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections import Counter
-from pathlib import Path
 
-from benchmarks.memory import Client, rss_kib, send_frame
+from benchmarks.local_broker import LocalBroker, sample_rss
+from benchmarks.stompload import Client, header_value, send_frame
 
-ROOT = Path(__file__).resolve().parent.parent
 QUEUE, TOPIC = "/queue/soak.work", "/topic/soak.events"
 #: Seconds a consumer's read waits before it looks at the stop flag again.
 POLL = 0.5
@@ -53,13 +49,9 @@ class Stats:
             self.received.setdefault(who, Counter())[seq] += 1
 
 
-def body_seq(frame: bytes) -> int:
-    return int(frame[frame.index(b"\n\n") + 2 :].split(b" ", 1)[0])
-
-
-def header(frame: bytes, name: bytes) -> str:
-    start = frame.index(b"\n" + name + b":") + len(name) + 2
-    return frame[start : frame.index(b"\n", start)].decode()
+def body_seq(body: bytes | None) -> int:
+    assert body is not None
+    return int(body.split(b" ", 1)[0])
 
 
 def subscribe(client: Client, dest: str, sub_id: str, **headers: str) -> None:
@@ -83,25 +75,25 @@ def producer(args: argparse.Namespace, dest: str, stats: Stats, stop: threading.
         ahead = seq / args.rate - (time.monotonic() - start)
         if ahead > 0:
             stop.wait(ahead)
-    client.sock.close()
+    client.close()
 
 
 def consume(client: Client, who: str, stats: Stats, stop: threading.Event, ack: bool = False,
             slow: float = 0.0) -> None:
     """Read MESSAGEs until ``stop`` (ACKing each after ``slow`` seconds if ``ack``)."""
-    client.sock.settimeout(POLL)
+    client.settimeout(POLL)
     while not stop.is_set():
         try:
-            command, frame = client.read_frame()
+            command, hdr, body = client.read_frame()
         except (TimeoutError, socket.timeout):
             continue
-        if command != "MESSAGE":
+        if command != b"MESSAGE":
             continue
-        stats.got(who, body_seq(frame))
+        stats.got(who, body_seq(body))
         if ack:
             if slow:
                 time.sleep(slow)
-            client.sock.sendall(b"ACK\nid:%s\n\n\x00" % header(frame, b"ack").encode())
+            client.send(client.ack(hdr))
 
 
 def churn(args: argparse.Namespace, stats: Stats, stop: threading.Event) -> None:
@@ -111,26 +103,26 @@ def churn(args: argparse.Namespace, stats: Stats, stop: threading.Event) -> None
         n += 1
         client = Client(args.host, args.port)
         subscribe(client, QUEUE, "c", ack="client-individual", prefetch="3")
-        client.sock.settimeout(1.0)
+        client.settimeout(1.0)
         try:
             for _ in range(3):
-                command, frame = client.read_frame()
-                if command == "MESSAGE":
-                    stats.got("churn", body_seq(frame))
+                command, _, body = client.read_frame()
+                if command == b"MESSAGE":
+                    stats.got("churn", body_seq(body))
         except (TimeoutError, socket.timeout):
             pass
-        client.sock.close()  # no DISCONNECT, no ACK
+        client.close()  # no DISCONNECT, no ACK
 
 
 def drain_stalled(client: Client, stats: Stats) -> None:
     """The stalled consumer's end: UNSUBSCRIBE, then read everything up to its DISCONNECT receipt."""
-    client.sock.settimeout(60)
-    client.sock.sendall(b"UNSUBSCRIBE\nid:s\n\n\x00DISCONNECT\nreceipt:bye\n\n\x00")
+    client.settimeout(60)
+    client.send(b"UNSUBSCRIBE\nid:s\n\n\x00DISCONNECT\nreceipt:bye\n\n\x00")
     while True:
-        command, frame = client.read_frame()
-        if command == "MESSAGE":
-            stats.got("stalled-auto", body_seq(frame))
-        elif command == "RECEIPT":
+        command, _, body = client.read_frame()
+        if command == b"MESSAGE":
+            stats.got("stalled-auto", body_seq(body))
+        elif command == b"RECEIPT":
             return
 
 
@@ -139,52 +131,25 @@ def drain_queue(args: argparse.Namespace, stats: Stats) -> None:
     client = Client(args.host, args.port)
     subscribe(client, QUEUE, "d")
     counter = Client(args.host, args.port)
-    client.sock.settimeout(2.0)
+    client.settimeout(2.0)
     deadline = time.monotonic() + args.drain_timeout
     while time.monotonic() < deadline:
         try:
-            command, frame = client.read_frame()
-            if command == "MESSAGE":
-                stats.got("drainer", body_seq(frame))
+            command, _, body = client.read_frame()
+            if command == b"MESSAGE":
+                stats.got("drainer", body_seq(body))
             continue
         except (TimeoutError, socket.timeout):
             pass
         counter.queue(b"SEND\ndestination:/control/count-msgs/queue/soak.work\n\n\x00")
         counter.flush(wait=False)
         while True:
-            command, frame = counter.read_frame()
-            if command == "RECEIPT":
+            command, hdr, _ = counter.read_frame()
+            if command == b"RECEIPT":
                 break
-        if header(frame, b"num-messages") == "0":
+        if header_value(hdr, b"num-messages") == b"0":
             return
     print("drain timed out", file=sys.stderr)
-
-
-def sample_rss(pid: int, samples: list[tuple[float, int]], stop: threading.Event) -> None:
-    start = time.monotonic()
-    while not stop.wait(1.0):
-        samples.append((time.monotonic() - start, rss_kib(pid)))
-
-
-def spawn_broker(args: argparse.Namespace, workdir: Path) -> subprocess.Popen[bytes]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        args.port = s.getsockname()[1]
-    log = open(workdir / "broker.log", "wb")  # noqa: SIM115 (lives as long as the broker)
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "stompmq.cli", "--port", str(args.port), "--store",
-         f"sqlite:///{workdir / 'soak.db'}", "--log-level", "WARNING", *args.broker_args],
-        stdout=subprocess.DEVNULL, stderr=log, env=env, cwd=str(ROOT),
-    )
-    for _ in range(300):
-        try:
-            Client(args.host, args.port).sock.close()
-            return proc
-        except OSError:
-            time.sleep(0.1)
-    proc.kill()
-    raise SystemExit("the broker did not start:\n" + (workdir / "broker.log").read_text())
 
 
 def report(args: argparse.Namespace, stats: Stats, samples: list[tuple[float, int]], log_text: str) -> int:
@@ -235,11 +200,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="extra arguments for a spawned broker (last on the line)")
     args = parser.parse_args(argv)
 
-    workdir = Path(tempfile.mkdtemp(prefix="stompmq-soak-"))
-    proc = None
+    broker = None
     if not args.port:
-        proc = spawn_broker(args, workdir)
-        args.pid = proc.pid
+        broker = LocalBroker(*args.broker_args)
+        broker.start()
+        assert broker.proc is not None
+        args.port, args.pid = broker.port, broker.proc.pid
     if not args.pid:
         parser.error("--pid is needed with --port (for the RSS readings)")
     stats, stop, done = Stats(), threading.Event(), threading.Event()
@@ -273,18 +239,17 @@ def main(argv: list[str] | None = None) -> int:
         for thread in threads[:3] + threads[4:]:
             thread.join()
         drain_stalled(stalled, stats)
-        slow.sock.close()  # its unacked messages go back to the queue
+        slow.close()  # its unacked messages go back to the queue
         drain_queue(args, stats)
         done.set()
         threads[3].join()
-        stalled_topic.sock.close()
+        stalled_topic.close()
     finally:
         stop.set()
         done.set()
-        if proc is not None:
-            proc.terminate()
-            proc.wait(60)
-            log_text = (workdir / "broker.log").read_text(errors="replace")
+        if broker is not None:
+            broker.stop()
+            log_text = broker.log_text
     return report(args, stats, samples, log_text)
 
 

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """In-process micro-benchmark of the broker's dispatch cost (no sockets, no parsing).
 
 Shows how the cost of one publish grows with the number of subscribers:

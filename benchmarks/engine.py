@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """The broker's whole per-message path in one process, in virtual time: repeatable cost figures.
 
 Wall-clock benchmarks on a shared machine are noisy, and worse, the broker's behaviour depends
@@ -59,6 +58,7 @@ from stompmq.broker import Broker
 from stompmq.broker.config import BrokerConfig
 from stompmq.protocol import Frame, FrameParser
 from stompmq.server.outbox import ConnectionOutbox
+from stompmq.server.app import tune_gc
 from stompmq.server.runtime import Runtime
 from stompmq.storage.sqlite import SQLiteStore
 
@@ -163,9 +163,8 @@ class Pipeline:
         outbox.sent(sent)
         self.sent_total += sent
         self.delivered += data.count(b"\0", 0, sent)  # every frame here is a MESSAGE (ends with NUL)
-        written = getattr(self.broker, "written", None)  # absent before auto-ack settled at the socket
-        if written is not None and self.consumer.unsent:
-            written(self.consumer, self.sent_total)
+        if self.consumer.unsent:
+            self.broker.written(self.consumer, self.sent_total)
         if self.args.ack != "auto" and self.delivered > self.acked:
             self.acknowledge()
         return sent
@@ -176,21 +175,7 @@ class Pipeline:
         data = b"".join(b"ACK\nid:%d\n\n\0" % i for i in range(first, self.delivered + 1))
         self.acked = self.delivered
         self.runtime.tick()
-        self.handle_read(self.consumer, self.ack_parser.feed(data))
-
-    def handle_read(self, session: Any, frames: list[Frame]) -> None:
-        """One read's frames to the broker as the connection hands them over on this tree: in
-        one call (``handle_frames``), ACKs in one call (``handle_acks``, before), or each alone."""
-        broker = self.broker
-        handle_frames = getattr(broker, "handle_frames", None)
-        handle_acks = getattr(broker, "handle_acks", None)  # before handle_frames: ACK runs only
-        if handle_frames is not None:
-            handle_frames(session, frames)
-        elif handle_acks is not None and frames[0].command == "ACK":
-            handle_acks(session, frames)
-        else:
-            for frame in frames:
-                broker.handle(session, frame)
+        self.broker.handle_frames(self.consumer, self.ack_parser.feed(data))
 
     async def send(self, count: int, share: float = 1.0, drain_each: bool = True, write_every: int = 1) -> None:
         """``count`` SENDs in 256 KiB reads; after each read (each ``write_every``-th) the
@@ -204,10 +189,10 @@ class Pipeline:
             n = min(per_read, left)
             left -= n
             reads += 1
-            await store.wait_for_room() if hasattr(store, "wait_for_room") else None
+            await store.wait_for_room()
             self.clock.jump(step)
             self.runtime.tick()
-            self.handle_read(self.producer, self.parser.feed(self.frame * n))
+            self.broker.handle_frames(self.producer, self.parser.feed(self.frame * n))
             await self.settle()
             if drain_each and self.subscribed and reads % write_every == 0:
                 await self.write(share)
@@ -246,7 +231,7 @@ class Counting:
         backend = store._backend
         commit: Callable[..., None] = backend.commit
         load = backend.load_ready
-        read = getattr(backend, "read_ready", None)  # page reads beside the commits, if any
+        read = backend.read_ready
 
         def counted_commit(group: Any) -> None:
             self.inserted += len(group.inserts)
@@ -259,13 +244,12 @@ class Counting:
 
         backend.commit = counted_commit  # type: ignore[method-assign]
         backend.load_ready = counted_load  # type: ignore[method-assign,assignment]
-        if read is not None:
 
-            def counted_read(*a: Any) -> Any:
-                self.pages += 1
-                return read(*a)
+        def counted_read(*a: Any) -> Any:
+            self.pages += 1
+            return read(*a)
 
-            backend.read_ready = counted_read  # type: ignore[attr-defined]
+        backend.read_ready = counted_read  # type: ignore[method-assign]
 
 
 async def run(args: argparse.Namespace, clock: trio.testing.MockClock) -> None:
@@ -343,12 +327,7 @@ def main() -> None:
     p.add_argument("--callgrind", action="store_true", help="collect only the measured part (under callgrind)")
     args = p.parse_args()
     if not args.default_gc:
-        try:
-            from stompmq.server.app import tune_gc  # what the broker process does at start
-        except ImportError:  # a tree from before it
-            pass
-        else:
-            tune_gc()
+        tune_gc()  # what the broker process does at start
     clock = trio.testing.MockClock()
     start = time.perf_counter()
     trio.run(run, args, clock, clock=clock)

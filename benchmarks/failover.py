@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """How long a dead broker's unacked messages take to reach a consumer on another broker.
 
 Starts two stompmq brokers on one PostgreSQL database (``--store-url``), puts ``--messages``

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """In-process micro-benchmark: message groups against a plain queue in the engine alone.
 
 Four client-individual subscribers (prefetch 1000) on one queue of the memory store; the

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """N queue SENDs through the engine, in process, for instruction counts of the hot path.
 
 One subscriber on the memory store; each SEND is handled, delivered into a counting outbox and
@@ -6,7 +5,7 @@ settled, as a connection would.  MODE: ``plain``, ``ttl`` (``ttl:60000`` on ever
 ``extra`` (a header of the same size the broker ignores), all auto-ack (settled by
 ``Broker.written``); ``ack``: the subscriber is ``client-individual`` and ACKs every message,
 the ACKs of 1,000 messages parsed from one buffer and handed over as a connection does
-(``Broker.handle_frames``; ``handle_acks`` or frame by frame on a tree from before it).  Run it twice under
+(``Broker.handle_frames``).  Run it twice under
 callgrind and take the difference, so start-up cancels out:
 
   for n in 2000 7000; do
@@ -64,18 +63,12 @@ def main() -> None:
             broker.written(subscriber, outbox.queued)
         return
     parser = FrameParser()
-    # handle_frames takes a read's frames in one call; before it, handle_acks took its ACK runs.
-    handle_run = getattr(broker, "handle_frames", None) or getattr(broker, "handle_acks", None)
     for first in range(1, n + 1, ACKS_PER_READ):
         last = min(first + ACKS_PER_READ, n + 1)
         for _ in range(first, last):
             broker.handle(producer, frame)
         acks = parser.feed(b"".join(b"ACK\nid:%d\n\n\0" % i for i in range(first, last)))
-        if handle_run is not None:
-            handle_run(subscriber, acks)
-        else:
-            for ack in acks:
-                broker.handle(subscriber, ack)
+        broker.handle_frames(subscriber, acks)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """STOMP broker load generator (stdlib only).
 
 Targets any STOMP 1.0/1.1/1.2 broker (stompmq, RabbitMQ's STOMP plugin, ActiveMQ, ...)

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """A password guesser for the failed-login figure: many bad CONNECTs from one source address.
 
 Run it beside ``benchmarks/load.py`` (which logs in correctly from 127.0.0.1) against a broker

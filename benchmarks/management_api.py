@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Management API figures: paging through many queues, and a /metrics scrape.
 
 Starts ``stompmq`` in a subprocess on a fresh store, creates --queues queues (one message

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Scale and memory benchmarks: broker RSS under many messages, queues or subscriptions.
 
 Targets a running broker by --host/--port and reads its resident memory from

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """One benchmark sitting: the standard scenarios against several brokers, interleaved run by run.
 
 Each scenario runs ``--runs`` times; within a run every target goes once, in turn, so slow

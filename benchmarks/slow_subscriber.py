@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """A topic publisher that outruns one slow subscriber: the broker's memory and the fast subscribers' pace.
 
 One publisher sends sequence-numbered messages to one topic as fast as TCP lets it for

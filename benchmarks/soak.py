@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Soak: minutes of mixed load on one broker, watching its memory and counting every message.
 
 Load (loopback only, bounded in time and in count):

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """The Spark figures of docs/benchmarks.md: the stompmq data source's write and streaming read rates.
 
   python -m benchmarks.spark write --rows 1000000     # df.write.format("stompmq"), receipts, 4 streams

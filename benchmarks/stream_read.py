@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """The stream read path without Spark: broker and reader CPU per entry (docs/benchmarks.md, sitting 9d).
 
   python -m benchmarks.stream_read --entries 200000 --rounds 3

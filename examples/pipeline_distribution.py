@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """How evenly the consistent-hash exchange spreads keys: per-bucket counts and chi-squared for
 2-20, 100 and 1000 buckets over millions of keys, as a Markdown and a CSV table and a PNG chart.
 

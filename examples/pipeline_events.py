@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """An event pipeline end to end: keyed events into a partitioned stream, a Structured Streaming
 job aggregating them per key and time window into Parquet.
 

@@ -50,24 +50,21 @@ def read_raw_frame(c: Client, timeout: float = 5.0) -> bytes:
             raise EOFError("closed")
 
 
-def eol_times(c: Client, duration: float) -> list[float]:
-    """Arrival times of heart-beat EOLs received within ``duration`` seconds."""
-    times: list[float] = []
-    start = time.monotonic()
-    deadline = start + duration
-    while True:
+def wait_for_beats(c: Client, n: int, timeout: float = 10.0) -> None:
+    """Read until ``n`` heart-beat EOLs came (nothing else may come); fail after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    beats = 0
+    while beats < n:
         remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return times
+        assert remaining > 0, f"{beats} heart-beats in {timeout} s, expected {n}"
         c.sock.settimeout(remaining)
         try:
             chunk = c.sock.recv(4096)
         except TimeoutError:
-            return times
+            continue
         assert chunk, "broker closed the connection"
         assert chunk.strip(b"\r\n") == b"", f"unexpected data instead of heart-beats: {chunk!r}"
-        now = time.monotonic() - start
-        times.extend([now] * chunk.count(b"\n"))
+        beats += chunk.count(b"\n")
 
 
 def hb_broker(make_memory_broker, **kw):
@@ -230,38 +227,13 @@ def test_s16_zero_heart_beat_means_none(make_memory_broker):
         c.sync()
 
 
-def test_s16_send_interval_is_max_of_both_sides(make_memory_broker):
-    """Client wants beats every 300 ms, server could send every 100: it sends every max() = 300."""
-    broker = hb_broker(make_memory_broker)
-    with Client(broker.port, heart_beat="0,300") as c:
-        times = eol_times(c, 1.0)
-    assert len(times) >= 3, times
-    gaps = [b - a for a, b in zip(times, times[1:])]
-    # beating on the server's 100 ms would give gaps under 100 ms; the server may beat a little
-    # early (its timer ticks at half the interval), never late
-    assert min(gaps) >= 0.13, f"beats at the server's 100 ms, not the negotiated 300 ms: {gaps}"
-    assert max(gaps) < 0.45, f"heart-beat gap beyond 1.5 x the negotiated 300 ms: {gaps}"
-
-
-def test_s16_expect_interval_is_max_of_both_sides(make_memory_broker):
-    """Client can beat every 300 ms, server wants 100: the server expects max() = 300 (x grace)."""
-    broker = hb_broker(make_memory_broker)
-    with Client(broker.port, heart_beat="300,0") as c:
-        for _ in range(3):  # beats every 250 ms would be "late" for 100 ms x 2.0 but fine for 300
-            time.sleep(0.25)
-            c.send(b"\n")
-        c.sync()
-
-
 def test_s17_server_sends_heart_beats(make_memory_broker):
+    """Beats reach a real socket and the session stays usable; the negotiated intervals and the
+    grace are asserted exactly, in virtual time, in tests/server/test_heart_beats.py."""
     broker = hb_broker(make_memory_broker)
     with Client(broker.port, heart_beat="0,200") as c:
-        times = eol_times(c, 0.8)
-        assert len(times) >= 3, f"expected a beat at least every 200 ms, got {times}"
-        gaps = [b - a for a, b in zip([0.0, *times], times)]  # from CONNECTED on
-        # "at least every n ms"; clients commonly allow 1.5 x n (stomp.py's default) before giving up
-        assert max(gaps) < 0.3, f"a heart-beat gap beyond 1.5 x the 200 ms interval: {gaps}"
-        c.sync()  # the session is still usable
+        wait_for_beats(c, 3)
+        c.sync()
 
 
 def test_s17_data_counts_as_heart_beat(make_memory_broker):
@@ -282,25 +254,6 @@ def test_s18_silent_client_closed_after_grace(make_memory_broker):
         error = c.expect_error(timeout=5)
         assert "heart-beat" in error["message"]
     wait_for(lambda: session_count(broker) == 0)
-
-
-def test_s18_late_beats_within_grace_tolerated(make_memory_broker):
-    broker = hb_broker(make_memory_broker)
-    with Client(broker.port, heart_beat="100,0") as c:
-        for _ in range(5):  # 150 ms apart: late for 100 ms, within the 2.0 grace
-            time.sleep(0.15)
-            c.send(b"\r\n")
-        c.sync()
-
-
-def test_s18_any_octet_resets_the_timer(make_memory_broker):
-    broker = hb_broker(make_memory_broker)
-    with Client(broker.port, heart_beat="100,0") as c:
-        data = b"SEND\ndestination:/queue/s18b\nreceipt:slow\n\nbody\x00"
-        for i in range(0, len(data), 8):  # a frame trickling in, 8 bytes per 120 ms
-            c.send(data[i : i + 8])
-            time.sleep(0.12)
-        assert c.wait_receipt("slow")["receipt-id"] == "slow"
 
 
 # ---------------------------------------------------------------------------- S19-S23 SEND / SUBSCRIBE

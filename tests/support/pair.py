@@ -37,7 +37,11 @@ class PeerClient:
         self.parser.version = version
         self.version = version
         self.frames: list[Frame] = []
-        self.heart_beats = 0
+        self.beat_times: list[float] = []  # trio.current_time() of each heart-beat's arrival
+
+    @property
+    def heart_beats(self) -> int:
+        return len(self.beat_times)
 
     async def send(self, command: str, headers: dict[str, str] | None = None, body: bytes = b"") -> None:
         await self.stream.send_all(encode_frame(Frame(command, headers or {}, body), self.version))
@@ -53,7 +57,8 @@ class PeerClient:
                 data = await self.stream.receive_some(65536)
             if not data:
                 raise EOFError
-            self.heart_beats += data.count(b"\n") if data.strip(b"\n") == b"" else 0
+            if data.strip(b"\n") == b"":
+                self.beat_times += [trio.current_time()] * data.count(b"\n")
             self.frames.extend(self.parser.feed(data))
         return self.frames.pop(0)
 

@@ -9,7 +9,6 @@ a short quiet period only that something must *not* happen.
 
 from __future__ import annotations
 
-import time
 
 import pytest
 
@@ -180,33 +179,6 @@ def test_connection_failed_by_error_gets_no_more_deliveries(broker):
             held = other.message(timeout=0.5)
             assert (held.body, held["redelivery-count"]) == (b"held", "1")
         assert failing.raw_bytes(0.2).strip(b"\n") == b"", "nothing may follow the ERROR"
-
-
-@pytest.mark.parametrize("version, how", [("1.0", "resubscribe"), ("1.1", "nack"), ("1.2", "nack")])
-def test_ack_timeout_of_a_redelivery_runs_from_its_own_delivery(memory_broker, version, how):
-    """A message requeued (NACK, UNSUBSCRIBE) and delivered again to the same session gets a
-    fresh ack timeout: the first delivery's timer must not expire the second one early.
-    (1.0/1.1 ACK by message-id, so both deliveries share one ack key.)
-
-    The only test here with a 1 s ack timeout: the requeue happens 0.8 s into the first
-    delivery, and the second must then survive until 1.3 s, 0.5 s of margin either way.
-    """
-    with Client(memory_broker.port, version) as c:
-        sub = c.subscribe("/queue/at6", "s" if version != "1.0" else None, ack="client-individual", **{"ack-timeout": "1.0"})
-        send_all(memory_broker.port, "/queue/at6", ["x"])
-        first = c.message()
-        time.sleep(0.8)
-        if how == "nack":
-            c.nack(first)
-        else:
-            c.request("UNSUBSCRIBE", {"id": sub} if version != "1.0" else {"destination": sub})
-            sub = c.subscribe("/queue/at6", "s2" if version != "1.0" else None, ack="client-individual", **{"ack-timeout": "1.0"})
-        second = c.message()
-        assert second["redelivery-count"] == "1"
-        c.expect_nothing(wait=0.5)  # the first delivery's deadline passes: nothing happens
-        c.ack(second)
-        c.expect_nothing(wait=0.6)  # past the second delivery's own deadline
-        assert counts(c, "at6") == (0, 0, 0)
 
 
 # ---------------------------------------------------------------------------- dead letters

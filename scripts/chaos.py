@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Chaos soak: tests/test_chaos.py over many seeds, one after the other, until a time is up.
+"""Chaos soak: tests/e2e/test_chaos.py over many seeds, one after the other, until a time is up.
 
 Each round is one schedule (a kill -9, a SIGSTOP past the lease, a PostgreSQL restart, in an
 order and on brokers the seed picks) against three broker processes on a throw-away PostgreSQL
@@ -7,7 +7,7 @@ server; a round that breaks a promise prints its history and the command that re
 
   scripts/chaos.py --minutes 30                 # seeds 1, 2, 3, ... for half an hour
   scripts/chaos.py --seeds 17 42                # just these
-  STOMPMQ_CHAOS_SEED=42 .venv/bin/python -m pytest tests/test_chaos.py -s   # replay one
+  STOMPMQ_CHAOS_SEED=42 .venv/bin/python -m pytest tests/e2e/test_chaos.py -s   # replay one
 
 Exit status 1 if any round failed; the failing seeds are listed at the end.
 """
@@ -30,7 +30,7 @@ def run(seed: int) -> bool:
     """One round; True if it kept every promise."""
     env = dict(os.environ, STOMPMQ_CHAOS_SEED=str(seed))
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "tests/test_chaos.py", "-q", "-s", "-p", "no:cacheprovider"],
+        [sys.executable, "-m", "pytest", "tests/e2e/test_chaos.py", "-q", "-s", "-p", "no:cacheprovider"],
         cwd=ROOT, env=env, capture_output=True, text=True,
     )
     ok = result.returncode == 0

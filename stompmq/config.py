@@ -272,6 +272,7 @@ OTHER_VARIABLES = {
     "STOMPMQ_TEST_POSTGRES_URL": "the test suite: a PostgreSQL server to use instead of starting one",
     "STOMPMQ_FUZZ_EXAMPLES": "the test suite: examples of the frame codec fuzz tests",
     "STOMPMQ_CRASH_SEED": "the test suite: replays one run of the kill -9 test",
+    "STOMPMQ_CHAOS_SEED": "the test suite: replays one schedule of the chaos test (scripts/chaos.py)",
 }
 
 

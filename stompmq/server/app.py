@@ -20,7 +20,7 @@ collector still runs every 700 net allocations of containers and, while a
 backlog builds, keeps re-traversing the messages buffered for the store and
 held in ready windows as they age through its generations: with the default
 thresholds it took ~30 % of the broker's CPU with a queue backlog on disk and
-~12 % with none (measured with ``scripts/bench_engine.py``).  Startup objects are
+~12 % with none (measured with ``benchmarks/engine.py``).  Startup objects are
 frozen out of the collector's sight and the first generation is collected
 every ``GC_THRESHOLDS[0]`` allocations instead.
 """

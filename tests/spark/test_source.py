@@ -10,10 +10,10 @@ import pytest
 
 from stompmq.broker import BrokerConfig
 
-from ..broker_process import BrokerProcess
-from ..broker_thread import BrokerThread
-from ..conftest import TEST_LEASE, make_store_factory, postgres_server
-from ..stompclient import Client
+from ..support.broker_process import BrokerProcess
+from ..support.broker_thread import BrokerThread
+from ..support.stores import TEST_LEASE, make_store_factory, postgres_server
+from ..support.stompclient import Client
 
 pytestmark = pytest.mark.spark
 

@@ -43,7 +43,7 @@ from stompmq.storage.groups import GroupRows
 from stompmq.storage.memory import MemoryStore
 from stompmq.storage.sqlite import SQLiteBackend, SQLiteStore
 
-from ..unwritable import immutable
+from ..support.unwritable import immutable
 
 # Long enough that nothing is flushed by the timer during a test that means to flush by hand.
 NEVER = 3600.0

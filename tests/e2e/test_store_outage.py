@@ -25,7 +25,7 @@ from stompmq.storage.groupcommit import GroupCommitStore
 from ..support.broker_process import BrokerProcess, Peer
 from ..support.broker_thread import BrokerThread
 from ..support.stores import postgres_server
-from .storage.test_sqlite_store import ControlledBackend
+from ..storage.test_sqlite_store import ControlledBackend
 from ..support.waiting import wait_until
 
 #: Seconds the database stays down after it stopped (a restart takes about one more).

@@ -9,7 +9,7 @@ import trio
 
 from stompmq.server.alarms import CHECK_SECONDS, ResourceAlarms, memory_used
 
-from ..pair import broker_pair
+from ..support.pair import broker_pair
 
 LIMIT = 100 * 1024**2
 

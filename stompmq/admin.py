@@ -2,8 +2,10 @@
 
 Every command is one or a few HTTP requests to a running broker's management
 API (``--url``, default the broker's default ``http://127.0.0.1:61680``); lists
-follow the API's pages to the end.  Exit codes: 0 done, 1 the broker refused
-(its JSON error is printed), 2 usage or connection errors.
+follow the API's pages to the end.  Every command prints a table (a list as rows,
+one object as FIELD/VALUE rows) unless ``--json`` asks for the API's JSON.  A
+reader that stops early (``| head``) is not an error.  Exit codes: 0 done, 1 the
+broker refused (its error is printed), 2 usage or connection errors.
 """
 
 from __future__ import annotations
@@ -20,11 +22,20 @@ import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
+from . import tomlfile
 from .broker.definitions import DefinitionsError, load_definitions
+from .broker.key_exchanges import BUILT_IN
 from .config import DEFAULT_HTTP_PORT
 
-DEFAULT_URL = os.environ.get("STOMPMQ_ADMIN_URL", f"http://127.0.0.1:{DEFAULT_HTTP_PORT}")
+#: An empty STOMPMQ_ADMIN_URL counts as unset.
+DEFAULT_URL = os.environ.get("STOMPMQ_ADMIN_URL") or f"http://127.0.0.1:{DEFAULT_HTTP_PORT}"
 PAGE = 1000
+#: Definitions file formats, by file name extension (both ways: export writes what import reads).
+FORMATS = (".toml", ".json")
+
+
+class UsageError(Exception):
+    """A bad argument: one line on stderr, exit code 2."""
 
 
 class ApiError(Exception):
@@ -47,9 +58,11 @@ class Api:
             api.headers["authorization"] = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
         return api
 
-    def call(self, method: str, path: str, body: Any = None) -> Any:
+    def call(self, method: str, path: str, body: Any = None, *, scoped: bool = True) -> Any:
+        """One request; ``scoped``: the route takes the vhost as ``?vhost=`` (a queue's path
+        names its vhost itself: ``queue``)."""
         data = json.dumps(body).encode() if body is not None else None
-        if self.vhost != "/":
+        if scoped and self.vhost != "/":
             path += ("&" if "?" in path else "?") + "vhost=" + _quoted(self.vhost)
         request = urllib.request.Request(self.url + path, data=data, method=method, headers=self.headers)
         try:
@@ -71,9 +84,47 @@ class Api:
                 return
             after = page["next_after"]
 
+    def queue(self, method: str, name: str, action: str = "", body: Any = None) -> Any:
+        """A request to queue ``name`` of the vhost: ``/api/queues/{vhost}/{name}[/action]``."""
+        path = f"/api/queues/{_quoted(self.vhost)}/{_quoted(name.removeprefix('/queue/'))}"
+        return self.call(method, path + ("/" + action if action else ""), body, scoped=False)
+
 
 def _quoted(name: str) -> str:
     return urllib.parse.quote(name, safe="")
+
+
+def _pairs(flag: str, items: list[str]) -> dict[str, str]:
+    """``KEY=VALUE`` arguments as a dict; one without ``=`` is a usage error."""
+    malformed = [item for item in items if "=" not in item]
+    if malformed:
+        raise UsageError(f"{flag} {malformed[0]!r}: write KEY=VALUE")
+    return dict(item.split("=", 1) for item in items)
+
+
+def _limit(value: str) -> int:
+    """A byte count for --disk-free-limit (0 turns the alarm off)."""
+    number = int(value)
+    if number < 0:
+        raise ValueError(value)
+    return number
+
+
+def _check_url(url: str) -> None:
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise UsageError(f"--url {url!r} is not an http:// or https:// URL (env STOMPMQ_ADMIN_URL)")
+
+
+def _fields(result: dict[str, Any], prefix: str = "") -> list[dict[str, Any]]:
+    """One object as FIELD/VALUE rows, nested objects flattened (``totals.published``)."""
+    rows = []
+    for key, value in result.items():
+        if isinstance(value, dict) and value:
+            rows += _fields(value, prefix + key + ".")
+        else:
+            rows.append({"field": prefix + key, "value": json.dumps(value) if isinstance(value, list) else value})
+    return rows
 
 
 def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
@@ -84,14 +135,37 @@ def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     return "\n".join(lines)
 
 
-def export_definitions(api: Api) -> dict[str, Any]:
-    """The exchanges and bindings as a definitions file (``--definitions`` reads it back)."""
-    exchanges, bindings = [], []
+def export_definitions(api: Api) -> tuple[dict[str, Any], list[str]]:
+    """The consistent-hash exchanges and their bindings as a definitions file (``--definitions``
+    reads it back), and the names of the exchanges a definitions file cannot declare (direct,
+    fanout, topic; the built-in ``amq.*`` ones always exist and are left out silently)."""
+    exchanges, bindings, skipped = [], [], []
     for ex in api.pages("/api/exchanges"):
-        exchanges.append({"name": ex["name"], "type": "consistent-hash", **ex["options"]})
+        if ex["type"] != "consistent-hash":
+            if ex["name"] not in BUILT_IN:
+                skipped.append(ex["name"])
+            continue
+        exchanges.append({"name": ex["name"], "type": ex["type"], **ex["options"]})
         bindings += [{"exchange": ex["name"], "queue": "/queue/" + b["queue"], "weight": b["weight"]}
                      for b in ex["bindings"]]
-    return {"exchanges": exchanges, "bindings": bindings}
+    return {"exchanges": exchanges, "bindings": bindings}, skipped
+
+
+def write_definitions(path: str, data: dict[str, Any]) -> None:
+    """``data`` as TOML or JSON, by ``path``'s extension."""
+    text = tomlfile.dumps(data) if _format(path) == ".toml" else json.dumps(data, indent=2) + "\n"
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as e:
+        raise UsageError(f"cannot write {path}: {e.strerror or e}") from None
+
+
+def _format(path: str) -> str:
+    extension = os.path.splitext(path)[1].lower()
+    if extension not in FORMATS:
+        raise UsageError(f"{path}: name a .toml or .json file (the extension picks the format)")
+    return extension
 
 
 def import_definitions(api: Api, data: dict[str, Any]) -> None:
@@ -100,7 +174,7 @@ def import_definitions(api: Api, data: dict[str, Any]) -> None:
         api.call("PUT", "/api/vhosts/" + _quoted(entry["name"]))
         import_definitions(dataclasses.replace(api, vhost=entry["name"]), {**entry, "vhosts": []})
     for ex in data.get("exchanges", []):
-        options = {k: v for k, v in ex.items() if k not in ("name", "type")}
+        options = {k: v for k, v in ex.items() if k != "name"}
         api.call("PUT", "/api/exchanges/" + _quoted(ex["name"]), options)
     for b in data.get("bindings", []):
         api.call("POST", f"/api/exchanges/{_quoted(b['exchange'])}/bindings",
@@ -110,7 +184,7 @@ def import_definitions(api: Api, data: dict[str, Any]) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="stompmq admin", description=__doc__.splitlines()[0])
     parser.add_argument("--url", default=DEFAULT_URL, help=f"management API [default: {DEFAULT_URL}; env STOMPMQ_ADMIN_URL]")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--json", action="store_true", help="print the API's JSON instead of a table (every command)")
     parser.add_argument("--vhost", default="/", help="the vhost of queue and exchange commands [default: /]")
     parser.add_argument("--user", default=os.environ.get("STOMPMQ_ADMIN_USER"),
                         help="a user of the broker's --users-file [env STOMPMQ_ADMIN_USER]")
@@ -123,9 +197,19 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("list-queues", help="every queue with its counts")
     sub.add_parser("list-connections", help="every client connection")
     sub.add_parser("list-exchanges", help="every exchange with its bindings")
-    for name, what in (("purge", "drop a queue's ready messages"), ("delete", "purge a queue and unbind it")):
+    for name, what in (("purge", "drop a queue's ready messages"), ("delete", "purge a queue and unbind it"),
+                       ("consumers", "the subscriptions of a queue")):
         sub.add_parser(name, help=what).add_argument("queue")
-    declare = sub.add_parser("declare", help="declare a consistent-hash exchange")
+    peek = sub.add_parser("peek", help="show a queue's first ready messages, consuming none")
+    peek.add_argument("queue")
+    peek.add_argument("--count", type=int, default=10, help="messages to show [default: 10; at most 100]")
+    publish = sub.add_parser("publish", help="put a message in a queue (as a SEND without receipt)")
+    publish.add_argument("queue")
+    publish.add_argument("body")
+    publish.add_argument("--header", action="append", default=[], metavar="NAME=VALUE",
+                         help="a header of the message, e.g. priority=9 (repeatable)")
+    declare = sub.add_parser("declare", help="declare an exchange: consistent-hash, or --option type=direct, "
+                             "fanout or topic")
     declare.add_argument("exchange")
     declare.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                          help="declaration option, e.g. hash-header=customer-id")
@@ -136,59 +220,107 @@ def build_parser() -> argparse.ArgumentParser:
     unbind = sub.add_parser("unbind", help="unbind a queue from an exchange")
     unbind.add_argument("exchange")
     unbind.add_argument("queue")
+    sub.add_parser("connection", help="one client connection: its subscriptions and rates").add_argument("id")
     sub.add_parser("close-connection", help="close a client connection").add_argument("id")
-    sub.add_parser("export", help="write the exchanges and bindings as a definitions file").add_argument("file")
-    sub.add_parser("import", help="declare what a definitions file (TOML or JSON) declares").add_argument("file")
+    sub.add_parser("alarms", help="resource alarms set now, their limits and the measurements")
+    limits = sub.add_parser("set-limits", help="change the resource alarms' limits until the broker restarts")
+    limits.add_argument("--disk-free-limit", type=_limit, default=argparse.SUPPRESS, metavar="BYTES",
+                        help="free bytes the store's file system must keep (0: alarm off)")
+    limits.add_argument("--memory-high-watermark", type=float, default=argparse.SUPPRESS, metavar="N",
+                        help="resident memory: a fraction of RAM up to 1, bytes above (0: alarm off)")
+    sub.add_parser("export", help="write the exchanges and bindings as a definitions file (FILE.toml or "
+                   "FILE.json: the extension picks the format)").add_argument("file")
+    sub.add_parser("import", help="declare what a definitions file (FILE.toml or FILE.json) declares").add_argument("file")
     sub.add_parser("import-rabbitmq", help="RabbitMQ's definitions.json: see stompmq admin import-rabbitmq --help")
     return parser
 
 
-def run(api: Api, args: argparse.Namespace) -> tuple[Any, list[str] | None]:
-    """Do the command; return what to print and, for a table, its columns."""
+#: The columns of each list command's table.
+COLUMNS = {
+    "list-vhosts": ["name", "connections", "queues_in_use", "exchanges"],
+    "list-queues": ["name", "ready", "unacked", "consumers", "publish/s", "deliver/s", "ack/s", "oldest_age"],
+    "list-connections": ["id", "peer", "login", "version", "subscriptions", "bytes_in", "bytes_out"],
+    "list-exchanges": ["name", "type", "bindings", "routed"],
+    "consumers": ["connection", "peer", "login", "subscription", "ack", "prefetch", "unacked"],
+    "peek": ["priority", "redelivery_count", "age", "headers", "body"],
+}
+
+
+def run(api: Api, args: argparse.Namespace) -> Any:
+    """Do the command; return what to print (a list of rows or one object)."""
     command = args.command
     if command == "overview":
-        return api.call("GET", "/api/overview"), None
+        return api.call("GET", "/api/overview")
     if command == "list-vhosts":
-        return api.call("GET", "/api/vhosts")["items"], ["name", "connections", "queues_in_use", "exchanges"]
+        return api.call("GET", "/api/vhosts")["items"]
     if command == "declare-vhost":
-        return api.call("PUT", "/api/vhosts/" + _quoted(args.name)), None
+        return api.call("PUT", "/api/vhosts/" + _quoted(args.name))
     if command == "list-queues":
         rows = list(api.pages("/api/queues"))
         for row in rows:
             row.update({k + "/s": v for k, v in row.pop("rates").items()})
-        return rows, ["name", "ready", "unacked", "consumers", "publish/s", "deliver/s", "ack/s", "oldest_age"]
+        return rows
     if command == "list-connections":
-        return list(api.pages("/api/connections")), ["id", "peer", "login", "version", "subscriptions",
-                                                      "bytes_in", "bytes_out"]
+        return list(api.pages("/api/connections"))
     if command == "list-exchanges":
         rows = list(api.pages("/api/exchanges"))
         for row in rows:
-            row["bindings"] = ",".join(f"{b['queue']}:{b['weight']}" for b in row["bindings"])
-        return rows, ["name", "bindings", "routed", "unhashed"]
+            row["bindings"] = ",".join(f"{b['queue']}:{b.get('weight', b.get('routing_key'))}" for b in row["bindings"])
+        return rows
     if command == "purge":
-        return api.call("POST", f"/api/queues/{_quoted(args.queue)}/purge"), None
+        return api.queue("POST", args.queue, "purge")
     if command == "delete":
-        return api.call("DELETE", "/api/queues/" + _quoted(args.queue)), None
+        return api.queue("DELETE", args.queue)
+    if command == "consumers":
+        return api.queue("GET", args.queue, "consumers")["items"]
+    if command == "peek":
+        rows = api.queue("GET", args.queue, f"messages?count={args.count}")["items"]
+        for row in rows:
+            row["body"] = row.get("body", "(base64) " + row.pop("body_base64", ""))
+        return rows
+    if command == "publish":
+        body = {"body": args.body, "headers": _pairs("--header", args.header)}
+        return api.queue("POST", args.queue, "publish", body)
     if command == "declare":
-        options = dict(o.split("=", 1) for o in args.option if "=" in o)
-        return api.call("PUT", "/api/exchanges/" + _quoted(args.exchange), options), None
+        return api.call("PUT", "/api/exchanges/" + _quoted(args.exchange), _pairs("--option", args.option))
     if command == "bind":
         return api.call("POST", f"/api/exchanges/{_quoted(args.exchange)}/bindings",
-                        {"queue": args.queue, "weight": args.weight}), None
+                        {"queue": args.queue, "weight": args.weight})
     if command == "unbind":
         queue = args.queue.removeprefix("/queue/")
-        return api.call("DELETE", f"/api/exchanges/{_quoted(args.exchange)}/bindings/{_quoted(queue)}"), None
+        return api.call("DELETE", f"/api/exchanges/{_quoted(args.exchange)}/bindings/{_quoted(queue)}")
+    if command == "connection":
+        return api.call("GET", "/api/connections/" + _quoted(args.id))
+    if command == "alarms":
+        return api.call("GET", "/api/alarms")
+    if command == "set-limits":
+        changes = {key: value or None for key, value in vars(args).items()
+                   if key in ("disk_free_limit", "memory_high_watermark")}
+        if not changes:
+            raise UsageError("set-limits: give --disk-free-limit, --memory-high-watermark or both")
+        return api.call("PUT", "/api/alarms", changes)
     if command == "close-connection":
-        return api.call("DELETE", "/api/connections/" + _quoted(args.id)), None
+        return api.call("DELETE", "/api/connections/" + _quoted(args.id))
     if command == "export":
-        data = export_definitions(api)
-        with open(args.file, "w") as f:
-            json.dump(data, f, indent=2)
-        return {"exported": args.file, "exchanges": len(data["exchanges"]), "bindings": len(data["bindings"])}, None
+        _format(args.file)
+        data, skipped = export_definitions(api)
+        write_definitions(args.file, data)
+        return {"exported": args.file, "exchanges": len(data["exchanges"]), "bindings": len(data["bindings"]),
+                "not_exported": skipped}
     assert command == "import"
-    data = load_definitions(args.file)
-    import_definitions(api, data)
-    return {"imported": args.file}, None
+    _format(args.file)
+    import_definitions(api, load_definitions(args.file))
+    return {"imported": args.file}
+
+
+def show(result: Any, columns: list[str] | None, as_json: bool) -> None:
+    """Print ``result``: JSON, or a table (``columns`` of a list; FIELD/VALUE rows of an object)."""
+    if as_json:
+        print(json.dumps(result, indent=2))
+    elif isinstance(result, list):
+        print(_table(result, columns or sorted({k for row in result for k in row})))
+    else:
+        print(_table(_fields(result), ["field", "value"]))
 
 
 def main(argv: list[str]) -> int:
@@ -198,18 +330,23 @@ def main(argv: list[str]) -> int:
         return import_rabbitmq(argv[1:])
     args = build_parser().parse_args(argv)
     try:
-        result, columns = run(Api.login(args.url, args.vhost, args.user, args.password), args)
+        _check_url(args.url)
+        result = run(Api.login(args.url, args.vhost, args.user, args.password), args)
+        show(result, COLUMNS.get(args.command), args.json)
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader stopped (| head): not an error, and nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return 0
     except ApiError as e:
         print(f"stompmq admin: {e.status}: {e}", file=sys.stderr)
         return 1
+    except UsageError as e:
+        print(f"stompmq admin: {e}", file=sys.stderr)
+        return 2
     except (urllib.error.URLError, OSError) as e:
         print(f"stompmq admin: cannot reach {args.url}: {getattr(e, 'reason', e)}", file=sys.stderr)
         return 2
     except DefinitionsError as e:
         print(f"stompmq admin: {e}", file=sys.stderr)
         return 2
-    if args.json or columns is None:
-        print(json.dumps(result, indent=2))
-    else:
-        print(_table(result, columns))
     return 0

@@ -11,6 +11,7 @@ wherever it comes from: one line naming the source and the key, exit code 2.
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import re
 import tomllib
@@ -24,6 +25,8 @@ from .broker import BrokerConfig
 from .broker.overflow import POLICIES
 from .protocol import Limits
 from .server import ServerSettings
+from .server.logins import CONNECT_MAX_BYTES
+from .server.websocket import allowed_origins
 
 
 def _heart_beat(value: str) -> tuple[int, int]:
@@ -46,6 +49,22 @@ def _flag(value: str) -> bool:
 def _names(value: str) -> tuple[str, ...]:
     """A comma-separated list of names (blanks ignored)."""
     return tuple(name.strip().lower() for name in str(value).split(",") if name.strip())
+
+
+def _origins(value: str) -> tuple[str, ...]:
+    """A comma-separated list of web origins (scheme://host[:port]), ``null`` or ``*``."""
+    try:
+        return allowed_origins(entry.strip() for entry in str(value).split(",") if entry.strip())
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _login_budget(value: str) -> int:
+    """--max-login-bytes: room for one connection's CONNECT frame at least."""
+    number = _size(value)
+    if number < CONNECT_MAX_BYTES:
+        raise argparse.ArgumentTypeError(f"must be at least {CONNECT_MAX_BYTES} (one CONNECT frame), got {value!r}")
+    return number
 
 
 def _topic_overflow(value: str) -> str:
@@ -151,6 +170,21 @@ def _optional_size(value: str) -> int | None:
     return None if str(value).strip().lower() in ("", "none", "unlimited", "0") else _size(value)
 
 
+def _watermark(value: str) -> float | None:
+    """A fraction of the machine's RAM (0.4) or a byte count (2GiB); 0 or none: no limit."""
+    text = str(value).strip().lower()
+    if text in ("", "none", "unlimited", "0"):
+        return None
+    try:
+        fraction = float(text)
+    except ValueError:
+        return float(_size(value))
+    if not 0 < fraction <= 1:
+        raise argparse.ArgumentTypeError(f"expected a fraction of RAM from 0 to 1 (such as 0.4) or a size such "
+                                          f"as 2GiB, got {value!r}")
+    return fraction
+
+
 @dataclass(frozen=True)
 class Option:
     name: str  # flag without dashes, e.g. "max-frame-size"
@@ -182,14 +216,17 @@ OPTIONS: tuple[Option, ...] = (
     Option("max-headers", _int(1), 1000, "most headers accepted in one frame", "N"),
     Option("heart-beat", _heart_beat, (10_000, 10_000), "heart-beats the server offers: SEND_MS,RECEIVE_MS (0 = none)", "SEND_MS,RECEIVE_MS"),
     Option("heart-beat-grace", _seconds(), 2.0, "how many receive intervals a silent client gets before it is closed", "FACTOR"),
-    Option("connect-timeout", _seconds(), 10.0, "seconds a new connection has to send CONNECT", "SECONDS"),
+    Option("connect-timeout", _seconds(), 5.0, "seconds a new connection has to be CONNECTED (TLS and WebSocket handshakes and the login included); until then it may send one CONNECT frame of at most %d bytes" % CONNECT_MAX_BYTES, "SECONDS"),
     Option("default-prefetch", _int(1), 100, "prefetch of a client-ack subscription that asks for none", "N"),
     Option("max-prefetch", _int(1), 10_000, "upper bound on the prefetch a subscription may ask for", "N"),
     Option("window", _int(1), 10_000, "ready messages a queue keeps in memory; the rest is paged in from the store", "N"),
     Option("window-bytes", _size, 16 * 1024**2, "bytes of ready messages a queue keeps in memory (with --window, whichever is reached first)", "BYTES"),
     Option("queue-pace-timeout", _seconds(zero=True), 1.0, "seconds a queue whose consumers fall behind (its ready messages fill half its window) may stop reading its producers in one stretch; after that its backlog goes to the store (0 = never pace producers)", "SECONDS"),
+    Option("store-timeout", _seconds(zero=True), 30.0, "seconds a SEND with a receipt waits for an unavailable store (its producer paused meanwhile) before it is answered ERROR, withdrawn and never delivered (0 = at the first failed commit)", "SECONDS"),
     Option("max-unflushed-bytes", _size, 64 * 1024**2, "bytes of messages waiting for the disk before producers are paused (back-pressure)", "BYTES"),
     Option("max-queue-bytes", _optional_size, None, "body bytes any queue may hold unless its declaration says otherwise; past it a SEND gets an ERROR (reject-publish) (default unlimited)", "BYTES"),
+    Option("disk-free-limit", _optional_size, 50 * 1024**2, "free bytes the SQLite store's file system must keep; below it publishers are blocked until space is freed (a resource alarm; 0 = off)", "BYTES"),
+    Option("memory-high-watermark", _watermark, 0.4, "resident memory past which publishers are blocked until it falls (a resource alarm): a fraction of RAM or a size such as 2GiB (0 = off)", "FRACTION|BYTES"),
     Option("max-connections", _optional_positive_int, None, "client connections served at once; more are refused with an ERROR (default: the open-file limit minus a reserve)", "N"),
     Option("ack-timeout", _seconds(zero=True), 0.0, "seconds before an unacked message is redelivered (0 = never); SEND/SUBSCRIBE 'ack-timeout' headers override", "SECONDS"),
     Option("max-redeliveries", _optional_int, None, "redeliveries before a message goes to its dead-letter queue (default unlimited)", "N"),
@@ -210,14 +247,39 @@ OPTIONS: tuple[Option, ...] = (
     Option("tls-cert", str, None, "PEM certificate chain of the TLS listeners (reloaded on SIGHUP or change)", "FILE"),
     Option("tls-key", str, None, "PEM private key of --tls-cert", "FILE"),
     Option("tls-ca", str, None, "PEM CA certificates that client certificates are verified against", "FILE"),
-    Option("tls-verify-client", _flag, False, "require a client certificate signed by --tls-ca (its CN may be the login)", "BOOL"),
+    Option("tls-verify-client", _flag, False, "require a client certificate signed by --tls-ca", "BOOL"),
+    Option("tls-cert-login", _flag, False, "a verified client certificate alone logs its CN in (a CONNECT without passcode); off by default, since a browser presents its certificate to any page that opens a wss:// connection", "BOOL"),
     Option("ws-port", _optional_int, None, "TCP port for STOMP over WebSocket (ws://HOST:PORT/ws)", "PORT"),
     Option("wss-port", _optional_int, None, "TCP port for STOMP over WebSocket on TLS (wss://HOST:PORT/ws; the --tls-* files)", "PORT"),
+    Option("ws-allowed-origins", _origins, (), "web origins (scheme://host[:port]; null; * for any) whose pages may open a WebSocket besides the broker's own origin (Origin host:port = Host header); a browser's handshake from any other origin gets HTTP 403, one without Origin (not a browser) is accepted", "ORIGIN,..."),
     Option("max-subscriptions", _int(1), 1000, "subscriptions one connection may hold at once", "N"),
-    Option("max-connections-per-address", _optional_int, None, "connections one source IP address may hold at once (default unlimited)", "N"),
+    Option("max-connections-per-address", _optional_int, None, "connections one source IP address may hold at once (default unlimited); more are refused at once and do not count against --max-connections", "N"),
+    Option("max-login-bytes", _login_budget, 16 * 1024**2, "bytes all connections not yet CONNECTED may buffer together; each reserves %d (its largest CONNECT frame), and a new connection past the budget is refused at once with an ERROR" % CONNECT_MAX_BYTES, "BYTES"),
     Option("host-names", _names, (), "more names clients use for this server (DNS aliases, a load balancer): a CONNECT host header with one of them is in the default vhost, like localhost, IP addresses and the machine's name", "NAME,..."),
     Option("users-file", str, None, "TOML users file with hashed passwords and permissions (see 'stompmq users'); anonymous access is off", "FILE"),
 )
+
+
+#: ``STOMPMQ_*`` variables that are not broker settings, with what reads them.  Any other
+#: ``STOMPMQ_*`` variable is taken for a misspelt setting and refused (a typo such as
+#: ``STOMPMQ_PORTT`` would otherwise be ignored without a word).
+OTHER_VARIABLES = {
+    "STOMPMQ_ADMIN_URL": "stompmq admin --url",
+    "STOMPMQ_ADMIN_USER": "stompmq admin --user",
+    "STOMPMQ_ADMIN_PASSWORD": "stompmq admin --password",
+    "STOMPMQ_PURE_PYTHON_CODEC": "1: the Python frame codec instead of the C one (read at import)",
+    "STOMPMQ_STORE_URL": "the store alembic migrates when run by hand (alembic.ini)",
+    "STOMPMQ_TEST_POSTGRES_URL": "the test suite: a PostgreSQL server to use instead of starting one",
+    "STOMPMQ_FUZZ_EXAMPLES": "the test suite: examples of the frame codec fuzz tests",
+    "STOMPMQ_CRASH_SEED": "the test suite: replays one run of the kill -9 test",
+    "STOMPMQ_CHAOS_SEED": "the test suite: replays one schedule of the chaos test (scripts/chaos.py)",
+}
+
+
+def _nearest(name: str, names: list[str]) -> str:
+    """`` (did you mean X?)`` for the name closest to a misspelt ``name``, or nothing."""
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
 
 
 @dataclass(frozen=True)
@@ -258,6 +320,10 @@ class Config:
             connect_timeout=self.connect_timeout,
             topic_block_timeout=self.topic_block_timeout,
             max_connections=self.max_connections,
+            disk_path=str(Path(self.store_url[len("sqlite:///"):]).resolve().parent)
+            if self.store_url.startswith("sqlite:///") else None,
+            disk_free_limit=self.disk_free_limit,
+            memory_high_watermark=self.memory_high_watermark,
             http_host=self.http_host,
             http_port=self.http_port or None,
             metrics_top_queues=self.metrics_top_queues,
@@ -267,10 +333,13 @@ class Config:
             tls_key=self.tls_key,
             tls_ca=self.tls_ca,
             tls_verify_client=self.tls_verify_client,
+            tls_cert_login=self.tls_cert_login,
             ws_port=self.ws_port,
             wss_port=self.wss_port,
+            ws_allowed_origins=self.ws_allowed_origins,
             users_file=self.users_file,
             max_connections_per_address=self.max_connections_per_address,
+            max_login_bytes=self.max_login_bytes,
             host_names=self.host_names,
         )
 
@@ -281,6 +350,7 @@ class Config:
             window=self.window,
             window_bytes=self.window_bytes,
             queue_pace_timeout=self.queue_pace_timeout,
+            store_timeout=self.store_timeout,
             ack_timeout=self.ack_timeout,
             max_redeliveries=self.max_redeliveries,
             dlq_prefix=self.dlq_prefix,
@@ -341,9 +411,13 @@ def load_config(argv: list[str] | None = None, environ: Mapping[str, str] | None
             parser.error(f"--config {path}: not valid TOML: {e}")
         file_values = {key.replace("-", "_"): value for key, value in loaded.items()}  # dashes as in flags
     known = {opt.key for opt in OPTIONS}
-    unknown = set(file_values) - known
+    unknown = sorted(set(file_values) - known)
     if unknown:
-        parser.error(f"{path}: unknown settings: {', '.join(sorted(unknown))}")
+        parser.error(f"{path}: unknown setting {unknown[0]}{_nearest(unknown[0], sorted(known))}")
+    variables = [opt.env for opt in OPTIONS]
+    for name in sorted(environ):
+        if name.startswith("STOMPMQ_") and name not in OTHER_VARIABLES and name not in variables:
+            parser.error(f"environment {name}: no such setting{_nearest(name, variables)}")
     values: dict[str, Any] = {}
     for opt in OPTIONS:
         if opt.key in args:

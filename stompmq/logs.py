@@ -3,6 +3,13 @@
 Alembic logs several INFO lines (plugins, DDL mode) every time the broker opens
 its store; only the lines saying that a migration actually runs are worth an
 operator's attention, so the rest are filtered out.
+
+A JSON line carries the client connection it was logged for as fields of its
+own (``conn``, ``peer``, ``login``, ``vhost``), so a log shipper can select one
+client's lines without parsing messages.  The server sets ``CONNECTION`` in each
+connection's task (a context variable: trio copies it into the tasks that
+connection starts), and every record logged there is tagged, whoever logs it.
+Times are ISO 8601 in UTC with the zone written out.
 """
 
 from __future__ import annotations
@@ -10,20 +17,53 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from contextvars import ContextVar
+from datetime import datetime, timezone
+from typing import Any, Protocol
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+class _LoggedSession(Protocol):
+    @property
+    def login(self) -> str | None: ...
+
+
+class LoggedConnection(Protocol):
+    """What a log line says about the connection it was logged for (server/connection.py)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def peer(self) -> str: ...
+    @property
+    def login(self) -> str | None: ...  # the authenticated user (a users file or certificate)
+    @property
+    def vhost(self) -> str: ...
+    @property
+    def session(self) -> _LoggedSession | None: ...  # its login: CONNECT's, checked or not
+
+
+#: The client connection the running task serves, if any.
+CONNECTION: ContextVar[LoggedConnection | None] = ContextVar("stompmq_log_connection", default=None)
 
 
 class JsonFormatter(logging.Formatter):
     """One JSON object per record (``--log-format json``), for log shippers."""
 
     def format(self, record: logging.LogRecord) -> str:
-        entry = {
-            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}",
+        created = datetime.fromtimestamp(record.created, timezone.utc)
+        entry: dict[str, Any] = {
+            "time": created.isoformat(timespec="milliseconds"),
             "level": record.levelname,
             "logger": record.name,
             "message": record.getMessage(),
         }
+        conn = CONNECTION.get()
+        if conn is not None:
+            session = conn.session
+            entry.update(conn=conn.id, peer=conn.peer, login=session.login if session is not None else conn.login,
+                         vhost=conn.vhost)
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return json.dumps(entry)

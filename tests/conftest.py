@@ -1,7 +1,7 @@
 """Shared fixtures: a real broker on a free loopback port, once per store kind.
 
 The behavioural suite runs on every store: memory, sqlite and postgres (a throw-away server
-that tests/postgres_server.py starts once per session; tests on it carry the ``postgres``
+that tests/support/postgres_server.py starts once per session; tests on it carry the ``postgres``
 marker, so ``-m "not postgres"`` skips them where no PostgreSQL can be installed).
 """
 
@@ -19,29 +19,15 @@ from stompmq.server import ServerSettings
 from stompmq.storage.base import Store
 from stompmq.storage.memory import MemoryStore
 
-from .broker_thread import BrokerThread
-from .postgres_server import PostgresServer
+from .support.broker_thread import BrokerThread
+from .support.stores import STORES, make_store_factory, stop_postgres_server
 
-STORES = ["memory", "sqlite", "postgres"]
 # Broker subprocesses run side by side: none takes the default management port.
 os.environ.setdefault("STOMPMQ_HTTP_PORT", "0")
-#: Seconds a dead broker's claims last in tests (the default, 10 s, would only slow them).
-TEST_LEASE = 3.0
-
-_postgres: PostgresServer | None = None
-
-
-def postgres_server() -> PostgresServer:
-    """The session's PostgreSQL server, started on first use (stopped at the session's end)."""
-    global _postgres
-    if _postgres is None:
-        _postgres = PostgresServer().start()
-    return _postgres
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    if _postgres is not None:
-        _postgres.stop()
+    stop_postgres_server()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -49,27 +35,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         callspec = getattr(item, "callspec", None)
         if callspec is not None and callspec.params.get("store_kind") == "postgres":
             item.add_marker(pytest.mark.postgres)
-
-
-def make_store_factory(kind: str, tmp_path: Path) -> Callable[[], Store]:
-    """Stores of one kind on one database: each call opens the same data again (a restart)."""
-    if kind == "memory":
-        return MemoryStore
-    if kind == "postgres":
-        from stompmq.storage.postgres import PostgresStore
-
-        url = postgres_server().new_database()
-
-        def make_postgres() -> Store:
-            return PostgresStore(url, flush_interval=0.01, lease=TEST_LEASE)
-
-        return make_postgres
-    from stompmq.storage.sqlite import SQLiteStore
-
-    def make() -> Store:
-        return SQLiteStore(str(tmp_path / "broker.db"), flush_interval=0.01)
-
-    return make
 
 
 @pytest.fixture(params=STORES)

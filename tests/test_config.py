@@ -24,8 +24,10 @@ def test_flags_beat_environment_beat_file(tmp_path: Path) -> None:
 
 
 def test_settings_reach_the_engine_and_the_server() -> None:
-    config = load_config(["--ack-timeout", "2.5", "--heart-beat", "100,200", "--max-frame-size", "10"], environ={})
-    assert config.broker().ack_timeout == 2.5
+    config = load_config(["--ack-timeout", "2.5", "--heart-beat", "100,200", "--max-frame-size", "10",
+                          "--store-timeout", "0"], environ={})
+    assert config.broker().ack_timeout == 2.5 and config.broker().store_timeout == 0
+    assert load_config([], environ={}).broker().store_timeout == 30
     server = config.server()
     assert server.heart_beat == (100, 200) and server.limits.max_body == 10
 
@@ -78,6 +80,7 @@ def test_bad_file_values_are_usage_errors(tmp_path: Path, capsys: pytest.Capture
     (["--log-level", "LOUD"], {}, None, "--log-level"),
     (["--flush-interval", "0"], {}, None, "--flush-interval"),
     (["--ack-timeout", "-1"], {}, None, "--ack-timeout"),
+    (["--store-timeout", "-1"], {}, None, "--store-timeout"),
     (["--http-port", "70000"], {}, None, "--http-port"),
     ([], {"STOMPMQ_PORT": "abc"}, None, "STOMPMQ_PORT"),
     ([], {"STOMPMQ_WINDOW": "0"}, None, "STOMPMQ_WINDOW"),
@@ -121,3 +124,32 @@ def test_data_dir_is_absolute_and_passwords_are_masked() -> None:
     assert config.store_url == "sqlite:///" + str(Path("relative").resolve() / "stompmq.db")
     pg = load_config(["--store", "postgresql://bob:s3cret@db:5432/mq"], environ={})
     assert pg.store_shown == "postgresql://bob:***@db:5432/mq" and "s3cret" not in str(pg.server())
+
+
+def test_a_misspelt_environment_variable_is_an_error_naming_the_nearest(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        load_config([], environ={"STOMPMQ_PORTT": "1"})
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2
+    assert "STOMPMQ_PORTT" in err and "did you mean STOMPMQ_PORT?" in err
+
+
+def test_variables_of_other_tools_are_allowed() -> None:
+    from stompmq.config import OTHER_VARIABLES
+
+    config = load_config([], environ={**{name: "x" for name in OTHER_VARIABLES}, "STOMPMQ_HTTP_PORT": "0",
+                                      "OTHER_PORTT": "ignored: not ours"})
+    assert config.http_port == 0
+    assert {"STOMPMQ_ADMIN_URL", "STOMPMQ_PURE_PYTHON_CODEC", "STOMPMQ_TEST_POSTGRES_URL"} <= OTHER_VARIABLES.keys()
+
+
+def test_resource_alarm_limits(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    server = load_config(["--data-dir", str(tmp_path)], {}).server()
+    assert (server.disk_path, server.disk_free_limit, server.memory_high_watermark) == (
+        str(tmp_path.resolve()), 50 * 1024**2, 0.4)
+    server = load_config(["--disk-free-limit", "0", "--memory-high-watermark", "2GiB"], {}).server()
+    assert (server.disk_free_limit, server.memory_high_watermark) == (None, 2 * 1024**3)
+    assert load_config(["--store", "memory"], {}).server().disk_path is None
+    with pytest.raises(SystemExit) as exit_info:
+        load_config(["--memory-high-watermark", "1.5"], {})
+    assert exit_info.value.code == 2 and "fraction of RAM" in capsys.readouterr().err

@@ -33,6 +33,9 @@ class BrokerConfig:
     #: Seconds a queue whose consumers fall behind may hold its producers back in one stretch
     #: before its backlog may spill to the store (pacing.py); 0 = never hold them back.
     queue_pace_timeout: float = 1.0
+    #: Seconds a receipted SEND waits for an unavailable store before it may be answered ERROR
+    #: (its message withdrawn); 0 = at the first failed commit (receipts.py).
+    store_timeout: float = 30.0
     #: Seconds before an unacked delivery returns to its queue; 0 = never.
     ack_timeout: float = 0.0
     #: Redeliveries before a message goes to the dead-letter queue; None = unlimited.

@@ -21,13 +21,14 @@ so no queue is skipped however the two sources interleave.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from ..protocol import Frame
-from ..storage.base import QueueCount, Store
+from ..storage.base import QueueCount, Store, StoredMessage
 from .destinations import Kind, parse_destination
 from .dispatch import Dispatcher
 from .errors import ClientError
@@ -114,24 +115,33 @@ class Control:
 
     # -- queues -------------------------------------------------------------------------------
     def _count_msgs(self, name: str, frame: Frame) -> Answer:
+        """Ready and unacked messages of ``name``, never negative: the deliveries in flight here
+        are counted at the instant the store's count is of (``Store.queue_size``), since a count
+        read later would miss the messages sent, delivered or acked meanwhile."""
         dispatcher = self.dispatcher
-        queue = dispatcher.queues.get(name)
-        unacked = len(queue.inflight) if queue is not None else 0
+
+        def unacked_here() -> int:
+            queue = dispatcher.queues.get(name)
+            return len(queue.inflight) if queue is not None else 0
+
         if not dispatcher.store.durable:
-            ready = queue.size if queue is not None else 0
-            return _counts(ready + unacked, unacked)
+            queue = dispatcher.queues.get(name)
+            unacked = unacked_here()
+            return _counts((queue.size if queue is not None else 0) + unacked, unacked)
 
         if dispatcher.store.shared:  # every broker's deliveries in flight count
 
             async def fetch_both(store: Store) -> tuple[int, int]:
-                return await store.count(name), await store.count_unacked(name)
+                total = await store.count(name)
+                # Two reads of a database other brokers write meanwhile: at most what was there.
+                return total, min(total, await store.count_unacked(name))
 
             return Deferred(fetch_both, lambda counts: _counts(*counts))
 
-        def fetch(store: Store) -> Awaitable[int]:
-            return store.count(name)
+        def fetch(store: Store) -> Awaitable[tuple[int, int, int]]:
+            return store.queue_size(name, unacked_here)
 
-        return Deferred(fetch, lambda total: _counts(total, unacked))
+        return Deferred(fetch, lambda counted: _counts(counted[0], counted[2]))
 
     def _count_queue_subscribers(self, name: str, frame: Frame) -> Answer:
         queue = self.dispatcher.queues.get(name)
@@ -181,38 +191,75 @@ class Control:
         return Deferred(listing.fetch, answer)
 
     def list_queues(self, after: str, limit: int) -> Deferred[QueuePage]:
-        """A page of queues named after ``after``; ``answer`` gives a ``QueuePage``."""
+        """A page of queues named after ``after``; ``answer`` gives a ``QueuePage``.
+
+        This broker's own counts (ready in memory, deliveries in flight) are taken at the
+        instant the store's counts are of (``Store.queue_page``'s snapshot): taken when the
+        answer arrives, deliveries made meanwhile of messages the store's count predates made
+        ``ready`` (stored minus in flight) negative under a busy consumer.
+        """
         limit = max(1, min(limit, MAX_PAGE))
-
-        def fetch(store: Store) -> Awaitable[list[QueueCount]]:
-            return store.queue_page(after, limit)
-
-        return Deferred(fetch, lambda store_rows: self._queue_page(after, limit, store_rows))
-
-    def _queue_page(self, after: str, limit: int, store_rows: list[QueueCount]) -> QueuePage:
         dispatcher = self.dispatcher
+
+        def here() -> dict[str, QueueRow]:
+            # Every active queue has counters (Dispatcher.activate), so ``stats`` names them all,
+            # and an active queue on the page is among the ``limit`` first of them.
+            names = heapq.nsmallest(limit, (name for name in dispatcher.stats if name > after))
+            return {name: self._row_here(name) for name in names}
+
+        def fetch(store: Store) -> Awaitable[tuple[list[QueueCount], dict[str, QueueRow]]]:
+            return store.queue_page(after, limit, here)
+
+        return Deferred(fetch, lambda fetched: self._queue_page(limit, *fetched))
+
+    def _row_here(self, name: str) -> QueueRow:
+        """Queue ``name`` as this broker holds it now."""
+        queue = self.dispatcher.queues.get(name)
+        stats = self.dispatcher.stats.get(name)
+        if queue is None:
+            return QueueRow(name, 0, 0, 0, None, stats)
+        oldest = queue.window.peek().timestamp if queue.window.size else None
+        return QueueRow(name, queue.size, len(queue.inflight), queue.nsubs, oldest, stats)
+
+    def _queue_page(self, limit: int, store_rows: list[QueueCount], here: dict[str, QueueRow]) -> QueuePage:
         stored = {row.name: row for row in store_rows}
-        # Every active queue has counters (Dispatcher.activate), so ``stats`` names them all.
-        names = set(heapq.nsmallest(limit, (name for name in dispatcher.stats if name > after))) | stored.keys()
+        names = here.keys() | stored.keys()
         if len(store_rows) == limit:  # the store has more: names past its page come next time
             names = {name for name in names if name <= store_rows[-1].name}
         page = sorted(names)[:limit]
         rows = []
         for name in page:
-            queue = dispatcher.queues.get(name)
+            # A queue only the store lists was not active here when the counts were taken.
+            row = here.get(name) or QueueRow(name, 0, 0, 0, None, self.dispatcher.stats.get(name))
             count = stored.get(name)
-            unacked_here = len(queue.inflight) if queue is not None else 0
             if count is not None:
-                unacked = max(count.unacked, unacked_here)
-                ready, oldest = count.messages - unacked, count.oldest_ms
-            else:
-                unacked = unacked_here
-                ready = queue.size if queue is not None else 0
-                oldest = queue.window.peek().timestamp if queue is not None and queue.window.size else None
-            rows.append(QueueRow(name, ready, unacked, queue.nsubs if queue is not None else 0, oldest,
-                                 dispatcher.stats.get(name)))
+                unacked = max(count.unacked, row.unacked)
+                row = dataclasses.replace(row, ready=count.messages - unacked, unacked=unacked,
+                                          oldest_ms=count.oldest_ms)
+            rows.append(row)
         more = len(page) == limit
         return QueuePage(rows, page[-1] if more else None)
+
+    def peek(self, name: str, count: int) -> Deferred[list[StoredMessage]]:
+        """Up to ``count`` ready messages of queue ``name`` in delivery order, consuming none
+        (what a browsing subscriber would see first); deliveries in flight here are skipped."""
+        dispatcher = self.dispatcher
+
+        def unsettled() -> set[int]:
+            queue = dispatcher.queues.get(name)
+            return set(queue.inflight) if queue is not None else set()
+
+        if not dispatcher.store.durable:  # every message is in memory
+            queue = dispatcher.queues.get(name)
+            held = [] if queue is None else queue.window.messages() + [
+                msg for waiting in (queue.parked or {}).values() for msg in waiting]
+            ready = sorted(held, key=lambda msg: msg.order_key)[:count]
+            return Deferred(lambda store: _ready(ready), lambda rows: rows)
+
+        def fetch(store: Store) -> Awaitable[Sequence[StoredMessage]]:
+            return store.browse(name, None, count + len(unsettled()))
+
+        return Deferred(fetch, lambda rows: [msg for msg in rows if msg.seq not in unsettled()][:count])
 
     def _purge(self, name: str, frame: Frame) -> Answer:
         self.dispatcher.purge(name)
@@ -228,6 +275,9 @@ class Control:
             self.dispatcher.declare(name, None)
         self.dispatcher.purge(name)
         self.router.unbind_everywhere(name)
+        queue = self.dispatcher.queues.get(name)
+        if queue is not None:  # emptied: without consumers it leaves memory, and the listings
+            self.dispatcher.deactivate_if_idle(queue)
         self.dispatcher.forget_stats(name)
         return {}
 
@@ -330,6 +380,11 @@ def _bind_target(frame: Frame) -> str:
     if dest.name.startswith("/"):
         raise ClientError(f"queue names bound to an exchange must not start with '/': {dest.raw!r}")
     return dest.name
+
+
+async def _ready(rows: list[StoredMessage]) -> list[StoredMessage]:
+    """``rows``, as a store read would give them (the memory store's are all at hand)."""
+    return rows
 
 
 def _page_limit(value: str | None) -> int:

@@ -213,7 +213,7 @@ class Delayed:
         self._arm()
 
     def _failed(self, error: StoreError) -> None:
-        log.warning("reading delayed messages failed, retrying: %s", error)
+        log.debug("reading delayed messages failed, retrying: %s", error)  # the store logs its outage
         self.deadlines.arm(PAGE_RETRY_SECONDS, DELAY_PAGE_RETRY)
 
     def retry_page(self) -> None:

@@ -57,6 +57,9 @@ log = logging.getLogger(__name__)
 
 #: Why a message left its queue unconsumed (its ``dead-letter-reason`` if dead-lettered).
 EXPIRED, MAXLEN = "expired", "maxlen"
+#: ``StoredMessage.expires`` of a message withdrawn because its SEND was answered "not stored"
+#: (``Dispatcher.withdraw``): it sorts as long expired, so dispatch sets it aside at the head.
+WITHDRAWN = -1
 
 #: Deadline kinds: an unacked delivery's ack timeout; a failed page read's retry.
 ACK_TIMEOUT = "ack-timeout"
@@ -90,6 +93,7 @@ class Dispatcher:
         self.sweep_at = math.inf  # wall ms the EXPIRY_SWEEP deadline is armed for (inf: none)
         self.sweep_timer: Timer | None = None
         self._expired: list[StoredMessage] = []  # what Queue.dispatch set aside in this pump
+        self.published: StoredMessage | None = None  # the message publish made last (receipts.py)
         self.pacing: set[Queue] = set()  # queues the frame being handled left backed up (pacing.py)
         self.pace_timeouts = 0  # pacing episodes that ended in a spill
 
@@ -178,6 +182,15 @@ class Dispatcher:
                     size.length -= 1
                     size.bytes -= len(msg.body)
 
+    def withdraw(self, msg: StoredMessage) -> bool:
+        """Take back ``msg``, whose SEND is about to be answered "not stored": True if nobody got
+        it (never delivered, not delayed) and the store dropped its insert (certainly not on
+        disk); then it never reaches a subscriber either (dispatch drops it at the queue's head)."""
+        if msg.delivered or msg.redeliveries or msg.deliver_at is not None or not self.store.withdraw(msg):
+            return False
+        msg.expires = WITHDRAWN
+        return True
+
     def dead_letter(self, msg: StoredMessage, reason: str) -> None:
         """Move ``msg`` (already settled) to its queue's dead-letter queue, or drop it.
 
@@ -225,7 +238,10 @@ class Dispatcher:
         expired = self._expired[:]  # discarding may dead-letter: a pump of the DLQ reuses the list
         self._expired.clear()
         for msg in expired:
-            self.discard(msg, EXPIRED, queue.stats)
+            if msg.expires == WITHDRAWN:
+                self.remove(msg)  # never stored, never delivered, not dead-lettered: gone
+            else:
+                self.discard(msg, EXPIRED, queue.stats)
 
     def _drop_head(self, queue: Queue, policy: QueuePolicy) -> None:
         """Drop the oldest ready messages of a ``drop-head`` queue until it is within bounds."""
@@ -311,8 +327,8 @@ class Dispatcher:
                                     f" max-length-bytes {policy.max_length_bytes}, overflow reject-publish)")
                 size.length += 1
                 size.bytes += len(body)
-        msg = StoredMessage(self.next_seq(), queue_name, priority, headers, body, self.wall_ms, ack_timeout, 0,
-                            False, expires, deliver_at)
+        msg = self.published = StoredMessage(self.next_seq(), queue_name, priority, headers, body, self.wall_ms,
+                                             ack_timeout, 0, False, expires, deliver_at)
         if expires is not None and expires + SWEEP_MS < self.sweep_at and self.store.durable:
             self.arm_sweep(max(expires, self.wall_ms) + SWEEP_MS)
         if deliver_at is not None:
@@ -564,7 +580,8 @@ class Dispatcher:
     def _page_failed(self, queue: Queue, error: StoreError) -> None:
         # The window stays "loading" until the retry, so no pump asks again meanwhile: a store
         # that refuses reads (a full disk, until the buffered writes commit) is not hammered.
-        log.warning("paging queue %s failed, retrying: %s", queue.name, error)
+        # The store logs its outage once (storage/outage.py): each retry here is only debug.
+        log.debug("paging queue %s failed, retrying: %s", queue.name, error)
         self.deadlines.arm(PAGE_RETRY_SECONDS, PAGE_RETRY, queue)
 
     def retry_page(self, queue: Queue) -> None:

@@ -46,7 +46,7 @@ from typing import Any, TypeVar
 
 from ..protocol import Frame
 from ..protocol.headers import headers_without
-from ..storage.base import BindingRecord, ExchangeRecord, Recovery, Store, StoreError
+from ..storage.base import BindingRecord, ExchangeRecord, Recovery, Store, StoredMessage, StoreError
 from .acks import Acks, AckRun
 from .browse import BrowseSubscription
 from .config import BrokerConfig
@@ -59,13 +59,13 @@ from .dispatch import ACK_TIMEOUT, EXPIRY_SWEEP, PAGE_RETRY, SWEEP_MS, Dispatche
 from .errors import ClientError
 from .exchanges import Exchange
 from .expiry import ExpirySweep
-from .key_exchanges import BUILT_IN
+from .key_exchanges import BUILT_IN, KeyExchange
 from .policies import QueuePolicy
 from .queue import Queue
 from .reads import Reads, StoreRead
 from .receipts import Headers, Receipts
 from .routing import Router
-from .send_headers import SPECIAL_HEADERS, send_options
+from .send_headers import SPECIAL_HEADERS, send_options, user_headers
 from .session import Outbox, Session
 from .streams import STREAM_FOLLOW_RETRY, STREAM_READ_RETRY, STREAM_RETENTION, Streams, StreamSubscription
 from .stats import QueueStats
@@ -88,8 +88,8 @@ class Broker:
         self.sessions: dict[str, Session] = {}
         self.deadlines = Deadlines()
         self.reads = Reads()
-        self.receipts = Receipts(store)
         self.dispatcher = Dispatcher(store, config, self.deadlines, self.reads)
+        self.receipts = Receipts(store, self.deadlines, self.dispatcher.withdraw, config.store_timeout)
         self.streams = Streams(self.dispatcher, config)
         self.acks = Acks(self.dispatcher, self.streams)
         self.router = Router(self.dispatcher, self.streams)
@@ -130,6 +130,11 @@ class Broker:
         return self.router.exchanges
 
     @property
+    def key_exchanges(self) -> dict[str, KeyExchange]:
+        """The direct, fanout and topic exchanges (the built-in ``amq.*`` ones too)."""
+        return self.router.key_exchanges
+
+    @property
     def topics(self) -> TopicRouter:
         return self.router.topics
 
@@ -159,9 +164,25 @@ class Broker:
         """SENDs to reply queues of this broker that were gone (dropped, as RabbitMQ does)."""
         return self.router.temps.dropped
 
+    def knows_queue(self, name: str) -> bool:
+        """Is queue ``name`` in use here (active, used since start) or declared?  Any other queue
+        exists only while the store holds messages of it (``/control/count-msgs``)."""
+        dispatcher = self.dispatcher
+        return name in dispatcher.stats or name in dispatcher.queues or name in dispatcher.policies
+
     def list_queues(self, after: str, limit: int) -> Deferred[QueuePage]:
         """A page of queues named after ``after``: ``answer(await fetch(store))``."""
         return self.control.list_queues(after, limit)
+
+    def peek(self, queue: str, count: int) -> Deferred[list[StoredMessage]]:
+        """Up to ``count`` ready messages of ``queue``, consuming none: ``answer(await fetch(store))``."""
+        return self.control.peek(queue, count)
+
+    def publish(self, queue: str, headers: dict[str, str], body: bytes) -> None:
+        """Put a message in ``queue`` as a SEND with these headers would (priority, expiry, delay),
+        outside any session; ClientError for a bad header or a full ``reject-publish`` queue."""
+        priority, ack_timeout, expires, deliver_at = send_options(headers, self.dispatcher.wall_ms)
+        self.dispatcher.publish(queue, user_headers(headers), body, priority, ack_timeout, expires, deliver_at)
 
     def administer(self, path: str, headers: dict[str, str] | None = None) -> Headers | Deferred[Headers]:
         """Run the ``/control/PATH`` verb for an administrator, outside any session (ClientError
@@ -304,6 +325,7 @@ class Broker:
         pacing = self.dispatcher.pacing
         if pacing:  # left by a publish outside any client's frame (a timer's): nobody to pace
             pacing.clear()
+        self.dispatcher.published = None
         answer = handler(session, frame)
         if pacing:
             self._paced(session)
@@ -318,7 +340,8 @@ class Broker:
         if isinstance(answer, Deferred):
             self._answer_later(session, receipt, answer)
         elif receipt is not None:
-            self.receipts.send(session, receipt, answer)
+            message = self.dispatcher.published if frame.command == "SEND" else None
+            self.receipts.send(session, receipt, answer, message)
 
     def handle_frames(self, session: Session, frames: list[Frame]) -> None:
         """Apply the frames of one socket read, in order, as ``handle`` would one by one, but in
@@ -338,7 +361,8 @@ class Broker:
             waiting.extend(frames)
             return
         acks, on_send, send_receipt = self.acks, self._on_send, self.receipts.send
-        publish, special, queue_kind = self.dispatcher.publish, SPECIAL_HEADERS, Kind.QUEUE
+        dispatcher = self.dispatcher
+        publish, special, queue_kind = dispatcher.publish, SPECIAL_HEADERS, Kind.QUEUE
         pacing = self.dispatcher.pacing
         if pacing:  # left by a publish outside any client's frame (a timer's): nobody to pace
             pacing.clear()
@@ -365,14 +389,18 @@ class Broker:
                     if dest.kind is queue_kind and special.isdisjoint(headers):
                         # A plain message to a queue (no options, reply-to or transaction): what
                         # _on_send and Router.route would do, without either.
-                        publish(dest.name, headers_without(headers, BROKER_HEADERS), frame.body)  # user_headers
+                        msg: StoredMessage | None = publish(
+                            dest.name, headers_without(headers, BROKER_HEADERS), frame.body  # user_headers
+                        )
                         answer = None
                     else:
+                        dispatcher.published = None
                         answer = on_send(session, frame)
+                        msg = dispatcher.published
                     if answer is None:  # _answer's plain case, spelled out: once per SEND
                         receipt = headers.get("receipt")
                         if receipt is not None:
-                            send_receipt(session, receipt)
+                            send_receipt(session, receipt, None, msg)
                         continue
                     self._answer(session, frame, answer)
                 else:

@@ -77,7 +77,7 @@ class ExpirySweep:
 
     def _failed(self, error: StoreError) -> None:
         self.reading = False
-        log.warning("looking for expired messages failed, retrying: %s", error)
+        log.debug("looking for expired messages failed, retrying: %s", error)  # the store logs its outage
         self.dispatcher.arm_sweep(self.dispatcher.wall_ms + SWEEP_MS)
 
     def _held(self, msg: StoredMessage) -> bool:

@@ -25,7 +25,7 @@ leaves the backlog in its socket, where it costs nothing, and the next SENDs fin
 empty and go straight to their subscriber (``Queue.taker``) instead of through the window.  With
 the thresholds above, a standing backlog of a few thousand messages formed whenever a
 producer's read found the consumer's output still being sent, and three in four messages of
-``scripts/bench.py --scenario queue`` went through the window; paced early, a third do, and
+``python -m benchmarks.load --scenario queue`` went through the window; paced early, a third do, and
 the broker needs about a sixth less CPU per message (docs/decisions/early-pacing.md).  A
 subscriber that acknowledges lacks room while its client works through its prefetch: a task
 queue's producer must be able to post a burst without waiting for the workers, so such a

@@ -6,17 +6,29 @@ releases, per session, every receipt whose ticket has committed, in the order
 the frames arrived.  A ``/control`` answer that must read the store first takes
 its place in the same line with an "unanswered" ticket (``reserve``), so it
 never overtakes an earlier receipt nor lets a later one overtake it; the
-runtime performs the read and ``answer`` fills it in.  When a commit fails, the
-sessions waiting on it get an ERROR instead (through ``Session.fail``).
+runtime performs the read and ``answer`` fills it in.
+
+A failed commit answers nothing: the store keeps its writes and retries them, so a receipt
+waits through a store outage and comes once its writes are on disk (the producer meanwhile
+held back by the store's bounded backlog).  Answering ERROR then would be wrong twice: the
+retry stores the message anyway (a client that resends makes a duplicate), and the ERROR
+closes the connection, leaving every other SEND of it unanswered.  Only a SEND that has
+waited ``store_timeout`` seconds, at a failed attempt, is answered ERROR, and only if its
+message can be withdrawn (``Dispatcher.withdraw``: nobody got it and the store drops its
+buffered insert, certainly not on disk), in the same step as the decision, so an ERROR-ed
+message is never stored nor delivered later.  A message that may be on disk (its commit's
+outcome is unknown) or that a consumer already has keeps its receipt waiting.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 
 from ..protocol import Frame, encode_frame, escape
-from ..storage.base import Store, StoreError
+from ..storage.base import Store, StoredMessage, StoreError
 from .session import PendingReceipt, Session
+from .timers import Deadlines
 
 #: Ticket of a receipt whose answer is still being computed (it waits for everything).
 UNANSWERED = sys.maxsize
@@ -31,25 +43,33 @@ def receipt_frame(receipt_id: str, headers: Headers | None, version: str) -> byt
 
 
 class Receipts:
-    def __init__(self, store: Store) -> None:
+    def __init__(
+        self, store: Store, clock: Deadlines, withdraw: Callable[[StoredMessage], bool], timeout: float
+    ) -> None:
         self.store = store
+        self._clock = clock  # the engine's time (``now``), set by the runtime
+        self._withdraw = withdraw
+        self.timeout = timeout  # --store-timeout
         self._waiting: dict[Session, None] = {}  # sessions with receipts queued
         store.on_commit = self.committed
         store.on_commit_failed = self.failed
 
-    def send(self, session: Session, receipt_id: str, headers: Headers | None = None) -> None:
-        """Answer ``receipt_id`` once everything buffered so far is committed."""
+    def send(
+        self, session: Session, receipt_id: str, headers: Headers | None = None, message: StoredMessage | None = None
+    ) -> None:
+        """Answer ``receipt_id`` once everything buffered so far is committed; ``message`` is
+        the queue message the frame (a SEND) stored, which a store timeout may withdraw."""
         data = receipt_frame(receipt_id, headers, session.version)
         ticket = self.store.sync_ticket()
         if ticket <= self.store.committed and not session.pending_receipts:
             session.outbox.write(data)
         else:
-            session.pending_receipts.append(PendingReceipt(ticket, receipt_id, data))
+            session.pending_receipts.append(PendingReceipt(ticket, receipt_id, data, self._clock.now, message))
             self._waiting[session] = None
 
     def reserve(self, session: Session, receipt_id: str) -> PendingReceipt:
         """Hold ``receipt_id``'s place in line until ``answer`` gives its headers."""
-        entry = PendingReceipt(UNANSWERED, receipt_id, b"")
+        entry = PendingReceipt(UNANSWERED, receipt_id, b"", self._clock.now)
         session.pending_receipts.append(entry)
         self._waiting[session] = None
         return entry
@@ -71,13 +91,22 @@ class Receipts:
                 del self._waiting[session]
 
     def failed(self, ticket: int, error: StoreError) -> None:
+        """A commit attempt failed (its writes wait for the next): answer ERROR to each session's
+        first SEND that waited ``timeout`` and whose message could be withdrawn."""
+        overdue = self._clock.now - self.timeout
         for session in list(self._waiting):
-            pending = session.pending_receipts
-            if pending and pending[0].ticket <= ticket:
-                receipt_id = pending[0].receipt_id
-                del self._waiting[session]
-                pending.clear()
-                session.fail(f"could not store: {error}", receipt_id)
+            for entry in session.pending_receipts:
+                if entry.since > overdue:
+                    break  # receipts queue in time order
+                msg = entry.message
+                if msg is not None and self._withdraw(msg):
+                    del self._waiting[session]
+                    session.pending_receipts.clear()
+                    session.fail(
+                        f"could not store: {error} (waited {self.timeout:g} s); the message was"
+                        " not stored and will not be delivered", entry.receipt_id,
+                    )
+                    break
 
     def forget(self, session: Session) -> None:
         session.pending_receipts.clear()

@@ -53,14 +53,19 @@ def _nothing() -> None:
 
 
 class PendingReceipt:
-    """A RECEIPT waiting for the store to commit ``ticket`` (or, unanswered, for a read)."""
+    """A RECEIPT waiting for the store to commit ``ticket`` (or, unanswered, for a read), since
+    ``since`` (the engine's time); ``message`` is the queue message its SEND stored, if any."""
 
-    __slots__ = ("ticket", "receipt_id", "data")
+    __slots__ = ("ticket", "receipt_id", "data", "since", "message")
 
-    def __init__(self, ticket: int, receipt_id: str | None, data: bytes) -> None:
+    def __init__(
+        self, ticket: int, receipt_id: str | None, data: bytes, since: float, message: StoredMessage | None = None
+    ) -> None:
         self.ticket = ticket
         self.receipt_id = receipt_id
         self.data = data
+        self.since = since
+        self.message = message
 
 
 class Session:

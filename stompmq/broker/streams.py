@@ -387,7 +387,7 @@ class Streams:
                 self.pump(sub)
 
         def failed(error: StoreError) -> None:
-            log.warning("reading stream %s failed, retrying: %s", name, error)
+            log.debug("reading stream %s failed, retrying: %s", name, error)  # the store logs its outage
             self.deadlines.arm(READ_RETRY_SECONDS, STREAM_FOLLOW_RETRY, stream)
 
         self.reads.submit(StoreRead(fetch, done, failed))
@@ -554,7 +554,7 @@ class Streams:
             self.pump(sub)
 
     def _read_failed(self, sub: StreamSubscription, error: StoreError) -> None:
-        log.warning("reading stream %s failed, retrying: %s", sub.stream.name, error)
+        log.debug("reading stream %s failed, retrying: %s", sub.stream.name, error)  # the store logs its outage
         self.deadlines.arm(READ_RETRY_SECONDS, STREAM_READ_RETRY, sub)
 
     def retry_read(self, sub: StreamSubscription) -> None:

@@ -101,9 +101,10 @@ static int checked_escapes(PyObject *version) {
 
 /* ---- parsing ---------------------------------------------------------------------------- */
 
-/* Unescape s[0:len] into out (at most len bytes) for `escapes`; -1 on an escape sequence the
- * version does not define, including a trailing lone backslash (Python reports those). */
-static Py_ssize_t unescape(const char *s, Py_ssize_t len, char *out, int escapes) {
+/* Unescape s[0:len] into out (at most len bytes); -1 on an escape sequence left to Python: a CR
+ * (refused in SEND headers; undefined before 1.2), one no version defines, a trailing lone
+ * backslash. */
+static Py_ssize_t unescape(const char *s, Py_ssize_t len, char *out) {
     Py_ssize_t o = 0;
     for (Py_ssize_t i = 0; i < len; i++) {
         char c = s[i];
@@ -113,10 +114,6 @@ static Py_ssize_t unescape(const char *s, Py_ssize_t len, char *out, int escapes
             case 'n': c = '\n'; break;
             case 'c': c = ':'; break;
             case '\\': c = '\\'; break;
-            case 'r':
-                if (escapes < 2) return -1;
-                c = '\r';
-                break;
             default: return -1;
             }
         }
@@ -170,15 +167,16 @@ static int header_lines(Scan *s, Py_ssize_t start, Py_ssize_t end, int ascii, in
         Py_ssize_t stop = lf != NULL ? lf - b : end;
         Py_ssize_t next = stop + 1;
         if (stop > line && b[stop - 1] == '\r') stop--; /* the CR of a CRLF line end */
+        if (memchr(b + line, '\r', (size_t)(stop - line)) != NULL) return DEFER; /* as an escaped CR */
         const char *colon = memchr(b + line, ':', (size_t)(stop - line));
         if (colon == NULL) return DEFER;
         const char *name = b + line, *value = colon + 1;
         Py_ssize_t name_len = colon - name, value_len = b + stop - value;
         if (unescaping) {
             char *out = s->scratch;
-            name_len = unescape(name, name_len, out, s->escapes);
+            name_len = unescape(name, name_len, out);
             if (name_len < 0) return DEFER;
-            value_len = unescape(value, value_len, out + name_len, s->escapes);
+            value_len = unescape(value, value_len, out + name_len);
             if (value_len < 0) return DEFER;
             name = out;
             value = out + name_len;

@@ -29,7 +29,8 @@ escaped.  Where a header cannot be expressed without escaping (a newline in
 any name or value, or a colon in a name) encoding raises LocalProtocolError
 rather than emit bytes that would split into forged headers on the wire.
 A CR at the end of a value cannot survive 1.0/1.1 (the receiver reads it as
-part of the CRLF line end); it is sent as is.
+part of the CRLF line end); it is sent as is.  No message carries one: the parser
+refuses a SEND with a CR in its headers.
 """
 
 from __future__ import annotations

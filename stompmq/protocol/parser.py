@@ -56,6 +56,14 @@ below then goes on from there exactly as it would have on its own, so this
 file stays the reference: every error and every partial-feed state comes from
 it, and tests/protocol runs and fuzzes both.
 
+A SEND whose headers hold a carriage return (raw inside a line, or from 1.2's ``\\r``
+escape) is refused: its message may go to STOMP 1.0 and 1.1 subscribers, which
+cannot receive a CR in a header (1.1 has no escape for it; a receiver takes a CR at
+a value's end for part of the line end and some split lines at a lone CR), and
+altering the header in transit would be worse.  Frames of other commands keep
+theirs: what they carry goes back to the same client only.  The native path
+leaves every header block with such a CR to the code below.
+
 Any violation raises ``ProtocolError``; the parser then stays broken (every
 later ``feed`` raises the same error) because the connection is about to be
 closed and the stream position is no longer trustworthy.  Frames completed
@@ -164,6 +172,15 @@ def _unescaped_headers(lines: list[str], table: dict[str, str]) -> dict[str, str
         if name not in headers:
             headers[name] = value
     return headers
+
+
+def _refuse_cr(headers: dict[str, str]) -> None:
+    """Refuse a SEND whose headers hold a CR (see the module docstring)."""
+    for name, value in headers.items():
+        if "\r" in name or "\r" in value:
+            raise ProtocolError(
+                f"SEND header {_quote(name)} holds a carriage return, which STOMP 1.0 and 1.1 subscribers "
+                "cannot receive", headers.get("receipt"))
 
 
 def _short_ack(buf: bytearray, pos: int, max_header_bytes: int, max_headers: int) -> tuple[Frame, int] | None:
@@ -352,6 +369,9 @@ class FrameParser:
                     text = text.replace("\r\n", "\n")
                     if text[-1:] == "\r":
                         text = text[:-1]  # the last header line's CR belongs to its EOL
+                    raw_cr = "\r" in text
+                else:
+                    raw_cr = False
                 if end + 1 - pos > max_header_bytes:
                     raise ProtocolError(f"frame header block exceeds {max_header_bytes} bytes")
                 if "\0" in text:
@@ -368,6 +388,7 @@ class FrameParser:
                         raise ProtocolError(f"frame has more than {max_headers} headers")
                     if table is not None and "\\" in rest and command not in _UNESCAPED_COMMANDS:
                         headers = _unescaped_headers(lines, table)
+                        raw_cr = raw_cr or "\\r" in rest  # maybe a CR escape: checked below
                     else:
                         for line in lines:
                             name, colon, value = line.partition(":")
@@ -377,6 +398,8 @@ class FrameParser:
                                 )
                             if name not in headers:
                                 headers[name] = value
+                    if raw_cr and command == "SEND":
+                        _refuse_cr(headers)
                     length = headers.get("content-length")
                     if length is None:
                         body_len = -1

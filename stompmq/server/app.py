@@ -20,7 +20,7 @@ collector still runs every 700 net allocations of containers and, while a
 backlog builds, keeps re-traversing the messages buffered for the store and
 held in ready windows as they age through its generations: with the default
 thresholds it took ~30 % of the broker's CPU with a queue backlog on disk and
-~12 % with none (measured with ``scripts/bench_engine.py``).  Startup objects are
+~12 % with none (measured with ``benchmarks/engine.py``).  Startup objects are
 frozen out of the collector's sight and the first generation is collected
 every ``GC_THRESHOLDS[0]`` allocations instead.
 """
@@ -41,13 +41,15 @@ import trio
 from .. import __version__
 from ..broker import Broker
 from ..broker.hashring import NATIVE
+from ..logs import CONNECTION
 from ..protocol import native as native_codec
+from .alarms import ResourceAlarms
 from .connection import Connection, refuse
 from .heartbeats import HeartBeats
 from .http import bind_socket, serve_http
 from .listeners import listener_port, open_secure_listeners
 from .runtime import Runtime
-from .security import Security
+from .security import Security, peer_address
 from .settings import ServerSettings
 from .vhosts import machine_names
 
@@ -136,7 +138,8 @@ async def serve(
     limit = max_connections(settings, open_files)
     log.info("open-file limit %d; serving at most %d connections", open_files, limit)
     machine_names(settings.host_names)  # looked up once, now: getfqdn may ask DNS, which must not stall a CONNECT
-    runtime = Runtime(broker)
+    alarms = ResourceAlarms(settings.disk_path, settings.disk_free_limit, settings.memory_high_watermark)
+    runtime = Runtime(broker, alarms)
     await runtime.open()
     try:
         async with trio.open_nursery() as nursery:
@@ -160,13 +163,20 @@ async def serve(
                 if refused:
                     log.warning("accepting connections again after refusing %d", refused)
                     refused = 0
+                admission = security.admit(peer_address(stream))
+                if isinstance(admission, str):  # refused before it is served: not counted above
+                    log.info("refusing a connection from %s: %s", peer_address(stream), admission)
+                    await refuse(stream, admission)
+                    return
                 active += 1
-                connection = Connection(stream, runtime, settings, security, heart_beats=heart_beats)
+                connection = Connection(stream, runtime, settings, security, admission, heart_beats=heart_beats)
+                CONNECTION.set(connection)  # this task's log lines name it (logs.py)
                 open_connections[connection.id] = connection
                 try:
                     await connection.run()
                 finally:
                     active -= 1
+                    admission.close()
                     del open_connections[connection.id]
 
             async with trio.open_nursery() as connections:

@@ -1,4 +1,4 @@
-"""Users, hashed passwords, per-vhost permissions and failed-login throttling (RabbitMQ's model).
+"""Users, hashed passwords and per-vhost permissions (RabbitMQ's model).
 
 Pure: no trio, no sockets, no clock (time is passed in), so every decision here
 is unit-tested without a broker.
@@ -26,10 +26,7 @@ is unit-tested without a broker.
   being bound).
 * **Connections per address** are counted (``AddressCounter``) against
   ``--max-connections-per-address``.
-* **Throttling**: after a failed login, the next attempt from the same source
-  address waits until ``THROTTLE_SECONDS`` after that failure, so a guesser gets
-  about one try per second per address while nobody else waits at all.  The
-  table is bounded (``MAX_THROTTLED`` addresses, stale entries swept first).
+* Failed logins are throttled per (address, login) in ``logins.py``.
 """
 
 from __future__ import annotations
@@ -53,10 +50,6 @@ from ..broker.subscriptions import durable_queue
 SCRYPT_N, SCRYPT_R, SCRYPT_P = 2**14, 8, 1
 DEFAULT_VHOST = "/"
 KNOWN_TAGS = frozenset({"administrator", "monitoring"})
-#: Seconds a source address waits after a failed login before it may try again.
-THROTTLE_SECONDS = 1.0
-#: Source addresses remembered by the throttle (bounded memory under a distributed guess).
-MAX_THROTTLED = 100_000
 #: ``/control`` verbs that change the broker (``configure``); every other verb only reads.
 CONFIGURE_VERBS = frozenset({"purge", "delete", "declare", "bind", "unbind"})
 
@@ -231,50 +224,6 @@ def required_permissions(
         except ClientError:
             pass  # the engine reports the bad queue header
     return needs
-
-
-@dataclass(slots=True)
-class LoginThrottle:
-    """When each source address may next try to log in (see the module docstring)."""
-
-    seconds: float = THROTTLE_SECONDS
-    capacity: int = MAX_THROTTLED
-    _next_try: dict[str, float] = field(default_factory=dict)
-
-    def reserve(self, address: str, now: float) -> float:
-        """Seconds this login attempt from ``address`` must wait before it is checked (0 for most).
-
-        An address under penalty gets the next free slot, so concurrent guesses queue one
-        per ``seconds`` instead of all passing at once.
-        """
-        table = self._next_try
-        at = table.get(address)
-        if at is None or at <= now:
-            return 0.0
-        table[address] = at + self.seconds
-        return at - now
-
-    def failed(self, address: str, now: float) -> None:
-        table = self._next_try
-        if len(table) >= self.capacity and address not in table:
-            self._sweep(now)
-        table[address] = max(table.get(address, 0.0), now + self.seconds)
-
-    def succeeded(self, address: str) -> None:
-        self._next_try.pop(address, None)
-
-    def _sweep(self, now: float) -> None:
-        """Forget expired addresses; if all are live, forget the oldest half (a flood of addresses)."""
-        table = self._next_try
-        for address in [a for a, at in table.items() if at <= now]:
-            del table[address]
-        if len(table) >= self.capacity:
-            for address in list(table)[: len(table) // 2]:
-                del table[address]
-
-    def __len__(self) -> int:
-        return len(self._next_try)
-
 
 
 @dataclass(slots=True)

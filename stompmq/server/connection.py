@@ -20,10 +20,14 @@ heart-beat timer (``server/heartbeats.py``, one task for every connection):
 A STOMP error anywhere (``ProtocolError`` from the parser, ``ClientError``
 from the broker) queues an ERROR frame, lets the writer flush it, half-closes
 the socket and lingers briefly so the peer reads the ERROR before the close.
-When the broker has users (``Security.users``), CONNECT is checked off the
-event loop: the login waits out its source address's failed-login penalty,
-then the scrypt hash runs in a worker thread (50 ms of CPU must not stall
-every other connection); frames after CONNECT in the same read wait for it.
+Until CONNECTED a connection may send ``CONNECT_MAX_BYTES`` in all (its reads are
+cut to what is left), and it must be CONNECTED within ``--connect-timeout``; the
+admission it was served under (``Security.admit``) holds that much of the login
+budget until then.  When the broker has users (``Security.users``), CONNECT's
+password is checked off the event loop (``Security.check_password``): refused at
+once while its (address, login) backs off after failures; frames after CONNECT in
+the same read wait for it.  A client certificate alone logs in only with
+``--tls-cert-login``.
 CONNECT's ``host`` header picks the vhost (``server/vhosts.py``) and with it the
 engine the session lives in; an unknown vhost, or one the user has no
 permissions on, is an ERROR.  SEND and SUBSCRIBE are then checked against the
@@ -38,7 +42,9 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import ssl
 import time
+from collections.abc import Awaitable, Callable
 from typing import NoReturn, cast
 
 import trio
@@ -59,8 +65,9 @@ from ..storage.base import DEFAULT_VHOST, vhost_name_error
 from .auth import Permission, User, required_permissions
 from .heartbeats import HeartBeats
 from .outbox import SOFT_LIMIT, ConnectionOutbox
+from .logins import CONNECT_MAX_BYTES
 from .runtime import Runtime
-from .security import Security, certificate_login, peer_address
+from .security import Admission, LoginThrottled, Security, certificate_login, peer_address
 from .settings import ServerSettings
 from .vhosts import machine_names, vhost_for_host
 
@@ -75,6 +82,8 @@ DISCONNECT_WAIT_SECONDS = 30.0
 #: Heart-beats go out at this fraction of the negotiated interval: the timer's and the writer's
 #: latency must not stretch a gap past the interval ("at least every n ms"; stomp.py checks).
 BEAT_EARLY = 0.9
+#: Destinations of management verbs: a resource alarm holds no SEND to them (server/alarms.py).
+CONTROL = "/control/"
 #: The /control verb that declares a vhost: the server's, not an engine's (engines live in vhosts).
 DECLARE_VHOST = "/control/declare/vhost/"
 #: Commands the broker handles after CONNECT (anything else is an unknown command).
@@ -123,17 +132,18 @@ class Connection:
         runtime: Runtime,
         settings: ServerSettings,
         security: Security | None = None,
+        admission: Admission | None = None,
         *,
         heart_beats: HeartBeats,
     ) -> None:
         self.stream = stream
         self.security = security
+        self.admission = admission
         self.address = peer_address(stream)  # the IP address: the key of the per-address limits
         #: The user when the broker has users; None = everything allowed.
         self.user: User | None = None
         self.login: str | None = None
         self.vhost = DEFAULT_VHOST  # chosen at CONNECT
-        self._admitted = False  # counted against the per-address connection limit
         self.runtime = runtime
         self.broker = runtime.broker
         self.settings = settings
@@ -146,6 +156,7 @@ class Connection:
         self.last_send = self.last_recv
         self.send_every = 0.0  # seconds between our heart-beats, 0 = none
         self.expect_every = 0.0  # seconds the peer may stay silent, 0 = forever
+        self.held = False  # the reader waits (the store, an alarm): the peer's heart-beats are not read
         self._errored = False
         self._broken = False  # the socket failed: nothing more can be sent
         self._read_scope = trio.CancelScope()
@@ -166,8 +177,11 @@ class Connection:
                         await self._reader()
                     except _Close:
                         pass
-                    except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    except (trio.BrokenResourceError, trio.ClosedResourceError) as e:
                         self._broken = True
+                        if self.bytes_in == 0 and isinstance(e.__cause__, ssl.SSLError):
+                            log.info("connection %s from %s: TLS handshake failed: %s", self.id, self.peer,
+                                     e.__cause__.reason or e.__cause__)
                 if not self._broken:
                     await self._finish()
                 nursery.cancel_scope.cancel()
@@ -176,9 +190,6 @@ class Connection:
         finally:
             self.beat_token = None  # the timer forgets this connection
             self.outbox.close()
-            if self._admitted:
-                assert self.security is not None
-                self.security.connections.release(self.address)
             if self.session is not None:
                 try:
                     self.runtime.tick()
@@ -196,15 +207,18 @@ class Connection:
     # -- reading ----------------------------------------------------------------
     async def _reader(self) -> None:
         stream, parser, outbox, store, runtime = self.stream, self.parser, self.outbox, self.broker.store, self.runtime
-        if self.security is not None:
-            self._admitted = self.security.connections.admit(self.address)
-            if not self._admitted:
-                self._error(f"too many connections from {self.address}")
         while True:
             if outbox.size >= outbox.hard_limit:
                 await outbox.wait_below_hard_limit()
-            await store.wait_for_room()  # producers wait while the disk is behind (memory bound)
-            data = await stream.receive_some(RECEIVE_BYTES)
+            if store.full():  # producers wait while the disk is behind (memory bound)
+                await self._hold(store.wait_for_room)  # an outage may outlast the heart-beat grace
+            if self.session is None:  # not logged in: a CONNECT frame's worth, no more
+                room = CONNECT_MAX_BYTES - self.bytes_in
+                if room <= 0:
+                    self._error(f"CONNECT frame exceeds {CONNECT_MAX_BYTES} bytes")
+                data = await stream.receive_some(min(room, RECEIVE_BYTES))
+            else:
+                data = await stream.receive_some(RECEIVE_BYTES)
             if not data:
                 return
             self.last_recv = trio.current_time()
@@ -221,6 +235,12 @@ class Connection:
             run: list[Frame] = []  # session frames for the broker, in one call
             for frame in frames:
                 command = frame.command
+                if command == "SEND" and runtime.alarms.active and self.session is not None and not \
+                        frame.headers.get("destination", "").startswith(CONTROL):  # a purge frees space
+                    if run:
+                        self._on_run(run)
+                        run = []
+                    await self._wait_for_alarms()
                 if command in SESSION_COMMANDS and self.session is not None:
                     # Those the server answers itself, or refuses, end the run (_on_frame).
                     if not (command == "SEND" and frame.headers.get("destination", "").startswith(DECLARE_VHOST)
@@ -255,6 +275,23 @@ class Connection:
         handled = trio.Event()
         session.ungated = handled.set
         await handled.wait()
+        if self._errored:
+            raise _Close
+
+    async def _wait_for_alarms(self) -> None:
+        """A resource alarm is set (server/alarms.py): hand the broker no SEND until every alarm
+        has cleared."""
+        await self._hold(self.runtime.alarms.wait_cleared)
+
+    async def _hold(self, wait: Callable[[], Awaitable[None]]) -> None:
+        """Read nothing from the peer until ``wait`` returns: meanwhile the client is held, not
+        silent (its heart-beats wait unread), and the time it was not read is not silence."""
+        self.held = True
+        try:
+            await wait()
+        finally:
+            self.held = False
+        self.last_recv = trio.current_time()
         if self._errored:
             raise _Close
 
@@ -361,6 +398,8 @@ class Connection:
             self.id, version, self.outbox, self.login or headers.get("login"), headers.get("client-id")
         )
         self._heart_beats.watch(self, trio.current_time())  # heart-beats start now
+        if self.admission is not None:
+            self.admission.logged_in()
         self.outbox.on_drain = lambda: self._resume(session)
         session.fail = self.fail
         connected = {
@@ -406,9 +445,11 @@ class Connection:
             self.broker.receipt(session, receipt)  # after the commit that stores the vhost
 
     async def _authenticate(self, frame: Frame) -> None:
-        """Check CONNECT's credentials (or the client certificate's CN) against the users.
+        """Check CONNECT's credentials (or, with --tls-cert-login, the client certificate's CN)
+        against the users.
 
-        Without users, a verified client certificate's CN is still the session's login.
+        Without users, a verified client certificate's CN is still the session's login (a name
+        for logs and the management API: without users everybody may do everything anyway).
         """
         security = self.security
         cert_login = certificate_login(self.stream)
@@ -417,21 +458,19 @@ class Connection:
             return
         headers = frame.headers
         login, passcode = headers.get("login"), headers.get("passcode")
-        user = None
-        if cert_login is not None and login in (None, cert_login) and passcode is None:
+        if (self.settings.tls_cert_login and cert_login is not None and login in (None, cert_login)
+                and passcode is None):
             user = security.users.users.get(cert_login)  # the certificate authenticated it
         else:
-            wait = security.throttle.reserve(self.address, trio.current_time())
-            if wait:
-                await trio.sleep(wait)
-            user = await trio.to_thread.run_sync(security.authenticate, login, passcode)
-        now = trio.current_time()
+            try:
+                user = await security.check_password(self.address, login, passcode)
+            except LoginThrottled as e:
+                log.warning("connection %s: login %r from %s refused: %s", self.id, login, self.peer, e.message)
+                self._error(e.message, headers.get("receipt"))
         if user is None:
-            security.throttle.failed(self.address, now)
             log.warning("connection %s: failed login %r from %s", self.id, login, self.peer)
             # Never say whether the user or the passcode was wrong.
             self._error("bad login or passcode", headers.get("receipt"))
-        security.throttle.succeeded(self.address)
         self.login = user.name
         self.user = user
 
@@ -482,7 +521,7 @@ class Connection:
         headers["content-type"] = "text/plain"
         self.outbox.write(encode_frame(Frame("ERROR", headers, message.encode()), self.version))
         self._errored = True
-        log.info("connection %s: ERROR %s", self.id, message)
+        log.info("connection %s from %s: ERROR %s", self.id, self.peer, message)
         # The session ends with the ERROR, not after the linger: requeue what it holds at once
         # and deliver nothing more to a connection that will never ACK it.
         if self.session is not None and not self.session.closed:
@@ -564,6 +603,8 @@ class Connection:
                 after = now + self.send_every * BEAT_EARLY
         if self.expect_every:
             grace = self.expect_every * self.settings.heart_beat_grace
+            if self.held:  # its heart-beats wait unread (_hold): look again a grace later
+                return min(after, now + grace)
             if now - self.last_recv >= grace:
                 log.info("connection %s: no heart-beat for %.1f s, closing", self.id, now - self.last_recv)
                 self.fail("heart-beat timeout", None)

@@ -20,20 +20,27 @@ way, two guards keep a web page the operator happens to visit from driving it: a
 without a CORS preflight this server never grants), and on a loopback address
 only loopback host names are accepted (no DNS rebinding).
 
-Every queue, exchange and topic route takes ``?vhost=NAME`` (default ``/``; an unknown
-vhost is a 404) and works on that vhost's engine; ``/api/vhosts`` lists and declares vhosts.
+A queue is a resource at ``/api/queues/{vhost}/{name}`` (each one percent-encoded path
+segment; ``queue_target``), with ``/purge``, ``/consumers``, ``/messages`` (a peek) and
+``/publish`` under it; anything unknown (a vhost, a queue, an action) is a 404 with a
+reason, never an empty success.  The exchange and topic routes and the queue list take
+``?vhost=NAME`` (default ``/``); ``/api/vhosts`` lists and declares vhosts.
 
 Rates are derived here, not counted in the engine: ``Rates`` samples the
 engine's plain counters every ``SAMPLE_SECONDS`` and a rate is the change
-since the older of the last two samples (a 5-10 s window).
+since the older of the last two samples (a 5-10 s window).  Each sample also adds a point
+to the last hour's history the dashboard charts (``server/history.py``, ``/api/history``).
 """
 
 from __future__ import annotations
 
+import base64
 import logging
 import os
+import re
 import socket
 import time
+import urllib.parse
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -54,9 +61,11 @@ from starlette.staticfiles import StaticFiles
 from .. import __version__
 from ..broker import Broker, ClientError
 from ..broker.control import MAX_PAGE, Deferred
+from ..broker.exchanges import EXCHANGE_TYPE, ROUTING_KEY_HEADER
 from ..protocol import native as native_codec
-from ..storage.base import DEFAULT_VHOST, StoreError, vhost_name_error
+from ..storage.base import DEFAULT_VHOST, StoredMessage, StoreError, vhost_name_error
 from .connection import Connection
+from .history import Counters, Point, QueueKey, RateHistory
 from .http_auth import BasicAuth
 from .metrics import StoreMetrics, metrics_route
 from .runtime import Runtime
@@ -75,8 +84,6 @@ DASHBOARD = Path(__file__).parent / "dashboard"
 #: Host names a loopback-bound API answers to.
 LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
 
-Counters = tuple[int, int, int]  # published, delivered, acked
-QueueKey = tuple[str, str]  # (vhost, queue)
 
 
 class _JsonMutationsOnly(BaseHTTPMiddleware):
@@ -90,12 +97,17 @@ class _JsonMutationsOnly(BaseHTTPMiddleware):
 
 
 class Rates:
-    """Messages per second from samples of the engines' counters (every vhost's)."""
+    """Messages per second from samples of the engines' counters (every vhost's), and bytes and
+    frames per second of the open connections."""
 
-    def __init__(self, engines: dict[str, Broker]) -> None:
+    def __init__(self, engines: dict[str, Broker], connections: dict[str, Connection]) -> None:
         self.engines = engines
+        self.connections = connections
         self._older: tuple[float, dict[QueueKey, Counters]] = (time.monotonic(), {})
         self._newer = self._older
+        self.history = RateHistory()
+        self._older_connections: dict[str, Counters] = {}
+        self._newer_connections: dict[str, Counters] = {}
 
     def sample(self) -> None:
         counters = {
@@ -103,7 +115,23 @@ class Rates:
             for vhost, engine in self.engines.items()
             for name, s in engine.queue_stats.items()
         }
-        self._older, self._newer = self._newer, (time.monotonic(), counters)
+        previous = self._newer
+        self._older, self._newer = previous, (time.monotonic(), counters)
+        self.history.record(time.time(), self._newer[0] - previous[0], previous[1], counters)
+        self._older_connections, self._newer_connections = self._newer_connections, {
+            conn.id: (conn.bytes_in, conn.bytes_out, conn.frames_in) for conn in self.connections.values()}
+
+    def of_connection(self, conn: Connection) -> dict[str, float]:
+        """Bytes in and out and frames in per second (since the connection opened, while it is
+        younger than the samples)."""
+        then = self._older[0]
+        before = self._older_connections.get(conn.id)
+        if before is None:
+            before, then = (0, 0, 0), time.monotonic() - (time.time() - conn.since)
+        elapsed = max(time.monotonic() - then, 1e-3)
+        now = (conn.bytes_in, conn.bytes_out, conn.frames_in)
+        keys = ("bytes_in", "bytes_out", "frames_in")
+        return {k: round(max(0, n - b) / elapsed, 1) for k, n, b in zip(keys, now, before)}
 
     def of(self, vhost: str, name: str) -> dict[str, float]:
         engine = self.engines.get(vhost)
@@ -133,19 +161,57 @@ def _per_second(now: Counters, before: Counters, elapsed: float) -> dict[str, fl
 
 
 def _page_args(request: Request) -> tuple[str, int]:
-    after = request.query_params.get("after", "")
+    return request.query_params.get("after", ""), _count_param(request, "limit", DEFAULT_PAGE, MAX_PAGE)
+
+
+def _count_param(request: Request, name: str, default: int, most: int) -> int:
+    """Query parameter ``name``: a number from 1 to ``most`` (400 otherwise), ``default`` if absent."""
     try:
-        limit = int(request.query_params.get("limit", DEFAULT_PAGE))
+        value = int(request.query_params.get(name, default))
     except ValueError:
-        raise HTTPException(400, "limit must be a number") from None
-    if not 1 <= limit <= MAX_PAGE:
-        raise HTTPException(400, f"limit must be 1-{MAX_PAGE}")
-    return after, limit
+        raise HTTPException(400, f"{name} must be a number") from None
+    if not 1 <= value <= most:
+        raise HTTPException(400, f"{name} must be 1-{most}")
+    return value
 
 
 def _queue_name(name: str) -> str:
-    """``orders`` and ``/queue/orders`` name the same queue."""
+    """``orders`` and ``/queue/orders`` name the same queue (in a binding)."""
     return name.removeprefix("/queue/")
+
+
+QueueHandler = Callable[[Broker, str, str, tuple[int, int], Request], Awaitable[Response]]
+#: Messages a peek shows when the client does not say, and at most.
+DEFAULT_PEEK, MAX_PEEK = 10, 100
+#: What no header name or value may hold (a frame's line structure), nor ':' in a name.
+_BAD_HEADER = re.compile("[\r\n\0]")
+
+
+def queue_target(request: Request, actions: set[str]) -> tuple[str, str, str | None]:
+    """(vhost, queue, action) of ``/api/queues/VHOST/NAME[/ACTION]``, from the raw path.
+
+    Each of VHOST and NAME is one percent-encoded path segment (``/`` is ``%2F``), so a name
+    holding ``/`` is never read as a route: the decoded path cannot tell them apart, hence the
+    raw one.  ``/api/queues/NAME`` (one segment) is a shortcut for the queue in the vhost of
+    ``?vhost=`` (default ``/``); with two or more segments ``?vhost=`` would be a second
+    answer to the same question, and is refused.
+    """
+    raw = request.scope.get("raw_path") or request.url.path.encode()
+    prefix = b"/api/queues/"
+    try:
+        segments = [urllib.parse.unquote(part.decode("ascii"), errors="strict")
+                    for part in raw[len(prefix):].split(b"/")] if raw.startswith(prefix) else []
+    except UnicodeDecodeError:
+        raise HTTPException(400, "a queue path must be percent-encoded UTF-8") from None
+    query_vhost = request.query_params.get("vhost")
+    if len(segments) == 1 and segments[0]:
+        return query_vhost if query_vhost is not None else DEFAULT_VHOST, segments[0], None
+    if query_vhost is not None:
+        raise HTTPException(400, "give the vhost in the path (/api/queues/VHOST/NAME) or ?vhost=, not both")
+    if len(segments) in (2, 3) and all(segments) and (len(segments) == 2 or segments[2] in actions):
+        return segments[0], segments[1], segments[2] if len(segments) == 3 else None
+    raise HTTPException(404, "not a queue path: use /api/queues/VHOST/NAME[/" + "|".join(sorted(actions)) + "] with "
+                             "VHOST and NAME percent-encoded (/ is %2F)")
 
 
 class ManagementApp:
@@ -157,22 +223,33 @@ class ManagementApp:
         self.engines = runtime.engines
         self.settings = settings
         self.connections = connections
-        self.rates = Rates(self.engines)
+        self.rates = Rates(self.engines, connections)
         self.started = time.time()
         self.store_metrics = StoreMetrics()
         runtime.store.on_group_committed = self.store_metrics.observe
 
+        #: (action after the queue's path or None, method) -> handler
+        self.queue_actions: dict[tuple[str | None, str], QueueHandler] = {
+            (None, "GET"): self.get_queue,
+            (None, "DELETE"): self.delete_queue,
+            ("purge", "POST"): self.purge_queue,
+            ("consumers", "GET"): self.queue_consumers,
+            ("messages", "GET"): self.peek_messages,
+            ("publish", "POST"): self.publish_message,
+            ("history", "GET"): self.queue_history,
+        }
         routes: list[BaseRoute] = [
             Route("/healthz", self.healthz),
             Route("/readyz", self.readyz),
             Route("/metrics", metrics_route(self)),
             Route("/api/overview", self.overview),
+            Route("/api/history", self.total_history),
+            Route("/api/alarms", self.get_alarms),
+            Route("/api/alarms", self.set_alarm_limits, methods=["PUT"]),
             Route("/api/vhosts", self.list_vhosts),
             Route("/api/vhosts/{name:path}", self.declare_vhost, methods=["PUT"]),
             Route("/api/queues", self.list_queues),
-            Route("/api/queues/{name:path}/purge", self.purge_queue, methods=["POST"]),
-            Route("/api/queues/{name:path}", self.get_queue, methods=["GET"]),
-            Route("/api/queues/{name:path}", self.delete_queue, methods=["DELETE"]),
+            Route("/api/queues/{rest:path}", self.queue_resource, methods=["GET", "POST", "DELETE"]),
             Route("/api/exchanges", self.list_exchanges),
             Route("/api/exchanges/{name}/bindings/{queue:path}", self.unbind, methods=["DELETE"]),
             Route("/api/exchanges/{name}/bindings", self.bind, methods=["POST"]),
@@ -181,6 +258,7 @@ class ManagementApp:
             Route("/api/exchanges/{name}", self.delete_exchange, methods=["DELETE"]),
             Route("/api/topics", self.list_topics),
             Route("/api/connections", self.list_connections),
+            Route("/api/connections/{id}", self.get_connection, methods=["GET"]),
             Route("/api/connections/{id}", self.close_connection, methods=["DELETE"]),
         ]
         if DASHBOARD.is_dir():
@@ -252,7 +330,49 @@ class ManagementApp:
             "exchanges": sum(len(engine.exchanges) for engine in engines),
             "totals": totals,
             "rates": self.rates.total(),
+            "alarms": self.runtime.alarms.describe()["alarms"],
+            "node": self._node(),
         })
+
+    def _node(self) -> dict[str, Any]:
+        """The broker process and its machine, as the dashboard's node panel shows them."""
+        alarms = self.runtime.alarms
+        try:
+            fds: int | None = len(os.listdir("/proc/self/fd"))
+        except OSError:  # no /proc (not Linux)
+            fds = None
+        return {"memory_used": alarms.memory_used, "memory_limit": alarms.memory_limit,
+                "disk_free": alarms.disk_free, "disk_free_limit": alarms.disk_free_limit,
+                "store_bytes": self.runtime.store.disk_bytes(), "open_fds": fds}
+
+    async def total_history(self, request: Request) -> Response:
+        """The last hour's rates over every queue (``server/history.py``)."""
+        return _history_json(self.rates.history.of(None))
+
+    # -- resource alarms ------------------------------------------------------------------------
+    async def get_alarms(self, request: Request) -> Response:
+        """The alarms set now, their limits and the latest measurements."""
+        return JSONResponse(self.runtime.alarms.describe())
+
+    async def set_alarm_limits(self, request: Request) -> Response:
+        """``{"disk_free_limit": BYTES|null, "memory_high_watermark": FRACTION|BYTES|null}``: new
+        limits until the broker restarts (null: that alarm off; a field left out keeps its limit)."""
+        body = await _json_object(request)
+        alarms = self.runtime.alarms
+        unknown = sorted(set(body) - {"disk_free_limit", "memory_high_watermark"})
+        if unknown:
+            raise HTTPException(400, f"unknown field {unknown[0]!r}: the limits are disk_free_limit and "
+                                     "memory_high_watermark")
+        disk = body.get("disk_free_limit", alarms.disk_free_limit)
+        memory = body.get("memory_high_watermark", alarms.memory_limit)
+        if disk is not None and (not isinstance(disk, int) or isinstance(disk, bool) or disk < 1):
+            raise HTTPException(400, "disk_free_limit must be a positive number of bytes or null")
+        if memory is not None and (not isinstance(memory, (int, float)) or isinstance(memory, bool) or memory <= 0):
+            raise HTTPException(400, "memory_high_watermark must be a fraction of RAM (at most 1), bytes, or null")
+        self.runtime.tick()
+        alarms.set_limits(disk, memory)
+        log.info("resource limits set through the management API: disk free %s, memory %s", disk, memory)
+        return JSONResponse(alarms.describe())
 
     # -- vhosts ---------------------------------------------------------------------------------
     async def list_vhosts(self, request: Request) -> Response:
@@ -296,41 +416,131 @@ class ManagementApp:
             items.append(item)
         return JSONResponse({"items": items, "next_after": page.next_after})
 
-    async def get_queue(self, request: Request) -> Response:
-        name = _queue_name(request.path_params["name"])
-        engine = self.engine(request)
+    async def queue_resource(self, request: Request) -> Response:
+        """``/api/queues/{vhost}/{name}[/ACTION]``: route on the raw path (see ``queue_target``)."""
+        vhost, name, action = queue_target(request, {a for a, _ in self.queue_actions if a is not None})
+        handler = self.queue_actions.get((action, request.method))
+        if handler is None:
+            allowed = ", ".join(sorted(m for a, m in self.queue_actions if a == action))
+            hint = ""
+            if action is None and (name, request.method) in self.queue_actions:  # the old /api/queues/NAME/ACTION
+                hint = f"; {name} of queue {vhost!r} in vhost '/' is /api/queues/%2F/{urllib.parse.quote(vhost, safe='')}/{name}"
+            raise HTTPException(405, f"{request.method} is not allowed here (allowed: {allowed}){hint}")
+        engine = self.engines.get(vhost)
+        if engine is None:
+            raise HTTPException(404, f"no vhost {vhost!r} (the queue routes are /api/queues/VHOST/NAME, "
+                                     "each percent-encoded, e.g. /api/queues/%2F/orders)")
+        counts = await self._queue_counts(engine, name)
+        if counts is None:
+            raise HTTPException(404, f"no queue {name!r} in vhost {vhost!r}")
+        return await handler(engine, vhost, name, counts, request)
+
+    async def _queue_counts(self, engine: Broker, name: str) -> tuple[int, int] | None:
+        """(ready, unacked) of queue ``name``, or None if there is no such queue: one this broker
+        neither uses nor declared, of which the store holds no message."""
         counts = await self.answer(engine, self.administer(engine, "count-msgs/queue/" + name))
-        subscribers = self.administer(engine, "count-subscribers/queue/" + name)
+        ready, unacked = int(counts["num-ready"]), int(counts["num-unacked"])
+        if not engine.knows_queue(name) and ready + unacked == 0:
+            return None
+        return ready, unacked
+
+    async def get_queue(self, engine: Broker, vhost: str, name: str, counts: tuple[int, int],
+                        request: Request) -> Response:
         stats = engine.queue_stats.get(name)
+        queue = engine.queues.get(name)
         return JSONResponse({
             "name": name,
-            "vhost": request.query_params.get("vhost", DEFAULT_VHOST),
-            "ready": int(counts["num-ready"]),
-            "unacked": int(counts["num-unacked"]),
-            "consumers": int(subscribers["num-subscribers"]),
+            "vhost": vhost,
+            "ready": counts[0],
+            "unacked": counts[1],
+            "consumers": queue.nsubs if queue is not None else 0,
             **(stats.as_dict() if stats is not None else {}),
-            "rates": self.rates.of(request.query_params.get("vhost", DEFAULT_VHOST), name),
+            "rates": self.rates.of(vhost, name),
         })
 
-    async def purge_queue(self, request: Request) -> Response:
-        name = _queue_name(request.path_params["name"])
-        self.administer(self.engine(request), "purge/queue/" + name)
-        log.info("queue %s purged through the management API", name)
-        return JSONResponse({"purged": name})
+    async def purge_queue(self, engine: Broker, vhost: str, name: str, counts: tuple[int, int],
+                          request: Request) -> Response:
+        """Drop the ready messages; ``purged`` is how many were ready as the purge began (counted
+        by the read just before it: a message sent meanwhile may be purged too)."""
+        self.administer(engine, "purge/queue/" + name)
+        log.info("queue %s of vhost %s purged through the management API (%d messages)", name, vhost, counts[0])
+        return JSONResponse({"name": name, "vhost": vhost, "purged": counts[0]})
 
-    async def delete_queue(self, request: Request) -> Response:
-        name = _queue_name(request.path_params["name"])
-        self.administer(self.engine(request), "delete/queue/" + name)
-        log.info("queue %s deleted through the management API", name)
-        return JSONResponse({"deleted": name})
+    async def delete_queue(self, engine: Broker, vhost: str, name: str, counts: tuple[int, int],
+                           request: Request) -> Response:
+        self.administer(engine, "delete/queue/" + name)
+        log.info("queue %s of vhost %s deleted through the management API", name, vhost)
+        return JSONResponse({"name": name, "vhost": vhost, "deleted": True, "purged": counts[0]})
+
+    async def peek_messages(self, engine: Broker, vhost: str, name: str, counts: tuple[int, int],
+                            request: Request) -> Response:
+        """``?count=N`` (default 10): the first ready messages, in delivery order, consuming none."""
+        count = _count_param(request, "count", DEFAULT_PEEK, MAX_PEEK)
+        messages = await self.answer(engine, engine.peek(name, count))
+        return JSONResponse({"items": [_message_json(msg) for msg in messages]})
+
+    async def publish_message(self, engine: Broker, vhost: str, name: str, counts: tuple[int, int],
+                              request: Request) -> Response:
+        """``{"body": TEXT, "headers": {NAME: VALUE}}``: a message as a SEND without receipt would
+        put it (stored within --flush-interval; priority, ttl, delay headers apply)."""
+        message = await _json_object(request)
+        body, headers = message.get("body", ""), message.get("headers", {})
+        unknown = sorted(set(message) - {"body", "headers"})
+        if unknown:
+            raise HTTPException(400, f"unknown field {unknown[0]!r}: a message has body and headers")
+        if not isinstance(body, str):
+            raise HTTPException(400, "body must be a string (sent as UTF-8)")
+        if not isinstance(headers, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) and k and not _BAD_HEADER.search(k + v) and ":" not in k
+                for k, v in headers.items()):
+            raise HTTPException(400, "headers must map names to string values, without ':' in a name or "
+                                     "CR, LF or NUL anywhere")
+        self.runtime.tick()
+        engine.publish(name, headers, body.encode())
+        log.info("a message published to queue %s of vhost %s through the management API", name, vhost)
+        return JSONResponse({"name": name, "vhost": vhost, "published": True}, status_code=201)
+
+    async def queue_history(self, engine: Broker, vhost: str, name: str, counts: tuple[int, int],
+                            request: Request) -> Response:
+        """The last hour's rates of the queue, if it is one of those with a history."""
+        return _history_json(self.rates.history.of((vhost, name)))
+
+    async def queue_consumers(self, engine: Broker, vhost: str, name: str, counts: tuple[int, int],
+                              request: Request) -> Response:
+        """The subscriptions of this broker's connections to the queue."""
+        items = []
+        for conn in self.connections.values():
+            session = conn.session
+            if session is None or conn.vhost != vhost:
+                continue
+            for sub in session.subscriptions.values():
+                queue = sub.queue
+                if queue is not None and queue.name == name:
+                    items.append({"connection": conn.id, "peer": conn.peer, "login": session.login,
+                                  "subscription": sub.id, "ack": sub.ack_mode.value, "prefetch": sub.prefetch,
+                                  "unacked": len(sub.unacked)})
+        return JSONResponse({"items": items})
 
     # -- exchanges ------------------------------------------------------------------------------
     def _exchange_json(self, engine: Broker, name: str) -> dict[str, Any]:
+        """A consistent-hash exchange (bindings with weights) or a direct, fanout or topic one
+        (bindings with routing keys); 404 if there is neither."""
+        keyed = engine.key_exchanges.get(name)
+        if keyed is not None:
+            return {
+                "name": keyed.name,
+                "type": keyed.type,
+                "options": {},
+                "bindings": [{"queue": q, "routing_key": k} for q, k in sorted(keyed.bindings)],
+                "routed": keyed.routed,
+                "unroutable": keyed.unroutable,
+            }
         exchange = engine.exchanges.get(name)
         if exchange is None:
             raise HTTPException(404, f"no exchange {name!r}")
         return {
             "name": exchange.name,
+            "type": EXCHANGE_TYPE,
             "options": exchange.options,
             "bindings": [{"queue": q, "weight": w} for q, w in sorted(exchange.bindings.items())],
             "routed": exchange.routed,
@@ -340,7 +550,7 @@ class ManagementApp:
     async def list_exchanges(self, request: Request) -> Response:
         after, limit = _page_args(request)
         engine = self.engine(request)
-        names = sorted(n for n in engine.exchanges if n > after)[:limit]
+        names = sorted(n for n in (*engine.exchanges, *engine.key_exchanges) if n > after)[:limit]
         return JSONResponse({
             "items": [self._exchange_json(engine, n) for n in names],
             "next_after": names[-1] if len(names) == limit else None,
@@ -371,6 +581,8 @@ class ManagementApp:
         headers = {"queue": "/queue/" + _queue_name(str(body["queue"]))}
         if "weight" in body:
             headers["weight"] = str(body["weight"])
+        if "routing_key" in body:
+            headers[ROUTING_KEY_HEADER] = str(body["routing_key"])
         engine = self.engine(request)
         self._exchange_json(engine, name)
         self.administer(engine, "bind/exchange/" + name, headers)
@@ -380,8 +592,10 @@ class ManagementApp:
         name = request.path_params["name"]
         engine = self.engine(request)
         self._exchange_json(engine, name)
-        queue = "/queue/" + _queue_name(request.path_params["queue"])
-        self.administer(engine, "unbind/exchange/" + name, {"queue": queue})
+        headers = {"queue": "/queue/" + _queue_name(request.path_params["queue"])}
+        if "routing_key" in request.query_params:
+            headers[ROUTING_KEY_HEADER] = request.query_params["routing_key"]
+        self.administer(engine, "unbind/exchange/" + name, headers)
         return JSONResponse(self._exchange_json(engine, name))
 
     # -- topics ---------------------------------------------------------------------------------
@@ -401,10 +615,25 @@ class ManagementApp:
         items = [_connection_json(self.connections[str(i)]) for i in ids]
         return JSONResponse({"items": items, "next_after": str(ids[-1]) if len(ids) == limit else None})
 
-    async def close_connection(self, request: Request) -> Response:
+    def _connection(self, request: Request) -> Connection:
         conn = self.connections.get(request.path_params["id"])
         if conn is None:
             raise HTTPException(404, f"no connection {request.path_params['id']!r}")
+        return conn
+
+    async def get_connection(self, request: Request) -> Response:
+        """One connection with its subscriptions and its rates."""
+        conn = self._connection(request)
+        session = conn.session
+        subscriptions = [] if session is None else [
+            {"id": sub.id, "destination": sub.destination, "queue": sub.queue.name if sub.queue is not None else None,
+             "ack": sub.ack_mode.value, "prefetch": sub.prefetch, "unacked": len(sub.unacked)}
+            for sub in session.subscriptions.values()]
+        return JSONResponse({**_connection_json(conn), "held": conn.held, "subscriptions": subscriptions,
+                             "rates": self.rates.of_connection(conn)})
+
+    async def close_connection(self, request: Request) -> Response:
+        conn = self._connection(request)
         conn.close("closed by an administrator")
         log.info("connection %s from %s closed through the management API", conn.id, conn.peer)
         return JSONResponse({"closed": conn.id})
@@ -424,6 +653,22 @@ def _connection_json(conn: Connection) -> dict[str, Any]:
         "bytes_out": conn.bytes_out,
         "frames_in": conn.frames_in,
     }
+
+
+def _history_json(points: list[Point]) -> Response:
+    return JSONResponse({"interval": SAMPLE_SECONDS, "columns": ["time", "publish", "deliver", "ack"],
+                         "points": points})
+
+
+def _message_json(msg: StoredMessage) -> dict[str, Any]:
+    """A peeked message: the body as text (``body_base64`` when it is not UTF-8)."""
+    item: dict[str, Any] = {"headers": msg.headers or {}, "priority": msg.priority,
+                            "redelivery_count": msg.redeliveries, "age": _age(msg.timestamp)}
+    try:
+        item["body"] = msg.body.decode()
+    except UnicodeDecodeError:
+        item["body_base64"] = base64.b64encode(msg.body).decode()
+    return item
 
 
 def _age(oldest_ms: int | None) -> float | None:

@@ -12,7 +12,8 @@ A password check is scrypt (~50 ms of CPU), so it runs in a worker thread, like 
 and the outcome of good credentials is remembered (``VERIFIED_MAX`` entries, keyed by a
 SHA-256 of login and password, forgotten whenever the users file is reloaded): a dashboard
 polling every few seconds costs one scrypt, not one per request.  Failed checks share the
-STOMP logins' throttle per source address, so the API is no faster way to guess a password.
+STOMP logins' throttle per (source address, login), so the API is no faster way to guess a
+password; while it backs off, the answer is 429 with ``Retry-After``.
 """
 
 from __future__ import annotations
@@ -21,15 +22,15 @@ import base64
 import binascii
 import hashlib
 import logging
+import math
 
-import trio
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp
 
 from .auth import User, Users
-from .security import Security
+from .security import LoginThrottled, Security
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,11 @@ class BasicAuth(BaseHTTPMiddleware):
         if users is None or request.url.path in OPEN_PATHS:
             return await call_next(request)
         credentials = _credentials(request.headers.get("authorization"))
-        user = None if credentials is None else await self._user(users, request, *credentials)
+        try:
+            user = None if credentials is None else await self._user(users, request, *credentials)
+        except LoginThrottled as e:
+            return JSONResponse({"error": e.message, "status": 429}, status_code=429,
+                                headers={"retry-after": str(math.ceil(e.seconds))})
         if user is None:
             return JSONResponse({"error": "authentication required", "status": 401}, status_code=401,
                                 headers={"www-authenticate": 'Basic realm="stompmq"'})
@@ -76,16 +81,10 @@ class BasicAuth(BaseHTTPMiddleware):
         if known is not None:
             return users.users.get(known)
         address = _address(request)
-        throttle = self.security.throttle
-        wait = throttle.reserve(address, trio.current_time())
-        if wait:
-            await trio.sleep(wait)
-        user = await trio.to_thread.run_sync(users.authenticate, login, password)
+        user = await self.security.check_password(address, login, password)
         if user is None:
-            throttle.failed(address, trio.current_time())
             log.warning("management API: failed login %r from %s", login, address)
             return None
-        throttle.succeeded(address)
         if len(self._verified) >= VERIFIED_MAX:
             self._verified.clear()
         self._verified[key] = user.name

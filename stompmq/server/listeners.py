@@ -17,7 +17,7 @@ import trio
 
 from .security import Security
 from .settings import ServerSettings
-from .websocket import WebSocketListener
+from .websocket import WebSocketListener, allowed_origins
 
 log = logging.getLogger(__name__)
 
@@ -38,17 +38,19 @@ async def open_secure_listeners(
         assert security.tls is not None
         return trio.SSLListener(listener, security.tls)
 
+    origins = allowed_origins(settings.ws_allowed_origins)
     groups: list[tuple[str, list[trio.abc.Listener[Any]], list[trio.SocketListener]]] = []
     if settings.tls_port is not None:
         sockets = await tcp(settings.tls_port)
         groups.append(("STOMP over TLS", [tls(s) for s in sockets], sockets))
     if settings.ws_port is not None:
         sockets = await tcp(settings.ws_port)
-        groups.append(("STOMP over WebSocket (ws://…/ws)", [WebSocketListener(s) for s in sockets], sockets))
+        groups.append(("STOMP over WebSocket (ws://…/ws)", [WebSocketListener(s, origins) for s in sockets],
+                       sockets))
     if settings.wss_port is not None:
         sockets = await tcp(settings.wss_port)
-        groups.append(("STOMP over WebSocket on TLS (wss://…/ws)", [WebSocketListener(tls(s)) for s in sockets],
-                       sockets))
+        groups.append(("STOMP over WebSocket on TLS (wss://…/ws)",
+                       [WebSocketListener(tls(s), origins, tls=True) for s in sockets], sockets))
     for what, listeners, sockets in groups:
         nursery.start_soon(trio.serve_listeners, handle, listeners)
         for sock in sockets:

@@ -10,23 +10,28 @@ since start), so label cardinality stays bounded however many queues there
 are; the ``*_all_total`` series cover every queue.  A queue's ready/unacked
 gauges need the store (a durable queue's messages are on disk), so the scrape
 reads its counts first, one short read per listed queue.  Per-queue and per-exchange series
-carry a ``vhost`` label: the same name in two vhosts is two queues.
+carry a ``vhost`` label: the same name in two vhosts is two queues.  prometheus-client's
+process collector adds the usual ``process_*`` series (memory, open files, CPU seconds;
+Linux), and ``stompmq_build_info`` the version and frame codec as labels.
 """
 
 from __future__ import annotations
 
 import heapq
+import platform
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client import CollectorRegistry, Histogram, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 from starlette.requests import Request
 from starlette.responses import Response
 
+from .. import __version__
 from ..protocol import native as native_codec
+from .alarms import RESOURCES
 
 if TYPE_CHECKING:
     from ..broker import Broker
@@ -36,6 +41,8 @@ QUEUE_COUNTERS = ("published", "delivered", "acked", "redelivered", "dead_letter
 #: Commit latency buckets (seconds): an fsync is ~0.1-10 ms on SSDs, far more on a busy disk.
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 GROUP_SIZE_BUCKETS = (1, 2, 5, 10, 50, 100, 500, 1000, 5000, 10000, 50000)
+#: This process's memory, open files and CPU time (read from /proc at each scrape).
+PROCESS = ProcessCollector(registry=None)
 
 
 class StoreMetrics:
@@ -80,6 +87,19 @@ async def scrape(management: ManagementApp) -> bytes:
         """A counter summed over every vhost's engine."""
         metrics.append(CounterMetricFamily(name, doc, value=sum(of_engine(engine) for engine in engines.values())))
 
+    info = GaugeMetricFamily("stompmq_build_info", "The running broker: version, Python, frame codec (always 1)",
+                             labels=["version", "python", "frame_codec"])
+    info.add_metric([__version__, platform.python_version(), "native" if native_codec.NATIVE else "python"], 1)
+    metrics.append(info)
+    metrics += PROCESS.collect()
+    disk = management.runtime.store.disk_bytes()
+    if disk is not None:
+        gauge("stompmq_store_disk_bytes", "Bytes the store takes on disk (SQLite: the database and its WAL)", disk)
+    alarm = GaugeMetricFamily("stompmq_alarm", "1 while a resource alarm blocks publishers (--disk-free-limit, "
+                              "--memory-high-watermark)", labels=["resource"])
+    for resource in RESOURCES:
+        alarm.add_metric([resource], int(resource in management.runtime.alarms.active))
+    metrics.append(alarm)
     gauge("stompmq_native_frame_codec", "1 when frames are parsed and encoded by the native fast path "
           "(protocol/_frames.c), 0 in pure Python", int(native_codec.NATIVE))
     gauge("stompmq_connections", "Open client connections", len(management.connections))
@@ -89,7 +109,13 @@ async def scrape(management: ManagementApp) -> bytes:
     gauge("stompmq_queues_in_use", "Queues published to or consumed from since start", len(stats))
     gauge("stompmq_queues_active", "Queues in memory (with consumers or deliveries in flight)",
           sum(len(engine.queues) for engine in engines.values()))
-    gauge("stompmq_store_backlog", "Store writes buffered, not yet committed", management.runtime.store.backlog())
+    store = management.runtime.store
+    gauge("stompmq_store_backlog", "Store writes buffered, not yet committed", store.backlog())
+    metrics.append(CounterMetricFamily("stompmq_store_outages", "Times the store became unavailable (a failed "
+                                       "commit or read, until the next success)", value=store.outages))
+    metrics.append(CounterMetricFamily("stompmq_store_outage_seconds", "Seconds the store was unavailable, the "
+                                       "outage going on included (receipts waited meanwhile)",
+                                       value=store.outage_seconds()))
     counter("stompmq_topic_drops", "Topic deliveries missed by subscribers that could not take them (outbox "
             "over its hard limit, prefetch full)", lambda engine: engine.topic_drops)
     counter("stompmq_topic_lagging", "Topic subscribers singled out as slow (--topic-block-timeout): they miss "
@@ -126,12 +152,16 @@ async def scrape(management: ManagementApp) -> bytes:
                               labels=["vhost", "queue"])
     unacked = GaugeMetricFamily("stompmq_queue_unacked", "Unacked messages, per queue (busiest queues)",
                                 labels=["vhost", "queue"])
+    consumers = GaugeMetricFamily("stompmq_queue_consumers", "Subscriptions of this broker's connections, per "
+                                  "queue (busiest queues)", labels=["vhost", "queue"])
     for vhost, name in top:
         engine = engines[vhost]
         counts = await management.answer(engine, management.administer(engine, "count-msgs/queue/" + name))
         ready.add_metric([vhost, name], int(counts["num-ready"]))
         unacked.add_metric([vhost, name], int(counts["num-unacked"]))
-    metrics += [ready, unacked]
+        active = engine.queues.get(name)
+        consumers.add_metric([vhost, name], active.nsubs if active is not None else 0)
+    metrics += [ready, unacked, consumers]
 
     metrics += management.store_metrics.registry.collect()
     routed = CounterMetricFamily("stompmq_exchange_routed", "Messages routed by an exchange",

@@ -39,14 +39,16 @@ from ..storage.base import (
     split_key,
 )
 from ..storage.vhosts import VhostStore, split_definitions, split_recovery
+from .alarms import ResourceAlarms
 
 log = logging.getLogger(__name__)
 P = ParamSpec("P")
 
 
 class Runtime:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, alarms: ResourceAlarms | None = None) -> None:
         self.broker = broker  # the default vhost's
+        self.alarms = alarms or ResourceAlarms()  # checked every second while the runtime runs
         self.store = store = broker.store
         #: vhost -> its engine (the default vhost's first)
         self.engines: dict[str, Broker] = {DEFAULT_VHOST: broker}
@@ -107,6 +109,7 @@ class Runtime:
             view.on_commit(ticket)
 
     def _commit_failed(self, ticket: int, error: StoreError) -> None:
+        self.tick()  # receipts measure how long they waited (--store-timeout)
         self._default_failed(ticket, error)
         for view in self._views:
             view.on_commit_failed(ticket, error)
@@ -192,6 +195,7 @@ class Runtime:
             nursery.start_soon(self.store.run)
             nursery.start_soon(self._deadlines)
             nursery.start_soon(self._reads)
+            nursery.start_soon(self.alarms.run)
             task_status.started()
 
     async def close(self) -> None:

@@ -1,4 +1,4 @@
-"""What a broker exposed to a network needs besides STOMP: TLS contexts, users, login throttling.
+"""What a broker exposed to a network needs besides STOMP: TLS contexts, users, admission, logins.
 
 One ``Security`` object per broker is built from the settings before anything
 listens, so unreadable or mismatched files fail the start with one line
@@ -8,24 +8,36 @@ every later handshake, and connections already open keep theirs.  A reload that
 fails logs the reason and keeps what was loaded before, so a typo in a running
 broker's files never locks everybody out.  ``watch`` reloads whenever one of
 the files changes (checked every ``WATCH_SECONDS``); SIGHUP reloads at once.
+
+Admission (``admit``) happens before a connection is served, so a refused one never counts
+against ``--max-connections``: its source address must be under
+``--max-connections-per-address`` and the login budget (``logins.py``) must have room.
+Password checks (``check_password``) are throttled per (address, login) and at most
+``CHECKS_PER_KEY`` of one key run at once, so a burst of guesses at one login costs that
+many hashes before the throttle sees their failures, while a pool of clients logging in
+together is not made to queue one by one.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import ssl
 from pathlib import Path
 
 import trio
 
-from .auth import AddressCounter, LoginThrottle, User, Users, UsersFileError
+from .auth import AddressCounter, User, Users, UsersFileError
+from .logins import Key, LoginBudget, LoginThrottle
 from .settings import ServerSettings
 
 log = logging.getLogger(__name__)
 
 #: Seconds between checks of the certificate and users files for changes.
 WATCH_SECONDS = 2.0
+#: Password checks of one (address, login) that may run at once (see the module docstring).
+CHECKS_PER_KEY = 4
 
 
 class SecurityError(Exception):
@@ -86,6 +98,34 @@ def certificate_login(stream: trio.abc.Stream) -> str | None:
     return None
 
 
+class LoginThrottled(Exception):
+    """This (address, login) failed too often lately: refused without checking the password."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"too many failed logins, retry in {math.ceil(seconds)} s")
+        self.message = str(self)
+        self.seconds = seconds
+
+
+class Admission:
+    """A served connection's hold on its address's count and on the login budget; each is
+    given back once (the budget at CONNECTED or at the close, whichever comes first)."""
+
+    def __init__(self, security: Security, address: str) -> None:
+        self._security = security
+        self._address = address
+        self._logging_in = True
+
+    def logged_in(self) -> None:
+        if self._logging_in:
+            self._logging_in = False
+            self._security.logins.release()
+
+    def close(self) -> None:
+        self.logged_in()
+        self._security.connections.release(self._address)
+
+
 class Security:
     def __init__(self, settings: ServerSettings) -> None:
         self.settings = settings
@@ -101,8 +141,46 @@ class Security:
         elif settings.login is not None and settings.passcode is not None:
             self.users = Users.single(settings.login, settings.passcode)
         self.throttle = LoginThrottle()
+        self._checking: dict[Key, tuple[trio.Semaphore, list[int]]] = {}  # key -> (its checks, waiters)
         self.connections = AddressCounter(settings.max_connections_per_address)
+        self.logins = LoginBudget(settings.max_login_bytes)
         self._stamps = self._file_stamps()
+
+    def admit(self, address: str) -> Admission | str:
+        """Admit a new connection from ``address``, or say why it is refused (then nothing is held)."""
+        if not self.connections.admit(address):
+            return f"too many connections from {address}"
+        if not self.logins.reserve():
+            self.connections.release(address)
+            return "too many connections logging in, retry later"
+        return Admission(self, address)
+
+    async def check_password(self, address: str, login: str | None, passcode: str | None) -> User | None:
+        """The user, or None for a bad login or passcode (alike); raises ``LoginThrottled`` while
+        this (address, login) is backing off after failures.  The scrypt hash runs in a worker
+        thread: 50 ms of CPU must not stall every other connection."""
+        key = (address, login or "")
+        checks, waiting = self._checking.get(key) or self._checking.setdefault(
+            key, (trio.Semaphore(CHECKS_PER_KEY), [0]))
+        waiting[0] += 1
+        try:
+            async with checks:
+                wait = self.throttle.delay(key, trio.current_time())
+                if wait:
+                    raise LoginThrottled(wait)
+                user = None
+                try:
+                    user = await trio.to_thread.run_sync(self.authenticate, login, passcode)
+                finally:
+                    if user is None:
+                        self.throttle.failed(key, trio.current_time())
+                    else:
+                        self.throttle.succeeded(key)
+                return user
+        finally:
+            waiting[0] -= 1
+            if not waiting[0]:
+                del self._checking[key]
 
     def authenticate(self, login: str | None, passcode: str | None) -> User | None:
         """The user, or None; without users every client is let in (anonymous access)."""
@@ -124,11 +202,13 @@ class Security:
                 stamps[path] = None
         return stamps
 
-    def reload(self) -> None:
-        """Re-read the certificate chain and the users file; keep the old ones on any error."""
+    def reload(self, changed: set[str] | None = None) -> None:
+        """Re-read the certificate chain and the users file (only those of them in ``changed``,
+        when given); keep the old ones on any error."""
         self._stamps = self._file_stamps()
         settings = self.settings
-        if self.tls is not None:
+        tls_files = {settings.tls_cert, settings.tls_key, settings.tls_ca}
+        if self.tls is not None and (changed is None or changed & tls_files):
             try:
                 _load_chain(self.tls, settings)
                 if settings.tls_ca:
@@ -136,19 +216,25 @@ class Security:
                 log.info("TLS certificate reloaded from %s", settings.tls_cert)
             except (SecurityError, OSError, ssl.SSLError) as e:
                 log.error("TLS certificate not reloaded, keeping the previous one: %s", e)
-        if settings.users_file:
+        if settings.users_file and (changed is None or settings.users_file in changed):
             try:
                 self.users = Users.load(Path(settings.users_file))
                 log.info("users reloaded from %s (%d users)", settings.users_file, len(self.users.users))
             except UsersFileError as e:
                 log.error("users not reloaded, keeping the previous ones: %s", e)
 
+    def reload_changed(self) -> None:
+        """Reload the files that changed since the last look (what ``watch`` does every few seconds)."""
+        stamps = self._file_stamps()
+        changed = {path for path, stamp in stamps.items() if self._stamps.get(path) != stamp}
+        if changed:
+            self.reload(changed)
+
     async def watch(self) -> None:
         """Reload whenever a file changed (a SIGHUP-less deployment still picks changes up)."""
         while True:
             await trio.sleep(WATCH_SECONDS)
-            if self._file_stamps() != self._stamps:
-                self.reload()
+            self.reload_changed()
 
 
 def peer_address(stream: trio.abc.Stream) -> str:

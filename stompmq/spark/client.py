@@ -9,12 +9,12 @@ Errors are ``StompmqError`` with a message that names the option to fix (``url``
 from __future__ import annotations
 
 import itertools
+import logging
 import re
 import socket
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import NoReturn
 from urllib.parse import urlsplit
 
 from ..protocol import Frame, FrameParser, Limits, ProtocolError, encode_frame
@@ -29,6 +29,8 @@ BROKER_HEADERS = frozenset(
      "redelivery-count", "timestamp", "x-stream-offset", "content-type"}
 )
 STREAM_PREFIX = "/stream/"
+
+log = logging.getLogger(__name__)
 
 
 #: A stream MESSAGE as the broker writes it (``Streams._deliver`` in broker/streams.py, then
@@ -56,11 +58,14 @@ class Chunk:
     bodies: list[bytes]
 
 
-def _gone(stream: str, expected: int, offset: int) -> NoReturn:
-    raise StompmqError(
-        f"offsets {expected}..{offset - 1} of stream {stream!r} are gone (retention): "
-        "the query fell behind the stream's max-age/max-bytes"
-    )
+def lost(stream: str, expected: int, offset: int, fail: bool) -> None:
+    """Offsets ``expected``..``offset - 1`` were removed by retention before they were read: an
+    error (``failOnDataLoss``, the default), else a warning and the read goes on at ``offset``."""
+    gap = f"offsets {expected}..{offset - 1} of stream {stream!r} are gone (retention)"
+    if fail:
+        raise StompmqError(f"{gap}: the query fell behind the stream's max-age/max-bytes "
+                           "(option failOnDataLoss=false skips them)")
+    log.warning("%s: skipped (failOnDataLoss=false)", gap)
 
 
 class StompmqError(ValueError):
@@ -177,9 +182,11 @@ class Connection:
             raise StompmqError(f"option 'exchange': no stream is bound to exchange {exchange!r}")
         return streams
 
-    def read_chunks(self, stream: str, start: int, end: int, rows: int) -> Iterator[Chunk]:
-        """The entries of offsets [start, end) of ``stream``, in order, ``rows`` to a ``Chunk``;
-        an offset that is gone (retention) raises rather than leave a silent gap.
+    def read_chunks(self, stream: str, start: int, end: int, rows: int, fail_on_loss: bool = True) -> Iterator[Chunk]:
+        """The entries of offsets [start, end) of ``stream``, in order, up to ``rows`` to a
+        ``Chunk``; offsets that are gone (retention) raise rather than leave a silent gap, or,
+        with ``fail_on_loss`` off, end the chunk so the next starts after the gap (a chunk's
+        offsets stay consecutive).
 
         MESSAGE frames are cut out of the byte stream here rather than by ``FrameParser``: the
         broker writes a stream's MESSAGEs in one shape (``_MESSAGE``), so one compiled match per
@@ -197,6 +204,7 @@ class Connection:
             chunk = Chunk(expected, [], [], [], [], [])
             ids, stamps, priorities, headers, bodies = (
                 chunk.ids, chunk.timestamps, chunk.priorities, chunk.headers, chunk.bodies)
+            after_gap = None
             while len(bodies) < want:
                 m = match(buf, pos)
                 if m is not None:
@@ -205,7 +213,8 @@ class Connection:
                     body_end = body_start + int(length)
                     if body_end < len(buf):
                         if int(offset) != expected + len(bodies):
-                            _gone(stream, expected + len(bodies), int(offset))
+                            after_gap = int(offset)
+                            break
                         ids.append(message_id)
                         stamps.append(timestamp)
                         priorities.append(priority)
@@ -216,22 +225,29 @@ class Connection:
                 elif buf.find(b"\n\n", pos) >= 0:  # complete, but not in the usual shape
                     frame = self._slow_frame(buf, pos, stream)
                     if frame is not None:
-                        fields, body, pos = frame
+                        fields, body, next_pos = frame
                         if fields is not None:
                             offset_value = int(fields["x-stream-offset"])
                             if offset_value != expected + len(bodies):
-                                _gone(stream, expected + len(bodies), offset_value)
+                                after_gap = offset_value
+                                break
                             ids.append(fields["message-id"].encode())
                             stamps.append(fields["timestamp"].encode())
                             priorities.append(fields.get("priority", "4").encode())
                             headers.append(fields)
                             bodies.append(body)
+                        pos = next_pos
                         continue
                 del buf[:pos]  # incomplete: read more
                 pos = 0
                 buf += self._recv()
-            expected += want
-            yield chunk
+            if after_gap is None:
+                expected += want
+            else:  # the frame at ``pos`` is left for the next chunk
+                lost(stream, expected + len(bodies), after_gap, fail_on_loss)
+                expected = after_gap
+            if bodies:
+                yield chunk
 
     def _slow_frame(self, buf: bytearray, pos: int, stream: str) -> tuple[dict[str, str] | None, bytes, int] | None:
         """The frame at ``pos`` through the general parser: (its headers if a MESSAGE, its body,

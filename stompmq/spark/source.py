@@ -3,14 +3,19 @@
 Theory of operation
 -------------------
 Offsets are stream positions, ``{stream: next offset to read}``, so a micro-batch
-is a set of offset ranges, one Spark partition per stream.  The latest offsets
+is a set of offset ranges, one Spark partition per stream, or more with
+``minPartitions`` (a range cut into consecutive pieces, each read by its own
+subscription bounded by ``x-stream-end``).  The latest offsets
 come from ``/control/stream-offsets``, whose RECEIPT the broker sends only once
 every entry below ``next-offset`` is committed: a range Spark plans is on disk.
 ``read`` subscribes at the range's start and stops at its end; an entry never
 changes once written, so reading a range again gives the same rows, and a query
 restarted from its checkpoint replays its planned batch exactly (exactly once
 with an idempotent sink such as Spark's file sink).  Admission control is the
-4.2+ API: ``latestOffset(start, limit)`` with ``maxMessagesPerTrigger``.
+4.2+ API: ``latestOffset(start, limit)`` with ``maxOffsetsPerTrigger`` (and
+``minOffsetsPerTrigger`` / ``maxTriggerDelay``, decided on the driver's clock).
+Option names are Kafka's where the meaning is the same, and an unknown option is
+an error: a typo must not silently read from ``latest``.
 
 Writes: each row becomes a SEND with a receipt; a task returns (its commit
 message) only after every RECEIPT, i.e. once the broker has stored every row.
@@ -20,6 +25,10 @@ A retried task sends its rows again: the sink is at-least-once.
 from __future__ import annotations
 
 import json
+import logging
+import math
+import re
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,11 +45,11 @@ from pyspark.sql.datasource import (
     InputPartition,
     WriterCommitMessage,
 )
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, ReadMinRows
 from pyspark.sql.types import StructType
 
 from ..protocol import Frame, encode_frame
-from .client import BROKER_HEADERS, STREAM_PREFIX, Chunk, Connection, StompmqError
+from .client import BROKER_HEADERS, STREAM_PREFIX, Chunk, Connection, StompmqError, lost
 
 SCHEMA = (
     "destination string, offset long, message_id string, timestamp timestamp, priority int,"
@@ -49,18 +58,70 @@ SCHEMA = (
 Offsets = dict[str, int]
 
 
+log = logging.getLogger(__name__)
+
+#: The options of a read and of a write (Spark hands them over lower-cased).
+READ_OPTIONS = (
+    "url", "login", "passcode", "destination", "exchange", "startingOffsets", "endingOffsets",
+    "failOnDataLoss", "minPartitions", "maxOffsetsPerTrigger", "maxMessagesPerTrigger",
+    "minOffsetsPerTrigger", "maxTriggerDelay",
+)
+#: ``checkpointLocation`` and ``path`` are Spark's own (a streaming write's checkpoint, save(path)).
+WRITE_OPTIONS = ("url", "login", "passcode", "destination", "checkpointLocation", "path")
+#: Kafka's default ``maxTriggerDelay``.
+TRIGGER_DELAY_DEFAULT = "15m"
+_DURATION = re.compile(r"(\d+)\s*(ms|s|m|h)")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
 @dataclass(frozen=True)
 class Options:
     url: str
     login: str | None
     passcode: str | None
     streams: list[str]
+    fail_on_data_loss: bool = True
+    min_partitions: int = 1
 
     def connect(self) -> Connection:
         return Connection(self.url, self.login, self.passcode)
 
 
+def _check_known(options: Mapping[str, str], known: Sequence[str]) -> None:
+    names = {k.lower() for k in known}
+    for key in options:
+        if key.lower() not in names:
+            raise StompmqError(f"unknown option {key!r}; the options are {', '.join(known)}")
+
+
+def _positive(options: Mapping[str, str], name: str) -> int | None:
+    value = options.get(name)
+    if value is None:
+        return None
+    if not (value.isascii() and value.isdigit() and int(value) > 0):
+        raise StompmqError(f"option {name!r} must be a positive integer, not {value!r}")
+    return int(value)
+
+
+def _flag(options: Mapping[str, str], name: str, default: bool) -> bool:
+    value = options.get(name)
+    if value is None:
+        return default
+    if value.lower() not in ("true", "false"):
+        raise StompmqError(f"option {name!r} must be true or false, not {value!r}")
+    return value.lower() == "true"
+
+
+def _seconds(value: str, name: str) -> float:
+    """A duration as Kafka's options write it: ``500ms``, ``30s``, ``15m``, ``1h``."""
+    m = _DURATION.fullmatch(value.strip())
+    if m is None:
+        raise StompmqError(f"option {name!r} must be a duration such as 30s, 15m or 500ms, not {value!r}")
+    return int(m[1]) * _UNITS[m[2]]
+
+
 def _options(options: Mapping[str, str], *, reading: bool) -> Options:
+    _check_known(options, READ_OPTIONS if reading else WRITE_OPTIONS)
     url = options.get("url")
     if not url:
         raise StompmqError("option 'url' is required (stomp://host:port)")
@@ -79,7 +140,8 @@ def _options(options: Mapping[str, str], *, reading: bool) -> Options:
                 streams.append(one[len(STREAM_PREFIX):])
         else:
             raise StompmqError("option 'destination' (/stream/NAME[,...]) or 'exchange' is required")
-    return Options(url, login, passcode, streams)
+    return Options(url, login, passcode, streams, _flag(options, "failOnDataLoss", True),
+                   _positive(options, "minPartitions") or 1)
 
 
 def _bounds(opts: Options) -> dict[str, tuple[int, int]]:
@@ -87,9 +149,8 @@ def _bounds(opts: Options) -> dict[str, tuple[int, int]]:
         return {s: conn.stream_bounds(s) for s in opts.streams}
 
 
-def _resolve(spec: str | None, default: str, opts: Options, name: str) -> Offsets:
+def _resolve(spec: str | None, default: str, bounds: Mapping[str, tuple[int, int]], name: str) -> Offsets:
     """``earliest``, ``latest`` or JSON ``{"stream": offset}`` (missing streams: ``default``)."""
-    bounds = _bounds(opts)
     spec = spec or default
     picks: dict[str, Any] = {}
     if spec not in ("earliest", "latest"):
@@ -97,11 +158,14 @@ def _resolve(spec: str | None, default: str, opts: Options, name: str) -> Offset
             picks = json.loads(spec)
         except ValueError:
             raise StompmqError(f"option {name!r} must be earliest, latest or JSON {{stream: offset}}") from None
-        if not isinstance(picks, dict) or not all(isinstance(v, int) for v in picks.values()):
-            raise StompmqError(f"option {name!r} must map stream names to offsets")
+        if not isinstance(picks, dict) or not all(isinstance(v, int) and v >= 0 for v in picks.values()):
+            raise StompmqError(f"option {name!r} must map stream names to offsets (whole numbers >= 0)")
+        unknown = sorted(set(picks) - set(bounds))
+        if unknown:
+            raise StompmqError(f"option {name!r} names {', '.join(unknown)}, not a stream of this read")
         spec = default
     index = 0 if spec == "earliest" else 1
-    return {s: int(picks.get(s, bounds[s][index])) for s in opts.streams}
+    return {s: int(picks.get(s, bounds[s][index])) for s in bounds}
 
 
 # -- reading ------------------------------------------------------------------------------------
@@ -122,10 +186,17 @@ ARROW_SCHEMA = pa.schema([
 BATCH_ROWS = 8192
 
 
-def _read(opts: Options, part: StreamRange) -> Iterator[pa.RecordBatch]:
-    destination = STREAM_PREFIX + part.stream
+def _read(opts: Options, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    if not isinstance(partition, StreamRange):
+        return  # Spark's stand-in partition for an empty read (partitions() returned none)
+    destination = STREAM_PREFIX + partition.stream
     with opts.connect() as conn:
-        for chunk in conn.read_chunks(part.stream, part.start, part.end, BATCH_ROWS):
+        start, end = partition.start, partition.end
+        first, _ = conn.stream_bounds(partition.stream)
+        if start < first:  # known before subscribing: the broker would start at ``first``
+            lost(partition.stream, start, first, opts.fail_on_data_loss)
+            start = first
+        for chunk in conn.read_chunks(partition.stream, start, end, BATCH_ROWS, opts.fail_on_data_loss):
             yield _batch(destination, chunk)
 
 
@@ -168,62 +239,103 @@ def _headers(blocks: list[bytes | dict[str, str]]) -> pa.MapArray:
     return pa.MapArray.from_arrays(pa.array(ends, pa.int32()), pa.array(keys, pa.string()), pa.array(values, pa.string()))
 
 
-def _ranges(start: Offsets, end: Offsets) -> list[InputPartition]:
-    return [StreamRange(s, start.get(s, end[s]), end[s]) for s in end if start.get(s, end[s]) < end[s]]
+def _ranges(start: Offsets, end: Offsets, pieces: int) -> list[InputPartition]:
+    """The ranges [start, end) of the streams, cut into at least ``pieces`` partitions (as many
+    as there are entries at most): a stream's share of the pieces follows its share of the
+    entries, so each partition reads about as much (Kafka's ``minPartitions``)."""
+    spans = {s: (start.get(s, end[s]), end[s]) for s in end if start.get(s, end[s]) < end[s]}
+    total = sum(b - a for a, b in spans.values())
+    ranges: list[InputPartition] = []
+    for s, (a, b) in spans.items():
+        n = min(b - a, max(1, math.ceil((b - a) * pieces / total)))
+        ranges += [StreamRange(s, a + (b - a) * i // n, a + (b - a) * (i + 1) // n) for i in range(n)]
+    return ranges
 
 
 class StompmqBatchReader(DataSourceReader):
     """``spark.read``: the offset ranges [startingOffsets, endingOffsets) of the streams."""
 
     def __init__(self, opts: Options, options: Mapping[str, str]) -> None:
+        for name in ("maxOffsetsPerTrigger", "maxMessagesPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay"):
+            if name in options:
+                raise StompmqError(f"option {name!r} applies to readStream only")
         self.opts = opts
-        self.start = _resolve(options.get("startingOffsets"), "earliest", opts, "startingOffsets")
-        self.end = _resolve(options.get("endingOffsets"), "latest", opts, "endingOffsets")
+        bounds = _bounds(opts)
+        self.start = _resolve(options.get("startingOffsets"), "earliest", bounds, "startingOffsets")
+        self.end = _resolve(options.get("endingOffsets"), "latest", bounds, "endingOffsets")
+        for s, offset in self.end.items():
+            if offset > bounds[s][1]:
+                raise StompmqError(f"option 'endingOffsets': {offset} is past the end of stream {s!r} "
+                                   f"(its next offset is {bounds[s][1]})")
 
     def partitions(self) -> Sequence[InputPartition]:
-        return _ranges(self.start, self.end)
+        return _ranges(self.start, self.end, self.opts.min_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, StreamRange)
         return _read(self.opts, partition)
 
 
 class StompmqStreamReader(DataSourceStreamReader):
-    """``spark.readStream``: one partition per stream per micro-batch, offsets {stream: offset}."""
+    """``spark.readStream``: per micro-batch, one partition per stream (or ``minPartitions``),
+    offsets {stream: offset}."""
 
     def __init__(self, opts: Options, options: Mapping[str, str]) -> None:
+        if "endingOffsets" in options:
+            raise StompmqError("option 'endingOffsets' applies to batch reads (spark.read) only")
         self.opts = opts
         self.starting = options.get("startingOffsets")
-        limit = options.get("maxMessagesPerTrigger")
-        if limit is not None and not (limit.isdigit() and int(limit) > 0):
-            raise StompmqError(f"option 'maxMessagesPerTrigger' must be a positive integer, not {limit!r}")
-        self.max_per_trigger = int(limit) if limit else None
+        self.max_per_trigger = _positive(options, "maxOffsetsPerTrigger")
+        alias = _positive(options, "maxMessagesPerTrigger")  # the name before Kafka's
+        if alias is not None and self.max_per_trigger is not None:
+            raise StompmqError("options 'maxOffsetsPerTrigger' and 'maxMessagesPerTrigger' are one limit: give one")
+        self.max_per_trigger = self.max_per_trigger or alias
+        self.min_per_trigger = _positive(options, "minOffsetsPerTrigger")
+        delay = options.get("maxTriggerDelay")
+        if delay is not None and self.min_per_trigger is None:
+            raise StompmqError("option 'maxTriggerDelay' needs 'minOffsetsPerTrigger'")
+        self.max_delay = _seconds(delay or TRIGGER_DELAY_DEFAULT, "maxTriggerDelay")
+        if self.min_per_trigger and self.max_per_trigger and self.min_per_trigger > self.max_per_trigger:
+            raise StompmqError("option 'minOffsetsPerTrigger' must not exceed 'maxOffsetsPerTrigger'")
+        self.last_batch = time.monotonic()  # when the last batch was admitted (maxTriggerDelay)
 
     def initialOffset(self) -> dict:
-        return _resolve(self.starting, "latest", self.opts, "startingOffsets")
+        return _resolve(self.starting, "latest", _bounds(self.opts), "startingOffsets")
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        return ReadMaxRows(self.max_per_trigger) if self.max_per_trigger else ReadAllAvailable()
+        if self.max_per_trigger:
+            return ReadMaxRows(self.max_per_trigger)
+        return ReadMinRows(self.min_per_trigger) if self.min_per_trigger else ReadAllAvailable()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         latest = {s: nxt for s, (_, nxt) in _bounds(self.opts).items()}
         start = {s: int(start.get(s, latest[s])) for s in latest}
-        if isinstance(limit, ReadMaxRows):
-            return _admit(start, latest, limit.max_rows)
-        return latest
+        if isinstance(limit, ReadAllAvailable):  # Trigger.AvailableNow: neither limit applies
+            return latest
+        now = time.monotonic()
+        if not _due(start, latest, self.min_per_trigger, now - self.last_batch >= self.max_delay):
+            return start
+        self.last_batch = now
+        return _admit(start, latest, self.max_per_trigger) if self.max_per_trigger else latest
 
     def reportLatestOffset(self) -> dict:
         return {s: nxt for s, (_, nxt) in _bounds(self.opts).items()}
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        return _ranges({s: int(v) for s, v in start.items()}, {s: int(v) for s, v in end.items()})
+        return _ranges({s: int(v) for s, v in start.items()}, {s: int(v) for s, v in end.items()},
+                       self.opts.min_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, StreamRange)
         return _read(self.opts, partition)
 
     def commit(self, end: dict) -> None:
         pass  # the broker keeps no reader state: retention alone decides what is dropped
+
+
+def _due(start: Offsets, latest: Offsets, minimum: int | None, overdue: bool) -> bool:
+    """Whether a batch runs now: ``minOffsetsPerTrigger`` entries are waiting, or some are and
+    ``maxTriggerDelay`` has passed since the last batch."""
+    waiting = sum(max(0, latest[s] - start[s]) for s in latest)
+    return minimum is None or waiting >= minimum or (overdue and waiting > 0)
 
 
 def _admit(start: Offsets, latest: Offsets, budget: int) -> Offsets:

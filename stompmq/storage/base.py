@@ -102,6 +102,15 @@ class StoreError(Exception):
     """
 
 
+class CommitInDoubt(StoreError):
+    """A commit whose outcome is unknown: the connection was lost while the database committed.
+
+    Its writes may be on disk or not; the next commit, which carries them again, settles it
+    (a backend must accept a row it may have written already), so until then none of them
+    may be answered as "not stored".
+    """
+
+
 class StoredMessage:
     """One message of one queue, as the broker and the store both see it.
 
@@ -289,13 +298,17 @@ class QueueCount:
 
 #: SQL for ``Backend.queue_page`` (placeholders ``vhost``/``after``/``limit`` are the backend's to adapt):
 #: it walks the unique index on queues.name and counts each listed queue through
-#: ix_messages_queue_order, so a page costs its own queues, never the whole table.
+#: ix_messages_queue_order, so a page costs its own queues, never the whole table.  A queue
+#: row without messages or a declaration is left out: such a queue was deleted, or is known
+#: only to a broker that uses it (which lists it itself).
 QUEUE_PAGE_SQL = """
 SELECT q.name,
        (SELECT COUNT(*) FROM messages m WHERE m.queue_id = q.id),
        (SELECT COUNT(*) FROM messages m WHERE m.queue_id = q.id AND m.delivered = {true}),
        (SELECT MIN(m.timestamp) FROM messages m WHERE m.queue_id = q.id)
-FROM queues q WHERE q.vhost = {vhost} AND q.name > {after} ORDER BY q.name LIMIT {limit}
+FROM queues q WHERE q.vhost = {vhost} AND q.name > {after}
+  AND (q.options IS NOT NULL OR EXISTS (SELECT 1 FROM messages m WHERE m.queue_id = q.id))
+ORDER BY q.name LIMIT {limit}
 """
 
 CommitCallback = Callable[[int], None]
@@ -468,6 +481,22 @@ class Store(abc.ABC):
         commit group finishes (committed or failed), never by polling.  Needs ``run()`` going
         to make progress."""
 
+    def withdraw(self, msg: StoredMessage) -> bool:
+        """Give up storing ``msg``: drop its buffered insert if it is certainly not on disk (its
+        commit failed, or it never was tried) and return True; False if it may be stored (its
+        group is in flight or in doubt) or is not buffered (stored, or acked before its flush).
+        A store that never fails has nothing to give up."""
+        return False
+
+    @property
+    def outages(self) -> int:
+        """Times the store became unavailable since start (for /metrics)."""
+        return 0
+
+    def outage_seconds(self) -> float:
+        """Seconds the store was unavailable since start, the outage going on included."""
+        return 0.0
+
     # -- reads ---------------------------------------------------------------
     @abc.abstractmethod
     async def load_ready(
@@ -536,8 +565,15 @@ class Store(abc.ABC):
         """Messages of ``queue`` out for delivery (by any broker sharing the store)."""
         return 0
 
-    async def queue_page(self, after: str, limit: int) -> list[QueueCount]:
+    def disk_bytes(self) -> int | None:
+        """Bytes the store takes on disk now, or None where this process cannot tell (memory;
+        a database server's own monitoring knows its size)."""
+        return None
+
+    async def queue_page(self, after: str, limit: int, snapshot: Callable[[], T]) -> tuple[list[QueueCount], T]:
         """Up to ``limit`` queues the store knows, named after ``after``, in name order, with
-        their counts (the management API pages through a million queues with this).  A store
-        that keeps nothing (memory) knows no queue: the broker lists its own."""
-        return []
+        their counts (the management API pages through a million queues with this), and
+        ``snapshot()`` called at the instant the counts' view of the buffered writes is fixed
+        (as ``queue_size``), so the broker's own counts (deliveries in flight) are of the same
+        instant.  A store that keeps nothing (memory) knows no queue: the broker lists its own."""
+        return [], snapshot()

@@ -28,6 +28,17 @@ Theory of operation
   (after ``RETRY_BACKOFF``), and no later group ever ran on top of it.  A purge
   among the newer operations wins over the failed group's operations on that
   queue, which are dropped, not resurrected.
+* A store outage (a full disk, PostgreSQL restarting) is a run of failed groups:
+  the receipts waiting on them wait on (broker/receipts.py), the merged-back
+  writes count against the backlog bounds, so producers are held back, and
+  ``storage/outage.py`` logs the outage once each way.  A group whose commit's
+  outcome was lost with the connection (``CommitInDoubt``) is merged back too,
+  but its inserts stay *in doubt* until a commit succeeds: the retry writes them
+  again (backends accept a row already there), a newer delete no longer cancels
+  one (the row may be on disk), and ``withdraw`` refuses them.  ``withdraw``
+  drops a buffered insert certainly not on disk (never tried, or its group
+  failed for sure), on the trio thread and so in the same step as the
+  decision to answer ERROR: no commit can take it afterwards.
 * Stream entries are append-only: they never coalesce, so they wait in a plain
   list (``_stream_appends``) and travel with the group as ``stream_rows``.  A
   trim (retention) drops the pending entries it covers, like a purge, so the
@@ -89,6 +100,7 @@ from stompmq.storage.base import (
     vhost_space,
     MESSAGE_OVERHEAD,
     BindingRecord,
+    CommitInDoubt,
     ExchangeRecord,
     QueueCount,
     Recovery,
@@ -119,6 +131,7 @@ from stompmq.storage.groups import (
     TrimStream,
     UpdateRow,
 )
+from stompmq.storage.outage import Outage
 from stompmq.storage.thread import DatabaseThread, Job
 
 # Longest a buffered write waits for its group when nobody asks for a ticket: bounds what a
@@ -214,6 +227,10 @@ class GroupCommitStore(Store):
         self._committed = 0
         self._next_ticket = 1
         self._last_seq = 0
+        # Seqs of inserts whose commit is in doubt (CommitInDoubt): never withdrawn, until a
+        # commit carrying them again succeeds.
+        self._in_doubt: set[int] = set()
+        self._outage = Outage(backend.name)
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def open(self) -> Recovery:
@@ -317,10 +334,11 @@ class GroupCommitStore(Store):
         if not self._has_pending():
             self._batch_started()
         freed = 0
+        in_doubt = self._in_doubt  # (empty but after a commit whose outcome was lost)
         for msg in messages:
             seq = msg.seq
             entry = pending.get(seq)
-            if entry is not None and entry[0] == INSERT:
+            if entry is not None and entry[0] == INSERT and seq not in in_doubt:
                 del pending[seq]  # never reached the disk: nothing to do there
                 freed += len(msg.body) + MESSAGE_OVERHEAD
             else:
@@ -429,6 +447,24 @@ class GroupCommitStore(Store):
     def full(self) -> bool:
         return self.backlog() >= self._max_backlog or self.backlog_bytes() >= self._max_backlog_bytes
 
+    def withdraw(self, msg: StoredMessage) -> bool:
+        """Only a buffered insert outside every group in flight or in doubt is certainly not on
+        disk; dropping it here, on the trio thread, cannot race a commit (see Store.withdraw)."""
+        seq = msg.seq
+        entry = self._pending.get(seq)
+        if entry is None or entry[0] != INSERT or entry[1] is not msg or seq in self._in_doubt:
+            return False
+        del self._pending[seq]
+        self._pending_bytes -= len(msg.body) + MESSAGE_OVERHEAD
+        return True
+
+    @property
+    def outages(self) -> int:
+        return self._outage.count
+
+    def outage_seconds(self) -> float:
+        return self._outage.seconds()
+
     async def wait_for_room(self) -> None:
         while self.full():
             await self._group_finished.wait()
@@ -528,15 +564,19 @@ class GroupCommitStore(Store):
             self._inflight = None
             self._inflight_bytes = 0
             if error is None:
+                self._outage.succeeded()
+                self._in_doubt.clear()  # the group after a doubtful one carries all of its writes
                 self._committed = group.ticket
                 self.on_group_committed(trio.current_time() - group.submitted, len(group))
                 for name, state in group.rows.stream_states.items():
                     self.on_stream_changed(name, state)
                 self.on_commit(group.ticket)
                 return None
-            self._merge_back(group)
+            in_doubt = isinstance(error, CommitInDoubt)
+            self._merge_back(group, in_doubt)
             if not isinstance(error, StoreError):
                 error = StoreError(f"commit to {self._backend.name} failed: {error!r}")
+            self._outage.failed(error)
             self.on_commit_failed(group.ticket, error)
             return error
         finally:
@@ -546,9 +586,13 @@ class GroupCommitStore(Store):
     async def _commit_group(self) -> bool:
         return await self._await_group(self._submit_group()) is None
 
-    def _merge_back(self, group: _Group) -> None:
-        """Make a failed group's operations pending again, under the newer ones."""
+    def _merge_back(self, group: _Group, in_doubt: bool) -> None:
+        """Make a failed group's operations pending again, under the newer ones.  If the group
+        is ``in_doubt`` its inserts may be on disk: a newer delete stays (it deletes the row if
+        it is there) and the inserts are never withdrawn until a commit settles them."""
         newer = self._pending
+        if in_doubt:
+            self._in_doubt.update(seq for seq, (kind, _) in group.ops.items() if kind == INSERT)
         purged = {op.queue for op in self._structural if isinstance(op, Purge)}
         merged: dict[int, PendingOp] = {}
         for seq, (kind, msg) in group.ops.items():
@@ -559,7 +603,8 @@ class GroupCommitStore(Store):
                 merged[seq] = (kind, msg)
             elif kind == INSERT:
                 if later[0] == DELETE:
-                    del newer[seq]  # the row never reached the disk
+                    if not in_doubt:
+                        del newer[seq]  # the row never reached the disk
                 else:
                     newer[seq] = (INSERT, later[1])  # the insert, with the newest fields
         was_empty = not self._has_pending()
@@ -574,10 +619,12 @@ class GroupCommitStore(Store):
         self._stream_appends = appends + self._stream_appends
         self._pending_bytes = _insert_bytes(merged)
         self._structural = group.structural + self._structural
-        if self._has_pending():
-            if was_empty:
-                self._pending_since = trio.current_time()
-            self._hurry()  # retry after the back-off, not after the flush interval
+        if was_empty and self._has_pending():
+            self._pending_since = trio.current_time()
+        # Retry after the back-off, not after the flush interval.  With nothing left to write (the
+        # group's messages were acked meanwhile) the commit loop then commits nothing, which keeps
+        # the failed ticket's promise: receipts wait for it now instead of failing.
+        self._hurry()
 
     # -- reads -------------------------------------------------------------------------------
     async def load_ready(
@@ -586,7 +633,13 @@ class GroupCommitStore(Store):
         if self._reader is None or not self._worth_reading_through(limit) or self._purging(queue):
             # A purge empties the disk view in a way the buffer cannot replay: read behind it.
             return await self._read(self._backend.load_ready, queue, after, limit)
-        return await self._read_through(*self._reader, queue, after, limit)
+        try:
+            page = await self._read_through(*self._reader, queue, after, limit)
+        except StoreError as e:
+            self._outage.failed(e)
+            raise
+        self._outage.succeeded()
+        return page
 
     def _worth_reading_through(self, limit: int) -> bool:
         """Is laying the buffer over the disk cheaper than waiting for its commit?  The overlay
@@ -674,8 +727,10 @@ class GroupCommitStore(Store):
     async def queue_exists(self, name: str) -> bool:
         return await self._read(self._backend.queue_exists, name)
 
-    async def queue_page(self, after: str, limit: int) -> list[QueueCount]:
-        return await self._read(self._backend.queue_page, after, limit)
+    async def queue_page(self, after: str, limit: int, snapshot: Callable[[], T]) -> tuple[list[QueueCount], T]:
+        taken: list[T] = []
+        rows = await self._read(self._backend.queue_page, after, limit, before=lambda: taken.append(snapshot()))
+        return rows, taken[0]
 
     async def _read(self, fn: Callable[[*Ts], T], *args: *Ts, before: Callable[[], None] | None = None) -> T:
         """Run a read on the database thread behind every write buffered so far.
@@ -685,19 +740,27 @@ class GroupCommitStore(Store):
         ``before`` is called at the instant the read's view is fixed: with no await between it
         and the submission, every write buffered before it is seen and none after it.
         """
-        if self._thread is None:
+        thread = self._thread
+        if thread is None:
             raise StoreError(f"{self._backend.name} is not open")
         await self._wait_idle()  # a failed group in flight is pending again afterwards
         if before is not None:
             before()
         if not self._has_pending():
-            return await self._thread.call(fn, *args)
-        group = self._submit_group()
-        read = self._thread.submit(fn, *args)  # FIFO: right behind the group
-        error = await self._await_group(group)
-        if error is not None:
-            raise StoreError(f"read refused until buffered writes commit: {error}")
-        return await read.result()
+            read = thread.submit(fn, *args)
+        else:
+            group = self._submit_group()
+            read = thread.submit(fn, *args)  # FIFO: right behind the group
+            error = await self._await_group(group)
+            if error is not None:
+                raise StoreError(f"read refused until buffered writes commit: {error}")
+        try:
+            result = await read.result()
+        except StoreError as e:
+            self._outage.failed(e)
+            raise
+        self._outage.succeeded()
+        return result
 
 
 def _ops_of(ops: dict[int, PendingOp], space: str, name: str, into: dict[int, PendingOp]) -> None:

@@ -69,6 +69,7 @@ from stompmq.storage import jsontext
 from stompmq.storage.base import (
     QUEUE_PAGE_SQL,
     BindingRecord,
+    CommitInDoubt,
     ExchangeRecord,
     SEQ_CHUNK,
     QueueCount,
@@ -126,7 +127,7 @@ LISTEN_TICK = 0.5
 LISTEN_RETRY = 1.0
 #: Back-off between attempts to reach a database that is down: first and largest wait, seconds.
 RECONNECT_FIRST = 0.1
-RECONNECT_MAX = 5.0
+RECONNECT_MAX = 1.0
 
 _dumps, _loads = jsontext.dumps, jsontext.loads
 _headers, _headers_text = jsontext.headers, jsontext.headers_text
@@ -226,19 +227,15 @@ class PostgresBackend:
         self._queue_ids: dict[str, int] = {}
         self._queue_names: dict[int, str] = {}
         self.streams = SharedStreams(self.broker_id)
-        self._down = False  # the database is unreachable: log the outage once, not per call
+        self._down = False  # the database was unreachable at the last attempt
         self._registered = False  # this broker has held a lease already (a new one means it lapsed)
         self._backoff = RECONNECT_FIRST  # doubles per failed attempt while the database is down
+        self._committing = False  # the commit going on has sent everything but its COMMIT
         self._next_attempt = 0.0  # monotonic time before which no new attempt is made
 
     @property
     def name(self) -> str:
         return masked(self.url)
-
-    @property
-    def down(self) -> bool:
-        """The database was unreachable at the last attempt (the outage is logged already)."""
-        return self._down
 
     # -- open / close ----------------------------------------------------------------------------
     def open(self) -> Recovery:
@@ -295,14 +292,14 @@ class PostgresBackend:
             conn = _connect(self.url)
             self._register(conn)
         except (StoreError, psycopg.Error) as exc:
-            if not self._down:
-                log.error("PostgreSQL %s is unreachable, retrying: %s", self.name, _one_line(exc))
+            if not self._down:  # the store logs the outage (storage/outage.py)
+                log.debug("PostgreSQL %s is unreachable, retrying: %s", self.name, _one_line(exc))
                 self._down = True
             self._next_attempt = time.monotonic() + self._backoff
             self._backoff = min(self._backoff * 2, RECONNECT_MAX)
             raise StoreError(f"PostgreSQL {self.name} is unreachable: {_one_line(exc)}") from None
         if self._down:
-            log.warning("PostgreSQL %s is reachable again", self.name)
+            log.debug("PostgreSQL %s is reachable again", self.name)
             self._down = False
         self._backoff = RECONNECT_FIRST
         self._conn = conn
@@ -399,15 +396,20 @@ class PostgresBackend:
 
     # -- writes ----------------------------------------------------------------------------------
     def commit(self, group: GroupRows) -> None:
+        """Commit ``group``; CommitInDoubt if the connection was lost during its COMMIT (then the
+        retry, carrying the same rows, finds its inserts there or not: ``replace`` takes both)."""
         conn = self._connection()
         try:
             try:
                 self._commit(conn, group, replace=False)
             except psycopg.errors.UniqueViolation:
                 self._forget_ids()
-                self._commit(conn, group, replace=True)  # a row written back after an earlier purge
+                # A row written back after an earlier purge, or by a commit whose outcome was lost.
+                self._commit(conn, group, replace=True)
         except psycopg.Error as exc:
             self._forget_ids()
+            if self._committing and conn.broken:
+                raise CommitInDoubt(f"commit to {self.name} may have failed: {_one_line(exc)}") from None
             raise StoreError(f"commit to {self.name} failed: {_one_line(exc)}") from None
 
     def _forget_ids(self) -> None:
@@ -417,6 +419,7 @@ class PostgresBackend:
         self.streams.forget()
 
     def _commit(self, conn: psycopg.Connection[Any], group: GroupRows, *, replace: bool) -> None:
+        self._committing = False
         held = group.held or frozenset()
         freed: set[str] = set()  # queues that get free ready rows: the other brokers hear of them
         group.stream_states = {}  # (a retried attempt reports afresh)
@@ -454,6 +457,7 @@ class PostgresBackend:
                 self.streams.append(cur, group.stream_rows, counters)
             self.streams.finish(cur, counters, group)
             self._notify_queues(conn, sorted(freed), self.broker_id)
+            self._committing = True  # only COMMIT is left: a connection lost now hides the outcome
 
     def _queue_ids_of(self, cur: psycopg.Cursor[Any], rows: list[InsertRow] | list[DelayedRow]) -> dict[str, int]:
         """The id of every queue the rows name (rows carry the queue's name second)."""
@@ -902,19 +906,24 @@ class PostgresStore(GroupCommitStore):
                 await trio.to_thread.run_sync(listener.stop)
 
     async def _call(self, fn: Callable[[], Any]) -> Any:
+        """``fn`` on the database thread; its failure or success counts for the outage record
+        (which logs an outage once, so the callers log nothing)."""
         thread = self._thread
         if thread is None:
             raise StoreError(f"{self._pg.name} is not open")
-        return await thread.call(fn)
+        try:
+            result = await thread.call(fn)
+        except StoreError as exc:
+            self._outage.failed(exc)
+            raise
+        self._outage.succeeded()
+        return result
 
     async def _renew_leases(self) -> None:
         while True:
             await trio.sleep(self.lease / 3)
-            try:
+            with contextlib.suppress(StoreError):
                 await self._call(self._pg.renew)
-            except StoreError as exc:
-                if not self._pg.down:  # an outage is logged once, by the backend
-                    log.warning("%s", exc)
 
     async def _refill_seqs(self) -> None:
         while True:
@@ -923,9 +932,7 @@ class PostgresStore(GroupCommitStore):
             while len(self._blocks) < 2:
                 try:
                     self._blocks.append(await self._call(self._pg.seq_block))
-                except StoreError as exc:
-                    if not self._pg.down:
-                        log.warning("%s", exc)
+                except StoreError:
                     await trio.sleep(1.0)
 
     async def _poll(self) -> None:
@@ -937,9 +944,7 @@ class PostgresStore(GroupCommitStore):
             self.on_queue_changed("*")
             try:
                 states = await self._call(self._pg.stream_states)
-            except StoreError as exc:
-                if not self._pg.down:
-                    log.warning("%s", exc)
+            except StoreError:
                 continue
             for key, state in states:
                 self.on_stream_changed(key, state)
@@ -970,8 +975,7 @@ class PostgresStore(GroupCommitStore):
     async def _reload_definitions(self) -> None:
         try:
             vhosts, exchanges, bindings = await self._call(self._pg.definitions)
-        except StoreError as exc:
-            log.warning("%s", exc)
-            return
+        except StoreError:
+            return  # the store is down: its outage is logged once (storage/outage.py)
         self.on_vhosts_changed(vhosts)
         self.on_definitions_changed(exchanges, bindings)

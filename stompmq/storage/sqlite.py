@@ -39,6 +39,7 @@ from stompmq.storage import jsontext
 from stompmq.storage.base import (
     QUEUE_PAGE_SQL,
     BindingRecord,
+    CommitInDoubt,
     ExchangeRecord,
     QueueCount,
     QueueRecord,
@@ -387,10 +388,12 @@ class SQLiteBackend:
                         " ON CONFLICT (name) DO UPDATE SET value = excluded.value",
                         (LAST_SEQ, str(group.last_seq)),
                     )
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, CommitInDoubt) as exc:
             for name in created:  # those queue and stream rows were rolled back with the group
                 self._queue_ids.pop(name, None)
                 self._stream_ids.pop(name, None)
+            if isinstance(exc, CommitInDoubt):  # the retry settles it: every write here is idempotent
+                raise CommitInDoubt(f"commit to {self.path} may have failed: {exc}") from exc
             raise StoreError(f"commit to {self.path} failed: {exc}") from exc
         self._stored_last_seq = max(self._stored_last_seq, group.last_seq)
 
@@ -698,15 +701,23 @@ class SQLiteBackend:
 
 @contextlib.contextmanager
 def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
-    """BEGIN IMMEDIATE ... COMMIT, rolled back on any error (the connection is in autocommit)."""
+    """BEGIN IMMEDIATE ... COMMIT, rolled back on any error (the connection is in autocommit).
+
+    A COMMIT that fails for want of space wrote no commit record: certainly not committed.  Any
+    other error of the COMMIT itself (an I/O error, a failed fsync) may leave the transaction's
+    WAL frames on disk for the next open to replay: CommitInDoubt."""
     conn.execute("BEGIN IMMEDIATE")
+    committing = False
     try:
         yield
+        committing = True
         conn.execute("COMMIT")
-    except BaseException:
+    except BaseException as exc:
         if conn.in_transaction:
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
+        if committing and isinstance(exc, sqlite3.Error) and exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_FULL:
+            raise CommitInDoubt(str(exc)) from exc
         raise
 
 
@@ -761,6 +772,14 @@ class SQLiteStore(GroupCommitStore):
             max_backlog_bytes=max_backlog_bytes,
         )
         self.path = path
+
+    def disk_bytes(self) -> int:
+        """The database file and its write-ahead log (two stat calls: cheap enough per scrape)."""
+        total = 0
+        for name in (self.path, self.path + "-wal"):
+            with contextlib.suppress(FileNotFoundError):
+                total += os.stat(name).st_size
+        return total
 
 
 def _many_rows(sql: str, rows: int) -> str:

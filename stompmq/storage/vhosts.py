@@ -183,6 +183,9 @@ class VhostStore(Store):
     async def wait_for_room(self) -> None:
         await self.store.wait_for_room()
 
+    def withdraw(self, msg: StoredMessage) -> bool:
+        return self.store.withdraw(msg)
+
     # -- reads ---------------------------------------------------------------------------------
     async def load_ready(self, queue: str, after: tuple[int, int] | None, limit: int) -> Sequence[StoredMessage]:
         return await self.store.load_ready(self.space + queue, after, limit)
@@ -221,6 +224,6 @@ class VhostStore(Store):
     async def count_unacked(self, queue: str) -> int:
         return await self.store.count_unacked(self.space + queue)
 
-    async def queue_page(self, after: str, limit: int) -> list[QueueCount]:
-        rows = await self.store.queue_page(self.space + after, limit)
-        return [dataclasses.replace(row, name=self._bare(row.name)) for row in rows]
+    async def queue_page(self, after: str, limit: int, snapshot: Callable[[], T]) -> tuple[list[QueueCount], T]:
+        rows, taken = await self.store.queue_page(self.space + after, limit, snapshot)
+        return [dataclasses.replace(row, name=self._bare(row.name)) for row in rows], taken

@@ -8,7 +8,15 @@ from typing import Any, TypeVar
 
 from stompmq.broker import Broker
 from stompmq.protocol import Frame, FrameParser
-from stompmq.storage.base import BindingRecord, ExchangeRecord, Recovery, Store, StoredMessage, StreamMessage
+from stompmq.storage.base import (
+    BindingRecord,
+    ExchangeRecord,
+    QueueCount,
+    Recovery,
+    Store,
+    StoredMessage,
+    StreamMessage,
+)
 
 
 class FakeOutbox:
@@ -161,6 +169,15 @@ class DictStore(Store):
 
     async def count(self, queue: str) -> int:
         return sum(1 for m, _, _ in self.rows.values() if m.queue == queue)
+
+    async def queue_page(self, after: str, limit: int, snapshot: Callable[[], T]) -> tuple[list[QueueCount], T]:
+        by_queue: dict[str, list[tuple[StoredMessage, bool]]] = {}
+        for m, delivered, _ in self.rows.values():
+            by_queue.setdefault(m.queue, []).append((m, delivered))
+        names = sorted(name for name in by_queue if name > after)[:limit]
+        rows = [QueueCount(name, len(by_queue[name]), sum(d for _, d in by_queue[name]),
+                           min(m.timestamp for m, _ in by_queue[name])) for name in names]
+        return rows, snapshot()
 
 
 T = TypeVar("T")

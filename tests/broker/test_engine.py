@@ -90,7 +90,7 @@ def test_closing_a_session_cancels_its_deadlines_and_requeues() -> None:
 
 def test_a_million_acked_deliveries_leave_no_timers_behind() -> None:
     """1,000,000 deliveries with ack-timeout:3600, each acked: what remains is O(unacked) = 0.
-    (The RSS figure of the same run is in scripts/bench_memory.py --scenario ack-timeouts.)"""
+    (The RSS figure of the same run is in benchmarks/memory.py --scenario ack-timeouts.)"""
     broker = Broker(MemoryStore())
     session, outbox = connect(broker)
     broker.handle(session, frame("SUBSCRIBE", id="1", destination="/queue/q", ack="client-individual",

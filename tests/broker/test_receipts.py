@@ -1,10 +1,13 @@
-"""Receipts: released in frame order once their ticket commits; a failed commit fails the session."""
+"""Receipts: released in frame order once their ticket commits; a failed commit keeps them
+waiting, and only a SEND that waited --store-timeout and whose message could be withdrawn is
+answered ERROR."""
 
 from __future__ import annotations
 
 from stompmq.broker.receipts import Receipts
 from stompmq.broker.session import Session
-from stompmq.storage.base import StoreError
+from stompmq.broker.timers import Deadlines
+from stompmq.storage.base import StoredMessage, StoreError
 
 from .fakes import DictStore, FakeOutbox
 
@@ -30,6 +33,24 @@ class TicketStore(DictStore):
         self.on_commit(self.done)
 
 
+def make(store: TicketStore, timeout: float = 30.0, withdrawable: bool = True) -> tuple[Receipts, Deadlines,
+                                                                                      list[StoredMessage]]:
+    """Receipts over ``store`` with a clock the test moves and a record of what was withdrawn."""
+    clock = Deadlines()
+    withdrawn: list[StoredMessage] = []
+
+    def withdraw(msg: StoredMessage) -> bool:
+        if withdrawable:
+            withdrawn.append(msg)
+        return withdrawable
+
+    return Receipts(store, clock, withdraw, timeout), clock, withdrawn
+
+
+def message(seq: int) -> StoredMessage:
+    return StoredMessage(seq, "q", 4, {}, b"x", 0)
+
+
 def session() -> tuple[Session, FakeOutbox]:
     outbox = FakeOutbox()
     return Session("s", "1.2", outbox), outbox
@@ -41,7 +62,7 @@ def ids(outbox: FakeOutbox) -> list[str]:
 
 def test_a_receipt_waits_for_its_commit() -> None:
     store = TicketStore()
-    receipts = Receipts(store)
+    receipts, _, _ = make(store)
     s, outbox = session()
     receipts.send(s, "a")
     assert ids(outbox) == []
@@ -52,7 +73,7 @@ def test_a_receipt_waits_for_its_commit() -> None:
 def test_a_receipt_with_nothing_to_wait_for_goes_at_once() -> None:
     store = TicketStore()
     store.commit()
-    receipts = Receipts(store)
+    receipts, _, _ = make(store)
     s, outbox = session()
     store.next = store.done  # nothing buffered
     receipts.send(s, "a")
@@ -61,7 +82,7 @@ def test_a_receipt_with_nothing_to_wait_for_goes_at_once() -> None:
 
 def test_a_reserved_receipt_holds_back_the_later_ones() -> None:
     store = TicketStore()
-    receipts = Receipts(store)
+    receipts, _, _ = make(store)
     s, outbox = session()
     entry = receipts.reserve(s, "count")
     receipts.send(s, "later")
@@ -74,13 +95,57 @@ def test_a_reserved_receipt_holds_back_the_later_ones() -> None:
     assert frames[0].headers["num-messages"] == "3"
 
 
-def test_a_failed_commit_fails_the_waiting_session_with_its_receipt_id() -> None:
-    store = TicketStore()
-    receipts = Receipts(store)
-    s, outbox = session()
+def failures_of(s: Session) -> list[tuple[str, str | None]]:
     failures: list[tuple[str, str | None]] = []
-    s.fail = lambda message, receipt_id: failures.append((message, receipt_id))
-    receipts.send(s, "r1")
+    s.fail = lambda text, receipt_id: failures.append((text, receipt_id))
+    return failures
+
+
+def test_a_failed_commit_keeps_the_receipts_waiting_until_a_retry_commits() -> None:
+    store = TicketStore()
+    receipts, clock, withdrawn = make(store)
+    s, outbox = session()
+    failures = failures_of(s)
+    receipts.send(s, "r1", None, message(1))
+    receipts.send(s, "r2", None, message(2))
+    for _ in range(100):  # 29.7 s of failed attempts: within --store-timeout
+        clock.now += 0.297
+        store.on_commit_failed(store.next, StoreError("connection refused"))
+    assert failures == [] and withdrawn == [] and ids(outbox) == []
+    store.commit()  # the retry
+    assert ids(outbox) == ["r1", "r2"]
+
+
+def test_a_send_that_waited_the_store_timeout_is_withdrawn_and_answered_error() -> None:
+    store = TicketStore()
+    receipts, clock, withdrawn = make(store, timeout=5.0)
+    s, outbox = session()
+    failures = failures_of(s)
+    first, second = message(1), message(2)
+    receipts.send(s, "r1", None, first)
+    clock.now = 1.0
+    receipts.send(s, "r2", None, second)
+    clock.now = 4.9
     store.on_commit_failed(store.next, StoreError("disk full"))
-    assert failures == [("could not store: disk full", "r1")]
-    assert not s.pending_receipts
+    assert failures == []
+    clock.now = 5.0
+    store.on_commit_failed(store.next, StoreError("disk full"))
+    assert withdrawn == [first]  # the one that waited 5 s, in the same step as the ERROR
+    ((text, receipt_id),) = failures
+    assert receipt_id == "r1" and text.startswith("could not store: disk full") and "not stored" in text
+    assert not s.pending_receipts and ids(outbox) == []
+
+
+def test_a_message_that_cannot_be_withdrawn_keeps_its_receipt_waiting() -> None:
+    """Delivered already, or its commit's outcome unknown: an ERROR could be a lie."""
+    store = TicketStore()
+    receipts, clock, withdrawn = make(store, timeout=0.0, withdrawable=False)
+    s, outbox = session()
+    failures = failures_of(s)
+    receipts.send(s, "r1", None, message(1))
+    receipts.send(s, "ack")  # not a SEND: nothing to withdraw
+    clock.now = 100.0
+    store.on_commit_failed(store.next, StoreError("disk full"))
+    assert failures == []
+    store.commit()
+    assert ids(outbox) == ["r1", "ack"]

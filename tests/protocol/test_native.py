@@ -150,7 +150,7 @@ _CLEAN = [
     b"SEND\ndestination:/queue/a\ncontent-length:5\n\nhello\0",
     b"SEND\ndestination:/queue/a\nreceipt:77\n\nno length\0\n",
     b"SEND\r\ndestination:/queue/crlf\r\n\r\nx\0\r\n",
-    b"SEND\ndestination:/queue/esc\\c\\n\\\\\\r\nk:v\nk:repeat\n\n\0",
+    b"SEND\ndestination:/queue/esc\\c\\n\\\\\nk:v\nk:repeat\n\n\0",
     "SEND\ndestination:/queue/café\nñ:ü😀\n\n\0".encode(),
     b"ACK\nid:12\n\n\0",
     b"NACK\nid:13\n\n\0",

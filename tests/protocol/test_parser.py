@@ -64,7 +64,9 @@ OK_CASES = [
         [Frame("SEND", {"Destination": "a", "destination": "b"}, b"")],
     ),
     # S03: unescaping per version, never for CONNECT/STOMP
-    Ok("s03_v12_escapes", b"SEND\nk\\cx:a\\nb\\\\c\\rd\n\n\0", [Frame("SEND", {"k:x": "a\nb\\c\rd"}, b"")]),
+    Ok("s03_v12_escapes", b"MESSAGE\nk\\cx:a\\nb\\\\c\\rd\n\n\0", [Frame("MESSAGE", {"k:x": "a\nb\\c\rd"}, b"")]),
+    Ok("s03_v12_cr_escape_outside_send", b"SUBSCRIBE\nid:a\\rb\n\n\0", [Frame("SUBSCRIBE", {"id": "a\rb"}, b"")]),
+    Ok("s03_escaped_backslash_before_r_is_no_cr", b"SEND\nk:a\\\\rb\n\n\0", [Frame("SEND", {"k": "a\\rb"}, b"")]),
     Ok("s03_v11_escapes", b"SEND\nk\\cx:a\\nb\\\\c\n\n\0", [Frame("SEND", {"k:x": "a\nb\\c"}, b"")], "1.1"),
     Ok("s03_v10_literal", b"SEND\nk\\cx:a\\nb\\\\c\\t\n\n\0", [Frame("SEND", {"k\\cx": "a\\nb\\\\c\\t"}, b"")], "1.0"),
     Ok(
@@ -86,8 +88,8 @@ OK_CASES = [
     Ok("s06_empty_value", b"SEND\nk:\n\n\0", [Frame("SEND", {"k": ""}, b"")]),
     Ok("s06_empty_name", b"SEND\n:v\n\n\0", [Frame("SEND", {"": "v"}, b"")]),
     Ok("s06_cr_before_lf_is_eol", b"SEND\nk:v\r\n\n\0", [Frame("SEND", {"k": "v"}, b"")]),
-    Ok("s06_inner_cr_kept", b"SEND\nk:a\rb\n\n\0", [Frame("SEND", {"k": "a\rb"}, b"")]),
-    Ok("s06_only_last_cr_is_eol", b"SEND\nk:v\r\r\n\n\0", [Frame("SEND", {"k": "v\r"}, b"")]),
+    Ok("s06_inner_cr_kept", b"MESSAGE\nk:a\rb\n\n\0", [Frame("MESSAGE", {"k": "a\rb"}, b"")]),
+    Ok("s06_only_last_cr_is_eol", b"MESSAGE\nk:v\r\r\n\n\0", [Frame("MESSAGE", {"k": "v\r"}, b"")]),
     # S08: content-length
     Ok(
         "s08_content_length_with_nul",
@@ -121,7 +123,7 @@ OK_CASES = [
     # S11: the first of a repeated header wins
     Ok("s11_first_header_wins", b"SEND\nk:1\nk:2\nk:3\n\n\0", [Frame("SEND", {"k": "1"}, b"")]),
     Ok("s11_first_wins_with_escapes", b"SEND\nk:1\\c\nk\\c:x\nk:2\n\n\0", [Frame("SEND", {"k": "1:", "k:": "x"}, b"")]),
-    Ok("s11_first_wins_after_unescaping_name", b"SEND\na\rb:1\na\\rb:2\n\n\0", [Frame("SEND", {"a\rb": "1"}, b"")]),
+    Ok("s11_first_wins_after_unescaping_name", b"ACK\na\rb:1\na\\rb:2\n\n\0", [Frame("ACK", {"a\rb": "1"}, b"")]),
     Ok(
         "s11_first_content_length_wins",
         b"SEND\ncontent-length:1\ncontent-length:5\n\na\0",
@@ -146,6 +148,11 @@ BAD_CASES = [
     Bad("s04_undefined_escape_in_name", b"SEND\nk\\x:v\n\n\0", "escape"),
     Bad("s04_trailing_backslash", b"SEND\nk:ab\\\n\n\0", "escape"),
     Bad("s04_v11_has_no_cr_escape", b"SEND\nk:a\\rb\n\n\0", "escape", "1.1"),
+    # a CR in SEND headers: its subscribers may speak 1.0 or 1.1, which cannot receive it
+    Bad("send_escaped_cr_in_value", b"SEND\nk:a\\rb\n\n\0", "carriage return"),
+    Bad("send_escaped_cr_in_name", b"SEND\na\\rb:v\n\n\0", "carriage return"),
+    Bad("send_raw_cr_in_value", b"SEND\nk:a\rb\n\n\0", "carriage return", "1.1"),
+    Bad("send_raw_cr_in_value_crlf", b"SEND\r\nk:a\rb\r\n\r\n\0", "carriage return", "1.0"),
     Bad("s06_header_without_colon", b"SEND\ndestination\n\n\0", "colon"),
     Bad("s06_header_without_colon_escaped_block", b"SEND\nk:\\n\nbad\n\n\0", "colon"),
     Bad("s08_content_length_no_nul_after", b"SEND\ncontent-length:1\n\nab\0", "NUL"),

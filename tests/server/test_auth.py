@@ -1,4 +1,4 @@
-"""The pure auth decisions: hashes, the users file, permissions, the failed-login throttle."""
+"""The pure auth decisions: hashes, the users file, permissions."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import pytest
 from stompmq.cli import main
 from stompmq.server.auth import (
     AddressCounter,
-    LoginThrottle,
     Permission,
     User,
     Users,
@@ -85,26 +84,6 @@ def test_permissions_are_searched_like_rabbitmq() -> None:
     assert p.allows("write", "/queue/orders") and not p.allows("write", "/queue/orders2")
     assert p.allows("read", "/topic/public.news") and not p.allows("read", "/topic/private")
     assert not p.allows("configure", "/queue/orders")
-
-
-def test_the_throttle_slows_one_address_only_and_queues_concurrent_guesses() -> None:
-    throttle = LoginThrottle(seconds=1.0)
-    assert throttle.reserve("a", 0.0) == 0.0
-    throttle.failed("a", 0.0)
-    assert throttle.reserve("b", 0.1) == 0.0  # nobody else waits
-    assert throttle.reserve("a", 0.5) == pytest.approx(0.5)
-    assert throttle.reserve("a", 0.5) == pytest.approx(1.5)  # a second concurrent guess: the next slot
-    throttle.succeeded("a")
-    assert throttle.reserve("a", 0.6) == 0.0
-
-
-def test_the_throttle_table_is_bounded() -> None:
-    throttle = LoginThrottle(seconds=1.0, capacity=10)
-    for i in range(100):
-        throttle.failed(f"10.0.0.{i}", float(i) / 1000)
-    assert len(throttle) <= 10
-    throttle.failed("late", 50.0)  # everything else has expired: swept
-    assert len(throttle) == 1
 
 
 def test_the_users_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

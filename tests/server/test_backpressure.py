@@ -9,7 +9,7 @@ from stompmq.server.connection import RECEIVE_BYTES
 from stompmq.storage.base import MESSAGE_OVERHEAD, StoredMessage
 from stompmq.storage.sqlite import SQLiteStore
 
-from ..pair import broker_pair
+from ..support.pair import broker_pair
 
 BODY = b"x" * (64 * 1024)
 BUDGET = 1024 * 1024

@@ -6,13 +6,15 @@ blocked, so the 30-second and 10-second waits below take no real time.
 
 from __future__ import annotations
 
+import pytest
 import trio
 import trio.testing
 
 from stompmq.broker import BrokerConfig
+from stompmq.protocol import Frame
 from stompmq.server.settings import ServerSettings
 
-from ..pair import broker_pair
+from ..support.pair import broker_pair
 
 
 async def test_ack_timeout_redelivers_to_the_other_subscriber(autojump_clock: trio.abc.Clock) -> None:
@@ -194,3 +196,44 @@ async def test_a_topics_only_subscriber_that_never_reads_holds_its_publisher_for
         stats = (await publisher.receive()).headers
         assert 5.0 <= trio.current_time() - start < 6.0
         assert stats["total-lagging"] == "1" and int(stats["subscription-0-dropped"]) > 0, stats
+
+
+def ack_headers(version: str, msg: Frame) -> dict[str, str]:
+    """The headers that name ``msg`` in an ACK/NACK of ``version``."""
+    if version == "1.2":
+        return {"id": msg.headers["ack"]}
+    if version == "1.1":
+        return {"message-id": msg.headers["message-id"], "subscription": msg.headers["subscription"]}
+    return {"message-id": msg.headers["message-id"]}
+
+
+@pytest.mark.parametrize("version, how", [("1.0", "resubscribe"), ("1.1", "nack"), ("1.2", "nack")])
+async def test_ack_timeout_of_a_redelivery_runs_from_its_own_delivery(
+    autojump_clock: trio.abc.Clock, version: str, how: str
+) -> None:
+    """A message requeued (NACK, UNSUBSCRIBE) and delivered again to the same session gets a
+    fresh ack timeout: the first delivery's timer must not expire the second one early.
+    (1.0/1.1 ACK by message-id, so both deliveries share one ack key.)  Requeued 0.8 s into a
+    1 s ack timeout, the second delivery must live until 1.8 s."""
+    async with broker_pair() as pair:
+        client = await pair.connected(version)
+        subscribe = {"destination": "/queue/q", "ack": "client-individual", "ack-timeout": "1.0"}
+        if version != "1.0":
+            subscribe["id"] = "s"
+        await client.send("SUBSCRIBE", subscribe)
+        await client.send("SEND", {"destination": "/queue/q"}, b"x")
+        first = await client.receive()
+        await trio.sleep(0.8)
+        if how == "nack":
+            await client.send("NACK", ack_headers(version, first))
+        else:
+            await client.send("UNSUBSCRIBE", {"destination": "/queue/q"})
+            await client.send("SUBSCRIBE", subscribe)
+        second = await client.receive()
+        assert (second.command, second.headers["redelivery-count"]) == ("MESSAGE", "1")
+        assert await client.nothing_within(0.5)  # the first delivery's deadline passes: nothing happens
+        await client.send("ACK", {**ack_headers(version, second), "receipt": "acked"})
+        assert (await client.receive()).headers["receipt-id"] == "acked"
+        assert await client.nothing_within(1.0)  # past the second delivery's own deadline
+        await client.send("SEND", {"destination": "/control/count-msgs/queue/q", "receipt": "n"})
+        assert (await client.receive()).headers["num-messages"] == "0"

@@ -21,8 +21,8 @@ import trio.testing
 
 from stompmq.storage.groupcommit import GroupCommitStore
 
-from ..conftest import make_store_factory
-from ..pair import PeerClient, broker_pair
+from ..support.stores import make_store_factory
+from ..support.pair import PeerClient, broker_pair
 
 #: The conftest stores' --flush-interval.
 FLUSH = 0.01

@@ -12,7 +12,7 @@ from stompmq.protocol import Frame, encode_frame
 from stompmq.spark.client import Connection, StompmqError
 from stompmq.spark.source import _batch
 
-from ..broker_thread import BrokerThread
+from ..support.broker_thread import BrokerThread
 
 pytestmark = pytest.mark.spark
 

@@ -1,27 +1,27 @@
-"""Smoke test of scripts/pipeline_events.py at a small size, in the test run's Spark session,
-against the local broker the script would start itself (scripts/local_broker.py)."""
+"""Smoke test of examples/pipeline_events.py at a small size, in the test run's Spark session,
+against the local broker the example would start itself (benchmarks/local_broker.py)."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from ..broker_process import ROOT
+from benchmarks.local_broker import LocalBroker
+from examples import pipeline_events
 
-SCRIPTS = ROOT / "scripts"
 pytestmark = pytest.mark.spark
 
 
+def test_help_shows_the_defaults(capsys: Any) -> None:
+    with pytest.raises(SystemExit):
+        pipeline_events.parse_args(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(default: 200000)" in text and "(default: 0)" in text and "(default: None)" not in text
+
+
 def test_pipeline_events_counts_every_event_in_a_window(spark: Any, tmp_path: Path, capsys: Any) -> None:
-    sys.path.insert(0, str(SCRIPTS))
-    try:
-        import pipeline_events
-        from local_broker import LocalBroker
-    finally:
-        sys.path.remove(str(SCRIPTS))
     args = pipeline_events.parse_args(["--events", "3000", "--streams", "3", "--keys", "20", "--quiet", "--out", str(tmp_path / "out")])
     with LocalBroker() as url:
         assert pipeline_events.run(url, args, spark) == 0

@@ -10,10 +10,10 @@ import pytest
 
 from stompmq.broker import BrokerConfig
 
-from ..broker_process import BrokerProcess
-from ..broker_thread import BrokerThread
-from ..conftest import TEST_LEASE, make_store_factory, postgres_server
-from ..stompclient import Client
+from ..support.broker_process import BrokerProcess
+from ..support.broker_thread import BrokerThread
+from ..support.stores import TEST_LEASE, make_store_factory, postgres_server
+from ..support.stompclient import Client
 
 pytestmark = pytest.mark.spark
 
@@ -49,6 +49,41 @@ def test_batch_read_of_offset_ranges(spark: Any, durable: BrokerThread) -> None:
     assert sorted(r.offset for r in part.collect()) == [10, 11, 12, 13, 14]
 
 
+def test_empty_ranges_are_no_rows_and_an_end_past_the_stream_is_an_error(spark: Any, durable: BrokerThread) -> None:
+    publish(durable.port, "e", [f"m{i}" for i in range(5)])
+
+    def read(**options: str) -> Any:
+        return spark.read.format("stompmq").option("url", url(durable)).options(**options).load()
+
+    assert read(destination="/stream/e", startingOffsets="latest").count() == 0
+    assert read(destination="/stream/never-written").count() == 0
+    assert read(destination="/stream/e", startingOffsets=json.dumps({"e": 3}), endingOffsets=json.dumps({"e": 3})).count() == 0
+    with pytest.raises(Exception, match="option 'endingOffsets': 9 is past the end of stream 'e'"):
+        read(destination="/stream/e", endingOffsets=json.dumps({"e": 9})).collect()
+    with pytest.raises(Exception, match="unknown option 'startingoffset'"):  # (Spark lower-cases names)
+        read(destination="/stream/e", startingOffset="earliest").collect()
+
+
+def test_min_partitions_splits_a_stream_and_reads_every_entry_once(spark: Any, durable: BrokerThread, tmp_path: Path) -> None:
+    publish(durable.port, "mp", [f"m{i}" for i in range(1000)])
+    df = (spark.read.format("stompmq").option("url", url(durable)).option("destination", "/stream/mp")
+          .option("minPartitions", "4").load())
+    assert df.rdd.getNumPartitions() >= 4
+    assert sorted(r.offset for r in df.collect()) == list(range(1000))
+    stream = (spark.readStream.format("stompmq").option("url", url(durable)).option("destination", "/stream/mp")
+              .option("startingOffsets", "earliest").option("minPartitions", "4").load())
+    out = tmp_path / "out"
+    query = (stream.select("offset", "body").writeStream.format("parquet").option("path", str(out))
+             .option("checkpointLocation", str(tmp_path / "c")).start())
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    rows = spark.read.parquet(str(out)).collect()
+    assert sorted((r.offset, r.body) for r in rows) == [(i, f"m{i}".encode()) for i in range(1000)]
+    assert len(list(out.glob("*.parquet"))) >= 4  # one file per partition
+
+
 def test_write_then_read_back(spark: Any, durable: BrokerThread) -> None:
     df = spark.createDataFrame([(f"w{i}".encode(), {"n": str(i)}) for i in range(200)], "body binary, headers map<string,string>")
     df.repartition(3).write.format("stompmq").option("url", url(durable)).option("destination", "/stream/w").mode("append").save()
@@ -81,7 +116,7 @@ def test_streaming_exactly_once_across_a_restart(spark: Any, durable: BrokerThre
     def start() -> Any:
         df = (spark.readStream.format("stompmq").option("url", url(durable))
               .option("destination", ",".join(f"/stream/{s}" for s in streams))
-              .option("startingOffsets", "earliest").option("maxMessagesPerTrigger", "100").load())
+              .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "100").load())
         return (df.select("destination", "offset", "body").writeStream.format("parquet")
                 .option("path", str(out)).option("checkpointLocation", str(checkpoint)).start())
 
@@ -125,10 +160,11 @@ def test_retention_gap_is_an_error_not_a_silent_skip(spark: Any, tmp_path: Path)
         with Client(thread.port) as c:
             c.request("SEND", {"destination": "/control/declare/stream/r", "max-bytes": "100"})
         publish(thread.port, "r", [f"{i:09d}" for i in range(40)])
-        df = (spark.read.format("stompmq").option("url", url(thread)).option("destination", "/stream/r")
-              .option("startingOffsets", json.dumps({"r": 0})).load())
-        with pytest.raises(Exception, match="are gone"):
-            df.collect()
+        reader = (spark.read.format("stompmq").option("url", url(thread)).option("destination", "/stream/r")
+                  .option("startingOffsets", json.dumps({"r": 0})))
+        with pytest.raises(Exception, match="are gone .*failOnDataLoss=false"):
+            reader.load().collect()
+        assert sorted(r.offset for r in reader.option("failOnDataLoss", "false").load().collect()) == list(range(20, 40))
         assert spark.read.format("stompmq").option("url", url(thread)).option("destination", "/stream/r").load().count() == 20  # [20, 40): retention runs as a segment starts
     finally:
         thread.stop()

@@ -17,7 +17,7 @@ import trio
 
 from stompmq.storage.base import QueueRecord, Recovery, Store, StoredMessage
 
-from ..conftest import STORES, make_store_factory
+from ..support.stores import STORES, make_store_factory
 
 T = 1_700_000_000_000  # epoch ms the rows are stamped around
 

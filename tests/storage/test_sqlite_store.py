@@ -24,7 +24,15 @@ import trio.testing
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from stompmq.storage.base import MESSAGE_OVERHEAD, BindingRecord, ExchangeRecord, Recovery, StoredMessage, StoreError
+from stompmq.storage.base import (
+    MESSAGE_OVERHEAD,
+    BindingRecord,
+    CommitInDoubt,
+    ExchangeRecord,
+    Recovery,
+    StoredMessage,
+    StoreError,
+)
 from stompmq.storage.groupcommit import (
     READ_THROUGH_BYTES_PER_OP,
     READ_THROUGH_OPS,
@@ -36,7 +44,7 @@ from stompmq.storage.memory import MemoryStore
 from stompmq.storage import sqlite as sqlite_module
 from stompmq.storage.sqlite import REQUEUE_DELIVERED_SQL, SQLiteBackend, SQLiteStore
 
-from ..unwritable import immutable
+from ..support.unwritable import immutable
 
 # Long enough that nothing is flushed by the timer during a test that means to flush by hand.
 NEVER = 3600.0
@@ -132,6 +140,7 @@ class ControlledBackend:
     def __init__(self, path: Path | str) -> None:
         self.sqlite = SQLiteBackend(str(path))
         self.failures = 0  # so many next commits raise StoreError("injected failure")
+        self.doubts = 0  # so many next commits commit, then raise CommitInDoubt (the answer lost)
         self.hold = False  # commits wait at the gate until release()
         self._entered = threading.Semaphore(0)
         self._gate = threading.Semaphore(0)
@@ -149,6 +158,9 @@ class ControlledBackend:
             self.failures -= 1
             raise StoreError("injected failure")
         self.sqlite.commit(group)
+        if self.doubts:
+            self.doubts -= 1
+            raise CommitInDoubt("injected: connection lost during COMMIT")
 
     async def entered(self) -> None:
         """Wait until a held commit is at the gate (its group is in flight)."""
@@ -179,6 +191,10 @@ class ControlledBackend:
 
     def close(self) -> None:
         self.sqlite.close()
+
+    def __getattr__(self, name: str) -> Any:
+        """The rest of the backend (what a whole broker reads) is the SQLite one's."""
+        return getattr(self.sqlite, name)
 
 
 # -- coalescing ---------------------------------------------------------------------------------

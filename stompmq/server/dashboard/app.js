@@ -1,18 +1,54 @@
 // The stompmq dashboard: plain JavaScript over the management API, no build step, nothing
-// fetched from outside.  Each view polls its endpoint every REFRESH_MS.
+// fetched from outside.  Each view polls its endpoint every REFRESH_MS; the vhost selector
+// picks whose queues and exchanges are shown (remembered by the browser across reloads).
 "use strict";
 
 const REFRESH_MS = 2000;
-const CHART_POINTS = 60;
-const state = { sortKey: "name", sortDesc: false, after: "", queueRows: [], history: {} };
+const CHART_HEIGHT = 220;
+const JSON_HEADERS = { "content-type": "application/json" };
+const state = { sortKey: "name", sortDesc: false, after: "", queueRows: [], charts: {},
+                vhost: localStorage.getItem("stompmq.vhost") || "/" };
 
 const $ = (sel) => document.querySelector(sel);
+// A queue resource: /api/queues/{vhost}/{name}, each one percent-encoded segment.
+const queuePath = (name) => "/api/queues/" + encodeURIComponent(state.vhost) + "/" + encodeURIComponent(name);
+const inVhost = () => "vhost=" + encodeURIComponent(state.vhost);
 
 async function api(path, options) {
   const response = await fetch(path, options);
   const body = await response.json();
   if (!response.ok) throw new Error(body.error || response.statusText);
   return body;
+}
+
+const post = (path, body) => api(path, { method: "POST", headers: JSON_HEADERS, body: JSON.stringify(body ?? {}) });
+
+// "2 h 5 min", "3 d 4 h", "42 s": the two largest units of a number of seconds.
+function duration(seconds) {
+  if (seconds == null) return "";
+  let rest = Math.max(0, Math.floor(seconds));
+  const parts = [];
+  for (const [unit, size] of [["d", 86400], ["h", 3600], ["min", 60], ["s", 1]]) {
+    const n = Math.floor(rest / size);
+    rest %= size;
+    if (n || parts.length) parts.push([n, unit]);
+  }
+  return parts.slice(0, 2).filter(([n]) => n).map(([n, unit]) => `${n} ${unit}`).join(" ") || "0 s";
+}
+
+function bytes(n) {
+  if (n == null) return "n/a";
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return `${n.toFixed(i ? 1 : 0)} ${units[i]}`;
+}
+
+function link(href, text) {
+  const a = document.createElement("a");
+  a.href = href;
+  a.textContent = text;
+  return a;
 }
 
 function cell(row, value) {
@@ -38,18 +74,36 @@ function fillList(selector, pairs) {
   }));
 }
 
+function showAlarms(alarms) {
+  const banner = $("#alarm-banner");
+  banner.hidden = !alarms.length;
+  banner.textContent = alarms.length ? `${alarms.join(" and ")} alarm: publishers blocked` : "";
+}
+
 const views = {
   async overview() {
     const o = await api("/api/overview");
+    showAlarms(o.alarms);
     fillList("#overview", [
-      ["Version", o.version], ["Uptime (s)", o.uptime], ["Store", o.store],
+      ["Version", o.version], ["Uptime", duration(o.uptime)], ["Store", o.store], ["Vhosts", o.vhosts],
       ["Connections", o.connections], ["Queues in use", o.queues_in_use], ["Exchanges", o.exchanges],
       ["Published", o.totals.published], ["Delivered", o.totals.delivered], ["Acked", o.totals.acked],
       ["Publish/s", o.rates.publish], ["Deliver/s", o.rates.deliver], ["Ack/s", o.rates.ack],
     ]);
+    const n = o.node;
+    const limit = (value, what) => (value == null ? `${what} off` : `${what} ${bytes(value)}`);
+    fillList("#node", [
+      ["Alarms", o.alarms.length ? o.alarms.join(", ") : "none"],
+      ["Memory", `${bytes(n.memory_used)} (${limit(n.memory_limit, "watermark")})`],
+      ["Disk free", `${bytes(n.disk_free)} (${limit(n.disk_free_limit, "limit")})`],
+      ["Store size", bytes(n.store_bytes)],
+      ["Open files", n.open_fds ?? "n/a"],
+      ["Uptime", duration(o.uptime)],
+    ]);
+    drawChart("total-chart", "", (await api("/api/history")).points);
   },
   async queues() {
-    const page = await api("/api/queues?limit=1000&after=" + encodeURIComponent(state.after));
+    const page = await api(`/api/queues?limit=1000&${inVhost()}&after=` + encodeURIComponent(state.after));
     state.queueRows = page.items.map((q) => ({ ...q, ...q.rates }));
     state.nextAfter = page.next_after;
     $("#next-page").disabled = !page.next_after;
@@ -57,29 +111,50 @@ const views = {
     renderQueues();
   },
   async queue(name) {
-    const q = await api("/api/queues/" + encodeURIComponent(name));
+    const q = await api(queuePath(name));
     $("#queue-name").textContent = q.name;
     fillList("#queue-detail", [
-      ["Ready", q.ready], ["Unacked", q.unacked], ["Consumers", q.consumers],
+      ["vhost", q.vhost], ["Ready", q.ready], ["Unacked", q.unacked], ["Consumers", q.consumers],
       ["Published", q.published ?? 0], ["Delivered", q.delivered ?? 0], ["Acked", q.acked ?? 0],
       ["Redelivered", q.redelivered ?? 0], ["Dead-lettered", q.dead_lettered ?? 0],
     ]);
-    const points = (state.history[name] ||= []);
-    points.push([q.rates.publish, q.rates.deliver]);
-    if (points.length > CHART_POINTS) points.shift();
-    drawChart(points);
+    const consumers = await api(queuePath(name) + "/consumers");
+    fillTable("#consumers", consumers.items, [
+      (c) => link("#connection/" + encodeURIComponent(c.connection), c.connection), (c) => c.peer, (c) => c.login,
+      (c) => c.subscription, (c) => c.ack, (c) => c.prefetch, (c) => c.unacked,
+    ]);
+    const history = await api(queuePath(name) + "/history");
+    drawChart("queue-chart", state.vhost + "\n" + name, history.points);
   },
   async exchanges() {
-    const page = await api("/api/exchanges?limit=1000");
+    const page = await api(`/api/exchanges?limit=1000&${inVhost()}`);
     fillTable("#exchanges", page.items, [
-      (e) => e.name, (e) => e.bindings.map((b) => `${b.queue} (${b.weight})`).join(", "), (e) => e.routed,
+      (e) => e.name, (e) => e.type,
+      (e) => e.bindings.map((b) => `${b.queue} (${b.weight ?? b.routing_key})`).join(", "), (e) => e.routed,
     ]);
   },
   async connections() {
     const page = await api("/api/connections?limit=1000");
     fillTable("#connections", page.items, [
-      (c) => c.id, (c) => c.peer, (c) => c.login, (c) => c.version,
-      (c) => new Date(c.since * 1000).toLocaleTimeString(), (c) => c.subscriptions, (c) => c.bytes_in, (c) => c.bytes_out,
+      (c) => link("#connection/" + encodeURIComponent(c.id), c.id), (c) => c.peer, (c) => c.login, (c) => c.vhost,
+      (c) => c.version, (c) => duration(Date.now() / 1000 - c.since), (c) => c.subscriptions,
+      (c) => bytes(c.bytes_in), (c) => bytes(c.bytes_out),
+    ]);
+  },
+  async connection(id) {
+    const c = await api("/api/connections/" + encodeURIComponent(id));
+    $("#connection-name").textContent = `Connection ${c.id}`;
+    fillList("#connection-detail", [
+      ["Peer", c.peer], ["Login", c.login ?? ""], ["vhost", c.vhost ?? ""], ["STOMP", c.version ?? ""],
+      ["Connected for", duration(Date.now() / 1000 - c.since)], ["Blocked by an alarm", c.held ? "yes" : "no"],
+      ["Bytes in", `${bytes(c.bytes_in)} (${bytes(c.rates.bytes_in)}/s)`],
+      ["Bytes out", `${bytes(c.bytes_out)} (${bytes(c.rates.bytes_out)}/s)`],
+      ["Frames in", `${c.frames_in} (${c.rates.frames_in}/s)`],
+    ]);
+    fillTable("#subscriptions", c.subscriptions, [
+      (s) => s.id, (s) => s.destination,
+      (s) => (s.queue == null ? "" : link("#queue/" + encodeURIComponent(s.queue), s.queue)),
+      (s) => s.ack, (s) => s.prefetch, (s) => s.unacked,
     ]);
   },
 };
@@ -95,28 +170,50 @@ function renderQueues() {
       return sortDesc ? -order : order;
     });
   fillTable("#queues", rows, [
-    (q) => { const a = document.createElement("a"); a.href = "#queue/" + encodeURIComponent(q.name); a.textContent = q.name; return a; },
+    (q) => link("#queue/" + encodeURIComponent(q.name), q.name),
     (q) => q.ready, (q) => q.unacked, (q) => q.consumers, (q) => q.publish, (q) => q.deliver, (q) => q.ack,
     (q) => q.oldest_age,
   ]);
   document.querySelectorAll("#queues th").forEach((th) => th.classList.toggle("sorted", th.dataset.key === sortKey));
 }
 
-function drawChart(points) {
-  const canvas = $("#queue-chart");
-  const ctx = canvas.getContext("2d");
-  ctx.clearRect(0, 0, canvas.width, canvas.height);
-  const top = Math.max(1, ...points.flat());
-  ["#2a7ab0", "#c0392b"].forEach((color, series) => {
-    ctx.strokeStyle = color;
-    ctx.beginPath();
-    points.forEach((p, i) => {
-      const x = (i / (CHART_POINTS - 1)) * canvas.width;
-      const y = canvas.height - (p[series] / top) * (canvas.height - 10);
-      if (i) ctx.lineTo(x, y); else ctx.moveTo(x, y);
-    });
-    ctx.stroke();
-  });
+// A uPlot chart of rates (points of [time, publish/s, deliver/s, ack/s]) in element ``id``;
+// made once per subject (the totals, a queue), then given new data on every refresh.
+function drawChart(id, subject, points) {
+  const element = document.getElementById(id);
+  const data = [0, 1, 2, 3].map((i) => points.map((p) => p[i]));
+  const existing = state.charts[id];
+  const width = Math.max(300, element.clientWidth - 10);  // follows the window, refresh by refresh
+  if (existing && existing.subject === subject) {
+    if (existing.plot.width !== width) existing.plot.setSize({ width, height: CHART_HEIGHT });
+    existing.plot.setData(data);
+    return;
+  }
+  if (existing) existing.plot.destroy();
+  const rate = (u, v) => (v == null ? "-" : `${v.toFixed(1)} msg/s`);
+  const series = [["publish", "#2a7ab0"], ["deliver", "#27ae60"], ["ack", "#c0392b"]]
+    .map(([label, stroke]) => ({ label, stroke, width: 2, value: rate }));
+  const plot = new uPlot({
+    width, height: CHART_HEIGHT,
+    series: [{ label: "time" }, ...series],
+    scales: {
+      x: { time: true, range: () => { const now = Date.now() / 1000; return [now - 3600, now]; } },
+      y: { range: (u, min, max) => [0, Math.max(1, max * 1.1)] },
+    },
+    axes: [{}, { label: "messages/s", size: 60 }],
+  }, data, element);
+  state.charts[id] = { subject, plot };
+}
+
+async function peek() {
+  const name = $("#queue-name").textContent;
+  const count = Math.min(100, Math.max(1, Number($("#peek-count").value) || 10));
+  const page = await api(queuePath(name) + "/messages?count=" + count);
+  fillTable("#messages", page.items.map((m, i) => ({ ...m, n: i + 1 })), [
+    (m) => m.n, (m) => m.body ?? `(base64) ${m.body_base64}`,
+    (m) => Object.entries(m.headers).map(([k, v]) => `${k}=${v}`).join(", "),
+    (m) => m.priority, (m) => m.redelivery_count, (m) => m.age,
+  ]);
 }
 
 function route() {
@@ -126,13 +223,34 @@ function route() {
   return () => views[view] ? views[view](name) : views.overview();
 }
 
+async function refreshVhosts() {
+  const { items } = await api("/api/vhosts");
+  const select = $("#vhost");
+  const names = items.map((v) => v.name);
+  if (!names.includes(state.vhost)) state.vhost = "/";  // remembered, but gone since
+  if (names.join("\n") !== [...select.options].map((o) => o.value).join("\n")) {
+    select.replaceChildren(...names.map((name) => new Option(name, name, false, name === state.vhost)));
+  }
+}
+
 async function refresh() {
   try {
-    await route()();
+    await Promise.all([route()(), refreshVhosts()]);
     $("#status").textContent = "updated " + new Date().toLocaleTimeString();
   } catch (e) {
     $("#status").textContent = "error: " + e.message;
   }
+}
+
+// Runs an action, or shows why it failed; a destructive one asks first.
+async function act(question, action) {
+  if (question && !confirm(question)) return;
+  try {
+    await action();
+  } catch (e) {
+    alert(e.message);
+  }
+  refresh();
 }
 
 document.querySelectorAll("#queues th[data-key]").forEach((th) => th.addEventListener("click", () => {
@@ -141,16 +259,43 @@ document.querySelectorAll("#queues th[data-key]").forEach((th) => th.addEventLis
   renderQueues();
 }));
 $("#filter").addEventListener("input", renderQueues);
+$("#vhost").addEventListener("change", (e) => {
+  state.vhost = e.target.value;
+  localStorage.setItem("stompmq.vhost", state.vhost);
+  state.after = "";
+  if (location.hash.startsWith("#queue/")) location.hash = "#queues"; else refresh();
+});
 $("#next-page").addEventListener("click", () => { state.after = state.nextAfter || ""; refresh(); });
 $("#prev-page").addEventListener("click", () => { state.after = ""; refresh(); });
-$("#purge").addEventListener("click", async () => {
+$("#peek").addEventListener("click", () => act(null, peek));
+$("#purge").addEventListener("click", () => {
   const name = $("#queue-name").textContent;
-  if (confirm(`Purge every ready message of ${name}?`)) {
-    await api("/api/queues/" + encodeURIComponent(name) + "/purge",
-      { method: "POST", headers: { "content-type": "application/json" } });
-    refresh();
-  }
+  act(`Purge every ready message of ${name}?`, () => post(queuePath(name) + "/purge"));
 });
-window.addEventListener("hashchange", refresh);
+$("#delete").addEventListener("click", () => {
+  const name = $("#queue-name").textContent;
+  act(`Delete queue ${name} and its messages?`, async () => {
+    await api(queuePath(name), { method: "DELETE", headers: JSON_HEADERS });
+    location.hash = "#queues";
+  });
+});
+$("#publish-form").addEventListener("submit", (e) => {
+  e.preventDefault();
+  const name = $("#queue-name").textContent;
+  const headers = Object.fromEntries($("#publish-headers").value.split(",").map((pair) => pair.trim())
+    .filter(Boolean).map((pair) => [pair.split("=")[0].trim(), pair.split("=").slice(1).join("=").trim()]));
+  act(null, () => post(queuePath(name) + "/publish", { body: $("#publish-body").value, headers }));
+});
+$("#close-connection").addEventListener("click", () => {
+  const id = location.hash.split("/")[1];
+  act(`Close connection ${decodeURIComponent(id)}?`, async () => {
+    await api("/api/connections/" + id, { method: "DELETE", headers: JSON_HEADERS });
+    location.hash = "#connections";
+  });
+});
+window.addEventListener("hashchange", () => {
+  $("#messages tbody").replaceChildren();
+  refresh();
+});
 refresh();
 setInterval(refresh, REFRESH_MS);

@@ -1,0 +1,69 @@
+"""Writing a definitions file as TOML (the standard library reads TOML but does not write it).
+
+Only the shape a definitions file has is written: a table whose values are scalars
+(strings, integers, floats, booleans) or lists of such tables, nested as arrays of tables
+(``[[vhosts]]`` holding ``[[vhosts.exchanges]]``).  Anything else is a ``ValueError``, so
+a file this writes is one ``tomllib`` reads back to the same data.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def dumps(data: dict[str, Any]) -> str:
+    """``data`` as TOML text."""
+    lines: list[str] = []
+    _table(data, [], lines)
+    return "\n".join(lines) + "\n"
+
+
+def _table(table: dict[str, Any], path: list[str], lines: list[str]) -> None:
+    nested = []
+    for key, value in table.items():
+        if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            nested.append((key, value))
+        else:
+            lines.append(f"{_key(key)} = {_value(value)}")
+    for key, entries in nested:
+        for entry in entries:
+            if lines:
+                lines.append("")
+            lines.append(f"[[{'.'.join(_key(k) for k in [*path, key])}]]")
+            _table(entry, [*path, key], lines)
+
+
+def _key(key: str) -> str:
+    return key if BARE_KEY.fullmatch(key) else _string(key)
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float) and math.isfinite(value):
+        return repr(value)
+    if isinstance(value, str):
+        return _string(value)
+    if isinstance(value, list) and not value:
+        return "[]"
+    raise ValueError(f"cannot write {value!r} in a definitions file")
+
+
+def _string(text: str) -> str:
+    """A TOML basic string: quotes, backslashes and control characters escaped."""
+    out = ['"']
+    for ch in text:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)

@@ -1,0 +1,265 @@
+"""Chaos on a cluster: three broker processes on one PostgreSQL database under receipted load,
+with a seeded random schedule of a ``kill -9`` (and a restart), a SIGSTOP held past the lease
+(then SIGCONT) and a PostgreSQL restart.
+
+Producers send with receipts through every broker, consumers on every broker ACK each message
+with a receipt.  The promises checked over the whole history:
+
+* every receipted message is delivered at least once;
+* no message is delivered after its ACK was receipted;
+* no message answered ERROR is ever delivered;
+* every delivery of a message after its first carries ``redelivered:true``.  Known not to hold
+  (an expected failure): a delivery's "delivered" mark is written behind, like a SEND without a
+  receipt, so a broker killed within ``--flush-interval`` of a delivery leaves the row unmarked
+  and the next broker delivers it again as new.
+
+A failure prints the schedule and the history of the messages concerned.  The run is replayable:
+``STOMPMQ_CHAOS_SEED=N`` picks the schedule (``scripts/chaos.py`` runs many seeds in a loop).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import pytest
+
+from ..support.broker_process import BrokerProcess, Peer
+from ..support.stores import TEST_LEASE, postgres_server
+
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+
+#: The schedule's seed: the environment's, else a fixed one (the test must be repeatable).
+SEED = int(os.environ.get("STOMPMQ_CHAOS_SEED", "1"))
+#: Receipted SENDs each producer keeps outstanding; unacked messages each consumer may hold.
+WINDOW, PREFETCH = 20, 50
+#: Seconds a broker stays stopped: past its lease, so the others take its messages over.
+STOPPED = TEST_LEASE + 2.0
+#: Seconds for every receipted message to be delivered once the chaos is over (lease handovers).
+DRAIN = 3 * TEST_LEASE + 30
+#: Seconds a client waits for one frame before it looks at what else to do.
+TICK = 0.5
+
+Event = tuple[int, float, str, str, str, str]  # (index, seconds since start, kind, broker, body, note)
+Step = tuple[float, str, int, float]  # (seconds after the previous step, what, which broker, how long)
+
+
+@dataclass
+class History:
+    """Everything the clients saw, in one order (appended under a lock from every thread)."""
+
+    start: float = field(default_factory=time.monotonic)
+    events: list[Event] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, kind: str, broker: int, body: str = "", note: str = "") -> None:
+        with self.lock:
+            self.events.append((len(self.events), time.monotonic() - self.start, kind, str(broker), body, note))
+
+    def of(self, kind: str) -> Iterator[Event]:
+        return (e for e in list(self.events) if e[2] == kind)
+
+    def bodies(self, kind: str) -> set[str]:
+        return {e[4] for e in self.of(kind)}
+
+    def about(self, bodies: set[str]) -> str:
+        return "\n".join(f"  {e}" for e in self.events if e[4] in bodies or e[2] == "chaos")
+
+
+def connect(port: int, stop: threading.Event) -> Peer | None:
+    """A connection to the broker on ``port`` once it answers; None if ``stop`` came first."""
+    while not stop.is_set():
+        try:
+            return Peer(port)
+        except (OSError, EOFError, AssertionError):
+            stop.wait(0.2)
+    return None
+
+
+def produce(broker: int, port: int, history: History, stop: threading.Event) -> None:
+    """Receipted SENDs to /queue/chaos through one broker until ``stop``, then wait for the
+    answers still outstanding (those on a connection that breaks stay unknown)."""
+    n = 0
+    while not stop.is_set():
+        peer = connect(port, stop)
+        if peer is None:
+            return
+        outstanding: set[str] = set()
+        try:
+            while not stop.is_set() or outstanding:
+                while len(outstanding) < WINDOW and not stop.is_set():
+                    body = f"{broker}-{n}"
+                    n += 1
+                    peer.frame("SEND", {"destination": "/queue/chaos", "receipt": body}, body.encode())
+                    outstanding.add(body)
+                try:
+                    frame = peer.recv(TICK)
+                except TimeoutError:
+                    continue
+                if frame.command == "RECEIPT":
+                    outstanding.discard(frame["receipt-id"])
+                    history.add("receipted", broker, frame["receipt-id"])
+                    continue
+                refused = frame.headers.get("receipt-id", "")
+                history.add("refused", broker, refused, frame.headers.get("message", ""))
+                break  # the broker closes the connection after an ERROR
+        except (OSError, EOFError):
+            pass  # killed or lost: the SENDs outstanding are unknown
+        finally:
+            peer.close()
+
+
+def consume(broker: int, port: int, history: History, stop: threading.Event) -> None:
+    """A client-individual subscriber of /queue/chaos on one broker, ACKing each message with a
+    receipt, until ``stop``; reconnects when its broker comes back."""
+    while not stop.is_set():
+        peer = connect(port, stop)
+        if peer is None:
+            return
+        try:
+            peer.subscribe("/queue/chaos", "c", "client-individual", prefetch=str(PREFETCH))
+            while not stop.is_set():
+                try:
+                    frame = peer.recv(TICK)
+                except TimeoutError:
+                    continue
+                if frame.command == "MESSAGE":
+                    body = frame.body.decode()
+                    history.add("delivered", broker, body, frame.headers.get("redelivered", "false"))
+                    peer.frame("ACK", {"id": frame["ack"], "receipt": "ack:" + body})
+                elif frame.command == "RECEIPT":
+                    history.add("acked", broker, frame["receipt-id"].removeprefix("ack:"))
+                else:
+                    history.add("consumer-error", broker, "", frame.headers.get("message", ""))
+                    break
+        except (OSError, EOFError, AssertionError):
+            pass
+        finally:
+            peer.close()
+
+
+def schedule(seed: int) -> list[Step]:
+    """(seconds after the previous step, what, which broker, how long) for one of each disaster,
+    in a random order."""
+    rng = random.Random(seed)
+    kinds = ["kill", "stop", "postgres"]
+    rng.shuffle(kinds)
+    lengths = {"kill": rng.uniform(0.5, 2.0), "stop": STOPPED, "postgres": rng.uniform(1.0, 3.0)}
+    return [(rng.uniform(2.0, 5.0), kind, rng.randrange(3), lengths[kind]) for kind in kinds]
+
+
+def unleash(step: Step, brokers: list[BrokerProcess], history: History) -> None:
+    _, kind, victim, seconds = step
+    broker = brokers[victim]
+    history.add("chaos", victim, "", f"{kind} for {seconds:.1f} s")
+    if kind == "kill":
+        broker.kill9()
+        time.sleep(seconds)
+        broker.start()
+    elif kind == "stop":
+        assert broker.proc is not None
+        broker.proc.send_signal(signal.SIGSTOP)
+        time.sleep(seconds)
+        broker.proc.send_signal(signal.SIGCONT)
+    else:
+        postgres_server().restart("fast", down=seconds)
+    history.add("chaos", victim, "", f"{kind} over")
+
+
+Problems = list[tuple[str, set[str]]]  # (what broke a promise, the messages concerned)
+
+
+def hard_violations(history: History) -> Problems:
+    """Lost receipted messages, ERROR-ed ones delivered, deliveries after a receipted ACK."""
+    problems: Problems = []
+    delivered = history.bodies("delivered")
+    lost = history.bodies("receipted") - delivered
+    if lost:
+        problems.append((f"{len(lost)} receipted messages never delivered", lost))
+    resurrected = history.bodies("refused") & delivered
+    if resurrected:
+        problems.append((f"{len(resurrected)} messages answered ERROR were delivered", resurrected))
+    acked: set[str] = set()
+    late: set[str] = set()
+    for _, _, kind, _, body, _ in list(history.events):
+        if kind == "acked":
+            acked.add(body)
+        elif kind == "delivered" and body in acked:
+            late.add(body)
+    if late:
+        problems.append((f"{len(late)} messages delivered after their ACK was receipted", late))
+    return problems
+
+
+def unmarked_duplicates(history: History) -> Problems:
+    """Deliveries after a message's first without ``redelivered:true``."""
+    seen: set[str] = set()
+    unmarked: set[str] = set()
+    for _, _, kind, _, body, note in list(history.events):
+        if kind == "delivered":
+            if body in seen and note != "true":
+                unmarked.add(body)
+            seen.add(body)
+    return [(f"{len(unmarked)} messages delivered again without redelivered:true", unmarked)] if unmarked else []
+
+
+def report(run: tuple[History, list[Step]], problems: Problems) -> str:
+    history, steps = run
+    concerned = {body for _, bodies in problems for body in sorted(bodies)[:5]}
+    return (f"seed {SEED} (replay: STOMPMQ_CHAOS_SEED={SEED}): " + "; ".join(what for what, _ in problems)
+            + f"\nschedule {steps}\nhistory of {sorted(concerned)}:\n{history.about(concerned)}")
+
+
+@pytest.fixture(scope="module")
+def chaos() -> Iterator[tuple[History, list[Step]]]:
+    """One run of the seed's schedule under load; the history and the schedule."""
+    server = postgres_server()
+    if not server.owned:
+        pytest.skip("the database is not one these tests started, so they cannot restart it")
+    database = server.new_database()
+    steps = schedule(SEED)
+    brokers = [BrokerProcess(database, "--lease", str(TEST_LEASE)).start() for _ in range(3)]
+    history = History()
+    stop_producing, stop_consuming = threading.Event(), threading.Event()
+    threads = [threading.Thread(target=produce, args=(i, b.port, history, stop_producing)) for i, b in enumerate(brokers)]
+    threads += [threading.Thread(target=consume, args=(i, b.port, history, stop_consuming)) for i, b in enumerate(brokers)]
+    try:
+        for t in threads:
+            t.start()
+        for step in steps:
+            time.sleep(step[0])
+            unleash(step, brokers, history)
+        time.sleep(3.0)
+        stop_producing.set()
+        deadline = time.monotonic() + DRAIN
+        while time.monotonic() < deadline and not history.bodies("receipted") <= history.bodies("acked"):
+            time.sleep(0.5)
+    finally:
+        stop_producing.set()
+        stop_consuming.set()
+        for t in threads:
+            t.join(30)
+        for b in brokers:
+            if b.proc is not None and b.proc.poll() is None:
+                b.proc.send_signal(signal.SIGCONT)
+            b.close()
+    counts = {kind: len(history.bodies(kind)) for kind in ("receipted", "refused", "delivered", "acked")}
+    print(f"\nseed {SEED}: {steps}\n{counts}")
+    yield history, steps
+
+
+def test_chaos_keeps_the_durability_promises(chaos: tuple[History, list[Step]]) -> None:
+    problems = hard_violations(chaos[0])
+    assert not problems, report(chaos, problems)
+
+
+@pytest.mark.xfail(strict=False, reason="the delivered mark is written behind: a kill -9 within --flush-interval"
+                   " of a delivery loses it, and the next broker delivers the message as new")
+def test_chaos_marks_every_duplicate_redelivered(chaos: tuple[History, list[Step]]) -> None:
+    problems = unmarked_duplicates(chaos[0])
+    assert not problems, report(chaos, problems)

@@ -1,0 +1,164 @@
+"""The dashboard in a real headless Chromium (selenium + chromium-driver, installed by scripts/test)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stompmq.server import ServerSettings
+
+from ..support.broker_thread import BrokerThread
+from ..support.broker_process import free_port
+from ..support.stompclient import Client
+from ..support.waiting import send_all, wait_until
+
+webdriver = pytest.importorskip("selenium.webdriver")
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
+
+pytestmark = pytest.mark.browser
+
+@pytest.fixture
+def browser() -> Iterator[webdriver.Chrome]:
+    driver_path = shutil.which("chromedriver")
+    if driver_path is None or not (shutil.which("chromium") or shutil.which("chromium-browser")):
+        pytest.skip("needs Debian's chromium and chromium-driver (scripts/test installs them)")
+    options = webdriver.ChromeOptions()
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1100,700"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=driver_path))
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def test_dashboard_shows_a_queue_and_its_counts_change(
+    make_memory_broker: Callable[..., BrokerThread], browser: webdriver.Chrome, tmp_path: Path
+) -> None:
+    http_port = free_port()
+    broker = make_memory_broker(settings=ServerSettings(port=0, http_port=http_port, store_shown="memory"))
+    send_all(broker.port, "/queue/dash-test", ["x"] * 3)
+    browser.get(f"http://127.0.0.1:{http_port}/#queues")
+    wait = WebDriverWait(browser, 10)
+
+    def ready_count(driver: webdriver.Chrome) -> str | bool:
+        # One script reads the table at once: the page replaces its rows on every refresh.
+        rows = driver.execute_script(
+            "return [...document.querySelectorAll('#queues tbody tr')]"
+            ".map(tr => [...tr.cells].map(td => td.textContent))"
+        )
+        return next((cells[1] for cells in rows if cells[0] == "dash-test"), False)
+
+    assert wait.until(ready_count) == "3"
+    send_all(broker.port, "/queue/dash-test", ["x"] * 2)
+    wait.until(lambda d: ready_count(d) == "5")
+    browser.save_screenshot(str(tmp_path / "dashboard.png"))  # docs/dashboard.png is one of these
+
+    browser.find_element(By.LINK_TEXT, "dash-test").click()
+    wait.until(lambda d: d.find_element(By.ID, "queue-name").text == "dash-test")
+    wait.until(lambda d: "Ready\n5" in d.execute_script("return document.getElementById('queue-detail').innerText"))
+    browser.find_element(By.ID, "purge").click()
+    wait.until(lambda d: d.switch_to.alert).accept()
+    wait.until(lambda d: "Ready\n0" in d.execute_script("return document.getElementById('queue-detail').innerText"))
+    assert browser.get_log("browser") == []  # no script errors, nothing fetched from outside failed
+
+
+SCREENSHOT = Path(__file__).parent.parent / "docs" / "dashboard.png"
+
+
+def _put(url: str) -> None:
+    request = urllib.request.Request(url, data=b"{}", method="PUT", headers={"content-type": "application/json"})
+    urllib.request.urlopen(request, timeout=10).close()
+
+
+def _text(driver: webdriver.Chrome, element_id: str) -> str:
+    return str(driver.execute_script(f"return document.getElementById('{element_id}').innerText"))
+
+
+def test_dashboard_vhosts_consumers_peek_and_connections(
+    make_memory_broker: Callable[..., BrokerThread], browser: webdriver.Chrome
+) -> None:
+    http_port = free_port()
+    broker = make_memory_broker(settings=ServerSettings(port=0, http_port=http_port, store_shown="memory"))
+    base = f"http://127.0.0.1:{http_port}"
+    _put(base + "/api/vhosts/staging")
+    send_all(broker.port, "/queue/orders", ["in the default vhost"])
+    wait = WebDriverWait(browser, 10)
+    with Client(broker.port, host="staging") as staging, Client(broker.port, host="staging") as consumer:
+        for body in ("first order", "second order"):
+            staging.send_to("/queue/invoices", body)
+        consumer.subscribe("/queue/busy", ack="client-individual", prefetch="7")
+
+        browser.get(base + "/#overview")
+        wait.until(lambda d: "Uptime" in _text(d, "overview"))
+        assert "Memory" in _text(browser, "node") and "Alarms\nnone" in _text(browser, "node")
+        assert re.search(r"Uptime\n\d+ s", _text(browser, "overview"))  # a duration, not "1.2"
+
+        browser.get(base + "/#queues")
+        wait.until(lambda d: "orders" in _text(d, "queues"))
+        assert "invoices" not in _text(browser, "queues")  # another vhost's queue
+        Select(browser.find_element(By.ID, "vhost")).select_by_value("staging")
+        wait.until(lambda d: "invoices" in _text(d, "queues") and "orders" not in _text(d, "queues"))
+
+        browser.get(base + "/#queue/busy")  # the selected vhost stays: the queue of staging
+        wait.until(lambda d: "7" in _text(d, "consumers"))
+        browser.get(base + "/#queue/invoices")
+        wait.until(lambda d: d.find_element(By.ID, "queue-name").text == "invoices")
+        browser.find_element(By.ID, "peek").click()
+        wait.until(lambda d: "second order" in _text(d, "messages"))
+        assert _text(browser, "messages").index("first order") < _text(browser, "messages").index("second order")
+
+        browser.find_element(By.ID, "purge").click()
+        wait.until(lambda d: d.switch_to.alert).dismiss()  # asked, declined: nothing purged
+        wait.until(lambda d: "Ready\n2" in _text(d, "queue-detail"))
+        browser.find_element(By.ID, "purge").click()
+        wait.until(lambda d: d.switch_to.alert).accept()
+        wait.until(lambda d: "Ready\n0" in _text(d, "queue-detail"))
+
+        wait.until(lambda d: d.execute_script(
+            "return document.querySelectorAll('#queue-chart canvas').length") > 0)  # uPlot drew it
+
+        browser.get(base + "/#connections")
+        wait.until(lambda d: "staging" in _text(d, "connections"))
+        # A sample is taken every 5 s: once one counted the publishes, a page opened now charts it.
+        wait_until(lambda: any(p[1] for p in _get(base, "/api/history")["points"]), "a sampled point", 15)
+        browser.set_window_size(1400, 900)
+        browser.get(base + "/#overview")
+        wait.until(lambda d: "Disk free" in _text(d, "node"))
+        # The chart of every queue (uPlot): a canvas, two axes, a legend of the series with values
+        # (its tooltip), and the points sampled before the page was loaded.
+        wait.until(lambda d: "publish" in _text(d, "total-chart"))
+        assert browser.execute_script("return document.querySelectorAll('#total-chart canvas').length") == 1
+        assert browser.execute_script("return document.querySelectorAll('#total-chart .u-axis').length") == 2
+        assert "ack" in _text(browser, "total-chart") and "deliver" in _text(browser, "total-chart")
+        assert browser.execute_script("return Math.max(...state.charts['total-chart'].plot.data[1])") > 0
+        wait.until(lambda d: d.execute_script("return state.charts['total-chart'].plot.width") > 1000)  # full width
+        browser.execute_script("window.scrollTo(0, 0)")
+        browser.save_screenshot(str(SCREENSHOT))
+
+        connection_id = next(row["id"] for row in _connections(base) if row["subscriptions"])
+        browser.get(f"{base}/#connection/{connection_id}")
+        wait.until(lambda d: "/queue/busy" in _text(d, "subscriptions"))
+        assert "Frames in" in _text(browser, "connection-detail")
+        browser.find_element(By.ID, "close-connection").click()
+        wait.until(lambda d: d.switch_to.alert).accept()
+        wait.until(lambda d: d.execute_script("return location.hash") == "#connections")
+        assert consumer.next().command == "ERROR"  # closed by an administrator
+    assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
+
+
+def _get(base: str, path: str) -> Any:
+    with urllib.request.urlopen(base + path, timeout=10) as response:
+        return json.loads(response.read())
+
+
+def _connections(base: str) -> list[dict[str, Any]]:
+    return list(_get(base, "/api/connections")["items"])

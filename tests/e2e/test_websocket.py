@@ -1,0 +1,203 @@
+"""STOMP over WebSocket through a real listener: handshake, subprotocols and framing corner cases."""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import trustme
+from wsproto.events import AcceptConnection, RejectConnection
+
+from stompmq.server import ServerSettings
+from stompmq.server.auth import Permission, User, Users, hash_password
+from stompmq.server.listeners import listener_port
+from stompmq.server.websocket import allowed_origins, choose_subprotocol, origin_allowed
+
+from ..support.broker_thread import BrokerThread
+from .test_tls import client_context, write_cert
+from ..support.wsclient import WSClient
+from ..support.waiting import wait_until
+
+CONNECT = "CONNECT\naccept-version:1.2\nhost:localhost\n\n\x00"
+
+
+@pytest.fixture
+def ws_port(make_memory_broker: Callable[..., BrokerThread]) -> int:
+    broker = make_memory_broker(settings=ServerSettings(port=0, ws_port=0))
+    return listener_port(broker.listeners[1])
+
+
+@pytest.mark.parametrize(
+    "offered, chosen",
+    [
+        (["v10.stomp", "v12.stomp", "v11.stomp"], "v12.stomp"),
+        (["stomp", "v11.stomp"], "v11.stomp"),
+        (["stomp"], "stomp"),
+        (["mqtt"], None),
+    ],
+)
+def test_the_best_offered_subprotocol_is_chosen(offered: list[str], chosen: str | None) -> None:
+    assert choose_subprotocol(offered) == chosen
+
+
+def test_handshake_answers_with_the_subprotocol(ws_port: int) -> None:
+    client = WSClient(ws_port, ["v10.stomp", "v11.stomp"])
+    assert isinstance(client.handshake, AcceptConnection) and client.handshake.subprotocol == "v11.stomp"
+    assert client.connect().command == "CONNECTED"
+    client.close()
+
+
+def test_other_paths_are_not_found(ws_port: int) -> None:
+    client = WSClient(ws_port, path="/other")
+    assert isinstance(client.handshake, RejectConnection) and client.handshake.status_code == 404
+    client.close()
+
+
+def test_several_frames_in_one_message_and_replies_as_text(ws_port: int) -> None:
+    with WSClient(ws_port) as client:
+        client.send_message(
+            CONNECT
+            + "SUBSCRIBE\ndestination:/queue/a\nid:1\n\n\x00"
+            + "SEND\ndestination:/queue/a\nreceipt:r\n\nhello\x00"
+        )
+        frames = {client.recv().command for _ in range(3)}
+        assert frames == {"CONNECTED", "MESSAGE", "RECEIPT"}
+        assert all(isinstance(m, str) for m in client.messages)
+
+
+def test_one_frame_over_several_messages_and_fragments_text_and_binary(ws_port: int) -> None:
+    with WSClient(ws_port) as client:
+        client.connect()
+        client.frame("SUBSCRIBE", {"destination": "/queue/a", "id": "1"})
+        client.send_message("SEND\ndestination:/qu")
+        client.send_message(b"eue/a\ncontent-length:3\n\n\x00\xff", finished=False)  # binary, fragmented
+        client.send_message(b"\x01\x00")
+        message = client.recv()
+        assert message.command == "MESSAGE" and message.body == b"\x00\xff\x01"
+        assert isinstance(client.messages[-1], bytes)  # not UTF-8: sent as a binary message
+
+
+def test_heart_beats_are_eols_both_ways(make_memory_broker: Callable[..., BrokerThread]) -> None:
+    broker = make_memory_broker(settings=ServerSettings(port=0, ws_port=0, heart_beat=(100, 100)))
+    with WSClient(listener_port(broker.listeners[1])) as client:
+        client.send_message("CONNECT\naccept-version:1.2\nhost:localhost\nheart-beat:100,100\n\n\x00")
+        assert client.recv().command == "CONNECTED"
+        for _ in range(6):
+            client.send_message("\n")  # our beats keep the connection alive
+            client.no_frame(0.1)
+        assert "\n" in client.messages  # and the broker's arrive as messages of one EOL
+        client.frame("SEND", {"destination": "/queue/hb", "receipt": "r"})
+        assert client.recv().command == "RECEIPT"
+
+
+def test_ping_is_answered(ws_port: int) -> None:
+    with WSClient(ws_port) as client:
+        assert client.ping(b"are you there") == b"are you there"
+
+
+def test_an_error_is_followed_by_a_websocket_close(ws_port: int) -> None:
+    with WSClient(ws_port) as client:
+        client.connect()
+        client.frame("BOGUS")
+        assert client.recv().command == "ERROR"
+        assert client.close_code() == 1000
+
+
+def test_wss_uses_the_tls_settings(tmp_path: Path, make_memory_broker: Callable[..., BrokerThread]) -> None:
+    ca = trustme.CA()
+    cert, key = write_cert(ca, tmp_path)
+    broker = make_memory_broker(settings=ServerSettings(port=0, wss_port=0, tls_cert=cert, tls_key=key))
+    port = listener_port(broker.listeners[1])
+    with WSClient(port, context=client_context(ca)) as client:
+        assert client.connect().command == "CONNECTED"
+    with pytest.raises(ssl.SSLError):
+        WSClient(port, context=client_context(trustme.CA()))
+
+
+def test_logins_are_checked_over_websocket_too(make_memory_broker: Callable[..., BrokerThread]) -> None:
+    broker = make_memory_broker(settings=ServerSettings(port=0, ws_port=0, login="u", passcode="p"))
+    port = listener_port(broker.listeners[1])
+    with WSClient(port) as client:
+        assert client.connect(login="u", passcode="p").command == "CONNECTED"
+    with WSClient(port) as client:
+        client.send_message("CONNECT\naccept-version:1.2\nhost:localhost\nlogin:u\npasscode:x\n\n\x00")
+        assert client.recv()["message"] == "bad login or passcode"
+
+
+@pytest.mark.parametrize(
+    "origin, host, allowed, tls, ok",
+    [
+        (None, "broker:15674", (), False, True),  # no Origin: not a browser
+        ("http://broker:15674", "broker:15674", (), False, True),  # the broker's own origin
+        ("http://BROKER:15674", "broker:15674", (), False, True),
+        ("https://broker", "broker", (), True, True),  # 443 on both sides
+        ("https://broker", "broker:443", (), True, True),
+        ("http://broker", "broker", (), True, False),  # 80 is not the wss listener's 443
+        ("https://evil.example", "broker:15674", (), False, False),
+        ("http://broker:8080", "broker:15674", (), False, False),  # another port: another origin
+        ("null", "broker:15674", (), False, False),
+        ("null", "broker:15674", ("null",), False, True),
+        ("https://app.example", "broker:15674", ("https://app.example:443",), False, True),
+        ("https://app.example:8443", "broker:15674", ("https://app.example",), False, False),
+        ("https://evil.example", "broker:15674", ("*",), False, True),
+        ("garbage", "broker:15674", (), False, False),
+    ],
+)
+def test_which_origins_may_open_a_websocket(
+    origin: str | None, host: str, allowed: tuple[str, ...], tls: bool, ok: bool
+) -> None:
+    assert origin_allowed(origin, host, allowed_origins(allowed), tls) is ok
+
+
+def test_a_cross_origin_browser_handshake_is_refused_unless_allowed(
+    make_memory_broker: Callable[..., BrokerThread],
+) -> None:
+    broker = make_memory_broker(settings=ServerSettings(port=0, ws_port=0,
+                                                        ws_allowed_origins=("https://app.example",)))
+    port = listener_port(broker.listeners[1])
+    evil = WSClient(port, origin="https://evil.example")
+    assert isinstance(evil.handshake, RejectConnection) and evil.handshake.status_code == 403
+    evil.close()
+    for origin in ("https://app.example", f"http://localhost:{port}", None):
+        with WSClient(port, origin=origin, host=f"localhost:{port}") as client:
+            assert isinstance(client.handshake, AcceptConnection), origin
+            assert client.connect().command == "CONNECTED"
+
+
+def test_wss_with_a_client_certificate_from_another_origin_is_not_a_login(
+    tmp_path: Path, make_memory_broker: Callable[..., BrokerThread]
+) -> None:
+    """What a page of evil.example could do with the browser of alice (who holds a client
+    certificate): neither open the WebSocket nor log in as alice with the certificate alone."""
+    ca = trustme.CA()
+    cert, key = write_cert(ca, tmp_path)
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    users = Users({"alice": User("alice", hash_password("pw"), ["administrator"], {"/": Permission()})})
+    users.save(tmp_path / "users.toml")
+    broker = make_memory_broker(settings=ServerSettings(
+        port=0, wss_port=0, tls_cert=cert, tls_key=key, tls_ca=str(tmp_path / "ca.pem"),
+        users_file=str(tmp_path / "users.toml")))
+    port = listener_port(broker.listeners[1])
+    context = client_context(ca)
+    ca.issue_cert("alice", common_name="alice").configure_cert(context)
+    evil = WSClient(port, context=context, origin="https://evil.example")
+    assert isinstance(evil.handshake, RejectConnection) and evil.handshake.status_code == 403
+    evil.close()
+    with WSClient(port, context=context) as client:  # even where the handshake passes
+        client.send_message(CONNECT)
+        assert client.expect_error()["message"] == "bad login or passcode"
+
+
+def test_a_client_gone_without_a_close_frame_is_one_quiet_line(
+    ws_port: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="stompmq.server")
+    client = WSClient(ws_port)
+    client.connect()
+    client.sock.close()  # no Close frame
+    wait_until(lambda: "disconnected after" in caplog.text, "the disconnection logged")
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING and "ready" not in r.getMessage()]
+    assert "Traceback" not in caplog.text and not any(r.exc_info for r in caplog.records)

@@ -1,0 +1,119 @@
+"""The group-commit engine through a store outage, in virtual time: failed groups retried until
+one commits, the outage logged once each way and counted, and ``withdraw`` giving up only an
+insert certainly not on disk (never one in flight, nor one whose commit's outcome was lost)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+import trio
+import trio.testing
+
+from stompmq.storage.groupcommit import RETRY_BACKOFF, GroupCommitStore
+
+from .test_sqlite_store import NEVER, ControlledBackend, committed, msg, seqs_on_disk, serving
+
+
+@pytest.fixture
+def autojump_clock() -> trio.testing.MockClock:
+    return trio.testing.MockClock(autojump_threshold=0)
+
+
+def outage_lines(caplog: pytest.LogCaptureFixture) -> tuple[int, int]:
+    messages = [r.getMessage() for r in caplog.records if r.name == "stompmq.storage.outage"]
+    return (sum("is unavailable" in m for m in messages), sum("is available again" in m for m in messages))
+
+
+async def test_failed_groups_are_retried_until_one_commits_and_the_outage_is_logged_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, autojump_clock: trio.testing.MockClock
+) -> None:
+    caplog.set_level(logging.WARNING)
+    backend = ControlledBackend(tmp_path / "s.db")
+    store = GroupCommitStore(backend, flush_interval=NEVER)
+    failed: list[int] = []
+    store.on_commit_failed = lambda ticket, error: failed.append(ticket)
+    async with serving(store):
+        backend.failures = 20
+        store.insert(msg(1))
+        ticket = store.sync_ticket()
+        start = trio.current_time()
+        await committed(store, ticket)
+        assert len(failed) == 20 and seqs_on_disk(backend.sqlite.path) == {1}
+        assert store.outages == 1
+        # From the first failure to the success: 20 back-offs (and the virtual time the waits
+        # on the database thread took).
+        assert 20 * RETRY_BACKOFF <= store.outage_seconds() <= trio.current_time() - start
+        assert outage_lines(caplog) == (1, 1)
+        backend.failures = 3  # a second outage counts again
+        store.insert(msg(2))
+        await committed(store, store.sync_ticket())
+        assert store.outages == 2 and outage_lines(caplog) == (2, 2)
+
+
+async def test_withdraw_takes_back_only_an_insert_certainly_not_on_disk(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    backend = ControlledBackend(tmp_path / "s.db")
+    store = GroupCommitStore(backend, flush_interval=NEVER)
+    path = backend.sqlite.path
+    failed: list[int] = []
+    store.on_commit_failed = lambda ticket, error: failed.append(ticket)
+
+    async def failure(n: int) -> None:
+        with trio.fail_after(5):
+            while len(failed) < n:
+                await trio.sleep(0.01)
+
+    async with serving(store):
+        fresh = msg(1)
+        store.insert(fresh)
+        assert store.withdraw(fresh)  # buffered, never tried
+        assert not store.withdraw(fresh)  # gone already
+
+        flying = msg(2)
+        store.insert(flying)
+        backend.hold = True
+        store.sync_ticket()
+        await backend.entered()
+        assert not store.withdraw(flying)  # in flight: it may commit
+        backend.hold, backend.failures = False, 1
+        backend.release()
+        await failure(1)
+        assert store.withdraw(flying)  # its group failed: certainly not on disk
+        assert store.backlog() == 0
+
+        doubtful, later = msg(3), msg(4)
+        store.insert(doubtful)
+        store.insert(later)
+        backend.doubts = 1  # committed, but the answer is lost
+        backend.failures = 0
+        ticket = store.sync_ticket()
+        await failure(2)
+        assert not store.withdraw(doubtful)  # may be on disk (it is)
+        store.delete(later)  # acked meanwhile: the row may be there, so the delete must stay
+        await committed(store, ticket)
+        assert seqs_on_disk(path) == {3}
+        assert store.withdraw(msg(5)) is False  # never buffered
+    assert seqs_on_disk(path) == {3}
+
+
+async def test_a_failed_group_whose_messages_were_acked_meanwhile_still_commits_its_ticket(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Its inserts and the newer deletes cancel out, leaving nothing to write: its ticket must
+    still commit, or the receipts waiting on it wait forever."""
+    backend = ControlledBackend(tmp_path / "s.db")
+    store = GroupCommitStore(backend, flush_interval=NEVER)
+    async with serving(store):
+        consumed = msg(1)
+        store.insert(consumed)
+        backend.hold, backend.failures = True, 1
+        ticket = store.sync_ticket()
+        await backend.entered()
+        store.delete(consumed)  # acked while its insert is being committed
+        backend.hold = False
+        backend.release()
+        await committed(store, ticket)
+        assert store.backlog() == 0 and seqs_on_disk(backend.sqlite.path) == set()

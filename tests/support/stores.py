@@ -1,0 +1,55 @@
+"""The stores a test broker runs on: memory, a SQLite file, or a database of the session's
+throw-away PostgreSQL server (started once, on first use; tests/conftest.py stops it)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from stompmq.storage.base import Store
+from stompmq.storage.memory import MemoryStore
+
+from .postgres_server import PostgresServer
+
+STORES = ["memory", "sqlite", "postgres"]
+#: Seconds a dead broker's claims last in tests (the default, 10 s, would only slow them).
+TEST_LEASE = 3.0
+
+_postgres: PostgresServer | None = None
+
+
+def postgres_server() -> PostgresServer:
+    """The session's PostgreSQL server, started on first use (stopped at the session's end)."""
+    global _postgres
+    if _postgres is None:
+        _postgres = PostgresServer().start()
+    return _postgres
+
+
+def stop_postgres_server() -> None:
+    """Stop the session's PostgreSQL server if a test started it."""
+    global _postgres
+    if _postgres is not None:
+        _postgres.stop()
+        _postgres = None
+
+
+def make_store_factory(kind: str, tmp_path: Path) -> Callable[[], Store]:
+    """Stores of one kind on one database: each call opens the same data again (a restart)."""
+    if kind == "memory":
+        return MemoryStore
+    if kind == "postgres":
+        from stompmq.storage.postgres import PostgresStore
+
+        url = postgres_server().new_database()
+
+        def make_postgres() -> Store:
+            return PostgresStore(url, flush_interval=0.01, lease=TEST_LEASE)
+
+        return make_postgres
+    from stompmq.storage.sqlite import SQLiteStore
+
+    def make() -> Store:
+        return SQLiteStore(str(tmp_path / "broker.db"), flush_interval=0.01)
+
+    return make

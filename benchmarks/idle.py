@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Many idle connections: the broker's memory per connection, its idle CPU, and how fast a new
 client still connects.
 
@@ -12,7 +11,7 @@ new client takes from connect() to CONNECTED (--probes times, while the others s
 Both this process and the broker need a file descriptor per connection: the script raises its
 soft RLIMIT_NOFILE to the hard limit, which the broker inherits.
 
-  scripts/bench_idle.py --connections 15000 --idle 30
+  python -m benchmarks.idle --connections 15000 --idle 30
 """
 
 from __future__ import annotations
@@ -27,7 +26,8 @@ import subprocess
 import sys
 import time
 
-from bench_backlog import cpu_seconds, free_port, rss_kib  # beside this script
+from .backlog import cpu_seconds
+from .local_broker import free_port, rss_kib
 
 CONNECT = "CONNECT\naccept-version:1.2\nhost:/\nheart-beat:{0},{0}\n\n\x00"
 

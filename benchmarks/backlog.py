@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Restart after kill -9 with a huge backlog: time to the first MESSAGE and the broker's RSS.
 
 Builds a SQLite store holding --messages messages in one queue by writing the file directly
@@ -8,7 +7,7 @@ the broker died.  Then, --repeats times: start a broker on the file, subscribe (
 the prefetch window stays delivered), time the first MESSAGE from the start of the process,
 read VmRSS, VmHWM and the CPU time the broker used, and kill -9 it (so the next start recovers that window too).
 
-  scripts/bench_backlog.py --messages 5000000 --repeats 3
+  python -m benchmarks.backlog --messages 5000000 --repeats 3
 """
 
 from __future__ import annotations
@@ -24,6 +23,8 @@ import tempfile
 import time
 
 from stompmq.storage.migrate import upgrade_to_head
+
+from .local_broker import free_port, rss_kib
 
 QUEUE = "backlog"
 TIMEOUT = 120.0
@@ -52,25 +53,11 @@ def build(path: str, messages: int, delivered: int, body_size: int) -> None:
     conn.close()
 
 
-def rss_kib(pid: int, field: str) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(f"no {field}")
-
-
 def cpu_seconds(pid: int) -> float:
     """User + system CPU of ``pid`` so far: less noisy than wall time on a loaded machine."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def first_message(port: int, t0: float) -> tuple[float, float]:

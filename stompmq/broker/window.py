@@ -275,6 +275,31 @@ class ReadyWindow:
         self.tracked = False
         self.skipped += 1  # a short page in flight no longer proves the store exhausted
 
+    def release(self, keep: int) -> list[StoredMessage]:
+        """Keep the first ``keep`` ready messages in memory and give the rest, the tail's too, back
+        to the store (claim on demand): returned, no longer ``held``, for the store to free."""
+        released = list(self.tail)
+        self.tail.clear()
+        self.tail_bytes = 0
+        while self.size > keep:
+            prio = self.prios[0]
+            level = self.levels[prio]
+            gone = level.pop()
+            self.size -= 1
+            self.bytes -= len(gone.body) + MESSAGE_OVERHEAD
+            released.append(gone)
+            if not level:
+                del self.levels[prio]
+                self.prios.pop(0)
+        if released:
+            for gone in released:
+                self._lose(gone)
+            self.spilled = True
+            self.tracked = False
+            self.boundary = self.levels[self.prios[0]][-1].order_key if self.size else None
+            self.epoch += 1
+        return released
+
     def clear(self) -> None:
         """Forget every ready message held in memory (purge): the store is the truth again."""
         self.levels.clear()
@@ -340,11 +365,12 @@ class ReadyWindow:
         if self.capacity is not None and (self.size > self.capacity or self.bytes > self.max_bytes):
             self._evict()
 
-    def start_page(self) -> PageRequest:
-        """Mark a read in flight and describe it: as many messages as both budgets have room for."""
+    def start_page(self, most: int | None = None) -> PageRequest:
+        """Mark a read in flight and describe it: as many messages as both budgets have room for,
+        at most ``most``."""
         assert self.capacity is not None
         self.loading = True
-        limit = self.capacity - self.size
+        limit = self.capacity - self.size if most is None else min(most, self.capacity - self.size)
         unit = self.unit
         if self.size:
             mean = self.bytes // self.size

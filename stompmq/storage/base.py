@@ -333,6 +333,12 @@ class Store(abc.ABC):
         # What other brokers sharing the store did (never called by a store that is not shared):
         #: ready messages of this queue were stored or freed by another broker
         self.on_queue_changed: Callable[[str], None] = lambda queue: None
+        #: subscribers on another broker want messages of this queue: keep no more of it than
+        #: this broker's own subscribers can take (claim on demand, broker/dispatch.py)
+        self.on_queue_wanted: Callable[[str], None] = lambda queue: None
+        #: this broker's lease was renewed after its claims were not trusted (``claims_valid``):
+        #: True if it had lapsed, so the claims held in memory are void (others may have them)
+        self.on_claims_renewed: Callable[[bool], None] = lambda lost: None
         #: a topic message was published through another broker (topic, headers, body)
         self.on_topic: Callable[[str, dict[str, str], bytes], None] = lambda topic, headers, body: None
         #: exchanges or bindings changed: the whole current set
@@ -359,6 +365,11 @@ class Store(abc.ABC):
         start = max(last, self._seq_handed) + 1
         self._seq_handed = end = min(start + SEQ_CHUNK, SEQ_LIMIT)
         return start, end
+
+    def claims_valid(self) -> bool:
+        """May this broker act on the messages it claimed (its lease is surely running)?  False
+        once its own clock says the lease may have lapsed, until ``on_claims_renewed``."""
+        return True
 
     def release(self, queue: str) -> None:  # noqa: B027 - a store of one broker has nothing to do
         """This broker no longer holds any ready message of ``queue`` in memory."""

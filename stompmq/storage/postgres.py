@@ -124,6 +124,11 @@ RELAY_KEEP = 60
 LISTEN_TICK = 0.5
 #: Seconds between reconnection attempts of the listener.
 LISTEN_RETRY = 1.0
+#: Share of the lease this broker trusts its claims for, counted on its own clock from the start
+#: of the renewal that granted it: the database's clock judges the lease, so keep a margin.
+LEASE_TRUST = 0.8
+#: Seconds between two demand notifications of one queue by this broker (claim on demand).
+DEMAND_EVERY = 1.0
 #: Back-off between attempts to reach a database that is down: first and largest wait, seconds.
 RECONNECT_FIRST = 0.1
 RECONNECT_MAX = 5.0
@@ -134,32 +139,42 @@ _headers, _headers_text = jsontext.headers, jsontext.headers_text
 READY_COLUMNS = ("seq", "priority", "headers", "body", "timestamp", "ack_timeout", "redeliveries", "expires")
 COPY_SQL = (
     "COPY messages (seq, queue_id, priority, headers, body, delivered, ack_timeout, redeliveries,"
-    " timestamp, owner, expires) FROM STDIN (FORMAT BINARY)"
+    " timestamp, owner, owner_epoch, expires) FROM STDIN (FORMAT BINARY)"
 )
-COPY_TYPES = ["int8", "int4", "int4", "text", "bytea", "bool", "float8", "int4", "int8", "text", "int8"]
+COPY_TYPES = ["int8", "int4", "int4", "text", "bytea", "bool", "float8", "int4", "int8", "text", "int8", "int8"]
 DELAYED_COPY_SQL = (
     "COPY delayed_messages (seq, queue_id, priority, headers, body, ack_timeout, timestamp, expires,"
     " deliver_at, owner) FROM STDIN (FORMAT BINARY)"
 )
 DELAYED_COPY_TYPES = ["int8", "int4", "int4", "text", "bytea", "float8", "int8", "int8", "int8", "text"]
+#: Rows this broker claimed under its current lease epoch: the fencing condition of the statements
+#: that change or delete a claimed row, so a broker whose lease ended touches nothing another took.
+MINE = "m.owner = %(me)s AND m.owner_epoch = %(epoch)s"
+#: A claimed row's new state (delivered, redeliveries, priority), and whether this broker keeps
+#: holding it (else it is freed); rows this broker no longer owns are left alone.
 UPDATE_SQL = (
     "UPDATE messages AS m SET delivered = u.delivered, redeliveries = u.redeliveries,"
-    " priority = u.priority, owner = CASE WHEN u.held THEN %s ELSE NULL END"
-    " FROM unnest(%s::bool[], %s::int4[], %s::int4[], %s::int8[], %s::bool[])"
-    " AS u(delivered, redeliveries, priority, seq, held)"
-    " WHERE m.seq = u.seq RETURNING m.queue_id, u.held OR u.delivered"
+    " priority = u.priority, owner = CASE WHEN u.held THEN %(me)s ELSE NULL END,"
+    " owner_epoch = CASE WHEN u.held THEN %(epoch)s ELSE NULL END"
+    " FROM unnest(%(delivered)s::bool[], %(redeliveries)s::int4[], %(priorities)s::int4[], %(seqs)s::int8[],"
+    " %(held)s::bool[]) AS u(delivered, redeliveries, priority, seq, held)"
+    " WHERE m.seq = u.seq AND " + MINE + " RETURNING m.queue_id, u.held OR u.delivered"
 )
-#: Rows a broker may claim: not out for delivery, and owned by nobody, by itself, or by a
-#: broker whose lease lapsed.
+#: Acked or discarded rows: this broker's own claims, or free rows (an expired message it swept);
+#: never a row another broker holds (a stale ACK of a delivery that was taken over).
+DELETE_SQL = "DELETE FROM messages AS m WHERE m.seq = ANY(%(seqs)s) AND (m.owner IS NULL OR " + MINE + ")"
+#: Rows a broker may claim: not out for delivery, and not held under the current lease epoch of
+#: another broker whose lease is running (free, its own, a lapsed broker's, or claimed under an
+#: epoch that ended).
 FREE = (
-    "delivered = false AND (owner IS NULL OR owner = %(me)s"
-    " OR owner IN (SELECT id FROM brokers WHERE lease_until < now()))"
+    "m.delivered = false AND NOT EXISTS (SELECT 1 FROM brokers b WHERE b.id = m.owner"
+    " AND b.epoch = m.owner_epoch AND b.lease_until >= now() AND b.id <> %(me)s)"
 )
 CLAIM_SQL = (
-    "WITH picked AS (SELECT seq FROM messages WHERE queue_id = %(q)s AND {after} AND " + FREE
+    "WITH picked AS (SELECT seq FROM messages AS m WHERE queue_id = %(q)s AND {after} AND " + FREE
     + " ORDER BY priority DESC, seq LIMIT %(limit)s FOR UPDATE SKIP LOCKED)"
-    " UPDATE messages AS m SET owner = %(me)s FROM picked WHERE m.seq = picked.seq RETURNING "
-    + ", ".join("m." + c for c in READY_COLUMNS)
+    " UPDATE messages AS m SET owner = %(me)s, owner_epoch = %(epoch)s FROM picked WHERE m.seq = picked.seq"
+    " RETURNING " + ", ".join("m." + c for c in READY_COLUMNS)
 )
 #: Ready messages of a queue whoever holds them, claiming none (a browsing subscriber's page).
 BROWSE_SQL = (
@@ -227,9 +242,14 @@ class PostgresBackend:
         self._queue_names: dict[int, str] = {}
         self.streams = SharedStreams(self.broker_id)
         self._down = False  # the database is unreachable: log the outage once, not per call
-        self._registered = False  # this broker has held a lease already (a new one means it lapsed)
         self._backoff = RECONNECT_FIRST  # doubles per failed attempt while the database is down
         self._next_attempt = 0.0  # monotonic time before which no new attempt is made
+        #: The lease epoch this broker's claims are made under (its fencing token; None before the
+        #: first registration) and the monotonic time until which it trusts that lease (the
+        #: trio thread reads both: each is one assignment).
+        self.epoch: int | None = None
+        self.valid_until = 0.0
+        self._demanded: dict[str, float] = {}  # queue -> monotonic time of its last demand notification
 
     @property
     def name(self) -> str:
@@ -310,19 +330,37 @@ class PostgresBackend:
         return conn
 
     def _register(self, conn: psycopg.Connection[Any]) -> None:
-        """Hold (or renew) this broker's lease; the database's clock decides when it lapses."""
+        """Hold (or renew) this broker's lease; the database's clock decides when it lapses.
+
+        A lease that lapsed (our row is gone, or still there but past ``lease_until``) is not
+        renewed but replaced under a new epoch: what we claimed under the old one may be another
+        broker's by now, so those rows are freed and the store tells the engine to forget them."""
+        start = time.monotonic()
         row = conn.execute(
-            "INSERT INTO brokers (id, lease_until) VALUES (%s, now() + make_interval(secs => %s))"
-            " ON CONFLICT (id) DO UPDATE SET lease_until = excluded.lease_until RETURNING xmax = 0",
+            "INSERT INTO brokers (id, lease_until, epoch) VALUES (%s, now() + make_interval(secs => %s),"
+            " nextval('lease_epoch')) ON CONFLICT (id) DO UPDATE SET lease_until = excluded.lease_until,"
+            " epoch = CASE WHEN brokers.lease_until < now() THEN excluded.epoch ELSE brokers.epoch END"
+            " RETURNING epoch",
             (self.broker_id, self.lease),
         ).fetchone()
-        if row is not None and row[0] and self._registered:
-            # Our row was gone: another broker judged our lease lapsed and freed our claims.
+        assert row is not None
+        epoch = int(row[0])
+        if self.epoch is not None and epoch != self.epoch:
             log.warning(
-                "this broker's lease on %s lapsed (it could not renew it in %s s): messages it holds may"
-                " be delivered by other brokers too", self.name, self.lease,
+                "this broker's lease on %s lapsed (it could not renew it in %s s): it holds a new one and"
+                " drops the messages it held, which other brokers may have taken over", self.name, self.lease,
             )
-        self._registered = True
+            with conn.transaction():
+                freed = conn.execute(
+                    "WITH freed AS (UPDATE messages SET owner = NULL, owner_epoch = NULL,"
+                    " redeliveries = redeliveries + delivered::int, delivered = false"
+                    " WHERE owner = %s AND owner_epoch <> %s RETURNING queue_id)"
+                    " SELECT DISTINCT q.vhost, q.name FROM freed JOIN queues q ON q.id = freed.queue_id",
+                    (self.broker_id, epoch),
+                ).fetchall()
+                self._notify_queues(conn, [vhost_space(vhost) + name for vhost, name in freed], "")
+        self.epoch = epoch
+        self.valid_until = start + self.lease * LEASE_TRUST
 
     def _definitions(
         self, conn: psycopg.Connection[Any]
@@ -373,7 +411,7 @@ class PostgresBackend:
         redelivery); return the names of the queues that got ready rows."""
         conn.execute("UPDATE delayed_messages SET owner = NULL WHERE owner = %s", (owner,))
         rows = conn.execute(
-            "WITH freed AS (UPDATE messages SET owner = NULL, redeliveries = redeliveries + delivered::int,"
+            "WITH freed AS (UPDATE messages SET owner = NULL, owner_epoch = NULL, redeliveries = redeliveries + delivered::int,"
             " delivered = false WHERE owner = %s RETURNING queue_id)"
             " SELECT DISTINCT q.vhost, q.name FROM freed JOIN queues q ON q.id = freed.queue_id",
             (owner,),
@@ -427,18 +465,19 @@ class PostgresBackend:
                     self.streams.apply(cur, op, counters)
                 else:
                     self._apply(cur, op, freed)
+            mine = {"me": self.broker_id, "epoch": self.epoch}
             if group.deletes:
-                cur.execute("DELETE FROM messages WHERE seq = ANY(%s)", ([seq for (seq,) in group.deletes],))
+                cur.execute(DELETE_SQL, {**mine, "seqs": [seq for (seq,) in group.deletes]})
             if group.delayed_deletes:
                 cur.execute(
                     "DELETE FROM delayed_messages WHERE seq = ANY(%s)", ([seq for (seq,) in group.delayed_deletes],)
                 )
             if group.updates:
                 delivered, redeliveries, priorities, seqs = (list(c) for c in zip(*group.updates, strict=True))
-                cur.execute(
-                    UPDATE_SQL,
-                    (self.broker_id, delivered, redeliveries, priorities, seqs, [s in held for s in seqs]),
-                )
+                cur.execute(UPDATE_SQL, {
+                    **mine, "delivered": delivered, "redeliveries": redeliveries, "priorities": priorities,
+                    "seqs": seqs, "held": [s in held for s in seqs],
+                })
                 for queue_id, kept in cur.fetchall():
                     if not kept:
                         freed.add(self._queue_name(cur, queue_id))
@@ -466,15 +505,16 @@ class PostgresBackend:
 
     def _copy(self, cur: psycopg.Cursor[Any], rows: list[InsertRow], held: frozenset[int], freed: set[str]) -> None:
         ids = self._queue_ids_of(cur, rows)
-        me = self.broker_id
+        me, epoch = self.broker_id, self.epoch
         with cur.copy(COPY_SQL) as copy:
             copy.set_types(COPY_TYPES)
             for seq, name, prio, hdrs, body, delivered, ack, redel, ts, exp in rows:
-                owner = me if seq in held else None
-                if owner is None:
+                mine = seq in held
+                if not mine:
                     freed.add(name)
                 copy.write_row(
-                    (seq, ids[name], prio, _headers_text(hdrs), body, delivered, ack, redel, ts, owner, exp)
+                    (seq, ids[name], prio, _headers_text(hdrs), body, delivered, ack, redel, ts,
+                     me if mine else None, epoch if mine else None, exp)
                 )
 
     def _copy_delayed(self, cur: psycopg.Cursor[Any], rows: list[DelayedRow], held: frozenset[int]) -> None:
@@ -499,8 +539,9 @@ class PostgresBackend:
                 queue_id = self._queue_id(cur, name, create=False)
                 if queue_id is not None:
                     cur.execute(
-                        "UPDATE messages SET owner = NULL WHERE queue_id = %s AND owner = %s AND NOT delivered",
-                        (queue_id, self.broker_id),
+                        "UPDATE messages AS m SET owner = NULL, owner_epoch = NULL"
+                        " WHERE queue_id = %(q)s AND NOT delivered AND " + MINE,
+                        {"q": queue_id, "me": self.broker_id, "epoch": self.epoch},
                     )
                     if cur.rowcount:
                         freed.add(name)
@@ -587,11 +628,24 @@ class PostgresBackend:
 
     # -- reads -----------------------------------------------------------------------------------
     def load_ready(self, queue: str, after: tuple[int, int] | None, limit: int) -> Sequence[StoredMessage]:
-        """Claim up to ``limit`` free ready messages of ``queue`` after ``after`` for this broker."""
-        messages = self._ready(CLAIM_SQL, {"me": self.broker_id}, queue, after, limit)
+        """Claim up to ``limit`` free ready messages of ``queue`` after ``after`` for this broker,
+        telling the other brokers that its subscribers want that queue (claim on demand)."""
+        messages = self._ready(CLAIM_SQL, {"me": self.broker_id, "epoch": self.epoch}, queue, after, limit)
         for msg in messages:
             msg.held = True  # claimed for this broker by this read
         return messages
+
+    def _demand(self, cur: psycopg.Cursor[Any], queue: str) -> None:
+        """Tell the other brokers that subscribers here want ``queue`` (``w:BROKER:NAME``), at most
+        every ``DEMAND_EVERY`` seconds: they then keep no more of it than their own subscribers
+        can take (broker/dispatch.py, claim on demand)."""
+        now = time.monotonic()
+        if now - self._demanded.get(queue, -math.inf) < DEMAND_EVERY:
+            return
+        if len(self._demanded) >= QUEUE_ID_CACHE_MAX:
+            self._demanded.clear()
+        self._demanded[queue] = now
+        cur.execute("SELECT pg_notify(%s, %s)", (CHANNEL, f"w:{self.broker_id}:{queue}"))
 
     def browse(self, queue: str, after: tuple[int, int] | None, limit: int) -> Sequence[StoredMessage]:
         """Up to ``limit`` ready messages of ``queue`` after ``after``, whichever broker holds them."""
@@ -614,6 +668,8 @@ class PostgresBackend:
                     params["p"], params["s"] = -after[0], after[1]
                     query = sql.format(after=AFTER_KEY)
                 rows = cur.execute(query, params).fetchall()
+                if sql is CLAIM_SQL:
+                    self._demand(cur, queue)
         except psycopg.Error as exc:
             raise StoreError(f"cannot read {self.name}: {_one_line(exc)}") from None
         rows.sort(key=lambda r: (-r[1], r[0]))  # UPDATE ... RETURNING keeps no order
@@ -854,16 +910,21 @@ class PostgresStore(GroupCommitStore):
         self._blocks: deque[tuple[int, int]] = deque()
         self._want_block = trio.Event()
         self._listener: Listener | None = None
+        self._epoch: int | None = None  # the lease epoch of the claims the engine holds in memory
 
     @property
     def node_id(self) -> str:
         return self._pg.broker_id
+
+    def claims_valid(self) -> bool:
+        return self._pg.epoch == self._epoch and time.monotonic() < self._pg.valid_until
 
     async def browse(self, queue: str, after: tuple[int, int] | None, limit: int) -> Sequence[StoredMessage]:
         return await self._read(self._pg.browse, queue, after, limit)
 
     async def open(self) -> Recovery:
         recovery = await super().open()
+        self._epoch = self._pg.epoch
         try:
             for _ in range(2):  # one to use, one spare: the next is fetched while the spare is used
                 self._blocks.append(await self._call(self._pg.seq_block))
@@ -910,11 +971,19 @@ class PostgresStore(GroupCommitStore):
     async def _renew_leases(self) -> None:
         while True:
             await trio.sleep(self.lease / 3)
+            trusted = self.claims_valid()
             try:
                 await self._call(self._pg.renew)
             except StoreError as exc:
                 if not self._pg.down:  # an outage is logged once, by the backend
                     log.warning("%s", exc)
+                continue
+            epoch = self._pg.epoch  # (a reconnection may have made it new before this renewal)
+            if epoch != self._epoch:
+                self._epoch = epoch
+                self.on_claims_renewed(True)
+            elif not trusted:
+                self.on_claims_renewed(False)
 
     async def _refill_seqs(self) -> None:
         while True:
@@ -950,8 +1019,14 @@ class PostgresStore(GroupCommitStore):
             kind, _, rest = payload.partition(":")
             if kind == "q":
                 origin, _, queue = rest.partition(":")
+                if not origin:  # a broker's claims were freed (it stopped, or its lease lapsed):
+                    self.on_queue_wanted(queue)  # its subscribers' share is everyone's now
                 if origin != self._pg.broker_id:
                     self.on_queue_changed(queue)
+            elif kind == "w":
+                origin, _, queue = rest.partition(":")
+                if origin != self._pg.broker_id:
+                    self.on_queue_wanted(queue)
             elif kind == "*":
                 self.on_queue_changed("*")
                 definitions = True

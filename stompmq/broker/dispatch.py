@@ -303,7 +303,7 @@ class Dispatcher:
         for queue in list(queues):
             if queue.nsubs:
                 if queue.claim_until:  # a small window: read from the start, below its boundary too
-                    queue.window.clear()
+                    queue.window.look_back()
                 else:
                     queue.window.store_changed()
                 self.pump(queue)
@@ -623,8 +623,8 @@ class Dispatcher:
         if queue.claim_until:  # claim on demand: what the subscribers can take, and the read-ahead
             window = queue.window
             most = READ_AHEAD + queue.room(READ_AHEAD) - window.size - len(window.tail)
-            if most <= 0:
-                return
+            if most < READ_AHEAD // 2 or most <= 0:
+                return  # (not a read per message: once half the read-ahead is gone)
         request = queue.window.start_page(most)
         name = queue.name
         self.page_reads += 1
@@ -640,6 +640,9 @@ class Dispatcher:
                                  queue.parked_seqs().union(queue.inflight))
         if self.queues.get(queue.name) is queue:
             self.pump(queue)
+            if queue.window.rewind:  # another broker changed the store while this page was read
+                queue.window.look_back()
+                self.pump(queue)
             self.deactivate_if_idle(queue)
 
     def _page_failed(self, queue: Queue, error: StoreError) -> None:

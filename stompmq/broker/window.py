@@ -83,7 +83,7 @@ class PageRequest:
 class ReadyWindow:
     __slots__ = ("capacity", "max_bytes", "levels", "prios", "size", "bytes", "unit", "spilled", "boundary", "epoch",
                  "loading", "skipped", "late", "tail", "tail_bytes", "tail_capacity", "tail_max_bytes", "gapless",
-                 "tracked", "marks")
+                 "tracked", "marks", "rewind")
 
     def __init__(self, capacity: int | None, spilled: bool, max_bytes: int | None = None) -> None:
         self.capacity = capacity  # None: everything stays in memory (non-durable store)
@@ -112,6 +112,8 @@ class ReadyWindow:
         # fills(): (messages, bytes) at which the window fills 1/divisor, by divisor; a publish asks
         # once per SEND (pacing), so the divisions are done once.
         self.marks: dict[int, tuple[int, int]] = {}
+        #: look_back() came while a page was loading: the read after it starts from the start
+        self.rewind = False
 
     # -- adding -------------------------------------------------------------------------------
     def push(self, msg: StoredMessage) -> bool:
@@ -299,6 +301,18 @@ class ReadyWindow:
             self.boundary = self.levels[self.prios[0]][-1].order_key if self.size else None
             self.epoch += 1
         return released
+
+    def look_back(self) -> None:
+        """Another broker sharing the store changed it, perhaps freeing rows that sort before the
+        boundary (a lapsed broker's): forget what is in memory (still claimed, the next read
+        from the start finds it again).  A page in flight is merged first: ``rewind`` says the
+        owner calls this again once it is."""
+        if self.loading:
+            self.rewind = True
+            self.skipped += 1  # a short page in flight no longer proves the store exhausted
+            return
+        self.rewind = False
+        self.clear()
 
     def clear(self) -> None:
         """Forget every ready message held in memory (purge): the store is the truth again."""

@@ -166,9 +166,11 @@ DELETE_SQL = "DELETE FROM messages AS m WHERE m.seq = ANY(%(seqs)s) AND (m.owner
 #: Rows a broker may claim: not out for delivery, and not held under the current lease epoch of
 #: another broker whose lease is running (free, its own, a lapsed broker's, or claimed under an
 #: epoch that ended).
+#: (A scalar subquery, not NOT EXISTS: the planner makes that an anti-join, which the re-check of a
+#: row another broker claimed while this read ran does not evaluate again, so both took it.)
 FREE = (
-    "m.delivered = false AND NOT EXISTS (SELECT 1 FROM brokers b WHERE b.id = m.owner"
-    " AND b.epoch = m.owner_epoch AND b.lease_until >= now() AND b.id <> %(me)s)"
+    "m.delivered = false AND (m.owner IS NULL OR (SELECT b.epoch FROM brokers b WHERE b.id = m.owner"
+    " AND b.lease_until >= now() AND b.id <> %(me)s) IS DISTINCT FROM m.owner_epoch)"
 )
 CLAIM_SQL = (
     "WITH picked AS (SELECT seq FROM messages AS m WHERE queue_id = %(q)s AND {after} AND " + FREE
@@ -658,6 +660,8 @@ class PostgresBackend:
         conn = self._connection()
         try:
             with conn.transaction(), conn.cursor() as cur:
+                if sql is CLAIM_SQL:
+                    self._demand(cur, queue)
                 queue_id = self._queue_id(cur, queue, create=False)
                 if queue_id is None or limit <= 0:
                     return []
@@ -668,8 +672,6 @@ class PostgresBackend:
                     params["p"], params["s"] = -after[0], after[1]
                     query = sql.format(after=AFTER_KEY)
                 rows = cur.execute(query, params).fetchall()
-                if sql is CLAIM_SQL:
-                    self._demand(cur, queue)
         except psycopg.Error as exc:
             raise StoreError(f"cannot read {self.name}: {_one_line(exc)}") from None
         rows.sort(key=lambda r: (-r[1], r[0]))  # UPDATE ... RETURNING keeps no order
@@ -844,9 +846,9 @@ class Listener:
                         self._send(["*"])  # notifications may have been lost meanwhile: look again
                     connected_before = True
                     while not self._stop.is_set():
-                        batch = [
-                            n.payload for n in conn.notifies(timeout=LISTEN_TICK, stop_after=1000)
-                        ]
+                        # Each packet as it comes (stop_after counts packets' worth): the others
+                        # hear of claims given back and demand at once, not a tick later.
+                        batch = [n.payload for n in conn.notifies(timeout=LISTEN_TICK, stop_after=1)]
                         if batch:
                             self._send(self._resolve(conn, batch))
             except psycopg.Error:

@@ -22,6 +22,7 @@ only loopback host names are accepted (no DNS rebinding).
 
 Every queue, exchange and topic route takes ``?vhost=NAME`` (default ``/``; an unknown
 vhost is a 404) and works on that vhost's engine; ``/api/vhosts`` lists and declares vhosts.
+``/api/cluster`` lists the brokers sharing a PostgreSQL database (``Store.brokers``).
 
 Rates are derived here, not counted in the engine: ``Rates`` samples the
 engine's plain counters every ``SAMPLE_SECONDS`` and a rate is the change
@@ -167,6 +168,7 @@ class ManagementApp:
             Route("/readyz", self.readyz),
             Route("/metrics", metrics_route(self)),
             Route("/api/overview", self.overview),
+            Route("/api/cluster", self.cluster),
             Route("/api/vhosts", self.list_vhosts),
             Route("/api/vhosts/{name:path}", self.declare_vhost, methods=["PUT"]),
             Route("/api/queues", self.list_queues),
@@ -253,6 +255,25 @@ class ManagementApp:
             "totals": totals,
             "rates": self.rates.total(),
         })
+
+    async def cluster(self, request: Request) -> Response:
+        """Every broker on a shared store's database: lease, last renewal, claims, version (a store
+        of one broker has no cluster: an empty list)."""
+        store = self.runtime.store
+        items = [
+            {
+                "id": lease.id,
+                "this": lease.id == store.node_id,
+                "epoch": lease.epoch,
+                "lease_until": _iso(lease.lease_until),
+                "last_renewal": None if lease.renewed is None else _iso(lease.renewed),
+                "claimed": lease.claimed,
+                "unacked": lease.unacked,
+                "version": lease.version,
+            }
+            for lease in await store.brokers()
+        ]
+        return JSONResponse({"shared": store.shared, "items": items})
 
     # -- vhosts ---------------------------------------------------------------------------------
     async def list_vhosts(self, request: Request) -> Response:
@@ -449,6 +470,11 @@ async def _http_error(request: Request, exc: HTTPException) -> Response:
 
 async def _client_error(request: Request, exc: ClientError) -> Response:
     return JSONResponse({"error": exc.message, "status": 400}, status_code=400)
+
+
+def _iso(seconds: float) -> str:
+    """Epoch seconds as an ISO 8601 UTC time (milliseconds)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{int(seconds * 1000) % 1000:03d}Z"
 
 
 async def _store_error(request: Request, exc: StoreError) -> Response:

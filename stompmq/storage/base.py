@@ -278,6 +278,19 @@ class Recovery:
 
 
 @dataclass(frozen=True, slots=True)
+class BrokerLease:
+    """One broker on a shared store's database, as the management API lists it."""
+
+    id: str
+    epoch: int  # its lease's epoch (the fencing token of its claims)
+    lease_until: float  # epoch seconds, on the database's clock
+    renewed: float | None  # epoch seconds of its last renewal
+    claimed: int  # ready messages it holds under its current epoch
+    unacked: int  # messages it has out for delivery
+    version: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class QueueCount:
     """One queue as the store sees it (the management API's queue list)."""
 
@@ -546,6 +559,11 @@ class Store(abc.ABC):
     async def count_unacked(self, queue: str) -> int:
         """Messages of ``queue`` out for delivery (by any broker sharing the store)."""
         return 0
+
+    async def brokers(self) -> list[BrokerLease]:
+        """Every broker on a shared store's database with its lease and claims, by id; a store of
+        one broker returns none."""
+        return []
 
     async def queue_page(self, after: str, limit: int) -> list[QueueCount]:
         """Up to ``limit`` queues the store knows, named after ``after``, in name order, with

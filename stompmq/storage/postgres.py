@@ -65,10 +65,12 @@ from typing import Any
 import psycopg
 import trio
 
+from stompmq import __version__
 from stompmq.storage import jsontext
 from stompmq.storage.base import (
     QUEUE_PAGE_SQL,
     BindingRecord,
+    BrokerLease,
     ExchangeRecord,
     SEQ_CHUNK,
     QueueCount,
@@ -207,6 +209,13 @@ EXPIRED_SQL = (
     " OR m.owner IN (SELECT id FROM brokers WHERE lease_until < now()))"
     " ORDER BY m.expires, m.seq LIMIT %(limit)s"
 )
+#: The brokers on the database and their claims (ix_messages_owner: only the claimed rows).
+BROKERS_SQL = (
+    "SELECT b.id, b.epoch, b.lease_until, b.renewed_at, b.version,"
+    " COUNT(m.seq) FILTER (WHERE NOT m.delivered), COUNT(m.seq) FILTER (WHERE m.delivered)"
+    " FROM brokers b LEFT JOIN messages m ON m.owner = b.id AND m.owner_epoch = b.epoch"
+    " GROUP BY b.id ORDER BY b.id"
+)
 #: Over every vhost: another vhost's earlier expiry only wakes the asking engine once more, early.
 NEXT_EXPIRY_SQL = "SELECT MIN(expires) FROM messages WHERE expires IS NOT NULL AND expires >= %s"
 
@@ -339,11 +348,12 @@ class PostgresBackend:
         broker's by now, so those rows are freed and the store tells the engine to forget them."""
         start = time.monotonic()
         row = conn.execute(
-            "INSERT INTO brokers (id, lease_until, epoch) VALUES (%s, now() + make_interval(secs => %s),"
-            " nextval('lease_epoch')) ON CONFLICT (id) DO UPDATE SET lease_until = excluded.lease_until,"
+            "INSERT INTO brokers (id, lease_until, epoch, renewed_at, version) VALUES (%s,"
+            " now() + make_interval(secs => %s), nextval('lease_epoch'), now(), %s) ON CONFLICT (id) DO UPDATE"
+            " SET lease_until = excluded.lease_until, renewed_at = excluded.renewed_at,"
             " epoch = CASE WHEN brokers.lease_until < now() THEN excluded.epoch ELSE brokers.epoch END"
             " RETURNING epoch",
-            (self.broker_id, self.lease),
+            (self.broker_id, self.lease, __version__),
         ).fetchone()
         assert row is not None
         epoch = int(row[0])
@@ -809,6 +819,16 @@ class PostgresBackend:
         space = vhost_space(vhost)
         return [QueueCount(space + name, *counts) for name, *counts in rows]
 
+    def brokers(self) -> list[BrokerLease]:
+        """Every broker on the database with its lease and what it holds under it."""
+        try:
+            rows = self._connection().execute(BROKERS_SQL).fetchall()
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot read {self.name}: {_one_line(exc)}") from None
+        return [BrokerLease(id_, int(epoch), until.timestamp(), None if renewed is None else renewed.timestamp(),
+                            int(claimed), int(unacked), version)
+                for id_, epoch, until, renewed, version, claimed, unacked in rows]
+
     def definitions(self) -> tuple[list[str], list[ExchangeRecord], list[BindingRecord]]:
         try:
             return self._definitions(self._connection())
@@ -923,6 +943,9 @@ class PostgresStore(GroupCommitStore):
 
     async def browse(self, queue: str, after: tuple[int, int] | None, limit: int) -> Sequence[StoredMessage]:
         return await self._read(self._pg.browse, queue, after, limit)
+
+    async def brokers(self) -> list[BrokerLease]:
+        return await self._read(self._pg.brokers)
 
     async def open(self) -> Recovery:
         recovery = await super().open()

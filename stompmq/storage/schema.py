@@ -197,6 +197,9 @@ brokers = Table(
     # Numbers each lease the broker holds (the lease_epoch sequence, PostgreSQL): a broker whose
     # lease lapsed gets a new one, and what it claimed under the old one is no longer its own.
     Column("epoch", BigInteger, nullable=False, server_default="0"),
+    # When it last renewed (the database's clock) and the stompmq version it runs (migration 0009).
+    Column("renewed_at", DateTime(timezone=True), nullable=True),
+    Column("version", String(64), nullable=True),
 )
 
 broker_meta = Table(

@@ -207,15 +207,7 @@ class ReadyWindow:
         assert self.capacity is not None
         evicted: list[StoredMessage] = []  # newest first
         while self.size > self.capacity or (self.bytes > self.max_bytes and self.size > 1):
-            prio = self.prios[0]
-            level = self.levels[prio]
-            gone = level.pop()
-            self.size -= 1
-            self.bytes -= len(gone.body) + MESSAGE_OVERHEAD
-            evicted.append(gone)
-            if not level:
-                del self.levels[prio]
-                self.prios.pop(0)
+            evicted.append(self._pop_last())
         if not evicted:
             return  # one message over the byte budget alone: it stays, and nothing spilled
         if not self.spilled or self.gapless:  # the evicted continue into the tail: no gap
@@ -229,6 +221,18 @@ class ReadyWindow:
         self.spilled = True
         self.boundary = self.levels[self.prios[0]][-1].order_key
         self.epoch += 1
+
+    def _pop_last(self) -> StoredMessage:
+        """Remove the message delivered last (the newest of the lowest priority)."""
+        prio = self.prios[0]
+        level = self.levels[prio]
+        gone = level.pop()
+        self.size -= 1
+        self.bytes -= len(gone.body) + MESSAGE_OVERHEAD
+        if not level:
+            del self.levels[prio]
+            self.prios.pop(0)
+        return gone
 
     # -- taking -------------------------------------------------------------------------------
     def peek(self) -> StoredMessage:
@@ -284,15 +288,7 @@ class ReadyWindow:
         self.tail.clear()
         self.tail_bytes = 0
         while self.size > keep:
-            prio = self.prios[0]
-            level = self.levels[prio]
-            gone = level.pop()
-            self.size -= 1
-            self.bytes -= len(gone.body) + MESSAGE_OVERHEAD
-            released.append(gone)
-            if not level:
-                del self.levels[prio]
-                self.prios.pop(0)
+            released.append(self._pop_last())
         if released:
             for gone in released:
                 self._lose(gone)

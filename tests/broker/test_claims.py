@@ -104,12 +104,18 @@ def test_a_want_heard_before_the_queue_is_active_applies_when_it_is() -> None:
     assert ready_in_memory(broker, "q") == READ_AHEAD
 
 
-def test_a_broker_whose_lease_may_have_lapsed_delivers_nothing_it_claimed() -> None:
+def one_out_two_ready() -> tuple[Broker, SharedDictStore, FakeOutbox, Frame]:
+    """A subscriber with prefetch 1 holding the first of three messages, the others ready."""
     broker, store = started()
     out = client_subscriber(broker, "q", prefetch=1)
     for i in range(3):
         send(broker, "q", str(i))
     (first,) = out.take("MESSAGE")
+    return broker, store, out, first
+
+
+def test_a_broker_whose_lease_may_have_lapsed_delivers_nothing_it_claimed() -> None:
+    broker, store, out, first = one_out_two_ready()
     store.valid = False  # paused past the lease
     session = broker.sessions["consumer"]
     broker.handle(session, Frame("ACK", {"id": first.headers["ack"]}))
@@ -120,11 +126,7 @@ def test_a_broker_whose_lease_may_have_lapsed_delivers_nothing_it_claimed() -> N
 
 
 def test_claims_of_a_lapsed_lease_are_dropped_and_never_come_back() -> None:
-    broker, store = started()
-    out = client_subscriber(broker, "q", prefetch=1)
-    for i in range(3):
-        send(broker, "q", str(i))
-    (held,) = out.take("MESSAGE")
+    broker, store, out, held = one_out_two_ready()
     store.valid = False
     for seq in list(store.rows):  # another broker took over every row
         del store.rows[seq]

@@ -472,9 +472,12 @@ class PostgresBackend:
         group.stream_states = {}  # (a retried attempt reports afresh)
         with conn.transaction(), conn.cursor() as cur:
             counters = self.streams.lock(cur, group)  # first: stream rows in id order (pg_streams.py)
+            releases = []
             for op in group.structural:
                 if isinstance(op, SaveStream | TrimStream | DropStream):
                     self.streams.apply(cur, op, counters)
+                elif isinstance(op, Release):
+                    releases.append(op)  # after the updates: see _release
                 else:
                     self._apply(cur, op, freed)
             mine = {"me": self.broker_id, "epoch": self.epoch}
@@ -501,6 +504,8 @@ class PostgresBackend:
                 if replace:
                     cur.execute("DELETE FROM delayed_messages WHERE seq = ANY(%s)", ([row[0] for row in group.delayed],))
                 self._copy_delayed(cur, group.delayed, held)
+            for op in releases:
+                self._release(cur, op.queue, held, freed)
             if group.stream_rows:
                 self.streams.append(cur, group.stream_rows, counters)
             self.streams.finish(cur, counters, group)
@@ -547,16 +552,6 @@ class PostgresBackend:
                 queue_id = self._queue_id(cur, name, create=False)
                 if queue_id is not None:
                     cur.execute("DELETE FROM messages WHERE queue_id = %s", (queue_id,))
-            case Release(queue=name):
-                queue_id = self._queue_id(cur, name, create=False)
-                if queue_id is not None:
-                    cur.execute(
-                        "UPDATE messages AS m SET owner = NULL, owner_epoch = NULL"
-                        " WHERE queue_id = %(q)s AND NOT delivered AND " + MINE,
-                        {"q": queue_id, "me": self.broker_id, "epoch": self.epoch},
-                    )
-                    if cur.rowcount:
-                        freed.add(name)
             case TopicMessage(topic=topic, headers=headers, body=body):
                 self._notify_topic(cur, topic, headers, body)
             case SaveQueue(name=name, options=options):
@@ -592,6 +587,20 @@ class PostgresBackend:
                 cur.execute("INSERT INTO vhosts (name) VALUES (%s) ON CONFLICT (name) DO NOTHING", (name,))
                 if cur.rowcount:
                     self._notify_definitions(cur)
+
+    def _release(self, cur: psycopg.Cursor[Any], name: str, held: frozenset[int], freed: set[str]) -> None:
+        """Free the ready rows of queue ``name`` this broker claimed, after the group's updates of
+        them (which need them still its own), but not those the group itself holds (the queue
+        came back into memory since it left)."""
+        queue_id = self._queue_id(cur, name, create=False)
+        if queue_id is not None:
+            cur.execute(
+                "UPDATE messages AS m SET owner = NULL, owner_epoch = NULL"
+                " WHERE queue_id = %(q)s AND NOT delivered AND " + MINE + " AND NOT (m.seq = ANY(%(held)s))",
+                {"q": queue_id, "me": self.broker_id, "epoch": self.epoch, "held": list(held)},
+            )
+            if cur.rowcount:
+                freed.add(name)
 
     def _notify_definitions(self, cur: psycopg.Cursor[Any]) -> None:
         cur.execute("SELECT pg_notify(%s, %s)", (CHANNEL, "d:" + self.broker_id))

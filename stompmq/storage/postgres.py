@@ -343,15 +343,18 @@ class PostgresBackend:
     def _register(self, conn: psycopg.Connection[Any]) -> None:
         """Hold (or renew) this broker's lease; the database's clock decides when it lapses.
 
-        A lease that lapsed (our row is gone, or still there but past ``lease_until``) is not
-        renewed but replaced under a new epoch: what we claimed under the old one may be another
-        broker's by now, so those rows are freed and the store tells the engine to forget them."""
+        A lease that lapsed (our row is gone, or still there but past ``lease_until`` while another
+        broker is registered) is not renewed but replaced under a new epoch: what we claimed under
+        the old one may be another broker's by now, so those rows are freed and the store tells
+        the engine to forget them.  A broker alone on the database keeps its epoch: nobody could
+        have taken anything."""
         start = time.monotonic()
         row = conn.execute(
             "INSERT INTO brokers (id, lease_until, epoch, renewed_at, version) VALUES (%s,"
             " now() + make_interval(secs => %s), nextval('lease_epoch'), now(), %s) ON CONFLICT (id) DO UPDATE"
             " SET lease_until = excluded.lease_until, renewed_at = excluded.renewed_at,"
-            " epoch = CASE WHEN brokers.lease_until < now() THEN excluded.epoch ELSE brokers.epoch END"
+            " epoch = CASE WHEN brokers.lease_until < now() AND EXISTS (SELECT 1 FROM brokers o"
+            " WHERE o.id <> brokers.id) THEN excluded.epoch ELSE brokers.epoch END"
             " RETURNING epoch",
             (self.broker_id, self.lease, __version__),
         ).fetchone()

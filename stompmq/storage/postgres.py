@@ -859,6 +859,8 @@ class Listener:
         self._token = token
         self._deliver = deliver
         self._stop = threading.Event()
+        #: set once the first LISTEN is in place: notifications from then on are never missed
+        self.listening = threading.Event()
         self._thread = threading.Thread(target=self._main, name=f"stompmq-listen {masked(url)}", daemon=True)
 
     def start(self) -> None:
@@ -874,6 +876,7 @@ class Listener:
             try:
                 with psycopg.connect(self.url, connect_timeout=CONNECT_TIMEOUT, autocommit=True) as conn:
                     conn.execute(f"LISTEN {CHANNEL}")
+                    self.listening.set()
                     if connected_before:
                         self._send(["*"])  # notifications may have been lost meanwhile: look again
                     connected_before = True
@@ -969,7 +972,20 @@ class PostgresStore(GroupCommitStore):
             with trio.CancelScope(shield=True):
                 await super().close()
             raise
+        # Listening before the broker serves anyone: a subscriber's first read (its demand) or
+        # another broker's freed claims right after the start must not go unheard until the poll.
+        listener = self._listener = Listener(
+            self.url, self._pg.broker_id, trio.lowlevel.current_trio_token(), self._notified
+        )
+        listener.start()
+        await trio.to_thread.run_sync(listener.listening.wait, CONNECT_TIMEOUT)
         return recovery
+
+    async def close(self) -> None:
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            await trio.to_thread.run_sync(listener.stop)
+        await super().close()
 
     def seq_block(self, last: int) -> tuple[int, int]:
         """The next ``SEQ_CHUNK`` numbers of the database's block in use: every vhost's engine
@@ -985,19 +1001,11 @@ class PostgresStore(GroupCommitStore):
         return start, start + SEQ_CHUNK
 
     async def run(self) -> None:
-        listener = self._listener = Listener(
-            self.url, self._pg.broker_id, trio.lowlevel.current_trio_token(), self._notified
-        )
-        listener.start()
-        try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(super().run)
-                nursery.start_soon(self._renew_leases)
-                nursery.start_soon(self._refill_seqs)
-                nursery.start_soon(self._poll)
-        finally:
-            with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(listener.stop)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(super().run)
+            nursery.start_soon(self._renew_leases)
+            nursery.start_soon(self._refill_seqs)
+            nursery.start_soon(self._poll)
 
     async def _call(self, fn: Callable[[], Any]) -> Any:
         thread = self._thread

@@ -31,8 +31,9 @@ claims only what its own subscribers have room for plus ``READ_AHEAD``, gives th
 the store at the end of every pump (``_release_excess``), and reads the store from its start
 again at every change another broker makes (rows freed below its boundary are found at once).
 A queue nobody else wants keeps its full window.  A broker whose lease may have lapsed delivers
-nothing it claimed (``claims_valid``) until the store renewed it; if it had lapsed, every claim
-held in memory is dropped (``claims_renewed``).
+nothing it claimed (``Store.claims_valid``, checked by ``_pump_shared``, the pump of a shared
+store) until the store renewed it; if it had lapsed, every claim held in memory is dropped
+(``claims_renewed``).
 
 The message lifecycle (see policies.py and delays.py) passes through here too: ``publish``
 gives a message its queue's TTL, hands a delayed one to ``Delayed`` and keeps a bounded queue
@@ -112,8 +113,8 @@ class Dispatcher:
         self.pace_timeouts = 0  # pacing episodes that ended in a spill
         #: queue -> wall ms until which another broker wants it, for queues not active here yet
         self.wanted: dict[str, int] = {}
-        #: None, or (a store several brokers share) whether this broker's lease surely runs
-        self.claims_valid: Callable[[], bool] | None = store.claims_valid if store.shared else None
+        if store.shared:  # (a store of one broker keeps the plain pump: nothing added to its path)
+            self.pump = self._pump_shared  # type: ignore[method-assign]
         #: seqs in flight when this broker's lease lapsed: another broker has them now, so they
         #: never come back into a window here (``Acks.requeue``)
         self.forfeited: set[int] = set()
@@ -425,8 +426,6 @@ class Dispatcher:
     def pump(self, queue: Queue) -> None:
         """Deliver what the queue can deliver now; when its window runs low, refill it from its
         tail or ask for a page."""
-        if self.claims_valid is not None and not self.claims_valid():
-            return  # this broker's lease may have lapsed: nothing it claimed goes out (claims_renewed)
         expired = self._expired
         while True:
             for sub, msg in queue.dispatch(self.wall_ms, expired):
@@ -447,6 +446,14 @@ class Dispatcher:
                 break
         if queue.pace is not None:
             self._check_pace(queue)
+
+    def _pump_shared(self, queue: Queue) -> None:
+        """``pump`` on a store several brokers share: nothing claimed goes out while this broker's
+        lease may have lapsed (``claims_renewed`` pumps again), and a wanted queue gives back
+        what its subscribers cannot take."""
+        if not self.store.claims_valid():
+            return
+        Dispatcher.pump(self, queue)
         if queue.claim_until:
             self._release_excess(queue)
 

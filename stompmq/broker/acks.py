@@ -162,6 +162,10 @@ class Acks:
         """Put an unacked queue message back, counting a redelivery; dead-letter it past the limit."""
         if queue is None:
             return  # topic message: transient
+        forfeited = self.dispatcher.forfeited
+        if forfeited and msg.seq in forfeited:
+            forfeited.discard(msg.seq)  # claimed under a lease that lapsed: another broker has it
+            return
         msg.delivered = False
         msg.redeliveries += 1
         queue.stats.redelivered += 1

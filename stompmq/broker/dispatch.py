@@ -25,6 +25,16 @@ broker to claim; a queue leaving memory releases its rows; and another broker's
 new messages (``store_changed``) make the window look in the store again.
 Sequence numbers come from the store in blocks (``Store.seq_block``).
 
+Claim on demand (docs/decisions/claim-on-demand.md): while subscribers on another broker want a
+queue (``queue_wanted``: their broker read it lately, or a broker holding it stopped), the queue
+claims only what its own subscribers have room for plus ``READ_AHEAD``, gives the rest back to
+the store at the end of every pump (``_release_excess``), and reads the store from its start
+again at every change another broker makes (rows freed below its boundary are found at once).
+A queue nobody else wants keeps its full window.  A broker whose lease may have lapsed delivers
+nothing it claimed (``Store.claims_valid``, checked by ``_pump_shared``, the pump of a shared
+store) until the store renewed it; if it had lapsed, every claim held in memory is dropped
+(``claims_renewed``).
+
 The message lifecycle (see policies.py and delays.py) passes through here too: ``publish``
 gives a message its queue's TTL, hands a delayed one to ``Delayed`` and keeps a bounded queue
 within its policy (refusing the SEND, or dropping the oldest ready messages); ``pump`` drops
@@ -70,6 +80,15 @@ PAGE_RETRY_SECONDS = 0.1
 #: the earliest expiry stored, so sweeps come at most about once a second.
 EXPIRY_SWEEP = "expiry-sweep"
 SWEEP_MS = 1000
+#: Ready messages a queue keeps claimed beyond its subscribers' room while another broker's
+#: subscribers want it too: a subscriber refills without a read per message, and no broker
+#: builds a backlog of its own.
+READ_AHEAD = 10
+#: Milliseconds a queue claims on demand after another broker last said it wants it (a broker
+#: says so with its reads of the queue, at most every second).
+CONTENDED_MS = 10_000
+#: Queues remembered as wanted before they are active here (beyond it the memory is forgotten).
+WANTED_MAX = 10_000
 
 
 class Dispatcher:
@@ -96,6 +115,13 @@ class Dispatcher:
         self.published: StoredMessage | None = None  # the message publish made last (receipts.py)
         self.pacing: set[Queue] = set()  # queues the frame being handled left backed up (pacing.py)
         self.pace_timeouts = 0  # pacing episodes that ended in a spill
+        #: queue -> wall ms until which another broker wants it, for queues not active here yet
+        self.wanted: dict[str, int] = {}
+        if store.shared:  # (a store of one broker keeps the plain pump: nothing added to its path)
+            self.pump = self._pump_shared  # type: ignore[method-assign]
+        #: seqs in flight when this broker's lease lapsed: another broker has them now, so they
+        #: never come back into a window here (``Acks.requeue``)
+        self.forfeited: set[int] = set()
 
     # -- queues in memory ---------------------------------------------------------------------
     def activate(self, name: str) -> Queue:
@@ -111,6 +137,10 @@ class Dispatcher:
             policy = self.policy(name)
             if policy is not None and policy.bounded and policy.overflow == DROP_HEAD:
                 queue.pinned = True  # its head must be in memory to be dropped
+            if self.wanted:
+                until = self.wanted.pop(name, 0)
+                if until > self.wall_ms:
+                    queue.claim_until = until
         return queue
 
     # -- policies -----------------------------------------------------------------------------
@@ -289,8 +319,48 @@ class Dispatcher:
         queues = self.queues.values() if name == "*" else filter(None, [self.queues.get(name)])
         for queue in list(queues):
             if queue.nsubs:
-                queue.window.store_changed()
+                if queue.claim_until:  # a small window: read from the start, below its boundary too
+                    queue.window.look_back()
+                else:
+                    queue.window.store_changed()
                 self.pump(queue)
+
+    def queue_wanted(self, name: str) -> None:
+        """Subscribers on another broker want queue ``name``: for ``CONTENDED_MS`` keep no more of
+        it claimed than this broker's subscribers can take, plus ``READ_AHEAD``."""
+        until = self.wall_ms + CONTENDED_MS
+        queue = self.queues.get(name)
+        if queue is None:
+            if len(self.wanted) >= WANTED_MAX:
+                self.wanted.clear()
+            self.wanted[name] = until
+            return
+        queue.claim_until = until
+        self.pump(queue)
+
+    def _release_excess(self, queue: Queue) -> None:
+        """Give the ready messages of a wanted queue beyond its subscribers' room back to the store
+        (their rows are freed with the next commit, which tells the other brokers)."""
+        if queue.claim_until < self.wall_ms:
+            queue.claim_until = 0  # nobody else asked lately: a full window again
+            return
+        window = queue.window
+        keep = READ_AHEAD + queue.room(READ_AHEAD)
+        if window.size + len(window.tail) > keep:
+            for msg in window.release(keep):
+                self.store.update(msg)
+
+    def claims_renewed(self, lost: bool) -> None:
+        """The store renewed a lease that was not trusted: deliver again; if it had lapsed, first
+        drop every claim held in memory (the store freed their rows; another broker may have
+        taken them), reading the store afresh."""
+        for queue in list(self.queues.values()):
+            if lost:
+                queue.window.clear()
+                queue.take_parked()
+                self.forfeited.update(queue.inflight)
+            self.pump(queue)
+            self.deactivate_if_idle(queue)
 
     def next_seq(self) -> int:
         seq = self.seq + 1
@@ -357,7 +427,7 @@ class Dispatcher:
         # pump does more than dispatch to one, pump would deliver nothing: skip it (the usual
         # state of a queue whose consumers' sockets are behind; 3.6 % of bench_engine standing).
         if (queue.ready_subs or queue.exclusive or queue.parked or queue.pinned or window.spilled
-                or queue.pace is not None):
+                or queue.pace is not None or queue.claim_until):
             self.pump(queue)
         if queue.nsubs and self.config.queue_pace_timeout and (queue.pace is None or not queue.pace.off):
             # (a queue whose pacing gave up paces nobody now)
@@ -392,6 +462,16 @@ class Dispatcher:
                 break
         if queue.pace is not None:
             self._check_pace(queue)
+
+    def _pump_shared(self, queue: Queue) -> None:
+        """``pump`` on a store several brokers share: nothing claimed goes out while this broker's
+        lease may have lapsed (``claims_renewed`` pumps again), and a wanted queue gives back
+        what its subscribers cannot take."""
+        if not self.store.claims_valid():
+            return
+        Dispatcher.pump(self, queue)
+        if queue.claim_until:
+            self._release_excess(queue)
 
     def promote_due(self) -> None:
         """Delayed messages are due: each becomes a new message of its queue (or expires)."""
@@ -562,7 +642,13 @@ class Dispatcher:
 
     # -- paging -------------------------------------------------------------------------------
     def _request_page(self, queue: Queue) -> None:
-        request = queue.window.start_page()
+        most = None
+        if queue.claim_until:  # claim on demand: what the subscribers can take, and the read-ahead
+            window = queue.window
+            most = READ_AHEAD + queue.room(READ_AHEAD) - window.size - len(window.tail)
+            if most < READ_AHEAD // 2 or most <= 0:
+                return  # (not a read per message: once half the read-ahead is gone)
+        request = queue.window.start_page(most)
         name = queue.name
         self.page_reads += 1
 
@@ -572,9 +658,14 @@ class Dispatcher:
         self.reads.submit(StoreRead(fetch, partial(self._page_loaded, queue, request), partial(self._page_failed, queue)))
 
     def _page_loaded(self, queue: Queue, request: PageRequest, rows: Sequence[StoredMessage]) -> None:
-        queue.window.page_loaded(request, rows, queue.inflight)
+        # (a read from the start finds parked messages too: they are in memory already)
+        queue.window.page_loaded(request, rows, queue.inflight if not queue.parked else
+                                 queue.parked_seqs().union(queue.inflight))
         if self.queues.get(queue.name) is queue:
             self.pump(queue)
+            if queue.window.rewind:  # another broker changed the store while this page was read
+                queue.window.look_back()
+                self.pump(queue)
             self.deactivate_if_idle(queue)
 
     def _page_failed(self, queue: Queue, error: StoreError) -> None:

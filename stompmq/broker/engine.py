@@ -235,6 +235,14 @@ class Broker:
         if queue == "*":
             self.dispatcher.delayed.store_changed()
 
+    def queue_wanted(self, queue: str) -> None:
+        """Subscribers on another broker sharing the store want ``queue`` (claim on demand)."""
+        self.dispatcher.queue_wanted(queue)
+
+    def claims_renewed(self, lost: bool) -> None:
+        """The store renewed this broker's lease after it was not trusted (``lost``: it had lapsed)."""
+        self.dispatcher.claims_renewed(lost)
+
     def remote_topic(self, topic: str, headers: dict[str, str], body: bytes) -> None:
         """A topic message published through another broker: to this broker's subscribers."""
         self.router.deliver_topic(topic, "/topic/" + topic, headers, body, None)

@@ -67,7 +67,7 @@ class Group:
 
 class Queue:
     __slots__ = ("name", "destination", "window", "nsubs", "ready_subs", "inflight", "avoid", "stats", "pinned",
-                 "exclusive", "groups", "parked", "nparked", "pace", "nacking")
+                 "exclusive", "groups", "parked", "nparked", "pace", "nacking", "claim_until")
 
     def __init__(
         self,
@@ -94,6 +94,9 @@ class Queue:
         self.parked: dict[Subscription, deque[StoredMessage]] | None = None  # per owner, in order
         self.nparked = 0
         self.pace: Pace | None = None  # its producers are held back, or were (pacing.py)
+        #: Wall ms until which it claims on demand: subscribers on another broker sharing the store
+        #: want it too (dispatch.py).  0: it may keep a full window.
+        self.claim_until = 0
 
     @property
     def size(self) -> int:
@@ -154,6 +157,19 @@ class Queue:
             return []
         self.nparked -= len(parked)
         return list(parked)
+
+    def parked_seqs(self) -> set[int]:
+        """Seqs of the parked messages (in memory, neither ready in the window nor in flight)."""
+        return {msg.seq for waiting in (self.parked or {}).values() for msg in waiting}
+
+    def room(self, read_ahead: int) -> int:
+        """Messages its subscribers can take now: their prefetch room, ``read_ahead`` for an
+        auto-ack one (bounded by its socket only)."""
+        room = 0
+        for sub in self.ready_subs:
+            if sub.active and sub.session.outbox.has_room():
+                room += read_ahead if sub.ack_mode is AckMode.AUTO else max(0, sub.prefetch - len(sub.unacked))
+        return room
 
     def make_ready(self, sub: Subscription) -> None:
         if not sub.in_ready and sub.active:

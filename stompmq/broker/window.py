@@ -84,7 +84,7 @@ class PageRequest:
 class ReadyWindow:
     __slots__ = ("capacity", "max_bytes", "levels", "prios", "size", "bytes", "unit", "spilled", "boundary", "epoch",
                  "loading", "skipped", "late", "tail", "tail_bytes", "tail_capacity", "tail_max_bytes", "gapless",
-                 "tracked", "marks")
+                 "tracked", "marks", "rewind")
 
     def __init__(self, capacity: int | None, spilled: bool, max_bytes: int | None = None) -> None:
         self.capacity = capacity  # None: everything stays in memory (non-durable store)
@@ -113,6 +113,8 @@ class ReadyWindow:
         # fills(): (messages, bytes) at which the window fills 1/divisor, by divisor; a publish asks
         # once per SEND (pacing), so the divisions are done once.
         self.marks: dict[int, tuple[int, int]] = {}
+        #: look_back() came while a page was loading: the read after it starts from the start
+        self.rewind = False
 
     # -- adding -------------------------------------------------------------------------------
     def push(self, msg: StoredMessage) -> bool:
@@ -206,15 +208,7 @@ class ReadyWindow:
         assert self.capacity is not None
         evicted: list[StoredMessage] = []  # newest first
         while self.size > self.capacity or (self.bytes > self.max_bytes and self.size > 1):
-            prio = self.prios[0]
-            level = self.levels[prio]
-            gone = level.pop()
-            self.size -= 1
-            self.bytes -= len(gone.body) + MESSAGE_OVERHEAD
-            evicted.append(gone)
-            if not level:
-                del self.levels[prio]
-                self.prios.pop(0)
+            evicted.append(self._pop_last())
         if not evicted:
             return  # one message over the byte budget alone: it stays, and nothing spilled
         if not self.spilled or self.gapless:  # the evicted continue into the tail: no gap
@@ -228,6 +222,18 @@ class ReadyWindow:
         self.spilled = True
         self.boundary = self.levels[self.prios[0]][-1].order_key
         self.epoch += 1
+
+    def _pop_last(self) -> StoredMessage:
+        """Remove the message delivered last (the newest of the lowest priority)."""
+        prio = self.prios[0]
+        level = self.levels[prio]
+        gone = level.pop()
+        self.size -= 1
+        self.bytes -= len(gone.body) + MESSAGE_OVERHEAD
+        if not level:
+            del self.levels[prio]
+            self.prios.pop(0)
+        return gone
 
     # -- taking -------------------------------------------------------------------------------
     def peek(self) -> StoredMessage:
@@ -275,6 +281,35 @@ class ReadyWindow:
         self._drop_tail()  # their messages may sort among the tail's
         self.tracked = False
         self.skipped += 1  # a short page in flight no longer proves the store exhausted
+
+    def release(self, keep: int) -> list[StoredMessage]:
+        """Keep the first ``keep`` ready messages in memory and give the rest, the tail's too, back
+        to the store (claim on demand): returned, no longer ``held``, for the store to free."""
+        released = list(self.tail)
+        self.tail.clear()
+        self.tail_bytes = 0
+        while self.size > keep:
+            released.append(self._pop_last())
+        if released:
+            for gone in released:
+                self._lose(gone)
+            self.spilled = True
+            self.tracked = False
+            self.boundary = self.levels[self.prios[0]][-1].order_key if self.size else None
+            self.epoch += 1
+        return released
+
+    def look_back(self) -> None:
+        """Another broker sharing the store changed it, perhaps freeing rows that sort before the
+        boundary (a lapsed broker's): forget what is in memory (still claimed, the next read
+        from the start finds it again).  A page in flight is merged first: ``rewind`` says the
+        owner calls this again once it is."""
+        if self.loading:
+            self.rewind = True
+            self.skipped += 1  # a short page in flight no longer proves the store exhausted
+            return
+        self.rewind = False
+        self.clear()
 
     def clear(self) -> None:
         """Forget every ready message held in memory (purge): the store is the truth again."""
@@ -341,11 +376,12 @@ class ReadyWindow:
         if self.capacity is not None and (self.size > self.capacity or self.bytes > self.max_bytes):
             self._evict()
 
-    def start_page(self) -> PageRequest:
-        """Mark a read in flight and describe it: as many messages as both budgets have room for."""
+    def start_page(self, most: int | None = None) -> PageRequest:
+        """Mark a read in flight and describe it: as many messages as both budgets have room for,
+        at most ``most``."""
         assert self.capacity is not None
         self.loading = True
-        limit = self.capacity - self.size
+        limit = self.capacity - self.size if most is None else min(most, self.capacity - self.size)
         unit = self.unit
         if self.size:
             mean = self.bytes // self.size

@@ -25,6 +25,7 @@ segment; ``queue_target``), with ``/purge``, ``/consumers``, ``/messages`` (a pe
 ``/publish`` under it; anything unknown (a vhost, a queue, an action) is a 404 with a
 reason, never an empty success.  The exchange and topic routes and the queue list take
 ``?vhost=NAME`` (default ``/``); ``/api/vhosts`` lists and declares vhosts.
+``/api/cluster`` lists the brokers sharing a PostgreSQL database (``Store.brokers``).
 
 Rates are derived here, not counted in the engine: ``Rates`` samples the
 engine's plain counters every ``SAMPLE_SECONDS`` and a rate is the change
@@ -246,6 +247,7 @@ class ManagementApp:
             Route("/api/history", self.total_history),
             Route("/api/alarms", self.get_alarms),
             Route("/api/alarms", self.set_alarm_limits, methods=["PUT"]),
+            Route("/api/cluster", self.cluster),
             Route("/api/vhosts", self.list_vhosts),
             Route("/api/vhosts/{name:path}", self.declare_vhost, methods=["PUT"]),
             Route("/api/queues", self.list_queues),
@@ -373,6 +375,25 @@ class ManagementApp:
         alarms.set_limits(disk, memory)
         log.info("resource limits set through the management API: disk free %s, memory %s", disk, memory)
         return JSONResponse(alarms.describe())
+
+    async def cluster(self, request: Request) -> Response:
+        """Every broker on a shared store's database: lease, last renewal, claims, version (a store
+        of one broker has no cluster: an empty list)."""
+        store = self.runtime.store
+        items = [
+            {
+                "id": lease.id,
+                "this": lease.id == store.node_id,
+                "epoch": lease.epoch,
+                "lease_until": _iso(lease.lease_until),
+                "last_renewal": None if lease.renewed is None else _iso(lease.renewed),
+                "claimed": lease.claimed,
+                "unacked": lease.unacked,
+                "version": lease.version,
+            }
+            for lease in await store.brokers()
+        ]
+        return JSONResponse({"shared": store.shared, "items": items})
 
     # -- vhosts ---------------------------------------------------------------------------------
     async def list_vhosts(self, request: Request) -> Response:
@@ -694,6 +715,11 @@ async def _http_error(request: Request, exc: HTTPException) -> Response:
 
 async def _client_error(request: Request, exc: ClientError) -> Response:
     return JSONResponse({"error": exc.message, "status": 400}, status_code=400)
+
+
+def _iso(seconds: float) -> str:
+    """Epoch seconds as an ISO 8601 UTC time (milliseconds)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{int(seconds * 1000) % 1000:03d}Z"
 
 
 async def _store_error(request: Request, exc: StoreError) -> Response:

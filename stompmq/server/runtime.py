@@ -62,6 +62,8 @@ class Runtime:
         store.on_commit = self._committed
         store.on_commit_failed = self._commit_failed
         store.on_queue_changed = self._timed(self._queue_changed)
+        store.on_queue_wanted = self._timed(self._queue_wanted)
+        store.on_claims_renewed = self._timed(self._claims_renewed)
         store.on_topic = self._timed(self._topic)
         store.on_definitions_changed = self._timed(self._definitions_changed)
         store.on_vhosts_changed = self._timed(self._vhosts_changed)
@@ -123,6 +125,16 @@ class Runtime:
         engine = self.engines.get(vhost)
         if engine is not None:
             engine.store_changed(name)
+
+    def _queue_wanted(self, key: str) -> None:
+        vhost, name = split_key(key)
+        engine = self.engines.get(vhost)
+        if engine is not None:
+            engine.queue_wanted(name)
+
+    def _claims_renewed(self, lost: bool) -> None:
+        for engine in self.engines.values():
+            engine.claims_renewed(lost)
 
     def _topic(self, key: str, headers: dict[str, str], body: bytes) -> None:
         vhost, name = split_key(key)

@@ -287,6 +287,19 @@ class Recovery:
 
 
 @dataclass(frozen=True, slots=True)
+class BrokerLease:
+    """One broker on a shared store's database, as the management API lists it."""
+
+    id: str
+    epoch: int  # its lease's epoch (the fencing token of its claims)
+    lease_until: float  # epoch seconds, on the database's clock
+    renewed: float | None  # epoch seconds of its last renewal
+    claimed: int  # ready messages it holds under its current epoch
+    unacked: int  # messages it has out for delivery
+    version: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class QueueCount:
     """One queue as the store sees it (the management API's queue list)."""
 
@@ -346,6 +359,12 @@ class Store(abc.ABC):
         # What other brokers sharing the store did (never called by a store that is not shared):
         #: ready messages of this queue were stored or freed by another broker
         self.on_queue_changed: Callable[[str], None] = lambda queue: None
+        #: subscribers on another broker want messages of this queue: keep no more of it than
+        #: this broker's own subscribers can take (claim on demand, broker/dispatch.py)
+        self.on_queue_wanted: Callable[[str], None] = lambda queue: None
+        #: this broker's lease was renewed after its claims were not trusted (``claims_valid``):
+        #: True if it had lapsed, so the claims held in memory are void (others may have them)
+        self.on_claims_renewed: Callable[[bool], None] = lambda lost: None
         #: a topic message was published through another broker (topic, headers, body)
         self.on_topic: Callable[[str, dict[str, str], bytes], None] = lambda topic, headers, body: None
         #: exchanges or bindings changed: the whole current set
@@ -372,6 +391,11 @@ class Store(abc.ABC):
         start = max(last, self._seq_handed) + 1
         self._seq_handed = end = min(start + SEQ_CHUNK, SEQ_LIMIT)
         return start, end
+
+    def claims_valid(self) -> bool:
+        """May this broker act on the messages it claimed (its lease is surely running)?  False
+        once its own clock says the lease may have lapsed, until ``on_claims_renewed``."""
+        return True
 
     def release(self, queue: str) -> None:  # noqa: B027 - a store of one broker has nothing to do
         """This broker no longer holds any ready message of ``queue`` in memory."""
@@ -569,6 +593,11 @@ class Store(abc.ABC):
         """Bytes the store takes on disk now, or None where this process cannot tell (memory;
         a database server's own monitoring knows its size)."""
         return None
+
+    async def brokers(self) -> list[BrokerLease]:
+        """Every broker on a shared store's database with its lease and claims, by id; a store of
+        one broker returns none."""
+        return []
 
     async def queue_page(self, after: str, limit: int, snapshot: Callable[[], T]) -> tuple[list[QueueCount], T]:
         """Up to ``limit`` queues the store knows, named after ``after``, in name order, with

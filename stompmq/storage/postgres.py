@@ -65,11 +65,13 @@ from typing import Any
 import psycopg
 import trio
 
+from stompmq import __version__
 from stompmq.storage import jsontext
 from stompmq.storage.base import (
     QUEUE_PAGE_SQL,
     BindingRecord,
     CommitInDoubt,
+    BrokerLease,
     ExchangeRecord,
     SEQ_CHUNK,
     QueueCount,
@@ -125,6 +127,11 @@ RELAY_KEEP = 60
 LISTEN_TICK = 0.5
 #: Seconds between reconnection attempts of the listener.
 LISTEN_RETRY = 1.0
+#: Share of the lease this broker trusts its claims for, counted on its own clock from the start
+#: of the renewal that granted it: the database's clock judges the lease, so keep a margin.
+LEASE_TRUST = 0.8
+#: Seconds between two demand notifications of one queue by this broker (claim on demand).
+DEMAND_EVERY = 1.0
 #: Back-off between attempts to reach a database that is down: first and largest wait, seconds.
 RECONNECT_FIRST = 0.1
 RECONNECT_MAX = 1.0
@@ -135,32 +142,44 @@ _headers, _headers_text = jsontext.headers, jsontext.headers_text
 READY_COLUMNS = ("seq", "priority", "headers", "body", "timestamp", "ack_timeout", "redeliveries", "expires")
 COPY_SQL = (
     "COPY messages (seq, queue_id, priority, headers, body, delivered, ack_timeout, redeliveries,"
-    " timestamp, owner, expires) FROM STDIN (FORMAT BINARY)"
+    " timestamp, owner, owner_epoch, expires) FROM STDIN (FORMAT BINARY)"
 )
-COPY_TYPES = ["int8", "int4", "int4", "text", "bytea", "bool", "float8", "int4", "int8", "text", "int8"]
+COPY_TYPES = ["int8", "int4", "int4", "text", "bytea", "bool", "float8", "int4", "int8", "text", "int8", "int8"]
 DELAYED_COPY_SQL = (
     "COPY delayed_messages (seq, queue_id, priority, headers, body, ack_timeout, timestamp, expires,"
     " deliver_at, owner) FROM STDIN (FORMAT BINARY)"
 )
 DELAYED_COPY_TYPES = ["int8", "int4", "int4", "text", "bytea", "float8", "int8", "int8", "int8", "text"]
+#: Rows this broker claimed under its current lease epoch: the fencing condition of the statements
+#: that change or delete a claimed row, so a broker whose lease ended touches nothing another took.
+MINE = "m.owner = %(me)s AND m.owner_epoch = %(epoch)s"
+#: A claimed row's new state (delivered, redeliveries, priority), and whether this broker keeps
+#: holding it (else it is freed); rows this broker no longer owns are left alone.
 UPDATE_SQL = (
     "UPDATE messages AS m SET delivered = u.delivered, redeliveries = u.redeliveries,"
-    " priority = u.priority, owner = CASE WHEN u.held THEN %s ELSE NULL END"
-    " FROM unnest(%s::bool[], %s::int4[], %s::int4[], %s::int8[], %s::bool[])"
-    " AS u(delivered, redeliveries, priority, seq, held)"
-    " WHERE m.seq = u.seq RETURNING m.queue_id, u.held OR u.delivered"
+    " priority = u.priority, owner = CASE WHEN u.held THEN %(me)s ELSE NULL END,"
+    " owner_epoch = CASE WHEN u.held THEN %(epoch)s ELSE NULL END"
+    " FROM unnest(%(delivered)s::bool[], %(redeliveries)s::int4[], %(priorities)s::int4[], %(seqs)s::int8[],"
+    " %(held)s::bool[]) AS u(delivered, redeliveries, priority, seq, held)"
+    " WHERE m.seq = u.seq AND " + MINE + " RETURNING m.queue_id, u.held OR u.delivered"
 )
-#: Rows a broker may claim: not out for delivery, and owned by nobody, by itself, or by a
-#: broker whose lease lapsed.
+#: Acked or discarded rows: this broker's own claims, or free rows (an expired message it swept);
+#: never a row another broker holds (a stale ACK of a delivery that was taken over).
+DELETE_SQL = "DELETE FROM messages AS m WHERE m.seq = ANY(%(seqs)s) AND (m.owner IS NULL OR " + MINE + ")"
+#: Rows a broker may claim: not out for delivery, and not held under the current lease epoch of
+#: another broker whose lease is running (free, its own, a lapsed broker's, or claimed under an
+#: epoch that ended).
+#: (A scalar subquery, not NOT EXISTS: the planner makes that an anti-join, which the re-check of a
+#: row another broker claimed while this read ran does not evaluate again, so both took it.)
 FREE = (
-    "delivered = false AND (owner IS NULL OR owner = %(me)s"
-    " OR owner IN (SELECT id FROM brokers WHERE lease_until < now()))"
+    "m.delivered = false AND (m.owner IS NULL OR (SELECT b.epoch FROM brokers b WHERE b.id = m.owner"
+    " AND b.lease_until >= now() AND b.id <> %(me)s) IS DISTINCT FROM m.owner_epoch)"
 )
 CLAIM_SQL = (
-    "WITH picked AS (SELECT seq FROM messages WHERE queue_id = %(q)s AND {after} AND " + FREE
+    "WITH picked AS (SELECT seq FROM messages AS m WHERE queue_id = %(q)s AND {after} AND " + FREE
     + " ORDER BY priority DESC, seq LIMIT %(limit)s FOR UPDATE SKIP LOCKED)"
-    " UPDATE messages AS m SET owner = %(me)s FROM picked WHERE m.seq = picked.seq RETURNING "
-    + ", ".join("m." + c for c in READY_COLUMNS)
+    " UPDATE messages AS m SET owner = %(me)s, owner_epoch = %(epoch)s FROM picked WHERE m.seq = picked.seq"
+    " RETURNING " + ", ".join("m." + c for c in READY_COLUMNS)
 )
 #: Ready messages of a queue whoever holds them, claiming none (a browsing subscriber's page).
 BROWSE_SQL = (
@@ -190,6 +209,13 @@ EXPIRED_SQL = (
     " AND NOT m.delivered AND q.vhost = %(vhost)s AND (m.owner IS NULL OR m.owner = %(me)s"
     " OR m.owner IN (SELECT id FROM brokers WHERE lease_until < now()))"
     " ORDER BY m.expires, m.seq LIMIT %(limit)s"
+)
+#: The brokers on the database and their claims (ix_messages_owner: only the claimed rows).
+BROKERS_SQL = (
+    "SELECT b.id, b.epoch, b.lease_until, b.renewed_at, b.version,"
+    " COUNT(m.seq) FILTER (WHERE NOT m.delivered), COUNT(m.seq) FILTER (WHERE m.delivered)"
+    " FROM brokers b LEFT JOIN messages m ON m.owner = b.id AND m.owner_epoch = b.epoch"
+    " GROUP BY b.id ORDER BY b.id"
 )
 #: Over every vhost: another vhost's earlier expiry only wakes the asking engine once more, early.
 NEXT_EXPIRY_SQL = "SELECT MIN(expires) FROM messages WHERE expires IS NOT NULL AND expires >= %s"
@@ -228,10 +254,15 @@ class PostgresBackend:
         self._queue_names: dict[int, str] = {}
         self.streams = SharedStreams(self.broker_id)
         self._down = False  # the database was unreachable at the last attempt
-        self._registered = False  # this broker has held a lease already (a new one means it lapsed)
         self._backoff = RECONNECT_FIRST  # doubles per failed attempt while the database is down
         self._committing = False  # the commit going on has sent everything but its COMMIT
         self._next_attempt = 0.0  # monotonic time before which no new attempt is made
+        #: The lease epoch this broker's claims are made under (its fencing token; None before the
+        #: first registration) and the monotonic time until which it trusts that lease (the
+        #: trio thread reads both: each is one assignment).
+        self.epoch: int | None = None
+        self.valid_until = 0.0
+        self._demanded: dict[str, float] = {}  # queue -> monotonic time of its last demand notification
 
     @property
     def name(self) -> str:
@@ -307,19 +338,41 @@ class PostgresBackend:
         return conn
 
     def _register(self, conn: psycopg.Connection[Any]) -> None:
-        """Hold (or renew) this broker's lease; the database's clock decides when it lapses."""
+        """Hold (or renew) this broker's lease; the database's clock decides when it lapses.
+
+        A lease that lapsed (our row is gone, or still there but past ``lease_until`` while another
+        broker is registered) is not renewed but replaced under a new epoch: what we claimed under
+        the old one may be another broker's by now, so those rows are freed and the store tells
+        the engine to forget them.  A broker alone on the database keeps its epoch: nobody could
+        have taken anything."""
+        start = time.monotonic()
         row = conn.execute(
-            "INSERT INTO brokers (id, lease_until) VALUES (%s, now() + make_interval(secs => %s))"
-            " ON CONFLICT (id) DO UPDATE SET lease_until = excluded.lease_until RETURNING xmax = 0",
-            (self.broker_id, self.lease),
+            "INSERT INTO brokers (id, lease_until, epoch, renewed_at, version) VALUES (%s,"
+            " now() + make_interval(secs => %s), nextval('lease_epoch'), now(), %s) ON CONFLICT (id) DO UPDATE"
+            " SET lease_until = excluded.lease_until, renewed_at = excluded.renewed_at,"
+            " epoch = CASE WHEN brokers.lease_until < now() AND EXISTS (SELECT 1 FROM brokers o"
+            " WHERE o.id <> brokers.id) THEN excluded.epoch ELSE brokers.epoch END"
+            " RETURNING epoch",
+            (self.broker_id, self.lease, __version__),
         ).fetchone()
-        if row is not None and row[0] and self._registered:
-            # Our row was gone: another broker judged our lease lapsed and freed our claims.
+        assert row is not None
+        epoch = int(row[0])
+        if self.epoch is not None and epoch != self.epoch:
             log.warning(
-                "this broker's lease on %s lapsed (it could not renew it in %s s): messages it holds may"
-                " be delivered by other brokers too", self.name, self.lease,
+                "this broker's lease on %s lapsed (it could not renew it in %s s): it holds a new one and"
+                " drops the messages it held, which other brokers may have taken over", self.name, self.lease,
             )
-        self._registered = True
+            with conn.transaction():
+                freed = conn.execute(
+                    "WITH freed AS (UPDATE messages SET owner = NULL, owner_epoch = NULL,"
+                    " redeliveries = redeliveries + delivered::int, delivered = false"
+                    " WHERE owner = %s AND owner_epoch <> %s RETURNING queue_id)"
+                    " SELECT DISTINCT q.vhost, q.name FROM freed JOIN queues q ON q.id = freed.queue_id",
+                    (self.broker_id, epoch),
+                ).fetchall()
+                self._notify_queues(conn, [vhost_space(vhost) + name for vhost, name in freed], "")
+        self.epoch = epoch
+        self.valid_until = start + self.lease * LEASE_TRUST
 
     def _definitions(
         self, conn: psycopg.Connection[Any]
@@ -370,7 +423,7 @@ class PostgresBackend:
         redelivery); return the names of the queues that got ready rows."""
         conn.execute("UPDATE delayed_messages SET owner = NULL WHERE owner = %s", (owner,))
         rows = conn.execute(
-            "WITH freed AS (UPDATE messages SET owner = NULL, redeliveries = redeliveries + delivered::int,"
+            "WITH freed AS (UPDATE messages SET owner = NULL, owner_epoch = NULL, redeliveries = redeliveries + delivered::int,"
             " delivered = false WHERE owner = %s RETURNING queue_id)"
             " SELECT DISTINCT q.vhost, q.name FROM freed JOIN queues q ON q.id = freed.queue_id",
             (owner,),
@@ -425,23 +478,27 @@ class PostgresBackend:
         group.stream_states = {}  # (a retried attempt reports afresh)
         with conn.transaction(), conn.cursor() as cur:
             counters = self.streams.lock(cur, group)  # first: stream rows in id order (pg_streams.py)
+            releases = []
             for op in group.structural:
                 if isinstance(op, SaveStream | TrimStream | DropStream):
                     self.streams.apply(cur, op, counters)
+                elif isinstance(op, Release):
+                    releases.append(op)  # after the updates: see _release
                 else:
                     self._apply(cur, op, freed)
+            mine = {"me": self.broker_id, "epoch": self.epoch}
             if group.deletes:
-                cur.execute("DELETE FROM messages WHERE seq = ANY(%s)", ([seq for (seq,) in group.deletes],))
+                cur.execute(DELETE_SQL, {**mine, "seqs": [seq for (seq,) in group.deletes]})
             if group.delayed_deletes:
                 cur.execute(
                     "DELETE FROM delayed_messages WHERE seq = ANY(%s)", ([seq for (seq,) in group.delayed_deletes],)
                 )
             if group.updates:
                 delivered, redeliveries, priorities, seqs = (list(c) for c in zip(*group.updates, strict=True))
-                cur.execute(
-                    UPDATE_SQL,
-                    (self.broker_id, delivered, redeliveries, priorities, seqs, [s in held for s in seqs]),
-                )
+                cur.execute(UPDATE_SQL, {
+                    **mine, "delivered": delivered, "redeliveries": redeliveries, "priorities": priorities,
+                    "seqs": seqs, "held": [s in held for s in seqs],
+                })
                 for queue_id, kept in cur.fetchall():
                     if not kept:
                         freed.add(self._queue_name(cur, queue_id))
@@ -453,6 +510,8 @@ class PostgresBackend:
                 if replace:
                     cur.execute("DELETE FROM delayed_messages WHERE seq = ANY(%s)", ([row[0] for row in group.delayed],))
                 self._copy_delayed(cur, group.delayed, held)
+            for op in releases:
+                self._release(cur, op.queue, held, freed)
             if group.stream_rows:
                 self.streams.append(cur, group.stream_rows, counters)
             self.streams.finish(cur, counters, group)
@@ -470,15 +529,16 @@ class PostgresBackend:
 
     def _copy(self, cur: psycopg.Cursor[Any], rows: list[InsertRow], held: frozenset[int], freed: set[str]) -> None:
         ids = self._queue_ids_of(cur, rows)
-        me = self.broker_id
+        me, epoch = self.broker_id, self.epoch
         with cur.copy(COPY_SQL) as copy:
             copy.set_types(COPY_TYPES)
             for seq, name, prio, hdrs, body, delivered, ack, redel, ts, exp in rows:
-                owner = me if seq in held else None
-                if owner is None:
+                mine = seq in held
+                if not mine:
                     freed.add(name)
                 copy.write_row(
-                    (seq, ids[name], prio, _headers_text(hdrs), body, delivered, ack, redel, ts, owner, exp)
+                    (seq, ids[name], prio, _headers_text(hdrs), body, delivered, ack, redel, ts,
+                     me if mine else None, epoch if mine else None, exp)
                 )
 
     def _copy_delayed(self, cur: psycopg.Cursor[Any], rows: list[DelayedRow], held: frozenset[int]) -> None:
@@ -499,15 +559,6 @@ class PostgresBackend:
                 queue_id = self._queue_id(cur, name, create=False)
                 if queue_id is not None:
                     cur.execute("DELETE FROM messages WHERE queue_id = %s", (queue_id,))
-            case Release(queue=name):
-                queue_id = self._queue_id(cur, name, create=False)
-                if queue_id is not None:
-                    cur.execute(
-                        "UPDATE messages SET owner = NULL WHERE queue_id = %s AND owner = %s AND NOT delivered",
-                        (queue_id, self.broker_id),
-                    )
-                    if cur.rowcount:
-                        freed.add(name)
             case TopicMessage(topic=topic, headers=headers, body=body):
                 self._notify_topic(cur, topic, headers, body)
             case SaveQueue(name=name, options=options):
@@ -543,6 +594,20 @@ class PostgresBackend:
                 cur.execute("INSERT INTO vhosts (name) VALUES (%s) ON CONFLICT (name) DO NOTHING", (name,))
                 if cur.rowcount:
                     self._notify_definitions(cur)
+
+    def _release(self, cur: psycopg.Cursor[Any], name: str, held: frozenset[int], freed: set[str]) -> None:
+        """Free the ready rows of queue ``name`` this broker claimed, after the group's updates of
+        them (which need them still its own), but not those the group itself holds (the queue
+        came back into memory since it left)."""
+        queue_id = self._queue_id(cur, name, create=False)
+        if queue_id is not None:
+            cur.execute(
+                "UPDATE messages AS m SET owner = NULL, owner_epoch = NULL"
+                " WHERE queue_id = %(q)s AND NOT delivered AND " + MINE + " AND NOT (m.seq = ANY(%(held)s))",
+                {"q": queue_id, "me": self.broker_id, "epoch": self.epoch, "held": list(held)},
+            )
+            if cur.rowcount:
+                freed.add(name)
 
     def _notify_definitions(self, cur: psycopg.Cursor[Any]) -> None:
         cur.execute("SELECT pg_notify(%s, %s)", (CHANNEL, "d:" + self.broker_id))
@@ -591,11 +656,24 @@ class PostgresBackend:
 
     # -- reads -----------------------------------------------------------------------------------
     def load_ready(self, queue: str, after: tuple[int, int] | None, limit: int) -> Sequence[StoredMessage]:
-        """Claim up to ``limit`` free ready messages of ``queue`` after ``after`` for this broker."""
-        messages = self._ready(CLAIM_SQL, {"me": self.broker_id}, queue, after, limit)
+        """Claim up to ``limit`` free ready messages of ``queue`` after ``after`` for this broker,
+        telling the other brokers that its subscribers want that queue (claim on demand)."""
+        messages = self._ready(CLAIM_SQL, {"me": self.broker_id, "epoch": self.epoch}, queue, after, limit)
         for msg in messages:
             msg.held = True  # claimed for this broker by this read
         return messages
+
+    def _demand(self, cur: psycopg.Cursor[Any], queue: str) -> None:
+        """Tell the other brokers that subscribers here want ``queue`` (``w:BROKER:NAME``), at most
+        every ``DEMAND_EVERY`` seconds: they then keep no more of it than their own subscribers
+        can take (broker/dispatch.py, claim on demand)."""
+        now = time.monotonic()
+        if now - self._demanded.get(queue, -math.inf) < DEMAND_EVERY:
+            return
+        if len(self._demanded) >= QUEUE_ID_CACHE_MAX:
+            self._demanded.clear()
+        self._demanded[queue] = now
+        cur.execute("SELECT pg_notify(%s, %s)", (CHANNEL, f"w:{self.broker_id}:{queue}"))
 
     def browse(self, queue: str, after: tuple[int, int] | None, limit: int) -> Sequence[StoredMessage]:
         """Up to ``limit`` ready messages of ``queue`` after ``after``, whichever broker holds them."""
@@ -608,6 +686,8 @@ class PostgresBackend:
         conn = self._connection()
         try:
             with conn.transaction(), conn.cursor() as cur:
+                if sql is CLAIM_SQL:
+                    self._demand(cur, queue)
                 queue_id = self._queue_id(cur, queue, create=False)
                 if queue_id is None or limit <= 0:
                     return []
@@ -755,6 +835,16 @@ class PostgresBackend:
         space = vhost_space(vhost)
         return [QueueCount(space + name, *counts) for name, *counts in rows]
 
+    def brokers(self) -> list[BrokerLease]:
+        """Every broker on the database with its lease and what it holds under it."""
+        try:
+            rows = self._connection().execute(BROKERS_SQL).fetchall()
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot read {self.name}: {_one_line(exc)}") from None
+        return [BrokerLease(id_, int(epoch), until.timestamp(), None if renewed is None else renewed.timestamp(),
+                            int(claimed), int(unacked), version)
+                for id_, epoch, until, renewed, version, claimed, unacked in rows]
+
     def definitions(self) -> tuple[list[str], list[ExchangeRecord], list[BindingRecord]]:
         try:
             return self._definitions(self._connection())
@@ -773,6 +863,8 @@ class Listener:
         self._token = token
         self._deliver = deliver
         self._stop = threading.Event()
+        #: set once the first LISTEN is in place: notifications from then on are never missed
+        self.listening = threading.Event()
         self._thread = threading.Thread(target=self._main, name=f"stompmq-listen {masked(url)}", daemon=True)
 
     def start(self) -> None:
@@ -788,13 +880,14 @@ class Listener:
             try:
                 with psycopg.connect(self.url, connect_timeout=CONNECT_TIMEOUT, autocommit=True) as conn:
                     conn.execute(f"LISTEN {CHANNEL}")
+                    self.listening.set()
                     if connected_before:
                         self._send(["*"])  # notifications may have been lost meanwhile: look again
                     connected_before = True
                     while not self._stop.is_set():
-                        batch = [
-                            n.payload for n in conn.notifies(timeout=LISTEN_TICK, stop_after=1000)
-                        ]
+                        # Each packet as it comes (stop_after counts packets' worth): the others
+                        # hear of claims given back and demand at once, not a tick later.
+                        batch = [n.payload for n in conn.notifies(timeout=LISTEN_TICK, stop_after=1)]
                         if batch:
                             self._send(self._resolve(conn, batch))
             except psycopg.Error:
@@ -858,16 +951,24 @@ class PostgresStore(GroupCommitStore):
         self._blocks: deque[tuple[int, int]] = deque()
         self._want_block = trio.Event()
         self._listener: Listener | None = None
+        self._epoch: int | None = None  # the lease epoch of the claims the engine holds in memory
 
     @property
     def node_id(self) -> str:
         return self._pg.broker_id
 
+    def claims_valid(self) -> bool:
+        return self._pg.epoch == self._epoch and time.monotonic() < self._pg.valid_until
+
     async def browse(self, queue: str, after: tuple[int, int] | None, limit: int) -> Sequence[StoredMessage]:
         return await self._read(self._pg.browse, queue, after, limit)
 
+    async def brokers(self) -> list[BrokerLease]:
+        return await self._read(self._pg.brokers)
+
     async def open(self) -> Recovery:
         recovery = await super().open()
+        self._epoch = self._pg.epoch
         try:
             for _ in range(2):  # one to use, one spare: the next is fetched while the spare is used
                 self._blocks.append(await self._call(self._pg.seq_block))
@@ -875,7 +976,20 @@ class PostgresStore(GroupCommitStore):
             with trio.CancelScope(shield=True):
                 await super().close()
             raise
+        # Listening before the broker serves anyone: a subscriber's first read (its demand) or
+        # another broker's freed claims right after the start must not go unheard until the poll.
+        listener = self._listener = Listener(
+            self.url, self._pg.broker_id, trio.lowlevel.current_trio_token(), self._notified
+        )
+        listener.start()
+        await trio.to_thread.run_sync(listener.listening.wait, CONNECT_TIMEOUT)
         return recovery
+
+    async def close(self) -> None:
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            await trio.to_thread.run_sync(listener.stop)
+        await super().close()
 
     def seq_block(self, last: int) -> tuple[int, int]:
         """The next ``SEQ_CHUNK`` numbers of the database's block in use: every vhost's engine
@@ -891,19 +1005,11 @@ class PostgresStore(GroupCommitStore):
         return start, start + SEQ_CHUNK
 
     async def run(self) -> None:
-        listener = self._listener = Listener(
-            self.url, self._pg.broker_id, trio.lowlevel.current_trio_token(), self._notified
-        )
-        listener.start()
-        try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(super().run)
-                nursery.start_soon(self._renew_leases)
-                nursery.start_soon(self._refill_seqs)
-                nursery.start_soon(self._poll)
-        finally:
-            with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(listener.stop)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(super().run)
+            nursery.start_soon(self._renew_leases)
+            nursery.start_soon(self._refill_seqs)
+            nursery.start_soon(self._poll)
 
     async def _call(self, fn: Callable[[], Any]) -> Any:
         """``fn`` on the database thread; its failure or success counts for the outage record
@@ -922,8 +1028,17 @@ class PostgresStore(GroupCommitStore):
     async def _renew_leases(self) -> None:
         while True:
             await trio.sleep(self.lease / 3)
-            with contextlib.suppress(StoreError):
+            trusted = self.claims_valid()
+            try:
                 await self._call(self._pg.renew)
+            except StoreError:
+                continue  # the store's outage record logs it (storage/outage.py)
+            epoch = self._pg.epoch  # (a reconnection may have made it new before this renewal)
+            if epoch != self._epoch:
+                self._epoch = epoch
+                self.on_claims_renewed(True)
+            elif not trusted:
+                self.on_claims_renewed(False)
 
     async def _refill_seqs(self) -> None:
         while True:
@@ -955,8 +1070,14 @@ class PostgresStore(GroupCommitStore):
             kind, _, rest = payload.partition(":")
             if kind == "q":
                 origin, _, queue = rest.partition(":")
+                if not origin:  # a broker's claims were freed (it stopped, or its lease lapsed):
+                    self.on_queue_wanted(queue)  # its subscribers' share is everyone's now
                 if origin != self._pg.broker_id:
                     self.on_queue_changed(queue)
+            elif kind == "w":
+                origin, _, queue = rest.partition(":")
+                if origin != self._pg.broker_id:
+                    self.on_queue_wanted(queue)
             elif kind == "*":
                 self.on_queue_changed("*")
                 definitions = True

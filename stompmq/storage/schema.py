@@ -122,6 +122,9 @@ messages = Table(
     # PostgreSQL also has ix_messages_owner, partial (WHERE owner IS NOT NULL), made by
     # migration 0003 only: SQLite has no use for it, and its inserts should not pay for it.
     Column("owner", String(BROKER_ID_LENGTH), nullable=True),
+    # The owner's lease epoch when it claimed the row (brokers.epoch; migration 0010): its fencing
+    # token.  NULL while free; always NULL on SQLite.
+    Column("owner_epoch", BigInteger, nullable=True),
     # Epoch milliseconds after which the message is dropped (NULL: never).
     Column("expires", BigInteger, nullable=True),
 )
@@ -201,6 +204,12 @@ brokers = Table(
     metadata,
     Column("id", String(BROKER_ID_LENGTH), primary_key=True),
     Column("lease_until", DateTime(timezone=True), nullable=False),
+    # Numbers each lease the broker holds (the lease_epoch sequence, PostgreSQL): a broker whose
+    # lease lapsed gets a new one, and what it claimed under the old one is no longer its own.
+    Column("epoch", BigInteger, nullable=False, server_default="0"),
+    # When it last renewed (the database's clock) and the stompmq version it runs (migration 0010).
+    Column("renewed_at", DateTime(timezone=True), nullable=True),
+    Column("version", String(64), nullable=True),
 )
 
 broker_meta = Table(

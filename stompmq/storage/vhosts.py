@@ -99,6 +99,9 @@ class VhostStore(Store):
     def seq_block(self, last: int) -> tuple[int, int]:
         return self.store.seq_block(last)
 
+    def claims_valid(self) -> bool:
+        return self.store.claims_valid()
+
     def release(self, queue: str) -> None:
         self.store.release(self.space + queue)
 

@@ -10,6 +10,8 @@ Steps (``m(seq, prio)`` is a message; priority 4 unless given):
   ("clear",)                  a purge
   ("changed",)                another broker sharing the store made ready messages
   ("refill",)                 the window, run low, refills from its tail (it must be gapless)
+  ("release", keep)           claim on demand: keep the first ``keep``, give the rest back
+  ("look_back",)              another broker changed the store: read it from the start again
 The expected state: the seqs in memory in delivery order, spilled, boundary, and whether a
 page is wanted.  ``BYTE_CASES`` run the same steps under a byte budget, with message sizes
 given in KiB (``len(body) + MESSAGE_OVERHEAD``).
@@ -69,6 +71,10 @@ def run(
             window.store_changed()
         elif op == "refill":
             assert window.refill()
+        elif op == "release":
+            window.release(step[1])
+        elif op == "look_back":
+            window.look_back()
         else:
             raise AssertionError(op)
     return window, requests
@@ -130,6 +136,22 @@ CASES: dict[str, tuple[int | None, bool, list[Step], list[int], bool, tuple[int,
         4, True, [("page",), ("changed",), ("loaded", [1])], [1], True, (-4, 1), True),
     "a change noticed by an empty window pages from the start": (
         4, False, [("changed",)], [], True, None, True),
+    "release keeps the head and moves the boundary back": (
+        10, False, [("push", i) for i in range(1, 6)] + [("release", 2)], [1, 2], True, (-4, 2), True),
+    "release of an in-memory window within its room changes nothing": (
+        10, False, [("push", 1), ("push", 2), ("release", 2)], [1, 2], False, None, False),
+    "release keeps the highest priorities": (
+        10, False, [("push", 1, 1), ("push", 2, 9), ("push", 3, 4), ("release", 1)], [2], True, (-9, 2), True),
+    "a page read after a release continues after what was kept": (
+        10, False, [("push", i) for i in range(1, 6)] + [("release", 2), ("page",), ("loaded", [3, 4])],
+        [1, 2, 3, 4], False, None, False),
+    "a release during a load makes the page stale": (
+        10, False, [("push", 1), ("push", 2), ("changed",), ("page",), ("release", 1), ("loaded", [3])],
+        [1], True, (-4, 1), True),
+    "look back forgets the window and reads from the start": (
+        10, False, [("push", 1), ("push", 2), ("look_back",)], [], True, None, True),
+    "look back during a load waits for the page": (
+        10, True, [("page",), ("look_back",), ("loaded", [1])], [1], True, (-4, 1), True),
     "purge of a memory queue forgets everything": (
         None, False, [("push", 1), ("clear",)], [], False, None, False),
 }
@@ -297,3 +319,23 @@ def test_holds_covers_the_window_and_the_tail() -> None:
     assert [window.holds(m(seq)) for seq in range(1, 7)] == [True, True, False, False, True, True]
     untracked, _ = run(2, True, [("push", 5)])  # the store may hold anything: only the tail itself
     assert [untracked.holds(m(seq)) for seq in (4, 5, 6)] == [False, True, False]
+
+
+def test_release_returns_the_tail_and_the_excess_no_longer_held() -> None:
+    window = ReadyWindow(4, False)  # a tail of two
+    msgs = [m(seq) for seq in range(1, 8)]
+    for msg in msgs:
+        msg.held = window.push(msg)
+    assert contents(window) == [1, 2, 3, 4] and [msg.seq for msg in window.tail] == [6, 7]
+    released = window.release(1)
+    assert sorted(msg.seq for msg in released) == [2, 3, 4, 6, 7]
+    assert not any(msg.held for msg in released) and msgs[0].held
+    assert contents(window) == [1] and not window.tail and window.boundary == (-4, 1)
+
+
+def test_look_back_during_a_load_is_remembered_for_after_it() -> None:
+    window, requests = run(10, True, [("page",), ("look_back",)])
+    assert window.rewind and window.loading
+    window.page_loaded(requests[-1], [m(1)], set())
+    window.look_back()
+    assert not window.rewind and contents(window) == [] and window.boundary is None and window.wants_page()

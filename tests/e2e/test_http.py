@@ -436,3 +436,20 @@ def test_rate_history_of_the_totals_and_of_a_queue(http_broker: tuple[BrokerThre
     assert history["columns"] == ["time", "publish", "deliver", "ack"] and history["interval"] == 5
     assert any(point[1] > 0 for point in history["points"])
     assert api.call("GET", "/api/queues/%2F/nope/history")[0] == 404
+
+
+def test_cluster_lists_the_brokers_on_the_database(http_broker: tuple[BrokerThread, Api], store_kind: str) -> None:
+    broker, api = http_broker
+    cluster = api.get("/api/cluster")
+    if store_kind != "postgres":
+        assert cluster == {"shared": False, "items": []}
+        return
+    (this,) = cluster["items"]
+    assert cluster["shared"] and this["this"] and this["epoch"] >= 1 and this["version"]
+    assert this["lease_until"] > this["last_renewal"]  # ISO 8601 UTC strings sort as times
+    with Client(broker.port) as consumer:
+        consumer.subscribe("/queue/held", ack="client-individual", prefetch="2")
+        send_all(broker.port, "/queue/held", ["1", "2", "3", "4"])
+        consumer.messages(2)
+        wait_until(lambda: [(b["claimed"], b["unacked"]) for b in api.get("/api/cluster")["items"]] == [(2, 2)],
+                   "the broker's claims to be listed")

@@ -1,0 +1,140 @@
+"""Claims on a store several brokers share, in the engine alone: claim on demand and fencing.
+
+The store is the dict store of fakes.py marked shared, with a lease the test turns on and off
+(``valid``); the engine runs in virtual time as in test_lifecycle.py.
+"""
+
+from __future__ import annotations
+
+from stompmq.broker import Broker, BrokerConfig
+from stompmq.broker.dispatch import CONTENDED_MS, READ_AHEAD
+from stompmq.protocol import Frame
+from stompmq.storage.base import Recovery, StoredMessage
+
+from .fakes import DictStore, FakeOutbox, run_reads
+from .test_lifecycle import at, bodies, run, send
+
+
+class SharedDictStore(DictStore):
+    """The dict store as one broker among several sees it: its claims trusted while ``valid``."""
+
+    shared = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.valid = True
+        self.freed: list[int] = []  # seqs given back (updated while not held)
+
+    def claims_valid(self) -> bool:
+        return self.valid
+
+    def update(self, msg: StoredMessage) -> None:
+        super().update(msg)
+        if not msg.held and not msg.delivered:
+            self.freed.append(msg.seq)
+
+
+def started() -> tuple[Broker, SharedDictStore]:
+    store = SharedDictStore()
+    broker = Broker(store, BrokerConfig(window=10_000))
+    at(broker, 0.0)
+    broker.recover(Recovery(0, [], []), [])
+    run(broker, 1.0)
+    return broker, store
+
+
+def client_subscriber(broker: Broker, queue: str, prefetch: int) -> FakeOutbox:
+    outbox = FakeOutbox()
+    session = broker.open_session("consumer", "1.2", outbox)
+    broker.handle(session, Frame("SUBSCRIBE", {"id": "1", "destination": "/queue/" + queue,
+                                              "ack": "client-individual", "prefetch": str(prefetch)}))
+    run_reads(broker)
+    return outbox
+
+
+def ready_in_memory(broker: Broker, queue: str) -> int:
+    window = broker.dispatcher.queues[queue].window
+    return window.size + len(window.tail)
+
+
+def test_a_queue_nobody_else_wants_keeps_its_full_window() -> None:
+    broker, store = started()
+    client_subscriber(broker, "q", prefetch=5)
+    for i in range(100):
+        send(broker, "q", str(i))
+    assert ready_in_memory(broker, "q") == 95 and store.freed == []
+
+
+def test_a_wanted_queue_keeps_only_its_subscribers_room_and_the_read_ahead() -> None:
+    broker, store = started()
+    out = client_subscriber(broker, "q", prefetch=5)
+    broker.queue_wanted("q")  # a subscriber on another broker read it
+    for i in range(100):
+        send(broker, "q", str(i))
+    assert len(bodies(out)) == 5
+    assert ready_in_memory(broker, "q") == READ_AHEAD
+    assert len(store.freed) == 100 - 5 - READ_AHEAD  # given back: free for the other brokers
+
+
+def test_a_wanted_queue_gives_back_what_its_subscriber_no_longer_takes() -> None:
+    broker, store = started()
+    client_subscriber(broker, "q", prefetch=5)
+    for i in range(100):
+        send(broker, "q", str(i))
+    broker.queue_wanted("q")  # the other broker's subscriber came later
+    assert ready_in_memory(broker, "q") == READ_AHEAD and len(store.freed) == 100 - 5 - READ_AHEAD
+
+
+def test_the_want_lapses_and_the_window_is_full_again() -> None:
+    broker, store = started()
+    client_subscriber(broker, "q", prefetch=5)
+    broker.queue_wanted("q")
+    run(broker, 1.0 + CONTENDED_MS / 1000 + 1)
+    for i in range(100):
+        send(broker, "q", str(i))
+    assert ready_in_memory(broker, "q") == 95 and store.freed == []
+
+
+def test_a_want_heard_before_the_queue_is_active_applies_when_it_is() -> None:
+    broker, store = started()
+    broker.queue_wanted("q")
+    client_subscriber(broker, "q", prefetch=5)
+    for i in range(50):
+        send(broker, "q", str(i))
+    assert ready_in_memory(broker, "q") == READ_AHEAD
+
+
+def one_out_two_ready() -> tuple[Broker, SharedDictStore, FakeOutbox, Frame]:
+    """A subscriber with prefetch 1 holding the first of three messages, the others ready."""
+    broker, store = started()
+    out = client_subscriber(broker, "q", prefetch=1)
+    for i in range(3):
+        send(broker, "q", str(i))
+    (first,) = out.take("MESSAGE")
+    return broker, store, out, first
+
+
+def test_a_broker_whose_lease_may_have_lapsed_delivers_nothing_it_claimed() -> None:
+    broker, store, out, first = one_out_two_ready()
+    store.valid = False  # paused past the lease
+    session = broker.sessions["consumer"]
+    broker.handle(session, Frame("ACK", {"id": first.headers["ack"]}))
+    assert bodies(out) == []  # room, but nothing it claimed goes out
+    store.valid = True
+    broker.claims_renewed(False)  # the lease was still there
+    assert bodies(out) == ["1"]
+
+
+def test_claims_of_a_lapsed_lease_are_dropped_and_never_come_back() -> None:
+    broker, store, out, held = one_out_two_ready()
+    store.valid = False
+    for seq in list(store.rows):  # another broker took over every row
+        del store.rows[seq]
+    store.valid = True
+    broker.claims_renewed(True)
+    run_reads(broker)
+    assert ready_in_memory(broker, "q") == 0
+    session = broker.sessions["consumer"]
+    broker.handle(session, Frame("NACK", {"id": held.headers["ack"]}))  # would requeue it here
+    run_reads(broker)
+    assert bodies(out) == []

@@ -1,0 +1,240 @@
+"""Several brokers on one PostgreSQL database as one cluster: claims, fail-over and fencing.
+
+Broker processes (``python -m stompmq.cli``) on one database, consumers on several of them:
+what one broker receives is shared by every broker's subscribers (claim on demand); a broker
+killed with ``kill -9`` under load hands what it held over within its lease and a few seconds;
+a broker paused past its lease (SIGSTOP) comes back fenced: it delivers nothing another broker
+took over and its stale ACKs delete nothing.  docs/decisions/claim-on-demand.md says why.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import psycopg
+import pytest
+
+from ..support.broker_process import BrokerProcess, Peer
+from ..support.stores import TEST_LEASE, postgres_server
+from ..support.waiting import wait_until
+
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+
+#: Seconds to wait for a message another broker must hand over (a notification, a lease, a poll).
+HANDOVER = 3 * TEST_LEASE + 10
+#: What the fail-over contract allows from the kill to the last message taken over, seconds.
+TAKEOVER_BOUND = TEST_LEASE + 5
+
+
+@pytest.fixture
+def database() -> str:
+    return postgres_server().new_database()
+
+
+def start_brokers(database: str, n: int) -> list[BrokerProcess]:
+    return [BrokerProcess(database, "--lease", str(TEST_LEASE)).start() for _ in range(n)]
+
+
+@pytest.fixture
+def three(database: str) -> Iterator[list[BrokerProcess]]:
+    started = start_brokers(database, 3)
+    try:
+        yield started
+    finally:
+        for b in started:
+            b.close()
+
+
+@pytest.fixture
+def two(database: str) -> Iterator[list[BrokerProcess]]:
+    started = start_brokers(database, 2)
+    try:
+        yield started
+    finally:
+        for b in started:
+            b.close()
+
+
+@dataclass
+class Consumer:
+    """A client-individual subscriber on its own thread: acks each message after ``busy``
+    seconds (never, with ``ack`` False) and records what it got, when, and whether redelivered."""
+
+    port: int
+    queue: str
+    prefetch: int
+    busy: float = 0.0
+    ack: bool = True
+    got: list[tuple[str, bool, float]] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+    peer: Peer | None = None
+
+    def start(self) -> Consumer:
+        self.peer = Peer(self.port)
+        self.peer.subscribe(f"/queue/{self.queue}", ack="client-individual", prefetch=str(self.prefetch))
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        assert self.peer is not None
+        while not self.stop.is_set():
+            try:
+                msg = self.peer.message(timeout=0.1)
+            except TimeoutError:
+                continue
+            except (OSError, EOFError):
+                return  # its broker was killed
+            self.got.append((msg.body.decode(), msg["redelivered"] == "true", time.monotonic()))
+            if self.busy:
+                time.sleep(self.busy)
+            if self.ack:
+                try:
+                    self.peer.ack(msg, receipt=False)
+                except OSError:
+                    return
+
+    def bodies(self) -> set[str]:
+        return {body for body, _, _ in list(self.got)}
+
+    def close(self) -> None:
+        self.stop.set()
+        self._thread.join(10)
+        if self.peer is not None:
+            self.peer.close()
+
+
+def test_busy_consumers_on_three_brokers_share_what_one_broker_receives(three: list[BrokerProcess]) -> None:
+    """1,500 messages through broker a, a busy consumer on each broker: each gets >= 20 %."""
+    total = 1500
+    consumers = [Consumer(b.port, "shared", prefetch=10, busy=0.002).start() for b in three]
+    try:
+        with Peer(three[0].port) as producer:
+            for i in range(total):
+                producer.send_to("/queue/shared", str(i), receipt=False)
+            producer.sync()
+        wait_until(lambda: sum(len(c.got) for c in consumers) >= total, f"{total} deliveries", timeout=HANDOVER + 30)
+    finally:
+        for c in consumers:
+            c.close()
+    shares = [len(c.got) / total for c in consumers]
+    print("fair share per consumer (brokers a, b, c):", [f"{s:.1%}" for s in shares])
+    assert set().union(*(c.bodies() for c in consumers)) == {str(i) for i in range(total)}
+    assert all(share >= 0.20 for share in shares), shares
+
+
+def test_a_slow_consumer_holds_no_work_a_fast_one_elsewhere_could_take(two: list[BrokerProcess]) -> None:
+    """A consumer taking 0.2 s a message on broker a, a fast one on b, 200 messages through a:
+    a keeps only what its consumer can take (and a small read-ahead), b gets the rest."""
+    a, b = two
+    slow = Consumer(a.port, "jobs", prefetch=1, busy=0.2).start()
+    fast = Consumer(b.port, "jobs", prefetch=10).start()
+    try:
+        with Peer(a.port) as producer:
+            for i in range(200):
+                producer.send_to("/queue/jobs", str(i), receipt=False)
+            producer.sync()
+        # The slow one can take about 5 a second; the fast one takes the rest in well under that.
+        wait_until(lambda: len(fast.got) >= 170, "the fast consumer to get what the slow one cannot take",
+                   timeout=HANDOVER)
+    finally:
+        slow.close()
+        fast.close()
+
+
+def test_kill9_under_load_hands_over_what_the_dead_broker_held_within_its_lease(
+    three: list[BrokerProcess],
+) -> None:
+    """A producer on each survivor keeps sending faster than the survivors' busy consumers take,
+    so both have a backlog; the victim's consumer holds 20 messages unacked when the victim is
+    killed: the survivors deliver them, redelivered, within lease + 5 s of the kill, while the
+    producers still send (the freed rows sort before everything the survivors hold)."""
+    survivor, other, victim = three
+    held = Consumer(victim.port, "load", prefetch=20, ack=False).start()
+    with Peer(survivor.port) as producer:  # no subscriber there yet: the victim claims them
+        for i in range(20):
+            producer.send_to("/queue/load", f"held-{i}", receipt=False)
+        producer.sync()
+    wait_until(lambda: len(held.got) >= 20, "the victim's consumer to hold 20 unacked", timeout=HANDOVER)
+    unacked = held.bodies()
+    consumers = [Consumer(b.port, "load", prefetch=20, busy=0.004).start() for b in (survivor, other)]
+    stop = threading.Event()
+    sent = [0, 0]
+
+    def produce(n: int, broker: BrokerProcess) -> None:
+        with Peer(broker.port) as producer:
+            while not stop.is_set():
+                producer.send_to("/queue/load", f"{n}-{sent[n]}", receipt=False)
+                sent[n] += 1
+                time.sleep(0.002)
+
+    producers = [threading.Thread(target=produce, args=(n, b), daemon=True) for n, b in enumerate((survivor, other))]
+    for t in producers:
+        t.start()
+    try:
+        wait_until(lambda: min(sent) >= 300, "the producers to be under way", timeout=HANDOVER)
+        killed = time.monotonic()
+        victim.kill9()
+        held.close()
+
+        def taken_over() -> list[float]:
+            return [at for c in consumers for body, redelivered, at in list(c.got) if body in unacked and redelivered]
+
+        wait_until(lambda: len(taken_over()) >= len(unacked), "the survivors to deliver what the victim held",
+                   timeout=HANDOVER + 40)
+        elapsed = max(taken_over()) - killed
+        assert not stop.is_set() and all(t.is_alive() for t in producers), "a producer stopped before the handover"
+    finally:
+        stop.set()
+        for t in producers:
+            t.join(30)
+        for c in consumers:
+            c.close()
+    print(f"fail-over under load: last taken-over message delivered {elapsed:.2f} s after kill -9"
+          f" (lease {TEST_LEASE} s, {sum(sent)} messages sent)")
+    assert elapsed <= TAKEOVER_BOUND, f"{elapsed:.2f} s from the kill to the last handover"
+
+
+def test_a_broker_paused_past_its_lease_is_fenced_when_it_resumes(database: str, two: list[BrokerProcess]) -> None:
+    """SIGSTOP of broker x past its lease: y takes over what x held; after SIGCONT x delivers
+    none of it, x's consumer's stale ACKs delete none of y's deliveries, and x holds a new lease."""
+    x, y = two
+    total = 100
+    keeper = Consumer(y.port, "fence", prefetch=1000, ack=False).start()  # never acks: y keeps all
+    with Peer(x.port) as stale:
+        stale.subscribe("/queue/fence", ack="client-individual", prefetch="20")
+        with Peer(x.port) as producer:
+            for i in range(total):
+                producer.send_to("/queue/fence", str(i), receipt=False)
+            producer.sync()
+        held = [stale.message(timeout=HANDOVER) for _ in range(20)]
+        assert x.proc is not None
+        try:
+            x.proc.send_signal(signal.SIGSTOP)
+            wait_until(lambda: len(keeper.bodies()) >= total, "y to take over everything x held", timeout=HANDOVER)
+            taken_over = {body for body, redelivered, _ in keeper.got if redelivered}
+            assert {m.body.decode() for m in held} <= taken_over
+        finally:
+            x.proc.send_signal(signal.SIGCONT)
+        for msg in held:
+            stale.ack(msg)  # stale ACKs (with a receipt: the broker handled them)
+        stale_deliveries = []
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            try:
+                stale_deliveries.append(stale.message(timeout=0.1).body.decode())
+            except TimeoutError:
+                pass
+        print(f"stale deliveries after resume: {len(stale_deliveries)}")
+        assert stale_deliveries == []
+    with Peer(y.port) as checker:
+        assert checker.count("fence") == total, "a stale ACK deleted a delivery y holds"
+    with psycopg.connect(database) as conn:
+        epochs = [row[0] for row in conn.execute("SELECT epoch FROM brokers")]
+    assert len(epochs) == 2 and max(epochs) >= 3, epochs  # x registered anew: a third lease
+    assert "lease on" in x.stderr and "lapsed" in x.stderr, x.stderr
+    keeper.close()

@@ -365,7 +365,7 @@ class PostgresBackend:
             with conn.transaction():
                 freed = conn.execute(
                     "WITH freed AS (UPDATE messages SET owner = NULL, owner_epoch = NULL,"
-                    " redeliveries = redeliveries + delivered::int, delivered = false"
+                    " redeliveries = redeliveries + 1, delivered = false"  # as for a broker that died
                     " WHERE owner = %s AND owner_epoch <> %s RETURNING queue_id)"
                     " SELECT DISTINCT q.vhost, q.name FROM freed JOIN queues q ON q.id = freed.queue_id",
                     (self.broker_id, epoch),
@@ -415,18 +415,24 @@ class PostgresBackend:
             "DELETE FROM brokers WHERE lease_until < now() RETURNING id"
         ).fetchall():
             log.warning("broker %s on %s stopped renewing its lease: its messages are free again", dead, self.name)
-            self._notify_queues(conn, self._free_claims(conn, dead), "")  # news for every broker
+            self._notify_queues(conn, self._free_claims(conn, dead, died=True), "")  # news for every broker
 
     @staticmethod
-    def _free_claims(conn: psycopg.Connection[Any], owner: str) -> list[str]:
+    def _free_claims(conn: psycopg.Connection[Any], owner: str, *, died: bool = False) -> list[str]:
         """Make ``owner``'s rows free and ready (what it had out for delivery counts a
-        redelivery); return the names of the queues that got ready rows."""
+        redelivery); return the names of the queues that got ready rows.
+
+        A broker that stopped cleanly wrote its delivered marks first.  One that ``died`` may have
+        delivered a row within its last flush interval without the mark reaching the database,
+        so every row it held counts a redelivery (``redelivered:true``, as RabbitMQ marks what
+        may have been delivered): a duplicate is never unmarked."""
         conn.execute("UPDATE delayed_messages SET owner = NULL WHERE owner = %s", (owner,))
         rows = conn.execute(
-            "WITH freed AS (UPDATE messages SET owner = NULL, owner_epoch = NULL, redeliveries = redeliveries + delivered::int,"
+            "WITH freed AS (UPDATE messages SET owner = NULL, owner_epoch = NULL,"
+            " redeliveries = redeliveries + CASE WHEN %s THEN 1 ELSE delivered::int END,"
             " delivered = false WHERE owner = %s RETURNING queue_id)"
             " SELECT DISTINCT q.vhost, q.name FROM freed JOIN queues q ON q.id = freed.queue_id",
-            (owner,),
+            (died, owner),
         ).fetchall()
         return [vhost_space(vhost) + name for vhost, name in rows]
 

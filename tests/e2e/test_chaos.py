@@ -8,10 +8,8 @@ with a receipt.  The promises checked over the whole history:
 * every receipted message is delivered at least once;
 * no message is delivered after its ACK was receipted;
 * no message answered ERROR is ever delivered;
-* every delivery of a message after its first carries ``redelivered:true``.  Known not to hold
-  (an expected failure): a delivery's "delivered" mark is written behind, like a SEND without a
-  receipt, so a broker killed within ``--flush-interval`` of a delivery leaves the row unmarked
-  and the next broker delivers it again as new.
+* every delivery of a message after its first carries ``redelivered:true`` (a delivery's
+  "delivered" mark is written behind, so every row a dead broker held counts a redelivery).
 
 A failure prints the schedule and the history of the messages concerned.  The run is replayable:
 ``STOMPMQ_CHAOS_SEED=N`` picks the schedule (``scripts/chaos.py`` runs many seeds in a loop).
@@ -258,8 +256,6 @@ def test_chaos_keeps_the_durability_promises(chaos: tuple[History, list[Step]]) 
     assert not problems, report(chaos, problems)
 
 
-@pytest.mark.xfail(strict=False, reason="the delivered mark is written behind: a kill -9 within --flush-interval"
-                   " of a delivery loses it, and the next broker delivers the message as new")
 def test_chaos_marks_every_duplicate_redelivered(chaos: tuple[History, list[Step]]) -> None:
     problems = unmarked_duplicates(chaos[0])
     assert not problems, report(chaos, problems)

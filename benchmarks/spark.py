@@ -4,10 +4,16 @@
   python -m benchmarks.spark read --rows 1000000      # readStream from 4 streams -> Parquet
   python -m benchmarks.spark both --rows 1000000      # write, then read what was written
   python -m benchmarks.spark read --rows 400000 --warm-up 100000   # CPU per row of warm processes
+  python -m benchmarks.spark write --rows 400000 --producer compare  # idempotent vs plain appends
 
 ``write``: a ``spark.range`` DataFrame of 100-byte bodies spread over the 4 streams
 (``destination`` column), written in 4 tasks; each task sends every row with a receipt and
-returns after the last RECEIPT.  Rate = rows / wall time of the write action.
+returns after the last RECEIPT.  Rate = rows / wall time of the write action.  ``--producer yes``
+gives every row the headers of an idempotent producer (``x-producer-id`` per task,
+``x-producer-seq`` its row's id), as the exactly-once streaming sink sends them;
+``--producer compare`` alternates plain writes, writes whose rows carry two headers of the same
+size that are not the producer's, and idempotent writes (3 each, fresh streams) and prints the
+ratios of their median rates.
 
 ``read``: a streaming query over the 4 streams (4 partitions per micro-batch,
 ``maxOffsetsPerTrigger``; ``--streams``, ``--min-partitions``) into a Parquet sink.  "Once running" excludes the first
@@ -23,6 +29,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -105,18 +112,38 @@ def session(cores: int) -> Any:
     return spark
 
 
-def write(spark: Any, url: str, rows: int, prefix: str, streams: int = STREAMS) -> float:
-    df = spark.range(0, rows, numPartitions=STREAMS).selectExpr(
+def write(spark: Any, url: str, rows: int, prefix: str, streams: int = STREAMS, producer: bool | None = None) -> float:
+    """Write ``rows``; ``producer``: True, with idempotent producer headers; False, with two headers
+    of the same size that are not (the baseline of ``compare``); None, with no headers."""
+    columns = [
         "cast(lpad(cast(id as string), 100, 'x') as binary) as body",
         f"concat('/stream/{prefix}', cast(id % {streams} as string)) as destination",
-    )
+    ]
+    if producer is not None:  # ids rise within a task: each task numbers its rows in order, as the sink does
+        names = ("x-producer-id", "x-producer-seq") if producer else ("x-produced-by", "x-produced-num")
+        columns.append(f"map('{names[0]}', concat('bench/', cast(spark_partition_id() as string)),"
+                       f" '{names[1]}', cast(id as string)) as headers")
+    df = spark.range(0, rows, numPartitions=STREAMS).selectExpr(*columns)
     started, cpu = time.perf_counter(), tree_cpu()
     df.write.format("stompmq").option("url", url).mode("append").save()
     elapsed = time.perf_counter() - started
     rate = rows / elapsed
-    print(f"write: {rows:,} rows with receipts in {elapsed:.2f} s = {rate:,.0f} msg/s; {cpu_since(cpu, rows)}",
-          flush=True)
+    kind = {None: "plain", False: "plain, same-size headers", True: "idempotent"}[producer]
+    print(f"write ({kind}): {rows:,} rows with receipts in {elapsed:.2f} s = {rate:,.0f} msg/s;"
+          f" {cpu_since(cpu, rows)}", flush=True)
     return rate
+
+
+def compare_producer(spark: Any, url: str, rows: int, prefix: str, streams: int) -> None:
+    """Plain and idempotent writes, alternated so that a busy machine slows both alike."""
+    kinds: tuple[bool | None, ...] = (None, False, True)
+    rates: dict[bool | None, list[float]] = {kind: [] for kind in kinds}
+    for run in range(3):
+        for kind in kinds:
+            rates[kind].append(write(spark, url, rows, f"{prefix}{run}{kind}-", streams, kind))
+    plain, same, idempotent = (statistics.median(rates[kind]) for kind in kinds)
+    print(f"median: plain {plain:,.0f} msg/s, with same-size headers {same:,.0f} msg/s, idempotent"
+          f" {idempotent:,.0f} msg/s = {idempotent / plain:.0%} of plain, {idempotent / same:.0%} of same-size")
 
 
 def read(spark: Any, url: str, rows: int, prefix: str, per_trigger: int, streams: int = STREAMS,
@@ -162,11 +189,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prefix", default=f"bench{os.getpid()}-", help="stream names: PREFIX0..")
     parser.add_argument("--warm-up", type=int, default=0, metavar="ROWS",
                         help="read: first write and read ROWS other rows, so the figures are of warm processes")
+    parser.add_argument("--producer", choices=["no", "yes", "compare"], default="no",
+                        help="write: rows carry idempotent producer headers (yes), or compare both")
     args = parser.parse_args(argv)
     spark = session(args.cores)
     with LocalBroker() if args.url is None else contextlib.nullcontext(args.url) as url:
-        if args.what in ("write", "both"):
-            write(spark, url, args.rows, args.prefix, args.streams)
+        if args.what == "write" and args.producer == "compare":
+            compare_producer(spark, url, args.rows, args.prefix, args.streams)
+        elif args.what in ("write", "both"):
+            write(spark, url, args.rows, args.prefix, args.streams, True if args.producer == "yes" else None)
         if args.what == "read":
             if args.warm_up:
                 write(spark, url, args.warm_up, "warm-" + args.prefix)

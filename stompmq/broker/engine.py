@@ -495,8 +495,7 @@ class Broker:
             frame = self.router.temps.rewrite_reply_to(session, frame)
         if "transaction" in headers:
             return self.transactions.hold(session, frame)
-        self.router.route(dest, frame, *options, session)
-        return None
+        return self.router.route(dest, frame, *options, session)
 
     def _on_subscribe(self, session: Session, frame: Frame) -> Held | None:
         headers = frame.headers

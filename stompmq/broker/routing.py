@@ -30,6 +30,8 @@ SLOW_SUBSCRIBER = "slow topic subscriber: its unsent output exceeded the limit (
 #: An exchange binding whose target starts with this is a stream (``/stream/NAME``), stored under
 #: that destination; queue bindings are stored under the bare queue name.
 STREAM_TARGET = "/stream/"
+#: The RECEIPT headers of a SEND that an idempotent stream producer repeated (nothing appended).
+DUPLICATE: dict[str, str] = {"duplicate": "true"}
 
 
 class Router:
@@ -56,9 +58,10 @@ class Router:
     def route(
         self, dest: Destination, frame: Frame, priority: int, ack_timeout: float | None, expires: int | None,
         deliver_at: int | None, publisher: Session,
-    ) -> None:
+    ) -> dict[str, str] | None:
         """Publish a SEND; QueueFull (after every other target queue got its copy) if a full
-        ``reject-publish`` queue refused it."""
+        ``reject-publish`` queue refused it.  The RECEIPT's headers: ``duplicate:true`` for an
+        idempotent producer's repeat to a stream (dropped), else none."""
         kind = dest.kind
         if kind is Kind.QUEUE:
             self.dispatcher.publish(
@@ -69,20 +72,20 @@ class Router:
             if keyed is None:
                 queue = self.exchange_queue(dest, frame)
                 if queue is None:
-                    return
+                    return None
                 if queue[0] == "/":  # only a stream target starts with a slash: see STREAM_TARGET
-                    self.streams.append(queue[len(STREAM_TARGET) :], user_headers(frame.headers), frame.body, priority)
-                else:
-                    self.dispatcher.publish(
-                        queue, user_headers(frame.headers), frame.body, priority, ack_timeout, expires, deliver_at
-                    )
-                return
+                    name = queue[len(STREAM_TARGET) :]
+                    return _appended(self.streams.append(name, user_headers(frame.headers), frame.body, priority))
+                self.dispatcher.publish(
+                    queue, user_headers(frame.headers), frame.body, priority, ack_timeout, expires, deliver_at
+                )
+                return None
             key = dest.key or frame.headers.get(ROUTING_KEY_HEADER, "")
             if keyed is self.amq_topic and key:  # /exchange/amq.topic/X is /topic/X
                 self.publish_topic(Destination(Kind.TOPIC, key, "/topic/" + key), frame, publisher)
             self._publish_bound(keyed, key, frame, priority, ack_timeout, expires, deliver_at)
         elif kind is Kind.STREAM:
-            self.streams.append(dest.name, user_headers(frame.headers), frame.body, priority)
+            return _appended(self.streams.append(dest.name, user_headers(frame.headers), frame.body, priority))
         elif kind is Kind.TOPIC:
             self.publish_topic(dest, frame, publisher)
             if self.amq_topic.bindings:
@@ -95,6 +98,7 @@ class Router:
                 )
         else:
             raise ClientError(f"SEND to {dest.raw!r} is not supported")
+        return None
 
     def queue_of(self, dest: Destination, session: Session) -> str | None:
         """The stored queue a temp-queue, reply-queue or /amq/queue destination names for
@@ -369,6 +373,11 @@ class Router:
         if (queue, pattern) not in exchange.bindings:
             exchange.bind(queue, pattern)
             self.store.save_binding(BindingRecord(exchange.name, queue, 1, pattern))
+
+
+def _appended(new: bool) -> dict[str, str] | None:
+    """The RECEIPT headers of a stream append: none, or ``duplicate:true`` for a repeat."""
+    return None if new else DUPLICATE
 
 
 def private_queue_name(exchange: str, node: str, session_id: str, sub_id: str) -> str:

@@ -42,6 +42,19 @@ once they are committed.  Marks of the segments other brokers fill are point rea
 (``_read_marks``).  ``/control/stream-offsets`` reads the counter row, and a SUBSCRIBE at
 an offset past the known end asks the store before clamping it, so an offset a client was
 told anywhere is never clamped to a stale end.
+
+Idempotent producers
+--------------------
+A SEND carrying ``x-producer-id`` and ``x-producer-seq`` is appended only if its number is
+above the producer's highest on the stream (``Stream.producers``); otherwise it is dropped,
+counted (``duplicates``) and its RECEIPT says ``duplicate:true``.  The store writes the
+producer's position in the commit of the entry (the headers travel with it), so after a
+restart ``recover`` brings back exactly the positions of the entries that are stored.  A
+stream keeps every producer it has seen (one int each; deleted with the stream): a producer
+that retries after hours must still be recognised.  On a shared store the engine knows only
+the positions it recovered or appended itself; the commit checks the stored ones under the
+stream's row lock and drops what another broker already appended (that RECEIPT cannot say so).
+Plain appends pay two dict lookups.
 """
 
 from __future__ import annotations
@@ -51,7 +64,18 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 
-from ..storage.base import TRIM_ALL, UNNUMBERED, Store, StoreError, StreamMessage, StreamRecord, StreamState
+from ..storage.base import (
+    PRODUCER_HEADER,
+    PRODUCER_ID_LENGTH,
+    PRODUCER_SEQ_HEADER,
+    TRIM_ALL,
+    UNNUMBERED,
+    Store,
+    StoreError,
+    StreamMessage,
+    StreamRecord,
+    StreamState,
+)
 from .config import BrokerConfig
 from .delivery import stream_head, stream_tail
 from .dispatch import Dispatcher
@@ -97,7 +121,7 @@ class Stream:
     __slots__ = (
         "name", "destination", "options", "max_age_ms", "max_bytes", "first", "next",
         "end_bytes", "last_ts", "marks", "tail", "tail_end", "capacity", "subscribers", "timer",
-        "row", "following",
+        "row", "following", "producers", "duplicates",
     )
 
     def __init__(self, name: str, capacity: int | None, first: int = 0, next_offset: int = 0) -> None:
@@ -118,6 +142,8 @@ class Stream:
         self.timer: Timer | None = None
         self.row: int | None = None  # a shared store's row (StreamState.id), once known
         self.following = False  # a shared store's follow read is queued
+        self.producers: dict[str, int] = {}  # idempotent producer -> highest seq appended
+        self.duplicates = 0  # appends dropped as a producer's repeat, since the broker started
 
     @property
     def tail_first(self) -> int:
@@ -201,6 +227,7 @@ class Streams:
             first, next_offset = max(record.first, floor), max(record.next, floor)
             stream = self.streams[record.name] = self._new(record.name, first, next_offset)
             stream.row = record.row
+            stream.producers = dict(record.producers)
             self._configure(stream, record.options)
 
     def marks_wanted(self) -> list[tuple[str, list[int]]]:
@@ -256,16 +283,20 @@ class Streams:
         self.store.delete_stream(name)
 
     # -- appending ----------------------------------------------------------------------------
-    def append(self, name: str, headers: dict[str, str], body: bytes, priority: int) -> None:
-        """Store one entry at the stream's next offset and feed the subscribers waiting for it."""
+    def append(self, name: str, headers: dict[str, str], body: bytes, priority: int) -> bool:
+        """Store one entry at the stream's next offset and feed the subscribers waiting for it;
+        False if it is an idempotent producer's repeat (dropped)."""
         stream = self.streams.get(name) or self.stream(name)
+        if (PRODUCER_HEADER in headers or PRODUCER_SEQ_HEADER in headers) and not _first_time(stream, headers):
+            stream.duplicates += 1
+            return False
         dispatcher = self.dispatcher
         dispatcher.seq += 1
         if self.shared:  # numbered in the commit; subscribers get it from the store once committed
             self.store.append_stream(
                 StreamMessage(dispatcher.seq, name, priority, headers, body, dispatcher.wall_ms, UNNUMBERED, 0)
             )
-            return
+            return True
         offset = stream.next
         timestamp = stream.last_ts = max(dispatcher.wall_ms, stream.last_ts)
         msg = StreamMessage(dispatcher.seq, name, priority, headers, body, timestamp, offset, stream.end_bytes)
@@ -282,6 +313,7 @@ class Streams:
         for sub in stream.subscribers:
             if sub.position == offset:
                 self.pump(sub)
+        return True
 
     # -- a shared store's news ------------------------------------------------------------------
     def changed(self, name: str, state: StreamState | None) -> None:
@@ -574,7 +606,24 @@ class Streams:
             "next-offset": str(nxt),
             "count": str(nxt - first),
             "bytes": str(size),
+            "duplicates": str(stream.duplicates if stream is not None else 0),
         }
+
+
+def _first_time(stream: Stream, headers: dict[str, str]) -> bool:
+    """Whether an idempotent producer's append is new (its position moves to it), not a repeat."""
+    producer, value = headers.get(PRODUCER_HEADER), headers.get(PRODUCER_SEQ_HEADER)
+    if producer is None or value is None:
+        raise ClientError(f"{PRODUCER_HEADER} and {PRODUCER_SEQ_HEADER} go together")
+    if not producer or len(producer) > PRODUCER_ID_LENGTH:
+        raise ClientError(f"{PRODUCER_HEADER} must be 1 to {PRODUCER_ID_LENGTH} characters, not {len(producer)}")
+    if not (value.isascii() and value.isdigit()) or len(value) > 18:
+        raise ClientError(f"{PRODUCER_SEQ_HEADER} must be a whole number >= 0 (at most 18 digits), not {value!r}")
+    seq = int(value)
+    if seq <= stream.producers.get(producer, -1):
+        return False
+    stream.producers[producer] = seq
+    return True
 
 
 def _start(stream: Stream, value: str | None) -> tuple[int, int | None]:

@@ -19,7 +19,14 @@ an error: a typo must not silently read from ``latest``.
 
 Writes: each row becomes a SEND with a receipt; a task returns (its commit
 message) only after every RECEIPT, i.e. once the broker has stored every row.
-A retried task sends its rows again: the sink is at-least-once.
+A streaming write is exactly once: every task is an idempotent producer, id
+``QUERYID/PARTITION`` (the query id is kept in the checkpoint), and numbers its
+rows ``batchId * 2**32 + row index``, so a retried task or a batch replayed after
+a restart sends the same numbers and the broker drops what it already stored.
+That holds as long as a replayed batch has the same rows in the same order per
+partition (a deterministic source replayed from the checkpoint, such as this one
+or Kafka).  A batch write (``df.write``) is at-least-once, unless its rows carry
+``x-producer-id`` / ``x-producer-seq`` in their ``headers`` column.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -68,6 +76,11 @@ READ_OPTIONS = (
 )
 #: ``checkpointLocation`` and ``path`` are Spark's own (a streaming write's checkpoint, save(path)).
 WRITE_OPTIONS = ("url", "login", "passcode", "destination", "checkpointLocation", "path")
+#: The local properties Spark gives every task of a streaming query: the query's id (kept in the
+#: checkpoint, so a restarted query has it too) and the micro-batch's id.
+QUERY_ID_PROPERTY, BATCH_ID_PROPERTY = "sql.streaming.queryId", "streaming.sql.batchId"
+#: A streaming task's row ``i`` of batch ``b`` is its producer's number ``b * SEQ_PER_BATCH + i``.
+SEQ_PER_BATCH = 2**32
 #: Kafka's default ``maxTriggerDelay``.
 TRIGGER_DELAY_DEFAULT = "15m"
 _DURATION = re.compile(r"(\d+)\s*(ms|s|m|h)")
@@ -361,7 +374,9 @@ class Sent(WriterCommitMessage):
     count: int
 
 
-def _frames(rows: Iterator[Any], default: str | None) -> Iterator[bytes]:
+def _frames(rows: Iterator[Any], default: str | None, producer: tuple[str, int] | None = None) -> Iterator[bytes]:
+    """The SENDs of ``rows``; with ``producer`` (id, first number) each is numbered for the broker
+    to drop repeats."""
     for i, row in enumerate(rows):
         fields = row.asDict()
         destination = fields.get("destination") or default
@@ -377,6 +392,10 @@ def _frames(rows: Iterator[Any], default: str | None) -> Iterator[bytes]:
         if fields.get("routing_key") is not None:
             headers["routing-key"] = str(fields["routing_key"])
         headers["receipt"] = str(i)
+        if producer is not None:
+            if i >= SEQ_PER_BATCH:
+                raise StompmqError(f"a streaming task writes at most {SEQ_PER_BATCH} rows per micro-batch")
+            headers["x-producer-id"], headers["x-producer-seq"] = producer[0], str(producer[1] + i)
         yield encode_frame(Frame("SEND", headers, bytes(body)), "1.2")
 
 
@@ -388,22 +407,32 @@ class StompmqWriter(DataSourceWriter):
         self.destination = options.get("destination")
 
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        return self.send(iterator)
+
+    def send(self, iterator: Iterator[Any], producer: tuple[str, int] | None = None) -> WriterCommitMessage:
         with self.opts.connect() as conn:
-            return Sent(conn.send_all(_frames(iterator, self.destination)))
+            return Sent(conn.send_all(_frames(iterator, self.destination, producer)))
 
 
 class StompmqStreamWriter(DataSourceStreamWriter):
+    """``df.writeStream``: exactly once, each task an idempotent producer (see the module doc)."""
+
     def __init__(self, opts: Options, options: Mapping[str, str]) -> None:
         self.writer = StompmqWriter(opts, options)
 
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
-        return self.writer.write(iterator)
+        context = TaskContext.get()
+        query = context.getLocalProperty(QUERY_ID_PROPERTY) if context is not None else None
+        batch = context.getLocalProperty(BATCH_ID_PROPERTY) if context is not None else None
+        if context is None or query is None or batch is None:
+            raise StompmqError("the stompmq sink runs in micro-batch streaming queries only (no query or batch id)")
+        return self.writer.send(iterator, (f"{query}/{context.partitionId()}", int(batch) * SEQ_PER_BATCH))
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         pass  # every row is stored once its task returned
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        pass  # rows already sent stay sent (at-least-once)
+        pass  # rows already sent stay; a retry's repeats are dropped by the broker
 
 
 class StompmqDataSource(DataSource):

@@ -52,7 +52,7 @@ vhost's prefix in ``StoredMessage.space``.  Backends split a key into the ``vhos
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -78,6 +78,27 @@ def vhost_space(vhost: str) -> str:
 
 #: Longest vhost name, in bytes of UTF-8 (the ``vhost`` columns hold 255).
 VHOST_NAME_BYTES = 255
+
+#: The SEND headers of an idempotent stream append, stored with the entry: the producer's id and
+#: its sequence number.  A store keeps each producer's highest number in the commit of the
+#: entry (``stream_producers``), so the entry and the producer's position are one fact.
+PRODUCER_HEADER, PRODUCER_SEQ_HEADER = "x-producer-id", "x-producer-seq"
+#: Longest producer id, in characters (the ``producer`` column holds it).
+PRODUCER_ID_LENGTH = 200
+
+
+def producer_positions(rows: Iterable[tuple[str, dict[str, str]]]) -> dict[tuple[str, str], int]:
+    """Per (stream, producer), the highest sequence number among ``rows`` (stream, headers):
+    what a commit of these appends writes to ``stream_producers``.  The engine checked both
+    headers before the entry was buffered."""
+    positions: dict[tuple[str, str], int] = {}
+    for name, headers in rows:
+        producer = headers.get(PRODUCER_HEADER)
+        if producer is not None:
+            key, seq = (name, producer), int(headers[PRODUCER_SEQ_HEADER])
+            if seq > positions.get(key, -1):
+                positions[key] = seq
+    return positions
 
 
 def vhost_name_error(name: str) -> str | None:
@@ -243,6 +264,7 @@ class StreamRecord:
     first: int  # first retained offset (== next when nothing is retained)
     next: int  # offset the next append gets: offsets are never reused
     row: int | None = None  # a shared store's row id (``StreamState.id``)
+    producers: dict[str, int] = field(default_factory=dict)  # idempotent producers' highest seq
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,7 +34,16 @@ from typing import Any
 import psycopg
 
 from stompmq.storage import jsontext
-from stompmq.storage.base import StreamMessage, StreamRecord, StreamState, split_key, vhost_space
+from stompmq.storage.base import (
+    PRODUCER_HEADER,
+    PRODUCER_SEQ_HEADER,
+    StreamMessage,
+    StreamRecord,
+    StreamState,
+    producer_positions,
+    split_key,
+    vhost_space,
+)
 from stompmq.storage.groups import DropStream, GroupRows, SaveStream, StreamRow, StructuralOp, TrimStream
 
 _dumps, _loads = jsontext.dumps, jsontext.loads
@@ -51,6 +60,11 @@ COPY_TYPES = ["int4", "int8", "int8", "int4", "int8", "text", "bytea", "int8"]
 READ_SQL = (
     "SELECT position, seq, priority, timestamp, headers, body, bytes_before FROM stream_messages"
     " WHERE stream_id = %s AND position >= %s ORDER BY position LIMIT %s"
+)
+PRODUCERS_SQL = "SELECT producer, seq FROM stream_producers WHERE stream_id = %s AND producer = ANY(%s)"
+PRODUCER_UPSERT_SQL = (
+    "INSERT INTO stream_producers (stream_id, producer, seq) VALUES (%s, %s, %s)"
+    " ON CONFLICT (stream_id, producer) DO UPDATE SET seq = EXCLUDED.seq"
 )
 SAVE_SQL = (
     "UPDATE streams SET first_offset = %s, next_offset = %s, end_bytes = %s, last_ts = %s, options = %s"
@@ -156,6 +170,7 @@ class SharedStreams:
                 counter.changed = True
         elif isinstance(op, DropStream) and counter is not None:
             cur.execute("DELETE FROM stream_messages WHERE stream_id = %s", (counter.id,))
+            cur.execute("DELETE FROM stream_producers WHERE stream_id = %s", (counter.id,))
             cur.execute("DELETE FROM streams WHERE id = %s", (counter.id,))
             self._ids.pop(name, None)
             counters[name] = None
@@ -177,6 +192,9 @@ class SharedStreams:
         for name in {row[0] for row in rows}:  # made before the COPY: no other statement during it
             ready[name] = counters.get(name) or self._new_counter(cur, name)
         counters.update(ready)
+        positions = producer_positions((row[0], row[5]) for row in rows)
+        if positions:
+            rows = self._new_appends(cur, rows, positions, ready)
         with cur.copy(COPY_SQL) as copy:
             copy.set_types(COPY_TYPES)
             for name, _, seq, prio, ts, hdrs, body, _ in rows:
@@ -189,6 +207,30 @@ class SharedStreams:
                 counter.end_bytes += len(body)
                 counter.last_ts = ts
                 counter.changed = True
+
+    def _new_appends(self, cur: psycopg.Cursor[Any], rows: list[StreamRow], positions: dict[tuple[str, str], int],
+                     ready: dict[str, Counter]) -> list[StreamRow]:
+        """``rows`` without the appends at or below their producer's stored position (another
+        broker's, or this one's before a restart, may have them), and write the new positions.
+        The stream rows are locked: no other commit moves these positions meanwhile."""
+        stored: dict[tuple[str, str], int] = {}
+        for name in {name for name, _ in positions}:
+            producers = [producer for stream, producer in positions if stream == name]
+            for producer, seq in cur.execute(PRODUCERS_SQL, (ready[name].id, producers)).fetchall():
+                stored[name, producer] = seq
+        kept = []
+        for row in rows:
+            producer = row[5].get(PRODUCER_HEADER)
+            if producer is not None:
+                key, seq = (row[0], producer), int(row[5][PRODUCER_SEQ_HEADER])
+                if seq <= stored.get(key, -1):
+                    continue
+                stored[key] = seq
+            kept.append(row)
+        cur.executemany(PRODUCER_UPSERT_SQL, [
+            (ready[name].id, producer, seq) for (name, producer), seq in stored.items() if (name, producer) in positions
+        ])
+        return kept
 
     def finish(self, cur: psycopg.Cursor[Any], counters: dict[str, Counter | None], group: GroupRows) -> None:
         """Write the changed counters back, tell the other brokers, report the states in ``group``."""
@@ -220,11 +262,14 @@ class SharedStreams:
         rows = cur.execute(
             "SELECT vhost, name, id, first_offset, next_offset, options FROM streams ORDER BY vhost, name"
         ).fetchall()
+        producers: dict[int, dict[str, int]] = {}
+        for stream_id, producer, seq in cur.execute("SELECT stream_id, producer, seq FROM stream_producers"):
+            producers.setdefault(stream_id, {})[producer] = seq
         records = []
         for vhost, bare, stream_id, first, nxt, options in rows:
             name = vhost_space(vhost) + bare
             self._ids[name] = stream_id
-            records.append(StreamRecord(name, _loads(options), first, nxt, stream_id))
+            records.append(StreamRecord(name, _loads(options), first, nxt, stream_id, producers.get(stream_id, {})))
         return records
 
     def read(self, cur: psycopg.Cursor[Any], name: str, start: int, limit: int) -> list[StreamMessage]:

@@ -59,6 +59,8 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 
+from .base import PRODUCER_ID_LENGTH
+
 # Queue and exchange names are at most 255 bytes of UTF-8 (broker/destinations.py), hence at most 255 chars.
 NAME_LENGTH = 255
 # Exchange types are short words ("consistent-hash").
@@ -233,6 +235,16 @@ streams = Table(
     Column("end_bytes", BigInteger, nullable=False, server_default="0"),
     Column("last_ts", BigInteger, nullable=False, server_default="0"),
     UniqueConstraint("vhost", "name"),
+)
+
+# An idempotent producer's highest sequence number on a stream, written in the commit of its
+# entries (x-producer-id / x-producer-seq): an append at or below it is a duplicate.
+stream_producers = Table(
+    "stream_producers",
+    metadata,
+    Column("stream_id", Integer, ForeignKey("streams.id"), primary_key=True),
+    Column("producer", String(PRODUCER_ID_LENGTH), primary_key=True),
+    Column("seq", BigInteger, nullable=False),
 )
 
 stream_messages = Table(

@@ -48,6 +48,7 @@ from stompmq.storage.base import (
     StoreError,
     StreamMessage,
     StreamRecord,
+    producer_positions,
     split_key,
     vhost_space,
 )
@@ -180,6 +181,11 @@ READY_LOWER_PRIORITY_SQL = (
 )
 
 
+#: A producer's position only moves up (a group has one row per producer and stream).
+PRODUCER_UPSERT_SQL = (
+    "INSERT INTO stream_producers (stream_id, producer, seq) VALUES (?, ?, ?)"
+    " ON CONFLICT (stream_id, producer) DO UPDATE SET seq = excluded.seq WHERE excluded.seq > stream_producers.seq"
+)
 STREAM_INSERT_SQL = (
     "INSERT OR REPLACE INTO stream_messages (stream_id, position, seq, priority, timestamp, headers,"
     " body, bytes_before) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
@@ -353,7 +359,10 @@ class SQLiteBackend:
                 "SELECT MAX(position) FROM stream_messages WHERE stream_id = ?", (stream_id,)
             ).fetchone()
             empty = first is None
-            records.append(StreamRecord(name, _loads(options), 0 if empty else first, 0 if empty else last + 1))
+            producers = dict(conn.execute("SELECT producer, seq FROM stream_producers WHERE stream_id = ?",
+                                          (stream_id,)).fetchall())
+            records.append(StreamRecord(name, _loads(options), 0 if empty else first, 0 if empty else last + 1,
+                                        producers=producers))
         return records
 
     # -- writes ------------------------------------------------------------------------------
@@ -382,6 +391,11 @@ class SQLiteBackend:
                     conn.executemany(DELAYED_INSERT_SQL, self._delayed_params(conn, group.delayed, created))
                 if group.stream_rows:
                     conn.executemany(STREAM_INSERT_SQL, self._stream_params(conn, group.stream_rows, created))
+                    positions = producer_positions((row[0], row[5]) for row in group.stream_rows)
+                    if positions:
+                        conn.executemany(PRODUCER_UPSERT_SQL, [
+                            (self._stream_ids[name], producer, seq) for (name, producer), seq in positions.items()
+                        ])
                 if group.last_seq > self._stored_last_seq:
                     conn.execute(
                         "INSERT INTO broker_meta (name, value) VALUES (?, ?)"
@@ -439,6 +453,7 @@ class SQLiteBackend:
                 row = conn.execute("SELECT id FROM streams WHERE vhost = ? AND name = ?", split_key(name)).fetchone()
                 if row is not None:
                     conn.execute("DELETE FROM stream_messages WHERE stream_id = ?", (row[0],))
+                    conn.execute("DELETE FROM stream_producers WHERE stream_id = ?", (row[0],))
                     conn.execute("DELETE FROM streams WHERE id = ?", (row[0],))
                 self._stream_ids.pop(name, None)
             case TrimStream(name=name, before=before):

@@ -200,3 +200,15 @@ def test_an_exchange_subscription_takes_its_unsent_deliveries_with_its_queue() -
     assert a.unsent == deque()  # type: ignore[attr-defined]
     broker.close_session(a)  # type: ignore[arg-type]
     assert store.rows == {} and broker.queues == {}
+
+
+def test_an_idempotent_producers_repeat_is_not_appended_and_its_receipt_says_so() -> None:
+    broker = Broker(MemoryStore())
+    session, outbox = connect(broker)
+    for seq, receipt in (("1", "a"), ("1", "b"), ("0", "c"), ("2", "d")):
+        send(broker, session, "/stream/s", b"e" + seq.encode(),
+             **{"x-producer-id": "p", "x-producer-seq": seq, "receipt": receipt})
+    receipts = {f.headers["receipt-id"]: f.headers.get("duplicate") for f in outbox.take("RECEIPT")}
+    assert receipts == {"a": None, "b": "true", "c": "true", "d": None}
+    broker.handle(session, frame("SUBSCRIBE", id="r", destination="/stream/s", x_stream_offset="first"))  # type: ignore[arg-type]
+    assert [m.body for m in outbox.take("MESSAGE")] == [b"e1", b"e2"]

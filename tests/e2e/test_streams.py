@@ -233,3 +233,63 @@ def test_bad_stream_input_is_an_error(memory_broker: BrokerThread, destination: 
         assert problem in error["message"]
     with Client(memory_broker.port) as c:  # the broker lives on
         publish(c, "x", 1)
+
+
+def produce(c: Client, stream: str, producer: str, seq: int, body: str) -> bool:
+    """An idempotent append; whether it was new (its RECEIPT does not say ``duplicate``)."""
+    receipt = c.request("SEND", {"destination": f"/stream/{stream}", "x-producer-id": producer,
+                                 "x-producer-seq": str(seq)}, body.encode())
+    return receipt.headers.get("duplicate") != "true"
+
+
+def test_an_idempotent_producer_appends_each_number_once_across_restarts(tmp_path: Path, store_kind: str) -> None:
+    make = make_store_factory(store_kind, tmp_path)
+    with BrokerThread(make).start() as thread, Client(thread.port) as c:
+        assert [produce(c, "ids", "p", seq, f"m{seq}") for seq in (0, 1, 1, 0, 2)] == [True, True, False, False, True]
+        assert produce(c, "ids", "q", 1, "q1")  # another producer has its own numbers
+        publish(c, "ids", 1, start=9)  # plain appends are not checked
+        assert offsets(c, "ids")["count"] == 5
+        receipt = c.request("SEND", {"destination": "/control/stream-offsets/stream/ids"})
+        assert receipt["duplicates"] == "2"
+    if store_kind == "memory":
+        return
+    with BrokerThread(make).start() as thread, Client(thread.port) as c:  # the positions were stored
+        assert [produce(c, "ids", "p", seq, f"m{seq}") for seq in (2, 1, 3)] == [False, False, True]
+        assert not produce(c, "ids", "q", 1, "q1")
+        c.subscribe("/stream/ids", x_stream_offset="first")
+        assert read(c, 6) == [(0, "m0"), (1, "m1"), (2, "m2"), (3, "q1"), (4, "m9"), (5, "m3")]
+        c.expect_nothing()
+        c.request("SEND", {"destination": "/control/delete/stream/other"})
+        assert produce(c, "other", "p", 0, "new")  # positions are per stream
+
+
+def test_a_deleted_stream_forgets_its_producers(tmp_path: Path, store_kind: str) -> None:
+    make = make_store_factory(store_kind, tmp_path)
+    with BrokerThread(make).start() as thread, Client(thread.port) as c:
+        assert produce(c, "d", "p", 5, "a")
+        c.request("SEND", {"destination": "/control/delete/stream/d"})
+        assert produce(c, "d", "p", 5, "b")
+    if store_kind != "memory":
+        with BrokerThread(make).start() as thread, Client(thread.port) as c:
+            assert not produce(c, "d", "p", 5, "c")
+            assert offsets(c, "d")["count"] == 1
+
+
+@pytest.mark.parametrize(
+    ("headers", "problem"),
+    [
+        ({"x-producer-id": "p"}, "x-producer-seq"),
+        ({"x-producer-seq": "1"}, "x-producer-id"),
+        ({"x-producer-id": "p", "x-producer-seq": "-1"}, "x-producer-seq"),
+        ({"x-producer-id": "p", "x-producer-seq": "one"}, "x-producer-seq"),
+        ({"x-producer-id": "p", "x-producer-seq": "1" * 19}, "x-producer-seq"),
+        ({"x-producer-id": "p" * 201, "x-producer-seq": "1"}, "x-producer-id"),
+        ({"x-producer-id": "", "x-producer-seq": "1"}, "x-producer-id"),
+    ],
+)
+def test_bad_producer_headers_are_an_error(memory_broker: BrokerThread, headers: dict[str, str], problem: str) -> None:
+    with Client(memory_broker.port) as c:
+        c.frame("SEND", {"destination": "/stream/x", **headers})
+        assert problem in c.expect_error()["message"]
+    with Client(memory_broker.port) as c:  # nothing was appended, and the broker lives on
+        assert offsets(c, "x")["count"] == 0

@@ -19,11 +19,13 @@ from stompmq.storage.groups import (
     DeleteRow,
     DropBinding,
     DropExchange,
+    DropStream,
     GroupRows,
     InsertRow,
     Purge,
     SaveBinding,
     SaveExchange,
+    StreamRow,
     StructuralOp,
     UpdateRow,
 )
@@ -131,3 +133,21 @@ def test_many_inserts_and_runs_of_deletes_keep_exactly_the_rows_left(
         ]
         assert sorted(left) == [seq for seq in range(1, 301) if seq not in gone]
         assert backend.load_ready("q", None, 1)[0].headers == {"h": "2"}
+
+
+def produced(name: str, offset: int, producer: str, seq: int) -> StreamRow:
+    """A stream entry an idempotent producer appended."""
+    headers = {"x-producer-id": producer, "x-producer-seq": str(seq)}
+    return (name, offset, 100 + offset, 4, 1_700_000_000_000, headers, b"e", offset)
+
+
+def test_a_producers_position_is_stored_with_its_entries_and_recovered(make_backend: Callable[[], Backend]) -> None:
+    with opened(make_backend) as (backend, _):
+        rows = [produced("s", 0, "p", 3), produced("s", 1, "p", 7), produced("s", 2, "q", 1)]
+        plain: StreamRow = ("t", 0, 200, 4, 1_700_000_000_000, {}, b"e", 0)
+        backend.commit(GroupRows([], [], [], [], 200, stream_rows=[*rows, plain]))
+    with opened(make_backend) as (backend, recovery):
+        assert {r.name: r.producers for r in recovery.streams} == {"s": {"p": 7, "q": 1}, "t": {}}
+        backend.commit(GroupRows([DropStream("s")], [], [], [], 200))
+    with opened(make_backend) as (backend, recovery):
+        assert [r.name for r in recovery.streams] == ["t"]  # the producers went with their stream

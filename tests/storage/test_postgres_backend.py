@@ -16,7 +16,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from stompmq.storage.base import BindingRecord, ExchangeRecord, StoredMessage, StoreError
+from stompmq.storage.base import UNNUMBERED, BindingRecord, ExchangeRecord, StoredMessage, StoreError
 from stompmq.storage.groups import (
     DropBinding,
     DropExchange,
@@ -234,3 +234,26 @@ def test_definitions_are_shared_and_recovered(url: str) -> None:
     assert (recovery.vhosts, recovery.exchanges, recovery.bindings) == (["/", "dev"], [hashed],
                                                                         [BindingRecord("orders", "q1", 2)])
     assert [(q.name, q.options) for q in recovery.queues] == [("jobs", {"x-max-length": "10"})]
+
+
+def test_a_producers_repeat_through_another_broker_is_dropped_in_the_commit(url: str) -> None:
+    """Neither broker's engine knows what the other appended: the commit checks the stored
+    position, under the stream's row lock."""
+
+    def append(seq: int, body: bytes) -> GroupRows:
+        headers = {"x-producer-id": "p", "x-producer-seq": str(seq)}
+        return GroupRows([], [], [], [], 10, stream_rows=[("s", UNNUMBERED, seq, 4, 0, headers, body, 0)])
+
+    with opened(url) as one, opened(url) as two:
+        one.commit(append(1, b"a"))
+        two.commit(append(1, b"again"))
+        two.commit(append(2, b"b"))
+        one.commit(append(2, b"again"))
+        assert [e.body for e in one.read_stream("s", 0, 10)] == [b"a", b"b"]
+        state = two.stream_state("s")
+        assert state is not None and state.next == 2
+    backend = PostgresBackend(url, lease=TEST_LEASE)
+    try:
+        assert [r.producers for r in backend.open().streams] == [{"p": 2}]  # what a restart recovers
+    finally:
+        backend.close()

@@ -169,7 +169,9 @@ def test_a_lapsed_lease_frees_the_brokers_claims_at_the_next_renewal(url: str) -
             return len(freed) == 3
 
         wait_for(renewed_and_freed, "the lapsed broker's messages")
-        assert [(m.seq, m.redeliveries) for m in freed] == [(1, 1), (2, 1), (3, 0)]
+        # Every row a dead broker held counts a redelivery: it may have delivered 3 within its last
+        # flush interval, before the mark reached the database (a clean close below is exact).
+        assert [(m.seq, m.redeliveries) for m in freed] == [(1, 1), (2, 1), (3, 1)]
         assert survivor.count_unacked("q") == 0
         gone.close()
 

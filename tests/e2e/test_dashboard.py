@@ -71,7 +71,7 @@ def test_dashboard_shows_a_queue_and_its_counts_change(
     assert browser.get_log("browser") == []  # no script errors, nothing fetched from outside failed
 
 
-SCREENSHOT = Path(__file__).parent.parent / "docs" / "dashboard.png"
+SCREENSHOT = Path(__file__).parents[2] / "docs" / "dashboard.png"
 
 
 def _put(url: str) -> None:

@@ -404,7 +404,7 @@ def test_the_grafana_dashboard_uses_series_the_broker_exports(http_broker: tuple
     broker, api = http_broker
     send_all(broker.port, "/queue/a", ["1"])
     exported = set(re.findall(r"^(\w+)", api.call("GET", "/metrics")[1], re.MULTILINE))
-    dashboard = json.loads((Path(__file__).parent.parent / "deploy" / "grafana-dashboard.json").read_text())
+    dashboard = json.loads((Path(__file__).parents[2] / "deploy" / "grafana-dashboard.json").read_text())
     used = {name for panel in dashboard["panels"] for target in panel["targets"]
             for name in re.findall(r"\b((?:stompmq|process)_\w+)", target["expr"])}
     if store_kind != "sqlite":  # the size of a store elsewhere (memory, a database server) is not ours to tell

@@ -216,12 +216,12 @@ def test_a_producer_held_back_through_an_outage_is_not_closed_for_missing_heart_
     budget = 64 * 1024
     thread = BrokerThread(
         lambda: GroupCommitStore(backend, max_backlog_bytes=budget),
-        settings=ServerSettings(port=0, heart_beat=(0, 100), heart_beat_grace=2.0),
+        settings=ServerSettings(port=0, heart_beat=(0, 500), heart_beat_grace=2.0),
         config=BrokerConfig(store_timeout=60),
     ).start()
     try:
         backend.failures = 10**9  # every commit fails until the test says otherwise
-        producer = Peer(thread.port, heart_beat="100,0")
+        producer = Peer(thread.port, heart_beat="500,0")  # silence past 1 s would close it
         beating = threading.Event()
 
         def beat() -> None:
@@ -237,7 +237,7 @@ def test_a_producer_held_back_through_an_outage_is_not_closed_for_missing_heart_
             store = thread.broker.store if thread.broker else None
             assert isinstance(store, GroupCommitStore)
             wait_until(lambda: thread.call(store.full), "the backlog to fill up")
-            time.sleep(2.0)  # ten times the heart-beat grace, the reader held back all along
+            time.sleep(2.5)  # over twice the 1 s the broker allows, the reader held back all along
             assert thread.call(store.backlog_bytes) < 2 * budget, "the backlog bound did not hold"
             assert producer.no_frame(0.1), "an answer came while the store was down"
             backend.failures = 0

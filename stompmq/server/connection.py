@@ -156,7 +156,11 @@ class Connection:
         self.last_send = self.last_recv
         self.send_every = 0.0  # seconds between our heart-beats, 0 = none
         self.expect_every = 0.0  # seconds the peer may stay silent, 0 = forever
-        self.held = False  # the reader waits (the store, an alarm): the peer's heart-beats are not read
+        self.held = False  # the reader waits for the store or an alarm (shown by the API)
+        #: The reader waits on the socket: only then can the peer's silence be measured.  Anywhere
+        #: else (held by the store, an alarm, pacing, its outbox, the engine) its heart-beats wait
+        #: unread, and that time is not silence.
+        self.listening = False
         self._errored = False
         self._broken = False  # the socket failed: nothing more can be sent
         self._read_scope = trio.CancelScope()
@@ -216,12 +220,15 @@ class Connection:
                 room = CONNECT_MAX_BYTES - self.bytes_in
                 if room <= 0:
                     self._error(f"CONNECT frame exceeds {CONNECT_MAX_BYTES} bytes")
-                data = await stream.receive_some(min(room, RECEIVE_BYTES))
+                room = min(room, RECEIVE_BYTES)
             else:
-                data = await stream.receive_some(RECEIVE_BYTES)
+                room = RECEIVE_BYTES
+            self.last_recv = trio.current_time()  # silence is measured from here (``listening``)
+            self.listening = True
+            data = await stream.receive_some(room)
+            self.listening = False
             if not data:
                 return
-            self.last_recv = trio.current_time()
             self.bytes_in += len(data)
             runtime.tick()
             try:
@@ -285,13 +292,12 @@ class Connection:
 
     async def _hold(self, wait: Callable[[], Awaitable[None]]) -> None:
         """Read nothing from the peer until ``wait`` returns: meanwhile the client is held, not
-        silent (its heart-beats wait unread), and the time it was not read is not silence."""
+        silent (its heart-beats wait unread while it is not ``listening``)."""
         self.held = True
         try:
             await wait()
         finally:
             self.held = False
-        self.last_recv = trio.current_time()
         if self._errored:
             raise _Close
 
@@ -335,7 +341,6 @@ class Connection:
                     break
                 with trio.move_on_at(deadline):
                     await drained.wait()
-        self.last_recv = trio.current_time()  # time it was not read is not silence (heart-beats)
 
     def _on_frame(self, frame: Frame) -> None:
         session = self.session
@@ -603,7 +608,7 @@ class Connection:
                 after = now + self.send_every * BEAT_EARLY
         if self.expect_every:
             grace = self.expect_every * self.settings.heart_beat_grace
-            if self.held:  # its heart-beats wait unread (_hold): look again a grace later
+            if not self.listening:  # its heart-beats wait unread: look again a grace later
                 return min(after, now + grace)
             if now - self.last_recv >= grace:
                 log.info("connection %s: no heart-beat for %.1f s, closing", self.id, now - self.last_recv)

@@ -168,7 +168,8 @@ UPDATE_SQL = (
 DELETE_SQL = "DELETE FROM messages AS m WHERE m.seq = ANY(%(seqs)s) AND (m.owner IS NULL OR " + MINE + ")"
 #: Rows a broker may claim: not out for delivery, and not held under the current lease epoch of
 #: another broker whose lease is running (free, its own, a lapsed broker's, or claimed under an
-#: epoch that ended).
+#: epoch that ended).  A row taken from a lapsed claim counts a redelivery, as in ``free_owner``:
+#: its holder may have delivered it with the delivered mark still in its buffer.
 #: (A scalar subquery, not NOT EXISTS: the planner makes that an anti-join, which the re-check of a
 #: row another broker claimed while this read ran does not evaluate again, so both took it.)
 FREE = (
@@ -178,7 +179,9 @@ FREE = (
 CLAIM_SQL = (
     "WITH picked AS (SELECT seq FROM messages AS m WHERE queue_id = %(q)s AND {after} AND " + FREE
     + " ORDER BY priority DESC, seq LIMIT %(limit)s FOR UPDATE SKIP LOCKED)"
-    " UPDATE messages AS m SET owner = %(me)s, owner_epoch = %(epoch)s FROM picked WHERE m.seq = picked.seq"
+    " UPDATE messages AS m SET owner = %(me)s, owner_epoch = %(epoch)s, redeliveries = m.redeliveries"
+    " + CASE WHEN m.owner IS NULL OR (m.owner = %(me)s AND m.owner_epoch = %(epoch)s) THEN 0 ELSE 1 END"
+    " FROM picked WHERE m.seq = picked.seq"
     " RETURNING " + ", ".join("m." + c for c in READY_COLUMNS)
 )
 #: Ready messages of a queue whoever holds them, claiming none (a browsing subscriber's page).
@@ -789,9 +792,12 @@ class PostgresBackend:
         except psycopg.Error as exc:
             raise StoreError(f"cannot read {self.name}: {_one_line(exc)}") from None
 
-    def stream_states(self) -> list[tuple[str, StreamState]]:
+    def poll(self) -> list[tuple[str, StreamState]]:
+        """The slow poll's read: every stream's state, and a ping (``p:``) to this broker's own
+        listener, whose arrival shows that its connection still hears notifications."""
         try:
             with self._connection().cursor() as cur:
+                cur.execute("SELECT pg_notify(%s, %s)", (CHANNEL, "p:" + self.broker_id))
                 return self.streams.states(cur)
         except psycopg.Error as exc:
             raise StoreError(f"cannot read {self.name}: {_one_line(exc)}") from None
@@ -871,6 +877,8 @@ class Listener:
         self._stop = threading.Event()
         #: set once the first LISTEN is in place: notifications from then on are never missed
         self.listening = threading.Event()
+        #: when a notification last came (``p:`` pings included): the connection was alive then
+        self.heard = -math.inf
         self._thread = threading.Thread(target=self._main, name=f"stompmq-listen {masked(url)}", daemon=True)
 
     def start(self) -> None:
@@ -895,6 +903,7 @@ class Listener:
                         # hear of claims given back and demand at once, not a tick later.
                         batch = [n.payload for n in conn.notifies(timeout=LISTEN_TICK, stop_after=1)]
                         if batch:
+                            self.heard = time.monotonic()
                             self._send(self._resolve(conn, batch))
             except psycopg.Error:
                 self._stop.wait(LISTEN_RETRY)
@@ -905,6 +914,8 @@ class Listener:
         out = []
         streams = SharedStreams(self.broker_id)
         for payload in dict.fromkeys(payloads):
+            if payload.startswith("p:"):
+                continue  # a broker's ping to its own listener: ``heard`` is all it is for
             if payload.startswith("s:"):
                 origin, _, key = payload[2:].partition(":")
                 if origin == self.broker_id:
@@ -1057,14 +1068,21 @@ class PostgresStore(GroupCommitStore):
                     await trio.sleep(1.0)
 
     async def _poll(self) -> None:
-        """The slow fallback: notifications can be lost with a connection."""
+        """The slow fallback: notifications can be lost with a connection.  A listener that
+        reconnects says "look again" itself; the queues are looked at again here only when the
+        last period's ping did not come back (a connection that died unnoticed), not with a page
+        read per subscribed queue every period."""
         if not math.isfinite(self.poll) or self.poll <= 0:
             return
+        pinged = -math.inf
         while True:
             await trio.sleep(self.poll)
-            self.on_queue_changed("*")
+            listener = self._listener
+            if listener is None or listener.heard < pinged:
+                self.on_queue_changed("*")
+            pinged = time.monotonic()
             try:
-                states = await self._call(self._pg.stream_states)
+                states = await self._call(self._pg.poll)
             except StoreError:
                 continue
             for key, state in states:

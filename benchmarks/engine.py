@@ -54,6 +54,8 @@ from typing import Any
 import trio
 import trio.testing
 
+from benchmarks.local_broker import cpu_seconds
+
 from stompmq.broker import Broker
 from stompmq.broker.config import BrokerConfig
 from stompmq.protocol import Frame, FrameParser
@@ -72,16 +74,14 @@ def cpu() -> float:
 
 def thread_cpu() -> dict[str, float]:
     """CPU seconds of each live thread by role (main, db, reader), from /proc (Linux only)."""
-    ticks = os.sysconf("SC_CLK_TCK")
     out: dict[str, float] = {}
     for thread in threading.enumerate():
         role = "main" if thread is threading.main_thread() else thread.name.split()[0].removeprefix("stompmq-")
         try:
-            with open(f"/proc/self/task/{thread.native_id}/stat") as f:
-                fields = f.read().rpartition(")")[2].split()
+            used = cpu_seconds(os.getpid(), thread=thread.native_id)
         except OSError:
             continue
-        out[role] = out.get(role, 0.0) + (int(fields[11]) + int(fields[12])) / ticks
+        out[role] = out.get(role, 0.0) + used
     return out
 
 

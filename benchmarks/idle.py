@@ -26,8 +26,7 @@ import subprocess
 import sys
 import time
 
-from .backlog import cpu_seconds
-from .local_broker import free_port, rss_kib
+from .local_broker import cpu_seconds, free_port, rss_kib
 
 CONNECT = "CONNECT\naccept-version:1.2\nhost:/\nheart-beat:{0},{0}\n\n\x00"
 

@@ -81,6 +81,7 @@ import socket
 import sys
 import time
 
+from benchmarks.local_broker import cpu_seconds
 from benchmarks.stompload import BrokerError, Client, LoadError, build_frame, header_value
 
 
@@ -193,7 +194,6 @@ def find_listener_pid(host: str, port: int) -> int | None:
 class BrokerStats:
     def __init__(self, pid: int | None):
         self.pid = pid
-        self.tck = os.sysconf("SC_CLK_TCK")
 
     def cpu(self, thread: bool = False) -> float | None:
         """utime+stime of the broker process (``thread``: of its main thread only, whose share
@@ -201,9 +201,7 @@ class BrokerStats:
         if not self.pid:
             return None
         try:
-            with open(f"/proc/{self.pid}/task/{self.pid}/stat" if thread else f"/proc/{self.pid}/stat") as fh:
-                fields = fh.read().rsplit(")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / self.tck  # utime + stime
+            return cpu_seconds(self.pid, thread=self.pid if thread else None)
         except (OSError, IndexError, ValueError):
             return None
 

@@ -36,10 +36,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.local_broker import LocalBroker
+from benchmarks.local_broker import LocalBroker, cpu_seconds, stat_fields
 
 STREAMS = 4
-TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def tree_cpu() -> dict[str, float]:
@@ -53,12 +52,10 @@ def tree_cpu() -> dict[str, float]:
         if not entry.isdigit():
             continue
         try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rpartition(")")[2].split()
+            parents[int(entry)] = int(stat_fields(f"/proc/{entry}/stat")[1])
+            used[int(entry)] = cpu_seconds(int(entry), children=True)
         except OSError:
             continue
-        parents[int(entry)] = int(fields[1])
-        used[int(entry)] = sum(int(x) for x in fields[11:15]) / TICKS  # utime stime cutime cstime
     mine = {os.getpid()}
     grew = True
     while grew:

@@ -25,7 +25,13 @@ segment; ``queue_target``), with ``/purge``, ``/consumers``, ``/messages`` (a pe
 ``/publish`` under it; anything unknown (a vhost, a queue, an action) is a 404 with a
 reason, never an empty success.  The exchange and topic routes and the queue list take
 ``?vhost=NAME`` (default ``/``); ``/api/vhosts`` lists and declares vhosts.
-``/api/cluster`` lists the brokers sharing a PostgreSQL database (``Store.brokers``).
+``/api/cluster`` lists the brokers sharing a PostgreSQL database (``Store.brokers``), each with
+the counters it wrote at its last lease renewal, and their totals over the live ones.
+
+Whose numbers: a queue's counters (published, delivered, ...) and the rates are this broker's
+own, since it started, so every counter answer names the broker (``broker``: its node id, or
+``SINGLE_BROKER`` on a store of one broker); ready and unacked come from the store, which on
+PostgreSQL is every broker's.
 
 Rates are derived here, not counted in the engine: ``Rates`` samples the
 engine's plain counters every ``SAMPLE_SECONDS`` and a rate is the change
@@ -63,6 +69,7 @@ from .. import __version__
 from ..broker import Broker, ClientError
 from ..broker.control import MAX_PAGE, Deferred
 from ..broker.exchanges import EXCHANGE_TYPE, ROUTING_KEY_HEADER
+from ..broker.stats import TOTALS
 from ..protocol import native as native_codec
 from ..storage.base import DEFAULT_VHOST, StoredMessage, StoreError, vhost_name_error
 from .connection import Connection
@@ -82,6 +89,8 @@ DEFAULT_PAGE = 100
 #: The dashboard's static files (no build step, nothing fetched from outside).
 DASHBOARD = Path(__file__).parent / "dashboard"
 
+#: The ``broker`` of the counters on a store of one broker (which has no node id).
+SINGLE_BROKER = "local"
 #: Host names a loopback-bound API answers to.
 LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
 
@@ -226,6 +235,8 @@ class ManagementApp:
         self.connections = connections
         self.rates = Rates(self.engines, connections)
         self.started = time.time()
+        #: whose counters this API and /metrics show (see the module docstring)
+        self.broker_id = runtime.store.node_id or SINGLE_BROKER
         self.store_metrics = StoreMetrics()
         runtime.store.on_group_committed = self.store_metrics.observe
 
@@ -315,22 +326,18 @@ class ManagementApp:
     # -- overview -------------------------------------------------------------------------------
     async def overview(self, request: Request) -> Response:
         engines = self.engines.values()
-        stats = [s for engine in engines for s in engine.queue_stats.values()]
-        totals = {
-            key: sum(getattr(s, key) for s in stats)
-            for key in ("published", "delivered", "acked", "redelivered", "dead_lettered")
-        }
         return JSONResponse({
+            "broker": self.broker_id,
             "version": __version__,
             "frame_codec": "native" if native_codec.NATIVE else "python",
             "uptime": round(time.time() - self.started, 1),
             "store": self.settings.store_shown,
             "connections": len(self.connections),
             "vhosts": len(self.engines),
-            "queues_in_use": len(stats),
+            "queues_in_use": sum(len(engine.queue_stats) for engine in engines),
             "queues_active": sum(len(engine.queues) for engine in engines),
             "exchanges": sum(len(engine.exchanges) for engine in engines),
-            "totals": totals,
+            "totals": self.runtime.counter_totals(),
             "rates": self.rates.total(),
             "alarms": self.runtime.alarms.describe()["alarms"],
             "node": self._node(),
@@ -377,23 +384,31 @@ class ManagementApp:
         return JSONResponse(alarms.describe())
 
     async def cluster(self, request: Request) -> Response:
-        """Every broker on a shared store's database: lease, last renewal, claims, version (a store
-        of one broker has no cluster: an empty list)."""
+        """Every broker on a shared store's database: lease, last renewal, claims, version and the
+        counters it wrote at that renewal; ``totals`` sums those of the brokers whose lease runs (a
+        store of one broker has no cluster: no brokers, no totals).  Ages are on this broker's clock."""
         store = self.runtime.store
-        items = [
+        now = time.time()
+        leases = await store.brokers()
+        brokers = [
             {
                 "id": lease.id,
                 "this": lease.id == store.node_id,
+                "live": lease.live,
                 "epoch": lease.epoch,
                 "lease_until": _iso(lease.lease_until),
+                "lease_remaining": round(lease.lease_until - now, 1),
                 "last_renewal": None if lease.renewed is None else _iso(lease.renewed),
+                "renewal_age": None if lease.renewed is None else round(now - lease.renewed, 1),
                 "claimed": lease.claimed,
                 "unacked": lease.unacked,
                 "version": lease.version,
+                "counters": {key: lease.counters.get(key, 0) for key in TOTALS},
             }
-            for lease in await store.brokers()
+            for lease in leases
         ]
-        return JSONResponse({"shared": store.shared, "items": items})
+        totals = {key: sum(lease.counters.get(key, 0) for lease in leases if lease.live) for key in TOTALS}
+        return JSONResponse({"shared": store.shared, "brokers": brokers, "totals": totals if store.shared else None})
 
     # -- vhosts ---------------------------------------------------------------------------------
     async def list_vhosts(self, request: Request) -> Response:
@@ -431,6 +446,7 @@ class ManagementApp:
                 "unacked": row.unacked,
                 "consumers": row.consumers,
                 "oldest_age": _age(row.oldest_ms),
+                "broker": self.broker_id,
             }
             item.update(row.stats.as_dict() if row.stats is not None else {})
             item["rates"] = self.rates.of(vhost, row.name)
@@ -475,6 +491,7 @@ class ManagementApp:
             "ready": counts[0],
             "unacked": counts[1],
             "consumers": queue.nsubs if queue is not None else 0,
+            "broker": self.broker_id,
             **(stats.as_dict() if stats is not None else {}),
             "rates": self.rates.of(vhost, name),
         })

@@ -12,7 +12,12 @@ gauges need the store (a durable queue's messages are on disk), so the scrape
 reads its counts first, one short read per listed queue.  Per-queue and per-exchange series
 carry a ``vhost`` label: the same name in two vhosts is two queues.  prometheus-client's
 process collector adds the usual ``process_*`` series (memory, open files, CPU seconds;
-Linux), and ``stompmq_build_info`` the version and frame codec as labels.
+Linux), and ``stompmq_build_info`` the version, frame codec and broker as labels.
+
+Whose numbers: the counters are this broker's own, so the per-queue ones carry a ``broker``
+label (its node id: one value per process, so it adds no series beyond the busiest queues);
+the ready and unacked gauges are the store's counts, every broker's on PostgreSQL, so they
+have none (take their ``max``, not their ``sum``, over the brokers of one database).
 """
 
 from __future__ import annotations
@@ -88,8 +93,9 @@ async def scrape(management: ManagementApp) -> bytes:
         metrics.append(CounterMetricFamily(name, doc, value=sum(of_engine(engine) for engine in engines.values())))
 
     info = GaugeMetricFamily("stompmq_build_info", "The running broker: version, Python, frame codec (always 1)",
-                             labels=["version", "python", "frame_codec"])
-    info.add_metric([__version__, platform.python_version(), "native" if native_codec.NATIVE else "python"], 1)
+                             labels=["version", "python", "frame_codec", "broker"])
+    info.add_metric([__version__, platform.python_version(), "native" if native_codec.NATIVE else "python",
+                     management.broker_id], 1)
     metrics.append(info)
     metrics += PROCESS.collect()
     disk = management.runtime.store.disk_bytes()
@@ -141,11 +147,12 @@ async def scrape(management: ManagementApp) -> bytes:
         totals[7] += s.rejected
     for key, total in zip(QUEUE_COUNTERS, totals):
         what = key.replace("_", "-")
-        metrics.append(CounterMetricFamily(f"stompmq_{key}_all", f"Messages {what} in every queue", value=total))
-        family = CounterMetricFamily(f"stompmq_queue_{key}", f"Messages {what}, per queue (busiest queues)",
-                                     labels=["vhost", "queue"])
+        metrics.append(CounterMetricFamily(f"stompmq_{key}_all", f"Messages {what} in every queue, through "
+                                           "this broker", value=total))
+        family = CounterMetricFamily(f"stompmq_queue_{key}", f"Messages {what} through this broker, per queue "
+                                     "(busiest queues)", labels=["vhost", "queue", "broker"])
         for queue in top:
-            family.add_metric(list(queue), getattr(stats[queue], key))
+            family.add_metric([*queue, management.broker_id], getattr(stats[queue], key))
         metrics.append(family)
 
     ready = GaugeMetricFamily("stompmq_queue_ready", "Ready messages, per queue (busiest queues)",

@@ -29,6 +29,7 @@ from ..broker import Broker
 from ..broker.definitions import load_definitions, vhost_definitions
 from ..broker.exchanges import PRIVATE_QUEUE_PREFIX
 from ..broker.reads import StoreRead
+from ..broker.stats import totals
 from ..storage.base import (
     DEFAULT_VHOST,
     BindingRecord,
@@ -68,6 +69,11 @@ class Runtime:
         store.on_definitions_changed = self._timed(self._definitions_changed)
         store.on_vhosts_changed = self._timed(self._vhosts_changed)
         store.on_stream_changed = self._timed(self._stream_changed)
+        store.own_counters = self.counter_totals
+
+    def counter_totals(self) -> dict[str, int]:
+        """This broker's counters summed over every vhost's queues since it started."""
+        return totals(s for engine in self.engines.values() for s in engine.queue_stats.values())
 
     def _timed(self, fn: Callable[P, None]) -> Callable[P, None]:
         """``fn`` called with the engine's time brought up to date first."""

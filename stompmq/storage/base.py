@@ -319,6 +319,8 @@ class BrokerLease:
     claimed: int  # ready messages it holds under its current epoch
     unacked: int  # messages it has out for delivery
     version: str | None
+    live: bool  # its lease runs now (the database's clock): a lapsed one is forgotten at the next renewal
+    counters: dict[str, int]  # what it counted since it started, as of its last renewal
 
 
 @dataclass(frozen=True, slots=True)
@@ -398,6 +400,9 @@ class Store(abc.ABC):
         #: a stream's state after a commit, by this broker (before its ticket's ``on_commit``) or
         #: another (notified); None: the stream was deleted
         self.on_stream_changed: Callable[[str, StreamState | None], None] = lambda name, state: None
+        #: this broker's message counters over all its queues since it started (called on the
+        #: trio thread): a shared store writes them with each lease renewal, for the cluster totals
+        self.own_counters: Callable[[], dict[str, int]] = lambda: {}
         self._seq_handed = 0  # the end of the last block handed out by seq_block
 
     # -- several brokers (the defaults serve a store used by one broker) -----------------

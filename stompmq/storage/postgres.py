@@ -52,6 +52,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import dataclasses
+import functools
 import logging
 import math
 import re
@@ -215,7 +216,7 @@ EXPIRED_SQL = (
 )
 #: The brokers on the database and their claims (ix_messages_owner: only the claimed rows).
 BROKERS_SQL = (
-    "SELECT b.id, b.epoch, b.lease_until, b.renewed_at, b.version,"
+    "SELECT b.id, b.epoch, b.lease_until, b.renewed_at, b.version, b.lease_until >= now(), b.counters,"
     " COUNT(m.seq) FILTER (WHERE NOT m.delivered), COUNT(m.seq) FILTER (WHERE m.delivered)"
     " FROM brokers b LEFT JOIN messages m ON m.owner = b.id AND m.owner_epoch = b.epoch"
     " GROUP BY b.id ORDER BY b.id"
@@ -398,13 +399,14 @@ class PostgresBackend:
         return vhosts, exchanges, bindings
 
     # -- leases ------------------------------------------------------------------------------------
-    def renew(self) -> None:
-        """Renew this broker's lease, free the claims of brokers whose lease lapsed, and drop
-        relayed topic messages nobody needs any more."""
+    def renew(self, counters: dict[str, int]) -> None:
+        """Renew this broker's lease and write its ``counters`` (the cluster totals), free the
+        claims of brokers whose lease lapsed, and drop relayed topic messages nobody needs any more."""
         conn = self._connection()
         try:
             with conn.transaction():
                 self._register(conn)
+                conn.execute("UPDATE brokers SET counters = %s WHERE id = %s", (_dumps(counters), self.broker_id))
                 self._free_lapsed(conn)
                 conn.execute(
                     "DELETE FROM topic_relay WHERE created < now() - make_interval(secs => %s)", (RELAY_KEEP,)
@@ -854,8 +856,8 @@ class PostgresBackend:
         except psycopg.Error as exc:
             raise StoreError(f"cannot read {self.name}: {_one_line(exc)}") from None
         return [BrokerLease(id_, int(epoch), until.timestamp(), None if renewed is None else renewed.timestamp(),
-                            int(claimed), int(unacked), version)
-                for id_, epoch, until, renewed, version, claimed, unacked in rows]
+                            int(claimed), int(unacked), version, live, {} if counters is None else _loads(counters))
+                for id_, epoch, until, renewed, version, live, counters, claimed, unacked in rows]
 
     def definitions(self) -> tuple[list[str], list[ExchangeRecord], list[BindingRecord]]:
         try:
@@ -1047,7 +1049,7 @@ class PostgresStore(GroupCommitStore):
             await trio.sleep(self.lease / 3)
             trusted = self.claims_valid()
             try:
-                await self._call(self._pg.renew)
+                await self._call(functools.partial(self._pg.renew, self.own_counters()))
             except StoreError:
                 continue  # the store's outage record logs it (storage/outage.py)
             epoch = self._pg.epoch  # (a reconnection may have made it new before this renewal)

@@ -212,6 +212,9 @@ brokers = Table(
     # When it last renewed (the database's clock) and the stompmq version it runs (migration 0010).
     Column("renewed_at", DateTime(timezone=True), nullable=True),
     Column("version", String(64), nullable=True),
+    # What it counted since it started, over all its queues (JSON {"published": N, ...}), written
+    # at each renewal for the management API's cluster totals (migration 0012); NULL on SQLite.
+    Column("counters", Text, nullable=True),
 )
 
 broker_meta = Table(

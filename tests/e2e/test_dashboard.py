@@ -17,6 +17,7 @@ from stompmq.server import ServerSettings
 from ..support.broker_thread import BrokerThread
 from ..support.broker_process import free_port
 from ..support.stompclient import Client
+from ..support.stores import TEST_LEASE, make_store_factory
 from ..support.waiting import send_all, wait_until
 
 webdriver = pytest.importorskip("selenium.webdriver")
@@ -101,6 +102,8 @@ def test_dashboard_vhosts_consumers_peek_and_connections(
         wait.until(lambda d: "Uptime" in _text(d, "overview"))
         assert "Memory" in _text(browser, "node") and "Alarms\nnone" in _text(browser, "node")
         assert re.search(r"Uptime\n\d+ s", _text(browser, "overview"))  # a duration, not "1.2"
+        assert "Broker\nsingle broker" in _text(browser, "overview")  # memory: no cluster panel
+        assert not browser.find_element(By.ID, "cluster-panel").is_displayed()
 
         browser.get(base + "/#queues")
         wait.until(lambda d: "orders" in _text(d, "queues"))
@@ -162,3 +165,32 @@ def _get(base: str, path: str) -> Any:
 
 def _connections(base: str) -> list[dict[str, Any]]:
     return list(_get(base, "/api/connections")["items"])
+
+
+def _rows(driver: webdriver.Chrome, selector: str) -> list[list[str]]:
+    """The cells of a table's rows, read by one script (the page replaces them on every refresh)."""
+    return list(driver.execute_script(
+        f"return [...document.querySelectorAll('{selector} tr')].map(tr => [...tr.cells].map(td => td.textContent))"))
+
+
+@pytest.mark.postgres
+def test_dashboard_cluster_panel_lists_the_brokers_and_their_totals(browser: webdriver.Chrome, tmp_path: Path) -> None:
+    store = make_store_factory("postgres", tmp_path)
+    http_port = free_port()
+    with BrokerThread(store, settings=ServerSettings(port=0, http_port=http_port)).start() as a, \
+            BrokerThread(store).start() as b:
+        send_all(a.port, "/queue/clustered", ["x"] * 3)
+        send_all(b.port, "/queue/clustered", ["y"] * 2)
+        browser.get(f"http://127.0.0.1:{http_port}/#overview")
+        wait = WebDriverWait(browser, 3 * TEST_LEASE + 10)  # the counters come with each lease renewal
+        wait.until(lambda d: d.find_element(By.ID, "cluster-panel").is_displayed())
+        # Totals row: published is column 8 (after broker, lease, renewal, epoch, claimed, unacked, version).
+        wait.until(lambda d: [row[7] for row in _rows(d, "#cluster tfoot")] == ["5"])
+        assert a.broker is not None and b.broker is not None
+        this, other = a.broker.store.node_id, b.broker.store.node_id
+        brokers = _rows(browser, "#cluster tbody")
+        assert sorted(row[0] for row in brokers) == sorted([this + " (this)", other])
+        assert sorted(row[7] for row in brokers) == ["2", "3"]
+        assert all(re.fullmatch(r"\d+ s", row[1]) and row[2].endswith(" ago") for row in brokers)
+        assert "Broker\n" + this in _text(browser, "overview")
+        assert browser.get_log("browser") == []

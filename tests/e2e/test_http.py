@@ -255,7 +255,13 @@ def test_metrics_bound_per_queue_series(http_broker: tuple[BrokerThread, Api]) -
     assert "stompmq_published_all_total 21.0" in text
     assert f"stompmq_native_frame_codec {float(native_codec.NATIVE)}" in text
     published = [line for line in text.splitlines() if line.startswith("stompmq_queue_published_total{")]
-    assert sorted(published) == [f'stompmq_queue_published_total{{queue="m{i}",vhost="/"}} {i + 1}.0' for i in (3, 4, 5)]
+    assert broker.broker is not None
+    this = broker.broker.store.node_id or "local"  # whose counters: its node id, "local" alone on a store
+    assert api.get("/api/overview")["broker"] == this
+    assert sorted(published) == [f'stompmq_queue_published_total{{broker="{this}",queue="m{i}",vhost="/"}} {i + 1}.0'
+                                 for i in (3, 4, 5)]
+    assert all(q["broker"] == this for q in api.get("/api/queues")["items"])
+    assert api.get("/api/queues/%2F/m5")["broker"] == this
     assert 'stompmq_queue_ready{queue="m5",vhost="/"} 6.0' in text
     if broker.broker is not None and broker.broker.store.durable:  # commit groups are timed
         assert "stompmq_store_commit_seconds_count" in text and "stompmq_store_commit_group_size_bucket" in text
@@ -332,7 +338,8 @@ def test_vhosts_are_declared_and_listed_and_scope_the_queue_routes(http_broker: 
     assert api.get("/api/queues/only-in-dev?vhost=dev")["ready"] == 1
     assert api.call("GET", "/api/queues?vhost=nope")[0] == 404
     metrics = api.get("/metrics")
-    assert 'stompmq_queue_published_total{queue="only-in-dev",vhost="dev"} 1.0' in metrics
+    assert re.search(r'^stompmq_queue_published_total\{broker="\w+",queue="only-in-dev",vhost="dev"\} 1.0$', metrics,
+                     re.MULTILINE)
 
 
 def test_with_a_users_file_the_api_needs_basic_auth_and_a_tag(
@@ -442,14 +449,17 @@ def test_cluster_lists_the_brokers_on_the_database(http_broker: tuple[BrokerThre
     broker, api = http_broker
     cluster = api.get("/api/cluster")
     if store_kind != "postgres":
-        assert cluster == {"shared": False, "items": []}
+        assert cluster == {"shared": False, "brokers": [], "totals": None}
         return
-    (this,) = cluster["items"]
-    assert cluster["shared"] and this["this"] and this["epoch"] >= 1 and this["version"]
+    (this,) = cluster["brokers"]
+    assert cluster["shared"] and this["this"] and this["live"] and this["epoch"] >= 1 and this["version"]
     assert this["lease_until"] > this["last_renewal"]  # ISO 8601 UTC strings sort as times
+    assert this["lease_remaining"] > 0 and this["renewal_age"] >= 0
+    assert set(this["counters"]) == set(cluster["totals"]) == {"published", "delivered", "acked", "redelivered",
+                                                               "dead_lettered"}
     with Client(broker.port) as consumer:
         consumer.subscribe("/queue/held", ack="client-individual", prefetch="2")
         send_all(broker.port, "/queue/held", ["1", "2", "3", "4"])
         consumer.messages(2)
-        wait_until(lambda: [(b["claimed"], b["unacked"]) for b in api.get("/api/cluster")["items"]] == [(2, 2)],
+        wait_until(lambda: [(b["claimed"], b["unacked"]) for b in api.get("/api/cluster")["brokers"]] == [(2, 2)],
                    "the broker's claims to be listed")

@@ -164,7 +164,7 @@ def test_a_lapsed_lease_frees_the_brokers_claims_at_the_next_renewal(url: str) -
         freed: list[StoredMessage] = []
 
         def renewed_and_freed() -> bool:
-            survivor.renew()
+            survivor.renew({})
             freed[:] = survivor.load_ready("q", None, 10)  # what it claimed before comes again
             return len(freed) == 3
 
@@ -193,7 +193,7 @@ def test_renewing_keeps_a_live_brokers_claims(url: str) -> None:
         start = time.monotonic()
         while time.monotonic() - start < 2 * TEST_LEASE:
             renewed = time.monotonic()
-            holder.renew()
+            holder.renew({})
             taken = other.load_ready("q", None, 10)
             if time.monotonic() - renewed >= TEST_LEASE:
                 pytest.skip("the machine stalled longer than a lease between a renewal and the check")

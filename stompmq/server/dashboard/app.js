@@ -80,12 +80,32 @@ function showAlarms(alarms) {
   banner.textContent = alarms.length ? `${alarms.join(" and ")} alarm: publishers blocked` : "";
 }
 
+// The counters each broker writes with its lease, in the cluster table's column order.
+const CLUSTER_COUNTERS = ["published", "delivered", "acked", "redelivered", "dead_lettered"];
+
+// The brokers sharing the database and their totals; hidden on a store of one broker (no brokers).
+function showCluster(cluster) {
+  $("#cluster-panel").hidden = !cluster.brokers.length;
+  fillTable("#cluster", cluster.brokers, [
+    (b) => b.id + (b.this ? " (this)" : ""), (b) => (b.live ? duration(b.lease_remaining) : "lapsed"),
+    (b) => (b.renewal_age == null ? "never" : duration(b.renewal_age) + " ago"), (b) => b.epoch,
+    (b) => b.claimed, (b) => b.unacked, (b) => b.version ?? "",
+    ...CLUSTER_COUNTERS.map((key) => (b) => b.counters[key]),
+  ]);
+  const total = document.createElement("tr");
+  ["Total (live brokers)", "", "", "", "", "", "", ...CLUSTER_COUNTERS.map((key) => cluster.totals?.[key])]
+    .forEach((value) => cell(total, value));
+  $("#cluster tfoot").replaceChildren(...(cluster.brokers.length ? [total] : []));
+}
+
 const views = {
   async overview() {
-    const o = await api("/api/overview");
+    const [o, cluster] = await Promise.all([api("/api/overview"), api("/api/cluster")]);
     showAlarms(o.alarms);
+    showCluster(cluster);
     fillList("#overview", [
-      ["Version", o.version], ["Uptime", duration(o.uptime)], ["Store", o.store], ["Vhosts", o.vhosts],
+      ["Version", o.version], ["Broker", cluster.brokers.length ? o.broker : "single broker"],
+      ["Uptime", duration(o.uptime)], ["Store", o.store], ["Vhosts", o.vhosts],
       ["Connections", o.connections], ["Queues in use", o.queues_in_use], ["Exchanges", o.exchanges],
       ["Published", o.totals.published], ["Delivered", o.totals.delivered], ["Acked", o.totals.acked],
       ["Publish/s", o.rates.publish], ["Deliver/s", o.rates.deliver], ["Ack/s", o.rates.ack],

@@ -203,6 +203,15 @@ def build_parser() -> argparse.ArgumentParser:
     peek = sub.add_parser("peek", help="show a queue's first ready messages, consuming none")
     peek.add_argument("queue")
     peek.add_argument("--count", type=int, default=10, help="messages to show [default: 10; at most 100]")
+    get = sub.add_parser("get", help="take a queue's first ready messages and acknowledge them (gone for good)")
+    get.add_argument("queue")
+    get.add_argument("--count", type=int, default=1, help="messages to take [default: 1; at most 1000]")
+    move = sub.add_parser("move", help="move a queue's ready messages to another queue of the vhost, e.g. a "
+                          "dead-letter queue back to its queue")
+    move.add_argument("queue")
+    move.add_argument("to", help="the queue to move them to")
+    move.add_argument("--count", type=int, default=None,
+                      help="messages to move [default: every ready one, at most 10000 a request]")
     publish = sub.add_parser("publish", help="put a message in a queue (as a SEND without receipt)")
     publish.add_argument("queue")
     publish.add_argument("body")
@@ -243,6 +252,7 @@ COLUMNS = {
     "list-exchanges": ["name", "type", "bindings", "routed"],
     "consumers": ["connection", "peer", "login", "subscription", "ack", "prefetch", "unacked"],
     "peek": ["priority", "redelivery_count", "age", "headers", "body"],
+    "get": ["priority", "redelivery_count", "age", "headers", "body"],
 }
 
 
@@ -273,11 +283,23 @@ def run(api: Api, args: argparse.Namespace) -> Any:
         return api.queue("DELETE", args.queue)
     if command == "consumers":
         return api.queue("GET", args.queue, "consumers")["items"]
-    if command == "peek":
-        rows = api.queue("GET", args.queue, f"messages?count={args.count}")["items"]
+    if command in ("peek", "get"):
+        if args.count < 1:
+            raise UsageError(f"--count must be at least 1, not {args.count}")
+        if command == "peek":
+            rows = api.queue("GET", args.queue, f"messages?count={args.count}")["items"]
+        else:
+            rows = api.queue("POST", args.queue, "get", {"count": args.count})["items"]
         for row in rows:
             row["body"] = row.get("body", "(base64) " + row.pop("body_base64", ""))
         return rows
+    if command == "move":
+        if not args.to.removeprefix("/queue/"):
+            raise UsageError("move: name the queue to move to")
+        if args.count is not None and args.count < 1:
+            raise UsageError(f"--count must be at least 1, not {args.count}")
+        body = {"to": args.to} if args.count is None else {"to": args.to, "count": args.count}
+        return api.queue("POST", args.queue, "move", body)
     if command == "publish":
         body = {"body": args.body, "headers": _pairs("--header", args.header)}
         return api.queue("POST", args.queue, "publish", body)

@@ -158,8 +158,9 @@ class Acks:
             self.deadlines.cancel(timer)  # type: ignore[arg-type]
         return msg
 
-    def requeue(self, queue: Queue | None, msg: StoredMessage) -> None:
-        """Put an unacked queue message back, counting a redelivery; dead-letter it past the limit."""
+    def requeue(self, queue: Queue | None, msg: StoredMessage, redelivered: bool = True) -> None:
+        """Put an unacked queue message back, counting a redelivery (unless nobody saw it:
+        ``redelivered`` False, take.py); dead-letter it past the limit."""
         if queue is None:
             return  # topic message: transient
         forfeited = self.dispatcher.forfeited
@@ -167,12 +168,13 @@ class Acks:
             forfeited.discard(msg.seq)  # claimed under a lease that lapsed: another broker has it
             return
         msg.delivered = False
-        msg.redeliveries += 1
-        queue.stats.redelivered += 1
-        limit = self.config.max_redeliveries
-        if limit is not None and msg.redeliveries > limit:
-            self.dispatcher.dead_letter(msg, f"redelivered more than {limit} times")
-            return
+        if redelivered:
+            msg.redeliveries += 1
+            queue.stats.redelivered += 1
+            limit = self.config.max_redeliveries
+            if limit is not None and msg.redeliveries > limit:
+                self.dispatcher.dead_letter(msg, f"redelivered more than {limit} times")
+                return
         msg.held = queue.window.requeue(msg)
         self.store.update(msg)
 

@@ -67,6 +67,8 @@ log = logging.getLogger(__name__)
 
 #: Why a message left its queue unconsumed (its ``dead-letter-reason`` if dead-lettered).
 EXPIRED, MAXLEN = "expired", "maxlen"
+#: The headers a dead letter gets: why it died, and where.
+DEAD_LETTER_REASON, ORIGINAL_DESTINATION = "dead-letter-reason", "original-destination"
 #: ``StoredMessage.expires`` of a message withdrawn because its SEND was answered "not stored"
 #: (``Dispatcher.withdraw``): it sorts as long expired, so dispatch sets it aside at the head.
 WITHDRAWN = -1
@@ -228,19 +230,27 @@ class Dispatcher:
         and ``original-destination``; a message of a dead-letter queue itself, or any message
         when the prefix is empty, is dropped and logged, so dead letters never chain.
         """
-        self.remove(msg)
         self.queue_stats(msg.queue).dead_lettered += 1
         prefix = self.config.dlq_prefix
         if not prefix or msg.queue.startswith(prefix):
+            self.remove(msg)
             log.warning("dropping message %d of queue %s: %s", msg.seq, msg.queue, reason)
             return
         headers = dict(msg.headers)
-        headers["dead-letter-reason"] = reason
-        headers["original-destination"] = "/queue/" + msg.queue
+        headers[DEAD_LETTER_REASON] = reason
+        headers[ORIGINAL_DESTINATION] = "/queue/" + msg.queue
         try:
-            self.publish(prefix + msg.queue, headers, msg.body, msg.priority)
+            self.transfer(msg, prefix + msg.queue, headers)
         except QueueFull as e:
+            self.remove(msg)
             log.warning("dropping message %d of queue %s (%s): %s", msg.seq, msg.queue, reason, e.message)
+
+    def transfer(self, msg: StoredMessage, queue_name: str, headers: dict[str, str]) -> None:
+        """Move ``msg`` (already settled) into ``queue_name`` as a new message with ``headers``,
+        its body and priority: the insert and its own delete are buffered in this one step, so
+        they commit together.  QueueFull (a full ``reject-publish`` target): nothing changed."""
+        self.publish(queue_name, headers, msg.body, msg.priority)
+        self.remove(msg)
 
     def discard(self, msg: StoredMessage, reason: str, stats: QueueStats) -> None:
         """An expired (``reason`` "expired") or dropped ("maxlen") message leaves its queue:

@@ -25,6 +25,7 @@ Who owns what (imports point down this list, never up):
     engine        frames -> the modules below; sessions; time; deadlines -> handlers
     control       /control verbs, over the dispatcher and the router
     transactions  BEGIN/COMMIT/ABORT, over the router and acks
+    take          an administrator's get and move: a consumer of its own, over subscriptions and acks
     subscriptions SUBSCRIBE/UNSUBSCRIBE, over the dispatcher, acks and router; browse: browser:true
     routing       SEND -> queue / topic / exchange; exchanges and topics; temp_queues
     acks          ACK/NACK/ack timeouts: settle, requeue
@@ -70,6 +71,7 @@ from .session import Outbox, Session
 from .streams import STREAM_FOLLOW_RETRY, STREAM_READ_RETRY, STREAM_RETENTION, Streams, StreamSubscription
 from .stats import QueueStats
 from .subscriptions import QUEUE_NAME_HEADER, Subscriptions, split_legacy_bindings
+from .take import Take
 from .temp_queues import TEMP_DESTINATION
 from .timers import Deadlines
 from .topics import WILDCARD, TopicRouter
@@ -99,6 +101,7 @@ class Broker:
         self.expiry = ExpirySweep(self.dispatcher)
         #: x-queue-name names the store found unused, for the SUBSCRIBE handled again at once
         self._vetted: set[str] = set()
+        self._takes = 0  # takes made (take.py), numbering their sessions
         self._handlers: dict[str, Handler] = {
             "SEND": self._on_send,
             "SUBSCRIBE": self._on_subscribe,
@@ -177,6 +180,12 @@ class Broker:
     def peek(self, queue: str, count: int) -> Deferred[list[StoredMessage]]:
         """Up to ``count`` ready messages of ``queue``, consuming none: ``answer(await fetch(store))``."""
         return self.control.peek(queue, count)
+
+    def take(self, queue: str, count: int) -> Take:
+        """Start taking up to ``count`` ready messages of ``queue`` for an administrator (take.py):
+        once ``complete``, ``ack`` or ``move`` them; ``close`` puts back what is left."""
+        self._takes += 1
+        return Take(self.subscriptions, self.acks, self.dispatcher, f"take-{self._takes}", queue, count)
 
     def publish(self, queue: str, headers: dict[str, str], body: bytes) -> None:
         """Put a message in ``queue`` as a SEND with these headers would (priority, expiry, delay),

@@ -21,9 +21,14 @@ without a CORS preflight this server never grants), and on a loopback address
 only loopback host names are accepted (no DNS rebinding).
 
 A queue is a resource at ``/api/queues/{vhost}/{name}`` (each one percent-encoded path
-segment; ``queue_target``), with ``/purge``, ``/consumers``, ``/messages`` (a peek) and
-``/publish`` under it; anything unknown (a vhost, a queue, an action) is a 404 with a
-reason, never an empty success.  The exchange and topic routes and the queue list take
+segment; ``queue_target``), with ``/purge``, ``/consumers``, ``/messages`` (a peek), ``/get``,
+``/move`` and ``/publish`` under it; anything unknown (a vhost, a queue, an action) is a 404
+with a reason, never an empty success.  Get and move take messages through the engine as a
+consumer of their own does (``broker/take.py``), then read the store, so they answer once what
+they did is committed; with a users file they also need the user's ``read`` permission on the
+queue (and ``write`` on a move's target), resolved as resources like a STOMP frame's.  A
+publish while a resource alarm is set is refused (503): a publisher is held back, an HTTP
+request should not hang.  The exchange and topic routes and the queue list take
 ``?vhost=NAME`` (default ``/``); ``/api/vhosts`` lists and declares vhosts.
 ``/api/cluster`` lists the brokers sharing a PostgreSQL database (``Store.brokers``), each with
 the counters it wrote at its last lease renewal, and their totals over the live ones.
@@ -50,7 +55,7 @@ import time
 import urllib.parse
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import trio
 from hypercorn.config import Config as HypercornConfig
@@ -68,19 +73,25 @@ from starlette.staticfiles import StaticFiles
 from .. import __version__
 from ..broker import Broker, ClientError
 from ..broker.control import MAX_PAGE, Deferred
+from ..broker.destinations import parse_destination
 from ..broker.exchanges import EXCHANGE_TYPE, ROUTING_KEY_HEADER
+from ..broker.resources import resource
 from ..broker.stats import TOTALS
+from ..broker.take import Take
 from ..protocol import native as native_codec
 from ..storage.base import DEFAULT_VHOST, StoredMessage, StoreError, vhost_name_error
 from .connection import Connection
+from .alarms import CHECK_SECONDS
+from .auth import User
 from .history import Counters, Point, QueueKey, RateHistory
-from .http_auth import BasicAuth
+from .http_auth import USER_SCOPE, BasicAuth
 from .metrics import StoreMetrics, metrics_route
 from .runtime import Runtime
 from .security import Security
 from .settings import ServerSettings
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: Seconds between two samples of the counters the rates are computed from.
 SAMPLE_SECONDS = 5.0
@@ -193,6 +204,11 @@ def _queue_name(name: str) -> str:
 QueueHandler = Callable[[Broker, str, str, tuple[int, int], Request], Awaitable[Response]]
 #: Messages a peek shows when the client does not say, and at most.
 DEFAULT_PEEK, MAX_PEEK = 10, 100
+#: Messages one get takes at most, and one move moves at most (also at most --max-prefetch).
+MAX_GET, MAX_MOVE = 1000, 10_000
+#: Seconds a get or move waits for the store's pages of the queue before it settles what it has,
+#: and how often it looks meanwhile (the engine has no callback for a page that brought nothing).
+TAKE_SECONDS, TAKE_POLL = 10.0, 0.01
 #: What no header name or value may hold (a frame's line structure), nor ':' in a name.
 _BAD_HEADER = re.compile("[\r\n\0]")
 
@@ -248,6 +264,8 @@ class ManagementApp:
             ("consumers", "GET"): self.queue_consumers,
             ("messages", "GET"): self.peek_messages,
             ("publish", "POST"): self.publish_message,
+            ("get", "POST"): self.get_messages,
+            ("move", "POST"): self.move_messages,
             ("history", "GET"): self.queue_history,
         }
         routes: list[BaseRoute] = [
@@ -517,6 +535,60 @@ class ManagementApp:
         messages = await self.answer(engine, engine.peek(name, count))
         return JSONResponse({"items": [_message_json(msg) for msg in messages]})
 
+    async def get_messages(self, engine: Broker, vhost: str, name: str, counts: tuple[int, int],
+                           request: Request) -> Response:
+        """``{"count": N}``: take up to N ready messages and acknowledge them (gone for good), in
+        delivery order; answered once the deletes are committed."""
+        body = await _json_object(request)
+        _only_fields(body, {"count"}, "a get has count")
+        count = _json_count(body, "count", None, MAX_GET)
+        _authorise(request, vhost, [("read", name)])
+        messages = await self._take(engine, name, count, Take.ack)
+        log.info("%d messages of queue %s of vhost %s taken through the management API", len(messages), name, vhost)
+        return JSONResponse({"items": [_message_json(msg) for msg in messages]})
+
+    async def move_messages(self, engine: Broker, vhost: str, name: str, counts: tuple[int, int],
+                            request: Request) -> Response:
+        """``{"to": QUEUE, "count": N}``: move up to N ready messages (default: all, at most
+        ``MAX_MOVE`` a request) to another queue of the vhost, each insert committed with its
+        delete; ``stopped`` says why fewer moved if the target refused (reject-publish, full)."""
+        body = await _json_object(request)
+        _only_fields(body, {"to", "count"}, "a move has to and count")
+        target = body.get("to")
+        if not isinstance(target, str) or not _queue_name(target):
+            raise HTTPException(400, "to must name a queue of the same vhost")
+        target = _queue_name(target)
+        if target == name:
+            raise HTTPException(400, "to names the queue itself: move to another queue")
+        count = _json_count(body, "count", MAX_MOVE, MAX_MOVE)
+        _authorise(request, vhost, [("read", name), ("write", target)])
+        moved, stopped = await self._take(engine, name, count, lambda take: take.move(target))
+        log.info("%d messages of queue %s of vhost %s moved to queue %s through the management API", moved, name,
+                 vhost, target)
+        answer: dict[str, Any] = {"name": name, "vhost": vhost, "to": target, "moved": moved}
+        if stopped is not None:
+            answer["stopped"] = stopped
+        return JSONResponse(answer)
+
+    async def _take(self, engine: Broker, name: str, count: int, settle: Callable[[Take], T]) -> T:
+        """Take up to ``count`` ready messages of queue ``name`` (``Broker.take``), wait until the
+        take has what it can have (at most ``TAKE_SECONDS``), ``settle`` it, then read the store:
+        a read runs behind every write buffered before it, in a group that holds none back, so
+        the answer comes once the settlement is committed (or is a 503 if it was not)."""
+        self.runtime.tick()
+        take = engine.take(name, count)
+        try:
+            with trio.move_on_after(TAKE_SECONDS):
+                while not take.complete:
+                    await trio.sleep(TAKE_POLL)
+            self.runtime.tick()
+            result = settle(take)
+        finally:
+            self.runtime.tick()
+            take.close()
+        await engine.store.count(name)
+        return result
+
     async def publish_message(self, engine: Broker, vhost: str, name: str, counts: tuple[int, int],
                               request: Request) -> Response:
         """``{"body": TEXT, "headers": {NAME: VALUE}}``: a message as a SEND without receipt would
@@ -533,6 +605,10 @@ class ManagementApp:
                 for k, v in headers.items()):
             raise HTTPException(400, "headers must map names to string values, without ':' in a name or "
                                      "CR, LF or NUL anywhere")
+        alarms = self.runtime.alarms.active
+        if alarms:  # a STOMP publisher is held back; an HTTP request is told to come back
+            raise HTTPException(503, f"{' and '.join(sorted(alarms))} alarm set: publishing is blocked until it "
+                                     "clears (GET /api/alarms)", headers={"retry-after": str(int(CHECK_SECONDS))})
         self.runtime.tick()
         engine.publish(name, headers, body.encode())
         log.info("a message published to queue %s of vhost %s through the management API", name, vhost)
@@ -726,8 +802,43 @@ async def _json_object(request: Request) -> dict[str, Any]:
     return body
 
 
+def _only_fields(body: dict[str, Any], known: set[str], what: str) -> None:
+    unknown = sorted(set(body) - known)
+    if unknown:
+        raise HTTPException(400, f"unknown field {unknown[0]!r}: {what}")
+
+
+def _json_count(body: dict[str, Any], name: str, default: int | None, most: int) -> int:
+    """Field ``name`` of a JSON body: a whole number from 1 to ``most`` (400 otherwise; absent,
+    ``default``, or 400 if there is none)."""
+    value = body.get(name, default)
+    if value is None:
+        raise HTTPException(400, f"{name} is missing: a number from 1 to {most}")
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= most:
+        raise HTTPException(400, f"{name} must be a number from 1 to {most}, not {value!r}")
+    return value
+
+
+def _authorise(request: Request, vhost: str, wanted: list[tuple[str, str]]) -> None:
+    """403 unless the request's user may do each (action, queue) on ``vhost``, checked against
+    the resource the queue's name resolves to (``broker/resources.py``), as a STOMP frame's
+    destination is.  Without a users file the API is open: nothing to check."""
+    user: User | None = request.scope.get(USER_SCOPE)
+    if user is None:
+        return
+    permission = user.permissions.get(vhost)
+    for action, queue in wanted:
+        target = resource(parse_destination("/queue/" + queue))
+        if permission is None or not permission.allows(action, target):
+            log.warning("management API: access refused: %s %s for user %r (%s on %s)", request.method,
+                        request.url.path, user.name, action, target)
+            raise HTTPException(403, f"access refused: user {user.name} has no {action} permission on {target} "
+                                     f"in vhost {vhost}")
+
+
 async def _http_error(request: Request, exc: HTTPException) -> Response:
-    return JSONResponse({"error": exc.detail, "status": exc.status_code}, status_code=exc.status_code)
+    return JSONResponse({"error": exc.detail, "status": exc.status_code}, status_code=exc.status_code,
+                        headers=exc.headers)
 
 
 async def _client_error(request: Request, exc: ClientError) -> Response:

@@ -5,7 +5,9 @@ Theory of operation
 With a users file, every request but the probes (``/healthz``, ``/readyz``, which a load
 balancer calls without credentials and which reveal nothing) needs HTTP basic credentials of
 a user with a tag: ``administrator`` may do everything, ``monitoring`` may only read (GET and
-HEAD: the API, ``/metrics``, the dashboard).  Without a users file the API is open, as before
+HEAD: the API, ``/metrics``, the dashboard).  Taking messages (a queue's get and move) also
+needs the user's permissions on the queues (``http.py``): the user is left in the request's
+scope for that.  Without a users file the API is open, as before
 (loopback by default).
 
 A password check is scrypt (~50 ms of CPU), so it runs in a worker thread, like a STOMP login,
@@ -40,6 +42,8 @@ OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 READ_METHODS = frozenset({"GET", "HEAD"})
 #: Verified credentials remembered (a bound: a flood of distinct good logins cannot grow it).
 VERIFIED_MAX = 1000
+#: The ASGI scope key holding the request's ``User`` (the handlers check queue permissions on it).
+USER_SCOPE = "user"
 
 
 class BasicAuth(BaseHTTPMiddleware):
@@ -65,6 +69,7 @@ class BasicAuth(BaseHTTPMiddleware):
             return JSONResponse({"error": "authentication required", "status": 401}, status_code=401,
                                 headers={"www-authenticate": 'Basic realm="stompmq"'})
         if "administrator" in user.tags or ("monitoring" in user.tags and request.method in READ_METHODS):
+            request.scope[USER_SCOPE] = user
             return await call_next(request)
         log.warning("management API: access refused: %s %s for user %r from %s", request.method,
                     request.url.path, user.name, _address(request))

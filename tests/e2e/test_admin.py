@@ -211,3 +211,24 @@ def test_connection_detail_alarms_and_limits(admin) -> None:
     code, out, _ = admin("--json", "set-limits", "--disk-free-limit", "4096", "--memory-high-watermark", "0")
     assert code == 0 and json.loads(out)["disk"]["limit"] == 4096 and json.loads(out)["memory"]["limit"] is None
     assert admin("set-limits")[0] == 2
+
+
+def test_get_and_move(admin) -> None:
+    send_all(admin.broker.port, "/queue/DLQ.jobs", ["a", "b", "c", "d"],
+             lambda i: {"dead-letter-reason": "expired", "original-destination": "/queue/jobs"})
+    code, out, err = admin("get", "DLQ.jobs", "--count", "2")
+    header, first, second = out.splitlines()
+    assert code == 0 and header.split()[0] == "PRIORITY" and first.split()[-1] == "a" and second.split()[-1] == "b"
+    code, out, _ = admin("--json", "move", "DLQ.jobs", "jobs", "--count", "1")
+    assert code == 0 and json.loads(out)["moved"] == 1
+    code, out, _ = admin("move", "DLQ.jobs", "/queue/jobs")  # the rest
+    assert code == 0 and ["moved", "1"] in [line.split() for line in out.splitlines()]
+    [moved, rest] = json.loads(admin("--json", "peek", "jobs")[1])
+    assert (moved["body"], rest["body"]) == ("c", "d") and "dead-letter-reason" not in moved["headers"]
+    assert json.loads(admin("--json", "get", "DLQ.jobs")[1]) == []
+    for args, status in ((("get", "jobs", "--count", "0"), 2), (("move", "jobs", ""), 2),
+                         (("move", "jobs", "jobs"), 1), (("get", "jobs", "--count", "5000"), 1),
+                         (("move", "no-such-queue", "jobs"), 1)):
+        code, out, err = admin(*args)
+        assert code == status and out == "" and len(err.splitlines()) == 1 and "Traceback" not in err, (args, err)
+    assert "the queue itself" in admin("move", "jobs", "jobs")[2]

@@ -194,3 +194,34 @@ def test_dashboard_cluster_panel_lists_the_brokers_and_their_totals(browser: web
         assert all(re.fullmatch(r"\d+ s", row[1]) and row[2].endswith(" ago") for row in brokers)
         assert "Broker\n" + this in _text(browser, "overview")
         assert browser.get_log("browser") == []
+
+
+def test_dashboard_gets_and_moves_messages_after_asking(
+    make_memory_broker: Callable[..., BrokerThread], browser: webdriver.Chrome
+) -> None:
+    http_port = free_port()
+    broker = make_memory_broker(settings=ServerSettings(port=0, http_port=http_port))
+    base = f"http://127.0.0.1:{http_port}"
+    send_all(broker.port, "/queue/DLQ.orders", ["one", "two", "three"])
+    wait = WebDriverWait(browser, 10)
+    browser.get(base + "/#queue/DLQ.orders")
+    wait.until(lambda d: "Ready\n3" in _text(d, "queue-detail"))
+    count = browser.find_element(By.ID, "peek-count")
+    count.clear()
+    count.send_keys("1")
+    assert browser.find_element(By.ID, "get").text == "Get 1"
+    browser.find_element(By.ID, "get").click()
+    wait.until(lambda d: d.switch_to.alert).dismiss()  # asked, declined: nothing taken
+    wait.until(lambda d: "Ready\n3" in _text(d, "queue-detail"))
+    browser.find_element(By.ID, "get").click()
+    wait.until(lambda d: d.switch_to.alert).accept()
+    wait.until(lambda d: "one" in _text(d, "messages") and "Ready\n2" in _text(d, "queue-detail"))
+    browser.find_element(By.ID, "move").click()
+    prompt = wait.until(lambda d: d.switch_to.alert)
+    assert "to which queue" in prompt.text
+    prompt.accept()  # the suggestion: the queue the dead letters came from
+    wait.until(lambda d: d.switch_to.alert).accept()
+    wait.until(lambda d: "moved 2 to orders" in _text(d, "message-note"))
+    wait.until(lambda d: "Ready\n0" in _text(d, "queue-detail"))
+    assert [m["body"] for m in _get(base, "/api/queues/%2F/orders/messages")["items"]] == ["two", "three"]
+    assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []

@@ -225,15 +225,22 @@ function drawChart(id, subject, points) {
   state.charts[id] = { subject, plot };
 }
 
-async function peek() {
-  const name = $("#queue-name").textContent;
-  const count = Math.min(100, Math.max(1, Number($("#peek-count").value) || 10));
-  const page = await api(queuePath(name) + "/messages?count=" + count);
-  fillTable("#messages", page.items.map((m, i) => ({ ...m, n: i + 1 })), [
+// The count field of the message browser: how many to peek or get (1-100).
+const messageCount = () => Math.min(100, Math.max(1, Number($("#peek-count").value) || 10));
+
+function showMessages(items, note) {
+  fillTable("#messages", items.map((m, i) => ({ ...m, n: i + 1 })), [
     (m) => m.n, (m) => m.body ?? `(base64) ${m.body_base64}`,
     (m) => Object.entries(m.headers).map(([k, v]) => `${k}=${v}`).join(", "),
     (m) => m.priority, (m) => m.redelivery_count, (m) => m.age,
   ]);
+  $("#message-note").textContent = note;
+}
+
+async function peek() {
+  const name = $("#queue-name").textContent;
+  const page = await api(queuePath(name) + "/messages?count=" + messageCount());
+  showMessages(page.items, "peeked: still in the queue");
 }
 
 function route() {
@@ -288,6 +295,26 @@ $("#vhost").addEventListener("change", (e) => {
 $("#next-page").addEventListener("click", () => { state.after = state.nextAfter || ""; refresh(); });
 $("#prev-page").addEventListener("click", () => { state.after = ""; refresh(); });
 $("#peek").addEventListener("click", () => act(null, peek));
+$("#peek-count").addEventListener("input", () => { $("#get").textContent = `Get ${messageCount()}`; });
+// Get and move take messages out of the queue for good: each asks first.
+$("#get").addEventListener("click", () => {
+  const name = $("#queue-name").textContent;
+  const count = messageCount();
+  act(`Take up to ${count} ready messages of ${name}? They are acknowledged: gone from the queue for good.`,
+    async () => {
+      const page = await post(queuePath(name) + "/get", { count });
+      showMessages(page.items, `taken: ${page.items.length} removed from the queue`);
+    });
+});
+$("#move").addEventListener("click", () => {
+  const name = $("#queue-name").textContent;
+  const to = prompt(`Move the ready messages of ${name} to which queue?`, name.startsWith("DLQ.") ? name.slice(4) : "");
+  if (!to) return;
+  act(`Move the ready messages of ${name} (up to 10000) to ${to}?`, async () => {
+    const result = await post(queuePath(name) + "/move", { to });
+    showMessages([], `moved ${result.moved} to ${result.to}` + (result.stopped ? ` (stopped: ${result.stopped})` : ""));
+  });
+});
 $("#purge").addEventListener("click", () => {
   const name = $("#queue-name").textContent;
   act(`Purge every ready message of ${name}?`, () => post(queuePath(name) + "/purge"));
@@ -315,6 +342,7 @@ $("#close-connection").addEventListener("click", () => {
 });
 window.addEventListener("hashchange", () => {
   $("#messages tbody").replaceChildren();
+  $("#message-note").textContent = "";
   refresh();
 });
 refresh();

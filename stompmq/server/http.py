@@ -24,7 +24,8 @@ A queue is a resource at ``/api/queues/{vhost}/{name}`` (each one percent-encode
 segment; ``queue_target``), with ``/purge``, ``/consumers``, ``/messages`` (a peek) and
 ``/publish`` under it; anything unknown (a vhost, a queue, an action) is a 404 with a
 reason, never an empty success.  The exchange and topic routes and the queue list take
-``?vhost=NAME`` (default ``/``); ``/api/vhosts`` lists and declares vhosts.
+``?vhost=NAME`` (default ``/``), as does ``/api/streams`` (offsets and consumer groups' lag);
+``/api/vhosts`` lists and declares vhosts.
 ``/api/cluster`` lists the brokers sharing a PostgreSQL database (``Store.brokers``).
 
 Rates are derived here, not counted in the engine: ``Rates`` samples the
@@ -259,6 +260,7 @@ class ManagementApp:
             Route("/api/exchanges/{name}", self.declare_exchange, methods=["PUT"]),
             Route("/api/exchanges/{name}", self.delete_exchange, methods=["DELETE"]),
             Route("/api/topics", self.list_topics),
+            Route("/api/streams", self.list_streams),
             Route("/api/connections", self.list_connections),
             Route("/api/connections/{id}", self.get_connection, methods=["GET"]),
             Route("/api/connections/{id}", self.close_connection, methods=["DELETE"]),
@@ -627,6 +629,24 @@ class ManagementApp:
             "items": [{"topic": p, "subscriptions": n} for p, n in patterns],
             "next_after": patterns[-1][0] if len(patterns) == limit else None,
         })
+
+    # -- streams --------------------------------------------------------------------------------
+    async def list_streams(self, request: Request) -> Response:
+        """Streams by name with their offsets and consumer groups (committed offset, lag = the
+        stream's next offset - the committed one)."""
+        after, limit = _page_args(request)
+        streams = self.engine(request).streams_by_name
+        names = sorted(name for name in streams if name > after)[:limit]
+        items = []
+        for name in names:
+            stream = streams[name]
+            items.append({
+                "name": name, "first_offset": stream.first, "next_offset": stream.next, "bytes": stream.size,
+                "subscribers": len(stream.subscribers),
+                "groups": [{"name": group, "committed_offset": committed, "lag": max(0, stream.next - committed)}
+                           for group, committed in sorted(stream.groups.items())],
+            })
+        return JSONResponse({"items": items, "next_after": names[-1] if len(names) == limit else None})
 
     # -- connections ----------------------------------------------------------------------------
     async def list_connections(self, request: Request) -> Response:

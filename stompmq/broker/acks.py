@@ -84,7 +84,9 @@ class Acks:
         queue = sub.queue
         if queue is None:  # topic and stream messages are never deleted by an ACK
             for one in ids:
-                self.settle(sub, one)
+                msg = self.settle(sub, one)
+            if isinstance(sub, StreamSubscription) and sub.group is not None:
+                self.streams.commit(sub, msg)  # the group resumes after the last entry acked
         else:
             gone = run.gone
             for one in ids:

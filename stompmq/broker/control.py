@@ -97,6 +97,7 @@ class Control:
             ("stats", "exchange"): self._exchange_stats,
             ("declare", "stream"): self._declare_stream,
             ("stream-offsets", "stream"): self._stream_offsets,
+            ("stream-group", "stream"): self._stream_group,
             ("purge", "stream"): self._purge_stream,
             ("delete", "stream"): self._delete_stream,
         }
@@ -302,6 +303,14 @@ class Control:
         if self.dispatcher.store.shared:
             return Deferred(*self.streams.offsets_read(name))
         return self.streams.offsets(name)
+
+    def _stream_group(self, name: str, frame: Frame) -> Answer:
+        """A consumer group's committed offset and lag; with ``offset`` (or ``forget:true``) it
+        sets (or forgets) it first.  Needs ``read`` on the stream, as a group's ACKs do."""
+        group = self.streams.set_group(name, frame.headers)
+        if self.dispatcher.store.shared:
+            return Deferred(*self.streams.group_read(name, group))
+        return self.streams.group_answer(name, group)
 
     # -- exchanges ----------------------------------------------------------------------------
     def _declare_exchange(self, name: str, frame: Frame) -> Answer:

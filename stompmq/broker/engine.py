@@ -68,7 +68,14 @@ from .receipts import Headers, Receipts
 from .routing import Router
 from .send_headers import SPECIAL_HEADERS, send_options, user_headers
 from .session import Outbox, Session
-from .streams import STREAM_FOLLOW_RETRY, STREAM_READ_RETRY, STREAM_RETENTION, Streams, StreamSubscription
+from .streams import (
+    STREAM_FOLLOW_RETRY,
+    STREAM_READ_RETRY,
+    STREAM_RETENTION,
+    Stream,
+    Streams,
+    StreamSubscription,
+)
 from .stats import QueueStats
 from .subscriptions import QUEUE_NAME_HEADER, Subscriptions, split_legacy_bindings
 from .take import Take
@@ -140,6 +147,11 @@ class Broker:
     @property
     def topics(self) -> TopicRouter:
         return self.router.topics
+
+    @property
+    def streams_by_name(self) -> Mapping[str, Stream]:
+        """Every stream this broker knows (read-only: offsets, subscribers, consumer groups)."""
+        return MappingProxyType(self.streams.streams)
 
     # -- what the management API reads and does (server/http.py) -------------------------------
     @property

@@ -55,6 +55,21 @@ that retries after hours must still be recognised.  On a shared store the engine
 the positions it recovered or appended itself; the commit checks the stored ones under the
 stream's row lock and drops what another broker already appended (that RECEIPT cannot say so).
 Plain appends pay two dict lookups.
+
+Consumer groups
+---------------
+A SUBSCRIBE with ``x-stream-group:NAME`` (client or client-individual acks) reads for a named
+group: without ``x-stream-offset`` it starts at the group's committed offset (the subscription's
+default, ``next``, when the group has none), and each ACK commits the acked entry's offset + 1
+(the last ACK wins; a NACK commits nothing).  The engine keeps every stream's groups
+(``Stream.groups``, recovered at open) and buffers each commit in the store
+(``Store.save_stream_group``), where commits between two flushes coalesce to one row per
+group: an ACK adds no write of its own.  ``/control/stream-group`` reads, sets or forgets a
+group (refused while this broker has subscribers reading for it), and a stream keeps at most
+``MAX_GROUPS`` groups, which bounds the memory and the lag series.  On a shared store other
+brokers commit too, so a group SUBSCRIBE without an offset and ``/control/stream-group``
+read the stored groups first (behind this broker's buffered commits); a listing shows the
+groups as this broker last wrote or read them.
 """
 
 from __future__ import annotations
@@ -65,6 +80,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 
 from ..storage.base import (
+    GROUP_NAME_LENGTH,
     PRODUCER_HEADER,
     PRODUCER_ID_LENGTH,
     PRODUCER_SEQ_HEADER,
@@ -72,6 +88,7 @@ from ..storage.base import (
     UNNUMBERED,
     Store,
     StoreError,
+    StoredMessage,
     StreamMessage,
     StreamRecord,
     StreamState,
@@ -98,6 +115,14 @@ OFFSET_HEADER = "x-stream-offset"
 END_HEADER = "x-stream-end"
 #: A subscription without ``x-stream-end`` (past every offset).
 NO_END = 2**63
+#: The SUBSCRIBE header naming the consumer group a subscription reads (and commits) for.
+GROUP_HEADER = "x-stream-group"
+#: Most consumer groups a stream keeps: bounds memory and the per-group series of /metrics.
+MAX_GROUPS = 100
+#: Characters of a group name besides ASCII letters and digits (it is a /metrics label value).
+GROUP_PUNCTUATION = frozenset("._-:")
+#: A subscription waiting for its group's stored offset (shared store): nothing is delivered.
+WAITING = NO_END
 #: Entries one store read asks for: enough to amortise the thread round trip, few enough to bound
 #: a subscriber's buffer.
 READ_BATCH = 1000
@@ -121,7 +146,7 @@ class Stream:
     __slots__ = (
         "name", "destination", "options", "max_age_ms", "max_bytes", "first", "next",
         "end_bytes", "last_ts", "marks", "tail", "tail_end", "capacity", "subscribers", "timer",
-        "row", "following", "producers", "duplicates",
+        "row", "following", "producers", "duplicates", "groups",
     )
 
     def __init__(self, name: str, capacity: int | None, first: int = 0, next_offset: int = 0) -> None:
@@ -144,6 +169,7 @@ class Stream:
         self.following = False  # a shared store's follow read is queued
         self.producers: dict[str, int] = {}  # idempotent producer -> highest seq appended
         self.duplicates = 0  # appends dropped as a producer's repeat, since the broker started
+        self.groups: dict[str, int] = {}  # consumer group -> committed offset (the next to read)
 
     @property
     def tail_first(self) -> int:
@@ -159,7 +185,7 @@ class Stream:
 class StreamSubscription(Subscription):
     """A subscription to a stream: a cursor over its offsets."""
 
-    __slots__ = ("stream", "position", "buffer", "reading", "min_ts", "head", "end")
+    __slots__ = ("stream", "position", "buffer", "reading", "min_ts", "head", "end", "group")
 
     def __init__(self, sub_id: str, session: Session, stream: Stream, ack_mode: AckMode, prefetch: int) -> None:
         super().__init__(sub_id, session, stream.destination, ack_mode, prefetch, None)
@@ -170,6 +196,7 @@ class StreamSubscription(Subscription):
         self.min_ts: int | None = None  # a timestamp= start: skip older entries until one is newer
         self.head = stream_head(sub_id, stream.destination, session.version)
         self.end = NO_END  # x-stream-end: nothing at or after it is delivered
+        self.group: str | None = None  # x-stream-group: ACKs commit its offset
 
 
 class Streams:
@@ -228,6 +255,7 @@ class Streams:
             stream = self.streams[record.name] = self._new(record.name, first, next_offset)
             stream.row = record.row
             stream.producers = dict(record.producers)
+            stream.groups = dict(record.groups)
             self._configure(stream, record.options)
 
     def marks_wanted(self) -> list[tuple[str, list[int]]]:
@@ -501,7 +529,7 @@ class Streams:
 
     # -- subscribers --------------------------------------------------------------------------
     def subscribe(self, session: Session, name: str, sub_id: str, mode: AckMode, prefetch: int,
-                  start: str | None, end: str | None = None) -> StreamSubscription:
+                  start: str | None, end: str | None = None, group: str | None = None) -> StreamSubscription:
         stream = self.stream(name)
         sub = StreamSubscription(sub_id, session, stream, mode, prefetch)
         sub.position, sub.min_ts = _start(stream, start)
@@ -509,8 +537,19 @@ class Streams:
             if not (end.isascii() and end.isdigit()) or len(end) > 18:
                 raise ClientError(f"{END_HEADER} must be an offset (a whole number >= 0), not {end!r}")
             sub.end = int(end)
+        if group is not None:
+            if mode is AckMode.AUTO:
+                raise ClientError(f"{GROUP_HEADER} needs the client or client-individual ack mode (an ACK"
+                                  " commits the group's offset)")
+            _check_group(stream, group)
+            sub.group = group
         stream.subscribers.append(sub)
         session.subscriptions[sub_id] = sub
+        if group is not None and start is None:
+            if self.shared:  # other brokers commit this group too: read it first
+                self._resume_after_read(sub, group)
+                return sub
+            sub.position = stream.groups.get(group, sub.position)
         if sub.position <= stream.next:
             self.pump(sub)
         elif self.shared:
@@ -518,6 +557,35 @@ class Streams:
         else:
             sub.position = stream.next
         return sub
+
+    def _resume_after_read(self, sub: StreamSubscription, group: str) -> None:
+        """A group SUBSCRIBE on a shared store: start at the stored offset, once read (behind this
+        broker's buffered commits); nothing is delivered meanwhile."""
+        name, default = sub.stream.name, sub.position
+        sub.position = WAITING
+
+        def done(groups: dict[str, int] | None) -> None:
+            stream = sub.stream
+            if groups is not None and self.streams.get(name) is stream:
+                stream.groups = groups
+            if sub.active and sub.position == WAITING:
+                sub.position = max(stream.groups.get(group, default), stream.first)
+                if sub.position <= stream.next:
+                    self.pump(sub)
+                else:
+                    self._clamp_after_check(sub)
+
+        def fetch(store: Store) -> Awaitable[dict[str, int] | None]:
+            return store.stream_groups(name)
+
+        self.reads.submit(StoreRead(fetch, done, lambda error: done(None)))
+
+    def commit(self, sub: StreamSubscription, msg: StoredMessage) -> None:
+        """An ACK of ``sub``'s (a group's reader) up to ``msg``: the group resumes after it."""
+        stream, group = sub.stream, sub.group
+        if group is not None and isinstance(msg, StreamMessage) and self.streams.get(stream.name) is stream:
+            stream.groups[group] = msg.offset + 1
+            self.store.save_stream_group(stream.name, group, msg.offset + 1)
 
     def remove(self, sub: StreamSubscription) -> None:
         sub.stream.subscribers.remove(sub)
@@ -594,6 +662,72 @@ class Streams:
         sub.reading = False
         self.pump(sub)
 
+    # -- consumer groups ----------------------------------------------------------------------
+    def set_group(self, name: str, headers: dict[str, str]) -> str:
+        """``/control/stream-group/stream/NAME``: set the ``group``'s offset (``offset``) or forget
+        it (``forget:true``), if asked; the group's name, for ``group_answer``."""
+        group = headers.get("group")
+        if group is None:
+            raise ClientError("/control/stream-group needs a group header")
+        offset, forget = headers.get("offset"), headers.get("forget") == "true"
+        if offset is None and not forget:
+            return group
+        stream = self.stream(name)
+        _check_group(stream, group)
+        readers = sum(1 for sub in stream.subscribers if sub.group == group and sub.active)
+        if readers:
+            raise ClientError(f"group {group!r} of stream {name!r} has {readers} subscriber(s) on this broker;"
+                              " unsubscribe them before moving its offset")
+        if forget:
+            stream.groups.pop(group, None)
+            self.store.save_stream_group(name, group, None)
+            return group
+        if not (offset is not None and offset.isascii() and offset.isdigit()) or len(offset) > 18:
+            raise ClientError(f"offset must be a whole number >= 0, not {offset!r}")
+        stream.groups[group] = int(offset)
+        self.store.save_stream_group(name, group, int(offset))
+        return group
+
+    def group_answer(self, name: str, group: str) -> dict[str, str]:
+        """The RECEIPT of ``/control/stream-group``: the committed offset and the lag, when the
+        group has one, and the stream's end."""
+        stream = self.streams.get(name)
+        nxt = stream.next if stream is not None else 0
+        answer = {"group": group, "next-offset": str(nxt)}
+        committed = stream.groups.get(group) if stream is not None else None
+        if committed is not None:
+            answer["committed-offset"] = str(committed)
+            answer["lag"] = str(max(0, nxt - committed))
+        return answer
+
+    def group_read(self, name: str, group: str) -> tuple[
+        Callable[[Store], Awaitable[tuple[dict[str, int] | None, StreamState | None]]],
+        Callable[[tuple[dict[str, int] | None, StreamState | None]], dict[str, str]],
+    ]:
+        """``/control/stream-group`` on a shared store: the stored groups and counter row, read
+        behind every buffered write (this broker learns both)."""
+
+        async def fetch(store: Store) -> tuple[dict[str, int] | None, StreamState | None]:
+            return await store.stream_groups(name), await store.stream_state(name)
+
+        def answer(read: tuple[dict[str, int] | None, StreamState | None]) -> dict[str, str]:
+            groups, state = read
+            self.changed(name, state)
+            stream = self.streams.get(name)
+            if stream is not None and groups is not None:
+                stream.groups = groups
+            return self.group_answer(name, group)
+
+        return fetch, answer
+
+    def lags(self) -> list[tuple[str, str, int, int]]:
+        """Every group of every stream: (stream, group, committed offset, lag)."""
+        return [
+            (stream.name, group, committed, max(0, stream.next - committed))
+            for stream in self.streams.values()
+            for group, committed in stream.groups.items()
+        ]
+
     # -- introspection ------------------------------------------------------------------------
     def offsets(self, name: str) -> dict[str, str]:
         """``/control/stream-offsets``: the retained range (last-offset -1: never written)."""
@@ -608,6 +742,18 @@ class Streams:
             "bytes": str(size),
             "duplicates": str(stream.duplicates if stream is not None else 0),
         }
+
+
+def _check_group(stream: Stream, group: str) -> None:
+    """ClientError unless ``group`` is a valid name that ``stream`` has or has room for."""
+    if not 0 < len(group) <= GROUP_NAME_LENGTH or not all(
+        (c.isascii() and c.isalnum()) or c in GROUP_PUNCTUATION for c in group
+    ):
+        raise ClientError(f"{GROUP_HEADER} must be 1 to {GROUP_NAME_LENGTH} ASCII letters, digits and . _ - :,"
+                          f" not {group!r}")
+    if group not in stream.groups and len(stream.groups) >= MAX_GROUPS:
+        raise ClientError(f"stream {stream.name!r} has {MAX_GROUPS} consumer groups already (the most it keeps);"
+                          " forget one with /control/stream-group first")
 
 
 def _first_time(stream: Stream, headers: dict[str, str]) -> bool:

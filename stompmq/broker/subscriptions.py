@@ -40,7 +40,7 @@ from .exchanges import PRIVATE_QUEUE_PREFIX
 from .routing import Router, private_queue_name
 from .send_headers import flag, seconds
 from .session import AckMode, Session, Subscription
-from .streams import END_HEADER, OFFSET_HEADER, Streams, StreamSubscription
+from .streams import END_HEADER, GROUP_HEADER, OFFSET_HEADER, Streams, StreamSubscription
 
 #: ActiveMQ's prefetch header; 0 there means the consumer pulls (STOMP's nearest: prefetch 1).
 ACTIVEMQ_PREFETCH = "activemq.prefetchSize"
@@ -117,7 +117,7 @@ class Subscriptions:
             return
         elif dest.kind is Kind.STREAM:
             self.streams.subscribe(session, dest.name, sub_id, mode, prefetch, headers.get(OFFSET_HEADER),
-                                   headers.get(END_HEADER))
+                                   headers.get(END_HEADER), headers.get(GROUP_HEADER))
             return
         else:
             raise ClientError(f"cannot SUBSCRIBE to {dest.raw!r}")

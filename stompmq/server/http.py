@@ -29,7 +29,8 @@ they did is committed; with a users file they also need the user's ``read`` perm
 queue (and ``write`` on a move's target), resolved as resources like a STOMP frame's.  A
 publish while a resource alarm is set is refused (503): a publisher is held back, an HTTP
 request should not hang.  The exchange and topic routes and the queue list take
-``?vhost=NAME`` (default ``/``); ``/api/vhosts`` lists and declares vhosts.
+``?vhost=NAME`` (default ``/``), as does ``/api/streams`` (offsets and consumer groups' lag);
+``/api/vhosts`` lists and declares vhosts.
 ``/api/cluster`` lists the brokers sharing a PostgreSQL database (``Store.brokers``), each with
 the counters it wrote at its last lease renewal, and their totals over the live ones.
 
@@ -288,6 +289,7 @@ class ManagementApp:
             Route("/api/exchanges/{name}", self.declare_exchange, methods=["PUT"]),
             Route("/api/exchanges/{name}", self.delete_exchange, methods=["DELETE"]),
             Route("/api/topics", self.list_topics),
+            Route("/api/streams", self.list_streams),
             Route("/api/connections", self.list_connections),
             Route("/api/connections/{id}", self.get_connection, methods=["GET"]),
             Route("/api/connections/{id}", self.close_connection, methods=["DELETE"]),
@@ -720,6 +722,24 @@ class ManagementApp:
             "items": [{"topic": p, "subscriptions": n} for p, n in patterns],
             "next_after": patterns[-1][0] if len(patterns) == limit else None,
         })
+
+    # -- streams --------------------------------------------------------------------------------
+    async def list_streams(self, request: Request) -> Response:
+        """Streams by name with their offsets and consumer groups (committed offset, lag = the
+        stream's next offset - the committed one)."""
+        after, limit = _page_args(request)
+        streams = self.engine(request).streams_by_name
+        names = sorted(name for name in streams if name > after)[:limit]
+        items = []
+        for name in names:
+            stream = streams[name]
+            items.append({
+                "name": name, "first_offset": stream.first, "next_offset": stream.next, "bytes": stream.size,
+                "subscribers": len(stream.subscribers),
+                "groups": [{"name": group, "committed_offset": committed, "lag": max(0, stream.next - committed)}
+                           for group, committed in sorted(stream.groups.items())],
+            })
+        return JSONResponse({"items": items, "next_after": names[-1] if len(names) == limit else None})
 
     # -- connections ----------------------------------------------------------------------------
     async def list_connections(self, request: Request) -> Response:

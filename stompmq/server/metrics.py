@@ -9,7 +9,9 @@ prometheus-client's exposition code.  Per-queue series exist only for the
 since start), so label cardinality stays bounded however many queues there
 are; the ``*_all_total`` series cover every queue.  A queue's ready/unacked
 gauges need the store (a durable queue's messages are on disk), so the scrape
-reads its counts first, one short read per listed queue.  Per-queue and per-exchange series
+reads its counts first, one short read per listed queue.  Stream consumer groups' lag
+(``stompmq_stream_group_lag``) has series for the ``--metrics-top-queues`` groups lagging most,
+over every stream and vhost; ``stompmq_stream_group_lag_max`` and ``stompmq_stream_groups`` cover all.  Per-queue and per-exchange series
 carry a ``vhost`` label: the same name in two vhosts is two queues.  prometheus-client's
 process collector adds the usual ``process_*`` series (memory, open files, CPU seconds;
 Linux), and ``stompmq_build_info`` the version, frame codec and broker as labels.
@@ -169,6 +171,17 @@ async def scrape(management: ManagementApp) -> bytes:
         active = engine.queues.get(name)
         consumers.add_metric([vhost, name], active.nsubs if active is not None else 0)
     metrics += [ready, unacked, consumers]
+
+    lags = [(lag, vhost, stream, group) for vhost, engine in engines.items()
+            for stream, group, _, lag in engine.streams.lags()]
+    gauge("stompmq_stream_groups", "Consumer groups of streams (x-stream-group)", len(lags))
+    gauge("stompmq_stream_group_lag_max", "The largest lag of any stream consumer group (entries)",
+          max((lag[0] for lag in lags), default=0))
+    group_lag = GaugeMetricFamily("stompmq_stream_group_lag", "Entries of a stream after its consumer group's "
+                                  "committed offset (groups lagging most)", labels=["vhost", "stream", "group"])
+    for lag, vhost, stream, group in heapq.nlargest(management.settings.metrics_top_queues, lags):
+        group_lag.add_metric([vhost, stream, group], lag)
+    metrics.append(group_lag)
 
     metrics += management.store_metrics.registry.collect()
     routed = CounterMetricFamily("stompmq_exchange_routed", "Messages routed by an exchange",

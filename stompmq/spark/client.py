@@ -170,6 +170,11 @@ class Connection:
         answer = self.request("SEND", {"destination": f"/control/stream-offsets/stream/{stream}"})
         return int(answer["first-offset"]), int(answer["next-offset"])
 
+    def commit_group(self, stream: str, group: str, offset: int) -> None:
+        """Set consumer group ``group``'s committed offset on ``stream`` (``/control/stream-group``)."""
+        self.request("SEND", {"destination": f"/control/stream-group/stream/{stream}", "group": group,
+                              "offset": str(offset)})
+
     def bound_streams(self, exchange: str) -> list[str]:
         """Names of the streams bound to ``exchange`` (option 'exchange')."""
         try:

@@ -15,7 +15,11 @@ with an idempotent sink such as Spark's file sink).  Admission control is the
 4.2+ API: ``latestOffset(start, limit)`` with ``maxOffsetsPerTrigger`` (and
 ``minOffsetsPerTrigger`` / ``maxTriggerDelay``, decided on the driver's clock).
 Option names are Kafka's where the meaning is the same, and an unknown option is
-an error: a typo must not silently read from ``latest``.
+an error: a typo must not silently read from ``latest``.  With the option ``group`` a
+streaming read commits each micro-batch's end offsets to that broker consumer group once
+Spark has committed the batch (``/control/stream-group``), so the broker's lag shows the
+query's progress; like Kafka's, the source never starts from the group (the checkpoint
+decides), and a refused commit is logged, not fatal.
 
 Writes: each row becomes a SEND with a receipt; a task returns (its commit
 message) only after every RECEIPT, i.e. once the broker has stored every row.
@@ -72,7 +76,7 @@ log = logging.getLogger(__name__)
 READ_OPTIONS = (
     "url", "login", "passcode", "destination", "exchange", "startingOffsets", "endingOffsets",
     "failOnDataLoss", "minPartitions", "maxOffsetsPerTrigger", "maxMessagesPerTrigger",
-    "minOffsetsPerTrigger", "maxTriggerDelay",
+    "minOffsetsPerTrigger", "maxTriggerDelay", "group",
 )
 #: ``checkpointLocation`` and ``path`` are Spark's own (a streaming write's checkpoint, save(path)).
 WRITE_OPTIONS = ("url", "login", "passcode", "destination", "checkpointLocation", "path")
@@ -269,7 +273,8 @@ class StompmqBatchReader(DataSourceReader):
     """``spark.read``: the offset ranges [startingOffsets, endingOffsets) of the streams."""
 
     def __init__(self, opts: Options, options: Mapping[str, str]) -> None:
-        for name in ("maxOffsetsPerTrigger", "maxMessagesPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay"):
+        for name in ("maxOffsetsPerTrigger", "maxMessagesPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay",
+                     "group"):
             if name in options:
                 raise StompmqError(f"option {name!r} applies to readStream only")
         self.opts = opts
@@ -296,6 +301,7 @@ class StompmqStreamReader(DataSourceStreamReader):
         if "endingOffsets" in options:
             raise StompmqError("option 'endingOffsets' applies to batch reads (spark.read) only")
         self.opts = opts
+        self.group = options.get("group")
         self.starting = options.get("startingOffsets")
         self.max_per_trigger = _positive(options, "maxOffsetsPerTrigger")
         alias = _positive(options, "maxMessagesPerTrigger")  # the name before Kafka's
@@ -341,7 +347,16 @@ class StompmqStreamReader(DataSourceStreamReader):
         return _read(self.opts, partition)
 
     def commit(self, end: dict) -> None:
-        pass  # the broker keeps no reader state: retention alone decides what is dropped
+        """Spark committed the batch ending at ``end``: report it to the ``group`` (monitoring
+        only; retention alone decides what the broker drops)."""
+        if self.group is None:
+            return
+        try:
+            with self.opts.connect() as conn:
+                for stream, offset in sorted(end.items()):
+                    conn.commit_group(stream, self.group, int(offset))
+        except StompmqError as e:
+            log.warning("could not commit offsets %s to group %r: %s", end, self.group, e)
 
 
 def _due(start: Offsets, latest: Offsets, minimum: int | None, overdue: bool) -> bool:

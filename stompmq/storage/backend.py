@@ -70,7 +70,8 @@ class Backend(Protocol):
            stream's counter row, holding its lock to the commit, and reports the states of the
            streams it changed in ``group.stream_states``).  A seq appears at most once in a group,
            so these never conflict; deletes go first so the space they free serves the inserts.
-           An insert replaces a stored row of the same seq.
+           An insert replaces a stored row of the same seq.  Then ``group_offsets`` (a consumer
+           group's committed offset replaces the stored one; None deletes the group's row).
 
         Finally store ``group.last_seq`` when it is higher than the one stored, so ``open``
         recovers it even after every message up to it is gone (seqs are never reused).
@@ -101,6 +102,10 @@ class Backend(Protocol):
 
     def stream_state(self, name: str) -> StreamState | None:
         """A shared database's committed state of stream ``name`` (``Store.stream_state``); a
+        backend for one broker returns None."""
+
+    def stream_groups(self, name: str) -> dict[str, int] | None:
+        """A shared database's consumer groups of stream ``name`` (``Store.stream_groups``); a
         backend for one broker returns None."""
 
     def count(self, queue: str) -> int:

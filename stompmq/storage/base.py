@@ -85,6 +85,8 @@ VHOST_NAME_BYTES = 255
 PRODUCER_HEADER, PRODUCER_SEQ_HEADER = "x-producer-id", "x-producer-seq"
 #: Longest producer id, in characters (the ``producer`` column holds it).
 PRODUCER_ID_LENGTH = 200
+#: Longest consumer group name of a stream, in characters (the ``stream_groups.name`` column).
+GROUP_NAME_LENGTH = 200
 
 
 def producer_positions(rows: Iterable[tuple[str, dict[str, str]]]) -> dict[tuple[str, str], int]:
@@ -265,6 +267,7 @@ class StreamRecord:
     next: int  # offset the next append gets: offsets are never reused
     row: int | None = None  # a shared store's row id (``StreamState.id``)
     producers: dict[str, int] = field(default_factory=dict)  # idempotent producers' highest seq
+    groups: dict[str, int] = field(default_factory=dict)  # consumer groups' committed offsets
 
 
 @dataclass(frozen=True, slots=True)
@@ -497,6 +500,11 @@ class Store(abc.ABC):
         """Delete the stream's entries with offset < ``before`` (retention): a range delete,
         never a scan; pending appends below ``before`` are dropped too."""
 
+    @abc.abstractmethod
+    def save_stream_group(self, name: str, group: str, committed: int | None) -> None:
+        """Buffer consumer group ``group``'s committed offset on stream ``name`` (None: forget
+        the group); writes of one group coalesce, the newest wins, in the next commit group."""
+
     # -- queue declarations, delayed and expired messages ------------------------------------
     @abc.abstractmethod
     def save_queue(self, name: str, options: dict[str, str] | None) -> None:
@@ -606,6 +614,11 @@ class Store(abc.ABC):
     async def stream_state(self, name: str) -> StreamState | None:
         """A shared store's committed state of stream ``name`` (None: no such stream); a store of
         one broker returns None (its engine numbers the entries and knows)."""
+        return None
+
+    async def stream_groups(self, name: str) -> dict[str, int] | None:
+        """A shared store's committed consumer groups of stream ``name`` (other brokers commit
+        them too); a store of one broker returns None (its engine wrote them all and knows)."""
         return None
 
     @abc.abstractmethod

@@ -47,6 +47,10 @@ Theory of operation
   ``TRIM_ALL`` drops them) and the backend numbers them in the commit; the states of the
   streams a group changed (``GroupRows.stream_states``) go to ``on_stream_changed`` before the
   group's ``on_commit``, so a RECEIPT released by it finds the engine knowing the new offsets.
+* Consumer groups' committed offsets (``save_stream_group``: one per stream ACK of a
+  group's subscriber) coalesce in ``_group_offsets`` keyed by (stream, group), the newest
+  wins, and travel as ``group_offsets``: a thousand ACKs between two flushes are one row.
+  A failed group's offsets go back under the newer ones; a stream's delete drops its own.
 * Tickets are group numbers.  ``on_commit(t)`` means every group up to ``t``
   is on disk (a failed group's operations travel in a later one); groups
   commit in order, so tickets do.
@@ -167,7 +171,7 @@ Ts = TypeVarTuple("Ts")
 class _Group:
     """One commit group handed to the database thread."""
 
-    __slots__ = ("ticket", "submitted", "ops", "structural", "appends", "job", "rows")
+    __slots__ = ("ticket", "submitted", "ops", "structural", "appends", "offsets", "job", "rows")
 
     def __init__(
         self,
@@ -175,6 +179,7 @@ class _Group:
         ops: dict[int, PendingOp],
         structural: list[StructuralOp],
         appends: list[StreamMessage],
+        offsets: dict[tuple[str, str], int | None],
         job: Job[None],
         rows: GroupRows,
     ) -> None:
@@ -183,11 +188,12 @@ class _Group:
         self.ops = ops  # kept (with the broker's objects) to merge back if the group fails
         self.structural = structural
         self.appends = appends
+        self.offsets = offsets
         self.job = job  # the database thread's reply
         self.rows = rows  # what the backend commits (and the stream states it reports)
 
     def __len__(self) -> int:
-        return len(self.ops) + len(self.structural) + len(self.appends)
+        return len(self.ops) + len(self.structural) + len(self.appends) + len(self.offsets)
 
 
 class GroupCommitStore(Store):
@@ -218,6 +224,7 @@ class GroupCommitStore(Store):
         self._pending: dict[int, PendingOp] = {}
         self._structural: list[StructuralOp] = []
         self._stream_appends: list[StreamMessage] = []
+        self._group_offsets: dict[tuple[str, str], int | None] = {}
         self._pending_since = 0.0  # trio time of the first write of the current batch
         self._urgent = False  # commit the batch without waiting for the interval
         self._kick = trio.Event()  # wakes the commit loop
@@ -388,6 +395,11 @@ class GroupCommitStore(Store):
     def save_stream(self, name: str, options: dict[str, str]) -> None:
         self._add_structural(SaveStream(name, dict(options)))
 
+    def save_stream_group(self, name: str, group: str, committed: int | None) -> None:
+        if not self._has_pending():
+            self._batch_started()
+        self._group_offsets[name, group] = committed
+
     def save_queue(self, name: str, options: dict[str, str] | None) -> None:
         self._add_structural(SaveQueue(name, None if options is None else dict(options)))
 
@@ -397,6 +409,7 @@ class GroupCommitStore(Store):
 
     def delete_stream(self, name: str) -> None:
         self._stream_appends = [m for m in self._stream_appends if m.space + m.queue != name]
+        self._group_offsets = {key: v for key, v in self._group_offsets.items() if key[0] != name}
         self._add_structural(DropStream(name))
 
     def _put(self, seq: int, kind: int, msg: StoredMessage) -> None:
@@ -421,7 +434,7 @@ class GroupCommitStore(Store):
         self._kick.set()
 
     def _has_pending(self) -> bool:
-        return bool(self._pending or self._structural or self._stream_appends)
+        return bool(self._pending or self._structural or self._stream_appends or self._group_offsets)
 
     # -- durability --------------------------------------------------------------------------
     @property
@@ -438,7 +451,8 @@ class GroupCommitStore(Store):
 
     def backlog(self) -> int:
         inflight = len(self._inflight) if self._inflight is not None else 0
-        return len(self._pending) + len(self._structural) + len(self._stream_appends) + inflight
+        return (len(self._pending) + len(self._structural) + len(self._stream_appends) + len(self._group_offsets)
+                + inflight)
 
     def backlog_bytes(self) -> int:
         """Bytes of inserted messages not yet on disk (pending and in flight)."""
@@ -501,18 +515,21 @@ class GroupCommitStore(Store):
         """
         assert self._inflight is None and self._thread is not None
         ops, structural, appends = self._pending, self._structural, self._stream_appends
+        offsets = self._group_offsets
         kept: dict[int, PendingOp] = {}
         if hold_back:
             ops, kept = _split_in_flight(ops, self._held_back)
         self._held_back = frozenset(kept)
-        if not (ops or structural or appends):
+        if not (ops or structural or appends or offsets):
             self._pending_since = trio.current_time()
             return None
         rows = self._rows(ops, structural, appends)
+        rows.group_offsets = [(name, group, committed) for (name, group), committed in offsets.items()]
         job = self._thread.submit(self._backend.commit, rows)
-        group = self._inflight = _Group(self._next_ticket, ops, structural, appends, job, rows)
+        group = self._inflight = _Group(self._next_ticket, ops, structural, appends, offsets, job, rows)
         self._next_ticket += 1
         self._pending, self._structural, self._stream_appends, self._urgent = kept, [], [], False
+        self._group_offsets = {}
         kept_bytes = _insert_bytes(kept) if kept else 0
         self._inflight_bytes, self._pending_bytes = self._pending_bytes - kept_bytes, kept_bytes
         if kept:
@@ -617,6 +634,10 @@ class GroupCommitStore(Store):
             elif isinstance(op, DropStream):  # so does a newer delete
                 appends = [m for m in appends if m.space + m.queue != op.name]
         self._stream_appends = appends + self._stream_appends
+        dropped = {op.name for op in self._structural if isinstance(op, DropStream)}
+        self._group_offsets = {
+            **{key: v for key, v in group.offsets.items() if key[0] not in dropped}, **self._group_offsets
+        }
         self._pending_bytes = _insert_bytes(merged)
         self._structural = group.structural + self._structural
         if was_empty and self._has_pending():
@@ -720,6 +741,9 @@ class GroupCommitStore(Store):
 
     async def stream_state(self, name: str) -> StreamState | None:
         return await self._read(self._backend.stream_state, name)
+
+    async def stream_groups(self, name: str) -> dict[str, int] | None:
+        return await self._read(self._backend.stream_groups, name)
 
     async def queue_names(self, prefix: str) -> list[str]:
         return await self._read(self._backend.queue_names, prefix)

@@ -137,6 +137,8 @@ DeleteRow = tuple[int]
 # On a shared store ``offset`` is ``UNNUMBERED`` and the backend numbers the rows (offset,
 # bytes_before, timestamp kept non-decreasing) from the stream's counter row.
 StreamRow = tuple[str, int, int, int, int, dict[str, str], bytes, int]
+# (stream, group, committed offset or None to forget the group): one row per (stream, group).
+GroupOffsetRow = tuple[str, str, int | None]
 
 
 @dataclass(slots=True)
@@ -159,6 +161,8 @@ class GroupRows:
     stream_rows: list[StreamRow] = field(default_factory=list)  # in offset order per stream
     delayed: list[DelayedRow] = field(default_factory=list)  # inserted with the inserts
     delayed_deletes: list[DeleteRow] = field(default_factory=list)  # deleted with the deletes
+    #: consumer groups' committed offsets, written last (the stream row may be made by this group)
+    group_offsets: list[GroupOffsetRow] = field(default_factory=list)
     #: filled in by a shared store's backend: each stream the group changed, as committed
     #: (None: deleted); the engine hears of them before the group's ticket is released
     stream_states: dict[str, StreamState | None] = field(default_factory=dict)

@@ -35,9 +35,11 @@ class MemoryStore(Store):
         self._streams: dict[str, dict[str, str]] = {}
         self._vhosts = {DEFAULT_VHOST}
         self._queues: dict[str, dict[str, str]] = {}
+        self._groups: dict[str, dict[str, int]] = {}  # stream -> consumer group -> committed offset
 
     async def open(self) -> Recovery:
-        streams = [StreamRecord(name, options, 0, 0) for name, options in sorted(self._streams.items())]
+        streams = [StreamRecord(name, options, 0, 0, groups=dict(self._groups.get(name, {})))
+                   for name, options in sorted(self._streams.items())]
         queues = [QueueRecord(name, options) for name, options in sorted(self._queues.items())]
         return Recovery(
             0, list(self._exchanges.values()), list(self._bindings.values()), streams, sorted(self._vhosts), queues
@@ -98,6 +100,14 @@ class MemoryStore(Store):
 
     def delete_stream(self, name: str) -> None:
         self._streams.pop(name, None)
+        self._groups.pop(name, None)
+
+    def save_stream_group(self, name: str, group: str, committed: int | None) -> None:
+        groups = self._groups.setdefault(name, {})
+        if committed is None:
+            groups.pop(group, None)
+        else:
+            groups[group] = committed
 
     @property
     def committed(self) -> int:

@@ -44,7 +44,15 @@ from stompmq.storage.base import (
     split_key,
     vhost_space,
 )
-from stompmq.storage.groups import DropStream, GroupRows, SaveStream, StreamRow, StructuralOp, TrimStream
+from stompmq.storage.groups import (
+    DropStream,
+    GroupOffsetRow,
+    GroupRows,
+    SaveStream,
+    StreamRow,
+    StructuralOp,
+    TrimStream,
+)
 
 _dumps, _loads = jsontext.dumps, jsontext.loads
 _headers, _headers_text = jsontext.headers, jsontext.headers_text
@@ -65,6 +73,10 @@ PRODUCERS_SQL = "SELECT producer, seq FROM stream_producers WHERE stream_id = %s
 PRODUCER_UPSERT_SQL = (
     "INSERT INTO stream_producers (stream_id, producer, seq) VALUES (%s, %s, %s)"
     " ON CONFLICT (stream_id, producer) DO UPDATE SET seq = EXCLUDED.seq"
+)
+GROUP_UPSERT_SQL = (
+    "INSERT INTO stream_groups (stream_id, name, committed) VALUES (%s, %s, %s)"
+    " ON CONFLICT (stream_id, name) DO UPDATE SET committed = EXCLUDED.committed"
 )
 SAVE_SQL = (
     "UPDATE streams SET first_offset = %s, next_offset = %s, end_bytes = %s, last_ts = %s, options = %s"
@@ -171,6 +183,7 @@ class SharedStreams:
         elif isinstance(op, DropStream) and counter is not None:
             cur.execute("DELETE FROM stream_messages WHERE stream_id = %s", (counter.id,))
             cur.execute("DELETE FROM stream_producers WHERE stream_id = %s", (counter.id,))
+            cur.execute("DELETE FROM stream_groups WHERE stream_id = %s", (counter.id,))
             cur.execute("DELETE FROM streams WHERE id = %s", (counter.id,))
             self._ids.pop(name, None)
             counters[name] = None
@@ -232,6 +245,14 @@ class SharedStreams:
         ])
         return kept
 
+    def save_groups(self, cur: psycopg.Cursor[Any], rows: list[GroupOffsetRow]) -> None:
+        """Write consumer groups' committed offsets (None: forget the group), in key order so
+        two brokers committing the same groups never deadlock; the last commit wins."""
+        keyed = sorted((self._make(cur, name), group, committed) for name, group, committed in rows)
+        cur.executemany(GROUP_UPSERT_SQL, [row for row in keyed if row[2] is not None])
+        cur.executemany("DELETE FROM stream_groups WHERE stream_id = %s AND name = %s",
+                        [(stream_id, group) for stream_id, group, committed in keyed if committed is None])
+
     def finish(self, cur: psycopg.Cursor[Any], counters: dict[str, Counter | None], group: GroupRows) -> None:
         """Write the changed counters back, tell the other brokers, report the states in ``group``."""
         states = group.stream_states
@@ -252,6 +273,14 @@ class SharedStreams:
         ).fetchone()
         return None if row is None else _state(row)
 
+    def groups(self, cur: psycopg.Cursor[Any], name: str) -> dict[str, int]:
+        """Stream ``name``'s consumer groups and their committed offsets."""
+        stream_id = self.find(cur, name)
+        if stream_id is None:
+            return {}
+        return dict(cur.execute("SELECT name, committed FROM stream_groups WHERE stream_id = %s",
+                                (stream_id,)).fetchall())
+
     def states(self, cur: psycopg.Cursor[Any]) -> list[tuple[str, StreamState]]:
         """Every stream's state (the poll's fallback for a lost notification)."""
         rows = cur.execute(f"SELECT vhost, name, {STATE_COLUMNS} FROM streams").fetchall()  # noqa: S608
@@ -265,11 +294,15 @@ class SharedStreams:
         producers: dict[int, dict[str, int]] = {}
         for stream_id, producer, seq in cur.execute("SELECT stream_id, producer, seq FROM stream_producers"):
             producers.setdefault(stream_id, {})[producer] = seq
+        groups: dict[int, dict[str, int]] = {}
+        for stream_id, group, committed in cur.execute("SELECT stream_id, name, committed FROM stream_groups"):
+            groups.setdefault(stream_id, {})[group] = committed
         records = []
         for vhost, bare, stream_id, first, nxt, options in rows:
             name = vhost_space(vhost) + bare
             self._ids[name] = stream_id
-            records.append(StreamRecord(name, _loads(options), first, nxt, stream_id, producers.get(stream_id, {})))
+            records.append(StreamRecord(name, _loads(options), first, nxt, stream_id, producers.get(stream_id, {}),
+                                        groups.get(stream_id, {})))
         return records
 
     def read(self, cur: psycopg.Cursor[Any], name: str, start: int, limit: int) -> list[StreamMessage]:

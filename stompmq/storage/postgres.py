@@ -525,6 +525,8 @@ class PostgresBackend:
                 self._release(cur, op.queue, held, freed)
             if group.stream_rows:
                 self.streams.append(cur, group.stream_rows, counters)
+            if group.group_offsets:
+                self.streams.save_groups(cur, group.group_offsets)
             self.streams.finish(cur, counters, group)
             self._notify_queues(conn, sorted(freed), self.broker_id)
             self._committing = True  # only COMMIT is left: a connection lost now hides the outcome
@@ -791,6 +793,13 @@ class PostgresBackend:
         try:
             with self._connection().cursor() as cur:
                 return self.streams.state(cur, name)
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot read {self.name}: {_one_line(exc)}") from None
+
+    def stream_groups(self, name: str) -> dict[str, int]:
+        try:
+            with self._connection().cursor() as cur:
+                return self.streams.groups(cur, name)
         except psycopg.Error as exc:
             raise StoreError(f"cannot read {self.name}: {_one_line(exc)}") from None
 

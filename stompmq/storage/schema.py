@@ -59,7 +59,7 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 
-from .base import PRODUCER_ID_LENGTH
+from .base import GROUP_NAME_LENGTH, PRODUCER_ID_LENGTH
 
 # Queue and exchange names are at most 255 bytes of UTF-8 (broker/destinations.py), hence at most 255 chars.
 NAME_LENGTH = 255
@@ -248,6 +248,15 @@ stream_producers = Table(
     Column("stream_id", Integer, ForeignKey("streams.id"), primary_key=True),
     Column("producer", String(PRODUCER_ID_LENGTH), primary_key=True),
     Column("seq", BigInteger, nullable=False),
+)
+
+# A consumer group's committed offset on a stream (x-stream-group): the next entry it reads.
+stream_groups = Table(
+    "stream_groups",
+    metadata,
+    Column("stream_id", Integer, ForeignKey("streams.id"), primary_key=True),
+    Column("name", String(GROUP_NAME_LENGTH), primary_key=True),
+    Column("committed", BigInteger, nullable=False),
 )
 
 stream_messages = Table(

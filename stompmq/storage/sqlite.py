@@ -58,6 +58,7 @@ from stompmq.storage.groups import (
     DropBinding,
     DropExchange,
     DropStream,
+    GroupOffsetRow,
     GroupRows,
     InsertRow,
     Purge,
@@ -185,6 +186,10 @@ READY_LOWER_PRIORITY_SQL = (
 PRODUCER_UPSERT_SQL = (
     "INSERT INTO stream_producers (stream_id, producer, seq) VALUES (?, ?, ?)"
     " ON CONFLICT (stream_id, producer) DO UPDATE SET seq = excluded.seq WHERE excluded.seq > stream_producers.seq"
+)
+GROUP_UPSERT_SQL = (
+    "INSERT INTO stream_groups (stream_id, name, committed) VALUES (?, ?, ?)"
+    " ON CONFLICT (stream_id, name) DO UPDATE SET committed = excluded.committed"
 )
 STREAM_INSERT_SQL = (
     "INSERT OR REPLACE INTO stream_messages (stream_id, position, seq, priority, timestamp, headers,"
@@ -361,8 +366,10 @@ class SQLiteBackend:
             empty = first is None
             producers = dict(conn.execute("SELECT producer, seq FROM stream_producers WHERE stream_id = ?",
                                           (stream_id,)).fetchall())
+            groups = dict(conn.execute("SELECT name, committed FROM stream_groups WHERE stream_id = ?",
+                                       (stream_id,)).fetchall())
             records.append(StreamRecord(name, _loads(options), 0 if empty else first, 0 if empty else last + 1,
-                                        producers=producers))
+                                        producers=producers, groups=groups))
         return records
 
     # -- writes ------------------------------------------------------------------------------
@@ -396,6 +403,8 @@ class SQLiteBackend:
                         conn.executemany(PRODUCER_UPSERT_SQL, [
                             (self._stream_ids[name], producer, seq) for (name, producer), seq in positions.items()
                         ])
+                if group.group_offsets:
+                    self._save_groups(conn, group.group_offsets, created)
                 if group.last_seq > self._stored_last_seq:
                     conn.execute(
                         "INSERT INTO broker_meta (name, value) VALUES (?, ?)"
@@ -454,6 +463,7 @@ class SQLiteBackend:
                 if row is not None:
                     conn.execute("DELETE FROM stream_messages WHERE stream_id = ?", (row[0],))
                     conn.execute("DELETE FROM stream_producers WHERE stream_id = ?", (row[0],))
+                    conn.execute("DELETE FROM stream_groups WHERE stream_id = ?", (row[0],))
                     conn.execute("DELETE FROM streams WHERE id = ?", (row[0],))
                 self._stream_ids.pop(name, None)
             case TrimStream(name=name, before=before):
@@ -496,6 +506,13 @@ class SQLiteBackend:
             (ids[name], offset, seq, prio, ts, _headers_text(hdrs), body, before)
             for name, offset, seq, prio, ts, hdrs, body, before in rows
         ]
+
+    def _save_groups(self, conn: sqlite3.Connection, rows: list[GroupOffsetRow], created: list[str]) -> None:
+        """Write consumer groups' committed offsets (None: forget the group)."""
+        ids = {name: self._make_stream(conn, name, created) for name in {row[0] for row in rows}}
+        conn.executemany(GROUP_UPSERT_SQL, [(ids[s], g, c) for s, g, c in rows if c is not None])
+        conn.executemany("DELETE FROM stream_groups WHERE stream_id = ? AND name = ?",
+                         [(ids[s], g) for s, g, c in rows if c is None])
 
     def _make_stream(self, conn: sqlite3.Connection, name: str, created: list[str]) -> int:
         """The id of stream ``name``, making its row (and noting it in ``created``) if missing."""
@@ -663,6 +680,10 @@ class SQLiteBackend:
 
     def stream_state(self, name: str) -> None:
         """One broker: its engine numbers the entries and knows the state."""
+        return None
+
+    def stream_groups(self, name: str) -> None:
+        """One broker: its engine commits the groups and knows them."""
         return None
 
     def count(self, queue: str) -> int:

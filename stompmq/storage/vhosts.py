@@ -166,6 +166,9 @@ class VhostStore(Store):
     def delete_stream(self, name: str) -> None:
         self.store.delete_stream(self.space + name)
 
+    def save_stream_group(self, name: str, group: str, committed: int | None) -> None:
+        self.store.save_stream_group(self.space + name, group, committed)
+
     def save_queue(self, name: str, options: dict[str, str] | None) -> None:
         self.store.save_queue(self.space + name, options)
 
@@ -220,6 +223,9 @@ class VhostStore(Store):
 
     async def stream_state(self, name: str) -> StreamState | None:
         return await self.store.stream_state(self.space + name)
+
+    async def stream_groups(self, name: str) -> dict[str, int] | None:
+        return await self.store.stream_groups(self.space + name)
 
     async def count(self, queue: str) -> int:
         return await self.store.count(self.space + queue)

@@ -101,6 +101,9 @@ class DictStore(Store):
     def save_queue(self, name: str, options: dict[str, str] | None) -> None:
         pass
 
+    def save_stream_group(self, name: str, group: str, committed: int | None) -> None:
+        pass
+
     def delete_stream(self, name: str) -> None:
         self.streams.pop(name, None)
 

@@ -45,3 +45,29 @@ def test_read_chunks_names_a_gap_left_by_retention(memory_broker: BrokerThread) 
         conn.request("SEND", {"destination": "/stream/g"}, b"y")
         with pytest.raises(StompmqError, match="offsets 0..0 of stream 'g' are gone"):
             list(conn.read_chunks("g", 0, 2, 10))
+
+
+def test_a_stream_reader_commits_each_batch_end_to_its_group(memory_broker: BrokerThread,
+                                                            caplog: pytest.LogCaptureFixture) -> None:
+    """``commit`` (called by Spark after a micro-batch) reports the end offsets to the group and
+    never moves the reader's own start (the checkpoint decides it)."""
+    from stompmq.spark.source import StompmqStreamReader, _options
+
+    options = {"url": f"stomp://127.0.0.1:{memory_broker.port}", "destination": "/stream/a,/stream/b",
+               "group": "query"}
+    with Connection(options["url"]) as conn:
+        for i in range(3):
+            conn.request("SEND", {"destination": "/stream/a"}, b"x%d" % i)
+    reader = StompmqStreamReader(_options(options, reading=True), options)
+    assert reader.initialOffset() == {"a": 3, "b": 0}
+    reader.commit({"a": 2, "b": 0})
+    with Connection(options["url"]) as conn:
+        answers = [conn.request("SEND", {"destination": f"/control/stream-group/stream/{s}", "group": "query"})
+                   for s in ("a", "b")]
+        assert [(a["committed-offset"], a["lag"]) for a in answers] == [("2", "1"), ("0", "0")]
+        conn.send_frame("SUBSCRIBE", {"destination": "/stream/a", "id": "1", "ack": "client",
+                                      "x-stream-group": "query"})
+        conn.request("SEND", {"destination": "/stream/b"}, b"y")  # (a round trip: the SUBSCRIBE is in)
+        reader.commit({"a": 3, "b": 1})  # refused for a (a reader is in the group): logged, not fatal
+        assert "could not commit" in caplog.text
+    assert reader.initialOffset() == {"a": 3, "b": 1}

@@ -1011,3 +1011,28 @@ async def test_store_matches_a_model(script: list[tuple[Any, ...]]) -> None:
         assert {
             seq: (m.queue, m.priority, int(m.delivered), m.redeliveries) for seq, m in model.items()
         } == {seq: row[:4] for seq, row in on_disk.items()}
+
+
+
+async def test_group_offsets_coalesce_to_one_row_per_group_and_are_recovered(tmp_path: Path) -> None:
+    """A thousand ACKs between two flushes are one write per consumer group; forgetting a group
+    deletes its row, deleting a stream its groups (a commit buffered after the delete stays)."""
+    async with running(tmp_path / "s.db", flush_interval=NEVER) as store:
+        for offset in range(1, 1001):
+            store.save_stream_group("s", "g", offset)
+        store.save_stream_group("s", "h", 5)
+        store.save_stream_group("s", "gone", 7)
+        store.save_stream_group("other", "g", 3)
+        store.save_stream_group("dropped", "g", 3)
+        assert store.backlog() == 5
+        await committed(store, store.sync_ticket())
+        store.save_stream_group("s", "gone", None)
+        store.save_stream_group("dropped", "g", 4)
+        store.delete_stream("dropped")
+        store.delete_stream("other")
+        store.save_stream_group("other", "g", 9)
+    store = SQLiteStore(str(tmp_path / "s.db"))
+    recovery = await store.open()
+    await store.close()
+    assert {record.name: record.groups for record in recovery.streams} == {"s": {"g": 1000, "h": 5},
+                                                                          "other": {"g": 9}}

@@ -26,6 +26,7 @@ segment; ``queue_target``), with ``/purge``, ``/consumers``, ``/messages`` (a pe
 reason, never an empty success.  The exchange and topic routes and the queue list take
 ``?vhost=NAME`` (default ``/``); ``/api/vhosts`` lists and declares vhosts.
 ``/api/cluster`` lists the brokers sharing a PostgreSQL database (``Store.brokers``).
+``/api/shovels`` lists, declares and deletes the shovels the broker runs (``server/shovels.py``).
 
 Rates are derived here, not counted in the engine: ``Rates`` samples the
 engine's plain counters every ``SAMPLE_SECONDS`` and a rate is the change
@@ -63,7 +64,9 @@ from .. import __version__
 from ..broker import Broker, ClientError
 from ..broker.control import MAX_PAGE, Deferred
 from ..broker.exchanges import EXCHANGE_TYPE, ROUTING_KEY_HEADER
+from ..client import ClientError as ShovelError
 from ..protocol import native as native_codec
+from ..shovel import Declaration
 from ..storage.base import DEFAULT_VHOST, StoredMessage, StoreError, vhost_name_error
 from .connection import Connection
 from .history import Counters, Point, QueueKey, RateHistory
@@ -72,6 +75,7 @@ from .metrics import StoreMetrics, metrics_route
 from .runtime import Runtime
 from .security import Security
 from .settings import ServerSettings
+from .shovels import Shovels
 
 log = logging.getLogger(__name__)
 
@@ -259,6 +263,10 @@ class ManagementApp:
             Route("/api/exchanges/{name}", self.declare_exchange, methods=["PUT"]),
             Route("/api/exchanges/{name}", self.delete_exchange, methods=["DELETE"]),
             Route("/api/topics", self.list_topics),
+            Route("/api/shovels", self.list_shovels),
+            Route("/api/shovels/{name}", self.get_shovel, methods=["GET"]),
+            Route("/api/shovels/{name}", self.declare_shovel, methods=["PUT"]),
+            Route("/api/shovels/{name}", self.delete_shovel, methods=["DELETE"]),
             Route("/api/connections", self.list_connections),
             Route("/api/connections/{id}", self.get_connection, methods=["GET"]),
             Route("/api/connections/{id}", self.close_connection, methods=["DELETE"]),
@@ -627,6 +635,40 @@ class ManagementApp:
             "items": [{"topic": p, "subscriptions": n} for p, n in patterns],
             "next_after": patterns[-1][0] if len(patterns) == limit else None,
         })
+
+    # -- shovels -------------------------------------------------------------------------------
+    @property
+    def shovels(self) -> Shovels:
+        return self.runtime.shovels
+
+    async def list_shovels(self, request: Request) -> Response:
+        """Every declared shovel: its URLs (passwords masked), state, last error, moved, rate."""
+        return JSONResponse({"items": [s.describe() for _, s in sorted(self.shovels.shovels.items())]})
+
+    async def get_shovel(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        running = self.shovels.shovels.get(name)
+        if running is None:
+            raise HTTPException(404, f"no shovel {name!r}")
+        return JSONResponse(running.describe())
+
+    async def declare_shovel(self, request: Request) -> Response:
+        """``{"from": URL, "to": URL, "prefetch"?: N, "ack_mode"?: "on-confirm"}``: run it, stored
+        (the users file's administrators only: http_auth.py)."""
+        name = request.path_params["name"]
+        try:
+            declaration = Declaration.parse(name, await _json_object(request))
+        except ShovelError as e:
+            raise HTTPException(400, str(e)) from None
+        created = name not in self.shovels.shovels
+        self.shovels.declare(declaration)
+        return JSONResponse(self.shovels.shovels[name].describe(), status_code=201 if created else 200)
+
+    async def delete_shovel(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        if not self.shovels.delete(name):
+            raise HTTPException(404, f"no shovel {name!r}")
+        return JSONResponse({"deleted": name})
 
     # -- connections ----------------------------------------------------------------------------
     async def list_connections(self, request: Request) -> Response:

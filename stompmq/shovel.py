@@ -9,7 +9,12 @@ between the two leaves the message unacknowledged at the source, which
 delivers it again marked ``redelivered:true``; the shovel forwards that mark as
 ``shovel-redelivered:true``, so the only duplicates the destination can hold
 are flagged ones (consumers that must not see a message twice check that
-header against what they already processed).
+header against what they already processed).  A source that crashes outright
+may forget a delivery and its ACK alike (a stompmq source writes both behind,
+within its flush interval) and deliver the message again unmarked, so the
+shovel also flags a message whose ``message-id`` it forwarded before (the last
+``REMEMBERED`` ids; the ids of stompmq and ActiveMQ do not change across a
+restart).
 
 It is pipelined: the source's prefetch (``--prefetch``, default 1000) is the
 window of messages in flight.  One task reads the source and forwards every
@@ -52,6 +57,8 @@ BROKER_SET = frozenset({
 #: The header that marks a message the source delivered more than once (a possible duplicate).
 REDELIVERED = "shovel-redelivered"
 DEFAULT_PREFETCH = 1000
+#: Source message-ids a shovel remembers having forwarded (~100 B each: ~10 MB at most).
+REMEMBERED = 100_000
 #: Seconds without a delivery that --until-empty takes for an empty source: STOMP cannot ask
 #: whether a queue is empty, and a broker paging a large backlog from disk may pause a second or two.
 IDLE_SECONDS = 5.0
@@ -79,6 +86,8 @@ class Shovel:
     forwarded: int = 0
     #: receipt number -> the source's ACK frame for that message, in the order sent
     outstanding: dict[int, bytes] = field(default_factory=dict)
+    #: the message-ids forwarded, oldest first (an ordered set, at most REMEMBERED)
+    forwarded_ids: dict[str, None] = field(default_factory=dict)
     last_message: float = 0.0
     #: called once each session is subscribed at the source (a supervisor's "running")
     started: Callable[[], None] = lambda: None
@@ -129,9 +138,11 @@ class Shovel:
                 if frame.command != "MESSAGE" or self._done():
                     continue  # past --max: left unacknowledged, so it goes back to the source
                 headers = headers_without(frame.headers, BROKER_SET)
-                if frame.headers.get("redelivered") == "true":
+                message_id = frame.headers.get("message-id", "")
+                if frame.headers.get("redelivered") == "true" or message_id in self.forwarded_ids:
                     headers[REDELIVERED] = "true"
                     self.flagged += 1
+                self._remember(message_id)
                 self.forwarded += 1
                 self.outstanding[self.forwarded] = _ack(frame, source.version)
                 body = frame.body
@@ -140,6 +151,12 @@ class Shovel:
             self.last_message = trio.current_time()
             if out:
                 await target.send_bytes(b"".join(out))
+
+    def _remember(self, message_id: str) -> None:
+        ids = self.forwarded_ids
+        ids[message_id] = None
+        if len(ids) > REMEMBERED:
+            del ids[next(iter(ids))]
 
     async def _confirm(self, source: StompConnection, target: StompConnection, scope: trio.CancelScope) -> None:
         while True:

@@ -19,7 +19,7 @@ from stompmq.storage.base import DEFAULT_VHOST
 
 from ..support.broker_process import BrokerProcess, Peer, free_port
 from ..support.broker_thread import BrokerThread
-from ..support.waiting import wait_until
+from ..support.waiting import send_all, wait_until
 from .test_shovel import check_moved, fill
 
 PASSWORD = "s3cret-pw"
@@ -77,9 +77,11 @@ def test_a_declared_shovel_outlives_a_kill_9_of_its_source_and_loses_nothing(bro
     with Peer(old.port) as p:
         wait_until(lambda: p.count("k") == 0, "the source emptied", timeout=120)
     wait_until(lambda: shovel_state(http_port, "k")["state"] == "running", "running again", timeout=30)
-    duplicates = check_moved(old, new, "k", n)  # 0 lost, and a second copy always flagged
-    assert shovel_state(http_port, "k")["moved"] >= n
-    assert len(duplicates) <= 2 * 200
+    # 0 lost, and a second copy always flagged: by the source (redelivered), or by the shovel, which
+    # remembers the message-ids it forwarded (a source killed outright forgets recent ACKs and deliveries)
+    duplicates = check_moved(old, new, "k", n)
+    state = shovel_state(http_port, "k")
+    assert state["moved"] >= n and len(duplicates) <= 2 * state["flagged"]
     logged = new.stderr
     assert PASSWORD not in logged
     assert logged.count("shovel k failed:") == 1, logged  # once per episode, not per retry
@@ -94,7 +96,7 @@ def test_a_declaration_survives_the_shovelling_brokers_restart(brokers) -> None:
     new.start()
     wait_until(lambda: shovel_state(http_port, "r")["state"] == "running", "running after the restart", timeout=30)
     assert [s["name"] for s in api(http_port, "GET", "/api/shovels")[1]["items"]] == ["r"]
-    fill(old.port, "r", 100)
+    send_all(old.port, "/queue/r", [str(i) for i in range(100)])
     with Peer(new.port) as p:
         wait_until(lambda: p.count("r") == 100, "moved after the restart", timeout=60)
     assert api(http_port, "PUT", "/api/shovels/r", {  # the same again: nothing changes

@@ -12,10 +12,14 @@ from typing import Any
 
 import pytest
 
+from stompmq.broker import BrokerConfig
+from stompmq.broker.definitions import DefinitionsError
 from stompmq.cli import main
 from stompmq.server import ServerSettings
 from stompmq.server.auth import Permission, User, Users, hash_password
+from stompmq.server.shovels import Shovels
 from stompmq.storage.base import DEFAULT_VHOST
+from stompmq.storage.memory import MemoryStore
 
 from ..support.broker_process import BrokerProcess, Peer, free_port
 from ..support.broker_thread import BrokerThread
@@ -159,3 +163,16 @@ def test_a_definitions_file_declares_shovels(make_memory_broker: Callable[..., B
                     f'to = "stomp://127.0.0.1:{broker.port}/queue/b"\nprefetch = 5\n')
     assert main(["admin", "--url", f"http://127.0.0.1:{http_port}", "import", str(path)]) == 0
     assert shovel_state(http_port, "f")["prefetch"] == 5
+
+
+def test_the_brokers_definitions_file_declares_shovels_and_a_bad_entry_is_named(
+        make_memory_broker: Callable[..., BrokerThread], tmp_path: Path) -> None:
+    path = tmp_path / "defs.toml"
+    path.write_text(f'[[shovels]]\nname = "down"\nfrom = "stomp://u:{PASSWORD}@127.0.0.1:1/queue/a"\n'
+                    'to = "stomp://127.0.0.1:1/queue/b"\n')
+    http_port = free_port()
+    make_memory_broker(settings=ServerSettings(port=0, http_port=http_port), config=BrokerConfig(definitions=str(path)))
+    wait_until(lambda: shovel_state(http_port, "down")["state"] == "failed", "failed", timeout=30)
+    assert "cannot connect to 127.0.0.1:1" in shovel_state(http_port, "down")["error"]
+    with pytest.raises(DefinitionsError, match=r"defs.toml: shovels\[0\]: a shovel needs 'to'"):
+        Shovels(MemoryStore()).recover({}, [{"name": "x", "from": "stomp://h/queue/a"}], str(path))

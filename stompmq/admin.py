@@ -179,6 +179,11 @@ def import_definitions(api: Api, data: dict[str, Any]) -> None:
     for b in data.get("bindings", []):
         api.call("POST", f"/api/exchanges/{_quoted(b['exchange'])}/bindings",
                  {"queue": b["queue"], "weight": b.get("weight", 1)})
+    for shovel in data.get("shovels", []):  # top-level only: a shovel's URLs name their vhosts
+        if not isinstance(shovel, dict) or not isinstance(shovel.get("name"), str):
+            raise UsageError("every [[shovels]] entry needs a string 'name'")
+        api.call("PUT", "/api/shovels/" + _quoted(shovel["name"]), {k: v for k, v in shovel.items() if k != "name"},
+                 scoped=False)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -237,6 +242,16 @@ def build_parser() -> argparse.ArgumentParser:
                         help="free bytes the store's file system must keep (0: alarm off)")
     limits.add_argument("--memory-high-watermark", type=float, default=argparse.SUPPRESS, metavar="N",
                         help="resident memory: a fraction of RAM up to 1, bytes above (0: alarm off)")
+    sub.add_parser("list-shovels", help="the shovels the broker runs: state, last error, moved, rate")
+    shovel = sub.add_parser("declare-shovel", help="have the broker run a shovel (stored: it survives restarts)")
+    shovel.add_argument("name")
+    shovel.add_argument("--from", dest="source", required=True, metavar="URL",
+                        help="stomp://[user:password@]host[:port]/DESTINATION[?vhost=V] to take messages from")
+    shovel.add_argument("--to", dest="target", required=True, metavar="URL",
+                        help="stomp://[user:password@]host[:port]/DESTINATION[?vhost=V] to put them on")
+    shovel.add_argument("--prefetch", type=int, default=argparse.SUPPRESS,
+                        help="messages in flight, the source's prefetch [default: 1000]")
+    sub.add_parser("delete-shovel", help="stop a shovel and forget it").add_argument("name")
     sub.add_parser("export", help="write the exchanges and bindings as a definitions file (FILE.toml or "
                    "FILE.json: the extension picks the format)").add_argument("file")
     sub.add_parser("import", help="declare what a definitions file (FILE.toml or FILE.json) declares").add_argument("file")
@@ -253,6 +268,7 @@ COLUMNS = {
     "consumers": ["connection", "peer", "login", "subscription", "ack", "prefetch", "unacked"],
     "peek": ["priority", "redelivery_count", "age", "headers", "body"],
     "get": ["priority", "redelivery_count", "age", "headers", "body"],
+    "list-shovels": ["name", "state", "moved", "rate", "from", "to", "error"],
 }
 
 
@@ -321,6 +337,13 @@ def run(api: Api, args: argparse.Namespace) -> Any:
         if not changes:
             raise UsageError("set-limits: give --disk-free-limit, --memory-high-watermark or both")
         return api.call("PUT", "/api/alarms", changes)
+    if command == "list-shovels":
+        return api.call("GET", "/api/shovels", scoped=False)["items"]
+    if command == "declare-shovel":
+        body = {"from": args.source, "to": args.target, **({"prefetch": args.prefetch} if "prefetch" in args else {})}
+        return api.call("PUT", "/api/shovels/" + _quoted(args.name), body, scoped=False)
+    if command == "delete-shovel":
+        return api.call("DELETE", "/api/shovels/" + _quoted(args.name), scoped=False)
     if command == "close-connection":
         return api.call("DELETE", "/api/connections/" + _quoted(args.id))
     if command == "export":

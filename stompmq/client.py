@@ -21,6 +21,7 @@ from typing import TypeVar
 
 import trio
 
+from .logs import masked
 from .protocol import Frame, FrameParser, Limits, ProtocolError, encode_frame
 
 DEFAULT_PORT = 61613
@@ -56,16 +57,17 @@ class StompUrl:
     @classmethod
     def parse(cls, text: str) -> StompUrl:
         url = urllib.parse.urlsplit(text)
+        shown = masked(text)  # an error never shows the password
         if url.scheme != "stomp" or not url.hostname:
-            raise ClientError(f"bad URL {text!r}: expected stomp://[user:password@]host[:port][/destination]")
+            raise ClientError(f"bad URL {shown!r}: expected stomp://[user:password@]host[:port][/destination]")
         try:
             port = url.port or DEFAULT_PORT
         except ValueError:
-            raise ClientError(f"bad URL {text!r}: the port must be a number from 1 to 65535") from None
+            raise ClientError(f"bad URL {shown!r}: the port must be a number from 1 to 65535") from None
         query = urllib.parse.parse_qs(url.query)
         unknown = set(query) - {"vhost"}
         if unknown:
-            raise ClientError(f"bad URL {text!r}: unknown parameter {sorted(unknown)[0]!r} (only vhost)")
+            raise ClientError(f"bad URL {shown!r}: unknown parameter {sorted(unknown)[0]!r} (only vhost)")
         unquote = urllib.parse.unquote
         return cls(url.hostname, port, None if url.username is None else unquote(url.username),
                    None if url.password is None else unquote(url.password), unquote(url.path),
@@ -185,10 +187,15 @@ def run_client(main: Callable[..., Awaitable[T]], *args: object) -> T:
     try:
         return trio.run(main, *args)
     except BaseExceptionGroup as group:
-        error: BaseException = group
-        while isinstance(error, BaseExceptionGroup):
-            errors = error.exceptions
-            error = next((e for e in errors if isinstance(e, (ClientError, BaseExceptionGroup))), errors[0])
-        if isinstance(error, ClientError):
+        error = client_error(group)
+        if error is not None:
             raise error from None
         raise
+
+
+def client_error(error: BaseException) -> ClientError | None:
+    """The ClientError that ``error`` is or (from a nursery) holds, if any."""
+    while isinstance(error, BaseExceptionGroup):
+        errors = error.exceptions
+        error = next((e for e in errors if isinstance(e, (ClientError, BaseExceptionGroup))), errors[0])
+    return error if isinstance(error, ClientError) else None

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import difflib
 import os
-import re
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from . import __version__
+from .logs import masked
 from .broker import BrokerConfig
 from .broker.overflow import POLICIES
 from .protocol import Limits
@@ -306,7 +306,7 @@ class Config:
         url = self.store_url
         if url.startswith("sqlite:///"):
             return "sqlite:///" + str(Path(url[len("sqlite:///"):]).resolve())
-        return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
+        return masked(url)
 
     def server(self) -> ServerSettings:
         return ServerSettings(

@@ -16,12 +16,18 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 from contextvars import ContextVar
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def masked(url: str) -> str:
+    """``url`` with its password replaced by ``***``: a store or shovel URL as logs and answers show it."""
+    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
 
 
 class _LoggedSession(Protocol):

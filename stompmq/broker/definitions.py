@@ -28,6 +28,14 @@ new; the top-level lists are the default vhost's)::
     name = "orders"
     type = "consistent-hash"
 
+Shovels the broker runs (server/shovels.py) are top-level entries: ``name``, ``from``, ``to``
+and optionally ``prefetch`` (the fields of ``PUT /api/shovels/{name}``)::
+
+    [[shovels]]
+    name = "from-old"
+    from = "stomp://guest:guest@old-host:61613/queue/orders"
+    to = "stomp://127.0.0.1:61613/queue/orders"
+
 Applying a file is idempotent: an exchange already stored with the same options
 is left alone, a binding's weight is set to the file's.  Anything invalid stops
 the broker at start with a message naming the entry.
@@ -59,14 +67,15 @@ def load_definitions(path: str) -> dict[str, Any]:
         data = json.loads(text) if file.suffix == ".json" else tomllib.loads(text.decode())
     except (OSError, ValueError) as e:
         raise DefinitionsError(f"cannot read definitions file {path}: {e}") from None
-    if not isinstance(data, dict) or set(data) - {"exchanges", "queues", "bindings", "vhosts"}:
-        raise DefinitionsError(f"{path}: expected only 'exchanges', 'queues', 'bindings' and 'vhosts' lists")
+    if not isinstance(data, dict) or set(data) - {"exchanges", "queues", "bindings", "vhosts", "shovels"}:
+        raise DefinitionsError(f"{path}: expected only 'exchanges', 'queues', 'bindings', 'vhosts' and "
+                               "'shovels' lists")
     return data
 
 
 def vhost_definitions(data: dict[str, Any], path: str) -> dict[str, tuple[dict[str, Any], str]]:
     """The file's contents per vhost, each with the name errors should give its source."""
-    parts = {DEFAULT_VHOST: ({k: v for k, v in data.items() if k != "vhosts"}, path)}
+    parts = {DEFAULT_VHOST: ({k: v for k, v in data.items() if k not in ("vhosts", "shovels")}, path)}
     entries = data.get("vhosts", [])
     if not isinstance(entries, list):
         raise DefinitionsError(f"{path}: 'vhosts' must be a list of tables")

@@ -200,6 +200,7 @@ async def serve(
                         "the native router (stompmq.broker._rendezvous) is not built: consistent-hash "
                         "exchanges route in pure Python, 10-25x slower; reinstall with a C compiler"
                     )
+                connections.start_soon(runtime.shovels.run)  # a shovel may read from this broker
                 task_status.started([*listeners, *secure])
                 await trio.sleep_forever()
     finally:

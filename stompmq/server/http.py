@@ -38,6 +38,7 @@ Whose numbers: a queue's counters (published, delivered, ...) and the rates are 
 own, since it started, so every counter answer names the broker (``broker``: its node id, or
 ``SINGLE_BROKER`` on a store of one broker); ready and unacked come from the store, which on
 PostgreSQL is every broker's.
+``/api/shovels`` lists, declares and deletes the shovels the broker runs (``server/shovels.py``).
 
 Rates are derived here, not counted in the engine: ``Rates`` samples the
 engine's plain counters every ``SAMPLE_SECONDS`` and a rate is the change
@@ -79,7 +80,9 @@ from ..broker.exchanges import EXCHANGE_TYPE, ROUTING_KEY_HEADER
 from ..broker.resources import resource
 from ..broker.stats import TOTALS
 from ..broker.take import Take
+from ..client import ClientError as ShovelError
 from ..protocol import native as native_codec
+from ..shovel import Declaration
 from ..storage.base import DEFAULT_VHOST, StoredMessage, StoreError, vhost_name_error
 from .connection import Connection
 from .alarms import CHECK_SECONDS
@@ -90,6 +93,7 @@ from .metrics import StoreMetrics, metrics_route
 from .runtime import Runtime
 from .security import Security
 from .settings import ServerSettings
+from .shovels import Shovels
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -290,6 +294,10 @@ class ManagementApp:
             Route("/api/exchanges/{name}", self.delete_exchange, methods=["DELETE"]),
             Route("/api/topics", self.list_topics),
             Route("/api/streams", self.list_streams),
+            Route("/api/shovels", self.list_shovels),
+            Route("/api/shovels/{name}", self.get_shovel, methods=["GET"]),
+            Route("/api/shovels/{name}", self.declare_shovel, methods=["PUT"]),
+            Route("/api/shovels/{name}", self.delete_shovel, methods=["DELETE"]),
             Route("/api/connections", self.list_connections),
             Route("/api/connections/{id}", self.get_connection, methods=["GET"]),
             Route("/api/connections/{id}", self.close_connection, methods=["DELETE"]),
@@ -740,6 +748,39 @@ class ManagementApp:
                            for group, committed in sorted(stream.groups.items())],
             })
         return JSONResponse({"items": items, "next_after": names[-1] if len(names) == limit else None})
+    # -- shovels -------------------------------------------------------------------------------
+    @property
+    def shovels(self) -> Shovels:
+        return self.runtime.shovels
+
+    async def list_shovels(self, request: Request) -> Response:
+        """Every declared shovel: its URLs (passwords masked), state, last error, moved, rate."""
+        return JSONResponse({"items": [s.describe() for _, s in sorted(self.shovels.shovels.items())]})
+
+    async def get_shovel(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        running = self.shovels.shovels.get(name)
+        if running is None:
+            raise HTTPException(404, f"no shovel {name!r}")
+        return JSONResponse(running.describe())
+
+    async def declare_shovel(self, request: Request) -> Response:
+        """``{"from": URL, "to": URL, "prefetch"?: N, "ack_mode"?: "on-confirm"}``: run it, stored
+        (the users file's administrators only: http_auth.py)."""
+        name = request.path_params["name"]
+        try:
+            declaration = Declaration.parse(name, await _json_object(request))
+        except ShovelError as e:
+            raise HTTPException(400, str(e)) from None
+        created = name not in self.shovels.shovels
+        self.shovels.declare(declaration)
+        return JSONResponse(self.shovels.shovels[name].describe(), status_code=201 if created else 200)
+
+    async def delete_shovel(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        if not self.shovels.delete(name):
+            raise HTTPException(404, f"no shovel {name!r}")
+        return JSONResponse({"deleted": name})
 
     # -- connections ----------------------------------------------------------------------------
     async def list_connections(self, request: Request) -> Response:

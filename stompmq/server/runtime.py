@@ -41,6 +41,7 @@ from ..storage.base import (
 )
 from ..storage.vhosts import VhostStore, split_definitions, split_recovery
 from .alarms import ResourceAlarms
+from .shovels import Shovels
 
 log = logging.getLogger(__name__)
 P = ParamSpec("P")
@@ -54,6 +55,7 @@ class Runtime:
         #: vhost -> its engine (the default vhost's first)
         self.engines: dict[str, Broker] = {DEFAULT_VHOST: broker}
         self._views: list[VhostStore] = []
+        self.shovels = Shovels(store)  # run by the server once it listens (app.serve)
         self._last_seq = 0  # as recovered: where every engine's sequence numbers start
         self._read_turn = 0  # which engine's reads come first next (round-robin)
         self._deadline_changed = trio.Event()
@@ -178,7 +180,9 @@ class Runtime:
         self._last_seq = recovery.last_seq
         try:
             path = self.broker.config.definitions
-            files = vhost_definitions(load_definitions(path), path) if path else {}
+            data = load_definitions(path) if path else {}
+            files = vhost_definitions(data, path) if path else {}
+            self.shovels.recover(recovery.shovels, data.get("shovels", []), path or "")
             parts = split_recovery(recovery)
             for vhost in files.keys() - parts.keys():
                 store.save_vhost(vhost)

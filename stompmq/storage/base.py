@@ -54,7 +54,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -309,6 +309,8 @@ class Recovery:
     streams: list[StreamRecord] = field(default_factory=list)  # sorted by name
     vhosts: list[str] = field(default_factory=lambda: [DEFAULT_VHOST])  # declared vhosts, sorted
     queues: list[QueueRecord] = field(default_factory=list)  # declared queues, sorted by name
+    #: declared shovels: name -> their declaration as stored (server/shovels.py reads it)
+    shovels: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -509,6 +511,10 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def save_queue(self, name: str, options: dict[str, str] | None) -> None:
         """Insert or replace the declaration of queue ``name`` (None: forget it)."""
+
+    def save_shovel(self, name: str, declaration: dict[str, Any] | None) -> None:  # noqa: B027
+        """Insert or replace the declaration of shovel ``name`` (None: forget it); it is in
+        ``Recovery.shovels`` from then on.  A store that keeps none (a test fake) ignores it."""
 
     @abc.abstractmethod
     def delete_stream(self, name: str) -> None:

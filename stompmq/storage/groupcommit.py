@@ -93,7 +93,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import TypeVar, TypeVarTuple, overload
+from typing import Any, TypeVar, TypeVarTuple, overload
 
 import trio
 
@@ -126,6 +126,7 @@ from stompmq.storage.groups import (
     SaveBinding,
     SaveExchange,
     SaveQueue,
+    SaveShovel,
     DropStream,
     SaveStream,
     SaveVhost,
@@ -402,6 +403,9 @@ class GroupCommitStore(Store):
 
     def save_queue(self, name: str, options: dict[str, str] | None) -> None:
         self._add_structural(SaveQueue(name, None if options is None else dict(options)))
+
+    def save_shovel(self, name: str, declaration: dict[str, Any] | None) -> None:
+        self._add_structural(SaveShovel(name, None if declaration is None else dict(declaration)))
 
     def trim_stream(self, name: str, before: int) -> None:
         self._stream_appends = _untrimmed(self._stream_appends, name, before)

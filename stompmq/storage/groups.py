@@ -21,6 +21,7 @@ part of the contract and is spelled out on each alias.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from stompmq.storage.base import BindingRecord, ExchangeRecord, StreamState
 
@@ -112,6 +113,19 @@ class SaveQueue:
 
 
 @dataclass(frozen=True, slots=True)
+class SaveShovel:
+    """Insert or replace the declaration of shovel ``name`` (None: forget it): a ``broker_meta``
+    row named ``SHOVEL_PREFIX + name``, JSON text of the declaration."""
+
+    name: str
+    declaration: dict[str, Any] | None
+
+
+#: ``broker_meta`` names of the shovels' rows start with it (a shovel name has no '/').
+SHOVEL_PREFIX = "shovel/"
+
+
+@dataclass(frozen=True, slots=True)
 class DropStream:
     """Delete stream ``name``: its entries and its declaration."""
 
@@ -120,7 +134,7 @@ class DropStream:
 
 StructuralOp = (
     Purge | SaveExchange | DropExchange | SaveBinding | DropBinding | Release | TopicMessage | SaveStream | TrimStream
-    | SaveVhost | SaveQueue | DropStream
+    | SaveVhost | SaveQueue | SaveShovel | DropStream
 )
 
 # -- message rows: one per message, at most one row per seq in a group ------------------------

@@ -2,13 +2,14 @@
 
 The broker keeps every message of a non-durable store in its queues and streams
 (it never pages), so this store has nothing to hold but exchanges, bindings and
-stream and queue declarations; every
+stream, queue and shovel declarations; every
 write is already "committed" when it is made.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import trio
 
@@ -36,13 +37,15 @@ class MemoryStore(Store):
         self._vhosts = {DEFAULT_VHOST}
         self._queues: dict[str, dict[str, str]] = {}
         self._groups: dict[str, dict[str, int]] = {}  # stream -> consumer group -> committed offset
+        self._shovels: dict[str, dict[str, Any]] = {}
 
     async def open(self) -> Recovery:
         streams = [StreamRecord(name, options, 0, 0, groups=dict(self._groups.get(name, {})))
                    for name, options in sorted(self._streams.items())]
         queues = [QueueRecord(name, options) for name, options in sorted(self._queues.items())]
         return Recovery(
-            0, list(self._exchanges.values()), list(self._bindings.values()), streams, sorted(self._vhosts), queues
+            0, list(self._exchanges.values()), list(self._bindings.values()), streams, sorted(self._vhosts), queues,
+            dict(self._shovels),
         )
 
     async def run(self) -> None:
@@ -97,6 +100,12 @@ class MemoryStore(Store):
             self._queues.pop(name, None)
         else:
             self._queues[name] = dict(options)
+
+    def save_shovel(self, name: str, declaration: dict[str, Any] | None) -> None:
+        if declaration is None:
+            self._shovels.pop(name, None)
+        else:
+            self._shovels[name] = dict(declaration)
 
     def delete_stream(self, name: str) -> None:
         self._streams.pop(name, None)

@@ -67,6 +67,7 @@ import psycopg
 import trio
 
 from stompmq import __version__
+from stompmq.logs import masked
 from stompmq.storage import jsontext
 from stompmq.storage.base import (
     QUEUE_PAGE_SQL,
@@ -97,6 +98,8 @@ from stompmq.storage.groups import (
     SaveBinding,
     SaveExchange,
     SaveQueue,
+    SaveShovel,
+    SHOVEL_PREFIX,
     DropStream,
     SaveStream,
     SaveVhost,
@@ -225,11 +228,6 @@ BROKERS_SQL = (
 NEXT_EXPIRY_SQL = "SELECT MIN(expires) FROM messages WHERE expires IS NOT NULL AND expires >= %s"
 
 
-def masked(url: str) -> str:
-    """``url`` with its password replaced by ``***`` (for logs and error messages)."""
-    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
-
-
 def _one_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
@@ -296,9 +294,11 @@ class PostgresBackend:
                     "SELECT vhost, name, options FROM queues WHERE options IS NOT NULL ORDER BY vhost, name"
                 )
             ]
+            shovels = {name[len(SHOVEL_PREFIX):]: _loads(value) for name, value in conn.execute(
+                "SELECT name, value FROM broker_meta WHERE name LIKE %s ORDER BY name", (SHOVEL_PREFIX + "%",))}
         except psycopg.Error as exc:
             raise StoreError(f"cannot recover {self.name}: {_one_line(exc)}") from None
-        return Recovery(0, exchanges, bindings, streams, vhosts, queues)
+        return Recovery(0, exchanges, bindings, streams, vhosts, queues, shovels)
 
     def close(self) -> None:
         conn, self._conn = self._conn, None
@@ -574,6 +574,12 @@ class PostgresBackend:
                     cur.execute("DELETE FROM messages WHERE queue_id = %s", (queue_id,))
             case TopicMessage(topic=topic, headers=headers, body=body):
                 self._notify_topic(cur, topic, headers, body)
+            case SaveShovel(name=name, declaration=None):
+                cur.execute("DELETE FROM broker_meta WHERE name = %s", (SHOVEL_PREFIX + name,))
+            case SaveShovel(name=name, declaration=declaration):
+                cur.execute("INSERT INTO broker_meta (name, value) VALUES (%s, %s)"
+                            " ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+                            (SHOVEL_PREFIX + name, _dumps(declaration)))
             case SaveQueue(name=name, options=options):
                 cur.execute(
                     "UPDATE queues SET options = %s WHERE id = %s",

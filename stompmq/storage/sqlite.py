@@ -66,6 +66,8 @@ from stompmq.storage.groups import (
     SaveBinding,
     SaveExchange,
     SaveQueue,
+    SaveShovel,
+    SHOVEL_PREFIX,
     SaveStream,
     SaveVhost,
     StreamRow,
@@ -344,10 +346,12 @@ class SQLiteBackend:
                 )
             ]
             (max_delayed,) = conn.execute("SELECT COALESCE(MAX(seq), 0) FROM delayed_messages").fetchone()
+            shovels = {name[len(SHOVEL_PREFIX):]: _loads(value) for name, value in conn.execute(
+                "SELECT name, value FROM broker_meta WHERE name LIKE ? ORDER BY name", (SHOVEL_PREFIX + "%",))}
         except sqlite3.Error as exc:
             raise StoreError(f"cannot recover {self.path}: {exc}") from exc
         return Recovery(
-            max(max_seq, max_delayed, self._stored_last_seq), exchanges, bindings, streams, vhosts, queues
+            max(max_seq, max_delayed, self._stored_last_seq), exchanges, bindings, streams, vhosts, queues, shovels
         )
 
     def _recover_streams(self, conn: sqlite3.Connection) -> list[StreamRecord]:
@@ -455,6 +459,11 @@ class SQLiteBackend:
                     "UPDATE queues SET options = ? WHERE id = ?",
                     (None if options is None else _dumps(options), queue_id),
                 )
+            case SaveShovel(name=name, declaration=None):
+                conn.execute("DELETE FROM broker_meta WHERE name = ?", (SHOVEL_PREFIX + name,))
+            case SaveShovel(name=name, declaration=declaration):
+                conn.execute("INSERT OR REPLACE INTO broker_meta (name, value) VALUES (?, ?)",
+                             (SHOVEL_PREFIX + name, _dumps(declaration)))
             case SaveStream(name=name, options=options):
                 stream_id = self._make_stream(conn, name, created)
                 conn.execute("UPDATE streams SET options = ? WHERE id = ?", (_dumps(options), stream_id))

@@ -1,5 +1,5 @@
 """The lifecycle reads and writes of every store: delayed rows by due time, expired rows by
-expiry, queue sizes with their snapshot, queue declarations across a reopen.
+expiry, queue sizes with their snapshot, queue and shovel declarations across a reopen.
 
 Each test opens a store of the parametrised kind, writes through the Store interface, and
 reads back through it, after a reopen where the store is durable (the memory store keeps
@@ -125,3 +125,20 @@ async def test_queue_declarations_are_recovered(make_store: Callable[[], Store])
         store.save_queue("c", None)  # forgotten again
     async with opened(make_store) as (_, recovery):
         assert recovery.queues == [QueueRecord("a", {"max-length": "3"}), QueueRecord("b", {"message-ttl": "5"})]
+
+
+async def test_shovel_declarations_are_recovered(make_store: Callable[[], Store]) -> None:
+    declaration = {"from": "stomp://u:p@h/queue/a", "to": "stomp://h/queue/b", "prefetch": 5, "ack_mode": "on-confirm"}
+    store = make_store()
+    if not store.durable:
+        store.save_shovel("s", declaration)
+        assert (await store.open()).shovels == {"s": declaration}
+        return
+    async with opened(make_store) as (store, recovery):
+        assert recovery.shovels == {}
+        store.save_shovel("s", declaration)
+        store.save_shovel("t", {**declaration, "prefetch": 1})
+        store.save_shovel("t", None)  # forgotten again
+        store.save_shovel("s", {**declaration, "prefetch": 7})  # replaced
+    async with opened(make_store) as (_, recovery):
+        assert recovery.shovels == {"s": {**declaration, "prefetch": 7}}

@@ -431,7 +431,9 @@ class PostgresBackend:
         delivered a row within its last flush interval without the mark reaching the database,
         so every row it held counts a redelivery (``redelivered:true``, as RabbitMQ marks what
         may have been delivered): a duplicate is never unmarked."""
-        conn.execute("UPDATE delayed_messages SET owner = NULL WHERE owner = %s", (owner,))
+        delayed = conn.execute("UPDATE delayed_messages SET owner = NULL WHERE owner = %s", (owner,)).rowcount
+        if delayed:  # no queue names them yet: every broker looks at its delayed messages again ("*")
+            conn.execute("SELECT pg_notify(%s, '*')", (CHANNEL,))
         rows = conn.execute(
             "WITH freed AS (UPDATE messages SET owner = NULL, owner_epoch = NULL,"
             " redeliveries = redeliveries + CASE WHEN %s THEN 1 ELSE delivered::int END,"

@@ -155,7 +155,7 @@ def _routes(broker: BrokerProcess) -> bool:
 
 def test_delayed_messages_of_a_killed_broker_are_delivered_by_another(brokers: list[BrokerProcess]) -> None:
     """The victim holds the delayed messages it stored; once its lease lapses another broker's
-    renewal frees them, its poll finds them, and each is delivered once when due."""
+    renewal frees them and tells every broker, and each is delivered once when due."""
     victim, survivor, _ = brokers
     with Peer(victim.port) as producer:
         for i in range(20):

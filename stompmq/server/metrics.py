@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import heapq
 import platform
-from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sized
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import CollectorRegistry, Histogram, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -42,7 +42,8 @@ from .alarms import RESOURCES
 
 if TYPE_CHECKING:
     from ..broker import Broker
-    from .http import ManagementApp
+    from .runtime import Runtime
+    from .settings import ServerSettings
 
 QUEUE_COUNTERS = ("published", "delivered", "acked", "redelivered", "dead_lettered", "expired", "dropped", "rejected")
 #: Commit latency buckets (seconds): an fsync is ~0.1-10 ms on SSDs, far more on a busy disk.
@@ -69,6 +70,27 @@ class StoreMetrics:
         self.size.observe(size)
 
 
+class Scraped(Protocol):
+    """What a scrape reads: the management API's view of the broker (``http.ManagementApp``)."""
+
+    @property
+    def engines(self) -> Mapping[str, Broker]: ...
+    @property
+    def settings(self) -> ServerSettings: ...
+    @property
+    def runtime(self) -> Runtime: ...
+    @property
+    def connections(self) -> Sized: ...
+    @property
+    def broker_id(self) -> str: ...
+    @property
+    def store_metrics(self) -> StoreMetrics: ...
+
+    async def answer(self, engine: Broker, answer: Any) -> Any: ...
+
+    def administer(self, engine: Broker, path: str, headers: dict[str, str] | None = None) -> Any: ...
+
+
 class _Scrape(Collector):
     """One scrape's metric families (prometheus-client renders any ``Collector``)."""
 
@@ -79,7 +101,7 @@ class _Scrape(Collector):
         return self.metrics
 
 
-async def scrape(management: ManagementApp) -> bytes:
+async def scrape(management: Scraped) -> bytes:
     engines = management.engines
     stats = {(vhost, name): s for vhost, engine in engines.items() for name, s in engine.queue_stats.items()}
     top = heapq.nlargest(
@@ -193,7 +215,7 @@ async def scrape(management: ManagementApp) -> bytes:
     return generate_latest(_Scrape(metrics))
 
 
-def metrics_route(management: ManagementApp) -> Callable[[Request], Awaitable[Response]]:
+def metrics_route(management: Scraped) -> Callable[[Request], Awaitable[Response]]:
     async def metrics(request: Request) -> Response:
         return Response(await scrape(management), media_type=CONTENT_TYPE_LATEST)
 

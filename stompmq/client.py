@@ -8,8 +8,9 @@ tasks (the shovel) decides who reads.  Addresses are URLs::
     stomp://user:password@host:61613/queue/name?vhost=staging
 
 The path is a destination (optional), ``vhost`` selects the virtual host: it
-goes into CONNECT's ``host`` header (without it, the URL's host name goes
-there, which stompmq, RabbitMQ and ActiveMQ all take as the default vhost).
+goes into CONNECT's ``host`` header; without it ``/`` goes there, the default
+vhost of stompmq and RabbitMQ (RabbitMQ refuses a host name it has no vhost
+of, so the URL's host name would not do; ActiveMQ ignores the header).
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ class StompConnection:
     @classmethod
     async def open(cls, url: StompUrl, vhost: str | None = None) -> StompConnection:
         """Connect and log in; ``vhost`` overrides the URL's.  ClientError on any failure."""
-        headers = {"accept-version": "1.2", "host": vhost or url.vhost or url.host, "heart-beat": "0,0"}
+        headers = {"accept-version": "1.2", "host": vhost or url.vhost or "/", "heart-beat": "0,0"}
         if url.login is not None:
             headers["login"] = url.login
             headers["passcode"] = url.passcode or ""

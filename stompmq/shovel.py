@@ -271,13 +271,13 @@ async def _main(shovel: Shovel) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="stompmq shovel", description=__doc__.splitlines()[0].strip("`"))
+    parser = argparse.ArgumentParser(prog="stompmq shovel", description=__doc__.splitlines()[0].replace("``", ""))
     parser.add_argument("--from", dest="source", required=True, metavar="URL",
                         help="stomp://[user:password@]host[:port]/DESTINATION[?vhost=V] to take messages from")
     parser.add_argument("--to", dest="target", required=True, metavar="URL",
                         help="stomp://[user:password@]host[:port]/DESTINATION[?vhost=V] to put them on")
-    parser.add_argument("--from-vhost", help="the source's vhost (CONNECT host header) [default: the URL's]")
-    parser.add_argument("--to-vhost", help="the destination's vhost [default: the URL's]")
+    parser.add_argument("--from-vhost", help="the source's vhost (CONNECT host header) [default: the URL's ?vhost=, else /]")
+    parser.add_argument("--to-vhost", help="the destination's vhost [default: the URL's ?vhost=, else /]")
     parser.add_argument("--prefetch", type=_positive, default=DEFAULT_PREFETCH,
                         help=f"messages in flight, the source's prefetch [default: {DEFAULT_PREFETCH}]")
     parser.add_argument("--max", type=_positive, help="stop after moving this many messages (what the source "

@@ -32,13 +32,15 @@ Examples::
       --max-rate auto --repeats 3 --json latency.json --chart docs/latency.png
 
 A target is NAME=HOST:PORT[:LOGIN:PASSCODE] (as for ``benchmarks.sitting``) or NAME=local: a
-throw-away stompmq (``local_broker.py``, SQLite in a temporary directory).
+throw-away stompmq (``local_broker.py``, SQLite in a temporary directory), optionally followed
+by its command-line options (``"mem=local --store memory"``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import statistics
 import sys
 import time
@@ -147,7 +149,7 @@ def chart(rows: list[dict[str, Any]], path: str, title: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--target", action="append", metavar="NAME=HOST:PORT[:LOGIN:PASSCODE]|NAME=local",
+    p.add_argument("--target", action="append", metavar="NAME=HOST:PORT[:LOGIN:PASSCODE]|NAME=local [OPTIONS]",
                    help="a broker to measure (repeatable; default: stompmq=local)")
     p.add_argument("--rates", type=float, nargs="+", default=[1000, 2000, 5000, 10000, 20000, 50000, 100000],
                    help="offered rates, msg/s (default %(default)s)")
@@ -169,8 +171,9 @@ def main(argv: list[str] | None = None) -> int:
         targets: list[tuple[str, list[str]]] = []
         for text in args.target or ["stompmq=local"]:
             name, _, address = text.partition("=")
-            if address == "local":
-                broker = LocalBroker()
+            local, *cli_args = shlex.split(address) or [""]
+            if local == "local":
+                broker = LocalBroker(*cli_args)
                 stack.enter_context(broker)
                 targets.append((name, ["--port", str(broker.port)]))
             else:

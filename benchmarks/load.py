@@ -22,9 +22,11 @@ Scenarios (``--scenario``):
   fanout     1 producer -> /topic/... -> --subscribers consumers (each SUBSCRIBE is
              confirmed by a receipt before publishing starts).  Reports deliveries/s
              summed over subscribers, per-subscriber counts and losses.
-  latency    publish at a fixed --rate for --duration seconds; each body carries its send
-             timestamp (CLOCK_MONOTONIC, system-wide on Linux); reports publish-to-deliver
-             latency p50/p90/p99/p99.9/max in ms.
+  latency    publish at a fixed --rate for --duration seconds on a monotonic schedule (sleep,
+             then spin the last --spin-us); each body carries its send timestamp
+             (CLOCK_MONOTONIC, system-wide on Linux); reports publish-to-deliver latency
+             p50/p90/p99/p99.9/max in ms, and the producer's lateness against its schedule
+             (pace_p99_us, pace_max_us).  benchmarks/latency.py runs it over a list of rates.
   drain      pre-load --count messages (persistent, with receipts, --window outstanding),
              optionally --pause seconds (restart the broker meanwhile: the consumer
              retries its connection until --timeout), then drain with one consumer
@@ -70,6 +72,7 @@ Examples:
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import math
 import multiprocessing as mp
@@ -124,6 +127,26 @@ def make_body(size: int, seq: int | None = None, ts: int | None = None) -> bytes
     if len(prefix) > size:
         return prefix
     return prefix + b"x" * (size - len(prefix))
+
+
+def set_timer_slack_ns(ns: int) -> None:
+    """Let this process's sleeps end within ``ns`` of their due time (Linux adds 50 µs of slack
+    to every timer by default); elsewhere a no-op."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(29, ns, 0, 0, 0)  # PR_SET_TIMERSLACK
+    except (OSError, AttributeError):
+        pass
+
+
+def pace_until(due_ns: int, spin_ns: float) -> None:
+    """Return at ``due_ns`` (time.monotonic_ns): sleep until ``spin_ns`` before it, then spin.
+    Sleeping alone wakes tens of µs late on a busy machine; spinning alone takes a whole core
+    from the broker on a small one."""
+    left = due_ns - time.monotonic_ns() - spin_ns
+    if left > 0:
+        time.sleep(left / 1e9)
+    while time.monotonic_ns() < due_ns:
+        pass
 
 
 def send_prefix(args, dest: str) -> bytes:
@@ -360,30 +383,40 @@ def producer(args, dest: str, go, done, mode: str, total: int, warmup: int):
         res.update(sent=sent, receipted=receipted, send_s=t1 - t_start,
                    rate=(total - warmup) / (t1 - t0) if t1 > t0 else float("inf"))
     elif mode == "paced":
-        rate = args.rate
+        # a monotonic schedule (message i is due at t_start + i/rate), not "sleep one period":
+        # lateness never accumulates.  Waits sleep to within --spin-us of the due time and spin
+        # the rest (``pace_until``); messages found due together go out in one write.  Each body
+        # carries the instant it was written; the lateness against the schedule is reported
+        # (pace_p99_us, pace_max_us) so a run whose producer fell behind shows it.
+        set_timer_slack_ns(1000)
+        period = 1e9 / args.rate
+        spin_ns = min(args.spin_us * 1000, period / 4)  # spin at most a quarter of each period
         t_start = time.monotonic_ns()
         sent = 0
         bs = args.body_size
         cl = b"content-length:%d\n\n" % max(bs, 31)
         lag_max = 0
+        late: list[int] = []
         while sent < total:
             now = time.monotonic_ns()
-            due = min(total, int((now - t_start) * rate / 1e9) + 1)
+            due = min(total, int((now - t_start) / period) + 1)
             if due > sent:
                 lag_max = max(lag_max, due - sent)
                 parts = []
                 for i in range(sent, due):
                     ts = time.monotonic_ns()
+                    late.append(ts - t_start - int(i * period))
                     parts.append(prefix + cl + make_body(bs, seq=i, ts=ts) + b"\0")
                 conn.send(b"".join(parts))
                 sent = due
             else:
-                nxt = t_start + sent * 1e9 / rate
-                time.sleep(max(0.0, (nxt - time.monotonic_ns()) / 1e9))
+                pace_until(t_start + int(sent * period), spin_ns)
         t1 = time.monotonic_ns()
         conn.disconnect()
+        late.sort()
         res.update(sent=sent, send_s=(t1 - t_start) / 1e9, rate=sent / ((t1 - t_start) / 1e9),
-                   max_backlog=lag_max)
+                   max_backlog=lag_max, pace_p99_us=round(pct(late, 99) / 1e3, 1),
+                   pace_max_us=round(late[-1] / 1e3, 1))
     done.set()
     return res
 
@@ -440,7 +473,7 @@ def consumer(args, dest: str, idx: int, ready_q, done, mode: str, total: int, wa
                 ) from None
             continue
         now = time.monotonic()
-        now_ns = time.monotonic_ns()
+        now_ns = reader.recv_ns  # before the chunk was parsed
         last_data = now
         acks = []
         for cmd, hdr, body in frames:
@@ -755,6 +788,7 @@ def run_throughput(args, stats: BrokerStats) -> dict:
             v = pct(lat, p)
             out[f"{name}_ms"] = round(v / 1e6, 3) if v is not None else None
         out["rate"] = round(prod["rate"], 1)
+        out["pace_p99_us"], out["pace_max_us"] = prod["pace_p99_us"], prod["pace_max_us"]
     cpu = add_broker_cpu(out, cpu0, cpu1, w1 - w0)
     if cpu is not None:
         n_msgs = out.get("deliveries") or out["msgs"]
@@ -1004,6 +1038,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fanout: number of topic subscribers (default %(default)s)")
     g.add_argument("--rate", type=float, default=1000,
                    help="latency: messages per second (default %(default)s)")
+    g.add_argument("--spin-us", type=float, default=50,
+                   help="latency: the producer spins (rather than sleeps) this last part of each wait, "
+                        "at most a quarter of the period (default %(default)s)")
     g.add_argument("--duration", type=float, default=10,
                    help="latency: seconds of publishing; idle: seconds to hold the connections "
                         "(default %(default)s)")

@@ -93,6 +93,9 @@ class FrameReader:
         # frames parsed by read_until() that it did not consume (e.g. MESSAGEs arriving in
         # the same chunk as a SUBSCRIBE receipt); handed out first by read()
         self.pending: list[Frame] = []
+        #: time.monotonic_ns() when the last read's data arrived (before parsing it): the
+        #: receive instant of every frame that read returns
+        self.recv_ns = 0
 
     def detect_crlf(self, data: bytes) -> None:
         nl = data.find(b"\n")
@@ -108,6 +111,7 @@ class FrameReader:
             raise LoadError(f"recv failed: {e}") from e
         if not data:
             return False
+        self.recv_ns = time.monotonic_ns()
         self.buf += data
         return True
 
@@ -160,6 +164,7 @@ class FrameReader:
         """One recv + parse.  Raises on EOF, socket.timeout propagates."""
         if self.pending:
             out, self.pending = self.pending, []
+            self.recv_ns = time.monotonic_ns()
             return out
         if not self.recv():
             # parse whatever is left (maybe an ERROR frame) before reporting EOF

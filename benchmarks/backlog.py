@@ -24,7 +24,7 @@ import time
 
 from stompmq.storage.migrate import upgrade_to_head
 
-from .local_broker import free_port, rss_kib
+from .local_broker import cpu_seconds, free_port, rss_kib
 
 QUEUE = "backlog"
 TIMEOUT = 120.0
@@ -51,13 +51,6 @@ def build(path: str, messages: int, delivered: int, body_size: int) -> None:
     conn.execute("COMMIT")
     conn.execute("PRAGMA journal_mode = WAL")
     conn.close()
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU of ``pid`` so far: less noisy than wall time on a loaded machine."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def first_message(port: int, t0: float) -> tuple[float, float]:

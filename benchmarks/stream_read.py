@@ -20,21 +20,13 @@ import os
 import sys
 import time
 
-from benchmarks.local_broker import LocalBroker
+from benchmarks.local_broker import LocalBroker, cpu_seconds
 
 from stompmq.spark.client import Connection
 from stompmq.spark.source import Options, StreamRange, _read
 
 STREAMS = 4
-TICKS = os.sysconf("SC_CLK_TCK")
 BODY = b"x" * 100
-
-
-def process_cpu(pid: int) -> float:
-    """CPU seconds (user + system) of process ``pid`` so far."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
 
 
 def fill(url: str, prefix: str, entries: int) -> None:
@@ -71,9 +63,9 @@ def main(argv: list[str] | None = None) -> int:
         fill(url, args.prefix, args.entries)
         opts = Options(url, None, None, [])
         for n in range(args.rounds):
-            wall, mine, broker = time.perf_counter(), time.process_time(), process_cpu(pid)
+            wall, mine, broker = time.perf_counter(), time.process_time(), cpu_seconds(pid)
             rows = read_round(opts, args.prefix, args.entries)
-            wall, mine, broker = time.perf_counter() - wall, time.process_time() - mine, process_cpu(pid) - broker
+            wall, mine, broker = time.perf_counter() - wall, time.process_time() - mine, cpu_seconds(pid) - broker
             print(f"round {n + 1}: {rows:,} entries in {wall:.2f} s = {rows / wall:,.0f} msg/s; CPU per entry:"
                   f" reader {mine / rows * 1e6:.1f} us, broker {broker / rows * 1e6:.1f} us,"
                   f" load {os.getloadavg()[0]:.1f}", flush=True)

@@ -5,11 +5,12 @@ each time, 1, 2, then 3 broker processes (``local_broker.py``), loopback only.
 
 Throughput: for an auto-ack queue and a client-individual queue (prefetch ``--prefetch``,
 every message acked), one producer and one consumer per broker on ONE queue shared by all
-brokers.  Producers send ``--batch`` messages with a receipt on the last and stop while more
-than ``--backlog`` messages are sent but not yet received, so the queue stays short.  After
-``--warmup`` seconds, the consumers' deliveries over ``--seconds``: aggregate msg/s, and CPU
+brokers.  Producers send ``--batch`` messages per receipt, a few batches unanswered, and pause
+while more than ``--backlog`` messages are sent but not yet received.  After ``--warmup``
+seconds, the consumers' deliveries over ``--seconds``, ``--repeat`` times on new queues (the
+table shows the run of median rate): aggregate msg/s, each broker's consumer's share, and CPU
 per message of the brokers, of PostgreSQL (postmaster and all its processes) and of the load
-processes, all from ``/proc``; "cores" is all three together per wall second.
+processes, from ``/proc``; "cores busy" is the three together per wall second.
 
 Fail-over: three brokers, a producer and a client-ack consumer on each of two (the survivors)
 under steady load, and on the third (the victim) a client-ack consumer that takes ``--held``
@@ -198,6 +199,8 @@ class Row:
     brokers: int
     ack: str
     rate: float
+    low: float
+    high: float
     shares: list[float]
     broker_us: float
     postgres_us: float | None
@@ -232,21 +235,30 @@ def measure(args: argparse.Namespace, pg: PostgresServer, started: list[LocalBro
     broker_cpu, postgres_cpu, clients_cpu = used
     assert broker_cpu is not None and clients_cpu is not None
     wall = wall1 - wall0
-    return Row(n, ack, sum(got) / wall, [g / messages for g in got], 1e6 * broker_cpu / messages,
+    rate = sum(got) / wall
+    return Row(n, ack, rate, rate, rate, [g / messages for g in got], 1e6 * broker_cpu / messages,
                None if postgres_cpu is None else 1e6 * postgres_cpu / messages, 1e6 * clients_cpu / messages,
                sum(u for u in used if u is not None) / wall)
 
 
+def median_run(runs: list[Row]) -> Row:
+    """The run of median rate, with the lowest and highest rate of all."""
+    ranked = sorted(runs, key=lambda r: r.rate)
+    middle = ranked[(len(ranked) - 1) // 2]
+    middle.low, middle.high = ranked[0].rate, ranked[-1].rate
+    return middle
+
+
 def print_rows(rows: list[Row]) -> None:
     one = {r.ack: r.rate for r in rows if r.brokers == 1}
-    print("\n| brokers | ack | msg/s | vs one broker | per broker | broker CPU µs/msg | postgres CPU µs/msg"
+    print("\n| brokers | ack | msg/s (median run) | lowest-highest | vs one broker | per broker | broker CPU µs/msg | postgres CPU µs/msg"
           " | clients CPU µs/msg | cores busy |")
-    print("|---:|---|---:|---:|---|---:|---:|---:|---:|")
+    print("|---:|---|---:|---|---:|---|---:|---:|---:|---:|")
     for r in rows:
         ratio = f"{r.rate / one[r.ack]:.2f}" if r.ack in one else "-"
         postgres = "-" if r.postgres_us is None else f"{r.postgres_us:.1f}"
         shares = "/".join(f"{100 * s:.0f}" for s in r.shares) + " %"
-        print(f"| {r.brokers} | {r.ack} | {r.rate:,.0f} | {ratio} | {shares} | {r.broker_us:.1f} | {postgres}"
+        print(f"| {r.brokers} | {r.ack} | {r.rate:,.0f} | {r.low:,.0f}-{r.high:,.0f} | {ratio} | {shares} | {r.broker_us:.1f} | {postgres}"
               f" | {r.clients_us:.1f} | {r.cores:.2f} |")
 
 
@@ -303,7 +315,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--brokers", type=int, nargs="+", default=[1, 2, 3], help="broker counts to measure")
     parser.add_argument("--ack", nargs="+", choices=list(ACK_MODES), default=list(ACK_MODES))
     parser.add_argument("--warmup", type=float, default=5.0, help="seconds of load before the window")
-    parser.add_argument("--seconds", type=float, default=20.0, help="the timed window")
+    parser.add_argument("--seconds", type=float, default=15.0, help="the timed window")
+    parser.add_argument("--repeat", type=int, default=3, help="windows per broker count and ack mode, each on a new queue")
     parser.add_argument("--prefetch", type=int, default=1000, help="prefetch of the client-ack consumers")
     parser.add_argument("--batch", type=int, default=100, help="SENDs per receipt")
     parser.add_argument("--backlog", type=int, default=5000, help="most messages sent but not yet received")
@@ -314,7 +327,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=3, help="fail-overs")
     args = parser.parse_args(argv)
     if args.quick:
-        args.warmup, args.seconds, args.rounds = 2.0, 5.0, 1
+        args.warmup, args.seconds, args.repeat, args.rounds = 2.0, 5.0, 1, 1
     return args
 
 
@@ -328,8 +341,12 @@ def main(argv: Sequence[str] | None = None) -> None:
             for n in args.brokers:
                 with brokers(pg, n, args.lease) as started:
                     for ack in args.ack:
-                        rows.append(measure(args, pg, started, ack))
-                        print(f"{n} broker(s), {ack} ack: {rows[-1].rate:,.0f} msg/s", flush=True)
+                        runs = []
+                        for _ in range(args.repeat):
+                            runs.append(measure(args, pg, started, ack))
+                            print(f"{n} broker(s), {ack} ack: {runs[-1].rate:,.0f} msg/s, shares"
+                                  f" {'/'.join(f'{100 * s:.0f}' for s in runs[-1].shares)} %", flush=True)
+                        rows.append(median_run(runs))
             print_rows(rows)
         if "failover" in args.parts:
             for r in range(args.rounds):

@@ -39,8 +39,10 @@ import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TypeAlias, cast
 from multiprocessing.process import BaseProcess
 from multiprocessing.queues import Queue
+from multiprocessing.sharedctypes import SynchronizedArray
 from multiprocessing.synchronize import Event
 
 from benchmarks.local_broker import LocalBroker, cpu_seconds
@@ -56,7 +58,7 @@ IN_FLIGHT = 4
 ACK_MODES = {"auto": "auto", "client": "client-individual"}
 
 #: Shared counters, one slot per process (``Array(..., lock=False)``: each slot has one writer).
-Counts = "ctypes.Array[ctypes.c_longlong]"
+Counts: TypeAlias = "SynchronizedArray[int]"
 
 
 @dataclass
@@ -81,7 +83,7 @@ def produce(port: int, dest: str, slot: int, load: Load, batch: int, backlog: in
     client = connect(port)
     seq = answered = 0
     while not load.stop.is_set():
-        if sum(load.sent) - sum(load.received) > backlog:
+        if sum(load.sent[:]) - sum(load.received[:]) > backlog:
             time.sleep(0.001)
             continue
         for _ in range(batch):
@@ -112,7 +114,7 @@ def consume(port: int, dest: str, slot: int, load: Load, ack: str, prefetch: int
                 continue
             count += 1
             if ack != "auto":
-                acks.append(client.ack(header))
+                acks.append(client.ack(cast(bytes, header)))  # a bytearray does as well
             if b"\nredelivered:true" in header and body is not None:
                 load.redelivered.put((time.monotonic(), body.split(b" ", 1)[0]))
         if acks:
@@ -136,8 +138,8 @@ class Workers:
     def __init__(self, producers: int, consumers: int) -> None:
         ctx = mp.get_context("fork")
         self.ctx = ctx
-        self.load = Load(ctx.Array(ctypes.c_longlong, producers, lock=False),  # type: ignore[arg-type]
-                         ctx.Array(ctypes.c_longlong, consumers, lock=False),  # type: ignore[arg-type]
+        self.load = Load(ctx.Array(ctypes.c_longlong, producers, lock=False),
+                         ctx.Array(ctypes.c_longlong, consumers, lock=False),
                          ctx.Event(), ctx.Queue())
         self.procs: list[BaseProcess] = []
 
@@ -155,15 +157,15 @@ class Workers:
         return sum(cpu_seconds(p.pid) for p in self.procs if p.pid is not None)
 
     def received(self) -> int:
-        return sum(self.load.received)
+        return sum(self.load.received[:])
 
     def wait_flowing(self) -> None:
         """Until every consumer has had a message (its subscription is live)."""
         deadline = time.monotonic() + TIMEOUT
-        while not all(self.load.received):
+        while not all(self.load.received[:]):
             self.check()
             if time.monotonic() > deadline:
-                raise SystemExit(f"no messages reached some consumer within {TIMEOUT:g} s: {list(self.load.received)}")
+                raise SystemExit(f"no messages reached some consumer within {TIMEOUT:g} s: {self.load.received[:]}")
             time.sleep(0.05)
 
     def close(self) -> None:
@@ -222,9 +224,9 @@ def measure(args: argparse.Namespace, pg: PostgresServer, started: list[LocalBro
         time.sleep(args.warmup)
         workers.check()
         before = [sum(cpu_seconds(pid(b)) for b in started), pg.cpu_seconds(), workers.cpu()]
-        per0, wall0 = list(workers.load.received), time.monotonic()
+        per0, wall0 = workers.load.received[:], time.monotonic()
         time.sleep(args.seconds)
-        per1, wall1 = list(workers.load.received), time.monotonic()
+        per1, wall1 = workers.load.received[:], time.monotonic()
         after = [sum(cpu_seconds(pid(b)) for b in started), pg.cpu_seconds(), workers.cpu()]
         workers.check()
     finally:

@@ -3,7 +3,8 @@
 
 Each round is one schedule (a kill -9, a SIGSTOP past the lease, a PostgreSQL restart, in an
 order and on brokers the seed picks) against three broker processes on a throw-away PostgreSQL
-server; a round that breaks a promise prints its history and the command that replays it.
+server; each round prints the messages receipted, refused, delivered and acked, and a round
+that breaks a promise its history and the command that replays it.
 
   scripts/chaos.py --minutes 30                 # seeds 1, 2, 3, ... for half an hour
   scripts/chaos.py --seeds 17 42                # just these
@@ -34,7 +35,8 @@ def run(seed: int) -> bool:
         cwd=ROOT, env=env, capture_output=True, text=True,
     )
     ok = result.returncode == 0
-    print(f"seed {seed}: {'ok' if ok else 'FAILED'}", flush=True)
+    counts = [line for line in result.stdout.splitlines() if line.startswith("{'receipted'")]
+    print(f"seed {seed}: {'ok' if ok else 'FAILED'} {' '.join(counts)}", flush=True)
     if not ok:
         print(result.stdout[-20_000:], result.stderr[-5_000:], sep="\n", flush=True)
     return ok

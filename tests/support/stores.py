@@ -9,7 +9,7 @@ from pathlib import Path
 from stompmq.storage.base import Store
 from stompmq.storage.memory import MemoryStore
 
-from .postgres_server import PostgresServer
+from benchmarks.local_postgres import PostgresServer
 
 STORES = ["memory", "sqlite", "postgres"]
 #: Seconds a dead broker's claims last in tests (the default, 10 s, would only slow them).

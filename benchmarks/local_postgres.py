@@ -1,4 +1,5 @@
-"""A throw-away PostgreSQL server for the tests: initdb into a temp dir, a free port, loopback only.
+"""A throw-away PostgreSQL server for the tests and benchmarks: initdb into a temp dir, a free
+port, loopback only.
 
 ``STOMPMQ_TEST_POSTGRES_URL`` (a superuser's URL) names an existing server instead.  When the
 tests run as root, the server runs as the ``postgres`` user (PostgreSQL refuses root).  Each
@@ -23,7 +24,7 @@ import psycopg
 
 from stompmq.storage.migrate import upgrade_to_head
 
-from .broker_process import free_port
+from benchmarks.local_broker import cpu_seconds, free_port
 
 #: The role the broker logs in as, and its password (the masking tests look for it).
 USER = "stompmq"
@@ -110,6 +111,23 @@ class PostgresServer:
         self._pg("pg_ctl", "-D", data, "-m", mode, "-w", "stop")
         time.sleep(down)
         self._pg("pg_ctl", "-D", data, "-l", str(self.directory / "log"), "-w", "-t", str(PG_CTL_WAIT), "start")
+
+    def cpu_seconds(self) -> float | None:
+        """CPU used so far by the server: the postmaster and every process it started (backends,
+        WAL writer, checkpointer), those that exited included; None for a server not started here."""
+        if not self.owned or self.directory is None:
+            return None
+        postmaster = int((self.directory / "data" / "postmaster.pid").read_text().split()[0])
+        total = cpu_seconds(postmaster, children=True)
+        for entry in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    parent = int(f.read().rpartition(")")[2].split()[1])
+                if parent == postmaster:
+                    total += cpu_seconds(int(entry), children=True)
+            except (OSError, ValueError):
+                continue  # not a process, or one that exited meanwhile
+        return total
 
     # -- databases ---------------------------------------------------------------------------
     def url(self, database: str) -> str:

@@ -366,8 +366,15 @@ class Dispatcher:
         taken them), reading the store afresh."""
         for queue in list(self.queues.values()):
             if lost:
+                # Whatever of them is still to be inserted goes in free, not claimed under the
+                # new epoch by a broker that no longer has it in memory; one out for delivery
+                # as ready again, with its redelivery.
+                for msg in (*queue.window.messages(), *queue.take_parked()):
+                    msg.held = False
                 queue.window.clear()
-                queue.take_parked()
+                for msg in queue.inflight.values():
+                    msg.held = msg.delivered = False
+                    msg.redeliveries += 1
                 self.forfeited.update(queue.inflight)
             self.pump(queue)
             self.deactivate_if_idle(queue)

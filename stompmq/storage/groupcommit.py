@@ -573,8 +573,13 @@ class GroupCommitStore(Store):
             (m.space + m.queue, m.offset, m.seq, m.priority, m.timestamp, m.headers, m.body, m.bytes_before)
             for m in appends
         ]
-        return GroupRows(structural, inserts, updates, deletes, self._last_seq, held, stream_rows, delayed,
-                         delayed_deletes)
+        return GroupRows(structural, inserts, updates, deletes, self._last_seq, held, self.claims_epoch(),
+                         stream_rows, delayed, delayed_deletes)
+
+    def claims_epoch(self) -> int | None:
+        """The lease epoch the engine's claims are held under now; None: a store of one broker,
+        which has no leases (a shared store's subclass answers)."""
+        return None
 
     async def _await_group(self, group: _Group) -> StoreError | None:
         """Wait for ``group`` to commit or fail and account for it; return its error, if any."""

@@ -172,6 +172,10 @@ class GroupRows:
     #: seqs of the rows (inserted or updated here) this broker holds in memory; None unless
     #: the store is shared by several brokers (only then do claims matter)
     held: frozenset[int] | None = None
+    #: the lease epoch the engine held those rows under when the group was taken (a shared
+    #: store's): a backend writes them claimed under it, so a group taken before the engine
+    #: learned that its lease lapsed claims nothing under the new epoch
+    claims_epoch: int | None = None
     stream_rows: list[StreamRow] = field(default_factory=list)  # in offset order per stream
     delayed: list[DelayedRow] = field(default_factory=list)  # inserted with the inserts
     delayed_deletes: list[DeleteRow] = field(default_factory=list)  # deleted with the deletes

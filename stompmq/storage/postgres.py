@@ -487,6 +487,8 @@ class PostgresBackend:
     def _commit(self, conn: psycopg.Connection[Any], group: GroupRows, *, replace: bool) -> None:
         self._committing = False
         held = group.held or frozenset()
+        # The epoch the engine held those rows under; an ended one claims nothing (freed below).
+        claims = self.epoch if group.claims_epoch is None else group.claims_epoch
         freed: set[str] = set()  # queues that get free ready rows: the other brokers hear of them
         group.stream_states = {}  # (a retried attempt reports afresh)
         with conn.transaction(), conn.cursor() as cur:
@@ -518,7 +520,7 @@ class PostgresBackend:
             if group.inserts:
                 if replace:
                     cur.execute("DELETE FROM messages WHERE seq = ANY(%s)", ([row[0] for row in group.inserts],))
-                self._copy(cur, group.inserts, held, freed)
+                self._copy(cur, group.inserts, held, freed, claims)
             if group.delayed:
                 if replace:
                     cur.execute("DELETE FROM delayed_messages WHERE seq = ANY(%s)", ([row[0] for row in group.delayed],))
@@ -531,6 +533,15 @@ class PostgresBackend:
                 self.streams.save_groups(cur, group.group_offsets)
             self.streams.finish(cur, counters, group)
             self._notify_queues(conn, sorted(freed), self.broker_id)
+            if claims != self.epoch:  # taken before the engine learned its lease lapsed: free for all
+                stale = cur.execute(
+                    "WITH freed AS (UPDATE messages SET owner = NULL, owner_epoch = NULL,"
+                    " redeliveries = redeliveries + delivered::int, delivered = false"
+                    " WHERE owner = %s AND owner_epoch = %s RETURNING queue_id)"
+                    " SELECT DISTINCT q.vhost, q.name FROM freed JOIN queues q ON q.id = freed.queue_id",
+                    (self.broker_id, claims),
+                ).fetchall()
+                self._notify_queues(conn, [vhost_space(vhost) + name for vhost, name in stale], "")
             self._committing = True  # only COMMIT is left: a connection lost now hides the outcome
 
     def _queue_ids_of(self, cur: psycopg.Cursor[Any], rows: list[InsertRow] | list[DelayedRow]) -> dict[str, int]:
@@ -542,9 +553,10 @@ class PostgresBackend:
             ids[name] = queue_id
         return ids
 
-    def _copy(self, cur: psycopg.Cursor[Any], rows: list[InsertRow], held: frozenset[int], freed: set[str]) -> None:
+    def _copy(self, cur: psycopg.Cursor[Any], rows: list[InsertRow], held: frozenset[int], freed: set[str],
+              epoch: int | None) -> None:
         ids = self._queue_ids_of(cur, rows)
-        me, epoch = self.broker_id, self.epoch
+        me = self.broker_id
         with cur.copy(COPY_SQL) as copy:
             copy.set_types(COPY_TYPES)
             for seq, name, prio, hdrs, body, delivered, ack, redel, ts, exp in rows:
@@ -995,6 +1007,9 @@ class PostgresStore(GroupCommitStore):
 
     def claims_valid(self) -> bool:
         return self._pg.epoch == self._epoch and time.monotonic() < self._pg.valid_until
+
+    def claims_epoch(self) -> int | None:
+        return self._epoch
 
     async def browse(self, queue: str, after: tuple[int, int] | None, limit: int) -> Sequence[StoredMessage]:
         return await self._read(self._pg.browse, queue, after, limit)

@@ -176,6 +176,45 @@ def test_a_lapsed_lease_frees_the_brokers_claims_at_the_next_renewal(url: str) -
         gone.close()
 
 
+def test_a_row_taken_from_a_lapsed_claim_counts_a_redelivery(url: str) -> None:
+    """Before any renewal frees them, another broker's page read may take a lapsed broker's rows
+    itself: they count a redelivery there too (the holder may have delivered them unmarked)."""
+    with opened(url) as taker:
+        gone = PostgresBackend(url, lease=SHORT_LEASE)
+        gone.open()
+        gone.commit(held(2, [row(1), row(2)]))
+        taken: list[StoredMessage] = []
+
+        def lapsed_and_taken() -> bool:
+            taken[:] = taker.load_ready("q", None, 10)  # no renewal: the claim read itself
+            return len(taken) == 2
+
+        wait_for(lapsed_and_taken, "the lapsed broker's rows")
+        assert [(m.seq, m.redeliveries) for m in taken] == [(1, 1), (2, 1)]
+        gone.close()
+
+
+def test_a_group_taken_under_an_epoch_that_ended_claims_nothing(url: str) -> None:
+    """A broker whose lease lapsed while a group was being taken renews under a new epoch; the
+    group, taken when the engine still held its rows under the old one, leaves them free for
+    every broker (what was out for delivery with a redelivery), not claimed for the new epoch."""
+    with opened(url) as other:
+        lapsed = PostgresBackend(url, lease=SHORT_LEASE)
+        lapsed.open()
+        old = lapsed.epoch
+        time.sleep(SHORT_LEASE * 1.5)
+        lapsed.renew({})  # past its lease with another broker alive: a new epoch
+        assert lapsed.epoch != old
+        stale = held(2, [row(1, delivered=True), row(2)])
+        stale.claims_epoch = old
+        lapsed.commit(stale)
+        current = held(3, [row(3)])
+        current.claims_epoch = lapsed.epoch
+        lapsed.commit(current)
+        assert [(m.seq, m.redeliveries) for m in other.load_ready("q", None, 10)] == [(1, 1), (2, 0)]
+        lapsed.close()
+
+
 def test_a_clean_close_frees_the_claims_at_once(url: str) -> None:
     with opened(url) as survivor:
         with opened(url) as leaving:

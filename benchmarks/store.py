@@ -2,7 +2,7 @@
 
 No pass/fail: it prints figures for docs/benchmarks.md.  It drives ``SQLiteStore``
 directly on a trio loop, the way the broker does (buffered writes, tickets,
-``on_commit``), so what it measures is the store's ceiling, without STOMP parsing
+``events.committed``), so what it measures is the store's ceiling, without STOMP parsing
 or sockets.  Three figures:
 
 * receipted inserts: batches of ``--batch`` inserts each followed by
@@ -26,7 +26,7 @@ import time
 
 import trio
 
-from stompmq.storage.base import StoredMessage
+from stompmq.storage.base import StoredMessage, StoreError, StoreEvents
 from stompmq.storage.sqlite import SQLiteStore
 
 # Headers of a typical SEND (the broker stores only the user headers).
@@ -35,22 +35,21 @@ HEADERS = {"content-type": "text/plain", "persistent": "true"}
 PRIORITY = 4
 
 
-class Tickets:
+class Tickets(StoreEvents):
     """Lets a task wait until the store has committed a ticket; counts groups."""
 
     def __init__(self, store: SQLiteStore) -> None:
         self._store = store
         self._changed = trio.Event()
         self.groups = 0
-        store.on_commit = self._on_commit
-        store.on_commit_failed = self._on_failed
+        store.bind(self)
 
-    def _on_commit(self, ticket: int) -> None:
+    def committed(self, ticket: int) -> None:
         self.groups += 1
         self._changed.set()
         self._changed = trio.Event()
 
-    def _on_failed(self, ticket: int, error: Exception) -> None:
+    def commit_failed(self, ticket: int, error: StoreError) -> None:
         raise SystemExit(f"group {ticket} failed: {error}")
 
     async def wait(self, ticket: int) -> None:

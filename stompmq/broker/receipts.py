@@ -1,8 +1,8 @@
 """RECEIPTs released in order, each only once the store has committed what its frame wrote.
 
 A receipt is queued behind the store ticket that covers every write buffered
-when its frame was handled (``Store.sync_ticket``); the store's commit callback
-releases, per session, every receipt whose ticket has committed, in the order
+when its frame was handled (``Store.sync_ticket``); ``committed``, called by whoever the
+store reports to (the runtime: ``StoreEvents.committed``), releases, per session, every receipt whose ticket has committed, in the order
 the frames arrived.  A ``/control`` answer that must read the store first takes
 its place in the same line with an "unanswered" ticket (``reserve``), so it
 never overtakes an earlier receipt nor lets a later one overtake it; the
@@ -51,8 +51,6 @@ class Receipts:
         self._withdraw = withdraw
         self.timeout = timeout  # --store-timeout
         self._waiting: dict[Session, None] = {}  # sessions with receipts queued
-        store.on_commit = self.committed
-        store.on_commit_failed = self.failed
 
     def send(
         self, session: Session, receipt_id: str, headers: Headers | None = None, message: StoredMessage | None = None

@@ -89,7 +89,7 @@ from .alarms import CHECK_SECONDS
 from .auth import User
 from .history import Counters, Point, QueueKey, RateHistory
 from .http_auth import USER_SCOPE, BasicAuth
-from .metrics import StoreMetrics, metrics_route
+from .metrics import metrics_route
 from .runtime import Runtime
 from .security import Security
 from .settings import ServerSettings
@@ -258,8 +258,7 @@ class ManagementApp:
         self.started = time.time()
         #: whose counters this API and /metrics show (see the module docstring)
         self.broker_id = runtime.store.node_id or SINGLE_BROKER
-        self.store_metrics = StoreMetrics()
-        runtime.store.on_group_committed = self.store_metrics.observe
+        self.store_metrics = runtime.store_metrics
 
         #: (action after the queue's path or None, method) -> handler
         self.queue_actions: dict[tuple[str | None, str], QueueHandler] = {

@@ -54,7 +54,7 @@ PROCESS = ProcessCollector(registry=None)
 
 
 class StoreMetrics:
-    """Histograms of the store's commit groups, fed by ``Store.on_group_committed`` (per group,
+    """Histograms of the store's commit groups, fed by ``StoreEvents.group_committed`` (per group,
     never per message).  A commit's latency includes its fsync: SQLite does not time them apart."""
 
     def __init__(self) -> None:

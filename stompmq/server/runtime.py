@@ -6,8 +6,10 @@ one task sleeps until the engine's next deadline and runs what is due, another
 performs the store reads the engine queued (page loads, ``/control`` counts)
 and hands the results back.  The engine's waker sets an event, so neither task
 polls: they sleep until a deadline or until the engine says there is work.
-What other brokers sharing the store did (new messages, topic messages,
-exchange changes) reaches the engine through the store's callbacks, wired here.
+Everything the store reports (tickets committed or failed, commit groups, stream states, and
+what other brokers sharing it did: new messages, topic messages, exchange changes) comes to the
+runtime itself: it is the store's ``StoreEvents``, bound once, here, and hands each report to
+the engines with their time brought up to date first.
 
 Virtual hosts: one engine per vhost (``engines``), all on the one store.  The default
 vhost's engine is the one the runtime is made with and uses the store itself; every other
@@ -20,9 +22,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
-from typing import ParamSpec
-
 import trio
 
 from ..broker import Broker
@@ -36,55 +35,38 @@ from ..storage.base import (
     ExchangeRecord,
     Recovery,
     StoreError,
+    StoreEvents,
     StreamState,
     split_key,
 )
 from ..storage.vhosts import VhostStore, split_definitions, split_recovery
 from .alarms import ResourceAlarms
+from .metrics import StoreMetrics
 from .shovels import Shovels
 
 log = logging.getLogger(__name__)
-P = ParamSpec("P")
 
 
-class Runtime:
+class Runtime(StoreEvents):
+    """Drives every vhost's engine over the one store, and is what that store reports to."""
+
     def __init__(self, broker: Broker, alarms: ResourceAlarms | None = None) -> None:
         self.broker = broker  # the default vhost's
         self.alarms = alarms or ResourceAlarms()  # checked every second while the runtime runs
         self.store = store = broker.store
         #: vhost -> its engine (the default vhost's first)
         self.engines: dict[str, Broker] = {DEFAULT_VHOST: broker}
-        self._views: list[VhostStore] = []
         self.shovels = Shovels(store)  # run by the server once it listens (app.serve)
         self._last_seq = 0  # as recovered: where every engine's sequence numbers start
         self._read_turn = 0  # which engine's reads come first next (round-robin)
         self._deadline_changed = trio.Event()
         self._reads_queued = trio.Event()
-        # The default engine's receipts listen on the store itself; the others' on their views.
-        self._default_commit, self._default_failed = store.on_commit, store.on_commit_failed
-        store.on_commit = self._committed
-        store.on_commit_failed = self._commit_failed
-        store.on_queue_changed = self._timed(self._queue_changed)
-        store.on_queue_wanted = self._timed(self._queue_wanted)
-        store.on_claims_renewed = self._timed(self._claims_renewed)
-        store.on_topic = self._timed(self._topic)
-        store.on_definitions_changed = self._timed(self._definitions_changed)
-        store.on_vhosts_changed = self._timed(self._vhosts_changed)
-        store.on_stream_changed = self._timed(self._stream_changed)
-        store.own_counters = self.counter_totals
+        self.store_metrics = StoreMetrics()  # the store's commit groups, for /metrics
+        store.bind(self)
 
     def counter_totals(self) -> dict[str, int]:
         """This broker's counters summed over every vhost's queues since it started."""
         return totals(s for engine in self.engines.values() for s in engine.queue_stats.values())
-
-    def _timed(self, fn: Callable[P, None]) -> Callable[P, None]:
-        """``fn`` called with the engine's time brought up to date first."""
-
-        def call(*args: P.args, **kwargs: P.kwargs) -> None:
-            self.tick()
-            fn(*args, **kwargs)
-
-        return call
 
     def tick(self) -> None:
         """Give the engines the current time: call before handing them anything."""
@@ -109,22 +91,27 @@ class Runtime:
     def _add(self, vhost: str, recovery: Recovery) -> Broker:
         view = VhostStore(self.store, vhost, recovery)
         engine = self.engines[vhost] = Broker(view, self.broker.config)
-        self._views.append(view)
         engine.set_waker(self._wake)
         return engine
 
-    def _committed(self, ticket: int) -> None:
-        self._default_commit(ticket)
-        for view in self._views:
-            view.on_commit(ticket)
+    # -- what the store reports (StoreEvents) -------------------------------------------------------
+    def committed(self, ticket: int) -> None:
+        for engine in self.engines.values():
+            engine.receipts.committed(ticket)
 
-    def _commit_failed(self, ticket: int, error: StoreError) -> None:
+    def commit_failed(self, ticket: int, error: StoreError) -> None:
         self.tick()  # receipts measure how long they waited (--store-timeout)
-        self._default_failed(ticket, error)
-        for view in self._views:
-            view.on_commit_failed(ticket, error)
+        for engine in list(self.engines.values()):
+            engine.receipts.failed(ticket, error)
 
-    def _queue_changed(self, key: str) -> None:
+    def group_committed(self, seconds: float, size: int) -> None:
+        self.store_metrics.observe(seconds, size)
+
+    def own_counters(self) -> dict[str, int]:
+        return self.counter_totals()
+
+    def queue_changed(self, key: str) -> None:
+        self.tick()
         if key == "*":
             for each in self.engines.values():
                 each.store_changed(key)
@@ -134,36 +121,42 @@ class Runtime:
         if engine is not None:
             engine.store_changed(name)
 
-    def _queue_wanted(self, key: str) -> None:
+    def queue_wanted(self, key: str) -> None:
+        self.tick()
         vhost, name = split_key(key)
         engine = self.engines.get(vhost)
         if engine is not None:
             engine.queue_wanted(name)
 
-    def _claims_renewed(self, lost: bool) -> None:
+    def claims_renewed(self, lost: bool) -> None:
+        self.tick()
         for engine in self.engines.values():
             engine.claims_renewed(lost)
 
-    def _topic(self, key: str, headers: dict[str, str], body: bytes) -> None:
+    def topic(self, key: str, headers: dict[str, str], body: bytes) -> None:
+        self.tick()
         vhost, name = split_key(key)
         engine = self.engines.get(vhost)
         if engine is not None:
             engine.remote_topic(name, headers, body)
 
-    def _stream_changed(self, key: str, state: StreamState | None) -> None:
+    def stream_changed(self, key: str, state: StreamState | None) -> None:
+        self.tick()
         vhost, name = split_key(key)
         engine = self.engines.get(vhost)
         if engine is not None:
             engine.streams.changed(name, state)
 
-    def _definitions_changed(self, exchanges: list[ExchangeRecord], bindings: list[BindingRecord]) -> None:
+    def definitions_changed(self, exchanges: list[ExchangeRecord], bindings: list[BindingRecord]) -> None:
+        self.tick()
         for vhost, (ours, bound) in split_definitions(exchanges, bindings, list(self.engines)).items():
             engine = self.engines.get(vhost)
             if engine is not None:
                 engine.definitions_changed(ours, bound)
 
-    def _vhosts_changed(self, vhosts: list[str]) -> None:
+    def vhosts_changed(self, vhosts: list[str]) -> None:
         """Another broker declared vhosts: serve them too (their exchanges follow at once)."""
+        self.tick()
         for vhost in vhosts:
             if vhost not in self.engines:
                 self._add(vhost, Recovery(self._last_seq, [], [], [], [vhost]))

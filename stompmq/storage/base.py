@@ -13,8 +13,8 @@ Durability is asked for with tickets.  ``sync_ticket()`` returns the number of
 the commit group that will hold everything buffered so far (or the last
 committed ticket when nothing is pending) and makes sure that group is
 committed soon, without waiting for the flush interval.  When a group commits,
-the store calls ``on_commit(ticket)`` on the trio thread; when it fails it calls
-``on_commit_failed(ticket, error)`` and keeps the failed operations pending so a
+the store calls ``events.committed(ticket)`` on the trio thread; when it fails it calls
+``events.commit_failed(ticket, error)`` and keeps the failed operations pending so a
 later group retries them.  Tickets commit in increasing order, so a connection
 that queues its RECEIPTs behind tickets keeps them in order.
 
@@ -36,9 +36,15 @@ message row belongs to the broker holding it in memory (``StoredMessage.held``),
 sequence numbers come from the store in blocks (``seq_block``), ``release``
 frees the rows of a queue that left this broker's memory, ``publish_topic``
 carries a topic message to the other brokers, and the store tells the runtime
-what the others did through the ``on_queue_changed``, ``on_topic`` and
-``on_definitions_changed`` callbacks.  A store used by one broker only keeps the
-defaults, which do nothing.
+what the others did through its ``StoreEvents`` (``queue_changed``, ``topic``,
+``definitions_changed`` ...).  A store used by one broker keeps the defaults of the
+"several brokers" methods, which are what sharing nothing means.
+
+Everything a store reports goes to ONE ``StoreEvents`` object, handed over by one
+``Store.bind`` call (the runtime's, server/runtime.py): tickets committed or failed, commit
+groups, stream states and the news of other brokers.  Every other method of ``Store`` is
+abstract, except the few whose default is the one behaviour every store of one broker shares
+(each says why).
 
 Virtual hosts: below the engine, every queue, exchange, stream and topic is named by a
 *store key*, ``vhost_space(vhost) + name``: the bare name in the default vhost ``/`` (so
@@ -353,13 +359,65 @@ FROM queues q WHERE q.vhost = {vhost} AND q.name > {after}
 ORDER BY q.name LIMIT {limit}
 """
 
-CommitCallback = Callable[[int], None]
-FailureCallback = Callable[[int, StoreError], None]
 #: The highest sequence number a message can have (a signed 64-bit column).
 SEQ_LIMIT = 2**63 - 1
 #: Sequence numbers per ``seq_block`` of a store of one broker: each vhost's engine takes its
 #: own blocks from the one store, so no two engines hand out the same number.
 SEQ_CHUNK = 4096
+
+
+class StoreEvents:
+    """What a store reports to its owner, always on the trio thread: one object, handed over
+    by ``Store.bind``.  Every method here does nothing: that is what an unbound store (a tool,
+    a test of the store alone) does with its news, having nobody to tell.  The runtime binds
+    one that forwards each report to the engines (server/runtime.py).
+
+    ``committed``, ``commit_failed``, ``group_committed`` and ``stream_changed`` come from
+    any store that commits; the others only from a ``shared`` one (what other brokers did).
+    """
+
+    def committed(self, ticket: int) -> None:
+        """Every commit group up to ``ticket`` is on disk (tickets commit in order)."""
+
+    def commit_failed(self, ticket: int, error: StoreError) -> None:
+        """The group of ``ticket`` failed; its writes stay pending and a later group retries them."""
+
+    def group_committed(self, seconds: float, size: int) -> None:
+        """A commit group committed: seconds from submit to commit, operations in it (for
+        /metrics; a store that never commits, memory, never reports it)."""
+
+    def stream_changed(self, name: str, state: StreamState | None) -> None:
+        """A stream's state after a commit, by this broker (before its ticket's ``committed``)
+        or another (notified); None: the stream was deleted."""
+
+    def queue_changed(self, queue: str) -> None:
+        """Ready messages of ``queue`` were stored or freed by another broker ("*": any queue)."""
+
+    def queue_wanted(self, queue: str) -> None:
+        """Subscribers on another broker want messages of ``queue``: keep no more of it than
+        this broker's own subscribers can take (claim on demand, broker/dispatch.py)."""
+
+    def claims_renewed(self, lost: bool) -> None:
+        """This broker's lease was renewed after its claims were not trusted (``claims_valid``):
+        ``lost`` if it had lapsed, so the claims held in memory are void (others may have them)."""
+
+    def topic(self, topic: str, headers: dict[str, str], body: bytes) -> None:
+        """A topic message was published through another broker."""
+
+    def definitions_changed(self, exchanges: list[ExchangeRecord], bindings: list[BindingRecord]) -> None:
+        """Exchanges or bindings changed: the whole current set."""
+
+    def vhosts_changed(self, vhosts: list[str]) -> None:
+        """The declared vhosts changed (reported before ``definitions_changed``): all of them."""
+
+    def own_counters(self) -> dict[str, int]:
+        """This broker's message counters over all its queues since it started: a shared store
+        writes them with each lease renewal, for the cluster totals (none when unbound)."""
+        return {}
+
+
+#: The reports of a store nobody bound go here.
+UNBOUND = StoreEvents()
 
 
 class Store(abc.ABC):
@@ -380,37 +438,16 @@ class Store(abc.ABC):
     shared: bool = False
 
     def __init__(self) -> None:
-        self.on_commit: CommitCallback = lambda ticket: None
-        self.on_commit_failed: FailureCallback = lambda ticket, error: None
-        #: a commit group committed: (seconds from submit to commit, operations in it), for
-        #: /metrics; a store that never commits (memory) never calls it
-        self.on_group_committed: Callable[[float, int], None] = lambda seconds, size: None
-        # What other brokers sharing the store did (never called by a store that is not shared):
-        #: ready messages of this queue were stored or freed by another broker
-        self.on_queue_changed: Callable[[str], None] = lambda queue: None
-        #: subscribers on another broker want messages of this queue: keep no more of it than
-        #: this broker's own subscribers can take (claim on demand, broker/dispatch.py)
-        self.on_queue_wanted: Callable[[str], None] = lambda queue: None
-        #: this broker's lease was renewed after its claims were not trusted (``claims_valid``):
-        #: True if it had lapsed, so the claims held in memory are void (others may have them)
-        self.on_claims_renewed: Callable[[bool], None] = lambda lost: None
-        #: a topic message was published through another broker (topic, headers, body)
-        self.on_topic: Callable[[str, dict[str, str], bytes], None] = lambda topic, headers, body: None
-        #: exchanges or bindings changed: the whole current set
-        self.on_definitions_changed: Callable[[list[ExchangeRecord], list[BindingRecord]], None] = (
-            lambda exchanges, bindings: None
-        )
-        #: the declared vhosts changed (called before ``on_definitions_changed``): all of them
-        self.on_vhosts_changed: Callable[[list[str]], None] = lambda vhosts: None
-        #: a stream's state after a commit, by this broker (before its ticket's ``on_commit``) or
-        #: another (notified); None: the stream was deleted
-        self.on_stream_changed: Callable[[str, StreamState | None], None] = lambda name, state: None
-        #: this broker's message counters over all its queues since it started (called on the
-        #: trio thread): a shared store writes them with each lease renewal, for the cluster totals
-        self.own_counters: Callable[[], dict[str, int]] = lambda: {}
+        #: where the store reports (``bind``); nobody until the owner binds itself
+        self.events: StoreEvents = UNBOUND
         self._seq_handed = 0  # the end of the last block handed out by seq_block
 
-    # -- several brokers (the defaults serve a store used by one broker) -----------------
+    def bind(self, events: StoreEvents) -> None:
+        """Report to ``events`` from now on: the one place a store's owner hooks in (the
+        runtime, once, before ``open``)."""
+        self.events = events
+
+    # -- several brokers: each default is what a store of one broker (not ``shared``) does ----
     @property
     def node_id(self) -> str:
         """This broker's name among those sharing the store ("" when it is alone)."""
@@ -426,14 +463,17 @@ class Store(abc.ABC):
 
     def claims_valid(self) -> bool:
         """May this broker act on the messages it claimed (its lease is surely running)?  False
-        once its own clock says the lease may have lapsed, until ``on_claims_renewed``."""
+        once its own clock says the lease may have lapsed, until ``events.claims_renewed``.  A
+        store of one broker holds no lease: its claims are always its own."""
         return True
 
     def release(self, queue: str) -> None:  # noqa: B027 - a store of one broker has nothing to do
-        """This broker no longer holds any ready message of ``queue`` in memory."""
+        """This broker no longer holds any ready message of ``queue`` in memory (a store of one
+        broker claims no rows, so it has none to free)."""
 
     def publish_topic(self, topic: str, headers: dict[str, str], body: bytes) -> None:  # noqa: B027
-        """Carry a topic message to the other brokers (it is never stored)."""
+        """Carry a topic message to the other brokers (it is never stored; a store of one broker
+        has no other broker to carry it to)."""
 
     # -- lifecycle ---------------------------------------------------------
     @abc.abstractmethod
@@ -461,7 +501,7 @@ class Store(abc.ABC):
 
     def delete_all(self, messages: Sequence[StoredMessage]) -> None:
         """``delete`` each of ``messages`` (a socket read's worth of ACKs): one call, so a store
-        can take them in one step."""
+        can take them in one step (the default, one ``delete`` each, is right for any store)."""
         for msg in messages:
             self.delete(msg)
 
@@ -512,9 +552,10 @@ class Store(abc.ABC):
     def save_queue(self, name: str, options: dict[str, str] | None) -> None:
         """Insert or replace the declaration of queue ``name`` (None: forget it)."""
 
-    def save_shovel(self, name: str, declaration: dict[str, Any] | None) -> None:  # noqa: B027
+    @abc.abstractmethod
+    def save_shovel(self, name: str, declaration: dict[str, Any] | None) -> None:
         """Insert or replace the declaration of shovel ``name`` (None: forget it); it is in
-        ``Recovery.shovels`` from then on.  A store that keeps none (a test fake) ignores it."""
+        ``Recovery.shovels`` from then on."""
 
     @abc.abstractmethod
     def delete_stream(self, name: str) -> None:
@@ -535,9 +576,9 @@ class Store(abc.ABC):
     def backlog(self) -> int:
         """Operations buffered and not yet committed (the server throttles readers on it)."""
 
+    @abc.abstractmethod
     def full(self) -> bool:
         """The store holds as much unflushed work as it may: producers are being held back."""
-        return False
 
     @abc.abstractmethod
     async def wait_for_room(self) -> None:
@@ -546,21 +587,20 @@ class Store(abc.ABC):
         commit group finishes (committed or failed), never by polling.  Needs ``run()`` going
         to make progress."""
 
+    @abc.abstractmethod
     def withdraw(self, msg: StoredMessage) -> bool:
         """Give up storing ``msg``: drop its buffered insert if it is certainly not on disk (its
         commit failed, or it never was tried) and return True; False if it may be stored (its
-        group is in flight or in doubt) or is not buffered (stored, or acked before its flush).
-        A store that never fails has nothing to give up."""
-        return False
+        group is in flight or in doubt) or is not buffered (stored, or acked before its flush)."""
 
     @property
+    @abc.abstractmethod
     def outages(self) -> int:
         """Times the store became unavailable since start (for /metrics)."""
-        return 0
 
+    @abc.abstractmethod
     def outage_seconds(self) -> float:
         """Seconds the store was unavailable since start, the outage going on included."""
-        return 0.0
 
     # -- reads ---------------------------------------------------------------
     @abc.abstractmethod
@@ -571,6 +611,7 @@ class Store(abc.ABC):
         order, strictly after the order key ``after`` = ``(-priority, seq)`` (None: from the
         start).  The broker filters out messages it holds in flight itself."""
 
+    @abc.abstractmethod
     async def load_due(
         self, after: tuple[int, int] | None, limit: int, vhost: str = DEFAULT_VHOST
     ) -> Sequence[StoredMessage]:
@@ -578,9 +619,9 @@ class Store(abc.ABC):
         strictly after ``after`` = ``(deliver_at, seq)`` (None: from the start): a range scan of
         the due-time index.  The engine's call names no vhost, so the default vhost's engine,
         which uses the store itself, never sees another vhost's rows; a ``VhostStore`` passes
-        its own.  A store that keeps nothing (memory) returns none: the broker holds them all."""
-        return ()
+        its own."""
 
+    @abc.abstractmethod
     async def load_expired(
         self, now_ms: int, after: tuple[int, int] | None, limit: int, vhost: str = DEFAULT_VHOST
     ) -> tuple[Sequence[StoredMessage], int | None]:
@@ -588,14 +629,13 @@ class Store(abc.ABC):
         ``now_ms``, in (expires, seq) order strictly after ``after`` (None: from the start), and
         the earliest expiry not yet reached in any vhost (None: no stored message can expire; an
         earlier one of another vhost only wakes the engine once more): a range of the expiry
-        index, never a scan of a queue.  A store that keeps nothing returns none."""
-        return (), None
+        index, never a scan of a queue."""
 
+    @abc.abstractmethod
     async def queue_size(self, queue: str, snapshot: Callable[[], T]) -> tuple[int, int, T]:
         """Messages stored for ``queue`` and their body bytes, with ``snapshot()`` called at the
         instant the answer's view of the buffered writes is fixed (writes buffered before it
         are counted, later ones are not), so the broker can add what happened since."""
-        return 0, 0, snapshot()
 
     async def browse(
         self, queue: str, after: tuple[int, int] | None, limit: int
@@ -604,10 +644,9 @@ class Store(abc.ABC):
         default suits a store of one broker, whose ``load_ready`` claims nothing either."""
         return await self.load_ready(queue, after, limit)
 
+    @abc.abstractmethod
     async def queue_exists(self, name: str) -> bool:
-        """Does the store know queue ``name`` (``/amq/queue/NAME`` must name an existing one)?
-        A store that keeps nothing (memory) knows none: the broker knows its own queues."""
-        return False
+        """Does the store know queue ``name`` (``/amq/queue/NAME`` must name an existing one)?"""
 
     @abc.abstractmethod
     async def queue_names(self, prefix: str) -> list[str]:
@@ -631,24 +670,24 @@ class Store(abc.ABC):
     async def count(self, queue: str) -> int:
         """Messages stored for ``queue``, ready and delivered-unacked alike."""
 
+    @abc.abstractmethod
     async def count_unacked(self, queue: str) -> int:
         """Messages of ``queue`` out for delivery (by any broker sharing the store)."""
-        return 0
 
+    @abc.abstractmethod
     def disk_bytes(self) -> int | None:
         """Bytes the store takes on disk now, or None where this process cannot tell (memory;
         a database server's own monitoring knows its size)."""
-        return None
 
     async def brokers(self) -> list[BrokerLease]:
         """Every broker on a shared store's database with its lease and claims, by id; a store of
         one broker returns none."""
         return []
 
+    @abc.abstractmethod
     async def queue_page(self, after: str, limit: int, snapshot: Callable[[], T]) -> tuple[list[QueueCount], T]:
         """Up to ``limit`` queues the store knows, named after ``after``, in name order, with
         their counts (the management API pages through a million queues with this), and
         ``snapshot()`` called at the instant the counts' view of the buffered writes is fixed
         (as ``queue_size``), so the broker's own counts (deliveries in flight) are of the same
-        instant.  A store that keeps nothing (memory) knows no queue: the broker lists its own."""
-        return [], snapshot()
+        instant."""

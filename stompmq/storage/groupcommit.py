@@ -45,13 +45,13 @@ Theory of operation
   rows left in a group all survive its structural operations.  On a shared store the
   entries are unnumbered (``UNNUMBERED`` sorts after every offset, so only a purge's
   ``TRIM_ALL`` drops them) and the backend numbers them in the commit; the states of the
-  streams a group changed (``GroupRows.stream_states``) go to ``on_stream_changed`` before the
-  group's ``on_commit``, so a RECEIPT released by it finds the engine knowing the new offsets.
+  streams a group changed (``GroupRows.stream_states``) go to ``events.stream_changed`` before
+  the group's ``events.committed``, so a RECEIPT released by it finds the engine knowing the new offsets.
 * Consumer groups' committed offsets (``save_stream_group``: one per stream ACK of a
   group's subscriber) coalesce in ``_group_offsets`` keyed by (stream, group), the newest
   wins, and travel as ``group_offsets``: a thousand ACKs between two flushes are one row.
   A failed group's offsets go back under the newer ones; a stream's delete drops its own.
-* Tickets are group numbers.  ``on_commit(t)`` means every group up to ``t``
+* Tickets are group numbers.  ``events.committed(t)`` means every group up to ``t``
   is on disk (a failed group's operations travel in a later one); groups
   commit in order, so tickets do.
 * Memory is bounded twice: by operations (``max_backlog``) and by the bytes of
@@ -287,7 +287,7 @@ class GroupCommitStore(Store):
         self._urgent = False
         self._committed = self._next_ticket
         self._next_ticket += 1
-        self.on_commit(self._committed)
+        self.events.committed(self._committed)
 
     async def close(self) -> None:
         if self._thread is None:
@@ -483,6 +483,10 @@ class GroupCommitStore(Store):
     def outage_seconds(self) -> float:
         return self._outage.seconds()
 
+    def disk_bytes(self) -> int | None:
+        """The engine cannot tell how much its backend takes (``SQLiteStore`` knows its file)."""
+        return None
+
     async def wait_for_room(self) -> None:
         while self.full():
             await self._group_finished.wait()
@@ -593,17 +597,17 @@ class GroupCommitStore(Store):
                 self._outage.succeeded()
                 self._in_doubt.clear()  # the group after a doubtful one carries all of its writes
                 self._committed = group.ticket
-                self.on_group_committed(trio.current_time() - group.submitted, len(group))
+                self.events.group_committed(trio.current_time() - group.submitted, len(group))
                 for name, state in group.rows.stream_states.items():
-                    self.on_stream_changed(name, state)
-                self.on_commit(group.ticket)
+                    self.events.stream_changed(name, state)
+                self.events.committed(group.ticket)
                 return None
             in_doubt = isinstance(error, CommitInDoubt)
             self._merge_back(group, in_doubt)
             if not isinstance(error, StoreError):
                 error = StoreError(f"commit to {self._backend.name} failed: {error!r}")
             self._outage.failed(error)
-            self.on_commit_failed(group.ticket, error)
+            self.events.commit_failed(group.ticket, error)
             return error
         finally:
             finished, self._group_finished = self._group_finished, trio.Event()

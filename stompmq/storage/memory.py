@@ -8,8 +8,8 @@ write is already "committed" when it is made.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import trio
 
@@ -17,6 +17,7 @@ from .base import (
     DEFAULT_VHOST,
     BindingRecord,
     ExchangeRecord,
+    QueueCount,
     QueueRecord,
     Recovery,
     Store,
@@ -24,6 +25,8 @@ from .base import (
     StreamMessage,
     StreamRecord,
 )
+
+T = TypeVar("T")
 
 
 class MemoryStore(Store):
@@ -128,8 +131,24 @@ class MemoryStore(Store):
     def backlog(self) -> int:
         return 0
 
+    def full(self) -> bool:
+        return False  # nothing is ever buffered
+
     async def wait_for_room(self) -> None:
         pass  # nothing is ever buffered
+
+    def withdraw(self, msg: StoredMessage) -> bool:
+        return False  # nothing is stored, so nothing can fail to be: there is nothing to give up
+
+    @property
+    def outages(self) -> int:
+        return 0  # memory is never unavailable
+
+    def outage_seconds(self) -> float:
+        return 0.0
+
+    def disk_bytes(self) -> None:
+        return None  # nothing on disk
 
     async def load_ready(self, queue: str, after: tuple[int, int] | None, limit: int) -> Sequence[StoredMessage]:
         return ()
@@ -142,3 +161,27 @@ class MemoryStore(Store):
 
     async def count(self, queue: str) -> int:
         return 0  # nothing is stored here: the broker counts what it holds itself
+
+    # Reads: the broker holds every message, delayed or not, of a store that keeps none, and
+    # knows its own queues, so the store has nothing to add.
+    async def load_due(
+        self, after: tuple[int, int] | None, limit: int, vhost: str = DEFAULT_VHOST
+    ) -> Sequence[StoredMessage]:
+        return ()
+
+    async def load_expired(
+        self, now_ms: int, after: tuple[int, int] | None, limit: int, vhost: str = DEFAULT_VHOST
+    ) -> tuple[Sequence[StoredMessage], int | None]:
+        return (), None
+
+    async def queue_size(self, queue: str, snapshot: Callable[[], T]) -> tuple[int, int, T]:
+        return 0, 0, snapshot()
+
+    async def queue_exists(self, name: str) -> bool:
+        return False
+
+    async def count_unacked(self, queue: str) -> int:
+        return 0
+
+    async def queue_page(self, after: str, limit: int, snapshot: Callable[[], T]) -> tuple[list[QueueCount], T]:
+        return [], snapshot()

@@ -33,7 +33,7 @@ from typing import Any
 
 import psycopg
 
-from stompmq.storage import jsontext
+from stompmq.storage import jsontext, recovery
 from stompmq.storage.base import (
     PRODUCER_HEADER,
     PRODUCER_SEQ_HEADER,
@@ -291,12 +291,7 @@ class SharedStreams:
         rows = cur.execute(
             "SELECT vhost, name, id, first_offset, next_offset, options FROM streams ORDER BY vhost, name"
         ).fetchall()
-        producers: dict[int, dict[str, int]] = {}
-        for stream_id, producer, seq in cur.execute("SELECT stream_id, producer, seq FROM stream_producers"):
-            producers.setdefault(stream_id, {})[producer] = seq
-        groups: dict[int, dict[str, int]] = {}
-        for stream_id, group, committed in cur.execute("SELECT stream_id, name, committed FROM stream_groups"):
-            groups.setdefault(stream_id, {})[group] = committed
+        producers, groups = recovery.stream_positions(cur)
         records = []
         for vhost, bare, stream_id, first, nxt, options in rows:
             name = vhost_space(vhost) + bare

@@ -68,7 +68,7 @@ import trio
 
 from stompmq import __version__
 from stompmq.logs import masked
-from stompmq.storage import jsontext
+from stompmq.storage import jsontext, recovery
 from stompmq.storage.base import (
     QUEUE_PAGE_SQL,
     BindingRecord,
@@ -77,7 +77,6 @@ from stompmq.storage.base import (
     ExchangeRecord,
     SEQ_CHUNK,
     QueueCount,
-    QueueRecord,
     Recovery,
     StoredMessage,
     StoreError,
@@ -285,17 +284,10 @@ class PostgresBackend:
             self._register(conn)
             with conn.transaction():
                 self._free_lapsed(conn)
-            vhosts, exchanges, bindings = self._definitions(conn)
+            vhosts, exchanges, bindings = recovery.definitions(conn)
             with conn.cursor() as cur:
                 streams = self.streams.recover(cur)
-            queues = [
-                QueueRecord(vhost_space(vhost) + name, _loads(options))
-                for vhost, name, options in conn.execute(
-                    "SELECT vhost, name, options FROM queues WHERE options IS NOT NULL ORDER BY vhost, name"
-                )
-            ]
-            shovels = {name[len(SHOVEL_PREFIX):]: _loads(value) for name, value in conn.execute(
-                "SELECT name, value FROM broker_meta WHERE name LIKE %s ORDER BY name", (SHOVEL_PREFIX + "%",))}
+            queues, shovels = recovery.declarations(conn)
         except psycopg.Error as exc:
             raise StoreError(f"cannot recover {self.name}: {_one_line(exc)}") from None
         return Recovery(0, exchanges, bindings, streams, vhosts, queues, shovels)
@@ -377,26 +369,6 @@ class PostgresBackend:
                 self._notify_queues(conn, [vhost_space(vhost) + name for vhost, name in freed], "")
         self.epoch = epoch
         self.valid_until = start + self.lease * LEASE_TRUST
-
-    def _definitions(
-        self, conn: psycopg.Connection[Any]
-    ) -> tuple[list[str], list[ExchangeRecord], list[BindingRecord]]:
-        """The declared vhosts, exchanges and bindings (names as store keys)."""
-        vhosts = [name for (name,) in conn.execute("SELECT name FROM vhosts ORDER BY name")]
-        exchanges = [
-            ExchangeRecord(vhost_space(vhost) + name, type_, _loads(options))
-            for vhost, name, type_, options in conn.execute(
-                "SELECT vhost, name, type, options FROM exchanges ORDER BY vhost, name"
-            )
-        ]
-        bindings = [
-            BindingRecord(vhost_space(vhost) + exchange, vhost_space(vhost) + queue_name, weight, routing_key)
-            for vhost, exchange, queue_name, weight, routing_key in conn.execute(
-                "SELECT vhost, exchange, queue, weight, routing_key FROM bindings"
-                " ORDER BY vhost, exchange, queue, routing_key"
-            )
-        ]
-        return vhosts, exchanges, bindings
 
     # -- leases ------------------------------------------------------------------------------------
     def renew(self, counters: dict[str, int]) -> None:
@@ -627,6 +599,8 @@ class PostgresBackend:
                 cur.execute("INSERT INTO vhosts (name) VALUES (%s) ON CONFLICT (name) DO NOTHING", (name,))
                 if cur.rowcount:
                     self._notify_definitions(cur)
+            case _:  # streams' operations go to pg_streams and releases to _release (see _commit)
+                raise TypeError(f"not a structural operation applied here: {op!r}")
 
     def _release(self, cur: psycopg.Cursor[Any], name: str, held: frozenset[int], freed: set[str]) -> None:
         """Free the ready rows of queue ``name`` this broker claimed, after the group's updates of
@@ -890,7 +864,7 @@ class PostgresBackend:
 
     def definitions(self) -> tuple[list[str], list[ExchangeRecord], list[BindingRecord]]:
         try:
-            return self._definitions(self._connection())
+            return recovery.definitions(self._connection())
         except psycopg.Error as exc:
             raise StoreError(f"cannot read {self.name}: {_one_line(exc)}") from None
 
@@ -1081,15 +1055,15 @@ class PostgresStore(GroupCommitStore):
             await trio.sleep(self.lease / 3)
             trusted = self.claims_valid()
             try:
-                await self._call(functools.partial(self._pg.renew, self.own_counters()))
+                await self._call(functools.partial(self._pg.renew, self.events.own_counters()))
             except StoreError:
                 continue  # the store's outage record logs it (storage/outage.py)
             epoch = self._pg.epoch  # (a reconnection may have made it new before this renewal)
             if epoch != self._epoch:
                 self._epoch = epoch
-                self.on_claims_renewed(True)
+                self.events.claims_renewed(True)
             elif not trusted:
-                self.on_claims_renewed(False)
+                self.events.claims_renewed(False)
 
     async def _refill_seqs(self) -> None:
         while True:
@@ -1113,14 +1087,14 @@ class PostgresStore(GroupCommitStore):
             await trio.sleep(self.poll)
             listener = self._listener
             if listener is None or listener.heard < pinged:
-                self.on_queue_changed("*")
+                self.events.queue_changed("*")
             pinged = time.monotonic()
             try:
                 states = await self._call(self._pg.poll)
             except StoreError:
                 continue
             for key, state in states:
-                self.on_stream_changed(key, state)
+                self.events.stream_changed(key, state)
 
     def _notified(self, payloads: list[str]) -> None:
         definitions = False
@@ -1129,25 +1103,25 @@ class PostgresStore(GroupCommitStore):
             if kind == "q":
                 origin, _, queue = rest.partition(":")
                 if not origin:  # a broker's claims were freed (it stopped, or its lease lapsed):
-                    self.on_queue_wanted(queue)  # its subscribers' share is everyone's now
+                    self.events.queue_wanted(queue)  # its subscribers' share is everyone's now
                 if origin != self._pg.broker_id:
-                    self.on_queue_changed(queue)
+                    self.events.queue_changed(queue)
             elif kind == "w":
                 origin, _, queue = rest.partition(":")
                 if origin != self._pg.broker_id:
-                    self.on_queue_wanted(queue)
+                    self.events.queue_wanted(queue)
             elif kind == "*":
-                self.on_queue_changed("*")
+                self.events.queue_changed("*")
                 definitions = True
             elif kind == "d":
                 definitions = definitions or rest != self._pg.broker_id  # not our own change
             elif kind == "t":
                 message = _loads(rest)
                 if message["b"] != self._pg.broker_id:
-                    self.on_topic(message["t"], message["h"], base64.b64decode(message["d"]))
+                    self.events.topic(message["t"], message["h"], base64.b64decode(message["d"]))
             elif kind == "S":
                 key, state = _loads(rest)
-                self.on_stream_changed(key, None if state is None else StreamState(*state))
+                self.events.stream_changed(key, None if state is None else StreamState(*state))
         if definitions and self._thread is not None:
             trio.lowlevel.spawn_system_task(self._reload_definitions)
 
@@ -1156,5 +1130,5 @@ class PostgresStore(GroupCommitStore):
             vhosts, exchanges, bindings = await self._call(self._pg.definitions)
         except StoreError:
             return  # the store is down: its outage is logged once (storage/outage.py)
-        self.on_vhosts_changed(vhosts)
-        self.on_definitions_changed(exchanges, bindings)
+        self.events.vhosts_changed(vhosts)
+        self.events.definitions_changed(exchanges, bindings)

@@ -35,14 +35,11 @@ from collections.abc import Iterator, Sequence
 from itertools import chain
 from typing import Any
 
-from stompmq.storage import jsontext
+from stompmq.storage import jsontext, recovery
 from stompmq.storage.base import (
     QUEUE_PAGE_SQL,
-    BindingRecord,
     CommitInDoubt,
-    ExchangeRecord,
     QueueCount,
-    QueueRecord,
     Recovery,
     StoredMessage,
     StoreError,
@@ -324,30 +321,10 @@ class SQLiteBackend:
                 "SELECT value FROM broker_meta WHERE name = ?", (LAST_SEQ,)
             ).fetchone()
             self._stored_last_seq = int(row[0]) if row else 0
-            exchanges = [
-                ExchangeRecord(vhost_space(vhost) + name, type_, _loads(options))
-                for vhost, name, type_, options in conn.execute(
-                    "SELECT vhost, name, type, options FROM exchanges ORDER BY vhost, name"
-                )
-            ]
-            bindings = [
-                BindingRecord(vhost_space(vhost) + exchange, vhost_space(vhost) + queue_name, weight, routing_key)
-                for vhost, exchange, queue_name, weight, routing_key in conn.execute(
-                    "SELECT vhost, exchange, queue, weight, routing_key FROM bindings"
-                    " ORDER BY vhost, exchange, queue, routing_key"
-                )
-            ]
+            vhosts, exchanges, bindings = recovery.definitions(conn)
             streams = self._recover_streams(conn)
-            vhosts = [name for (name,) in conn.execute("SELECT name FROM vhosts ORDER BY name")]
-            queues = [
-                QueueRecord(vhost_space(vhost) + name, _loads(options))
-                for vhost, name, options in conn.execute(
-                    "SELECT vhost, name, options FROM queues WHERE options IS NOT NULL ORDER BY vhost, name"
-                )
-            ]
+            queues, shovels = recovery.declarations(conn)
             (max_delayed,) = conn.execute("SELECT COALESCE(MAX(seq), 0) FROM delayed_messages").fetchone()
-            shovels = {name[len(SHOVEL_PREFIX):]: _loads(value) for name, value in conn.execute(
-                "SELECT name, value FROM broker_meta WHERE name LIKE ? ORDER BY name", (SHOVEL_PREFIX + "%",))}
         except sqlite3.Error as exc:
             raise StoreError(f"cannot recover {self.path}: {exc}") from exc
         return Recovery(
@@ -357,6 +334,7 @@ class SQLiteBackend:
     def _recover_streams(self, conn: sqlite3.Connection) -> list[StreamRecord]:
         """Each stream's options and retained offsets: two ends of its key range, no scan."""
         records = []
+        producers, groups = recovery.stream_positions(conn)
         rows = conn.execute("SELECT id, vhost, name, options FROM streams ORDER BY vhost, name").fetchall()
         for stream_id, vhost, bare, options in rows:
             name = vhost_space(vhost) + bare
@@ -368,12 +346,8 @@ class SQLiteBackend:
                 "SELECT MAX(position) FROM stream_messages WHERE stream_id = ?", (stream_id,)
             ).fetchone()
             empty = first is None
-            producers = dict(conn.execute("SELECT producer, seq FROM stream_producers WHERE stream_id = ?",
-                                          (stream_id,)).fetchall())
-            groups = dict(conn.execute("SELECT name, committed FROM stream_groups WHERE stream_id = ?",
-                                       (stream_id,)).fetchall())
             records.append(StreamRecord(name, _loads(options), 0 if empty else first, 0 if empty else last + 1,
-                                        producers=producers, groups=groups))
+                                        producers=producers.get(stream_id, {}), groups=groups.get(stream_id, {})))
         return records
 
     # -- writes ------------------------------------------------------------------------------
@@ -481,6 +455,8 @@ class SQLiteBackend:
                     conn.execute(
                         "DELETE FROM stream_messages WHERE stream_id = ? AND position < ?", (trimmed, before)
                     )
+            case _:
+                raise TypeError(f"not a structural operation: {op!r}")
 
     def _insert_params(
         self, conn: sqlite3.Connection, rows: list[InsertRow], created: list[str]

@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import trio
 
 from .base import (
     DEFAULT_VHOST,
     BindingRecord,
+    BrokerLease,
     ExchangeRecord,
     QueueCount,
     Recovery,
@@ -108,6 +109,9 @@ class VhostStore(Store):
     def publish_topic(self, topic: str, headers: dict[str, str], body: bytes) -> None:
         self.store.publish_topic(self.space + topic, headers, body)
 
+    async def brokers(self) -> list[BrokerLease]:
+        return await self.store.brokers()
+
     # -- lifecycle: the shared store's owner opens, runs and closes it --------------------------
     async def open(self) -> Recovery:
         return self._recovery
@@ -172,6 +176,9 @@ class VhostStore(Store):
     def save_queue(self, name: str, options: dict[str, str] | None) -> None:
         self.store.save_queue(self.space + name, options)
 
+    def save_shovel(self, name: str, declaration: dict[str, Any] | None) -> None:
+        self.store.save_shovel(name, declaration)  # shovels are the broker's, not a vhost's
+
     # -- durability: one buffer for every vhost --------------------------------------------------
     @property
     def committed(self) -> int:
@@ -191,6 +198,16 @@ class VhostStore(Store):
 
     def withdraw(self, msg: StoredMessage) -> bool:
         return self.store.withdraw(msg)
+
+    @property
+    def outages(self) -> int:
+        return self.store.outages
+
+    def outage_seconds(self) -> float:
+        return self.store.outage_seconds()
+
+    def disk_bytes(self) -> int | None:
+        return self.store.disk_bytes()
 
     # -- reads ---------------------------------------------------------------------------------
     async def load_ready(self, queue: str, after: tuple[int, int] | None, limit: int) -> Sequence[StoredMessage]:

@@ -122,7 +122,7 @@ class DictStore(Store):
 
     def sync_ticket(self) -> int:
         self._ticket += 1
-        self.on_commit(self._ticket)
+        self.events.committed(self._ticket)
         return self._ticket
 
     def backlog(self) -> int:
@@ -130,6 +130,31 @@ class DictStore(Store):
 
     async def wait_for_room(self) -> None:
         pass
+
+    def full(self) -> bool:
+        return False
+
+    def withdraw(self, msg: StoredMessage) -> bool:
+        return False  # every write commits at once: nothing is left to give up
+
+    @property
+    def outages(self) -> int:
+        return 0
+
+    def outage_seconds(self) -> float:
+        return 0.0
+
+    def disk_bytes(self) -> None:
+        return None
+
+    def save_shovel(self, name: str, declaration: dict[str, Any] | None) -> None:
+        pass
+
+    async def queue_exists(self, name: str) -> bool:
+        return any(m.queue == name for m, _, _ in self.rows.values())
+
+    async def count_unacked(self, queue: str) -> int:
+        return sum(1 for m, delivered, _ in self.rows.values() if m.queue == queue and delivered)
 
     async def load_ready(self, queue: str, after: tuple[int, int] | None, limit: int) -> Sequence[StoredMessage]:
         ready = sorted(

@@ -9,6 +9,7 @@ from stompmq.broker.session import Session
 from stompmq.broker.timers import Deadlines
 from stompmq.storage.base import StoredMessage, StoreError
 
+from ..support.stores import Reports
 from .fakes import DictStore, FakeOutbox
 
 
@@ -30,7 +31,7 @@ class TicketStore(DictStore):
     def commit(self) -> None:
         self.done = self.next
         self.next += 1
-        self.on_commit(self.done)
+        self.events.committed(self.done)
 
 
 def make(store: TicketStore, timeout: float = 30.0, withdrawable: bool = True) -> tuple[Receipts, Deadlines,
@@ -44,7 +45,9 @@ def make(store: TicketStore, timeout: float = 30.0, withdrawable: bool = True) -
             withdrawn.append(msg)
         return withdrawable
 
-    return Receipts(store, clock, withdraw, timeout), clock, withdrawn
+    receipts = Receipts(store, clock, withdraw, timeout)
+    store.bind(Reports(receipts.committed, receipts.failed))  # as the runtime forwards them
+    return receipts, clock, withdrawn
 
 
 def message(seq: int) -> StoredMessage:
@@ -110,7 +113,7 @@ def test_a_failed_commit_keeps_the_receipts_waiting_until_a_retry_commits() -> N
     receipts.send(s, "r2", None, message(2))
     for _ in range(100):  # 29.7 s of failed attempts: within --store-timeout
         clock.now += 0.297
-        store.on_commit_failed(store.next, StoreError("connection refused"))
+        store.events.commit_failed(store.next, StoreError("connection refused"))
     assert failures == [] and withdrawn == [] and ids(outbox) == []
     store.commit()  # the retry
     assert ids(outbox) == ["r1", "r2"]
@@ -126,10 +129,10 @@ def test_a_send_that_waited_the_store_timeout_is_withdrawn_and_answered_error() 
     clock.now = 1.0
     receipts.send(s, "r2", None, second)
     clock.now = 4.9
-    store.on_commit_failed(store.next, StoreError("disk full"))
+    store.events.commit_failed(store.next, StoreError("disk full"))
     assert failures == []
     clock.now = 5.0
-    store.on_commit_failed(store.next, StoreError("disk full"))
+    store.events.commit_failed(store.next, StoreError("disk full"))
     assert withdrawn == [first]  # the one that waited 5 s, in the same step as the ERROR
     ((text, receipt_id),) = failures
     assert receipt_id == "r1" and text.startswith("could not store: disk full") and "not stored" in text
@@ -145,7 +148,7 @@ def test_a_message_that_cannot_be_withdrawn_keeps_its_receipt_waiting() -> None:
     receipts.send(s, "r1", None, message(1))
     receipts.send(s, "ack")  # not a SEND: nothing to withdraw
     clock.now = 100.0
-    store.on_commit_failed(store.next, StoreError("disk full"))
+    store.events.commit_failed(store.next, StoreError("disk full"))
     assert failures == []
     store.commit()
     assert ids(outbox) == ["r1", "ack"]

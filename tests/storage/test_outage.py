@@ -13,6 +13,8 @@ import trio.testing
 
 from stompmq.storage.groupcommit import RETRY_BACKOFF, GroupCommitStore
 
+from ..support.stores import Reports
+
 from .test_sqlite_store import NEVER, ControlledBackend, committed, msg, seqs_on_disk, serving
 
 
@@ -33,7 +35,7 @@ async def test_failed_groups_are_retried_until_one_commits_and_the_outage_is_log
     backend = ControlledBackend(tmp_path / "s.db")
     store = GroupCommitStore(backend, flush_interval=NEVER)
     failed: list[int] = []
-    store.on_commit_failed = lambda ticket, error: failed.append(ticket)
+    store.bind(Reports(commit_failed=lambda ticket, error: failed.append(ticket)))
     async with serving(store):
         backend.failures = 20
         store.insert(msg(1))
@@ -59,7 +61,7 @@ async def test_withdraw_takes_back_only_an_insert_certainly_not_on_disk(
     store = GroupCommitStore(backend, flush_interval=NEVER)
     path = backend.sqlite.path
     failed: list[int] = []
-    store.on_commit_failed = lambda ticket, error: failed.append(ticket)
+    store.bind(Reports(commit_failed=lambda ticket, error: failed.append(ticket)))
 
     async def failure(n: int) -> None:
         with trio.fail_after(5):

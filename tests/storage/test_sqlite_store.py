@@ -25,6 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from stompmq.storage.base import (
+    StoreEvents,
     MESSAGE_OVERHEAD,
     BindingRecord,
     CommitInDoubt,
@@ -44,6 +45,7 @@ from stompmq.storage.memory import MemoryStore
 from stompmq.storage import sqlite as sqlite_module
 from stompmq.storage.sqlite import REQUEUE_DELIVERED_SQL, SQLiteBackend, SQLiteStore
 
+from ..support.stores import Reports
 from ..support.unwritable import immutable
 
 # Long enough that nothing is flushed by the timer during a test that means to flush by hand.
@@ -53,7 +55,7 @@ NEVER = 3600.0
 GATE_TIMEOUT = 10.0
 
 
-class Commits:
+class Commits(StoreEvents):
     """Records what the store reports, checking each report against the file at that moment."""
 
     def __init__(self, store: SQLiteStore) -> None:
@@ -62,10 +64,9 @@ class Commits:
         self.failed: list[tuple[int, StoreError]] = []
         self.on_disk_at_commit: list[set[int]] = []
         self._next = trio.Event()
-        store.on_commit = self._commit
-        store.on_commit_failed = self._failed
+        store.bind(self)
 
-    def _commit(self, ticket: int) -> None:
+    def committed(self, ticket: int) -> None:
         self.ok.append(ticket)
         self.on_disk_at_commit.append(seqs_on_disk(self.store.path))
         self._next.set()
@@ -77,7 +78,7 @@ class Commits:
             while len(self.ok) < count:
                 await self._next.wait()
 
-    def _failed(self, ticket: int, error: StoreError) -> None:
+    def commit_failed(self, ticket: int, error: StoreError) -> None:
         self.failed.append((ticket, error))
 
 
@@ -721,7 +722,7 @@ async def test_failed_group_merged_back_under_a_newer_purge_is_not_resurrected(
     backend = ControlledBackend(path)
     store = GroupCommitStore(backend, flush_interval=NEVER)
     failed: list[int] = []
-    store.on_commit_failed = lambda ticket, error: failed.append(ticket)
+    store.bind(Reports(commit_failed=lambda ticket, error: failed.append(ticket)))
     async with serving(store):
         stored = msg(1)
         store.insert(stored)
@@ -805,8 +806,7 @@ async def test_wait_for_room_wakes_when_groups_finish_without_polling(
     backend = ControlledBackend(tmp_path / "s.db")
     store = GroupCommitStore(backend, flush_interval=NEVER, max_backlog=3)
     failed, group_committed = trio.Event(), trio.Event()
-    store.on_commit_failed = lambda ticket, error: failed.set()
-    store.on_commit = lambda ticket: group_committed.set()
+    store.bind(Reports(lambda ticket: group_committed.set(), lambda ticket, error: failed.set()))
     backlog_at_return: list[int] = []
 
     async def waiter() -> None:
@@ -849,7 +849,7 @@ async def test_unflushed_bytes_bound_the_backlog_and_start_groups_early(tmp_path
     body = b"x" * (64 * 1024)
     store = GroupCommitStore(backend, flush_interval=NEVER, max_backlog_bytes=4 * len(body))
     committed_groups: list[int] = []
-    store.on_commit = committed_groups.append
+    store.bind(Reports(committed_groups.append))
     async with serving(store):
         backend.hold = True
         store.insert(msg(1, body=body))  # a quarter of the budget: a group starts without a ticket

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from stompmq.storage.base import Store
+from stompmq.storage.base import Store, StoreError, StoreEvents
 from stompmq.storage.memory import MemoryStore
 
 from benchmarks.local_postgres import PostgresServer
@@ -53,3 +53,23 @@ def make_store_factory(kind: str, tmp_path: Path) -> Callable[[], Store]:
         return SQLiteStore(str(tmp_path / "broker.db"), flush_interval=0.01)
 
     return make
+
+
+class Reports(StoreEvents):
+    """A store's commit reports handed to the given functions (a test of the store alone)."""
+
+    def __init__(
+        self,
+        committed: Callable[[int], object] | None = None,
+        commit_failed: Callable[[int, StoreError], object] | None = None,
+    ) -> None:
+        self._committed = committed
+        self._failed = commit_failed
+
+    def committed(self, ticket: int) -> None:
+        if self._committed is not None:
+            self._committed(ticket)
+
+    def commit_failed(self, ticket: int, error: StoreError) -> None:
+        if self._failed is not None:
+            self._failed(ticket, error)

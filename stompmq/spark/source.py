@@ -14,6 +14,8 @@ restarted from its checkpoint replays its planned batch exactly (exactly once
 with an idempotent sink such as Spark's file sink).  Admission control is the
 4.2+ API: ``latestOffset(start, limit)`` with ``maxOffsetsPerTrigger`` (and
 ``minOffsetsPerTrigger`` / ``maxTriggerDelay``, decided on the driver's clock).
+``startingTimestamp`` / ``startingOffsetsByTimestamp`` become offsets at planning time:
+the broker answers the first offset at or after a time (``timestamp-offset``).
 Option names are Kafka's where the meaning is the same, and an unknown option is
 an error: a typo must not silently read from ``latest``.  With the option ``group`` a
 streaming read commits each micro-batch's end offsets to that broker consumer group once

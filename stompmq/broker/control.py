@@ -299,7 +299,12 @@ class Control:
     def _stream_offsets(self, name: str, frame: Frame) -> Answer:
         """Answered once everything appended so far is committed (the RECEIPT waits for it), so
         a reader that reads up to ``next-offset`` reads only entries a restart keeps.  On a shared
-        store the answer is the stream's counter row, read behind everything buffered."""
+        store the answer is the stream's counter row, read behind everything buffered.  With
+        ``timestamp: MS`` it also names the first offset at or after MS (``timestamp-offset``)."""
+        timestamp = frame.headers.get("timestamp")
+        if timestamp is not None:
+            found = self.streams.offset_at(name, timestamp)
+            return found if isinstance(found, dict) else Deferred(*found)
         if self.dispatcher.store.shared:
             return Deferred(*self.streams.offsets_read(name))
         return self.streams.offsets(name)

@@ -75,6 +75,7 @@ groups as this broker last wrote or read them.
 from __future__ import annotations
 
 import logging
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
@@ -729,6 +730,51 @@ class Streams:
         ]
 
     # -- introspection ------------------------------------------------------------------------
+    def offset_at(self, name: str, value: str) -> dict[str, str] | tuple[
+        Callable[[Store], Awaitable[tuple[StreamState | None, int]]],
+        Callable[[tuple[StreamState | None, int]], dict[str, str]],
+    ]:
+        """``/control/stream-offsets`` with ``timestamp: MS``: ``offsets`` and the first offset
+        whose entry's timestamp is >= MS (``next-offset`` if none is that late) as
+        ``timestamp-offset``; or, when the store must be read, (fetch, answer).
+
+        Timestamps never decrease along a stream (``append``; on a shared store, the commit), so
+        the offsets at or after MS are a suffix.  The marks and the tail narrow it down in memory
+        (the memory store's tail is the whole stream); what is left, at most a segment unless
+        other brokers appended, is a binary search of primary-key point reads behind every
+        buffered append."""
+        if not (value.isascii() and value.isdigit()) or len(value) > 18:
+            raise ClientError(f"timestamp must be epoch milliseconds (a whole number >= 0), not {value!r}")
+        ms = int(value)
+        stream = self.streams.get(name)
+        lo, found = _narrow(stream, ms) if stream is not None else (0, None)
+        shared = self.shared
+
+        def answer(read: tuple[StreamState | None, int]) -> dict[str, str]:
+            state, offset = read
+            if shared:
+                self.changed(name, state)
+            now = self.streams.get(name)
+            if now is not None:  # (retention may have moved the first offset since)
+                offset = min(max(offset, now.first), now.next)
+            return {**self.offsets(name), "timestamp-offset": str(offset)}
+
+        if not shared:
+            end = found if found is not None else stream.next if stream is not None else 0
+            if lo >= end:
+                return answer((None, end))
+
+        async def fetch(store: Store) -> tuple[StreamState | None, int]:
+            state = await store.stream_state(name) if shared else None
+            low, high = lo, found
+            if high is None:  # no entry in memory is that late: up to the (committed) end
+                high = state.next if state is not None else stream.next if stream is not None else 0
+            if state is not None:
+                low = max(low, state.first)
+            return state, await _search(store, name, ms, low, high)
+
+        return fetch, answer
+
     def offsets(self, name: str) -> dict[str, str]:
         """``/control/stream-offsets``: the retained range (last-offset -1: never written)."""
         stream = self.streams.get(name)
@@ -770,6 +816,46 @@ def _first_time(stream: Stream, headers: dict[str, str]) -> bool:
         return False
     stream.producers[producer] = seq
     return True
+
+
+def _narrow(stream: Stream, ms: int) -> tuple[int, int | None]:
+    """What memory tells of the first offset at or after ``ms``: it is at least the first value
+    and, if the second is not None, at most it (an entry in memory that late)."""
+    lo, found = stream.first, None
+    for offset, timestamp, _ in stream.marks:
+        if timestamp >= ms:
+            found = offset
+            break
+        lo = max(lo, offset + 1)
+    tail, first = stream.tail, stream.tail_first
+    if tail and (found is None or found > first):
+        i = bisect_left(tail, ms, key=lambda e: e.timestamp)
+        if i == 0:
+            found = first
+        else:
+            lo = max(lo, first + i)
+            if i < len(tail):
+                found = first + i
+    return lo, found
+
+
+async def _search(store: Store, name: str, ms: int, lo: int, hi: int) -> int:
+    """The first offset in [lo, hi) whose entry is at or after ``ms``, else ``hi``: a binary
+    search of point reads.  An entry read past the probe means retention removed everything
+    below it (it drops from the front only)."""
+    while lo < hi:
+        mid = (lo + hi) // 2
+        entries = await store.read_stream(name, mid, 1)
+        if not entries or entries[0].offset >= hi:
+            return hi
+        entry = entries[0]
+        if entry.offset > mid:
+            lo = entry.offset
+        if entry.timestamp >= ms:
+            hi = entry.offset
+        else:
+            lo = entry.offset + 1
+    return hi
 
 
 def _start(stream: Stream, value: str | None) -> tuple[int, int | None]:

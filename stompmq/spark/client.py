@@ -170,6 +170,13 @@ class Connection:
         answer = self.request("SEND", {"destination": f"/control/stream-offsets/stream/{stream}"})
         return int(answer["first-offset"]), int(answer["next-offset"])
 
+    def offset_at(self, stream: str, ms: int) -> tuple[int, int]:
+        """(the first offset whose entry's timestamp is >= ``ms`` epoch milliseconds, the
+        stream's next offset): equal when no entry is that late."""
+        answer = self.request("SEND", {"destination": f"/control/stream-offsets/stream/{stream}",
+                                       "timestamp": str(ms)})
+        return int(answer["timestamp-offset"]), int(answer["next-offset"])
+
     def commit_group(self, stream: str, group: str, offset: int) -> None:
         """Set consumer group ``group``'s committed offset on ``stream`` (``/control/stream-group``)."""
         self.request("SEND", {"destination": f"/control/stream-group/stream/{stream}", "group": group,

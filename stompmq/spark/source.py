@@ -14,6 +14,8 @@ restarted from its checkpoint replays its planned batch exactly (exactly once
 with an idempotent sink such as Spark's file sink).  Admission control is the
 4.2+ API: ``latestOffset(start, limit)`` with ``maxOffsetsPerTrigger`` (and
 ``minOffsetsPerTrigger`` / ``maxTriggerDelay``, decided on the driver's clock).
+``startingTimestamp`` / ``startingOffsetsByTimestamp`` become offsets at planning time:
+the broker answers the first offset at or after a time (``timestamp-offset``).
 Option names are Kafka's where the meaning is the same, and an unknown option is
 an error: a typo must not silently read from ``latest``.  With the option ``group`` a
 streaming read commits each micro-batch's end offsets to that broker consumer group once
@@ -74,8 +76,8 @@ log = logging.getLogger(__name__)
 
 #: The options of a read and of a write (Spark hands them over lower-cased).
 READ_OPTIONS = (
-    "url", "login", "passcode", "destination", "exchange", "startingOffsets", "endingOffsets",
-    "failOnDataLoss", "minPartitions", "maxOffsetsPerTrigger", "maxMessagesPerTrigger",
+    "url", "login", "passcode", "destination", "exchange", "startingOffsets", "startingTimestamp",
+    "startingOffsetsByTimestamp", "startingOffsetsByTimestampStrategy", "endingOffsets", "failOnDataLoss", "minPartitions", "maxOffsetsPerTrigger", "maxMessagesPerTrigger",
     "minOffsetsPerTrigger", "maxTriggerDelay", "group",
 )
 #: ``checkpointLocation`` and ``path`` are Spark's own (a streaming write's checkpoint, save(path)).
@@ -185,6 +187,60 @@ def _resolve(spec: str | None, default: str, bounds: Mapping[str, tuple[int, int
     return {s: int(picks.get(s, bounds[s][index])) for s in bounds}
 
 
+@dataclass(frozen=True)
+class Starting:
+    """Where a read starts: ``startingOffsets``, then, for the streams the timestamp options
+    name, the first offset at or after their time (Kafka's precedence)."""
+
+    offsets: str | None
+    times: dict[str, int]  # stream -> epoch milliseconds
+    option: str  # the timestamp option given (for errors)
+    latest: bool  # startingOffsetsByTimestampStrategy=latest: no entry that late starts at the end
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str], streams: Sequence[str]) -> Starting:
+        one, per = options.get("startingTimestamp"), options.get("startingOffsetsByTimestamp")
+        strategy = (options.get("startingOffsetsByTimestampStrategy") or "error").lower()
+        if strategy not in ("error", "latest"):
+            raise StompmqError(f"option 'startingOffsetsByTimestampStrategy' must be error or latest, not {strategy!r}")
+        if one is not None and per is not None:
+            raise StompmqError("options 'startingTimestamp' and 'startingOffsetsByTimestamp' both set a start: give one")
+        times: Any = {}
+        if one is not None:
+            if not (one.isascii() and one.isdigit()) or len(one) > 18:
+                raise StompmqError(f"option 'startingTimestamp' must be epoch milliseconds, not {one!r}")
+            times = dict.fromkeys(streams, int(one))
+        elif per is not None:
+            try:
+                times = json.loads(per)
+            except ValueError:
+                times = None
+            if not isinstance(times, dict) or not all(
+                isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 10**18 for v in times.values()
+            ):
+                raise StompmqError("option 'startingOffsetsByTimestamp' must be JSON {stream: epoch milliseconds}")
+            unknown = sorted(set(times) - set(streams))
+            if unknown:
+                raise StompmqError(f"option 'startingOffsetsByTimestamp' names {', '.join(unknown)}, "
+                                   "not a stream of this read")
+        option = "startingTimestamp" if one is not None else "startingOffsetsByTimestamp"
+        return cls(options.get("startingOffsets"), times, option, strategy == "latest")
+
+    def resolve(self, opts: Options, default: str, bounds: Mapping[str, tuple[int, int]]) -> Offsets:
+        """The offsets, asking the broker where each named time falls."""
+        start = _resolve(self.offsets, default, bounds, "startingOffsets")
+        if self.times:
+            with opts.connect() as conn:
+                for stream, ms in self.times.items():
+                    offset, nxt = conn.offset_at(stream, ms)
+                    if offset >= nxt and not self.latest:
+                        raise StompmqError(
+                            f"option {self.option!r}: stream {stream!r} has no entry at or after {ms} "
+                            "(option startingOffsetsByTimestampStrategy=latest starts it at its end)")
+                    start[stream] = offset
+        return start
+
+
 # -- reading ------------------------------------------------------------------------------------
 class StreamRange(InputPartition):
     def __init__(self, stream: str, start: int, end: int) -> None:
@@ -279,7 +335,7 @@ class StompmqBatchReader(DataSourceReader):
                 raise StompmqError(f"option {name!r} applies to readStream only")
         self.opts = opts
         bounds = _bounds(opts)
-        self.start = _resolve(options.get("startingOffsets"), "earliest", bounds, "startingOffsets")
+        self.start = Starting.parse(options, opts.streams).resolve(opts, "earliest", bounds)
         self.end = _resolve(options.get("endingOffsets"), "latest", bounds, "endingOffsets")
         for s, offset in self.end.items():
             if offset > bounds[s][1]:
@@ -302,7 +358,7 @@ class StompmqStreamReader(DataSourceStreamReader):
             raise StompmqError("option 'endingOffsets' applies to batch reads (spark.read) only")
         self.opts = opts
         self.group = options.get("group")
-        self.starting = options.get("startingOffsets")
+        self.starting = Starting.parse(options, opts.streams)
         self.max_per_trigger = _positive(options, "maxOffsetsPerTrigger")
         alias = _positive(options, "maxMessagesPerTrigger")  # the name before Kafka's
         if alias is not None and self.max_per_trigger is not None:
@@ -318,7 +374,7 @@ class StompmqStreamReader(DataSourceStreamReader):
         self.last_batch = time.monotonic()  # when the last batch was admitted (maxTriggerDelay)
 
     def initialOffset(self) -> dict:
-        return _resolve(self.starting, "latest", _bounds(self.opts), "startingOffsets")
+        return self.starting.resolve(self.opts, "latest", _bounds(self.opts))
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.max_per_trigger:

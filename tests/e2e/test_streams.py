@@ -83,6 +83,43 @@ def test_timestamp_start(broker: BrokerThread) -> None:
         c.expect_nothing()
 
 
+def offset_at(c: Client, stream: str, ms: int) -> int:
+    receipt = c.request("SEND", {"destination": f"/control/stream-offsets/stream/{stream}", "timestamp": str(ms)})
+    return int(receipt["timestamp-offset"])
+
+
+def test_offset_at_a_timestamp_is_the_first_entry_that_late(tmp_path: Path, store_kind: str) -> None:
+    """``/control/stream-offsets`` with ``timestamp``: found from the marks, the tail and (durable
+    stores) a binary search of the store, before and after a restart (marks only, no tail)."""
+    make = make_store_factory(store_kind, tmp_path)
+    config = BrokerConfig(window=10, stream_segment=16)  # most entries only in the store
+    with BrokerThread(make, config=config).start() as thread, Client(thread.port) as c:
+        assert offset_at(c, "ts", 0) == 0  # never written: its end
+        for burst in range(6):
+            publish(c, "ts", 40, start=burst * 40)
+            time.sleep(0.01)
+        c.subscribe("/stream/ts", x_stream_offset="first")
+        stamps = [int(m["timestamp"]) for m in c.messages(240)]
+        assert stamps == sorted(stamps)  # non-decreasing along a stream
+        probes = sorted({0, stamps[0] - 1, *stamps, stamps[-1] + 1, *(t + 1 for t in stamps)})
+        expected = {ms: next((i for i, t in enumerate(stamps) if t >= ms), 240) for ms in probes}
+        assert {ms: offset_at(c, "ts", ms) for ms in probes} == expected
+        c.frame("SEND", {"destination": "/control/stream-offsets/stream/ts", "timestamp": "soon"})
+        assert "epoch milliseconds" in c.expect_error()["message"]
+    if store_kind != "memory":
+        with BrokerThread(make, config=config).start() as thread, Client(thread.port) as c:
+            assert {ms: offset_at(c, "ts", ms) for ms in probes} == expected
+    with BrokerThread(make, config=config).start() as thread, Client(thread.port) as c:
+        if store_kind == "memory":
+            publish(c, "ts", 240)
+        c.request("SEND", {"destination": "/control/declare/stream/ts", "max-bytes": "400"})  # ~100 entries
+        first = offsets(c, "ts")["first-offset"]
+        assert 0 < first < 200
+        assert offset_at(c, "ts", 0) == first  # what retention dropped is not an answer
+        if store_kind != "memory":
+            assert {ms: offset_at(c, "ts", ms) for ms in probes} == {ms: max(o, first) for ms, o in expected.items()}
+
+
 def test_client_ack_position_advances_with_acks(broker: BrokerThread) -> None:
     with Client(broker.port) as c:
         publish(c, "a", 5)

@@ -4,6 +4,8 @@ the Arrow record batches the source builds from its chunks."""
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -71,3 +73,33 @@ def test_a_stream_reader_commits_each_batch_end_to_its_group(memory_broker: Brok
         reader.commit({"a": 3, "b": 1})  # refused for a (a reader is in the group): logged, not fatal
         assert "could not commit" in caplog.text
     assert reader.initialOffset() == {"a": 3, "b": 1}
+
+
+def test_timestamp_options_start_at_the_first_entry_that_late(memory_broker: BrokerThread) -> None:
+    """``startingTimestamp`` / ``startingOffsetsByTimestamp`` ask the broker per stream; a time
+    later than every entry fails (Kafka's default strategy) or, with ``latest``, starts at the end."""
+    from stompmq.spark.source import Starting, _bounds, _options
+
+    options = {"url": f"stomp://127.0.0.1:{memory_broker.port}", "destination": "/stream/a,/stream/b"}
+    with Connection(options["url"]) as conn:
+        for _ in range(3):
+            for i in range(4):
+                conn.request("SEND", {"destination": "/stream/a"}, b"%d" % i)
+            time.sleep(0.01)
+        conn.request("SEND", {"destination": "/stream/b"}, b"b")
+        conn.send_frame("SUBSCRIBE", {"destination": "/stream/a", "id": "0", "x-stream-offset": "first"})
+        stamps = [int(conn.next().headers["timestamp"]) for _ in range(12)]
+    opts = _options(options, reading=True)
+
+    def start(**more: str) -> dict[str, int]:
+        return Starting.parse({**options, **more}, opts.streams).resolve(opts, "earliest", _bounds(opts))
+
+    cut = stamps[5]
+    assert start(startingOffsetsByTimestamp=json.dumps({"a": cut})) == {"a": stamps.index(cut), "b": 0}
+    assert start(startingOffsetsByTimestamp=json.dumps({"a": cut}), startingOffsets="latest") == {
+        "a": stamps.index(cut), "b": 1}
+    assert start(startingTimestamp="0") == {"a": 0, "b": 0}
+    late = str(max(stamps[-1], int(time.time() * 1000)) + 60_000)
+    with pytest.raises(StompmqError, match="option 'startingTimestamp': stream 'a' has no entry at or after"):
+        start(startingTimestamp=late)
+    assert start(startingTimestamp=late, startingOffsetsByTimestampStrategy="latest") == {"a": 12, "b": 1}

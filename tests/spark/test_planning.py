@@ -10,7 +10,16 @@ import pytest
 from pyspark.sql.datasource import InputPartition
 
 from stompmq.spark.client import StompmqError
-from stompmq.spark.source import StompmqStreamReader, StreamRange, _due, _options, _ranges, _resolve, _seconds
+from stompmq.spark.source import (
+    Starting,
+    StompmqStreamReader,
+    StreamRange,
+    _due,
+    _options,
+    _ranges,
+    _resolve,
+    _seconds,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -60,6 +69,8 @@ OK = {"url": "stomp://127.0.0.1:1", "destination": "/stream/a"}
     [
         ({"startingOffset": "earliest"}, "unknown option 'startingOffset'; the options are url, .*startingOffsets"),
         ({"includeHeaders": "true"}, "unknown option 'includeHeaders'"),
+        ({"startingTimestamps": "1"}, "unknown option 'startingTimestamps'; the options are .*startingTimestamp, "
+                                      "startingOffsetsByTimestamp, startingOffsetsByTimestampStrategy"),
         ({"minPartitions": "0"}, "option 'minPartitions' must be a positive integer"),
         ({"minPartitions": "many"}, "option 'minPartitions'"),
         ({"failOnDataLoss": "no"}, "option 'failOnDataLoss' must be true or false"),
@@ -85,6 +96,13 @@ def test_unknown_write_option() -> None:
         ({"minOffsetsPerTrigger": "9", "maxOffsetsPerTrigger": "5"}, "must not exceed"),
         ({"minOffsetsPerTrigger": "9", "maxTriggerDelay": "later"}, "option 'maxTriggerDelay'"),
         ({"endingOffsets": "latest"}, "option 'endingOffsets' applies to batch reads"),
+        ({"startingTimestamp": "yesterday"}, "option 'startingTimestamp' must be epoch milliseconds"),
+        ({"startingTimestamp": "-5"}, "option 'startingTimestamp' must be epoch milliseconds"),
+        ({"startingOffsetsByTimestamp": '{"a": "1"}'}, "must be JSON {stream: epoch milliseconds}"),
+        ({"startingOffsetsByTimestamp": "[1]"}, "must be JSON {stream: epoch milliseconds}"),
+        ({"startingOffsetsByTimestamp": '{"b": 1}'}, "names b, not a stream of this read"),
+        ({"startingTimestamp": "1", "startingOffsetsByTimestamp": '{"a": 1}'}, "give one"),
+        ({"startingTimestamp": "1", "startingOffsetsByTimestampStrategy": "earliest"}, "must be error or latest"),
     ],
 )
 def test_bad_stream_options(options: dict[str, str], problem: str) -> None:
@@ -100,3 +118,14 @@ def test_offsets_json_names_only_streams_of_the_read() -> None:
         _resolve('{"c": 1}', "earliest", bounds, "startingOffsets")
     with pytest.raises(StompmqError, match="option 'endingOffsets' must map stream names to offsets"):
         _resolve('{"a": -1}', "latest", bounds, "endingOffsets")
+
+
+def test_timestamp_options_name_a_time_per_stream() -> None:
+    streams = ["a", "b"]
+    assert Starting.parse({}, streams).times == {}
+    one = Starting.parse({"startingTimestamp": "1700000000000", "startingOffsets": "earliest"}, streams)
+    assert (one.times, one.offsets, one.option, one.latest) == (
+        {"a": 1700000000000, "b": 1700000000000}, "earliest", "startingTimestamp", False)
+    per = Starting.parse({"startingOffsetsByTimestamp": '{"b": 5}', "startingOffsetsByTimestampStrategy": "LATEST"},
+                         streams)
+    assert (per.times, per.option, per.latest) == ({"b": 5}, "startingOffsetsByTimestamp", True)

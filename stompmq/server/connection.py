@@ -10,7 +10,8 @@ heart-beat timer (``server/heartbeats.py``, one task for every connection):
   synchronously, consecutive session frames in one call (``Broker.handle_frames``:
   a producer sends hundreds of SENDs per read, a client-ack consumer as many ACKs);
   CONNECT, DISCONNECT, a vhost declaration and a frame the user's permissions
-  refuse are the server's own and end such a run;
+  refuse are the server's own and end such a run; it waits for nothing but the socket except
+  at its read gate (``server/flow.py``: the reasons of ``broker/flow.py``, in order);
 * the writer takes everything in the outbox and sends it with one
   ``send_all``;
 * the timer's visits (``check``) enforce the CONNECT deadline, send heart-beats

@@ -64,9 +64,10 @@ class ReadGate:
     def shut(self) -> bool:
         """Must the reader wait before its next read?  (Once per read: the common answer is no.)"""
         session = self.session
+        if session is not None and holds(session):
+            return True
         outbox = self.outbox
-        return (session is not None and bool(holds(session))) or outbox.size >= outbox.hard_limit \
-            or self.store.full()
+        return outbox.size >= outbox.hard_limit or self.store.full()
 
     def holds(self, hold: Hold) -> bool:
         """Does ``hold`` keep the reader waiting now?"""

@@ -5,13 +5,13 @@ Theory of operation
 ``ResourceAlarms.check`` compares the free space of the store's directory with
 ``--disk-free-limit`` and the process's resident memory with ``--memory-high-watermark``;
 the runtime calls it every ``CHECK_SECONDS``.  While either alarm is set, a connection's
-reader stops at its next SEND (``Connection._wait_for_alarms``; not at a ``/control`` verb,
-which may be the purge that frees the space) until every alarm has cleared.  The frames
-before that SEND are handled, so a consumer keeps acknowledging and subscribing, and a
-connection that both consumes and produces drains until it publishes.  This is the flow
-control of slow consumers and of a disk that is behind, one more reason not to read a
-producer's socket, not a new mechanism; a blocked producer's heart-beats wait in its
-socket, so it is not closed for silence.
+reader stops at its next SEND (``Hold.ALARM`` at its read gate, server/flow.py; not at a
+``/control`` verb, which may be the purge that frees the space) until every alarm has
+cleared.  The frames before that SEND are handled, so a consumer keeps acknowledging and
+subscribing, and a connection that both consumes and produces drains until it publishes.
+This is the flow control of slow consumers and of a disk that is behind, one more reason not
+to read a producer's socket at the same gate, not a new mechanism; a blocked producer's
+heart-beats wait in its socket, so it is not closed for silence.
 
 The measurements are functions given to the constructor, so a test can drive the alarms
 in virtual time with made-up numbers.  The limits may be changed while the broker runs

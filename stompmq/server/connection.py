@@ -10,7 +10,8 @@ heart-beat timer (``server/heartbeats.py``, one task for every connection):
   synchronously, consecutive session frames in one call (``Broker.handle_frames``:
   a producer sends hundreds of SENDs per read, a client-ack consumer as many ACKs);
   CONNECT, DISCONNECT, a vhost declaration and a frame the user's permissions
-  refuse are the server's own and end such a run;
+  refuse are the server's own and end such a run; it waits for nothing but the socket except
+  at its read gate (``server/flow.py``: the reasons of ``broker/flow.py``, in order);
 * the writer takes everything in the outbox and sends it with one
   ``send_all``;
 * the timer's visits (``check``) enforce the CONNECT deadline, send heart-beats
@@ -44,13 +45,13 @@ import logging
 import math
 import ssl
 import time
-from collections.abc import Awaitable, Callable
-from typing import NoReturn, cast
+from typing import NoReturn
 
 import trio
 
 from .. import __version__
-from ..broker import ClientError, Outbox, Session
+from ..broker import ClientError, Session
+from ..broker.flow import Hold
 from ..protocol import (
     Frame,
     FrameParser,
@@ -63,6 +64,7 @@ from ..protocol import (
 )
 from ..storage.base import DEFAULT_VHOST, vhost_name_error
 from .auth import Permission, User, required_permissions
+from .flow import AT_DISCONNECT, AT_SEND, BETWEEN_READS, ReadGate
 from .heartbeats import HeartBeats
 from .outbox import SOFT_LIMIT, ConnectionOutbox
 from .logins import CONNECT_MAX_BYTES
@@ -156,10 +158,11 @@ class Connection:
         self.last_send = self.last_recv
         self.send_every = 0.0  # seconds between our heart-beats, 0 = none
         self.expect_every = 0.0  # seconds the peer may stay silent, 0 = forever
-        self.held = False  # the reader waits for the store or an alarm (shown by the API)
+        #: Where the reader waits when not on the socket (server/flow.py); ``gate.reason`` says why.
+        self.gate = ReadGate(runtime, settings, self.outbox)
         #: The reader waits on the socket: only then can the peer's silence be measured.  Anywhere
-        #: else (held by the store, an alarm, pacing, its outbox, the engine) its heart-beats wait
-        #: unread, and that time is not silence.
+        #: else (at its ``gate``: held by the store, an alarm, pacing, its outbox, the engine) its
+        #: heart-beats wait unread, and that time is not silence.
         self.listening = False
         self._errored = False
         self._broken = False  # the socket failed: nothing more can be sent
@@ -210,12 +213,10 @@ class Connection:
 
     # -- reading ----------------------------------------------------------------
     async def _reader(self) -> None:
-        stream, parser, outbox, store, runtime = self.stream, self.parser, self.outbox, self.broker.store, self.runtime
+        stream, parser, gate, runtime = self.stream, self.parser, self.gate, self.runtime
         while True:
-            if outbox.size >= outbox.hard_limit:
-                await outbox.wait_below_hard_limit()
-            if store.full():  # producers wait while the disk is behind (memory bound)
-                await self._hold(store.wait_for_room)  # an outage may outlast the heart-beat grace
+            if gate.shut():  # the last read's reasons (topic, pacing, the engine), then its outbox, the store
+                await self._wait(BETWEEN_READS)
             if self.session is None:  # not logged in: a CONNECT frame's worth, no more
                 room = CONNECT_MAX_BYTES - self.bytes_in
                 if room <= 0:
@@ -247,7 +248,7 @@ class Connection:
                     if run:
                         self._on_run(run)
                         run = []
-                    await self._wait_for_alarms()
+                    await self._wait(AT_SEND)  # until every resource alarm has cleared
                 if command in SESSION_COMMANDS and self.session is not None:
                     # Those the server answers itself, or refuses, end the run (_on_frame).
                     if not (command == "SEND" and frame.headers.get("destination", "").startswith(DECLARE_VHOST)
@@ -262,85 +263,21 @@ class Connection:
                 if self.session is None and command in ("CONNECT", "STOMP"):
                     await self._authenticate(frame)
                 if command == "DISCONNECT" and self.session is not None:
-                    await self._wait_for_engine(self.session)  # its RECEIPT follows every frame's
+                    await self._wait(AT_DISCONNECT)  # its RECEIPT follows every frame's
                 self._on_frame(frame)
             if run:
                 self._on_run(run)
-            session = self.session
-            if session is not None:
-                if session.throttled_by:
-                    await self._wait_for_subscribers(session)
-                if session.paced:
-                    await self._wait_for_consumers(session)
-                await self._wait_for_engine(session)
 
-    async def _wait_for_engine(self, session: Session) -> None:
-        """The engine holds this client's frames while it reads the store (``Session.waiting``):
-        read nothing more until it has handled them, so at most one read's frames wait."""
-        if session.waiting is None:
-            return
-        handled = trio.Event()
-        session.ungated = handled.set
-        await handled.wait()
-        if self._errored:
+    async def _wait(self, reasons: tuple[Hold, ...]) -> None:
+        """Read nothing from the peer while any of ``reasons`` holds (``ReadGate.wait``); end the
+        connection if it failed meanwhile."""
+        if await self.gate.wait(reasons) and self._errored:
             raise _Close
 
-    async def _wait_for_alarms(self) -> None:
-        """A resource alarm is set (server/alarms.py): hand the broker no SEND until every alarm
-        has cleared."""
-        await self._hold(self.runtime.alarms.wait_cleared)
-
-    async def _hold(self, wait: Callable[[], Awaitable[None]]) -> None:
-        """Read nothing from the peer until ``wait`` returns: meanwhile the client is held, not
-        silent (its heart-beats wait unread while it is not ``listening``)."""
-        self.held = True
-        try:
-            await wait()
-        finally:
-            self.held = False
-        if self._errored:
-            raise _Close
-
-    async def _wait_for_subscribers(self, session: Session) -> None:
-        """--topic-overflow block: this client published topic messages into outboxes that are
-        now over their hard limit; read nothing more from it until each is below it again.
-        A subscriber may hold publishers back for --topic-block-timeout in one stretch (until
-        its output drains, however many waits that takes); then it lags (broker/overflow.py) if
-        a peer drains much faster, or if this one wait lasted the whole timeout (it is stalled,
-        whether or not it has peers)."""
-        subscribers = session.throttled_by or {}
-        session.throttled_by = None
-        timeout = self.settings.topic_block_timeout or math.inf
-        for outbox, subscriber in subscribers.items():
-            buffer = cast(ConnectionOutbox, outbox)
-            waiting_since = trio.current_time()
-            while True:
-                if buffer.holding_since is None:
-                    buffer.holding_since = waiting_since
-                with trio.move_on_at(buffer.holding_since + timeout):
-                    await buffer.wait_below_hard_limit()
-                if buffer.can_take_transient() or buffer.closed:
-                    break
-                now = trio.current_time()
-                stalled = now - waiting_since >= timeout
-                if self.broker.topic_subscriber_lagging(subscriber, timeout, _drain_rate, stalled):
-                    break
-                buffer.holding_since = now  # it keeps pace with its peers: a new stretch starts
-
-    async def _wait_for_consumers(self, session: Session) -> None:
-        """This client published into queues whose consumers fell behind: read nothing more
-        from it until they drain, or until each has held its producers back for
-        --queue-pace-timeout (broker/pacing.py)."""
-        queues, session.paced = session.paced or (), None
-        for queue in queues:
-            while True:
-                self.runtime.tick()
-                drained = trio.Event()
-                deadline = self.broker.pace(queue, drained.set)
-                if deadline is None:
-                    break
-                with trio.move_on_at(deadline):
-                    await drained.wait()
+    @property
+    def held(self) -> bool:
+        """The reader waits for the store or an alarm (the API's "held")."""
+        return self.gate.reason is Hold.STORE or self.gate.reason is Hold.ALARM
 
     def _on_frame(self, frame: Frame) -> None:
         session = self.session
@@ -402,6 +339,7 @@ class Connection:
         self.session = session = self.broker.open_session(
             self.id, version, self.outbox, self.login or headers.get("login"), headers.get("client-id")
         )
+        self.gate.enter(self.broker, session)
         self._heart_beats.watch(self, trio.current_time())  # heart-beats start now
         if self.admission is not None:
             self.admission.logged_in()
@@ -622,11 +560,6 @@ class Connection:
 SEND_PIECE = 256 * 1024
 #: Batches larger than this go to ``send_all`` in SEND_PIECE pieces (twice the soft limit).
 PIECES_ABOVE = 2 * SOFT_LIMIT
-
-
-def _drain_rate(outbox: Outbox) -> float:
-    """A subscriber's drain rate now (bytes/s), for --topic-block-timeout's comparison."""
-    return cast(ConnectionOutbox, outbox).drain_rate(trio.current_time())
 
 
 def _peer(stream: trio.abc.Stream) -> str:

@@ -803,7 +803,9 @@ class ManagementApp:
             {"id": sub.id, "destination": sub.destination, "queue": sub.queue.name if sub.queue is not None else None,
              "ack": sub.ack_mode.value, "prefetch": sub.prefetch, "unacked": len(sub.unacked)}
             for sub in session.subscriptions.values()]
-        return JSONResponse({**_connection_json(conn), "held": conn.held, "subscriptions": subscriptions,
+        reason = conn.gate.reason  # why its reader waits, if it does ("held": the store or an alarm)
+        return JSONResponse({**_connection_json(conn), "held": conn.held,
+                             "held_by": None if reason is None else reason.value, "subscriptions": subscriptions,
                              "rates": self.rates.of_connection(conn)})
 
     async def close_connection(self, request: Request) -> Response:

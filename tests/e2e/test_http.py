@@ -398,6 +398,8 @@ def test_disk_alarm_blocks_a_producer_until_the_limit_is_lowered(
             consumer.ack(msg)  # acknowledged (its RECEIPT came) while the producer is held
         with pytest.raises(TimeoutError):
             producer.recv(1.0)
+        details = [api.get("/api/connections/" + row["id"]) for row in api.get("/api/connections")["items"]]
+        assert [d["held_by"] for d in details if d["held"]] == ["alarm"], details  # the producer's reader
         status, body = api.call("PUT", "/api/alarms", {"disk_free_limit": None})
         assert status == 200 and body["alarms"] == [], body
         producer.wait_receipt("held")
@@ -427,7 +429,7 @@ def test_connection_detail_with_subscriptions_and_rates(http_broker: tuple[Broke
         c.message()
         (row,) = api.get("/api/connections")["items"]
         detail = api.get("/api/connections/" + row["id"])
-        assert detail["login"] == "ops" and detail["held"] is False
+        assert detail["login"] == "ops" and detail["held"] is False and detail["held_by"] is None
         assert detail["subscriptions"] == [{"id": "s1", "destination": "/queue/jobs", "queue": "jobs",
                                             "ack": "client-individual", "prefetch": 5, "unacked": 1}]
         assert detail["rates"]["frames_in"] > 0 and detail["rates"]["bytes_out"] > 0

@@ -42,7 +42,8 @@ from .alarms import RESOURCES
 
 if TYPE_CHECKING:
     from ..broker import Broker
-    from .runtime import Runtime
+    from ..storage.base import Store
+    from .alarms import ResourceAlarms
     from .settings import ServerSettings
 
 QUEUE_COUNTERS = ("published", "delivered", "acked", "redelivered", "dead_lettered", "expired", "dropped", "rejected")
@@ -70,6 +71,15 @@ class StoreMetrics:
         self.size.observe(size)
 
 
+class ScrapedRuntime(Protocol):
+    """What a scrape reads of the runtime (``runtime.Runtime``): its store and alarms."""
+
+    @property
+    def store(self) -> Store: ...
+    @property
+    def alarms(self) -> ResourceAlarms: ...
+
+
 class Scraped(Protocol):
     """What a scrape reads: the management API's view of the broker (``http.ManagementApp``)."""
 
@@ -78,7 +88,7 @@ class Scraped(Protocol):
     @property
     def settings(self) -> ServerSettings: ...
     @property
-    def runtime(self) -> Runtime: ...
+    def runtime(self) -> ScrapedRuntime: ...
     @property
     def connections(self) -> Sized: ...
     @property

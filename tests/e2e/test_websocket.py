@@ -81,7 +81,8 @@ def test_one_frame_over_several_messages_and_fragments_text_and_binary(ws_port: 
 
 
 def test_heart_beats_are_eols_both_ways(make_memory_broker: Callable[..., BrokerThread]) -> None:
-    broker = make_memory_broker(settings=ServerSettings(port=0, ws_port=0, heart_beat=(100, 100)))
+    # It beats every 100 ms; ours may come 1 s apart (a loaded machine may stall the client).
+    broker = make_memory_broker(settings=ServerSettings(port=0, ws_port=0, heart_beat=(100, 1000)))
     with WSClient(listener_port(broker.listeners[1])) as client:
         client.send_message("CONNECT\naccept-version:1.2\nhost:localhost\nheart-beat:100,100\n\n\x00")
         assert client.recv().command == "CONNECTED"

@@ -243,7 +243,7 @@ def test_kill9_of_one_broker_loses_nothing_and_duplicates_only_its_unacked(
     # other, held by its lapsed claim until the handover, so wait for the queue to be empty too.
     with Peer(brokers[0].port) as checker:
         wait_until(lambda: everything <= set(delivered) and checker.count("jobs") == 0,
-                   "every receipted message to be delivered and the queue to be empty", timeout=HANDOVER + 20)
+                   "every receipted message to be delivered and the queue to be empty", timeout=HANDOVER + 60)
     stop.set()
     for t in consumers:
         t.join(30)

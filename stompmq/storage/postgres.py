@@ -153,6 +153,13 @@ DELAYED_COPY_SQL = (
     " deliver_at, owner) FROM STDIN (FORMAT BINARY)"
 )
 DELAYED_COPY_TYPES = ["int8", "int4", "int4", "text", "bytea", "float8", "int8", "int8", "int8", "text"]
+#: Frees claimed rows (``{where}``), ready again with their redelivery count grown by ``{added}``,
+#: and names the queues that got ready rows.
+FREE_ROWS_SQL = (
+    "WITH freed AS (UPDATE messages SET owner = NULL, owner_epoch = NULL,"
+    " redeliveries = redeliveries + {added}, delivered = false WHERE {where} RETURNING queue_id)"
+    " SELECT DISTINCT q.vhost, q.name FROM freed JOIN queues q ON q.id = freed.queue_id"
+)
 #: Rows this broker claimed under its current lease epoch: the fencing condition of the statements
 #: that change or delete a claimed row, so a broker whose lease ended touches nothing another took.
 MINE = "m.owner = %(me)s AND m.owner_epoch = %(epoch)s"
@@ -359,14 +366,9 @@ class PostgresBackend:
                 " drops the messages it held, which other brokers may have taken over", self.name, self.lease,
             )
             with conn.transaction():
-                freed = conn.execute(
-                    "WITH freed AS (UPDATE messages SET owner = NULL, owner_epoch = NULL,"
-                    " redeliveries = redeliveries + 1, delivered = false"  # as for a broker that died
-                    " WHERE owner = %s AND owner_epoch <> %s RETURNING queue_id)"
-                    " SELECT DISTINCT q.vhost, q.name FROM freed JOIN queues q ON q.id = freed.queue_id",
-                    (self.broker_id, epoch),
-                ).fetchall()
-                self._notify_queues(conn, [vhost_space(vhost) + name for vhost, name in freed], "")
+                freed = self._free_rows(  # every one counts a redelivery, as for a broker that died
+                    conn, "1", "owner = %s AND owner_epoch <> %s", (self.broker_id, epoch))
+                self._notify_queues(conn, freed, "")
         self.epoch = epoch
         self.valid_until = start + self.lease * LEASE_TRUST
 
@@ -406,13 +408,14 @@ class PostgresBackend:
         delayed = conn.execute("UPDATE delayed_messages SET owner = NULL WHERE owner = %s", (owner,)).rowcount
         if delayed:  # no queue names them yet: every broker looks at its delayed messages again ("*")
             conn.execute("SELECT pg_notify(%s, '*')", (CHANNEL,))
-        rows = conn.execute(
-            "WITH freed AS (UPDATE messages SET owner = NULL, owner_epoch = NULL,"
-            " redeliveries = redeliveries + CASE WHEN %s THEN 1 ELSE delivered::int END,"
-            " delivered = false WHERE owner = %s RETURNING queue_id)"
-            " SELECT DISTINCT q.vhost, q.name FROM freed JOIN queues q ON q.id = freed.queue_id",
-            (died, owner),
-        ).fetchall()
+        return PostgresBackend._free_rows(conn, "1" if died else "delivered::int", "owner = %s", (owner,))
+
+    @staticmethod
+    def _free_rows(db: psycopg.Connection[Any] | psycopg.Cursor[Any], added: str, where: str,
+                   params: tuple[Any, ...]) -> list[str]:
+        """Make the rows ``where`` names free and ready, their redelivery count grown by the SQL
+        expression ``added``; the names of the queues that got ready rows."""
+        rows = db.execute(FREE_ROWS_SQL.format(added=added, where=where), params).fetchall()
         return [vhost_space(vhost) + name for vhost, name in rows]
 
     @staticmethod
@@ -506,14 +509,9 @@ class PostgresBackend:
             self.streams.finish(cur, counters, group)
             self._notify_queues(conn, sorted(freed), self.broker_id)
             if claims != self.epoch:  # taken before the engine learned its lease lapsed: free for all
-                stale = cur.execute(
-                    "WITH freed AS (UPDATE messages SET owner = NULL, owner_epoch = NULL,"
-                    " redeliveries = redeliveries + delivered::int, delivered = false"
-                    " WHERE owner = %s AND owner_epoch = %s RETURNING queue_id)"
-                    " SELECT DISTINCT q.vhost, q.name FROM freed JOIN queues q ON q.id = freed.queue_id",
-                    (self.broker_id, claims),
-                ).fetchall()
-                self._notify_queues(conn, [vhost_space(vhost) + name for vhost, name in stale], "")
+                stale = self._free_rows(cur, "delivered::int", "owner = %s AND owner_epoch = %s",
+                                        (self.broker_id, claims))
+                self._notify_queues(conn, stale, "")
             self._committing = True  # only COMMIT is left: a connection lost now hides the outcome
 
     def _queue_ids_of(self, cur: psycopg.Cursor[Any], rows: list[InsertRow] | list[DelayedRow]) -> dict[str, int]:

@@ -15,7 +15,7 @@ from stompmq.storage.groupcommit import RETRY_BACKOFF, GroupCommitStore
 
 from ..support.stores import Reports
 
-from .test_sqlite_store import NEVER, ControlledBackend, committed, msg, seqs_on_disk, serving
+from .test_sqlite_store import NEVER, ControlledBackend, committed, msg, seqs_on_disk, serving, until
 
 
 @pytest.fixture
@@ -64,9 +64,7 @@ async def test_withdraw_takes_back_only_an_insert_certainly_not_on_disk(
     store.bind(Reports(commit_failed=lambda ticket, error: failed.append(ticket)))
 
     async def failure(n: int) -> None:
-        with trio.fail_after(5):
-            while len(failed) < n:
-                await trio.sleep(0.01)
+        await until(lambda: len(failed) >= n, f"{n} failed commits")
 
     async with serving(store):
         fresh = msg(1)

@@ -13,7 +13,8 @@ import os
 import sqlite3
 import tempfile
 import threading
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -107,10 +108,18 @@ def seqs_on_disk(path: str) -> set[int]:
     return set(rows_on_disk(path))
 
 
+async def until(check: Callable[[], object], what: str, seconds: float = 60.0) -> None:
+    """Poll ``check`` in virtual time, failing after ``seconds`` of *real* time: the database
+    thread's work takes real time, during which the autojumping clock runs ahead to the next
+    deadline, so a virtual deadline here would fail whenever a commit is slow."""
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await trio.sleep(0.002)
+
+
 async def committed(store: GroupCommitStore, ticket: int) -> None:
-    with trio.fail_after(10):
-        while store.committed < ticket:
-            await trio.sleep(0.002)
+    await until(lambda: store.committed >= ticket, f"ticket {ticket} committed")
 
 
 @asynccontextmanager
@@ -302,9 +311,7 @@ async def test_writes_during_a_commit_form_the_next_group(tmp_path: Path) -> Non
 async def test_flush_interval_commits_without_a_ticket(tmp_path: Path) -> None:
     async with running(tmp_path / "s.db", flush_interval=0.02) as store:
         store.insert(msg(1))
-        with trio.fail_after(5):
-            while store.committed < 1:
-                await trio.sleep(0.005)
+        await committed(store, 1)
         assert seqs_on_disk(store.path) == {1}
 
 
@@ -766,9 +773,7 @@ async def test_full_disk_reports_failure_keeps_the_ops_and_retries(tmp_path: Pat
         # A queue first seen in the failing group: its row is rolled back with the group.
         store.insert(msg(220, queue="fresh"))
         failed_ticket = store.sync_ticket()
-        with trio.fail_after(10):
-            while not commits.failed:
-                await trio.sleep(0.005)
+        await until(lambda: commits.failed, "a failed commit")
         ticket, error = commits.failed[0]
         assert ticket == failed_ticket
         assert "full" in str(error)

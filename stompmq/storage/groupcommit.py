@@ -229,6 +229,7 @@ class GroupCommitStore(Store):
         self._pending_since = 0.0  # trio time of the first write of the current batch
         self._urgent = False  # commit the batch without waiting for the interval
         self._kick = trio.Event()  # wakes the commit loop
+        self._asleep_until = math.inf  # the deadline the commit loop sleeps to (inf: none, or awake)
         self._inflight: _Group | None = None
         self._group_finished = trio.Event()  # set (and replaced) each time a group finishes
         self._held_back: frozenset[int] = frozenset()  # seqs left out of the last timed group (once only)
@@ -430,8 +431,12 @@ class GroupCommitStore(Store):
         self._structural.append(op)
 
     def _batch_started(self) -> None:
+        """A loop already asleep to an earlier flush deadline is not woken: it wakes by then and
+        sleeps on to this batch's. At low rates, where each message empties the buffer (write-behind)
+        and the next refills it, this saves a wake-up of the commit loop per message."""
         self._pending_since = trio.current_time()
-        self._kick.set()
+        if self._asleep_until == math.inf:
+            self._kick.set()
 
     def _hurry(self) -> None:
         self._urgent = True
@@ -503,8 +508,12 @@ class GroupCommitStore(Store):
                 if trio.current_time() >= deadline:
                     return
             self._kick = trio.Event()
-            with trio.move_on_at(deadline):
-                await self._kick.wait()
+            self._asleep_until = deadline
+            try:
+                with trio.move_on_at(deadline):
+                    await self._kick.wait()
+            finally:
+                self._asleep_until = math.inf
 
     async def _wait_idle(self) -> None:
         while self._inflight is not None:

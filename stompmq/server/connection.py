@@ -174,9 +174,9 @@ class Connection:
         self.peer = _peer(stream)
         self.since = time.time()
         self.bytes_in = self.bytes_out = self.frames_in = 0
-        #: Plain TCP: bytes the socket takes at once go out with one write(2), not through
-        #: send_all, whose checkpoint after every send costs a turn of trio's loop; -1: TLS or
-        #: WebSocket, always through the stream.
+        #: Plain TCP: reads wait for the socket and then read (``_read``); bytes the socket takes
+        #: at once go out with one write(2), not through send_all, whose checkpoint after every
+        #: send costs a turn of trio's loop; -1: TLS or WebSocket, always through the stream.
         self._fd = stream.socket.fileno() if type(stream) is trio.SocketStream else -1
         if self._fd >= 0:
             self.outbox.flush = self._flush
@@ -220,7 +220,7 @@ class Connection:
 
     # -- reading ----------------------------------------------------------------
     async def _reader(self) -> None:
-        stream, parser, gate, runtime = self.stream, self.parser, self.gate, self.runtime
+        stream, parser, gate, runtime, fd = self.stream, self.parser, self.gate, self.runtime, self._fd
         while True:
             if gate.shut():  # the last read's reasons (topic, pacing, the engine), then its outbox, the store
                 await self._wait(BETWEEN_READS)
@@ -233,7 +233,7 @@ class Connection:
                 room = RECEIVE_BYTES
             self.last_recv = trio.current_time()  # silence is measured from here (``listening``)
             self.listening = True
-            data = await stream.receive_some(room)
+            data = await stream.receive_some(room) if fd < 0 else await _read(fd, room)
             self.listening = False
             if not data:
                 return
@@ -605,6 +605,20 @@ class Connection:
 SEND_PIECE = 256 * 1024
 #: Batches larger than this go to ``send_all`` in SEND_PIECE pieces (twice the soft limit).
 PIECES_ABOVE = 2 * SOFT_LIMIT
+
+
+async def _read(fd: int, size: int) -> bytes:
+    """Receive from the plain TCP socket ``fd`` as ``SocketStream.receive_some`` would, waiting
+    for it first: that tries a read and, when there is nothing (between messages at low rates,
+    every time), pays for a failed recv and its exception before it waits anyway."""
+    while True:
+        await trio.lowlevel.wait_readable(fd)
+        try:
+            return os.read(fd, size)
+        except BlockingIOError:
+            continue
+        except OSError as e:
+            raise trio.BrokenResourceError from e
 
 
 def _write_now(fd: int, data: bytes | memoryview) -> int:

@@ -12,8 +12,9 @@ heart-beat timer (``server/heartbeats.py``, one task for every connection):
   CONNECT, DISCONNECT, a vhost declaration and a frame the user's permissions
   refuse are the server's own and end such a run; it waits for nothing but the socket except
   at its read gate (``server/flow.py``: the reasons of ``broker/flow.py``, in order);
-* the writer takes everything in the outbox and sends it with one
-  ``send_all``;
+* the writer takes everything in the outbox and sends it with one write (``write(2)`` on
+  plain TCP, ``send_all`` through TLS or WebSocket); what the engine delivers while a reader
+  hands it a read goes out at the end of that call instead (``WriteBatch``, ``_flush``);
 * the timer's visits (``check``) enforce the CONNECT deadline, send heart-beats
   and close a peer that went silent for longer than its heart-beat allows (times
   the grace factor).

@@ -42,6 +42,7 @@ from ..storage.base import (
 from ..storage.vhosts import VhostStore, split_definitions, split_recovery
 from .alarms import ResourceAlarms
 from .metrics import StoreMetrics
+from .outbox import WriteBatch
 from .shovels import Shovels
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,8 @@ class Runtime(StoreEvents):
         self._deadline_changed = trio.Event()
         self._reads_queued = trio.Event()
         self.store_metrics = StoreMetrics()  # the store's commit groups, for /metrics
+        #: Open while a reader hands a read to an engine: deliveries then go out at its end (outbox.py).
+        self.writes = WriteBatch()
         store.bind(self)
 
     def counter_totals(self) -> dict[str, int]:

@@ -106,7 +106,7 @@ from stompmq.storage.groups import (
     TopicMessage,
     TrimStream,
 )
-from stompmq.storage.migrate import upgrade_to_head
+from stompmq.storage.migrate import VERSION_SQL, is_current, upgrade_to_head
 from stompmq.storage.pg_streams import SharedStreams
 
 log = logging.getLogger(__name__)
@@ -250,6 +250,15 @@ def _connect(url: str) -> psycopg.Connection[Any]:
         raise StoreError(f"cannot connect to {masked(url)}: {_one_line(exc)}") from None
 
 
+def _stored_revisions(conn: psycopg.Connection[Any]) -> list[str]:
+    """The schema revisions alembic recorded; none on a new database (autocommit: the failed
+    statement aborts nothing)."""
+    try:
+        return [row[0] for row in conn.execute(VERSION_SQL)]
+    except psycopg.errors.UndefinedTable:
+        return []
+
+
 class PostgresBackend:
     """A PostgreSQL database as the group-commit engine's thread sees it; every method blocks."""
 
@@ -280,11 +289,12 @@ class PostgresBackend:
     def open(self) -> Recovery:
         conn = self._conn = _connect(self.url)
         try:
-            conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK,))
-            try:
-                upgrade_to_head(_sqlalchemy_url(self.url))
-            finally:
-                conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK,))
+            if not is_current(_stored_revisions(conn)):
+                conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK,))
+                try:
+                    upgrade_to_head(_sqlalchemy_url(self.url))
+                finally:
+                    conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK,))
         except Exception as exc:  # psycopg, alembic and SQLAlchemy errors alike
             raise StoreError(f"cannot migrate {self.name}: {_one_line(exc)}") from None
         try:

@@ -72,7 +72,7 @@ from stompmq.storage.groups import (
     TopicMessage,
     TrimStream,
 )
-from stompmq.storage.migrate import upgrade_to_head
+from stompmq.storage.migrate import VERSION_SQL, is_current, upgrade_to_head
 
 # ``PRAGMA quick_check`` reads every page of the file: seconds for a backlog of millions of
 # messages, all before the first delivery.  A file up to this size is checked whole at open (well
@@ -224,11 +224,20 @@ class SQLiteBackend:
         self._check_paths()
         self._lock()
         self._conn = self._connect()
-        try:
-            upgrade_to_head(f"sqlite:///{self.path}")
-        except Exception as exc:
-            raise StoreError(f"cannot migrate {self.path}: {_one_line(exc)}") from exc
+        if not is_current(self._stored_revisions(self._conn)):
+            try:
+                upgrade_to_head(f"sqlite:///{self.path}")
+            except Exception as exc:
+                raise StoreError(f"cannot migrate {self.path}: {_one_line(exc)}") from exc
         return self._recover()
+
+    @staticmethod
+    def _stored_revisions(conn: sqlite3.Connection) -> list[str]:
+        """The schema revisions alembic recorded; none if it cannot say (alembic then decides)."""
+        try:
+            return [row[0] for row in conn.execute(VERSION_SQL)]
+        except sqlite3.Error:  # no such table: a new file
+            return []
 
     def close(self) -> None:
         """Close the connection and release the file lock; safe after a failed open."""

@@ -13,7 +13,8 @@ heart-beat timer (``server/heartbeats.py``, one task for every connection):
   refuse are the server's own and end such a run; it waits for nothing but the socket except
   at its read gate (``server/flow.py``: the reasons of ``broker/flow.py``, in order);
 * the writer takes everything in the outbox and sends it with one
-  ``send_all``;
+  ``send_all``, or over TCP with one ``sendmsg`` when large bodies are among it (each
+  body from the message's own bytes, not copied into a frame: scatter/gather);
 * the timer's visits (``check``) enforce the CONNECT deadline, send heart-beats
   and close a peer that went silent for longer than its heart-beat allows (times
   the grace factor).
@@ -500,8 +501,20 @@ class Connection:
     # -- writing ------------------------------------------------------------------
     async def _writer(self) -> None:
         outbox, stream = self.outbox, self.stream
+        # Large bodies go by reference with sendmsg (scatter/gather), which needs the socket
+        # itself: TLS and WebSocket streams get everything joined into one buffer.
+        sock = stream.socket if isinstance(stream, trio.SocketStream) else None
         while True:
-            data = await outbox.take()
+            if sock is None:
+                data = await outbox.take()
+            else:
+                buffers = await outbox.take_buffers()
+                if len(buffers) > 1:
+                    if not await self._send_buffers(sock, buffers):
+                        return
+                    self._written()
+                    continue
+                data = buffers[0]
             size = len(data)
             # a batch far above the soft limit (topic traffic backing up) goes in pieces: the
             # outbox learns of progress (room for waiting publishers, its drain rate) every
@@ -522,10 +535,48 @@ class Connection:
                 outbox.sent(len(piece), now)
                 start += len(piece)
             self.bytes_out += size
-            session = self.session
-            if session is not None and session.unsent:  # auto-ack deliveries reached the socket
-                self.runtime.tick()
-                self.broker.written(session, outbox.sent_total)
+            self._written()
+
+    async def _send_buffers(self, sock: trio.socket.SocketType, buffers: list[bytes]) -> bool:
+        """Send ``buffers`` with ``sendmsg``, telling the outbox of progress as for one buffer
+        (at the end, or every SEND_PIECE bytes of a batch above PIECES_ABOVE); False: the socket
+        broke."""
+        outbox = self.outbox
+        size = sum(map(len, buffers))
+        report_every = SEND_PIECE if size > PIECES_ABOVE else size
+        pending: list[bytes | memoryview] = list(buffers)
+        first = unreported = 0  # pending[first] goes next
+        outbox.sending_since = trio.current_time()
+        while first < len(pending):
+            try:
+                sent = await sock.sendmsg(pending[first : first + MAX_BUFFERS])
+            except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
+                self._broken = True
+                self._read_scope.cancel()
+                return False
+            unreported += sent
+            while sent:  # drop what went, cut the buffer it went into
+                length = len(pending[first])
+                if sent < length:
+                    pending[first] = memoryview(pending[first])[sent:]
+                    break
+                sent -= length
+                first += 1
+            if unreported >= report_every or first == len(pending):
+                self.last_send = now = trio.current_time()
+                outbox.sent(unreported, now)
+                unreported = 0
+                if first < len(pending):
+                    outbox.sending_since = now
+        self.bytes_out += size
+        return True
+
+    def _written(self) -> None:
+        """A batch reached the socket: settle the auto-ack deliveries in it."""
+        session = self.session
+        if session is not None and session.unsent:
+            self.runtime.tick()
+            self.broker.written(session, self.outbox.sent_total)
 
     def close(self, reason: str) -> None:
         """Close this connection with an ERROR saying ``reason`` (an administrator asked)."""
@@ -560,6 +611,8 @@ class Connection:
 SEND_PIECE = 256 * 1024
 #: Batches larger than this go to ``send_all`` in SEND_PIECE pieces (twice the soft limit).
 PIECES_ABOVE = 2 * SOFT_LIMIT
+#: Buffers in one ``sendmsg`` (the kernel takes at most IOV_MAX, 1024 on Linux).
+MAX_BUFFERS = 512
 
 
 def _peer(stream: trio.abc.Stream) -> str:

@@ -95,7 +95,7 @@ from ..storage.base import (
     StreamState,
 )
 from .config import BrokerConfig
-from .delivery import stream_head, stream_tail
+from .delivery import stream_head, stream_tail, write_frame
 from .dispatch import Dispatcher
 from .errors import ClientError
 from .reads import StoreRead
@@ -632,7 +632,7 @@ class Streams:
             if version == "1.2":
                 ack = b"ack:%s\n" % ack_id.encode()
         tail = stream_tail(msg, version, sub.stream.capacity is not None)
-        session.outbox.write(sub.head % (msg.seq, ack, tail))
+        write_frame(session.outbox, sub.head % (msg.seq, ack, tail), msg.body)
 
     def _read(self, sub: StreamSubscription) -> None:
         if sub.reading:

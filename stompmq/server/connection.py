@@ -13,8 +13,10 @@ heart-beat timer (``server/heartbeats.py``, one task for every connection):
   refuse are the server's own and end such a run; it waits for nothing but the socket except
   at its read gate (``server/flow.py``: the reasons of ``broker/flow.py``, in order);
 * the writer takes everything in the outbox and sends it with one write (``write(2)`` on
-  plain TCP, ``send_all`` through TLS or WebSocket); what the engine delivers while a reader
-  hands it a read goes out at the end of that call instead (``WriteBatch``, ``_flush``);
+  plain TCP, ``send_all`` through TLS or WebSocket), or over TCP with one ``sendmsg`` when
+  large bodies are among it (each body by reference, not copied into a frame: scatter/gather);
+  what the engine delivers while a reader hands it a read goes out at the end of that call
+  instead (``WriteBatch``, ``_flush``);
 * the timer's visits (``check``) enforce the CONNECT deadline, send heart-beats
   and close a peer that went silent for longer than its heart-beat allows (times
   the grace factor).
@@ -525,8 +527,8 @@ class Connection:
         """The engine wrote to the outbox in a reader's batch (outbox.py): send what the socket
         takes now, as the writer would; the writer sends the rest (or all, while it is sending)."""
         outbox = self.outbox
-        if outbox.sending_since is not None or self._broken or outbox.closed:  # (closed: so is the fd)
-            outbox.wake()
+        if outbox.sending_since is not None or self._broken or outbox.closed or outbox.holds_bodies:
+            outbox.wake()  # (closed: so is the fd; large bodies go by the writer's sendmsg)
             return
         data = outbox.take_now()
         outbox.sending_since = now = trio.current_time()
@@ -557,8 +559,19 @@ class Connection:
 
     async def _writer(self) -> None:
         outbox, stream, fd = self.outbox, self.stream, self._fd
+        # Large bodies go by reference with sendmsg (scatter/gather), which needs the socket
+        # itself: TLS and WebSocket streams get everything joined into one buffer.
+        sock = stream.socket if fd >= 0 and isinstance(stream, trio.SocketStream) else None
         while True:
-            data = await outbox.take()
+            if sock is None:
+                data = await outbox.take()
+            else:
+                buffers = await outbox.take_buffers()
+                if len(buffers) > 1:
+                    if not await self._send_buffers(sock, buffers):
+                        return
+                    continue
+                data = buffers[0]
             size = len(data)
             # a batch far above the soft limit (topic traffic backing up) goes in pieces: the
             # outbox learns of progress (room for waiting publishers, its drain rate) every
@@ -583,6 +596,39 @@ class Connection:
                 start += len(piece)
             if outbox.size and not waited:  # more was written meanwhile: let the others run first
                 await trio.lowlevel.checkpoint()
+
+    async def _send_buffers(self, sock: trio.socket.SocketType, buffers: list[bytes]) -> bool:
+        """Send ``buffers`` with ``sendmsg``, telling the outbox of progress as for one buffer
+        (at the end, or every SEND_PIECE bytes of a batch above PIECES_ABOVE); False: the socket
+        broke."""
+        outbox = self.outbox
+        size = sum(map(len, buffers))
+        report_every = SEND_PIECE if size > PIECES_ABOVE else size
+        pending: list[bytes | memoryview] = list(buffers)
+        first = unreported = 0  # pending[first] goes next
+        outbox.sending_since = trio.current_time()
+        while first < len(pending):
+            try:
+                sent = await sock.sendmsg(pending[first : first + MAX_BUFFERS])
+            except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
+                self._broken = True
+                self._read_scope.cancel()
+                return False
+            unreported += sent
+            while sent:  # drop what went, cut the buffer it went into
+                length = len(pending[first])
+                if sent < length:
+                    pending[first] = memoryview(pending[first])[sent:]
+                    break
+                sent -= length
+                first += 1
+            if unreported >= report_every or first == len(pending):
+                now = trio.current_time()
+                self._sent(unreported, now)
+                unreported = 0
+                if first < len(pending):
+                    outbox.sending_since = now
+        return True
 
     def close(self, reason: str) -> None:
         """Close this connection with an ERROR saying ``reason`` (an administrator asked)."""
@@ -617,6 +663,8 @@ class Connection:
 SEND_PIECE = 256 * 1024
 #: Batches larger than this go to ``send_all`` in SEND_PIECE pieces (twice the soft limit).
 PIECES_ABOVE = 2 * SOFT_LIMIT
+#: Buffers in one ``sendmsg`` (the kernel takes at most IOV_MAX, 1024 on Linux).
+MAX_BUFFERS = 512
 
 
 async def _read(fd: int, size: int) -> bytes:

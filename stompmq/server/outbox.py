@@ -14,6 +14,12 @@ burst of deliveries costs one system call.  Two limits bound memory:
   or it is disconnected), and the connection stops reading its own peer's
   frames (whose RECEIPTs and ERRORs would land here).
 
+A MESSAGE with a large body is written as its bytes up to the body, the body
+object itself and the NUL (``write_body``): ``take_buffers`` hands the writer
+runs of small frames joined and each large body by reference, for one
+``sendmsg`` (scatter/gather); ``take`` joins everything (streams without a
+socket of their own: TLS, WebSocket).  The body counts once either way.
+
 Waiting for room (``wait_below_hard_limit``) is woken by the writer as soon as
 the buffer is below the hard limit, or by ``close`` when the connection ends,
 so a publisher never waits for a subscriber that is gone.
@@ -44,6 +50,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import trio
+
+from ..protocol.encoder import LARGE_BODY
 
 #: Bytes of queue deliveries allowed to wait for the socket per connection.
 SOFT_LIMIT = 512 * 1024
@@ -94,6 +102,7 @@ class ConnectionOutbox:
         "_busy_bytes",
         "_busy_seconds",
         "sending_since",
+        "_bodies",
     )
 
     def __init__(
@@ -122,6 +131,7 @@ class ConnectionOutbox:
         self._busy_seconds = 0.0
         #: When the send under way began (trio time; None: the writer is not sending).
         self.sending_since: float | None = None
+        self._bodies = False  # a large body waits among the chunks (write_body)
 
     def write(self, data: bytes) -> None:
         chunks = self._chunks
@@ -138,6 +148,15 @@ class ConnectionOutbox:
             self._written.set()
             self._written = None
 
+    def write_body(self, head: bytes, body: bytes) -> None:
+        """Queue a frame's bytes up to its body, the body by reference (not copied: see
+        ``take_buffers``) and the NUL."""
+        self.write(head)
+        self._chunks += (body, b"\0")
+        self.size += len(body) + 1
+        self.queued += len(body) + 1
+        self._bodies = True
+
     def has_room(self) -> bool:
         if self.size < self.soft_limit:
             return True
@@ -151,27 +170,59 @@ class ConnectionOutbox:
     def empty(self) -> bool:
         return self.size == 0
 
-    async def take(self) -> bytes:
-        """Wait for output and return all of it as one buffer."""
+    async def _output(self) -> None:
         while not self._chunks:
             await self._ready.wait()
             self._ready = trio.Event()
+
+    async def take(self) -> bytes:
+        """Wait for output and return all of it as one buffer."""
+        await self._output()
         return self.take_now()
 
     def wake(self) -> None:
         """Wake the writer for what is queued."""
         self._ready.set()
 
+    @property
+    def holds_bodies(self) -> bool:
+        """A large body waits among the chunks by reference (``write_body``, ``take_buffers``)."""
+        return self._bodies
+
     def take_now(self) -> bytes:
         """Everything queued as one buffer, without waiting (b"" if nothing is)."""
         chunks = self._chunks
         self._chunks = []
+        self._bodies = False
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
     def put_back(self, data: bytes) -> None:
         """``data`` from ``take_now`` was not sent: it goes first, and the writer sends it."""
         self._chunks.insert(0, data)
         self._ready.set()
+
+    async def take_buffers(self) -> list[bytes]:
+        """Wait for output and return all of it for one scatter/gather send: large bodies as
+        they are, the chunks between them joined (one buffer when there is no large body)."""
+        await self._output()
+        if not self._bodies:
+            return [self.take_now()]
+        chunks = self._chunks
+        self._chunks = []
+        self._bodies = False
+        buffers: list[bytes] = []
+        run: list[bytes] = []
+        for chunk in chunks:
+            if len(chunk) < LARGE_BODY:
+                run.append(chunk)
+                continue
+            if run:
+                buffers.append(b"".join(run))
+                run = []
+            buffers.append(chunk)
+        if run:
+            buffers.append(b"".join(run))
+        return buffers
 
     def sent(self, nbytes: int, now: float | None = None) -> None:
         """``nbytes`` taken earlier reached the socket, at ``now`` if the writer timed the send

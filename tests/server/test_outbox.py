@@ -5,6 +5,7 @@ from __future__ import annotations
 import trio
 import trio.testing
 
+from stompmq.protocol.encoder import LARGE_BODY
 from stompmq.server.outbox import ConnectionOutbox, WriteBatch
 
 
@@ -125,3 +126,18 @@ async def test_what_a_flush_puts_back_goes_first_and_wakes_the_writer() -> None:
     outbox.sent(1)
     assert await outbox.take() == b"bcd"
     assert outbox.size == 3
+
+
+async def test_large_bodies_are_taken_by_reference_between_joined_runs() -> None:
+    outbox = ConnectionOutbox()
+    body = b"b" * LARGE_BODY
+    outbox.write(b"small;")
+    outbox.write_body(b"head;", body)
+    outbox.write(b"next;")
+    assert outbox.size == outbox.queued == 6 + 5 + LARGE_BODY + 1 + 5  # the body counts once
+    buffers = await outbox.take_buffers()
+    assert buffers == [b"small;head;", body, b"\0next;"] and buffers[1] is body
+    outbox.write(b"plain")
+    assert await outbox.take_buffers() == [b"plain"]  # no large body: one buffer, as take()
+    outbox.write_body(b"h", body)
+    assert await outbox.take() == b"h" + body + b"\0"  # take() joins everything (TLS, WebSocket)

@@ -591,7 +591,8 @@ class GroupCommitStore(Store):
         if self.shared:
             held = frozenset(seq for seq, (kind, m) in ops.items() if kind != DELETE and m.held)
         stream_rows: list[StreamRow] = [
-            (m.space + m.queue, m.offset, m.seq, m.priority, m.timestamp, m.headers, m.body, m.bytes_before)
+            (m.space + m.queue, m.offset, m.seq, m.priority, m.timestamp, m.headers, m.body, m.bytes_before,
+             m.producer)
             for m in appends
         ]
         return GroupRows(structural, inserts, updates, deletes, self._last_seq, held, self.claims_epoch(),

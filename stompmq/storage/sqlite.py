@@ -385,7 +385,7 @@ class SQLiteBackend:
                     conn.executemany(DELAYED_INSERT_SQL, self._delayed_params(conn, group.delayed, created))
                 if group.stream_rows:
                     conn.executemany(STREAM_INSERT_SQL, self._stream_params(conn, group.stream_rows, created))
-                    positions = producer_positions((row[0], row[5]) for row in group.stream_rows)
+                    positions = producer_positions((row[0], row[8]) for row in group.stream_rows)
                     if positions:
                         conn.executemany(PRODUCER_UPSERT_SQL, [
                             (self._stream_ids[name], producer, seq) for (name, producer), seq in positions.items()
@@ -498,7 +498,7 @@ class SQLiteBackend:
         ids = {name: self._make_stream(conn, name, created) for name in {row[0] for row in rows}}
         return [
             (ids[name], offset, seq, prio, ts, _headers_text(hdrs), body, before)
-            for name, offset, seq, prio, ts, hdrs, body, before in rows
+            for name, offset, seq, prio, ts, hdrs, body, before, _ in rows
         ]
 
     def _save_groups(self, conn: sqlite3.Connection, rows: list[GroupOffsetRow], created: list[str]) -> None:

@@ -282,8 +282,7 @@ def test_a_producers_repeat_through_another_broker_is_dropped_in_the_commit(url:
     position, under the stream's row lock."""
 
     def append(seq: int, body: bytes) -> GroupRows:
-        headers = {"x-producer-id": "p", "x-producer-seq": str(seq)}
-        return GroupRows([], [], [], [], 10, stream_rows=[("s", UNNUMBERED, seq, 4, 0, headers, body, 0)])
+        return GroupRows([], [], [], [], 10, stream_rows=[("s", UNNUMBERED, seq, 4, 0, {}, body, 0, ("p", seq))])
 
     with opened(url) as one, opened(url) as two:
         one.commit(append(1, b"a"))

@@ -186,21 +186,33 @@ FREE = (
     "m.delivered = false AND (m.owner IS NULL OR (SELECT b.epoch FROM brokers b WHERE b.id = m.owner"
     " AND b.lease_until >= now() AND b.id <> %(me)s) IS DISTINCT FROM m.owner_epoch)"
 )
+#: Rows a claim takes, in delivery order: from the queue's start ({after} = "true"), or after a key.
+PICK = ("SELECT seq FROM messages AS m WHERE queue_id = %(q)s AND {after} AND " + FREE
+        + " ORDER BY priority DESC, seq LIMIT %(limit)s FOR UPDATE SKIP LOCKED")
+#: After a key: its priority level past its seq, then the lower levels, each a range of
+#: ix_messages_queue_order read lazily (the second only if the first comes short).  One condition
+#: ``priority < p OR (priority = p AND seq > s)`` made a bitmap scan of every index entry after
+#: the key, those of deleted rows included (a bitmap scan never marks them dead), at every claim.
+PICK_AFTER = (
+    "level AS (" + PICK.format(after="priority = %(p)s AND seq > %(s)s") + "), lower AS ("
+    + PICK.format(after="priority < %(p)s") + "), picked AS (SELECT seq FROM level UNION ALL SELECT seq FROM lower"
+    " LIMIT %(limit)s)"
+)
 CLAIM_SQL = (
-    "WITH picked AS (SELECT seq FROM messages AS m WHERE queue_id = %(q)s AND {after} AND " + FREE
-    + " ORDER BY priority DESC, seq LIMIT %(limit)s FOR UPDATE SKIP LOCKED)"
-    " UPDATE messages AS m SET owner = %(me)s, owner_epoch = %(epoch)s, redeliveries = m.redeliveries"
+    "WITH {picked} UPDATE messages AS m SET owner = %(me)s, owner_epoch = %(epoch)s, redeliveries = m.redeliveries"
     " + CASE WHEN m.owner IS NULL OR (m.owner = %(me)s AND m.owner_epoch = %(epoch)s) THEN 0 ELSE 1 END"
     " FROM picked WHERE m.seq = picked.seq"
     " RETURNING " + ", ".join("m." + c for c in READY_COLUMNS)
 )
+CLAIM_FIRST_SQL = CLAIM_SQL.format(picked="picked AS (" + PICK.format(after="true") + ")")
+CLAIM_AFTER_SQL = CLAIM_SQL.format(picked=PICK_AFTER)
 #: Ready messages of a queue whoever holds them, claiming none (a browsing subscriber's page).
 BROWSE_SQL = (
     "SELECT " + ", ".join(READY_COLUMNS) + " FROM messages WHERE queue_id = %(q)s AND {after} AND NOT delivered"
     " ORDER BY priority DESC, seq LIMIT %(limit)s"
 )
-AFTER_NOTHING = "true"
-AFTER_KEY = "(priority < %(p)s OR (priority = %(p)s AND seq > %(s)s))"
+BROWSE_FIRST_SQL = BROWSE_SQL.format(after="true")
+BROWSE_AFTER_SQL = BROWSE_SQL.format(after="(priority < %(p)s OR (priority = %(p)s AND seq > %(s)s))")
 #: Delayed rows of one vhost a broker may claim, by (deliver_at, seq) after a key: a range of
 #: their index (each vhost's engine pages its own).
 CLAIM_DUE_SQL = (
@@ -661,9 +673,11 @@ class PostgresBackend:
 
     # -- reads -----------------------------------------------------------------------------------
     def load_ready(self, queue: str, after: tuple[int, int] | None, limit: int) -> Sequence[StoredMessage]:
-        """Claim up to ``limit`` free ready messages of ``queue`` after ``after`` for this broker,
-        telling the other brokers that its subscribers want that queue (claim on demand)."""
-        messages = self._ready(CLAIM_SQL, {"me": self.broker_id, "epoch": self.epoch}, queue, after, limit)
+        """Claim up to ``limit`` free ready messages of ``queue`` after ``after`` for this broker;
+        if fewer are free, tell the other brokers that its subscribers want that queue (claim on
+        demand)."""
+        messages = self._ready(CLAIM_FIRST_SQL, CLAIM_AFTER_SQL, {"me": self.broker_id, "epoch": self.epoch},
+                               queue, after, limit)
         for msg in messages:
             msg.held = True  # claimed for this broker by this read
         return messages
@@ -682,27 +696,25 @@ class PostgresBackend:
 
     def browse(self, queue: str, after: tuple[int, int] | None, limit: int) -> Sequence[StoredMessage]:
         """Up to ``limit`` ready messages of ``queue`` after ``after``, whichever broker holds them."""
-        return self._ready(BROWSE_SQL, {}, queue, after, limit)
+        return self._ready(BROWSE_FIRST_SQL, BROWSE_AFTER_SQL, {}, queue, after, limit)
 
-    def _ready(self, sql: str, params: dict[str, Any], queue: str, after: tuple[int, int] | None,
-               limit: int) -> list[StoredMessage]:
-        """Ready rows of ``queue`` after ``after`` in delivery order, read by ``sql`` (CLAIM_SQL or
-        BROWSE_SQL, formatted with the ``after`` condition) in one transaction."""
+    def _ready(self, first: str, following: str, params: dict[str, Any], queue: str,
+               after: tuple[int, int] | None, limit: int) -> list[StoredMessage]:
+        """Ready rows of ``queue`` in delivery order, from its start (query ``first``) or after
+        ``after`` (``following``), read in one transaction.  A claim that comes short tells the
+        other brokers that subscribers here want more of the queue than is free (``_demand``)."""
         conn = self._connection()
         try:
             with conn.transaction(), conn.cursor() as cur:
-                if sql is CLAIM_SQL:
-                    self._demand(cur, queue)
                 queue_id = self._queue_id(cur, queue, create=False)
-                if queue_id is None or limit <= 0:
-                    return []
-                params = {**params, "q": queue_id, "limit": limit}
-                if after is None:
-                    query = sql.format(after=AFTER_NOTHING)
-                else:
-                    params["p"], params["s"] = -after[0], after[1]
-                    query = sql.format(after=AFTER_KEY)
-                rows = cur.execute(query, params).fetchall()
+                rows: list[Any] = []
+                if queue_id is not None and limit > 0:
+                    params = {**params, "q": queue_id, "limit": limit}
+                    if after is not None:
+                        params["p"], params["s"] = -after[0], after[1]
+                    rows = cur.execute(first if after is None else following, params).fetchall()
+                if first is CLAIM_FIRST_SQL and len(rows) < limit:
+                    self._demand(cur, queue)
         except psycopg.Error as exc:
             raise StoreError(f"cannot read {self.name}: {_one_line(exc)}") from None
         rows.sort(key=lambda r: (-r[1], r[0]))  # UPDATE ... RETURNING keeps no order
@@ -722,7 +734,7 @@ class PostgresBackend:
             return []
         params: dict[str, Any] = {"me": self.broker_id, "limit": limit, "vhost": vhost}
         if after is None:
-            query = CLAIM_DUE_SQL.format(after=AFTER_NOTHING)
+            query = CLAIM_DUE_SQL.format(after="true")
         else:
             params["d"], params["s"] = after
             query = CLAIM_DUE_SQL.format(after=DUE_AFTER_KEY)

@@ -674,9 +674,8 @@ class PostgresBackend:
 
     # -- reads -----------------------------------------------------------------------------------
     def load_ready(self, queue: str, after: tuple[int, int] | None, limit: int) -> Sequence[StoredMessage]:
-        """Claim up to ``limit`` free ready messages of ``queue`` after ``after`` for this broker;
-        if fewer are free, tell the other brokers that its subscribers want that queue (claim on
-        demand)."""
+        """Claim up to ``limit`` free ready messages of ``queue`` after ``after`` for this broker,
+        telling the other brokers that its subscribers want that queue (claim on demand)."""
         messages = self._ready(CLAIM_FIRST_SQL, CLAIM_AFTER_SQL, {"me": self.broker_id, "epoch": self.epoch},
                                queue, after, limit)
         for msg in messages:
@@ -702,20 +701,20 @@ class PostgresBackend:
     def _ready(self, first: str, following: str, params: dict[str, Any], queue: str,
                after: tuple[int, int] | None, limit: int) -> list[StoredMessage]:
         """Ready rows of ``queue`` in delivery order, from its start (query ``first``) or after
-        ``after`` (``following``), read in one transaction.  A claim that comes short tells the
-        other brokers that subscribers here want more of the queue than is free (``_demand``)."""
+        ``after`` (``following``), read in one transaction; a claim also tells the other brokers
+        that subscribers here want the queue (``_demand``)."""
         conn = self._connection()
         try:
             with conn.transaction(), conn.cursor() as cur:
-                queue_id = self._queue_id(cur, queue, create=False)
-                rows: list[Any] = []
-                if queue_id is not None and limit > 0:
-                    params = {**params, "q": queue_id, "limit": limit}
-                    if after is not None:
-                        params["p"], params["s"] = -after[0], after[1]
-                    rows = cur.execute(first if after is None else following, params).fetchall()
-                if first is CLAIM_FIRST_SQL and len(rows) < limit:
+                if first is CLAIM_FIRST_SQL:
                     self._demand(cur, queue)
+                queue_id = self._queue_id(cur, queue, create=False)
+                if queue_id is None or limit <= 0:
+                    return []
+                params = {**params, "q": queue_id, "limit": limit}
+                if after is not None:
+                    params["p"], params["s"] = -after[0], after[1]
+                rows = cur.execute(first if after is None else following, params).fetchall()
         except psycopg.Error as exc:
             raise StoreError(f"cannot read {self.name}: {_one_line(exc)}") from None
         rows.sort(key=lambda r: (-r[1], r[0]))  # UPDATE ... RETURNING keeps no order

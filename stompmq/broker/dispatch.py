@@ -379,6 +379,10 @@ class Dispatcher:
                 self.forfeited.update(queue.inflight)
             self.pump(queue)
             self.deactivate_if_idle(queue)
+        if lost:
+            self.delayed.drop()  # the store freed their rows too
+        else:
+            self.delayed.rearm()
 
     def next_seq(self) -> int:
         seq = self.seq + 1
@@ -492,7 +496,12 @@ class Dispatcher:
             self._release_excess(queue)
 
     def promote_due(self) -> None:
-        """Delayed messages are due: each becomes a new message of its queue (or expires)."""
+        """Delayed messages are due: each becomes a new message of its queue (or expires).  Not
+        while this broker's lease may have lapsed (a shared store): another broker may promote
+        them; ``claims_renewed`` arms the deadline again."""
+        if not self.store.claims_valid():
+            self.delayed.deferred()
+            return
         for msg in self.delayed.take_due():
             if msg.expires is not None and msg.expires < self.wall_ms:
                 self.discard(msg, EXPIRED, self.queue_stats(msg.queue))  # deletes the delayed row

@@ -119,7 +119,9 @@ def test_delayed_message_is_ready_when_due(broker, header):
 
 def test_delayed_messages_arrive_in_due_order_then_priority(broker):
     with Client(broker.port) as c:
-        for body, delay, prio in [("c", 500, 4), ("a", 200, 4), ("b", 350, 4), ("low", 600, 1), ("high", 600, 9)]:
+        # Due times 0.5 s apart: the broker computes each from the SEND's arrival, and on a
+        # loaded machine SENDs written back to back can arrive a few hundred ms apart.
+        for body, delay, prio in [("c", 1200, 4), ("a", 200, 4), ("b", 700, 4), ("low", 1700, 1), ("high", 1700, 9)]:
             c.send_to("/queue/d2", body, headers={"delay": str(delay), "priority": str(prio)})
         # all due: waiting in the queue, by (priority, due time, sequence)
         wait_until(lambda: count(c, "d2") == 5, "every delayed message due", timeout=10)

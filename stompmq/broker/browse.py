@@ -36,7 +36,8 @@ from ..storage.base import MESSAGE_OVERHEAD, Store, StoredMessage, StoreError
 from .delivery import message_frame, message_tail
 from .dispatch import Dispatcher
 from .reads import StoreRead
-from .session import AckMode, Session, Subscription
+from .consumer import AckMode
+from .session import Session, Subscription
 
 #: What one page read aims to hold (messages are counted with their overhead).
 PAGE_BYTES = 4 << 20

@@ -58,7 +58,8 @@ from .policies import DROP_HEAD, REJECT_PUBLISH, QueueFull, QueuePolicy, QueueSi
 from .queue import Queue
 from .reads import Reads, StoreRead
 from .send_headers import DEFAULT_PRIORITY
-from .session import NO_DELIVERIES, AckMode, Session, Subscription
+from .consumer import AckMode
+from .session import NO_DELIVERIES, Session, Subscription
 from .stats import QueueStats
 from .timers import Deadlines, Timer
 from .window import PageRequest
@@ -99,7 +100,7 @@ class Dispatcher:
         self.config = config
         self.deadlines = deadlines
         self.reads = reads
-        self.queues: dict[str, Queue] = {}
+        self.queues: dict[str, Queue[Subscription]] = {}
         self.stats: dict[str, QueueStats] = {}  # every queue name in use (stats.py)
         self.page_reads = 0  # pages asked of the store
         self.seq = 0  # the last sequence number handed out
@@ -115,7 +116,7 @@ class Dispatcher:
         self.sweep_timer: Timer | None = None
         self._expired: list[StoredMessage] = []  # what Queue.dispatch set aside in this pump
         self.published: StoredMessage | None = None  # the message publish made last (receipts.py)
-        self.pacing: set[Queue] = set()  # queues the frame being handled left backed up (pacing.py)
+        self.pacing: set[Queue[Subscription]] = set()  # queues the frame being handled left backed up (pacing.py)
         self.pace_timeouts = 0  # pacing episodes that ended in a spill
         #: queue -> wall ms until which another broker wants it, for queues not active here yet
         self.wanted: dict[str, int] = {}
@@ -126,7 +127,7 @@ class Dispatcher:
         self.forfeited: set[int] = set()
 
     # -- queues in memory ---------------------------------------------------------------------
-    def activate(self, name: str) -> Queue:
+    def activate(self, name: str) -> Queue[Subscription]:
         """The queue's in-memory state, created on first use."""
         queue = self.queues.get(name)
         if queue is None:
@@ -274,7 +275,7 @@ class Dispatcher:
         self.sweep_at = at_ms
         self.sweep_timer = self.deadlines.arm(max(0.0, (at_ms - self.wall_ms) / 1000), EXPIRY_SWEEP)
 
-    def _expired_at_head(self, queue: Queue) -> None:
+    def _expired_at_head(self, queue: Queue[Subscription]) -> None:
         expired = self._expired[:]  # discarding may dead-letter: a pump of the DLQ reuses the list
         self._expired.clear()
         for msg in expired:
@@ -283,7 +284,7 @@ class Dispatcher:
             else:
                 self.discard(msg, EXPIRED, queue.stats)
 
-    def _drop_head(self, queue: Queue, policy: QueuePolicy) -> None:
+    def _drop_head(self, queue: Queue[Subscription], policy: QueuePolicy) -> None:
         """Drop the oldest ready messages of a ``drop-head`` queue until it is within bounds."""
         size = self.sizes.get(queue.name)
         if size is None:
@@ -313,7 +314,7 @@ class Dispatcher:
         if name not in self.queues:
             self.stats.pop(name, None)
 
-    def deactivate_if_idle(self, queue: Queue) -> None:
+    def deactivate_if_idle(self, queue: Queue[Subscription]) -> None:
         if queue.idle and (self.store.durable or not queue.size) and self.queues.get(queue.name) is queue:
             if queue.pace is not None:
                 queue.pace.wake()
@@ -348,7 +349,7 @@ class Dispatcher:
         queue.claim_until = until
         self.pump(queue)
 
-    def _release_excess(self, queue: Queue) -> None:
+    def _release_excess(self, queue: Queue[Subscription]) -> None:
         """Give the ready messages of a wanted queue beyond its subscribers' room back to the store
         (their rows are freed with the next commit, which tells the other brokers)."""
         if queue.claim_until < self.wall_ms:
@@ -456,7 +457,7 @@ class Dispatcher:
         """A message that is never stored (a topic publish), numbered like the others."""
         return StoredMessage(self.next_seq(), destination, DEFAULT_PRIORITY, headers, body, self.wall_ms)
 
-    def pump(self, queue: Queue) -> None:
+    def pump(self, queue: Queue[Subscription]) -> None:
         """Deliver what the queue can deliver now; when its window runs low, refill it from its
         tail or ask for a page."""
         expired = self._expired
@@ -480,7 +481,7 @@ class Dispatcher:
         if queue.pace is not None:
             self._check_pace(queue)
 
-    def _pump_shared(self, queue: Queue) -> None:
+    def _pump_shared(self, queue: Queue[Subscription]) -> None:
         """``pump`` on a store several brokers share: nothing claimed goes out while this broker's
         lease may have lapsed (``claims_renewed`` pumps again), and a wanted queue gives back
         what its subscribers cannot take."""
@@ -511,7 +512,7 @@ class Dispatcher:
         session.deliveries[ack_id] = sub
         return ack_id
 
-    def deliver(self, queue: Queue, sub: Subscription, msg: StoredMessage) -> None:
+    def deliver(self, queue: Queue[Subscription], sub: Subscription, msg: StoredMessage) -> None:
         """Hand one queue message to one subscription."""
         session = sub.session
         version = session.version
@@ -563,7 +564,7 @@ class Dispatcher:
         if done:
             self.remove_all(done)
 
-    def take_unsent(self, session: Session) -> list[tuple[Queue, StoredMessage]]:
+    def take_unsent(self, session: Session) -> list[tuple[Queue[Subscription], StoredMessage]]:
         """Remove the auto-ack deliveries that never reached the socket, oldest first."""
         taken = [(queue, msg) for _, queue, msg in session.unsent if queue.inflight.pop(msg.seq, None) is msg]
         session.unsent.clear()
@@ -572,7 +573,7 @@ class Dispatcher:
                 queue.settled(msg)
         return taken
 
-    def discard_unsent(self, session: Session, queue: Queue) -> None:
+    def discard_unsent(self, session: Session, queue: Queue[Subscription]) -> None:
         """``queue`` dies (an exchange subscription's private queue): forget its unsent deliveries."""
         unsent = session.unsent
         if any(entry[1] is queue for entry in unsent):
@@ -603,7 +604,7 @@ class Dispatcher:
                     size.length += 1
                     size.bytes += len(msg.body)
 
-    def restore(self, queue: Queue, messages: list[StoredMessage]) -> None:
+    def restore(self, queue: Queue[Subscription], messages: list[StoredMessage]) -> None:
         """Parked messages (never delivered) go back into the window, each to its place; one
         beyond the window's boundary stays in the store only (freed for other brokers)."""
         for msg in messages:
@@ -612,7 +613,7 @@ class Dispatcher:
                 self.store.update(msg)
 
     # -- pacing (pacing.py) -------------------------------------------------------------------
-    def pace(self, queue: Queue, wake: Callable[[], None], now: float) -> float | None:
+    def pace(self, queue: Queue[Subscription], wake: Callable[[], None], now: float) -> float | None:
         """A producer that published into backed-up ``queue`` asks whether to wait: None, go on
         (it drained, or it held producers back for --queue-pace-timeout in this episode and its
         backlog may spill now); else ``wake`` is called when it drains, and the time returned
@@ -637,7 +638,7 @@ class Dispatcher:
         pace.wake()
         return None
 
-    def _backed_up(self, queue: Queue) -> bool:
+    def _backed_up(self, queue: Queue[Subscription]) -> bool:
         """Does ``queue`` still hold its producers back (not yet drained to ``RESUME_AT``, or
         with no subscriber that acknowledges, not yet empty)?"""
         if not queue.nsubs:
@@ -647,7 +648,7 @@ class Dispatcher:
             return window.fills(RESUME_AT)
         return bool(window.size or window.tail)
 
-    def _check_pace(self, queue: Queue) -> None:
+    def _check_pace(self, queue: Queue[Subscription]) -> None:
         """After a pump: wake the producers of a queue that drained; forget an episode that gave
         up once the queue has drained all in memory again."""
         pace = queue.pace
@@ -658,7 +659,7 @@ class Dispatcher:
         pace.wake()
 
     # -- paging -------------------------------------------------------------------------------
-    def _request_page(self, queue: Queue) -> None:
+    def _request_page(self, queue: Queue[Subscription]) -> None:
         most = None
         if queue.claim_until:  # claim on demand: what the subscribers can take, and the read-ahead
             window = queue.window
@@ -674,7 +675,7 @@ class Dispatcher:
 
         self.reads.submit(StoreRead(fetch, partial(self._page_loaded, queue, request), partial(self._page_failed, queue)))
 
-    def _page_loaded(self, queue: Queue, request: PageRequest, rows: Sequence[StoredMessage]) -> None:
+    def _page_loaded(self, queue: Queue[Subscription], request: PageRequest, rows: Sequence[StoredMessage]) -> None:
         # (a read from the start finds parked messages too: they are in memory already)
         queue.window.page_loaded(request, rows, queue.inflight if not queue.parked else
                                  queue.parked_seqs().union(queue.inflight))
@@ -685,14 +686,14 @@ class Dispatcher:
                 self.pump(queue)
             self.deactivate_if_idle(queue)
 
-    def _page_failed(self, queue: Queue, error: StoreError) -> None:
+    def _page_failed(self, queue: Queue[Subscription], error: StoreError) -> None:
         # The window stays "loading" until the retry, so no pump asks again meanwhile: a store
         # that refuses reads (a full disk, until the buffered writes commit) is not hammered.
         # The store logs its outage once (storage/outage.py): each retry here is only debug.
         log.debug("paging queue %s failed, retrying: %s", queue.name, error)
         self.deadlines.arm(PAGE_RETRY_SECONDS, PAGE_RETRY, queue)
 
-    def retry_page(self, queue: Queue) -> None:
+    def retry_page(self, queue: Queue[Subscription]) -> None:
         queue.window.page_failed()
         if self.queues.get(queue.name) is queue:
             self.pump(queue)  # asks again while the page is still wanted

@@ -67,7 +67,7 @@ from .reads import Reads, StoreRead
 from .receipts import Headers, Receipts
 from .routing import Router
 from .send_headers import SPECIAL_HEADERS, send_options, user_headers
-from .session import Outbox, Session
+from .session import Outbox, Session, Subscription
 from .streams import (
     STREAM_FOLLOW_RETRY,
     STREAM_READ_RETRY,
@@ -132,7 +132,7 @@ class Broker:
 
     # -- what the runtime and the tests look at -------------------------------------------------
     @property
-    def queues(self) -> dict[str, Queue]:
+    def queues(self) -> dict[str, Queue[Subscription]]:
         return self.dispatcher.queues
 
     @property
@@ -469,7 +469,7 @@ class Broker:
             paced.update(queue for queue in backed_up if queue not in own)
         backed_up.clear()
 
-    def pace(self, queue: Queue, wake: Callable[[], None]) -> float | None:
+    def pace(self, queue: Queue[Subscription], wake: Callable[[], None]) -> float | None:
         """Should a producer that published into backed-up ``queue`` (``Session.paced``) wait?
         None: go on.  Else ``wake`` is called when the queue drains, and the server's time
         returned is when to ask again at the latest (--queue-pace-timeout)."""

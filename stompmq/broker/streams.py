@@ -99,7 +99,8 @@ from .delivery import stream_head, stream_tail
 from .dispatch import Dispatcher
 from .errors import ClientError
 from .reads import StoreRead
-from .session import AckMode, Session, Subscription
+from .consumer import AckMode
+from .session import Session, Subscription
 from .timers import Timer
 
 log = logging.getLogger(__name__)

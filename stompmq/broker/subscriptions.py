@@ -39,7 +39,8 @@ from .destinations import MAX_NAME_BYTES
 from .exchanges import PRIVATE_QUEUE_PREFIX
 from .routing import Router, private_queue_name
 from .send_headers import flag, seconds
-from .session import AckMode, Session, Subscription
+from .consumer import AckMode
+from .session import Session, Subscription
 from .streams import END_HEADER, GROUP_HEADER, OFFSET_HEADER, Streams, StreamSubscription
 
 #: ActiveMQ's prefetch header; 0 there means the consumer pulls (STOMP's nearest: prefetch 1).

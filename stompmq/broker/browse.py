@@ -73,7 +73,7 @@ class Browsers:
     def subscribe(self, session: Session, sub_id: str, destination: str, queue_name: str) -> BrowseSubscription:
         dispatcher = self.dispatcher
         store = dispatcher.store
-        sub = BrowseSubscription(sub_id, session, destination, queue_name, None if store.shared else dispatcher.seq)
+        sub = BrowseSubscription(sub_id, session, destination, queue_name, None if store.shared else dispatcher.clock.seq)
         if not store.durable:  # every message is in memory: copy the window (and parked ones)
             queue = dispatcher.queues.get(queue_name)
             if queue is not None:

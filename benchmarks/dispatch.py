@@ -29,6 +29,10 @@ class CountingOutbox:
         self.frames += 1
         self.queued += len(data)
 
+    def write_body(self, head: bytes, body: bytes) -> None:
+        self.write(head)
+        self.queued += len(body) + 1
+
     def has_room(self) -> bool:
         return True
 

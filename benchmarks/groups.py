@@ -39,6 +39,9 @@ class AckingOutbox:
         self.queued += len(data)
         self.ack_ids.extend(f.headers["ack"] for f in self.parser.feed(data) if f.command == "MESSAGE")
 
+    def write_body(self, head: bytes, body: bytes) -> None:
+        self.write(b"%s%s\0" % (head, body))
+
     def has_room(self) -> bool:
         return True
 

@@ -33,6 +33,9 @@ class CountingOutbox:
     def write(self, data: bytes) -> None:
         self.queued += len(data)
 
+    def write_body(self, head: bytes, body: bytes) -> None:
+        self.queued += len(head) + len(body) + 1
+
     def has_room(self) -> bool:
         return True
 

@@ -3,8 +3,9 @@ client still connects.
 
 Starts a broker (``--store memory`` unless --store says otherwise) on a free loopback port, opens
 --connections STOMP connections with ``heart-beat:10000,10000`` (--heart-beat), and keeps them
-alive from this one process: a heart-beat on every connection each half interval, whatever the
-broker sends read and discarded.  Then reports the broker's RSS growth per connection, its CPU
+alive from this one process: a heart-beat on every connection each 0.9 interval, the connections
+beating on evenly spread phases as independent clients do, whatever the broker sends read and
+discarded.  Then reports the broker's RSS growth per connection, its CPU
 (user + system, from /proc/PID/stat) over --idle seconds as a share of one core, and the time a
 new client takes from connect() to CONNECTED (--probes times, while the others stay idle).
 
@@ -28,6 +29,8 @@ import time
 
 from .local_broker import cpu_seconds, free_port, rss_kib
 
+#: Seconds the heart-beating loop waits at least between sends (beats due meanwhile go together).
+BEAT_TICK = 0.01
 CONNECT = "CONNECT\naccept-version:1.2\nhost:/\nheart-beat:{0},{0}\n\n\x00"
 
 
@@ -47,34 +50,49 @@ def open_connection(port: int, heart_beat: int) -> socket.socket:
     return sock
 
 
-def keep_alive(selector: selectors.BaseSelector, socks: list[socket.socket], seconds: float, every: float) -> int:
-    """Heart-beat every socket each ``every`` seconds and drain what arrives; closed ones counted."""
-    closed = 0
-    end = time.monotonic() + seconds
-    next_beat = time.monotonic()
-    while True:
-        now = time.monotonic()
-        if now >= end:
-            return closed
-        if now >= next_beat:
-            for sock in socks:
+class KeepAlive:
+    """Heart-beat every socket once per ``every`` seconds, each on its own phase (socket i at
+    i/n of the interval), as independent clients do, and drain what arrives.
+
+    Beating them all at once instead would hand the broker a burst of n beats every interval,
+    and a probe connecting behind a burst of 15,000 waits for the whole burst: the load
+    generator's artefact, not an idle broker's latency."""
+
+    def __init__(self, socks: list[socket.socket], every: float) -> None:
+        self.socks = socks
+        self.every = every
+        self.selector = selectors.DefaultSelector()
+        for sock in socks:
+            self.selector.register(sock, selectors.EVENT_READ)
+            sock.send(b"\n")  # once all together (not measured): no connection goes silent in between
+        self.start = time.monotonic()
+        self.sent = 0  # beats sent so far; socket sent % n is next, due at start + sent * every / n
+        self.closed = 0  # connections the broker closed
+
+    def run(self, seconds: float) -> None:
+        n, step = len(self.socks), self.every / len(self.socks)
+        end = time.monotonic() + seconds
+        while (now := time.monotonic()) < end:
+            due = int((now - self.start) / step) + 1
+            for i in range(self.sent, due):
                 try:
-                    sock.send(b"\n")
-                except (BlockingIOError, OSError):
+                    self.socks[i % n].send(b"\n")
+                except OSError:
                     pass
-            next_beat = now + every
-        for key, _ in selector.select(timeout=min(end, next_beat) - now):
-            sock = key.fileobj
-            assert isinstance(sock, socket.socket)
-            try:
-                if not sock.recv(65536):
-                    selector.unregister(sock)
-                    closed += 1
-            except BlockingIOError:
-                pass
-            except OSError:
-                selector.unregister(sock)
-                closed += 1
+            self.sent = max(self.sent, due)
+            wake = min(end, self.start + self.sent * step)
+            for key, _ in self.selector.select(timeout=max(wake - now, BEAT_TICK)):
+                sock = key.fileobj
+                assert isinstance(sock, socket.socket)
+                try:
+                    if not sock.recv(65536):
+                        self.selector.unregister(sock)
+                        self.closed += 1
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    self.selector.unregister(sock)
+                    self.closed += 1
 
 
 def main() -> None:
@@ -108,7 +126,6 @@ def main() -> None:
                 time.sleep(0.1)
         time.sleep(1)
         before = rss_kib(broker.pid, "VmRSS")
-        selector = selectors.DefaultSelector()
         socks = [first]
         t0 = time.monotonic()
         every = 0.9 * args.heart_beat / 1000  # as clients do: a little within the interval
@@ -120,26 +137,28 @@ def main() -> None:
                     sock.send(b"\n")
                 beaten = time.monotonic()
         opened = time.monotonic() - t0
-        for sock in socks:
-            selector.register(sock, selectors.EVENT_READ)
-        closed = keep_alive(selector, socks, 2 * every, every)  # settle: every connection has beaten
+        alive = KeepAlive(socks, every)
+        alive.run(2 * every)  # settle: every connection has beaten
         after = rss_kib(broker.pid, "VmRSS")
-        cpu0, wall0 = cpu_seconds(broker.pid), time.monotonic()
-        closed += keep_alive(selector, socks, args.idle, every)
+        cpu0, wall0, own0 = cpu_seconds(broker.pid), time.monotonic(), time.process_time()
+        alive.run(args.idle)
         cpu = (cpu_seconds(broker.pid) - cpu0) / (time.monotonic() - wall0)
+        own = (time.process_time() - own0) / (time.monotonic() - wall0)
         probes = []
         for _ in range(args.probes):
             t = time.monotonic()
             open_connection(port, args.heart_beat).close()
             probes.append(time.monotonic() - t)
-            closed += keep_alive(selector, socks, 1.0, every)
+            alive.run(1.0)
+        closed = alive.closed
         load = os.getloadavg()[0]
         print(f"{args.connections} connections opened in {opened:.1f} s; closed by the broker: {closed}")
         print(
             f"RSS {before / 1024:.1f} -> {after / 1024:.1f} MiB:"
             f" {(after - before) / args.connections:.2f} KiB per connection"
         )
-        print(f"idle CPU {100 * cpu:.1f} % of a core over {args.idle:.0f} s (load average {load:.1f})")
+        print(f"idle CPU {100 * cpu:.1f} % of a core over {args.idle:.0f} s (this load generator: {100 * own:.1f} %;"
+              f" load average {load:.1f})")
         print(
             f"new connection to CONNECTED: median {1000 * statistics.median(probes):.0f} ms,"
             f" max {1000 * max(probes):.0f} ms over {args.probes}"

@@ -44,6 +44,7 @@ SCENARIOS: dict[str, list[str]] = {
     "fanout": ["--scenario", "fanout", "--subscribers", "10", "--count", "50000"],
     "queue-1k": ["--scenario", "queue", "--count", "100000", "--body-size", "1024"],
     "queue-64k": ["--scenario", "queue", "--count", "5000", "--body-size", "65536"],
+    "queue-1m": ["--scenario", "queue", "--count", "500", "--warmup", "50", "--batch", "8", "--body-size", "1048576"],
 }
 
 

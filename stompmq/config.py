@@ -26,7 +26,6 @@ from .broker.overflow import POLICIES
 from .protocol import Limits
 from .server import ServerSettings
 from .server.logins import CONNECT_MAX_BYTES
-from .server.websocket import allowed_origins
 
 
 def _heart_beat(value: str) -> tuple[int, int]:
@@ -53,6 +52,8 @@ def _names(value: str) -> tuple[str, ...]:
 
 def _origins(value: str) -> tuple[str, ...]:
     """A comma-separated list of web origins (scheme://host[:port]), ``null`` or ``*``."""
+    from .server.websocket import allowed_origins  # here: wsproto loads only when WebSocket is used
+
     try:
         return allowed_origins(entry.strip() for entry in str(value).split(",") if entry.strip())
     except ValueError as e:

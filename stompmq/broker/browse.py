@@ -33,7 +33,7 @@ from functools import partial
 
 from ..protocol import escape
 from ..storage.base import MESSAGE_OVERHEAD, Store, StoredMessage, StoreError
-from .delivery import message_frame, message_tail
+from .delivery import message_frame, message_tail, write_frame
 from .dispatch import Dispatcher
 from .reads import StoreRead
 from .consumer import AckMode
@@ -96,7 +96,8 @@ class Browsers:
             msg = rows.popleft()
             if msg.seq in inflight or (sub.last_seq is not None and msg.seq > sub.last_seq):
                 continue
-            outbox.write(message_frame(msg, sub.destination, sub.id, None, version, message_tail(msg, version)))
+            write_frame(outbox, message_frame(msg, sub.destination, sub.id, None, version, message_tail(msg, version)),
+                        msg.body)
         if rows or sub.reading:
             return
         if sub.exhausted:

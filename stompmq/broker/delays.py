@@ -59,7 +59,7 @@ class DuePage:
 
 class Delayed:
     __slots__ = ("store", "deadlines", "reads", "capacity", "heap", "spilled", "boundary", "epoch", "loading",
-                 "skipped", "late", "timer", "armed_for", "clock", "page_reads")
+                 "skipped", "late", "timer", "armed_for", "clock", "page_reads", "dropped")
 
     def __init__(self, store: Store, clock: Clock, deadlines: Deadlines, reads: Reads, capacity: int | None) -> None:
         self.store = store
@@ -77,6 +77,7 @@ class Delayed:
         self.armed_for: int | None = None  # the due time the timer is armed for
         self.clock = clock  # its wall time says what is due
         self.page_reads = 0
+        self.dropped = 0  # the epoch of the last ``drop``: a read asked for before it is stale
 
     def __len__(self) -> int:
         """Delayed messages in memory."""
@@ -128,6 +129,28 @@ class Delayed:
         self._page_if_wanted()
         return due
 
+    def drop(self) -> None:
+        """The lease this broker claimed them under lapsed (a shared store): another broker may
+        promote them now.  Forget every one in memory (a pending insert goes in free) and read
+        the store afresh, ignoring a read asked for before."""
+        for _, _, msg in self.heap:
+            msg.held = False
+        self.heap.clear()
+        if self.timer is not None:
+            self.deadlines.cancel(self.timer)
+        self.timer = self.armed_for = None
+        self.spilled, self.boundary = True, None
+        self.epoch += 1
+        self.dropped = self.epoch
+        self._page_if_wanted()
+
+    def deferred(self) -> None:
+        """The deadline fired, but the engine promotes nothing now: ``rearm`` arms it again."""
+        self.timer = self.armed_for = None
+
+    def rearm(self) -> None:
+        self._arm()
+
     def _arm(self) -> None:
         """Have the deadline fire when the earliest message in memory is due."""
         if not self.heap:
@@ -165,7 +188,9 @@ class Delayed:
     def _loaded(self, request: DuePage, rows: Sequence[StoredMessage]) -> None:
         self.loading = False
         late, self.late = self.late, None
-        if request.rescan:
+        if request.epoch < self.dropped:
+            pass  # claimed under a lease that lapsed since: the rows may be another broker's
+        elif request.rescan:
             self._rescanned(request, rows, late)
         elif request.epoch == self.epoch:
             if late is not None:  # a message sent meanwhile may be missing: stop before it

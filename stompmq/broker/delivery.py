@@ -7,12 +7,17 @@ body).  Topic fan-out builds the tail once per protocol version and reuses it
 for every subscriber; a queue delivery builds it once.  A stream delivery is one
 format of a head built per subscription (``stream_head``) and the entry's tail,
 kept on the entry (``stream_tail``): a stream's entries never change.
+
+A large body (``LARGE_BODY``) is not copied into its frame: the tail ends at the
+blank line, and ``write_frame`` queues the body by reference and its NUL after
+the frame (the server sends them with one ``sendmsg``).
 """
 
 from __future__ import annotations
 
-from ..protocol.encoder import encode_message, encode_message_tail, escape
+from ..protocol.encoder import LARGE_BODY, encode_message, encode_message_tail, encode_message_tail_headers, escape
 from ..storage.base import StoredMessage, StreamMessage
+from .session import Outbox
 
 #: Headers the broker sets itself on MESSAGE frames; a SEND cannot override them.
 BROKER_HEADERS = frozenset(
@@ -35,8 +40,25 @@ BROKER_HEADERS = frozenset(
 
 
 def message_tail(msg: StoredMessage, version: str) -> bytes:
-    """The part of a MESSAGE frame shared by all its deliveries for ``version``."""
-    return encode_message_tail(msg.priority, msg.timestamp, msg.expires, msg.headers, msg.body, version)
+    """The part of a MESSAGE frame shared by all its deliveries for ``version`` (a large body's
+    without the body: ``write_frame``)."""
+    return _tail(msg.priority, msg.timestamp, msg.expires, msg.headers, msg.body, version)
+
+
+def _tail(priority: int, timestamp: int, expires: int | None, headers: dict[str, str], body: bytes,
+          version: str) -> bytes:
+    if len(body) >= LARGE_BODY:
+        return encode_message_tail_headers(priority, timestamp, expires, headers, len(body), version)
+    return encode_message_tail(priority, timestamp, expires, headers, body, version)
+
+
+def write_frame(outbox: Outbox, frame: bytes, body: bytes) -> None:
+    """Queue a MESSAGE built on ``message_tail`` or ``stream_tail`` and its ``body``: a large
+    one goes after the frame by reference."""
+    if len(body) >= LARGE_BODY:
+        outbox.write_body(frame, body)
+    else:
+        outbox.write(frame)
 
 
 def stream_tail(msg: StreamMessage, version: str, keep: bool) -> bytes:
@@ -46,9 +68,8 @@ def stream_tail(msg: StreamMessage, version: str, keep: bool) -> bytes:
     cached = msg.encoded
     if cached is not None and cached[0] == version:
         return cached[1]
-    tail = b"x-stream-offset:%d\n%s" % (
-        msg.offset, encode_message_tail(msg.priority, msg.timestamp, None, msg.headers, msg.body, version)
-    )
+    tail = b"x-stream-offset:%d\n%s" % (msg.offset, _tail(msg.priority, msg.timestamp, None, msg.headers, msg.body,
+                                                            version))
     if keep:
         msg.encoded = (version, tail)
     return tail

@@ -48,13 +48,14 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 
-from ..protocol.encoder import encode_message, encode_message_tail
+from ..protocol.encoder import LARGE_BODY, encode_message, encode_message_tail
 from ..storage.base import Store, StoredMessage, StoreError
 from .bounds import QueueBounds
 from .clock import Clock
 from .config import BrokerConfig
 from .consumer import AckMode
 from .delays import Delayed
+from .delivery import message_frame, message_tail
 from .expiry import SWEEP_MS, ExpirySweep
 from .pacing import PACE_AT, RESUME_AT, SOCKET_PACE_AT, Pace
 from .policies import DROP_HEAD, QueueFull, QueuePolicy
@@ -342,6 +343,10 @@ class Dispatcher:
                 self.forfeited.update(queue.inflight)
             self.pump(queue)
             self.deactivate_if_idle(queue)
+        if lost:
+            self.delayed.drop()  # the store freed their rows too
+        else:
+            self.delayed.rearm()
 
     # -- publishing and delivering ------------------------------------------------------------
     def publish(
@@ -452,7 +457,12 @@ class Dispatcher:
             self._release_excess(queue)
 
     def promote_due(self) -> None:
-        """Delayed messages are due: each becomes a new message of its queue (or expires)."""
+        """Delayed messages are due: each becomes a new message of its queue (or expires).  Not
+        while this broker's lease may have lapsed (a shared store): another broker may promote
+        them; ``claims_renewed`` arms the deadline again."""
+        if not self.store.claims_valid():
+            self.delayed.deferred()
+            return
         for msg in self.delayed.take_due():
             if msg.expires is not None and msg.expires < self.clock.wall_ms:
                 self.discard(msg, EXPIRED, self.queue_stats(msg.queue))  # deletes the delayed row
@@ -491,19 +501,27 @@ class Dispatcher:
             if timeout > 0:
                 msg.timer = self.deadlines.arm(timeout, ACK_TIMEOUT, session, ack_id, msg)
         outbox = session.outbox
-        # delivery.message_frame(..., message_tail(...)) spelled out: every queue delivery comes
-        # through here, and the two Python frames around the C encoders cost 0.1 us of ~7.
-        outbox.write(
-            encode_message(
-                sub.id,
-                msg.seq,
-                queue.destination,
-                ack_id if version == "1.2" else None,
-                msg.redeliveries,
-                version,
-                encode_message_tail(msg.priority, msg.timestamp, msg.expires, msg.headers, msg.body, version),
+        # delivery.write_frame(..., message_frame(..., message_tail(...))) spelled out: every queue
+        # delivery comes through here, and the Python frames around the C encoders cost 0.1 us of ~7.
+        body = msg.body
+        if len(body) < LARGE_BODY:
+            outbox.write(
+                encode_message(
+                    sub.id,
+                    msg.seq,
+                    queue.destination,
+                    ack_id if version == "1.2" else None,
+                    msg.redeliveries,
+                    version,
+                    encode_message_tail(msg.priority, msg.timestamp, msg.expires, msg.headers, body, version),
+                )
             )
-        )
+        else:
+            outbox.write_body(
+                message_frame(msg, queue.destination, sub.id, ack_id if version == "1.2" else None, version,
+                              message_tail(msg, version)),
+                body,
+            )
         if auto:  # settled by written(), once the socket took these bytes
             session.unsent.append((outbox.queued, queue, msg))
 

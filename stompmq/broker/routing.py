@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..protocol import Frame
 from ..storage.base import BindingRecord, ExchangeRecord
-from .delivery import message_frame, message_tail
+from .delivery import message_frame, message_tail, write_frame
 from .destinations import Destination, Kind
 from .dispatch import Dispatcher
 from .errors import ClientError
@@ -186,7 +186,8 @@ class Router:
             tail = tails.get(version)
             if tail is None:
                 tail = tails[version] = message_tail(msg, version)
-            outbox.write(message_frame(msg, destination, sub.id, ack_id if version == "1.2" else None, version, tail))
+            write_frame(outbox, message_frame(msg, destination, sub.id, ack_id if version == "1.2" else None, version,
+                                              tail), msg.body)
             if holds and publisher is not None and not outbox.can_take_transient():
                 if publisher.throttled_by is None:
                     publisher.throttled_by = {}

@@ -35,6 +35,10 @@ class Outbox(Protocol):
     def write(self, data: bytes) -> None:
         """Queue bytes for the socket; never blocks."""
 
+    def write_body(self, head: bytes, body: bytes) -> None:
+        """Queue a frame's bytes up to its large body, the body by reference and the NUL (the
+        body is not copied into the frame: delivery.write_frame); never blocks."""
+
     def has_room(self) -> bool:
         """True while queue deliveries may be added (below the soft limit)."""
 

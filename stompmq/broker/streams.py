@@ -47,9 +47,11 @@ Idempotent producers
 --------------------
 A SEND carrying ``x-producer-id`` and ``x-producer-seq`` is appended only if its number is
 above the producer's highest on the stream (``Stream.producers``); otherwise it is dropped,
-counted (``duplicates``) and its RECEIPT says ``duplicate:true``.  The store writes the
-producer's position in the commit of the entry (the headers travel with it), so after a
-restart ``recover`` brings back exactly the positions of the entries that are stored.  A
+counted (``duplicates``) and its RECEIPT says ``duplicate:true``.  The two headers come off the
+entry (``StreamMessage.producer``) and the store writes the producer's position in the commit
+of the entry, so after a restart ``recover`` brings back exactly the positions of the entries
+that are stored, and an entry's stored headers are the sender's others (which the header-text
+cache recognises: numbered headers never repeat).  A
 stream keeps every producer it has seen (one int each; deleted with the stream): a producer
 that retries after hours must still be recognised.  On a shared store the engine knows only
 the positions it recovered or appended itself; the commit checks the stored ones under the
@@ -95,7 +97,7 @@ from ..storage.base import (
     StreamState,
 )
 from .config import BrokerConfig
-from .delivery import stream_head, stream_tail
+from .delivery import stream_head, stream_tail, write_frame
 from .dispatch import Dispatcher
 from .errors import ClientError
 from .reads import StoreRead
@@ -315,21 +317,26 @@ class Streams:
     # -- appending ----------------------------------------------------------------------------
     def append(self, name: str, headers: dict[str, str], body: bytes, priority: int) -> bool:
         """Store one entry at the stream's next offset and feed the subscribers waiting for it;
-        False if it is an idempotent producer's repeat (dropped)."""
+        False if it is an idempotent producer's repeat (dropped).  ``headers`` are the append's own
+        copy: an idempotent producer's two are taken off (``StreamMessage.producer``)."""
         stream = self.streams.get(name) or self.stream(name)
-        if (PRODUCER_HEADER in headers or PRODUCER_SEQ_HEADER in headers) and not _first_time(stream, headers):
-            stream.duplicates += 1
-            return False
+        producer = None
+        if PRODUCER_HEADER in headers or PRODUCER_SEQ_HEADER in headers:
+            producer = _producer(headers)
+            if producer[1] <= stream.producers.get(producer[0], -1):
+                stream.duplicates += 1
+                return False
+            stream.producers[producer[0]] = producer[1]
         clock = self.dispatcher.clock
         seq = clock.next_entry_seq()
         if self.shared:  # numbered in the commit; subscribers get it from the store once committed
             self.store.append_stream(
-                StreamMessage(seq, name, priority, headers, body, clock.wall_ms, UNNUMBERED, 0)
+                StreamMessage(seq, name, priority, headers, body, clock.wall_ms, UNNUMBERED, 0, producer)
             )
             return True
         offset = stream.next
         timestamp = stream.last_ts = max(clock.wall_ms, stream.last_ts)
-        msg = StreamMessage(seq, name, priority, headers, body, timestamp, offset, stream.end_bytes)
+        msg = StreamMessage(seq, name, priority, headers, body, timestamp, offset, stream.end_bytes, producer)
         stream.next = stream.tail_end = offset + 1
         stream.end_bytes += len(body)
         self.store.append_stream(msg)
@@ -633,7 +640,7 @@ class Streams:
             if version == "1.2":
                 ack = b"ack:%s\n" % ack_id.encode()
         tail = stream_tail(msg, version, sub.stream.capacity is not None)
-        session.outbox.write(sub.head % (msg.seq, ack, tail))
+        write_frame(session.outbox, sub.head % (msg.seq, ack, tail), msg.body)
 
     def _read(self, sub: StreamSubscription) -> None:
         if sub.reading:
@@ -803,20 +810,17 @@ def _check_group(stream: Stream, group: str) -> None:
                           " forget one with /control/stream-group first")
 
 
-def _first_time(stream: Stream, headers: dict[str, str]) -> bool:
-    """Whether an idempotent producer's append is new (its position moves to it), not a repeat."""
-    producer, value = headers.get(PRODUCER_HEADER), headers.get(PRODUCER_SEQ_HEADER)
+def _producer(headers: dict[str, str]) -> tuple[str, int]:
+    """An idempotent append's (producer id, seq), validated and taken off ``headers``: the
+    position is stored in the entry's commit, so the entry need not carry them."""
+    producer, value = headers.pop(PRODUCER_HEADER, None), headers.pop(PRODUCER_SEQ_HEADER, None)
     if producer is None or value is None:
         raise ClientError(f"{PRODUCER_HEADER} and {PRODUCER_SEQ_HEADER} go together")
     if not producer or len(producer) > PRODUCER_ID_LENGTH:
         raise ClientError(f"{PRODUCER_HEADER} must be 1 to {PRODUCER_ID_LENGTH} characters, not {len(producer)}")
     if not (value.isascii() and value.isdigit()) or len(value) > 18:
         raise ClientError(f"{PRODUCER_SEQ_HEADER} must be a whole number >= 0 (at most 18 digits), not {value!r}")
-    seq = int(value)
-    if seq <= stream.producers.get(producer, -1):
-        return False
-    stream.producers[producer] = seq
-    return True
+    return producer, int(value)
 
 
 def _narrow(stream: Stream, ms: int) -> tuple[int, int | None]:

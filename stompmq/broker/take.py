@@ -41,6 +41,9 @@ class _Discard:
     def write(self, data: bytes) -> None:
         """Dropped: nobody reads a take's MESSAGE frames."""
 
+    def write_body(self, head: bytes, body: bytes) -> None:
+        """Dropped, as ``write``."""
+
     def has_room(self) -> bool:
         return True
 

@@ -13,8 +13,8 @@
  *   raises ProtocolError and never leaves a half-parsed frame behind, so FrameParser._parse
  *   (protocol/parser.py) takes over at exactly the state the pure-Python loop would have
  *   reached, and every error message and every partial-feed state comes from Python.
- * - encode_message() and encode_message_tail() build the same bytes as their Python twins in
- *   protocol/encoder.py.
+ * - encode_message(), encode_message_tail() and encode_message_tail_headers() build the same bytes
+ *   as their Python twins in protocol/encoder.py.
  *
  * tests/protocol run every parser and encoder test against both, and fuzz them against each
  * other (tests/protocol/test_native.py).
@@ -330,12 +330,14 @@ static int one_frame(Scan *s, Py_ssize_t *pos, PyObject *frames) {
 
 static PyObject *scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
-    if (nargs != 6 || !PyByteArray_Check(args[0]) || !PyList_Check(args[5])) {
+    /* bytes: a socket read parsed where it lies; bytearray: the parser's buffer of leftovers. */
+    if (nargs != 6 || !(PyByteArray_Check(args[0]) || PyBytes_Check(args[0])) || !PyList_Check(args[5])) {
         PyErr_SetString(PyExc_TypeError,
-                        "scan(buf: bytearray, pos: int, crlf: bool, version: str, limits: Limits, frames: list)");
+                        "scan(buf: bytes | bytearray, pos: int, crlf: bool, version: str, limits: Limits, frames: list)");
         return NULL;
     }
-    Scan s = {.b = PyByteArray_AS_STRING(args[0]), .n = PyByteArray_GET_SIZE(args[0])};
+    Scan s = {.b = PyBytes_Check(args[0]) ? PyBytes_AS_STRING(args[0]) : PyByteArray_AS_STRING(args[0]),
+              .n = Py_SIZE(args[0])};
     Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
     if (pos == -1 && PyErr_Occurred()) return NULL;
     s.crlf = PyObject_IsTrue(args[2]);
@@ -564,13 +566,9 @@ static Py_ssize_t header_block(PyObject *headers, int escapes, char *fill) {
     return size;
 }
 
-/* encode_message_tail(priority, timestamp, expires, headers, body, version) */
-static PyObject *encode_message_tail(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    (void)module;
-    if (nargs != 6) {
-        PyErr_SetString(PyExc_TypeError, "encode_message_tail takes 6 arguments");
-        return NULL;
-    }
+/* The tail of encode_message_tail; with body NULL only up to its blank line (the body of
+ * `length` bytes and its NUL follow by reference: encode_message_tail_headers). */
+static PyObject *message_tail(PyObject *const *args, const Py_buffer *body, Py_ssize_t length) {
     PyObject *headers = args[3];
     if (!PyDict_Check(headers)) {
         PyErr_SetString(PyExc_TypeError, "headers must be a dict");
@@ -579,20 +577,18 @@ static PyObject *encode_message_tail(PyObject *module, PyObject *const *args, Py
     /* Like the Python, which looks at the version only to encode headers. */
     int escapes = PyDict_GET_SIZE(headers) > 0 ? checked_escapes(args[5]) : 0;
     if (escapes < 0) return NULL;
-    char priority[32], timestamp[32], expires[32], length[32];
+    char priority[32], timestamp[32], expires[32], digits[32];
     Py_ssize_t priority_len, timestamp_len, expires_len = 0, length_len;
     if ((priority_len = decimal(args[0], priority)) < 0) return NULL;
     if ((timestamp_len = decimal(args[1], timestamp)) < 0) return NULL;
     if (args[2] != Py_None && (expires_len = decimal(args[2], expires)) < 0) return NULL;
-    Py_buffer body;
-    if (PyObject_GetBuffer(args[4], &body, PyBUF_SIMPLE) < 0) return NULL;
     PyObject *result = NULL;
-    length_len = digits_of(body.len, length);
+    length_len = digits_of(length, digits);
     Py_ssize_t block = header_block(headers, escapes, NULL);
     if (block >= 0) {
         Py_ssize_t size = sizeof("priority:\ntimestamp:\ncontent-length:\n\n") - 1 + priority_len + timestamp_len +
                           (args[2] != Py_None ? sizeof("expires:\n") - 1 + expires_len : 0) + length_len + block +
-                          body.len + 1;
+                          (body != NULL ? body->len + 1 : 0);
         result = PyBytes_FromStringAndSize(NULL, size);
     }
     if (result != NULL) {
@@ -606,18 +602,49 @@ static PyObject *encode_message_tail(PyObject *module, PyObject *const *args, Py
             out = put(out, expires, expires_len);
         }
         out = PUT_LITERAL(out, "\ncontent-length:");
-        out = put(out, length, length_len);
+        out = put(out, digits, length_len);
         *out++ = '\n';
         if (block > 0 && header_block(headers, escapes, out) < 0) Py_CLEAR(result);
         if (result != NULL) {
             out += block;
             *out++ = '\n';
-            out = put(out, body.buf, body.len);
-            *out = '\0';
+            if (body != NULL) {
+                out = put(out, body->buf, body->len);
+                *out = '\0';
+            }
         }
     }
+    return result;
+}
+
+/* encode_message_tail(priority, timestamp, expires, headers, body, version) */
+static PyObject *encode_message_tail(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "encode_message_tail takes 6 arguments");
+        return NULL;
+    }
+    Py_buffer body;
+    if (PyObject_GetBuffer(args[4], &body, PyBUF_SIMPLE) < 0) return NULL;
+    PyObject *result = message_tail(args, &body, body.len);
     PyBuffer_Release(&body);
     return result;
+}
+
+/* encode_message_tail_headers(priority, timestamp, expires, headers, length, version) */
+static PyObject *encode_message_tail_headers(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "encode_message_tail_headers takes 6 arguments");
+        return NULL;
+    }
+    Py_ssize_t length = PyLong_AsSsize_t(args[4]);
+    if (length == -1 && PyErr_Occurred()) return NULL;
+    if (length < 0) {
+        PyErr_SetString(PyExc_ValueError, "length must not be negative");
+        return NULL;
+    }
+    return message_tail(args, NULL, length);
 }
 
 /* ---- headers_without: a frame's headers minus some names -------------------------------- */
@@ -659,6 +686,9 @@ static PyMethodDef methods[] = {
      "encode_message(subscription, message_id, destination, ack, redeliveries, version, tail) -> bytes."},
     {"encode_message_tail", (PyCFunction)(void (*)(void))encode_message_tail, METH_FASTCALL,
      "encode_message_tail(priority, timestamp, expires, headers, body, version) -> bytes."},
+    {"encode_message_tail_headers", (PyCFunction)(void (*)(void))encode_message_tail_headers, METH_FASTCALL,
+     "encode_message_tail_headers(priority, timestamp, expires, headers, length, version) -> bytes: the tail up "
+     "to its blank line."},
     {"headers_without", (PyCFunction)(void (*)(void))headers_without, METH_FASTCALL,
      "headers_without(headers, names) -> dict: a copy of headers without the keys in names."},
     {NULL, NULL, 0, NULL},

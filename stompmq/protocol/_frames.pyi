@@ -2,7 +2,7 @@ from .frame import Frame
 from .parser import Limits
 
 def scan(
-    buf: bytearray, pos: int, crlf: bool, version: str, limits: Limits, frames: list[Frame], /
+    buf: bytes | bytearray, pos: int, crlf: bool, version: str, limits: Limits, frames: list[Frame], /
 ) -> tuple[int, bool]: ...
 def encode_message(
     subscription: str,
@@ -16,5 +16,8 @@ def encode_message(
 ) -> bytes: ...
 def encode_message_tail(
     priority: int, timestamp: int, expires: int | None, headers: dict[str, str], body: bytes, version: str, /
+) -> bytes: ...
+def encode_message_tail_headers(
+    priority: int, timestamp: int, expires: int | None, headers: dict[str, str], length: int, version: str, /
 ) -> bytes: ...
 def headers_without(headers: dict[str, str], names: frozenset[str], /) -> dict[str, str]: ...

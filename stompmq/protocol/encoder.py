@@ -19,7 +19,10 @@ subscription, ack, content-length) must come before a spliced user block.
 ``encode_message`` and ``encode_message_tail`` build the MESSAGE frames the
 broker delivers: the tail (priority, timestamp, expiry, content-length, the
 user headers and the body) is what every delivery of one message shares, so
-topic fan-out builds it once per version; the head is per delivery.  The
+topic fan-out builds it once per version; the head is per delivery.  For a
+large body ``encode_message_tail_headers`` builds the tail without it: the
+server sends the frame's bytes, the body object itself and a NUL with one
+``sendmsg`` (scatter/gather), so the body is never copied into a frame.  The
 Python versions below are the reference; the names are bound to the native
 ones from ``_frames.c`` when that is built and not switched off (native.py).
 
@@ -40,6 +43,10 @@ from collections.abc import Collection, Iterable
 from .errors import LocalProtocolError
 from .frame import Frame
 from .native import frames as _native
+
+LARGE_BODY = 16 * 1024
+"""Bodies at least this large go to the socket by reference (``encode_message_tail_headers``):
+below it, copying a body into its frame costs less than a buffer of its own in ``sendmsg``."""
 
 _ESCAPE_TABLES: dict[str, dict[int, str] | None] = {
     "1.0": None,
@@ -162,30 +169,33 @@ def _user_header_block(headers: dict[str, str], version: str) -> bytes:
         return encode_header_block(expressible, version)
 
 
-def _message_tail(
-    priority: int, timestamp: int, expires: int | None, headers: dict[str, str], body: bytes, version: str
+def _message_tail_headers(
+    priority: int, timestamp: int, expires: int | None, headers: dict[str, str], length: int, version: str
 ) -> bytes:
-    """The part of a MESSAGE shared by all deliveries of one message to sessions of ``version``.
+    """``_message_tail`` up to its blank line, for a body of ``length`` bytes that goes to the
+    socket by reference, its NUL after it (a large body is not copied into its frame).
 
     ``expires`` (epoch ms, as JMS has it) appears only on a message that can expire.
     """
+    if length < 0:
+        raise ValueError("length must not be negative")
     if expires is not None:
-        return b"priority:%d\ntimestamp:%d\nexpires:%d\ncontent-length:%d\n%s\n%s\x00" % (
-            priority,
-            timestamp,
-            expires,
-            len(body),
-            _user_header_block(headers, version),
-            body,
-        )
-    return b"priority:%d\ntimestamp:%d\ncontent-length:%d\n%s\n%s\x00" % (
-        priority,
-        timestamp,
-        len(body),
-        _user_header_block(headers, version),
-        body,
-    )
+        return b"priority:%d\ntimestamp:%d\nexpires:%d\ncontent-length:%d\n%s\n" % (
+            priority, timestamp, expires, length, _user_header_block(headers, version))
+    return b"priority:%d\ntimestamp:%d\ncontent-length:%d\n%s\n" % (
+        priority, timestamp, length, _user_header_block(headers, version))
+
+
+def _message_tail(
+    priority: int, timestamp: int, expires: int | None, headers: dict[str, str], body: bytes, version: str
+) -> bytes:
+    """The part of a MESSAGE shared by all deliveries of one message to sessions of ``version``:
+    ``_message_tail_headers``, the body and its NUL."""
+    return b"%s%s\x00" % (_message_tail_headers(priority, timestamp, expires, headers, len(body), version), body)
 
 
 encode_message = _native.encode_message if _native is not None else _message
 encode_message_tail = _native.encode_message_tail if _native is not None else _message_tail
+encode_message_tail_headers = (
+    _native.encode_message_tail_headers if _native is not None else _message_tail_headers
+)

@@ -83,6 +83,10 @@ from .negotiation import negotiate_version
 _COMPACT_AT = 256 * 1024
 """Drop the consumed prefix only once it is this large: amortises the memmove of the live tail."""
 
+ASSEMBLE_BODIES = 16 * 1024
+"""A body with a content-length at least this large that is not complete in the buffer is kept
+as its reads' pieces and joined once when its NUL arrives, not copied into the buffer first."""
+
 _CONNECT_COMMANDS = frozenset(("CONNECT", "STOMP"))
 """Frames that open a session; the first one decides the version (see the module docstring)."""
 
@@ -183,7 +187,7 @@ def _refuse_cr(headers: dict[str, str]) -> None:
                 "cannot receive", headers.get("receipt"))
 
 
-def _short_ack(buf: bytearray, pos: int, max_header_bytes: int, max_headers: int) -> tuple[Frame, int] | None:
+def _short_ack(buf: bytes | bytearray, pos: int, max_header_bytes: int, max_headers: int) -> tuple[Frame, int] | None:
     """The ACK or NACK frame at ``pos`` and the position after its NUL, if it is complete and in
     the plain form (see the module docstring); None otherwise: the general path takes it.
 
@@ -247,6 +251,10 @@ class FrameParser:
         """How far an incomplete header block has been checked for NUL and counted for lines."""
         self._lines = 0
         """Line ends counted so far in that incomplete block (the first one ends the command line)."""
+        self._pieces: list[bytes | memoryview] | None = None
+        """The pieces of a large body arriving over several reads (``ASSEMBLE_BODIES``)."""
+        self._need = 0
+        """Bytes of that body still missing, its NUL included."""
         self._negotiated = False
         """Whether a CONNECT/STOMP has already set ``version`` (only the first one may)."""
         self._error: ProtocolError | None = None
@@ -273,20 +281,52 @@ class FrameParser:
         """
         if self._error is not None:
             raise self._error
-        buf = self._buf
-        buf += data
-        if self._command is not None and self._body_len >= 0 and self._body_start + self._body_len >= len(buf):
-            return []  # a long body with a known length is still arriving
         try:
-            return self._parse(buf)
+            frames: list[Frame] = []
+            pos = 0
+            if self._pieces is not None:  # a large body is arriving
+                pos = self._assemble(data, frames)
+                if pos < 0 or pos == len(data):
+                    return frames
+            buf = self._buf
+            if not buf and type(data) is bytes:  # nothing left over: parse the read where it lies
+                return self._parse(data, pos, frames)
+            buf += memoryview(data)[pos:] if pos else data
+            if self._command is not None and self._body_len >= 0 and self._body_start + self._body_len >= len(buf):
+                return frames  # a body with a known length is still arriving
+            return self._parse(buf, self._pos, frames)
         except ProtocolError as error:
             self._error = error
             raise
 
-    def _parse(self, buf: bytearray) -> list[Frame]:
+    def _assemble(self, data: bytes | bytearray | memoryview, frames: list[Frame]) -> int:
+        """Take the next piece of a large body from ``data``; with its NUL, the frame is complete
+        and the body is joined from its pieces, one copy: the position in ``data`` after the NUL.
+        -1: the body needs more reads."""
+        pieces = self._pieces
+        assert pieces is not None
+        need = self._need  # the body's missing bytes and its NUL
+        size = len(data)
+        if size < need:
+            pieces.append(data if type(data) is bytes else bytes(data))  # a caller's buffer may change
+            self._need = need - size
+            return -1
+        if data[need - 1]:
+            raise ProtocolError(
+                f"frame body is not followed by NUL after content-length {self._body_len}",
+                self._headers.get("receipt"),
+            )
+        pieces.append(memoryview(data)[: need - 1])
+        frames.append(_new_frame(Frame, (self._command, self._headers, b"".join(pieces))))
+        self._pieces = None
+        self._command = None
+        return need
+
+    def _parse(self, buf: bytes | bytearray, pos: int, frames: list[Frame]) -> list[Frame]:
+        """Append the frames in ``buf`` from ``pos`` on to ``frames``: ``buf`` is the parser's
+        buffer, or a read that found it empty (what is left of it is then copied there)."""
         # Everything the loop touches per frame is a local: attribute access costs.
         n = len(buf)
-        pos = self._pos
         scan = self._scan
         crlf = self._crlf
         command = self._command
@@ -295,7 +335,6 @@ class FrameParser:
         body_len = self._body_len
         max_body, max_header_bytes, max_headers = self.limits
         table = self._table
-        frames: list[Frame] = []
         append = frames.append
         native_scan = self._native_scan
 
@@ -426,6 +465,14 @@ class FrameParser:
             if body_len >= 0:
                 body_end = body_start + body_len
                 if body_end >= n:
+                    if body_len >= ASSEMBLE_BODIES:  # its pieces are kept, not copied into the buffer
+                        piece = memoryview(buf)[body_start:]
+                        # a view would keep the whole read: unless the body is most of it, copy
+                        self._pieces = [piece if type(buf) is bytes and 2 * (n - body_start) >= n
+                                        else bytes(piece)]
+                        del piece  # a view of the buffer would forbid resizing it
+                        self._need = body_end + 1 - n
+                        pos = n
                     break
                 if buf[body_end]:
                     raise ProtocolError(
@@ -448,11 +495,15 @@ class FrameParser:
         self._headers = headers
         self._body_len = body_len
         if pos >= n:
-            buf.clear()
+            if buf is self._buf:
+                buf.clear()
             self._pos = self._scan = self._body_start = 0
             self._checked = -1
-        elif pos >= _COMPACT_AT:
-            del buf[:pos]
+        elif buf is not self._buf or pos >= _COMPACT_AT:  # a read parsed where it lies: keep the rest
+            if buf is self._buf:
+                del buf[:pos]
+            else:
+                self._buf += memoryview(buf)[pos:]
             self._pos = 0
             self._scan = scan - pos
             self._body_start = body_start - pos
@@ -463,7 +514,7 @@ class FrameParser:
             self._body_start = body_start
         return frames
 
-    def _check_partial_header(self, buf: bytearray, pos: int, n: int) -> None:
+    def _check_partial_header(self, buf: bytes | bytearray, pos: int, n: int) -> None:
         """Fail early on an incomplete header block that can already never be valid."""
         if n - pos - 1 > self.limits.max_header_bytes:  # a blank line could start at n - 2 at the earliest
             raise ProtocolError(f"frame header block exceeds {self.limits.max_header_bytes} bytes")

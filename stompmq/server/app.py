@@ -14,6 +14,11 @@ never answers.  If accepting fails anyway (the process or the system is out of
 descriptors or memory), the listener retries every ``ACCEPT_RETRY_SECONDS``
 and logs one warning per episode, not a traceback per retry.
 
+Start-up order: the STOMP listeners accept (after recovery) before the HTTP side is
+imported: hypercorn, Starlette and prometheus-client are ~0.4 s of CPU, imported on a worker
+thread while the first clients are served, and the broker reports itself ready once the
+management API listens too.
+
 Garbage collection (``tune_gc``, called once by the command line before the
 broker starts): messages are freed by reference counting, but the cyclic
 collector still runs every 700 net allocations of containers and, while a
@@ -46,8 +51,7 @@ from ..protocol import native as native_codec
 from .alarms import ResourceAlarms
 from .connection import Connection, refuse
 from .heartbeats import HeartBeats
-from .http import bind_socket, serve_http
-from .listeners import listener_port, open_secure_listeners
+from .listeners import bind_socket, listener_port, open_secure_listeners
 from .runtime import Runtime
 from .security import Security, peer_address
 from .settings import ServerSettings
@@ -190,6 +194,7 @@ async def serve(
                     if settings.http_host not in ("127.0.0.1", "::1", "localhost") and security.users is None:
                         log.warning("the management API on %s has no authentication without --users-file: anyone "
                                     "who can reach it can purge and delete queues", settings.http_host)
+                    serve_http = await trio.to_thread.run_sync(_http_server)
                     await connections.start(serve_http, runtime, settings, open_connections, http_socket, security)
                 # Shown even at --log-level WARNING: an operator always learns what runs where.
                 log.log(max(logging.INFO, log.getEffectiveLevel()),
@@ -207,6 +212,13 @@ async def serve(
         with trio.CancelScope(shield=True):
             await runtime.close()
             log.info("store closed")
+
+
+def _http_server() -> Callable[..., Awaitable[None]]:
+    """``http.serve_http``, imported on first use (see "Start-up order" in the module docstring)."""
+    from .http import serve_http
+
+    return serve_http
 
 
 def _address(sockname: tuple[str, int] | tuple[str, int, int, int]) -> str:

@@ -916,16 +916,6 @@ async def _store_error(request: Request, exc: StoreError) -> Response:
     return JSONResponse({"error": f"store error: {exc}", "status": 503}, status_code=503)
 
 
-def bind_socket(host: str, port: int) -> socket.socket:
-    """A listening socket for the HTTP server (bound here, so port 0 works and errors are ours)."""
-    try:
-        sock = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
-    except OSError as e:
-        raise OSError(e.errno, os.strerror(e.errno) if e.errno else str(e), f"{host}:{port} (HTTP)") from None
-    sock.set_inheritable(True)
-    return sock
-
-
 async def serve_http(
     runtime: Runtime,
     settings: ServerSettings,

@@ -1,15 +1,19 @@
-"""The listeners besides plain TCP: STOMP over TLS, over WebSocket and over WebSocket on TLS.
+"""The listeners besides plain TCP (STOMP over TLS, over WebSocket and over WebSocket on TLS), and
+the HTTP server's socket.
 
 Each wraps trio's TCP listeners (TLS with ``trio.SSLListener``, WebSocket with
 ``WebSocketListener``) and hands the same ``handle`` the resulting stream, so a
 ``Connection`` never knows which transport it is on.  All share the broker's one
 ``ssl.SSLContext``, which ``Security.reload`` updates in place; the task that
-watches the certificate and users files for changes is started here too.
+watches the certificate and users files for changes is started here too.  The WebSocket
+module (and wsproto) is imported only when a WebSocket port is configured.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -17,7 +21,6 @@ import trio
 
 from .security import Security
 from .settings import ServerSettings
-from .websocket import WebSocketListener, allowed_origins
 
 log = logging.getLogger(__name__)
 
@@ -38,11 +41,14 @@ async def open_secure_listeners(
         assert security.tls is not None
         return trio.SSLListener(listener, security.tls)
 
-    origins = allowed_origins(settings.ws_allowed_origins)
     groups: list[tuple[str, list[trio.abc.Listener[Any]], list[trio.SocketListener]]] = []
     if settings.tls_port is not None:
         sockets = await tcp(settings.tls_port)
         groups.append(("STOMP over TLS", [tls(s) for s in sockets], sockets))
+    if settings.ws_port is not None or settings.wss_port is not None:
+        from .websocket import WebSocketListener, allowed_origins
+
+        origins = allowed_origins(settings.ws_allowed_origins)
     if settings.ws_port is not None:
         sockets = await tcp(settings.ws_port)
         groups.append(("STOMP over WebSocket (ws://…/ws)", [WebSocketListener(s, origins) for s in sockets],
@@ -66,3 +72,13 @@ def listener_port(listener: trio.abc.Listener[Any]) -> int:
     while not isinstance(listener, trio.SocketListener):
         listener = listener.transport_listener  # type: ignore[attr-defined]
     return int(listener.socket.getsockname()[1])
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A listening socket for the HTTP server (bound here, so port 0 works and errors are ours)."""
+    try:
+        sock = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
+    except OSError as e:
+        raise OSError(e.errno, os.strerror(e.errno) if e.errno else str(e), f"{host}:{port} (HTTP)") from None
+    sock.set_inheritable(True)
+    return sock

@@ -25,14 +25,17 @@ have none (take their ``max``, not their ``sum``, over the brokers of one databa
 from __future__ import annotations
 
 import heapq
+import itertools
+import math
 import platform
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sized
 from typing import TYPE_CHECKING, Any, Protocol
 
-from prometheus_client import CollectorRegistry, Histogram, ProcessCollector
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client import ProcessCollector
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -44,31 +47,19 @@ if TYPE_CHECKING:
     from ..broker import Broker
     from ..storage.base import Store
     from .alarms import ResourceAlarms
+    from .runtime import Histogram, StoreMetrics
     from .settings import ServerSettings
 
 QUEUE_COUNTERS = ("published", "delivered", "acked", "redelivered", "dead_lettered", "expired", "dropped", "rejected")
-#: Commit latency buckets (seconds): an fsync is ~0.1-10 ms on SSDs, far more on a busy disk.
-LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
-GROUP_SIZE_BUCKETS = (1, 2, 5, 10, 50, 100, 500, 1000, 5000, 10000, 50000)
 #: This process's memory, open files and CPU time (read from /proc at each scrape).
 PROCESS = ProcessCollector(registry=None)
 
 
-class StoreMetrics:
-    """Histograms of the store's commit groups, fed by ``StoreEvents.group_committed`` (per group,
-    never per message).  A commit's latency includes its fsync: SQLite does not time them apart."""
-
-    def __init__(self) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
-        self.latency = Histogram("stompmq_store_commit_seconds", "Seconds from a commit group's submission "
-                                 "to its durable commit (fsync included)", buckets=LATENCY_BUCKETS,
-                                 registry=self.registry)
-        self.size = Histogram("stompmq_store_commit_group_size", "Operations per commit group",
-                              buckets=GROUP_SIZE_BUCKETS, registry=self.registry)
-
-    def observe(self, seconds: float, size: int) -> None:
-        self.latency.observe(seconds)
-        self.size.observe(size)
+def histogram(name: str, documentation: str, counts: Histogram) -> HistogramMetricFamily:
+    """A histogram family from plain bucket counts (``runtime.Histogram``)."""
+    bounds = [floatToGoString(bound) for bound in (*counts.bounds, math.inf)]
+    return HistogramMetricFamily(name, documentation, buckets=list(zip(bounds, itertools.accumulate(counts.counts))),
+                                 sum_value=counts.total)
 
 
 class ScrapedRuntime(Protocol):
@@ -215,7 +206,10 @@ async def scrape(management: Scraped) -> bytes:
         group_lag.add_metric([vhost, stream, group], lag)
     metrics.append(group_lag)
 
-    metrics += management.store_metrics.registry.collect()
+    commits = management.store_metrics
+    metrics.append(histogram("stompmq_store_commit_seconds", "Seconds from a commit group's submission to its "
+                             "durable commit (fsync included)", commits.latency))
+    metrics.append(histogram("stompmq_store_commit_group_size", "Operations per commit group", commits.size))
     routed = CounterMetricFamily("stompmq_exchange_routed", "Messages routed by an exchange",
                                  labels=["vhost", "exchange"])
     for vhost, engine in engines.items():

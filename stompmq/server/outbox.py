@@ -14,6 +14,12 @@ burst of deliveries costs one system call.  Two limits bound memory:
   or it is disconnected), and the connection stops reading its own peer's
   frames (whose RECEIPTs and ERRORs would land here).
 
+A MESSAGE with a large body is written as its bytes up to the body, the body
+object itself and the NUL (``write_body``): ``take_buffers`` hands the writer
+runs of small frames joined and each large body by reference, for one
+``sendmsg`` (scatter/gather); ``take`` joins everything (streams without a
+socket of their own: TLS, WebSocket).  The body counts once either way.
+
 Waiting for room (``wait_below_hard_limit``) is woken by the writer as soon as
 the buffer is below the hard limit, or by ``close`` when the connection ends,
 so a publisher never waits for a subscriber that is gone.
@@ -30,6 +36,13 @@ counts with the time it has taken so far), halved together every
 Time waiting for output is not counted, so a subscriber that is idle because
 its publisher is held back keeps the rate it showed when it was busy.
 --topic-block-timeout compares subscribers of one topic by it.
+
+While a ``WriteBatch`` is open (a reader's synchronous hand-over of one read to the engine),
+a write to an empty outbox does not wake its writer: the outbox joins the batch, and closing
+the batch hands each to its ``flush`` (the connection sends what the socket takes at once,
+``Connection._flush``), waking the writer only for what is left.  At a few thousand msg/s
+each message is a read of its own, and waking the consumer's writer for it cost a turn of
+trio's loop and a task switch per message.
 """
 
 from __future__ import annotations
@@ -37,6 +50,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import trio
+
+from ..protocol.encoder import LARGE_BODY
 
 #: Bytes of queue deliveries allowed to wait for the socket per connection.
 SOFT_LIMIT = 512 * 1024
@@ -46,9 +61,31 @@ HARD_LIMIT = 8 * 1024 * 1024
 RATE_WINDOW = 2.0
 
 
+class WriteBatch:
+    """Outboxes written to while the batch is open, their writers not yet woken (one per
+    runtime: every connection's writes go through it)."""
+
+    __slots__ = ("open", "outboxes")
+
+    def __init__(self) -> None:
+        self.open = False
+        self.outboxes: list[ConnectionOutbox] = []
+
+    def close(self) -> None:
+        """Flush each outbox written to since the batch opened (writes meanwhile wake as usual)."""
+        self.open = False
+        outboxes = self.outboxes
+        if outboxes:
+            self.outboxes = []
+            for outbox in outboxes:
+                outbox.flush()
+
+
 class ConnectionOutbox:
     __slots__ = (
         "_chunks",
+        "batch",
+        "flush",
         "size",
         "_ready",
         "_drained",
@@ -65,10 +102,16 @@ class ConnectionOutbox:
         "_busy_bytes",
         "_busy_seconds",
         "sending_since",
+        "_bodies",
     )
 
-    def __init__(self, soft_limit: int = SOFT_LIMIT, hard_limit: int = HARD_LIMIT) -> None:
+    def __init__(
+        self, soft_limit: int = SOFT_LIMIT, hard_limit: int = HARD_LIMIT, batch: WriteBatch | None = None
+    ) -> None:
         self._chunks: list[bytes] = []
+        self.batch = batch
+        #: What the batch calls when it closes (the connection's direct send); default: wake the writer.
+        self.flush: Callable[[], None] = self.wake
         self.size = 0  # bytes queued or being sent
         self._ready = trio.Event()
         self._drained = trio.Event()
@@ -88,17 +131,31 @@ class ConnectionOutbox:
         self._busy_seconds = 0.0
         #: When the send under way began (trio time; None: the writer is not sending).
         self.sending_since: float | None = None
+        self._bodies = False  # a large body waits among the chunks (write_body)
 
     def write(self, data: bytes) -> None:
         chunks = self._chunks
         if not chunks:  # the writer only ever waits for an empty outbox: wake it once per batch
-            self._ready.set()
+            batch = self.batch
+            if batch is not None and batch.open:
+                batch.outboxes.append(self)  # its close flushes this outbox
+            else:
+                self._ready.set()
         chunks.append(data)
         self.size += len(data)
         self.queued += len(data)
         if self._written is not None:
             self._written.set()
             self._written = None
+
+    def write_body(self, head: bytes, body: bytes) -> None:
+        """Queue a frame's bytes up to its body, the body by reference (not copied: see
+        ``take_buffers``) and the NUL."""
+        self.write(head)
+        self._chunks += (body, b"\0")
+        self.size += len(body) + 1
+        self.queued += len(body) + 1
+        self._bodies = True
 
     def has_room(self) -> bool:
         if self.size < self.soft_limit:
@@ -113,14 +170,59 @@ class ConnectionOutbox:
     def empty(self) -> bool:
         return self.size == 0
 
-    async def take(self) -> bytes:
-        """Wait for output and return all of it as one buffer."""
+    async def _output(self) -> None:
         while not self._chunks:
             await self._ready.wait()
             self._ready = trio.Event()
+
+    async def take(self) -> bytes:
+        """Wait for output and return all of it as one buffer."""
+        await self._output()
+        return self.take_now()
+
+    def wake(self) -> None:
+        """Wake the writer for what is queued."""
+        self._ready.set()
+
+    @property
+    def holds_bodies(self) -> bool:
+        """A large body waits among the chunks by reference (``write_body``, ``take_buffers``)."""
+        return self._bodies
+
+    def take_now(self) -> bytes:
+        """Everything queued as one buffer, without waiting (b"" if nothing is)."""
         chunks = self._chunks
         self._chunks = []
+        self._bodies = False
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    def put_back(self, data: bytes) -> None:
+        """``data`` from ``take_now`` was not sent: it goes first, and the writer sends it."""
+        self._chunks.insert(0, data)
+        self._ready.set()
+
+    async def take_buffers(self) -> list[bytes]:
+        """Wait for output and return all of it for one scatter/gather send: large bodies as
+        they are, the chunks between them joined (one buffer when there is no large body)."""
+        await self._output()
+        if not self._bodies:
+            return [self.take_now()]
+        chunks = self._chunks
+        self._chunks = []
+        self._bodies = False
+        buffers: list[bytes] = []
+        run: list[bytes] = []
+        for chunk in chunks:
+            if len(chunk) < LARGE_BODY:
+                run.append(chunk)
+                continue
+            if run:
+                buffers.append(b"".join(run))
+                run = []
+            buffers.append(chunk)
+        if run:
+            buffers.append(b"".join(run))
+        return buffers
 
     def sent(self, nbytes: int, now: float | None = None) -> None:
         """``nbytes`` taken earlier reached the socket, at ``now`` if the writer timed the send

@@ -31,8 +31,9 @@ rows ``batchId * 2**32 + row index``, so a retried task or a batch replayed afte
 a restart sends the same numbers and the broker drops what it already stored.
 That holds as long as a replayed batch has the same rows in the same order per
 partition (a deterministic source replayed from the checkpoint, such as this one
-or Kafka).  A batch write (``df.write``) is at-least-once, unless its rows carry
-``x-producer-id`` / ``x-producer-seq`` in their ``headers`` column.
+or Kafka).  A batch write (``df.write``) is at-least-once, unless given ``producerId``: then
+each task is the producer ``PRODUCERID/PARTITION`` numbering its rows by index (or by the
+``sequenceColumn``), so running the same write again, or retrying a task, adds nothing.
 """
 
 from __future__ import annotations
@@ -81,12 +82,16 @@ READ_OPTIONS = (
     "minOffsetsPerTrigger", "maxTriggerDelay", "group",
 )
 #: ``checkpointLocation`` and ``path`` are Spark's own (a streaming write's checkpoint, save(path)).
-WRITE_OPTIONS = ("url", "login", "passcode", "destination", "checkpointLocation", "path")
+WRITE_OPTIONS = ("url", "login", "passcode", "destination", "producerId", "sequenceColumn", "checkpointLocation",
+                 "path")
 #: The local properties Spark gives every task of a streaming query: the query's id (kept in the
 #: checkpoint, so a restarted query has it too) and the micro-batch's id.
 QUERY_ID_PROPERTY, BATCH_ID_PROPERTY = "sql.streaming.queryId", "streaming.sql.batchId"
 #: A streaming task's row ``i`` of batch ``b`` is its producer's number ``b * SEQ_PER_BATCH + i``.
 SEQ_PER_BATCH = 2**32
+#: Longest ``producerId``: the broker takes producer ids of up to 200 characters, and a task's
+#: adds ``/PARTITION``.
+PRODUCER_ID_CHARS = 180
 #: Kafka's default ``maxTriggerDelay``.
 TRIGGER_DELAY_DEFAULT = "15m"
 _DURATION = re.compile(r"(\d+)\s*(ms|s|m|h)")
@@ -445,9 +450,11 @@ class Sent(WriterCommitMessage):
     count: int
 
 
-def _frames(rows: Iterator[Any], default: str | None, producer: tuple[str, int] | None = None) -> Iterator[bytes]:
+def _frames(rows: Iterator[Any], default: str | None, producer: tuple[str, int] | None = None,
+            column: str | None = None) -> Iterator[bytes]:
     """The SENDs of ``rows``; with ``producer`` (id, first number) each is numbered for the broker
-    to drop repeats."""
+    to drop repeats: the first number plus the row's index, or the row's ``column``."""
+    last = -1
     for i, row in enumerate(rows):
         fields = row.asDict()
         destination = fields.get("destination") or default
@@ -464,31 +471,66 @@ def _frames(rows: Iterator[Any], default: str | None, producer: tuple[str, int] 
             headers["routing-key"] = str(fields["routing_key"])
         headers["receipt"] = str(i)
         if producer is not None:
-            if i >= SEQ_PER_BATCH:
-                raise StompmqError(f"a streaming task writes at most {SEQ_PER_BATCH} rows per micro-batch")
-            headers["x-producer-id"], headers["x-producer-seq"] = producer[0], str(producer[1] + i)
+            if column is None:
+                if i >= SEQ_PER_BATCH:
+                    raise StompmqError(f"a task writes at most {SEQ_PER_BATCH} numbered rows (per micro-batch)")
+                seq = producer[1] + i
+            else:
+                seq = _sequence(fields.get(column), column, last)
+                last = seq
+            headers["x-producer-id"], headers["x-producer-seq"] = producer[0], str(seq)
         yield encode_frame(Frame("SEND", headers, bytes(body)), "1.2")
 
 
+def _sequence(value: Any, column: str, last: int) -> int:
+    """A row's number from the ``sequenceColumn``: a whole number above the partition's last
+    (the broker would drop a lower one as a repeat, silently)."""
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 10**18:
+        raise StompmqError(f"option 'sequenceColumn': column {column!r} must hold whole numbers from 0 to 10**18 - 1,"
+                           f" not {value!r}")
+    if value <= last:
+        raise StompmqError(f"option 'sequenceColumn': {column!r} must rise within each partition ({value} after "
+                           f"{last}); sort the rows (sortWithinPartitions) before the write")
+    return value
+
+
 class StompmqWriter(DataSourceWriter):
-    """``df.write``: each row is a SEND; a task is done once the broker stored all of them."""
+    """``df.write``: each row is a SEND; a task is done once the broker stored all of them.  With
+    ``producerId`` each task is the idempotent producer ``PRODUCERID/PARTITION`` (its rows numbered
+    by index, or by ``sequenceColumn``): the same write again adds nothing (docs/decisions/
+    batch-write-idempotency.md)."""
 
     def __init__(self, opts: Options, options: Mapping[str, str]) -> None:
         self.opts = opts
         self.destination = options.get("destination")
+        self.producer_id = options.get("producerId")
+        self.column = options.get("sequenceColumn")
+        if self.column is not None and self.producer_id is None:
+            raise StompmqError("option 'sequenceColumn' needs 'producerId'")
+        if self.producer_id is not None and not 0 < len(self.producer_id) <= PRODUCER_ID_CHARS:
+            raise StompmqError(f"option 'producerId' must be 1 to {PRODUCER_ID_CHARS} characters")
 
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
-        return self.send(iterator)
+        if self.producer_id is None:
+            return self.send(iterator)
+        context = TaskContext.get()
+        if context is None:
+            raise StompmqError("option 'producerId' needs a Spark task (its partition id)")
+        return self.send(iterator, (f"{self.producer_id}/{context.partitionId()}", 0))
 
     def send(self, iterator: Iterator[Any], producer: tuple[str, int] | None = None) -> WriterCommitMessage:
         with self.opts.connect() as conn:
-            return Sent(conn.send_all(_frames(iterator, self.destination, producer)))
+            return Sent(conn.send_all(_frames(iterator, self.destination, producer, self.column)))
 
 
 class StompmqStreamWriter(DataSourceStreamWriter):
     """``df.writeStream``: exactly once, each task an idempotent producer (see the module doc)."""
 
     def __init__(self, opts: Options, options: Mapping[str, str]) -> None:
+        for name in ("producerId", "sequenceColumn"):
+            if name in options:
+                raise StompmqError(f"option {name!r} applies to batch writes (df.write) only: a streaming write is"
+                                   " exactly once by itself")
         self.writer = StompmqWriter(opts, options)
 
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:

@@ -85,9 +85,10 @@ def vhost_space(vhost: str) -> str:
 #: Longest vhost name, in bytes of UTF-8 (the ``vhost`` columns hold 255).
 VHOST_NAME_BYTES = 255
 
-#: The SEND headers of an idempotent stream append, stored with the entry: the producer's id and
-#: its sequence number.  A store keeps each producer's highest number in the commit of the
-#: entry (``stream_producers``), so the entry and the producer's position are one fact.
+#: The SEND headers of an idempotent stream append: the producer's id and its sequence number.
+#: The engine takes them off the entry (``StreamMessage.producer``): a store keeps each producer's
+#: highest number in the commit of the entry (``stream_producers``), so the entry and the
+#: producer's position are one fact, and the entry's stored headers stay the sender's others.
 PRODUCER_HEADER, PRODUCER_SEQ_HEADER = "x-producer-id", "x-producer-seq"
 #: Longest producer id, in characters (the ``producer`` column holds it).
 PRODUCER_ID_LENGTH = 200
@@ -95,15 +96,14 @@ PRODUCER_ID_LENGTH = 200
 GROUP_NAME_LENGTH = 200
 
 
-def producer_positions(rows: Iterable[tuple[str, dict[str, str]]]) -> dict[tuple[str, str], int]:
-    """Per (stream, producer), the highest sequence number among ``rows`` (stream, headers):
-    what a commit of these appends writes to ``stream_producers``.  The engine checked both
-    headers before the entry was buffered."""
+def producer_positions(producers: Iterable[tuple[str, tuple[str, int] | None]]) -> dict[tuple[str, str], int]:
+    """Per (stream, producer), the highest sequence number among ``producers`` (stream, the
+    append's (producer, seq) or None): what a commit of these appends writes to
+    ``stream_producers``.  The engine checked both before the entry was buffered."""
     positions: dict[tuple[str, str], int] = {}
-    for name, headers in rows:
-        producer = headers.get(PRODUCER_HEADER)
+    for name, producer in producers:
         if producer is not None:
-            key, seq = (name, producer), int(headers[PRODUCER_SEQ_HEADER])
+            key, seq = (name, producer[0]), producer[1]
             if seq > positions.get(key, -1):
                 positions[key] = seq
     return positions
@@ -221,7 +221,7 @@ class StreamMessage(StoredMessage):
     entry, so the size of any offset range is a difference of two point lookups.
     """
 
-    __slots__ = ("offset", "bytes_before", "encoded")
+    __slots__ = ("offset", "bytes_before", "encoded", "producer")
 
     def __init__(
         self,
@@ -233,10 +233,14 @@ class StreamMessage(StoredMessage):
         timestamp: int,
         offset: int,
         bytes_before: int,
+        producer: tuple[str, int] | None = None,
     ) -> None:
         super().__init__(seq, stream, priority, headers, body, timestamp)
         self.offset = offset
         self.bytes_before = bytes_before
+        #: An idempotent producer's append: (producer id, seq), written to ``stream_producers`` in
+        #: the entry's commit, not with the entry; None for a plain append or an entry read back.
+        self.producer = producer
         #: Broker-private, never stored: (protocol version, the MESSAGE's encoded tail).
         self.encoded: tuple[str, bytes] | None = None
 

@@ -230,6 +230,7 @@ class GroupCommitStore(Store):
         self._urgent = False  # commit the batch without waiting for the interval
         self._kick = trio.Event()  # wakes the commit loop
         self._asleep_until = math.inf  # the deadline the commit loop sleeps to (inf: none, or awake)
+        self._sleep: trio.CancelScope | None = None  # the commit loop's sleep, while it sleeps
         self._inflight: _Group | None = None
         self._group_finished = trio.Event()  # set (and replaced) each time a group finishes
         self._held_back: frozenset[int] = frozenset()  # seqs left out of the last timed group (once only)
@@ -431,12 +432,18 @@ class GroupCommitStore(Store):
         self._structural.append(op)
 
     def _batch_started(self) -> None:
-        """A loop already asleep to an earlier flush deadline is not woken: it wakes by then and
-        sleeps on to this batch's. At low rates, where each message empties the buffer (write-behind)
-        and the next refills it, this saves a wake-up of the commit loop per message."""
-        self._pending_since = trio.current_time()
+        """The commit loop is not woken: a loop asleep to an earlier flush deadline wakes by then
+        and sleeps on to this batch's, one asleep with nothing to do sleeps to this batch's
+        deadline instead.  At low rates, where each message empties the buffer (write-behind: its
+        delete follows in the same step) and the next refills it, a wake-up per message was most
+        of what the commit loop cost."""
+        self._pending_since = now = trio.current_time()
         if self._asleep_until == math.inf:
-            self._kick.set()
+            sleep = self._sleep
+            if sleep is None:  # awake: it looks at the buffer before it sleeps again
+                self._kick.set()
+            else:
+                sleep.deadline = self._asleep_until = now + self._flush_interval
 
     def _hurry(self) -> None:
         self._urgent = True
@@ -510,10 +517,11 @@ class GroupCommitStore(Store):
             self._kick = trio.Event()
             self._asleep_until = deadline
             try:
-                with trio.move_on_at(deadline):
+                with trio.move_on_at(deadline) as self._sleep:
                     await self._kick.wait()
             finally:
                 self._asleep_until = math.inf
+                self._sleep = None
 
     async def _wait_idle(self) -> None:
         while self._inflight is not None:
@@ -583,7 +591,8 @@ class GroupCommitStore(Store):
         if self.shared:
             held = frozenset(seq for seq, (kind, m) in ops.items() if kind != DELETE and m.held)
         stream_rows: list[StreamRow] = [
-            (m.space + m.queue, m.offset, m.seq, m.priority, m.timestamp, m.headers, m.body, m.bytes_before)
+            (m.space + m.queue, m.offset, m.seq, m.priority, m.timestamp, m.headers, m.body, m.bytes_before,
+             m.producer)
             for m in appends
         ]
         return GroupRows(structural, inserts, updates, deletes, self._last_seq, held, self.claims_epoch(),

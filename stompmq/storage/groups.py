@@ -147,10 +147,11 @@ DelayedRow = tuple[int, str, int, dict[str, str], bytes, float | None, int, int 
 UpdateRow = tuple[bool, int, int, int]
 # (seq,)
 DeleteRow = tuple[int]
-# (stream, offset, seq, priority, timestamp, headers, body, bytes_before): appended, never changed.
-# On a shared store ``offset`` is ``UNNUMBERED`` and the backend numbers the rows (offset,
-# bytes_before, timestamp kept non-decreasing) from the stream's counter row.
-StreamRow = tuple[str, int, int, int, int, dict[str, str], bytes, int]
+# (stream, offset, seq, priority, timestamp, headers, body, bytes_before, producer): appended, never
+# changed.  On a shared store ``offset`` is ``UNNUMBERED`` and the backend numbers the rows (offset,
+# bytes_before, timestamp kept non-decreasing) from the stream's counter row.  ``producer`` is an
+# idempotent append's (producer id, seq) (``StreamMessage.producer``), else None.
+StreamRow = tuple[str, int, int, int, int, dict[str, str], bytes, int, tuple[str, int] | None]
 # (stream, group, committed offset or None to forget the group): one row per (stream, group).
 GroupOffsetRow = tuple[str, str, int | None]
 

@@ -35,8 +35,6 @@ import psycopg
 
 from stompmq.storage import jsontext, recovery
 from stompmq.storage.base import (
-    PRODUCER_HEADER,
-    PRODUCER_SEQ_HEADER,
     StreamMessage,
     StreamRecord,
     StreamState,
@@ -205,12 +203,12 @@ class SharedStreams:
         for name in {row[0] for row in rows}:  # made before the COPY: no other statement during it
             ready[name] = counters.get(name) or self._new_counter(cur, name)
         counters.update(ready)
-        positions = producer_positions((row[0], row[5]) for row in rows)
+        positions = producer_positions((row[0], row[8]) for row in rows)
         if positions:
             rows = self._new_appends(cur, rows, positions, ready)
         with cur.copy(COPY_SQL) as copy:
             copy.set_types(COPY_TYPES)
-            for name, _, seq, prio, ts, hdrs, body, _ in rows:
+            for name, _, seq, prio, ts, hdrs, body, _, _ in rows:
                 counter = ready[name]
                 offset = counter.next
                 ts = max(ts, counter.last_ts)
@@ -233,9 +231,8 @@ class SharedStreams:
                 stored[name, producer] = seq
         kept = []
         for row in rows:
-            producer = row[5].get(PRODUCER_HEADER)
-            if producer is not None:
-                key, seq = (row[0], producer), int(row[5][PRODUCER_SEQ_HEADER])
+            if row[8] is not None:
+                key, seq = (row[0], row[8][0]), row[8][1]
                 if seq <= stored.get(key, -1):
                     continue
                 stored[key] = seq

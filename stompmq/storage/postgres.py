@@ -106,7 +106,7 @@ from stompmq.storage.groups import (
     TopicMessage,
     TrimStream,
 )
-from stompmq.storage.migrate import upgrade_to_head
+from stompmq.storage.migrate import VERSION_SQL, is_current, upgrade_to_head
 from stompmq.storage.pg_streams import SharedStreams
 
 log = logging.getLogger(__name__)
@@ -150,9 +150,9 @@ COPY_SQL = (
 COPY_TYPES = ["int8", "int4", "int4", "text", "bytea", "bool", "float8", "int4", "int8", "text", "int8", "int8"]
 DELAYED_COPY_SQL = (
     "COPY delayed_messages (seq, queue_id, priority, headers, body, ack_timeout, timestamp, expires,"
-    " deliver_at, owner) FROM STDIN (FORMAT BINARY)"
+    " deliver_at, owner, owner_epoch) FROM STDIN (FORMAT BINARY)"
 )
-DELAYED_COPY_TYPES = ["int8", "int4", "int4", "text", "bytea", "float8", "int8", "int8", "int8", "text"]
+DELAYED_COPY_TYPES = ["int8", "int4", "int4", "text", "bytea", "float8", "int8", "int8", "int8", "text", "int8"]
 #: Frees claimed rows (``{where}``), ready again with their redelivery count grown by ``{added}``,
 #: and names the queues that got ready rows.
 FREE_ROWS_SQL = (
@@ -176,39 +176,53 @@ UPDATE_SQL = (
 #: Acked or discarded rows: this broker's own claims, or free rows (an expired message it swept);
 #: never a row another broker holds (a stale ACK of a delivery that was taken over).
 DELETE_SQL = "DELETE FROM messages AS m WHERE m.seq = ANY(%(seqs)s) AND (m.owner IS NULL OR " + MINE + ")"
+#: Promoted or expired delayed rows, fenced alike: a delayed row another broker took over stays its.
+DELAYED_DELETE_SQL = "DELETE FROM delayed_messages AS m WHERE m.seq = ANY(%(seqs)s) AND (m.owner IS NULL OR " + MINE + ")"
 #: Rows a broker may claim: not out for delivery, and not held under the current lease epoch of
 #: another broker whose lease is running (free, its own, a lapsed broker's, or claimed under an
 #: epoch that ended).  A row taken from a lapsed claim counts a redelivery, as in ``free_owner``:
 #: its holder may have delivered it with the delivered mark still in its buffer.
 #: (A scalar subquery, not NOT EXISTS: the planner makes that an anti-join, which the re-check of a
 #: row another broker claimed while this read ran does not evaluate again, so both took it.)
-FREE = (
-    "m.delivered = false AND (m.owner IS NULL OR (SELECT b.epoch FROM brokers b WHERE b.id = m.owner"
+UNCLAIMED = (
+    "(m.owner IS NULL OR (SELECT b.epoch FROM brokers b WHERE b.id = m.owner"
     " AND b.lease_until >= now() AND b.id <> %(me)s) IS DISTINCT FROM m.owner_epoch)"
 )
+FREE = "m.delivered = false AND " + UNCLAIMED
+#: Rows a claim takes, in delivery order: from the queue's start ({after} = "true"), or after a key.
+PICK = ("SELECT seq FROM messages AS m WHERE queue_id = %(q)s AND {after} AND " + FREE
+        + " ORDER BY priority DESC, seq LIMIT %(limit)s FOR UPDATE SKIP LOCKED")
+#: After a key: its priority level past its seq, then the lower levels, each a range of
+#: ix_messages_queue_order read lazily (the second only if the first comes short).  One condition
+#: ``priority < p OR (priority = p AND seq > s)`` made a bitmap scan of every index entry after
+#: the key, those of deleted rows included (a bitmap scan never marks them dead), at every claim.
+PICK_AFTER = (
+    "level AS (" + PICK.format(after="priority = %(p)s AND seq > %(s)s") + "), lower AS ("
+    + PICK.format(after="priority < %(p)s") + "), picked AS (SELECT seq FROM level UNION ALL SELECT seq FROM lower"
+    " LIMIT %(limit)s)"
+)
 CLAIM_SQL = (
-    "WITH picked AS (SELECT seq FROM messages AS m WHERE queue_id = %(q)s AND {after} AND " + FREE
-    + " ORDER BY priority DESC, seq LIMIT %(limit)s FOR UPDATE SKIP LOCKED)"
-    " UPDATE messages AS m SET owner = %(me)s, owner_epoch = %(epoch)s, redeliveries = m.redeliveries"
+    "WITH {picked} UPDATE messages AS m SET owner = %(me)s, owner_epoch = %(epoch)s, redeliveries = m.redeliveries"
     " + CASE WHEN m.owner IS NULL OR (m.owner = %(me)s AND m.owner_epoch = %(epoch)s) THEN 0 ELSE 1 END"
     " FROM picked WHERE m.seq = picked.seq"
     " RETURNING " + ", ".join("m." + c for c in READY_COLUMNS)
 )
+CLAIM_FIRST_SQL = CLAIM_SQL.format(picked="picked AS (" + PICK.format(after="true") + ")")
+CLAIM_AFTER_SQL = CLAIM_SQL.format(picked=PICK_AFTER)
 #: Ready messages of a queue whoever holds them, claiming none (a browsing subscriber's page).
 BROWSE_SQL = (
     "SELECT " + ", ".join(READY_COLUMNS) + " FROM messages WHERE queue_id = %(q)s AND {after} AND NOT delivered"
     " ORDER BY priority DESC, seq LIMIT %(limit)s"
 )
-AFTER_NOTHING = "true"
-AFTER_KEY = "(priority < %(p)s OR (priority = %(p)s AND seq > %(s)s))"
-#: Delayed rows of one vhost a broker may claim, by (deliver_at, seq) after a key: a range of
-#: their index (each vhost's engine pages its own).
+BROWSE_FIRST_SQL = BROWSE_SQL.format(after="true")
+BROWSE_AFTER_SQL = BROWSE_SQL.format(after="(priority < %(p)s OR (priority = %(p)s AND seq > %(s)s))")
+#: Delayed rows of one vhost a broker may claim (as ready ones: ``UNCLAIMED``), by (deliver_at, seq)
+#: after a key: a range of their index (each vhost's engine pages its own).
 CLAIM_DUE_SQL = (
-    "WITH picked AS (SELECT seq FROM delayed_messages WHERE {after}"
-    " AND queue_id IN (SELECT id FROM queues WHERE vhost = %(vhost)s) AND (owner IS NULL OR owner = %(me)s"
-    " OR owner IN (SELECT id FROM brokers WHERE lease_until < now()))"
-    " ORDER BY deliver_at, seq LIMIT %(limit)s FOR UPDATE SKIP LOCKED)"
-    " UPDATE delayed_messages AS d SET owner = %(me)s FROM picked, queues q"
+    "WITH picked AS (SELECT seq FROM delayed_messages AS m WHERE {after}"
+    " AND queue_id IN (SELECT id FROM queues WHERE vhost = %(vhost)s) AND " + UNCLAIMED
+    + " ORDER BY deliver_at, seq LIMIT %(limit)s FOR UPDATE SKIP LOCKED)"
+    " UPDATE delayed_messages AS d SET owner = %(me)s, owner_epoch = %(epoch)s FROM picked, queues q"
     " WHERE d.seq = picked.seq AND q.id = d.queue_id"
     " RETURNING d.seq, q.name, d.priority, d.headers, d.body, d.timestamp, d.ack_timeout, d.expires, d.deliver_at"
 )
@@ -250,6 +264,15 @@ def _connect(url: str) -> psycopg.Connection[Any]:
         raise StoreError(f"cannot connect to {masked(url)}: {_one_line(exc)}") from None
 
 
+def _stored_revisions(conn: psycopg.Connection[Any]) -> list[str]:
+    """The schema revisions alembic recorded; none on a new database (autocommit: the failed
+    statement aborts nothing)."""
+    try:
+        return [row[0] for row in conn.execute(VERSION_SQL)]
+    except psycopg.errors.UndefinedTable:
+        return []
+
+
 class PostgresBackend:
     """A PostgreSQL database as the group-commit engine's thread sees it; every method blocks."""
 
@@ -280,11 +303,12 @@ class PostgresBackend:
     def open(self) -> Recovery:
         conn = self._conn = _connect(self.url)
         try:
-            conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK,))
-            try:
-                upgrade_to_head(_sqlalchemy_url(self.url))
-            finally:
-                conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK,))
+            if not is_current(_stored_revisions(conn)):
+                conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK,))
+                try:
+                    upgrade_to_head(_sqlalchemy_url(self.url))
+                finally:
+                    conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK,))
         except Exception as exc:  # psycopg, alembic and SQLAlchemy errors alike
             raise StoreError(f"cannot migrate {self.name}: {_one_line(exc)}") from None
         try:
@@ -405,17 +429,18 @@ class PostgresBackend:
         delivered a row within its last flush interval without the mark reaching the database,
         so every row it held counts a redelivery (``redelivered:true``, as RabbitMQ marks what
         may have been delivered): a duplicate is never unmarked."""
-        delayed = conn.execute("UPDATE delayed_messages SET owner = NULL WHERE owner = %s", (owner,)).rowcount
-        if delayed:  # no queue names them yet: every broker looks at its delayed messages again ("*")
-            conn.execute("SELECT pg_notify(%s, '*')", (CHANNEL,))
         return PostgresBackend._free_rows(conn, "1" if died else "delivered::int", "owner = %s", (owner,))
 
     @staticmethod
     def _free_rows(db: psycopg.Connection[Any] | psycopg.Cursor[Any], added: str, where: str,
                    params: tuple[Any, ...]) -> list[str]:
         """Make the rows ``where`` names free and ready, their redelivery count grown by the SQL
-        expression ``added``; the names of the queues that got ready rows."""
+        expression ``added``, and the delayed rows it names free; the names of the queues that got
+        ready rows."""
         rows = db.execute(FREE_ROWS_SQL.format(added=added, where=where), params).fetchall()
+        delayed = db.execute(f"UPDATE delayed_messages SET owner = NULL, owner_epoch = NULL WHERE {where}", params)
+        if delayed.rowcount:  # no queue names them yet: every broker looks at its delayed messages again
+            db.execute("SELECT pg_notify(%s, '*')", (CHANNEL,))
         return [vhost_space(vhost) + name for vhost, name in rows]
 
     @staticmethod
@@ -480,9 +505,7 @@ class PostgresBackend:
             if group.deletes:
                 cur.execute(DELETE_SQL, {**mine, "seqs": [seq for (seq,) in group.deletes]})
             if group.delayed_deletes:
-                cur.execute(
-                    "DELETE FROM delayed_messages WHERE seq = ANY(%s)", ([seq for (seq,) in group.delayed_deletes],)
-                )
+                cur.execute(DELAYED_DELETE_SQL, {**mine, "seqs": [seq for (seq,) in group.delayed_deletes]})
             if group.updates:
                 delivered, redeliveries, priorities, seqs = (list(c) for c in zip(*group.updates, strict=True))
                 cur.execute(UPDATE_SQL, {
@@ -499,7 +522,7 @@ class PostgresBackend:
             if group.delayed:
                 if replace:
                     cur.execute("DELETE FROM delayed_messages WHERE seq = ANY(%s)", ([row[0] for row in group.delayed],))
-                self._copy_delayed(cur, group.delayed, held)
+                self._copy_delayed(cur, group.delayed, held, claims)
             for op in releases:
                 self._release(cur, op.queue, held, freed)
             if group.stream_rows:
@@ -538,17 +561,17 @@ class PostgresBackend:
                      me if mine else None, epoch if mine else None, exp)
                 )
 
-    def _copy_delayed(self, cur: psycopg.Cursor[Any], rows: list[DelayedRow], held: frozenset[int]) -> None:
+    def _copy_delayed(self, cur: psycopg.Cursor[Any], rows: list[DelayedRow], held: frozenset[int],
+                      epoch: int | None) -> None:
         """Delayed rows this broker holds in memory are claimed; the others are free for any broker."""
         ids = self._queue_ids_of(cur, rows)
         me = self.broker_id
         with cur.copy(DELAYED_COPY_SQL) as copy:
             copy.set_types(DELAYED_COPY_TYPES)
             for seq, name, prio, hdrs, body, ack, ts, exp, due in rows:
-                copy.write_row(
-                    (seq, ids[name], prio, _headers_text(hdrs), body, ack, ts, exp, due,
-                     me if seq in held else None)
-                )
+                mine = seq in held
+                copy.write_row((seq, ids[name], prio, _headers_text(hdrs), body, ack, ts, exp, due,
+                                me if mine else None, epoch if mine else None))
 
     def _apply(self, cur: psycopg.Cursor[Any], op: StructuralOp, freed: set[str]) -> None:
         match op:
@@ -663,7 +686,8 @@ class PostgresBackend:
     def load_ready(self, queue: str, after: tuple[int, int] | None, limit: int) -> Sequence[StoredMessage]:
         """Claim up to ``limit`` free ready messages of ``queue`` after ``after`` for this broker,
         telling the other brokers that its subscribers want that queue (claim on demand)."""
-        messages = self._ready(CLAIM_SQL, {"me": self.broker_id, "epoch": self.epoch}, queue, after, limit)
+        messages = self._ready(CLAIM_FIRST_SQL, CLAIM_AFTER_SQL, {"me": self.broker_id, "epoch": self.epoch},
+                               queue, after, limit)
         for msg in messages:
             msg.held = True  # claimed for this broker by this read
         return messages
@@ -682,27 +706,25 @@ class PostgresBackend:
 
     def browse(self, queue: str, after: tuple[int, int] | None, limit: int) -> Sequence[StoredMessage]:
         """Up to ``limit`` ready messages of ``queue`` after ``after``, whichever broker holds them."""
-        return self._ready(BROWSE_SQL, {}, queue, after, limit)
+        return self._ready(BROWSE_FIRST_SQL, BROWSE_AFTER_SQL, {}, queue, after, limit)
 
-    def _ready(self, sql: str, params: dict[str, Any], queue: str, after: tuple[int, int] | None,
-               limit: int) -> list[StoredMessage]:
-        """Ready rows of ``queue`` after ``after`` in delivery order, read by ``sql`` (CLAIM_SQL or
-        BROWSE_SQL, formatted with the ``after`` condition) in one transaction."""
+    def _ready(self, first: str, following: str, params: dict[str, Any], queue: str,
+               after: tuple[int, int] | None, limit: int) -> list[StoredMessage]:
+        """Ready rows of ``queue`` in delivery order, from its start (query ``first``) or after
+        ``after`` (``following``), read in one transaction; a claim also tells the other brokers
+        that subscribers here want the queue (``_demand``)."""
         conn = self._connection()
         try:
             with conn.transaction(), conn.cursor() as cur:
-                if sql is CLAIM_SQL:
+                if first is CLAIM_FIRST_SQL:
                     self._demand(cur, queue)
                 queue_id = self._queue_id(cur, queue, create=False)
                 if queue_id is None or limit <= 0:
                     return []
                 params = {**params, "q": queue_id, "limit": limit}
-                if after is None:
-                    query = sql.format(after=AFTER_NOTHING)
-                else:
+                if after is not None:
                     params["p"], params["s"] = -after[0], after[1]
-                    query = sql.format(after=AFTER_KEY)
-                rows = cur.execute(query, params).fetchall()
+                rows = cur.execute(first if after is None else following, params).fetchall()
         except psycopg.Error as exc:
             raise StoreError(f"cannot read {self.name}: {_one_line(exc)}") from None
         rows.sort(key=lambda r: (-r[1], r[0]))  # UPDATE ... RETURNING keeps no order
@@ -720,9 +742,9 @@ class PostgresBackend:
         """Claim up to ``limit`` free delayed messages of ``vhost`` after ``after`` = (deliver_at, seq)."""
         if limit <= 0:
             return []
-        params: dict[str, Any] = {"me": self.broker_id, "limit": limit, "vhost": vhost}
+        params: dict[str, Any] = {"me": self.broker_id, "epoch": self.epoch, "limit": limit, "vhost": vhost}
         if after is None:
-            query = CLAIM_DUE_SQL.format(after=AFTER_NOTHING)
+            query = CLAIM_DUE_SQL.format(after="true")
         else:
             params["d"], params["s"] = after
             query = CLAIM_DUE_SQL.format(after=DUE_AFTER_KEY)

@@ -174,6 +174,8 @@ delayed_messages = Table(
     Column("deliver_at", BigInteger, nullable=False),
     # The broker holding the row in memory (PostgreSQL; as messages.owner).  Always NULL on SQLite.
     Column("owner", String(BROKER_ID_LENGTH), nullable=True),
+    # The owner's lease epoch when it claimed the row (migration 0014), as messages.owner_epoch.
+    Column("owner_epoch", BigInteger, nullable=True),
 )
 
 Index("ix_delayed_messages_deliver_at", delayed_messages.c.deliver_at, delayed_messages.c.seq)

@@ -72,7 +72,7 @@ from stompmq.storage.groups import (
     TopicMessage,
     TrimStream,
 )
-from stompmq.storage.migrate import upgrade_to_head
+from stompmq.storage.migrate import VERSION_SQL, is_current, upgrade_to_head
 
 # ``PRAGMA quick_check`` reads every page of the file: seconds for a backlog of millions of
 # messages, all before the first delivery.  A file up to this size is checked whole at open (well
@@ -224,11 +224,20 @@ class SQLiteBackend:
         self._check_paths()
         self._lock()
         self._conn = self._connect()
-        try:
-            upgrade_to_head(f"sqlite:///{self.path}")
-        except Exception as exc:
-            raise StoreError(f"cannot migrate {self.path}: {_one_line(exc)}") from exc
+        if not is_current(self._stored_revisions(self._conn)):
+            try:
+                upgrade_to_head(f"sqlite:///{self.path}")
+            except Exception as exc:
+                raise StoreError(f"cannot migrate {self.path}: {_one_line(exc)}") from exc
         return self._recover()
+
+    @staticmethod
+    def _stored_revisions(conn: sqlite3.Connection) -> list[str]:
+        """The schema revisions alembic recorded; none if it cannot say (alembic then decides)."""
+        try:
+            return [row[0] for row in conn.execute(VERSION_SQL)]
+        except sqlite3.Error:  # no such table: a new file
+            return []
 
     def close(self) -> None:
         """Close the connection and release the file lock; safe after a failed open."""
@@ -376,7 +385,7 @@ class SQLiteBackend:
                     conn.executemany(DELAYED_INSERT_SQL, self._delayed_params(conn, group.delayed, created))
                 if group.stream_rows:
                     conn.executemany(STREAM_INSERT_SQL, self._stream_params(conn, group.stream_rows, created))
-                    positions = producer_positions((row[0], row[5]) for row in group.stream_rows)
+                    positions = producer_positions((row[0], row[8]) for row in group.stream_rows)
                     if positions:
                         conn.executemany(PRODUCER_UPSERT_SQL, [
                             (self._stream_ids[name], producer, seq) for (name, producer), seq in positions.items()
@@ -489,7 +498,7 @@ class SQLiteBackend:
         ids = {name: self._make_stream(conn, name, created) for name in {row[0] for row in rows}}
         return [
             (ids[name], offset, seq, prio, ts, _headers_text(hdrs), body, before)
-            for name, offset, seq, prio, ts, hdrs, body, before in rows
+            for name, offset, seq, prio, ts, hdrs, body, before, _ in rows
         ]
 
     def _save_groups(self, conn: sqlite3.Connection, rows: list[GroupOffsetRow], created: list[str]) -> None:

@@ -32,6 +32,9 @@ class FakeOutbox:
         self.queued += len(data)
         self.frames.extend(self.parser.feed(data))
 
+    def write_body(self, head: bytes, body: bytes) -> None:
+        self.write(b"%s%s\0" % (head, body))
+
     def has_room(self) -> bool:
         return self.room
 

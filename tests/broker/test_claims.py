@@ -138,3 +138,32 @@ def test_claims_of_a_lapsed_lease_are_dropped_and_never_come_back() -> None:
     broker.handle(session, Frame("NACK", {"id": held.headers["ack"]}))  # would requeue it here
     run_reads(broker)
     assert bodies(out) == []
+
+
+def test_a_broker_whose_lease_may_have_lapsed_promotes_no_delayed_message() -> None:
+    broker, store = started()
+    out = client_subscriber(broker, "q", prefetch=10)
+    send(broker, "q", "later", delay="1000")
+    store.valid = False
+    run(broker, 3.0)  # due, but another broker may promote it now
+    assert bodies(out) == []
+    store.valid = True
+    broker.claims_renewed(False)  # the lease was still there: this broker promotes it
+    run(broker, 3.0)
+    assert bodies(out) == ["later"]
+
+
+def test_delayed_messages_of_a_lapsed_lease_are_dropped() -> None:
+    broker, store = started()
+    out = client_subscriber(broker, "q", prefetch=10)
+    send(broker, "q", "later", delay="1000")
+    store.valid = False
+    run(broker, 3.0)
+    for seq, (msg, _, _) in list(store.rows.items()):  # another broker took the delayed row over
+        if msg.deliver_at is not None:
+            del store.rows[seq]
+    store.valid = True
+    broker.claims_renewed(True)
+    run(broker, 5.0)
+    assert bodies(out) == []  # that broker promotes it: here it is neither promoted nor in memory
+    assert len(broker.dispatcher.delayed) == 0

@@ -168,6 +168,9 @@ def test_clean_frames_are_all_taken_by_the_fast_path() -> None:
     pos, crlf = _frames_c.scan(stream, 0, False, "1.2", Limits(), frames)
     assert pos == len(stream)
     assert _shape(frames) == _shape(FrameParser(native=False).feed(bytes(stream)))
+    read: list[Frame] = []  # a socket read (bytes) is scanned where it lies, the same
+    assert _frames_c.scan(bytes(stream), 0, False, "1.2", Limits(), read) == (pos, crlf)
+    assert _shape(read) == _shape(frames)
 
 
 @pytest.mark.parametrize(
@@ -214,6 +217,27 @@ def test_encode_message_tail_matches(
 ) -> None:
     args = (priority, timestamp, expires, headers, body, version)
     assert _outcome(_frames_c.encode_message_tail, *args) == _outcome(encoder._message_tail, *args)
+
+
+@_FUZZ
+@given(st.one_of(st.integers(0, 9), _INT64), _INT64, st.none() | _INT64,
+       st.dictionaries(_TEXT, _TEXT, max_size=5), st.binary(max_size=50), _ANY_VERSION)
+def test_encode_message_tail_headers_matches(
+    priority: int, timestamp: int, expires: int | None, headers: dict[str, str], body: bytes, version: str
+) -> None:
+    """The tail up to its blank line: the same bytes from both, and with the body and a NUL after
+    it the whole tail (what the server sends by scatter/gather)."""
+    args = (priority, timestamp, expires, headers, len(body), version)
+    outcome = _outcome(_frames_c.encode_message_tail_headers, *args)
+    assert outcome == _outcome(encoder._message_tail_headers, *args)
+    if outcome[0] == "ok":
+        assert outcome[1] + body + b"\0" == _frames_c.encode_message_tail(*args[:4], body, version)
+
+
+def test_encode_message_tail_headers_refuses_a_negative_length() -> None:
+    for function in (_frames_c.encode_message_tail_headers, encoder._message_tail_headers):
+        with pytest.raises(ValueError):
+            function(4, 0, None, {}, -1, "1.2")
 
 
 def test_encoders_refuse_unencodable_text_alike() -> None:

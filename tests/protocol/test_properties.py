@@ -149,6 +149,35 @@ def test_s01_any_mix_of_lf_and_crlf_parses_the_same(frames: list[Frame], data: s
     assert _feed_in_chunks(FrameParser(), stream, cuts) == [_as_parsed(f) for f in frames]
 
 
+@_NO_DEADLINE
+@given(st.lists(st.one_of(_frames("1.2"), st.integers(parser_module.ASSEMBLE_BODIES - 2, 3 * 65536)), max_size=6),
+       st.booleans(), st.data())
+def test_s01_large_bodies_over_many_reads(items: list[Frame | int], views: bool, data: st.DataObject) -> None:
+    """Bodies large enough to be assembled from their reads' pieces, among small frames, cut
+    anywhere and fed as socket reads (bytes) or as views: the same frames as in one read."""
+    frames = [f if isinstance(f, Frame) else Frame("SEND", {"destination": "/q"}, bytes([f % 251]) * f) for f in items]
+    stream = b"".join(encode_frame(f, "1.2") for f in frames)
+    cuts = data.draw(st.lists(st.integers(0, len(stream)), max_size=12))
+    got: list[Frame] = []
+    parser, start = FrameParser(), 0
+    for cut in [*sorted(cuts), len(stream)]:
+        got += parser.feed(memoryview(stream)[start:cut] if views else stream[start:cut])
+        start = max(start, cut)
+    assert got == [_as_parsed(f) for f in frames]
+    assert all(type(f.body) is bytes for f in got)
+
+
+@_NO_DEADLINE
+@given(st.integers(parser_module.ASSEMBLE_BODIES, 100_000), st.data())
+def test_an_assembled_body_without_its_nul_is_refused_as_in_one_read(size: int, data: st.DataObject) -> None:
+    stream = b"SEND\nreceipt:r\ncontent-length:%d\n\n%sX\0" % (size, b"b" * size)
+    cuts = data.draw(st.lists(st.integers(0, len(stream)), max_size=8))
+    error, frames = _outcome(FrameParser(), stream, cuts)
+    assert error is not None and frames == []
+    assert (error.message, error.receipt_id) == (
+        f"frame body is not followed by NUL after content-length {size}", "r")
+
+
 _SMALL_LIMITS = Limits(max_body=40, max_header_bytes=40, max_headers=3)
 """Small enough that random input reaches every limit."""
 

@@ -13,6 +13,7 @@ from stompmq.server.auth import (
     User,
     Users,
     UsersFileError,
+    _DUMMY_HASH,
     hash_password,
     required_permissions,
     verify_password,
@@ -33,6 +34,11 @@ def test_unknown_user_and_wrong_password_look_the_same() -> None:
     assert users.authenticate("alice", "nope") is None
     assert users.authenticate("mallory", "pw") is None
     assert users.authenticate(None, None) is None
+
+
+def test_the_unknown_users_hash_is_a_real_scrypt_hash() -> None:
+    """Written out to keep scrypt off the start-up path; it must cost what a real check costs."""
+    assert _DUMMY_HASH == hash_password("", salt=bytes(16))
 
 
 def test_the_users_file_round_trips(tmp_path: Path) -> None:

@@ -13,6 +13,8 @@ from stompmq.spark.client import StompmqError
 from stompmq.spark.source import (
     Starting,
     StompmqStreamReader,
+    StompmqStreamWriter,
+    StompmqWriter,
     StreamRange,
     _due,
     _options,
@@ -84,6 +86,24 @@ def test_bad_read_options_fail_before_connecting(options: dict[str, str], proble
 def test_unknown_write_option() -> None:
     with pytest.raises(StompmqError, match="unknown option 'startingOffsets'"):
         _options({**OK, "startingOffsets": "earliest"}, reading=False)
+
+
+@pytest.mark.parametrize(
+    ("options", "problem"),
+    [
+        ({"sequenceColumn": "id"}, "option 'sequenceColumn' needs 'producerId'"),
+        ({"producerId": ""}, "option 'producerId' must be 1 to 180 characters"),
+        ({"producerId": "p" * 181}, "option 'producerId' must be 1 to 180 characters"),
+    ],
+)
+def test_bad_idempotent_write_options(options: dict[str, str], problem: str) -> None:
+    with pytest.raises(StompmqError, match=problem):
+        StompmqWriter(_options({**OK, **options}, reading=False), options)
+
+
+def test_a_streaming_write_takes_no_producer_id() -> None:
+    with pytest.raises(StompmqError, match="option 'producerId' applies to batch writes"):
+        StompmqStreamWriter(_options({**OK, "producerId": "p"}, reading=False), {"producerId": "p"})
 
 
 @pytest.mark.parametrize(

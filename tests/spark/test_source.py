@@ -92,6 +92,34 @@ def test_write_then_read_back(spark: Any, durable: BrokerThread) -> None:
     assert got == sorted((str(i), f"w{i}".encode()) for i in range(200))
 
 
+def test_a_batch_write_with_a_producer_id_adds_nothing_when_run_again(spark: Any, durable: BrokerThread) -> None:
+    """``producerId``: each task numbers its rows, so the same write again is dropped row by row;
+    with ``sequenceColumn`` the numbers are the column's, so a grown input adds only its new rows."""
+    df = spark.createDataFrame([(f"p{i}".encode(),) for i in range(60)], "body binary").repartition(3)
+    for _ in range(2):
+        (df.write.format("stompmq").option("url", url(durable)).option("destination", "/stream/idem")
+         .option("producerId", "export-1").mode("append").save())
+    with Client(durable.port) as c:
+        receipt = c.request("SEND", {"destination": "/control/stream-offsets/stream/idem"})
+        assert (receipt["count"], receipt["duplicates"]) == ("60", "60")
+
+    def export(rows: int) -> None:  # an id lands in the same partition (producer) every time, in order
+        (spark.range(rows).selectExpr("id", "cast(id as string) as body").repartition(2, "id")
+         .sortWithinPartitions("id").write.format("stompmq").option("url", url(durable)).option("destination", "/stream/keyed")
+         .option("producerId", "orders").option("sequenceColumn", "id").mode("append").save())
+
+    export(10)
+    export(16)  # the same ids again, and 6 new ones
+    back = spark.read.format("stompmq").option("url", url(durable)).option("destination", "/stream/keyed").load()
+    bodies = [r.body.decode() for r in back.collect()]
+    assert sorted(bodies, key=int) == [str(i) for i in range(16)]
+    assert not any(k.startswith("x-producer") for r in back.collect() for k in r.headers)  # not stored
+    shuffled = spark.createDataFrame([(3, "a"), (1, "b")], "id long, body string").coalesce(1)
+    with pytest.raises(Exception, match="must rise within each partition"):
+        (shuffled.write.format("stompmq").option("url", url(durable)).option("destination", "/stream/keyed2")
+         .option("producerId", "x").option("sequenceColumn", "id").mode("append").save())
+
+
 def test_parallel_partitions_of_an_exchange(spark: Any, durable: BrokerThread) -> None:
     with Client(durable.port) as c:
         c.request("SEND", {"destination": "/control/declare/exchange/px"})

@@ -137,14 +137,13 @@ def test_many_inserts_and_runs_of_deletes_keep_exactly_the_rows_left(
 
 def produced(name: str, offset: int, producer: str, seq: int) -> StreamRow:
     """A stream entry an idempotent producer appended."""
-    headers = {"x-producer-id": producer, "x-producer-seq": str(seq)}
-    return (name, offset, 100 + offset, 4, 1_700_000_000_000, headers, b"e", offset)
+    return (name, offset, 100 + offset, 4, 1_700_000_000_000, {}, b"e", offset, (producer, seq))
 
 
 def test_a_producers_position_is_stored_with_its_entries_and_recovered(make_backend: Callable[[], Backend]) -> None:
     with opened(make_backend) as (backend, _):
         rows = [produced("s", 0, "p", 3), produced("s", 1, "p", 7), produced("s", 2, "q", 1)]
-        plain: StreamRow = ("t", 0, 200, 4, 1_700_000_000_000, {}, b"e", 0)
+        plain: StreamRow = ("t", 0, 200, 4, 1_700_000_000_000, {}, b"e", 0, None)
         backend.commit(GroupRows([], [], [], [], 200, stream_rows=[*rows, plain]))
     with opened(make_backend) as (backend, recovery):
         assert {r.name: r.producers for r in recovery.streams} == {"s": {"p": 7, "q": 1}, "t": {}}

@@ -14,8 +14,9 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
-from stompmq.storage.migrate import alembic_config, upgrade_to_head
+from stompmq.storage.migrate import alembic_config, head_revision, upgrade_to_head
 from stompmq.storage.schema import metadata
+from stompmq.storage.sqlite import SQLiteBackend
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -92,6 +93,37 @@ def test_previous_revision_migrates_to_head_keeping_rows(tmp_path: Path) -> None
         ]
     finally:
         conn.close()
+
+
+def test_head_read_from_the_scripts_as_text_is_alembics_head() -> None:
+    assert head_revision() == HEAD
+
+
+def test_the_store_migrates_an_older_file_when_it_opens(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    command.upgrade(alembic_config(url(path)), "0012")
+    backend = SQLiteBackend(str(path))
+    try:
+        backend.open()
+    finally:
+        backend.close()
+    assert revision(path) == HEAD
+
+
+def test_a_current_file_opens_without_importing_alembic(tmp_path: Path) -> None:
+    """Alembic and SQLAlchemy cost most of a start's CPU: a schema at head must not load them."""
+    path = tmp_path / "s.db"
+    upgrade_to_head(url(path))
+    script = (
+        "import sys\n"
+        "from stompmq.storage.sqlite import SQLiteBackend\n"
+        f"backend = SQLiteBackend({str(path)!r})\n"
+        "backend.open()\n"
+        "backend.close()\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('alembic', 'sqlalchemy')))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
 
 
 def test_head_matches_schema_metadata(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ import pytest
 
 from stompmq.storage.base import UNNUMBERED, BindingRecord, ExchangeRecord, StoredMessage, StoreError
 from stompmq.storage.groups import (
+    DelayedRow,
     DropBinding,
     DropExchange,
     GroupRows,
@@ -215,6 +216,32 @@ def test_a_group_taken_under_an_epoch_that_ended_claims_nothing(url: str) -> Non
         lapsed.close()
 
 
+def test_a_paused_broker_cannot_promote_a_delayed_message_another_took_over(url: str) -> None:
+    """A delayed row is fenced as a ready one: once the lease of the broker holding it lapsed and
+    another broker claimed it, the first one, back from a pause and not yet renewed, neither claims
+    it again nor deletes it (its promotion), so only the taker promotes it."""
+    due: DelayedRow = (1, "q", 4, {}, b"later", None, 1_700_000_000_000, None, 1_700_000_000_000)
+    with opened(url) as taker:
+        paused = PostgresBackend(url, lease=SHORT_LEASE)
+        paused.open()
+        delayed = group(1)
+        delayed.delayed, delayed.held = [due], frozenset([1])
+        paused.commit(delayed)
+        assert taker.load_due(None, 10, "/") == []  # held by a live broker
+
+        def lapsed_and_taken() -> bool:
+            taker.renew({})  # frees the rows of brokers whose lease lapsed
+            return seqs(taker.load_due(None, 10, "/")) == [1]
+
+        wait_for(lapsed_and_taken, "the paused broker's delayed message")
+        assert paused.load_due(None, 10, "/") == []
+        promoted = group(2)
+        promoted.delayed_deletes = [(1,)]
+        paused.commit(promoted)  # its promotion, taken before the pause
+        assert seqs(taker.load_due(None, 10, "/")) == [1]  # still there, still the taker's
+        paused.close()
+
+
 def test_a_clean_close_frees_the_claims_at_once(url: str) -> None:
     with opened(url) as survivor:
         with opened(url) as leaving:
@@ -282,8 +309,7 @@ def test_a_producers_repeat_through_another_broker_is_dropped_in_the_commit(url:
     position, under the stream's row lock."""
 
     def append(seq: int, body: bytes) -> GroupRows:
-        headers = {"x-producer-id": "p", "x-producer-seq": str(seq)}
-        return GroupRows([], [], [], [], 10, stream_rows=[("s", UNNUMBERED, seq, 4, 0, headers, body, 0)])
+        return GroupRows([], [], [], [], 10, stream_rows=[("s", UNNUMBERED, seq, 4, 0, {}, body, 0, ("p", seq))])
 
     with opened(url) as one, opened(url) as two:
         one.commit(append(1, b"a"))

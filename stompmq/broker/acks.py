@@ -26,7 +26,8 @@ from ..storage.base import StoredMessage
 from .dispatch import Dispatcher
 from .errors import ClientError
 from .queue import Queue
-from .session import AckMode, Session, Subscription
+from .consumer import AckMode
+from .session import Session, Subscription
 from .streams import Streams, StreamSubscription
 
 
@@ -135,7 +136,7 @@ class Acks:
 
     def release_unsent(self, session: Session) -> None:
         """The connection closed: auto-ack deliveries its socket never took go back, in order."""
-        queues: dict[str, Queue] = {}
+        queues: dict[str, Queue[Subscription]] = {}
         for queue, msg in self.dispatcher.take_unsent(session):
             self.requeue(queue, msg)
             queues[queue.name] = queue
@@ -160,7 +161,7 @@ class Acks:
             self.deadlines.cancel(timer)  # type: ignore[arg-type]
         return msg
 
-    def requeue(self, queue: Queue | None, msg: StoredMessage, redelivered: bool = True) -> None:
+    def requeue(self, queue: Queue[Subscription] | None, msg: StoredMessage, redelivered: bool = True) -> None:
         """Put an unacked queue message back, counting a redelivery (unless nobody saw it:
         ``redelivered`` False, take.py); dead-letter it past the limit."""
         if queue is None:

@@ -36,7 +36,8 @@ from ..storage.base import MESSAGE_OVERHEAD, Store, StoredMessage, StoreError
 from .delivery import message_frame, message_tail, write_frame
 from .dispatch import Dispatcher
 from .reads import StoreRead
-from .session import AckMode, Session, Subscription
+from .consumer import AckMode
+from .session import Session, Subscription
 
 #: What one page read aims to hold (messages are counted with their overhead).
 PAGE_BYTES = 4 << 20
@@ -72,7 +73,7 @@ class Browsers:
     def subscribe(self, session: Session, sub_id: str, destination: str, queue_name: str) -> BrowseSubscription:
         dispatcher = self.dispatcher
         store = dispatcher.store
-        sub = BrowseSubscription(sub_id, session, destination, queue_name, None if store.shared else dispatcher.seq)
+        sub = BrowseSubscription(sub_id, session, destination, queue_name, None if store.shared else dispatcher.clock.seq)
         if not store.durable:  # every message is in memory: copy the window (and parked ones)
             queue = dispatcher.queues.get(queue_name)
             if queue is not None:

@@ -272,7 +272,7 @@ class Control:
         return {}
 
     def _delete_queue(self, name: str, frame: Frame) -> Answer:
-        if name in self.dispatcher.policies:
+        if name in self.dispatcher.bounds.declared:
             self.dispatcher.declare(name, None)
         self.dispatcher.purge(name)
         self.router.unbind_everywhere(name)

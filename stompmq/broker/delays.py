@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from ..storage.base import Store, StoredMessage, StoreError
+from .clock import Clock
 from .reads import Reads, StoreRead
 from .timers import Deadlines, Timer
 
@@ -58,9 +59,9 @@ class DuePage:
 
 class Delayed:
     __slots__ = ("store", "deadlines", "reads", "capacity", "heap", "spilled", "boundary", "epoch", "loading",
-                 "skipped", "late", "timer", "armed_for", "wall_ms", "page_reads", "dropped")
+                 "skipped", "late", "timer", "armed_for", "clock", "page_reads", "dropped")
 
-    def __init__(self, store: Store, deadlines: Deadlines, reads: Reads, capacity: int | None) -> None:
+    def __init__(self, store: Store, clock: Clock, deadlines: Deadlines, reads: Reads, capacity: int | None) -> None:
         self.store = store
         self.deadlines = deadlines
         self.reads = reads
@@ -74,7 +75,7 @@ class Delayed:
         self.late: Key | None = None
         self.timer: Timer | None = None
         self.armed_for: int | None = None  # the due time the timer is armed for
-        self.wall_ms = 0  # set by the engine with the time
+        self.clock = clock  # its wall time says what is due
         self.page_reads = 0
         self.dropped = 0  # the epoch of the last ``drop``: a read asked for before it is stale
 
@@ -121,7 +122,7 @@ class Delayed:
     def take_due(self) -> list[StoredMessage]:
         """The messages due now, earliest first; re-arms for the next one."""
         self.timer = self.armed_for = None  # the timer that called this is spent
-        heap, now, due = self.heap, self.wall_ms, []
+        heap, now, due = self.heap, self.clock.wall_ms, []
         while heap and heap[0][0] <= now:
             due.append(heapq.heappop(heap)[2])
         self._arm()
@@ -159,7 +160,7 @@ class Delayed:
             if self.armed_for is not None and self.armed_for <= first:
                 return
             self.deadlines.cancel(self.timer)
-        self.timer = self.deadlines.arm(max(0.0, (first - self.wall_ms) / 1000), DELAY_DUE)
+        self.timer = self.deadlines.arm(max(0.0, (first - self.clock.wall_ms) / 1000), DELAY_DUE)
         self.armed_for = first
 
     def store_changed(self) -> None:

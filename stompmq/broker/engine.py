@@ -32,7 +32,7 @@ Who owns what (imports point down this list, never up):
     expiry        expired messages deep in the store, removed in batches
     dispatch      queues in memory, publish, deliver, paging requests, dead letters, policies
     queue         one queue's round-robin over subscribers; window: its ready window
-    delays        delayed messages until due; policies: queue TTLs and bounds
+    delays        delayed messages until due; policies, bounds: queue TTLs and bounds; clock
     session, timers, reads, receipts, delivery, destinations, exchanges, topics, ...
 """
 
@@ -56,10 +56,10 @@ from .definitions import apply_definitions
 from .delivery import BROKER_HEADERS
 from .destinations import Kind, parse_destination
 from .delays import DELAY_DUE, DELAY_PAGE_RETRY
-from .dispatch import ACK_TIMEOUT, EXPIRY_SWEEP, PAGE_RETRY, SWEEP_MS, Dispatcher
+from .dispatch import ACK_TIMEOUT, PAGE_RETRY, Dispatcher
 from .errors import ClientError
 from .exchanges import Exchange
-from .expiry import ExpirySweep
+from .expiry import EXPIRY_SWEEP
 from .key_exchanges import BUILT_IN, KeyExchange
 from .policies import QueuePolicy
 from .queue import Queue
@@ -67,7 +67,7 @@ from .reads import Reads, StoreRead
 from .receipts import Headers, Receipts
 from .routing import Router
 from .send_headers import SPECIAL_HEADERS, send_options, user_headers
-from .session import Outbox, Session
+from .session import Outbox, Session, Subscription
 from .streams import (
     STREAM_FOLLOW_RETRY,
     STREAM_READ_RETRY,
@@ -105,7 +105,8 @@ class Broker:
         self.subscriptions = Subscriptions(self.dispatcher, self.acks, self.router, self.streams, config)
         self.transactions = Transactions(self.router, self.acks)
         self.control = Control(self.dispatcher, self.router, self.streams)
-        self.expiry = ExpirySweep(self.dispatcher)
+        self.expiry = self.dispatcher.expiry
+        self.clock = self.dispatcher.clock  # (read for every SEND's options)
         #: x-queue-name names the store found unused, for the SUBSCRIBE handled again at once
         self._vetted: set[str] = set()
         self._takes = 0  # takes made (take.py), numbering their sessions
@@ -132,7 +133,7 @@ class Broker:
 
     # -- what the runtime and the tests look at -------------------------------------------------
     @property
-    def queues(self) -> dict[str, Queue]:
+    def queues(self) -> dict[str, Queue[Subscription]]:
         return self.dispatcher.queues
 
     @property
@@ -183,7 +184,7 @@ class Broker:
         """Is queue ``name`` in use here (active, used since start) or declared?  Any other queue
         exists only while the store holds messages of it (``/control/count-msgs``)."""
         dispatcher = self.dispatcher
-        return name in dispatcher.stats or name in dispatcher.queues or name in dispatcher.policies
+        return name in dispatcher.stats or name in dispatcher.queues or name in dispatcher.bounds.declared
 
     def list_queues(self, after: str, limit: int) -> Deferred[QueuePage]:
         """A page of queues named after ``after``: ``answer(await fetch(store))``."""
@@ -202,7 +203,7 @@ class Broker:
     def publish(self, queue: str, headers: dict[str, str], body: bytes) -> None:
         """Put a message in ``queue`` as a SEND with these headers would (priority, expiry, delay),
         outside any session; ClientError for a bad header or a full ``reject-publish`` queue."""
-        priority, ack_timeout, expires, deliver_at = send_options(headers, self.dispatcher.wall_ms)
+        priority, ack_timeout, expires, deliver_at = send_options(headers, self.clock.wall_ms)
         self.dispatcher.publish(queue, user_headers(headers), body, priority, ack_timeout, expires, deliver_at)
 
     def administer(self, path: str, headers: dict[str, str] | None = None) -> Headers | Deferred[Headers]:
@@ -216,7 +217,7 @@ class Broker:
                 source: str = "") -> None:
         """Take over what the store recovered; purge ``stale_queues`` (private queues of
         subscriptions that a crash ended); apply a definitions file's contents."""
-        self.dispatcher.seq = recovery.last_seq
+        self.clock.recovered(recovery.last_seq)
         for name in stale_queues:
             self.dispatcher.purge(name)
         recovered = {record.name for record in recovery.exchanges}
@@ -234,7 +235,7 @@ class Broker:
             apply_definitions(self.router, definitions, source)
         if self.store.durable:
             self.dispatcher.delayed.start()  # the delayed messages due first
-            self.dispatcher.arm_sweep(self.dispatcher.wall_ms + SWEEP_MS)  # expired while stopped
+            self.expiry.soon()  # what expired while the broker was stopped
 
     # -- what other brokers sharing the store did -------------------------------------------------
     def topic_subscriber_lagging(
@@ -279,7 +280,7 @@ class Broker:
     def advance(self, now: float, wall: float) -> None:
         """The time: ``now`` on the runtime's monotonic clock, ``wall`` in epoch seconds."""
         self.deadlines.now = now
-        self.dispatcher.wall_ms = self.dispatcher.delayed.wall_ms = int(wall * 1000)
+        self.clock.advance(wall)
 
     def next_deadline(self) -> float:
         """When ``run_due`` has work next (infinity: nothing is armed)."""
@@ -354,15 +355,17 @@ class Broker:
         pacing = self.dispatcher.pacing
         if pacing:  # left by a publish outside any client's frame (a timer's): nobody to pace
             pacing.clear()
-        self.dispatcher.published = None
+        before = self.dispatcher.published
         answer = handler(session, frame)
         if pacing:
             self._paced(session)
-        self._answer(session, frame, answer)
+        self._answer(session, frame, answer, before)
 
-    def _answer(self, session: Session, frame: Frame, answer: Headers | Deferred[Headers] | Held | None) -> None:
+    def _answer(self, session: Session, frame: Frame, answer: Headers | Deferred[Headers] | Held | None,
+                before: StoredMessage | None) -> None:
         """Send the RECEIPT ``frame`` asked for with what its handler answered: now, once a
-        store read answers (``Deferred``), or not yet (``Held`` by a transaction or a wait)."""
+        store read answers (``Deferred``), or not yet (``Held`` by a transaction or a wait).
+        ``before``: ``Dispatcher.published`` before the frame (a SEND that published changed it)."""
         if isinstance(answer, Held):
             return
         receipt = frame.headers.get("receipt")
@@ -370,6 +373,8 @@ class Broker:
             self._answer_later(session, receipt, answer)
         elif receipt is not None:
             message = self.dispatcher.published if frame.command == "SEND" else None
+            if message is before:
+                message = None
             self.receipts.send(session, receipt, answer, message)
 
     def handle_frames(self, session: Session, frames: list[Frame]) -> None:
@@ -423,15 +428,17 @@ class Broker:
                         )
                         answer = None
                     else:
-                        dispatcher.published = None
+                        before = dispatcher.published  # (a publish replaces it with what it made)
                         answer = on_send(session, frame)
                         msg = dispatcher.published
+                        if msg is before:
+                            msg = None
                     if answer is None:  # _answer's plain case, spelled out: once per SEND
                         receipt = headers.get("receipt")
                         if receipt is not None:
                             send_receipt(session, receipt, None, msg)
                         continue
-                    self._answer(session, frame, answer)
+                    self._answer(session, frame, answer, before)
                 else:
                     if pacing:  # handle() starts its own pacing record
                         self._paced(session)
@@ -469,7 +476,7 @@ class Broker:
             paced.update(queue for queue in backed_up if queue not in own)
         backed_up.clear()
 
-    def pace(self, queue: Queue, wake: Callable[[], None]) -> float | None:
+    def pace(self, queue: Queue[Subscription], wake: Callable[[], None]) -> float | None:
         """Should a producer that published into backed-up ``queue`` (``Session.paced``) wait?
         None: go on.  Else ``wake`` is called when the queue drains, and the server's time
         returned is when to ask again at the latest (--queue-pace-timeout)."""
@@ -510,7 +517,7 @@ class Broker:
             return HELD
         if kind is Kind.TOPIC and dest.name.endswith(WILDCARD):
             raise ClientError(f"cannot SEND to a wildcard topic {dest.raw!r}")
-        options = send_options(headers, self.dispatcher.wall_ms)
+        options = send_options(headers, self.clock.wall_ms)
         reply_to = headers.get("reply-to")
         if reply_to is not None and reply_to.startswith(TEMP_DESTINATION):
             frame = self.router.temps.rewrite_reply_to(session, frame)

@@ -24,12 +24,9 @@ forgets it then.
 from __future__ import annotations
 
 from enum import Enum
-from typing import TYPE_CHECKING
 
-from .session import Outbox, Session
-
-if TYPE_CHECKING:
-    from .queue import Queue
+from .queue import Queue
+from .session import Outbox, Session, Subscription
 
 
 class Hold(Enum):
@@ -69,7 +66,7 @@ def take_subscribers(session: Session) -> dict[Outbox, Session]:
     return subscribers
 
 
-def take_queues(session: Session) -> set[Queue]:
+def take_queues(session: Session) -> set[Queue[Subscription]]:
     """``PACE``: the backed-up queues the reader waits for (``Broker.pace``); forgotten here."""
     queues, session.paced = session.paced or set(), None
     return queues

@@ -38,10 +38,11 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator
+from typing import Generic, TypeVar
 
 from ..storage.base import StoredMessage
+from .consumer import AckMode, Consumer
 from .pacing import Pace
-from .session import AckMode, Subscription
 from .stats import QueueStats
 from .window import ReadyWindow
 
@@ -55,17 +56,22 @@ def group_of(msg: StoredMessage) -> str | None:
     return headers.get("JMSXGroupID") or headers.get("group") or None
 
 
-class Group:
+#: The kind of subscriber a queue serves (session.py's ``Subscription``): a queue hands back
+#: what it was given, and asks of it only what ``Consumer`` says (consumer.py).
+S = TypeVar("S", bound=Consumer)
+
+
+class Group(Generic[S]):
     """Who owns a message group, and how many of its messages are parked or in flight."""
 
     __slots__ = ("owner", "count")
 
-    def __init__(self, owner: Subscription) -> None:
+    def __init__(self, owner: S) -> None:
         self.owner = owner
         self.count = 0
 
 
-class Queue:
+class Queue(Generic[S]):
     __slots__ = ("name", "destination", "window", "nsubs", "ready_subs", "inflight", "avoid", "stats", "pinned",
                  "exclusive", "groups", "parked", "nparked", "pace", "nacking", "claim_until")
 
@@ -82,16 +88,16 @@ class Queue:
         self.window = ReadyWindow(capacity, spilled, max_bytes)
         self.nsubs = 0  # subscriptions (the round-robin holds those with room)
         self.nacking = 0  # ...of them acknowledging (client, client-individual): pacing.py
-        self.ready_subs: deque[Subscription] = deque()
+        self.ready_subs: deque[S] = deque()
         self.inflight: dict[int, StoredMessage] = {}  # seq -> message delivered, not yet settled
         # seq -> subscription whose ack timeout expired for it: another one gets it if it can
-        self.avoid: dict[int, Subscription] | None = None
+        self.avoid: dict[int, S] | None = None
         self.stats = stats if stats is not None else QueueStats()
         self.pinned = False
         # Made on first use (None until then): an active queue of a million costs no more.
-        self.exclusive: list[Subscription] | None = None  # single-active subscriptions, oldest first
-        self.groups: dict[str, Group] | None = None  # only groups with messages parked or in flight
-        self.parked: dict[Subscription, deque[StoredMessage]] | None = None  # per owner, in order
+        self.exclusive: list[S] | None = None  # single-active subscriptions, oldest first
+        self.groups: dict[str, Group[S]] | None = None  # only groups with messages parked or in flight
+        self.parked: dict[S, deque[StoredMessage]] | None = None  # per owner, in order
         self.nparked = 0
         self.pace: Pace | None = None  # its producers are held back, or were (pacing.py)
         #: Wall ms until which it claims on demand: subscribers on another broker sharing the store
@@ -114,7 +120,7 @@ class Queue:
         return (self.nsubs > 0 or self.pinned) and self.window.wants_page()
 
     # -- subscribers ----------------------------------------------------------------------------
-    def add_subscriber(self, sub: Subscription, exclusive: bool = False) -> list[StoredMessage]:
+    def add_subscriber(self, sub: S, exclusive: bool = False) -> list[StoredMessage]:
         """``sub`` joins; returns the parked messages to put back into the window when it makes
         the queue single-active (they wait for nobody any more)."""
         self.nsubs += 1
@@ -140,7 +146,7 @@ class Queue:
                 self.settled(msg)
         return taken
 
-    def remove_subscriber(self, sub: Subscription) -> list[StoredMessage]:
+    def remove_subscriber(self, sub: S) -> list[StoredMessage]:
         """``sub`` left: forget it, free its groups, and return its parked messages (in order)
         for the caller to put back into the window."""
         self.nsubs -= 1
@@ -167,16 +173,16 @@ class Queue:
         auto-ack one (bounded by its socket only)."""
         room = 0
         for sub in self.ready_subs:
-            if sub.active and sub.session.outbox.has_room():
-                room += read_ahead if sub.ack_mode is AckMode.AUTO else max(0, sub.prefetch - len(sub.unacked))
+            if sub.active and sub.has_room():  # (a client-ack one has room below its prefetch)
+                room += read_ahead if sub.ack_mode is AckMode.AUTO else sub.prefetch - len(sub.unacked)
         return room
 
-    def make_ready(self, sub: Subscription) -> None:
+    def make_ready(self, sub: S) -> None:
         if not sub.in_ready and sub.active:
             sub.in_ready = True
             self.ready_subs.append(sub)
 
-    def dispatch(self, now_ms: int, expired: list[StoredMessage]) -> Iterator[tuple[Subscription, StoredMessage]]:
+    def dispatch(self, now_ms: int, expired: list[StoredMessage]) -> Iterator[tuple[S, StoredMessage]]:
         """Ready messages paired round-robin with subscribers that have room; messages that
         expired before ``now_ms`` go to ``expired`` instead.
 
@@ -233,7 +239,7 @@ class Queue:
             if len(ready_subs) > 1:
                 ready_subs.rotate(-1)
 
-    def taker(self, msg: StoredMessage) -> Subscription | None:
+    def taker(self, msg: StoredMessage) -> S | None:
         """Who gets ``msg``, just sent, at once and without it entering the window: the
         subscription ``dispatch`` would pair it with, when the window is empty and nothing
         (a single active consumer, parking, an ack-timeout detour, pinning, a group, an expiry)
@@ -252,7 +258,7 @@ class Queue:
             self.ready_subs.rotate(-1)
         return sub
 
-    def _front(self) -> Subscription | None:
+    def _front(self) -> S | None:
         """The next subscription of the round-robin with room (those without room leave it)."""
         ready_subs = self.ready_subs
         while ready_subs:
@@ -263,7 +269,7 @@ class Queue:
             sub.in_ready = False
         return None
 
-    def _lighter(self, sub: Subscription) -> Subscription:
+    def _lighter(self, sub: S) -> S:
         """Who gets a group that has no owner: ``sub`` (first in the round-robin) or the next one,
         whichever has fewer deliveries unacked (two random choices, in effect).  Owners keep
         their groups while they have messages in flight, so without this groups drift to the
@@ -275,7 +281,7 @@ class Queue:
                 return other
         return sub
 
-    def _park(self, owner: Subscription, group: Group) -> bool:
+    def _park(self, owner: S, group: Group[S]) -> bool:
         """Set the head message aside for its group's owner, behind what it already has.
         False: parking is full (the window's capacity), nothing moved."""
         capacity = self.window.capacity
@@ -302,7 +308,7 @@ class Queue:
                 if group.count <= 0:
                     del groups[name]
 
-    def _unpark(self) -> Iterator[tuple[Subscription, StoredMessage]]:
+    def _unpark(self) -> Iterator[tuple[S, StoredMessage]]:
         """Parked messages to their owners while they have room, oldest first."""
         parked = self.parked
         assert parked is not None
@@ -314,7 +320,7 @@ class Queue:
             if not waiting:
                 del parked[owner]
 
-    def _passes_over(self, sub: Subscription) -> bool:
+    def _passes_over(self, sub: S) -> bool:
         """Should ``sub`` skip the head message because its ack timeout expired there,
         and another subscription with room can take it?"""
         assert self.avoid is not None
@@ -329,7 +335,7 @@ class Queue:
             self.avoid = None
         return False
 
-    def expired(self, msg: StoredMessage, sub: Subscription) -> None:
+    def expired(self, msg: StoredMessage, sub: S) -> None:
         """``sub`` let ``msg``'s ack timeout expire: prefer another subscriber for it."""
         if self.avoid is None:
             self.avoid = {}

@@ -20,7 +20,8 @@ from .key_exchanges import TYPES as KEY_TYPES
 from .overflow import BLOCK, DISCONNECT, TopicOverflow
 from .policies import QueueFull
 from .send_headers import user_headers
-from .session import AckMode, Session, Subscription
+from .consumer import AckMode
+from .session import Session, Subscription
 from .streams import Streams
 from .temp_queues import TempQueues
 from .topics import TopicRouter

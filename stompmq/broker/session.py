@@ -20,15 +20,13 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Mapping
-from enum import Enum
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from ..protocol import Frame
 from ..storage.base import StoredMessage
-
-if TYPE_CHECKING:
-    from .queue import Queue
+from .consumer import AckMode
+from .queue import Queue
 
 
 class Outbox(Protocol):
@@ -113,7 +111,7 @@ class Session:
         self.pending_receipts: deque[PendingReceipt] = deque()
         self.next_ack = 0
         # auto-ack deliveries still in the outbox: (outbox.queued at their end, queue, message)
-        self.unsent: deque[tuple[int, Queue, StoredMessage]] = deque()
+        self.unsent: deque[tuple[int, Queue[Subscription], StoredMessage]] = deque()
         self.closed = False
         #: /temp-queue/NAME -> the stored name of this connection's temporary queue (temp_queues.py)
         self.temp_queues: dict[str, str] | None = None
@@ -130,7 +128,7 @@ class Session:
         self.throttled_by: dict[Outbox, Session] | None = None
         #: Backed-up queues this client's frames published into: the server reads nothing more
         #: from it until they drain (broker/pacing.py).
-        self.paced: set[Queue] | None = None
+        self.paced: set[Queue[Subscription]] | None = None
         #: This session, as a topic subscriber, held a publisher back for --topic-block-timeout:
         #: it never holds one back again, it misses messages instead (broker/overflow.py).
         self.topic_lagging = False
@@ -146,12 +144,6 @@ class Session:
 #: Shared read-only stand-in for a subscription that has no unacked delivery yet: a million
 #: auto-ack subscriptions should not each carry an empty dict.
 NO_DELIVERIES: Mapping[str, StoredMessage] = MappingProxyType({})
-
-
-class AckMode(Enum):
-    AUTO = "auto"
-    CLIENT = "client"  # cumulative
-    CLIENT_INDIVIDUAL = "client-individual"
 
 
 class Subscription:
@@ -185,7 +177,7 @@ class Subscription:
         ack_mode: AckMode,
         prefetch: int,
         ack_timeout: float | None,
-        queue: Queue | None = None,
+        queue: Queue[Subscription] | None = None,
     ) -> None:
         self.id = sub_id
         self.session = session

@@ -101,7 +101,8 @@ from .delivery import stream_head, stream_tail, write_frame
 from .dispatch import Dispatcher
 from .errors import ClientError
 from .reads import StoreRead
-from .session import AckMode, Session, Subscription
+from .consumer import AckMode
+from .session import Session, Subscription
 from .timers import Timer
 
 log = logging.getLogger(__name__)
@@ -326,16 +327,16 @@ class Streams:
                 stream.duplicates += 1
                 return False
             stream.producers[producer[0]] = producer[1]
-        dispatcher = self.dispatcher
-        dispatcher.seq += 1
+        clock = self.dispatcher.clock
+        seq = clock.next_entry_seq()
         if self.shared:  # numbered in the commit; subscribers get it from the store once committed
-            self.store.append_stream(StreamMessage(
-                dispatcher.seq, name, priority, headers, body, dispatcher.wall_ms, UNNUMBERED, 0, producer))
+            self.store.append_stream(
+                StreamMessage(seq, name, priority, headers, body, clock.wall_ms, UNNUMBERED, 0, producer)
+            )
             return True
         offset = stream.next
-        timestamp = stream.last_ts = max(dispatcher.wall_ms, stream.last_ts)
-        msg = StreamMessage(dispatcher.seq, name, priority, headers, body, timestamp, offset, stream.end_bytes,
-                            producer)
+        timestamp = stream.last_ts = max(clock.wall_ms, stream.last_ts)
+        msg = StreamMessage(seq, name, priority, headers, body, timestamp, offset, stream.end_bytes, producer)
         stream.next = stream.tail_end = offset + 1
         stream.end_bytes += len(body)
         self.store.append_stream(msg)
@@ -502,7 +503,7 @@ class Streams:
         """Drop the oldest segments beyond the stream's retention (never the newest one)."""
         marks = stream.marks
         max_age, max_bytes = stream.max_age_ms, stream.max_bytes
-        oldest_kept = self.dispatcher.wall_ms - max_age if max_age is not None else None
+        oldest_kept = self.dispatcher.clock.wall_ms - max_age if max_age is not None else None
         cut = None
         while len(marks) > 1:
             too_big = max_bytes is not None and stream.end_bytes - marks[0][2] > max_bytes
@@ -526,7 +527,7 @@ class Streams:
             self.deadlines.cancel(stream.timer)
             stream.timer = None
         if stream.max_age_ms is not None and len(stream.marks) > 1:
-            due_ms = stream.marks[1][1] + stream.max_age_ms - self.dispatcher.wall_ms + 1
+            due_ms = stream.marks[1][1] + stream.max_age_ms - self.dispatcher.clock.wall_ms + 1
             stream.timer = self.deadlines.arm(max(due_ms, 1) / 1000, STREAM_RETENTION, stream)
 
     def expire(self, stream: Stream) -> None:

@@ -39,7 +39,8 @@ from .destinations import MAX_NAME_BYTES
 from .exchanges import PRIVATE_QUEUE_PREFIX
 from .routing import Router, private_queue_name
 from .send_headers import flag, seconds
-from .session import AckMode, Session, Subscription
+from .consumer import AckMode
+from .session import Session, Subscription
 from .streams import END_HEADER, GROUP_HEADER, OFFSET_HEADER, Streams, StreamSubscription
 
 #: ActiveMQ's prefetch header; 0 there means the consumer pulls (STOMP's nearest: prefetch 1).
@@ -125,7 +126,7 @@ class Subscriptions:
             self.browsers.subscribe(session, sub_id, dest.raw, queue_name)
             return
         queue = self.dispatcher.activate(queue_name)
-        declared = self.dispatcher.policies.get(queue_name)
+        declared = self.dispatcher.bounds.declared.get(queue_name)
         exclusive = exclusive or (declared is not None and declared.single_active)
         if dest.kind is not Kind.QUEUE and dest.kind is not Kind.AMQ_QUEUE:
             # a durable or exchange subscriber sees what it subscribed to (RabbitMQ), not its queue
@@ -148,7 +149,7 @@ class Subscriptions:
             raise ClientError(f"{QUEUE_NAME_HEADER} {name!r}: queue names starting with "
                               f"{RESERVED_QUEUE_PREFIX!r} are reserved")
         dispatcher = self.dispatcher
-        if name in dispatcher.queues or name in dispatcher.policies or self.router.is_bound(name):
+        if name in dispatcher.queues or name in dispatcher.bounds.declared or self.router.is_bound(name):
             raise ClientError(f"{QUEUE_NAME_HEADER} {name!r} names a queue in use")
 
     def _prefetch(self, headers: dict[str, str]) -> int:

@@ -77,7 +77,7 @@ class Transactions:
                 dest = parse_destination(f.headers["destination"])
                 if dest.kind is Kind.EXCHANGE and dest.name not in router.key_exchanges:
                     routed[i] = router.exchange_queue(dest, f)
-        now_ms = router.dispatcher.wall_ms
+        now_ms = router.dispatcher.clock.wall_ms
         for i, f in enumerate(frames):
             headers = f.headers
             if f.command == "SEND":

@@ -117,7 +117,7 @@ def test_a_delayed_send_during_a_page_read_is_not_lost() -> None:
     at(broker, 2.1)
     broker.run_due()  # m1 is due: 4 left in memory, a page read is queued
     send(broker, "q", "late", **{"deliver-at": str(base + 650)})  # beyond the boundary
-    late = broker.dispatcher.seq
+    late = broker.dispatcher.clock.seq
     row = store.rows.pop(late)  # the read runs before this insert commits
     run_reads(broker)
     store.rows[late] = row
@@ -219,7 +219,7 @@ def test_a_bounded_queue_counts_what_the_store_held_before() -> None:
     broker.administer("declare/queue/q", {"max-length": "4", "overflow": "reject-publish"})
     send(broker, "q", "counted before the store answered")  # the count is corrected, not lost
     run_reads(broker)
-    assert broker.dispatcher.sizes["q"].length == 4
+    assert broker.dispatcher.bounds.sizes["q"].length == 4
     with pytest.raises(ClientError, match="is full"):
         send(broker, "q", "one too many")
 

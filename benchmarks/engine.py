@@ -28,8 +28,8 @@ Scenarios:
   are sent, then it drains them: a backlog in a subscribed queue, held in the ready window as
   far as ``--window``/``--window-bytes`` allow and paged back from the store beyond it.  With
   the defaults the backlog lives on disk; with a window larger than the backlog it lives in
-  memory, and the two runs differ in nothing else (issue 17's "backlog on disk against the
-  in-memory case");
+  memory, and the two runs differ in nothing else (the backlog on disk against the in-memory
+  case);
 * ``bursts``: ``--bursts`` bursts of ``--messages`` each into one broker, consumer slower than the
   producer by ``--consumer-share`` (it takes that fraction of each read's worth of output), so
   every burst builds a backlog; prints the cost of each burst.

@@ -72,7 +72,7 @@ def main() -> int:
     )
     parser.add_argument("--target", type=parse_target, action="append", required=True, help="NAME=HOST:PORT[:LOGIN:PASSCODE]")
     parser.add_argument("--scenarios", default="queue,queue-ack,queue-4p4c,queue-1k,queue-64k",
-                        help="comma-separated (default: issue 17's standard set, %(default)s)")
+                        help="comma-separated (default: the standard set, %(default)s)")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--affinity", default=None, help="CPUs for the load generator (bench.py --affinity)")
     parser.add_argument("--tls-ca", default=None, help="CA the /tls targets' certificates are verified against")
@@ -118,7 +118,7 @@ def main() -> int:
                 continue
             medians[n] = statistics.median(r for r, _ in runs)
             cpu = [c for _, c in runs if c is not None]
-            slowest = min(r for r, _ in runs) / medians[n]  # a cliff shows here (issue 17: >= 0.8)
+            slowest = min(r for r, _ in runs) / medians[n]  # a cliff shows here (a broker that slows as it ages)
             cells.append(f"{medians[n]:,.0f}" + (f" ({statistics.median(cpu):.1f} µs" if cpu else " (")
                          + f", {slowest:.2f})")
         ratios = [f"{medians[n] / medians[names[0]]:.2f}" if n in medians and names[0] in medians else "-"

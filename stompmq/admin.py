@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from . import tomlfile
-from .broker.definitions import DefinitionsError, load_definitions
+from .broker.definitions import DefinitionsError
 from .broker.key_exchanges import BUILT_IN
 from .config import DEFAULT_HTTP_PORT
 
@@ -354,7 +354,7 @@ def run(api: Api, args: argparse.Namespace) -> Any:
                 "not_exported": skipped}
     assert command == "import"
     _format(args.file)
-    import_definitions(api, load_definitions(args.file))
+    import_definitions(api, tomlfile.load_definitions(args.file))
     return {"imported": args.file}
 
 

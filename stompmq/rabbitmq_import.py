@@ -38,7 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from .client import ClientError, StompConnection, StompUrl, run_client
-from .server.auth import DEFAULT_VHOST, KNOWN_TAGS, Permission, User, Users, UsersFileError, hash_password
+from .server.auth import KNOWN_TAGS, Permission, User, Users, UsersFileError, hash_password
+from .vhost_names import DEFAULT_VHOST
 
 DECLARE_VHOST = "/control/declare/vhost/"
 #: Written as the password hash of a user without a password: it matches no password.

@@ -1,4 +1,6 @@
-"""Writing a definitions file as TOML (the standard library reads TOML but does not write it).
+"""The definitions file on disk: read (TOML, or JSON by its suffix) for the engine to check and
+apply (``broker/definitions.py``), and written as TOML (the standard library reads TOML but does
+not write it).
 
 Only the shape a definitions file has is written: a table whose values are scalars
 (strings, integers, floats, booleans) or lists of such tables, nested as arrays of tables
@@ -8,11 +10,30 @@ a file this writes is one ``tomllib`` reads back to the same data.
 
 from __future__ import annotations
 
+import json
 import math
 import re
+import tomllib
+from pathlib import Path
 from typing import Any
 
+from .broker.definitions import DefinitionsError
+
 BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def load_definitions(path: str) -> dict[str, Any]:
+    """The definitions file at ``path`` (``.json``, else TOML) as data."""
+    file = Path(path)
+    try:
+        text = file.read_bytes()
+        data = json.loads(text) if file.suffix == ".json" else tomllib.loads(text.decode())
+    except (OSError, ValueError) as e:
+        raise DefinitionsError(f"cannot read definitions file {path}: {e}") from None
+    if not isinstance(data, dict) or set(data) - {"exchanges", "queues", "bindings", "vhosts", "shovels"}:
+        raise DefinitionsError(f"{path}: expected only 'exchanges', 'queues', 'bindings', 'vhosts' and "
+                               "'shovels' lists")
+    return data
 
 
 def dumps(data: dict[str, Any]) -> str:

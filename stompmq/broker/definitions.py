@@ -43,12 +43,9 @@ the broker at start with a message naming the entry.
 
 from __future__ import annotations
 
-import json
-import tomllib
-from pathlib import Path
 from typing import Any
 
-from ..storage.base import DEFAULT_VHOST, vhost_name_error
+from ..vhost_names import DEFAULT_VHOST, vhost_name_error
 from .destinations import Kind, parse_destination
 from .errors import ClientError
 from .exchanges import declaration_options, parse_weight
@@ -58,19 +55,6 @@ from .routing import Router
 
 class DefinitionsError(ValueError):
     """The definitions file is unreadable or declares something invalid."""
-
-
-def load_definitions(path: str) -> dict[str, Any]:
-    file = Path(path)
-    try:
-        text = file.read_bytes()
-        data = json.loads(text) if file.suffix == ".json" else tomllib.loads(text.decode())
-    except (OSError, ValueError) as e:
-        raise DefinitionsError(f"cannot read definitions file {path}: {e}") from None
-    if not isinstance(data, dict) or set(data) - {"exchanges", "queues", "bindings", "vhosts", "shovels"}:
-        raise DefinitionsError(f"{path}: expected only 'exchanges', 'queues', 'bindings', 'vhosts' and "
-                               "'shovels' lists")
-    return data
 
 
 def vhost_definitions(data: dict[str, Any], path: str) -> dict[str, tuple[dict[str, Any], str]]:

@@ -45,10 +45,10 @@ from ..broker import ClientError
 from ..broker.destinations import Kind, parse_destination
 from ..broker.resources import resource
 from ..broker.subscriptions import durable_queue
+from ..vhost_names import DEFAULT_VHOST
 
 #: scrypt cost: N=2**14, r=8, p=1 is 16 MiB of memory per hash (the interactive-login setting).
 SCRYPT_N, SCRYPT_R, SCRYPT_P = 2**14, 8, 1
-DEFAULT_VHOST = "/"
 KNOWN_TAGS = frozenset({"administrator", "monitoring"})
 #: ``/control`` verbs that change the broker (``configure``); every other verb only reads.
 CONFIGURE_VERBS = frozenset({"purge", "delete", "declare", "bind", "unbind"})

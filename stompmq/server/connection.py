@@ -66,7 +66,7 @@ from ..protocol import (
     negotiate_version,
     parse_heart_beat,
 )
-from ..storage.base import DEFAULT_VHOST, vhost_name_error
+from ..vhost_names import DEFAULT_VHOST, vhost_name_error
 from .auth import Permission, User, required_permissions
 from .flow import AT_DISCONNECT, AT_SEND, BETWEEN_READS, ReadGate
 from .heartbeats import HeartBeats

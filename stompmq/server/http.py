@@ -83,7 +83,8 @@ from ..broker.take import Take
 from ..client import ClientError as ShovelError
 from ..protocol import native as native_codec
 from ..shovel import Declaration
-from ..storage.base import DEFAULT_VHOST, StoredMessage, StoreError, vhost_name_error
+from ..storage.base import StoredMessage, StoreError
+from ..vhost_names import DEFAULT_VHOST, vhost_name_error
 from .connection import Connection
 from .alarms import CHECK_SECONDS
 from .auth import User

@@ -27,21 +27,14 @@ from collections.abc import Sequence
 import trio
 
 from ..broker import Broker
-from ..broker.definitions import load_definitions, vhost_definitions
+from ..broker.definitions import vhost_definitions
 from ..broker.exchanges import PRIVATE_QUEUE_PREFIX
 from ..broker.reads import StoreRead
 from ..broker.stats import totals
-from ..storage.base import (
-    DEFAULT_VHOST,
-    BindingRecord,
-    ExchangeRecord,
-    Recovery,
-    StoreError,
-    StoreEvents,
-    StreamState,
-    split_key,
-)
+from ..storage.base import BindingRecord, ExchangeRecord, Recovery, StoreError, StoreEvents, StreamState
 from ..storage.vhosts import VhostStore, split_definitions, split_recovery
+from ..tomlfile import load_definitions
+from ..vhost_names import DEFAULT_VHOST, split_key
 from .alarms import ResourceAlarms
 from .outbox import WriteBatch
 from .shovels import Shovels

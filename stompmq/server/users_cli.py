@@ -11,7 +11,8 @@ import re
 import sys
 from pathlib import Path
 
-from .auth import DEFAULT_VHOST, KNOWN_TAGS, Permission, User, Users, UsersFileError, hash_password
+from .auth import KNOWN_TAGS, Permission, User, Users, UsersFileError, hash_password
+from ..vhost_names import DEFAULT_VHOST
 
 
 def _parser() -> argparse.ArgumentParser:

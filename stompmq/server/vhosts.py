@@ -20,7 +20,7 @@ import ipaddress
 import socket
 from collections.abc import Container
 
-from ..storage.base import DEFAULT_VHOST
+from ..vhost_names import DEFAULT_VHOST
 
 #: Names for the local machine whatever it is called.
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})

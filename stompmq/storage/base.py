@@ -47,7 +47,7 @@ abstract, except the few whose default is the one behaviour every store of one b
 (each says why).
 
 Virtual hosts: below the engine, every queue, exchange, stream and topic is named by a
-*store key*, ``vhost_space(vhost) + name``: the bare name in the default vhost ``/`` (so
+*store key*, ``vhost_space(vhost) + name`` (``stompmq.vhost_names``): the bare name in the default vhost ``/`` (so
 its keys, and its engine's calls, are exactly as before vhosts), ``VHOST\nname`` in any
 other (names never contain a newline).  An engine of another vhost sees a
 ``storage.vhosts.VhostStore`` view that adds and strips the prefix; a message carries its
@@ -62,6 +62,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from ..vhost_names import DEFAULT_VHOST
+
 T = TypeVar("T")
 
 
@@ -70,20 +72,6 @@ T = TypeVar("T")
 #: budgets (unflushed writes, ready windows) count ``len(body) + MESSAGE_OVERHEAD`` per message.
 MESSAGE_OVERHEAD = 512
 
-
-#: The vhost a client is in when it names none, and the one every store has from the start.
-DEFAULT_VHOST = "/"
-#: Between a vhost and a name in a store key (no queue, exchange, stream or vhost name holds it).
-VHOST_SEPARATOR = "\n"
-
-
-def vhost_space(vhost: str) -> str:
-    """The prefix of ``vhost``'s store keys: "" for the default vhost."""
-    return "" if vhost == DEFAULT_VHOST else vhost + VHOST_SEPARATOR
-
-
-#: Longest vhost name, in bytes of UTF-8 (the ``vhost`` columns hold 255).
-VHOST_NAME_BYTES = 255
 
 #: The SEND headers of an idempotent stream append: the producer's id and its sequence number.
 #: The engine takes them off the entry (``StreamMessage.producer``): a store keeps each producer's
@@ -107,21 +95,6 @@ def producer_positions(producers: Iterable[tuple[str, tuple[str, int] | None]]) 
             if seq > positions.get(key, -1):
                 positions[key] = seq
     return positions
-
-
-def vhost_name_error(name: str) -> str | None:
-    """Why ``name`` cannot be a vhost's name, or None if it can."""
-    if not name or len(name.encode()) > VHOST_NAME_BYTES:
-        return f"a vhost name must be 1-{VHOST_NAME_BYTES} bytes of UTF-8"
-    if any(c in name for c in "\x00\n\r"):
-        return "a vhost name must not contain NUL, CR or LF"
-    return None
-
-
-def split_key(key: str) -> tuple[str, str]:
-    """A store key as ``(vhost, name)``."""
-    vhost, separator, name = key.partition(VHOST_SEPARATOR)
-    return (vhost, name) if separator else (DEFAULT_VHOST, key)
 
 
 class StoreError(Exception):

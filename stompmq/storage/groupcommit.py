@@ -99,9 +99,6 @@ import trio
 
 from stompmq.storage.backend import Backend, ConcurrentReads
 from stompmq.storage.base import (
-    DEFAULT_VHOST,
-    split_key,
-    vhost_space,
     MESSAGE_OVERHEAD,
     BindingRecord,
     CommitInDoubt,
@@ -114,6 +111,7 @@ from stompmq.storage.base import (
     StreamMessage,
     StreamState,
 )
+from stompmq.vhost_names import DEFAULT_VHOST, split_key, vhost_space
 from stompmq.storage.groups import (
     DelayedRow,
     DeleteRow,

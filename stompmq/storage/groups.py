@@ -9,7 +9,7 @@ particular database: a group is plain, immutable-by-convention data that the
 database thread may read while the broker goes on mutating its own
 ``StoredMessage`` objects.
 
-Every name here is a store key (``storage.base.vhost_space`` + the name): the default
+Every name here is a store key (``vhost_names.vhost_space`` + the name): the default
 vhost's names as they are, another vhost's prefixed with it; backends split them.
 
 Message rows are tuples, not objects, because a group may hold tens of thousands

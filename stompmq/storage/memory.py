@@ -14,7 +14,6 @@ from typing import Any, TypeVar
 import trio
 
 from .base import (
-    DEFAULT_VHOST,
     BindingRecord,
     ExchangeRecord,
     QueueCount,
@@ -25,6 +24,7 @@ from .base import (
     StreamMessage,
     StreamRecord,
 )
+from ..vhost_names import DEFAULT_VHOST
 
 T = TypeVar("T")
 

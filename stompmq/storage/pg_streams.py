@@ -34,14 +34,8 @@ from typing import Any
 import psycopg
 
 from stompmq.storage import jsontext, recovery
-from stompmq.storage.base import (
-    StreamMessage,
-    StreamRecord,
-    StreamState,
-    producer_positions,
-    split_key,
-    vhost_space,
-)
+from stompmq.storage.base import StreamMessage, StreamRecord, StreamState, producer_positions
+from stompmq.vhost_names import split_key, vhost_space
 from stompmq.storage.groups import (
     DropStream,
     GroupOffsetRow,

@@ -82,9 +82,8 @@ from stompmq.storage.base import (
     StoreError,
     StreamMessage,
     StreamState,
-    split_key,
-    vhost_space,
 )
+from stompmq.vhost_names import split_key, vhost_space
 from stompmq.storage.groupcommit import FLUSH_INTERVAL, MAX_BACKLOG_BYTES, MAX_GROUP, GroupCommitStore
 from stompmq.storage.groups import (
     DelayedRow,

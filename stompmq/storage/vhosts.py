@@ -27,7 +27,6 @@ from typing import Any, TypeVar
 import trio
 
 from .base import (
-    DEFAULT_VHOST,
     BindingRecord,
     BrokerLease,
     ExchangeRecord,
@@ -37,9 +36,8 @@ from .base import (
     StoredMessage,
     StreamMessage,
     StreamState,
-    split_key,
-    vhost_space,
 )
+from ..vhost_names import DEFAULT_VHOST, split_key, vhost_space
 
 T = TypeVar("T")
 

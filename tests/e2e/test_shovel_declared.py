@@ -18,7 +18,7 @@ from stompmq.cli import main
 from stompmq.server import ServerSettings
 from stompmq.server.auth import Permission, User, Users, hash_password
 from stompmq.server.shovels import Shovels
-from stompmq.storage.base import DEFAULT_VHOST
+from stompmq.vhost_names import DEFAULT_VHOST
 from stompmq.storage.memory import MemoryStore
 
 from ..support.broker_process import BrokerProcess, Peer, free_port

@@ -227,8 +227,8 @@ class GroupCommitStore(Store):
         self._pending_since = 0.0  # trio time of the first write of the current batch
         self._urgent = False  # commit the batch without waiting for the interval
         self._kick = trio.Event()  # wakes the commit loop
-        self._asleep_until = math.inf  # the deadline the commit loop sleeps to (inf: none, or awake)
-        self._sleep: trio.CancelScope | None = None  # the commit loop's sleep, while it sleeps
+        #: The commit loop's sleep while it sleeps (its deadline: the flush due, inf: none).
+        self._sleep: trio.CancelScope | None = None
         self._inflight: _Group | None = None
         self._group_finished = trio.Event()  # set (and replaced) each time a group finishes
         self._held_back: frozenset[int] = frozenset()  # seqs left out of the last timed group (once only)
@@ -436,12 +436,11 @@ class GroupCommitStore(Store):
         delete follows once it is written to its consumer) and the next refills it, a wake-up per
         message was most of what the commit loop cost."""
         self._pending_since = now = trio.current_time()
-        if self._asleep_until == math.inf:
-            sleep = self._sleep
-            if sleep is None:  # awake: it looks at the buffer before it sleeps again
-                self._kick.set()
-            else:
-                sleep.deadline = self._asleep_until = now + self._flush_interval
+        sleep = self._sleep
+        if sleep is None:  # awake: it looks at the buffer before it sleeps again
+            self._kick.set()
+        elif sleep.deadline == math.inf:
+            sleep.deadline = now + self._flush_interval
 
     def _hurry(self) -> None:
         self._urgent = True
@@ -513,12 +512,10 @@ class GroupCommitStore(Store):
                 if trio.current_time() >= deadline:
                     return
             self._kick = trio.Event()
-            self._asleep_until = deadline
             try:
                 with trio.move_on_at(deadline) as self._sleep:
                     await self._kick.wait()
             finally:
-                self._asleep_until = math.inf
                 self._sleep = None
 
     async def _wait_idle(self) -> None:

@@ -2,10 +2,11 @@
 
 A delivery is *settled* when it leaves every index that tracks it (the
 subscription's ``unacked``, the session's ``deliveries``, the queue's
-``inflight``) and its ack-timeout timer is cancelled, so memory follows the
-deliveries in flight, not the history.  Then the message is deleted (ACK),
-requeued with one more redelivery (NACK, ack timeout, a subscription or
-connection gone), or dead-lettered past ``--max-redeliveries``.
+``inflight``) and its ack-timeout timer is cancelled (``Dispatcher.ack_timers``, by seq:
+the engine's own record, not the stored message's), so memory follows the deliveries in
+flight, not the history.  Then the message is deleted (ACK), requeued with one more
+redelivery (NACK, ack timeout, a subscription or connection gone), or dead-lettered past
+``--max-redeliveries``.
 
 Ack ids: STOMP 1.2 ACKs name the ``ack`` header of the MESSAGE (a per-session
 counter); 1.0 and 1.1 name the ``message-id``, which two overlapping topic
@@ -48,6 +49,7 @@ class Acks:
         self.store = dispatcher.store
         self.config = dispatcher.config
         self.deadlines = dispatcher.deadlines
+        self.ack_timers = dispatcher.ack_timers
 
     def target(self, session: Session, headers: dict[str, str]) -> tuple[Subscription, str]:
         """The subscription and ack id an ACK/NACK names; ClientError if it names nothing unacked."""
@@ -155,10 +157,11 @@ class Acks:
             queue.inflight.pop(msg.seq, None)
             if queue.groups:
                 queue.settled(msg)
-        timer = msg.timer
-        if timer is not None:
-            msg.timer = None
-            self.deadlines.cancel(timer)  # type: ignore[arg-type]
+        timers = self.ack_timers
+        if timers:
+            timer = timers.pop(msg.seq, None)
+            if timer is not None:
+                self.deadlines.cancel(timer)
         return msg
 
     def requeue(self, queue: Queue[Subscription] | None, msg: StoredMessage, redelivered: bool = True) -> None:

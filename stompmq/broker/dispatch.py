@@ -64,7 +64,7 @@ from .reads import Reads, StoreRead
 from .send_headers import DEFAULT_PRIORITY
 from .session import NO_DELIVERIES, Session, Subscription
 from .stats import QueueStats
-from .timers import Deadlines
+from .timers import Deadlines, Timer
 from .window import PageRequest
 
 log = logging.getLogger(__name__)
@@ -119,6 +119,10 @@ class Dispatcher:
         #: seqs in flight when this broker's lease lapsed: another broker has them now, so they
         #: never come back into a window here (``Acks.requeue``)
         self.forfeited: set[int] = set()
+        #: seq -> the ack-timeout deadline of its client-ack delivery in flight, so settling it
+        #: cancels the deadline (a message is in flight to one subscription at a time); empty
+        #: unless ack timeouts are on, so a settle pays one test
+        self.ack_timers: dict[int, Timer] = {}
 
     # -- queues in memory ---------------------------------------------------------------------
     def activate(self, name: str) -> Queue[Subscription]:
@@ -499,7 +503,7 @@ class Dispatcher:
             if timeout is None:
                 timeout = self.config.ack_timeout
             if timeout > 0:
-                msg.timer = self.deadlines.arm(timeout, ACK_TIMEOUT, session, ack_id, msg)
+                self.ack_timers[msg.seq] = self.deadlines.arm(timeout, ACK_TIMEOUT, session, ack_id, msg)
         outbox = session.outbox
         # delivery.write_frame(..., message_frame(..., message_tail(...))) spelled out: every queue
         # delivery comes through here, and the Python frames around the C encoders cost 0.1 us of ~7.

@@ -133,7 +133,6 @@ class StoredMessage:
         "redeliveries",
         "delivered",
         "held",
-        "timer",
         "space",
         "expires",
         "deliver_at",
@@ -166,9 +165,6 @@ class StoredMessage:
         # In this broker's memory (its ready window or in flight): on a store several brokers
         # share, the row is claimed by this broker while this holds, free for the others after.
         self.held = False
-        # Broker-private, never stored: the ack-timeout deadline of the delivery in flight, so an
-        # ACK can cancel it (a message is in flight to at most one subscription at a time).
-        self.timer: object = None
         # The store-key prefix of the message's vhost (``vhost_space``): "" in the default vhost.
         self.space = space
         #: Epoch milliseconds after which the message is never delivered (None: never expires).

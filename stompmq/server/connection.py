@@ -12,9 +12,11 @@ heart-beat timer (``server/heartbeats.py``, one task for every connection):
   CONNECT, DISCONNECT, a vhost declaration and a frame the user's permissions
   refuse are the server's own and end such a run; it waits for nothing but the socket except
   at its read gate (``server/flow.py``: the reasons of ``broker/flow.py``, in order);
-* the writer takes everything in the outbox and sends it with one
-  ``send_all``, or over TCP with one ``sendmsg`` when large bodies are among it (each
-  body from the message's own bytes, not copied into a frame: scatter/gather);
+* the writer takes everything in the outbox and sends it with one write (``write(2)`` on
+  plain TCP, ``send_all`` through TLS or WebSocket), or over TCP with one ``sendmsg`` when
+  large bodies are among it (each body by reference, not copied into a frame: scatter/gather);
+  what the engine delivers while a reader hands it a read goes out at the end of that call
+  instead (``WriteBatch``, ``_flush``);
 * the timer's visits (``check``) enforce the CONNECT deadline, send heart-beats
   and close a peer that went silent for longer than its heart-beat allows (times
   the grace factor).
@@ -44,6 +46,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import os
 import ssl
 import time
 from typing import NoReturn
@@ -132,7 +135,7 @@ class Connection:
     # Slots: an idle connection's attributes in a dict were 1.6 KiB of its ~17 (more than 30
     # attributes, so no key-sharing dict); ``__weakref__`` for the heart-beat timer's heap.
     __slots__ = (
-        "__weakref__", "_broken", "_errored", "_heart_beats", "_read_scope", "address", "admission",
+        "__weakref__", "_broken", "_errored", "_fd", "_heart_beats", "_read_scope", "address", "admission",
         "beat_token", "broker", "bytes_in", "bytes_out", "expect_every", "frames_in", "gate", "id",
         "last_recv", "last_send", "listening", "login", "outbox", "parser", "peer", "runtime", "security",
         "send_every", "session", "settings", "since", "stream", "user", "version", "vhost",
@@ -160,7 +163,7 @@ class Connection:
         self.broker = runtime.broker
         self.settings = settings
         self.id = str(next(_ids))
-        self.outbox = ConnectionOutbox()
+        self.outbox = ConnectionOutbox(batch=runtime.writes)
         self.parser = FrameParser(settings.limits)
         self.session: Session | None = None
         self.version = "1.2"  # for frames we send before negotiation
@@ -183,6 +186,12 @@ class Connection:
         self.peer = _peer(stream)
         self.since = time.time()
         self.bytes_in = self.bytes_out = self.frames_in = 0
+        #: Plain TCP: reads wait for the socket and then read (``_read``); bytes the socket takes
+        #: at once go out with one write(2), not through send_all, whose checkpoint after every
+        #: send costs a turn of trio's loop; -1: TLS or WebSocket, always through the stream.
+        self._fd = stream.socket.fileno() if type(stream) is trio.SocketStream else -1
+        if self._fd >= 0:
+            self.outbox.flush = self._flush
 
     async def run(self) -> None:
         try:
@@ -223,7 +232,7 @@ class Connection:
 
     # -- reading ----------------------------------------------------------------
     async def _reader(self) -> None:
-        stream, parser, gate, runtime = self.stream, self.parser, self.gate, self.runtime
+        stream, parser, gate, runtime, fd = self.stream, self.parser, self.gate, self.runtime, self._fd
         while True:
             if gate.shut():  # the last read's reasons (topic, pacing, the engine), then its outbox, the store
                 await self._wait(BETWEEN_READS)
@@ -236,7 +245,7 @@ class Connection:
                 room = RECEIVE_BYTES
             self.last_recv = trio.current_time()  # silence is measured from here (``listening``)
             self.listening = True
-            data = await stream.receive_some(room)
+            data = await stream.receive_some(room) if fd < 0 else await _read(fd, room)
             self.listening = False
             if not data:
                 return
@@ -321,6 +330,8 @@ class Connection:
         if self._errored:  # failed from outside (a slow topic subscriber disconnected)
             raise _Close
         assert self.session is not None
+        writes = self.runtime.writes
+        writes.open = True  # the deliveries go out at its close, not by waking each writer
         try:
             self.broker.handle_frames(self.session, frames)
         except ClientError as e:
@@ -328,6 +339,8 @@ class Connection:
         except Exception:  # handle_frames turns errors into ClientError; this is the last resort
             log.exception("connection %s: internal error handling %d frames", self.id, len(frames))
             self._error("internal error")
+        finally:
+            writes.close()
 
     def _connect(self, frame: Frame) -> None:
         headers = frame.headers
@@ -510,11 +523,45 @@ class Connection:
             await linger(self.stream)
 
     # -- writing ------------------------------------------------------------------
+    def _flush(self) -> None:
+        """The engine wrote to the outbox in a reader's batch (outbox.py): send what the socket
+        takes now, as the writer would; the writer sends the rest (or all, while it is sending)."""
+        outbox = self.outbox
+        if outbox.sending_since is not None or self._broken or outbox.closed or outbox.holds_bodies:
+            outbox.wake()  # (closed: so is the fd; large bodies go by the writer's sendmsg)
+            return
+        data = outbox.take_now()
+        outbox.sending_since = now = trio.current_time()
+        try:
+            done = _write_now(self._fd, data)
+        except OSError:  # the writer's send meets it too, and ends the connection
+            done = 0
+        if done < len(data):
+            outbox.put_back(data[done:])
+        if not done:
+            outbox.sending_since = None
+            return
+        try:
+            self._sent(done, now)
+        except Exception:  # in another connection's reader: this connection's failure only
+            log.exception("connection %s: settling what it sent failed", self.id)
+            self.fail("internal error", None)
+
+    def _sent(self, nbytes: int, now: float) -> None:
+        """``nbytes`` reached the socket: the outbox's, the API's and the engine's bookkeeping."""
+        self.last_send = now
+        self.outbox.sent(nbytes, now)
+        self.bytes_out += nbytes
+        session = self.session
+        if session is not None and session.unsent:  # auto-ack deliveries reached the socket
+            self.runtime.tick()
+            self.broker.written(session, self.outbox.sent_total)
+
     async def _writer(self) -> None:
-        outbox, stream = self.outbox, self.stream
+        outbox, stream, fd = self.outbox, self.stream, self._fd
         # Large bodies go by reference with sendmsg (scatter/gather), which needs the socket
         # itself: TLS and WebSocket streams get everything joined into one buffer.
-        sock = stream.socket if isinstance(stream, trio.SocketStream) else None
+        sock = stream.socket if fd >= 0 and isinstance(stream, trio.SocketStream) else None
         while True:
             if sock is None:
                 data = await outbox.take()
@@ -523,7 +570,6 @@ class Connection:
                 if len(buffers) > 1:
                     if not await self._send_buffers(sock, buffers):
                         return
-                    self._written()
                     continue
                 data = buffers[0]
             size = len(data)
@@ -533,20 +579,23 @@ class Connection:
             # go whole: telling the engine of progress mid-batch (on_drain) doubled their cost.
             view = memoryview(data) if size > PIECES_ABOVE else None
             start = 0
+            waited = False  # send_all checkpointed
             while start < size:
                 piece = data if view is None else view[start : start + SEND_PIECE]
                 outbox.sending_since = trio.current_time()
                 try:
-                    await stream.send_all(piece)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    done = _write_now(fd, piece) if fd >= 0 else 0
+                    if done < len(piece):
+                        waited = True
+                        await stream.send_all(memoryview(piece)[done:] if done else piece)
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                     self._broken = True
                     self._read_scope.cancel()
                     return
-                self.last_send = now = trio.current_time()
-                outbox.sent(len(piece), now)
+                self._sent(len(piece), trio.current_time())
                 start += len(piece)
-            self.bytes_out += size
-            self._written()
+            if outbox.size and not waited:  # more was written meanwhile: let the others run first
+                await trio.lowlevel.checkpoint()
 
     async def _send_buffers(self, sock: trio.socket.SocketType, buffers: list[bytes]) -> bool:
         """Send ``buffers`` with ``sendmsg``, telling the outbox of progress as for one buffer
@@ -574,20 +623,12 @@ class Connection:
                 sent -= length
                 first += 1
             if unreported >= report_every or first == len(pending):
-                self.last_send = now = trio.current_time()
-                outbox.sent(unreported, now)
+                now = trio.current_time()
+                self._sent(unreported, now)
                 unreported = 0
                 if first < len(pending):
                     outbox.sending_since = now
-        self.bytes_out += size
         return True
-
-    def _written(self) -> None:
-        """A batch reached the socket: settle the auto-ack deliveries in it."""
-        session = self.session
-        if session is not None and session.unsent:
-            self.runtime.tick()
-            self.broker.written(session, self.outbox.sent_total)
 
     def close(self, reason: str) -> None:
         """Close this connection with an ERROR saying ``reason`` (an administrator asked)."""
@@ -624,6 +665,28 @@ SEND_PIECE = 256 * 1024
 PIECES_ABOVE = 2 * SOFT_LIMIT
 #: Buffers in one ``sendmsg`` (the kernel takes at most IOV_MAX, 1024 on Linux).
 MAX_BUFFERS = 512
+
+
+async def _read(fd: int, size: int) -> bytes:
+    """Receive from the plain TCP socket ``fd`` as ``SocketStream.receive_some`` would, waiting
+    for it first: that tries a read and, when there is nothing (between messages at low rates,
+    every time), pays for a failed recv and its exception before it waits anyway."""
+    while True:
+        await trio.lowlevel.wait_readable(fd)
+        try:
+            return os.read(fd, size)
+        except BlockingIOError:
+            continue
+        except OSError as e:
+            raise trio.BrokenResourceError from e
+
+
+def _write_now(fd: int, data: bytes | memoryview) -> int:
+    """Write what the socket ``fd`` takes now without blocking; how many bytes that was."""
+    try:
+        return os.write(fd, data)
+    except BlockingIOError:
+        return 0
 
 
 def _peer(stream: trio.abc.Stream) -> str:

@@ -36,6 +36,7 @@ from ..storage.vhosts import VhostStore, split_definitions, split_recovery
 from ..tomlfile import load_definitions
 from ..vhost_names import DEFAULT_VHOST, split_key
 from .alarms import ResourceAlarms
+from .outbox import WriteBatch
 from .shovels import Shovels
 
 log = logging.getLogger(__name__)
@@ -89,6 +90,8 @@ class Runtime(StoreEvents):
         self._deadline_changed = trio.Event()
         self._reads_queued = trio.Event()
         self.store_metrics = StoreMetrics()  # the store's commit groups, for /metrics
+        #: Open while a reader hands a read to an engine: deliveries then go out at its end (outbox.py).
+        self.writes = WriteBatch()
         store.bind(self)
 
     def counter_totals(self) -> dict[str, int]:

@@ -2,8 +2,8 @@
 
 Theory of operation
 -------------------
-Each connection runs two tasks in its own nursery, and is watched by the server's
-heart-beat timer (``server/heartbeats.py``, one task for every connection):
+Each connection runs its reader, and a writer when needed, in its own nursery, and is watched
+by the server's heart-beat timer (``server/heartbeats.py``, one task for every connection):
 
 * the reader receives whatever the socket has (up to ``RECEIVE_BYTES``),
   parses the whole buffer into frames at once and hands them to the broker
@@ -12,11 +12,13 @@ heart-beat timer (``server/heartbeats.py``, one task for every connection):
   CONNECT, DISCONNECT, a vhost declaration and a frame the user's permissions
   refuse are the server's own and end such a run; it waits for nothing but the socket except
   at its read gate (``server/flow.py``: the reasons of ``broker/flow.py``, in order);
-* the writer takes everything in the outbox and sends it with one write (``write(2)`` on
-  plain TCP, ``send_all`` through TLS or WebSocket), or over TCP with one ``sendmsg`` when
-  large bodies are among it (each body by reference, not copied into a frame: scatter/gather);
-  what the engine delivers while a reader hands it a read goes out at the end of that call
-  instead (``WriteBatch``, ``_flush``);
+* on plain TCP what the outbox holds goes out with one ``write(2)`` when a batch flushes it
+  (``WriteBatch``, ``_flush``): at the end of a reader's engine call for what that call
+  delivered, at the batch task's next turn for anything else; a writer task runs only while
+  the socket does not take everything (or for large bodies: one ``sendmsg``, each body by
+  reference, not copied into a frame) and ends once the outbox is empty, so an idle connection
+  is one task.  Through TLS or WebSocket a writer runs for the connection's life and sends
+  everything with one ``send_all``;
 * the timer's visits (``check``) enforce the CONNECT deadline, send heart-beats
   and close a peer that went silent for longer than its heart-beat allows (times
   the grace factor).
@@ -135,7 +137,8 @@ class Connection:
     # Slots: an idle connection's attributes in a dict were 1.6 KiB of its ~17 (more than 30
     # attributes, so no key-sharing dict); ``__weakref__`` for the heart-beat timer's heap.
     __slots__ = (
-        "__weakref__", "_broken", "_errored", "_fd", "_heart_beats", "_read_scope", "address", "admission",
+        "__weakref__", "_broken", "_errored", "_fd", "_heart_beats", "_nursery", "_read_scope", "_writing",
+        "address", "admission",
         "beat_token", "broker", "bytes_in", "bytes_out", "expect_every", "frames_in", "gate", "id",
         "last_recv", "last_send", "listening", "login", "outbox", "parser", "peer", "runtime", "security",
         "send_every", "session", "settings", "since", "stream", "user", "version", "vhost",
@@ -163,7 +166,16 @@ class Connection:
         self.broker = runtime.broker
         self.settings = settings
         self.id = str(next(_ids))
-        self.outbox = ConnectionOutbox(batch=runtime.writes)
+        #: Plain TCP: reads wait for the socket and then read (``_read``); bytes the socket takes
+        #: at once go out with one write(2) from the batch that flushes the outbox (outbox.py:
+        #: ``WriteBatch``), and a writer task runs only while the socket does not take them all;
+        #: -1: TLS or WebSocket, always through the stream, by a writer task for the connection's life.
+        self._fd = stream.socket.fileno() if type(stream) is trio.SocketStream else -1
+        self.outbox = ConnectionOutbox(batch=runtime.writes if self._fd >= 0 else None)
+        if self._fd >= 0:
+            self.outbox.flush = self._flush
+        self._nursery: trio.Nursery | None = None  # where a writer starts, while the connection runs
+        self._writing = False  # a writer task runs
         self.parser = FrameParser(settings.limits)
         self.session: Session | None = None
         self.version = "1.2"  # for frames we send before negotiation
@@ -186,17 +198,13 @@ class Connection:
         self.peer = _peer(stream)
         self.since = time.time()
         self.bytes_in = self.bytes_out = self.frames_in = 0
-        #: Plain TCP: reads wait for the socket and then read (``_read``); bytes the socket takes
-        #: at once go out with one write(2), not through send_all, whose checkpoint after every
-        #: send costs a turn of trio's loop; -1: TLS or WebSocket, always through the stream.
-        self._fd = stream.socket.fileno() if type(stream) is trio.SocketStream else -1
-        if self._fd >= 0:
-            self.outbox.flush = self._flush
 
     async def run(self) -> None:
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._writer)
+                self._nursery = nursery
+                if self._fd < 0:
+                    self._start_writer()
                 self._heart_beats.watch(self, trio.current_time() + self.settings.connect_timeout)
                 with self._read_scope:
                     try:
@@ -524,11 +532,14 @@ class Connection:
 
     # -- writing ------------------------------------------------------------------
     def _flush(self) -> None:
-        """The engine wrote to the outbox in a reader's batch (outbox.py): send what the socket
-        takes now, as the writer would; the writer sends the rest (or all, while it is sending)."""
+        """Plain TCP: the outbox has output, flushed by a batch (outbox.py: ``WriteBatch``).  Send
+        what the socket takes now; a writer sends the rest (or all, while one runs)."""
         outbox = self.outbox
-        if outbox.sending_since is not None or self._broken or outbox.closed or outbox.holds_bodies:
-            outbox.wake()  # (closed: so is the fd; large bodies go by the writer's sendmsg)
+        if self._writing or self._broken or outbox.closed:  # (closed: so is the fd)
+            outbox.wake()
+            return
+        if outbox.holds_bodies:  # large bodies go by the writer's sendmsg
+            self._start_writer()
             return
         data = outbox.take_now()
         outbox.sending_since = now = trio.current_time()
@@ -538,6 +549,7 @@ class Connection:
             done = 0
         if done < len(data):
             outbox.put_back(data[done:])
+            self._start_writer()
         if not done:
             outbox.sending_since = None
             return
@@ -557,17 +569,35 @@ class Connection:
             self.runtime.tick()
             self.broker.written(session, self.outbox.sent_total)
 
+    def _start_writer(self) -> None:
+        """Start a writer task: for the connection's life (TLS, WebSocket), or on plain TCP until
+        the outbox is empty (the socket did not take everything at once).  Not per message: at
+        normal rates the socket takes every flush whole."""
+        assert self._nursery is not None
+        self._writing = True
+        self._nursery.start_soon(self._writer)
+
     async def _writer(self) -> None:
+        try:
+            await self._write()
+        finally:
+            self._writing = False
+
+    async def _write(self) -> None:
         outbox, stream, fd = self.outbox, self.stream, self._fd
         # Large bodies go by reference with sendmsg (scatter/gather), which needs the socket
         # itself: TLS and WebSocket streams get everything joined into one buffer.
         sock = stream.socket if fd >= 0 and isinstance(stream, trio.SocketStream) else None
-        while True:
+        # After large bodies it waits for the next batch (they come in runs: a task per batch cost
+        # 64 KiB messages about a tenth of their rate); after anything else it ends once nothing is left.
+        bodies = False
+        while fd < 0 or bodies or outbox.has_output:
             if sock is None:
                 data = await outbox.take()
             else:
                 buffers = await outbox.take_buffers()
-                if len(buffers) > 1:
+                bodies = len(buffers) > 1
+                if bodies:
                     if not await self._send_buffers(sock, buffers):
                         return
                     continue

@@ -37,12 +37,13 @@ Time waiting for output is not counted, so a subscriber that is idle because
 its publisher is held back keeps the rate it showed when it was busy.
 --topic-block-timeout compares subscribers of one topic by it.
 
-While a ``WriteBatch`` is open (a reader's synchronous hand-over of one read to the engine),
-a write to an empty outbox does not wake its writer: the outbox joins the batch, and closing
-the batch hands each to its ``flush`` (the connection sends what the socket takes at once,
-``Connection._flush``), waking the writer only for what is left.  At a few thousand msg/s
-each message is a read of its own, and waking the consumer's writer for it cost a turn of
-trio's loop and a task switch per message.
+On plain TCP a write to an empty outbox does not wake a writer: the outbox joins the
+runtime's ``WriteBatch``, and the batch hands it to its ``flush`` (the connection sends what
+the socket takes at once, ``Connection._flush``, and starts a writer only for what is left),
+at the end of the reader's engine call that wrote it (the batch is open meanwhile) or at the
+batch task's next turn.  At a few thousand msg/s each message is a read of its own, and
+waking the consumer's writer for it cost a turn of trio's loop and a task switch per message;
+and without a standing writer an idle connection is one task, not two.
 """
 
 from __future__ import annotations
@@ -62,23 +63,39 @@ RATE_WINDOW = 2.0
 
 
 class WriteBatch:
-    """Outboxes written to while the batch is open, their writers not yet woken (one per
-    runtime: every connection's writes go through it)."""
+    """Outboxes written to and not yet flushed (one per runtime: every plain TCP connection's
+    writes go through it).  Open: a reader's engine call, whose end flushes them; closed: a
+    write from anywhere else (a receipt the commit loop released, a heart-beat, a timer's
+    delivery) waits for ``run``, one task for every connection, to flush it."""
 
-    __slots__ = ("open", "outboxes")
+    __slots__ = ("open", "outboxes", "_due")
 
     def __init__(self) -> None:
         self.open = False
         self.outboxes: list[ConnectionOutbox] = []
+        self._due = trio.Event()
+
+    def add(self, outbox: ConnectionOutbox) -> None:
+        """``outbox`` has output now: flush it at the batch's close, or at ``run``'s next turn."""
+        self.outboxes.append(outbox)
+        if not self.open:
+            self._due.set()
 
     def close(self) -> None:
-        """Flush each outbox written to since the batch opened (writes meanwhile wake as usual)."""
+        """Flush each outbox written to since the batch opened (writes meanwhile wait for ``run``)."""
         self.open = False
         outboxes = self.outboxes
         if outboxes:
             self.outboxes = []
             for outbox in outboxes:
                 outbox.flush()
+
+    async def run(self) -> None:
+        """Flush what was written outside a reader's call, once per turn for every connection."""
+        while True:
+            await self._due.wait()
+            self._due = trio.Event()
+            self.close()
 
 
 class ConnectionOutbox:
@@ -137,8 +154,8 @@ class ConnectionOutbox:
         chunks = self._chunks
         if not chunks:  # the writer only ever waits for an empty outbox: wake it once per batch
             batch = self.batch
-            if batch is not None and batch.open:
-                batch.outboxes.append(self)  # its close flushes this outbox
+            if batch is not None:
+                batch.add(self)  # flushed by the batch (its flush wakes a writer if one runs)
             else:
                 self._ready.set()
         chunks.append(data)
@@ -183,6 +200,11 @@ class ConnectionOutbox:
     def wake(self) -> None:
         """Wake the writer for what is queued."""
         self._ready.set()
+
+    @property
+    def has_output(self) -> bool:
+        """Something waits to be taken (``take``, ``take_buffers``)."""
+        return bool(self._chunks)
 
     @property
     def holds_bodies(self) -> bool:

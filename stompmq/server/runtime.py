@@ -233,7 +233,8 @@ class Runtime(StoreEvents):
         return recovery
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """The store's commit loop, the deadlines and the reads, for the broker's lifetime."""
+        """The store's commit loop, the deadlines, the reads and the writes made outside a reader's
+        call (``WriteBatch.run``), for the broker's lifetime."""
         for engine in self.engines.values():
             engine.set_waker(self._wake)
         async with trio.open_nursery() as nursery:
@@ -241,6 +242,7 @@ class Runtime(StoreEvents):
             nursery.start_soon(self._deadlines)
             nursery.start_soon(self._reads)
             nursery.start_soon(self.alarms.run)
+            nursery.start_soon(self.writes.run)
             task_status.started()
 
     async def close(self) -> None:

@@ -88,9 +88,9 @@ async def test_wait_drained_returns_when_everything_was_sent() -> None:
         outbox.sent(3)
 
 
-async def test_writes_in_an_open_batch_wait_for_its_close_and_then_flush_once() -> None:
-    # A reader's engine call: the deliveries go out when it ends (the connection's direct send),
-    # without waking the writer; outside a batch a write wakes it as before.
+async def test_writes_in_an_open_batch_wait_for_its_close_and_others_for_the_batch_task() -> None:
+    # A reader's engine call: the deliveries go out when it ends (the connection's direct send);
+    # a write outside one goes out at the batch task's next turn.  Neither wakes the writer.
     batch = WriteBatch()
     outbox = ConnectionOutbox(batch=batch)
     flushed: list[bytes] = []
@@ -103,6 +103,7 @@ async def test_writes_in_an_open_batch_wait_for_its_close_and_then_flush_once() 
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(writer)
+        nursery.start_soon(batch.run)
         await trio.testing.wait_all_tasks_blocked()
         batch.open = True
         outbox.write(b"a")
@@ -111,9 +112,11 @@ async def test_writes_in_an_open_batch_wait_for_its_close_and_then_flush_once() 
         assert taken == [] and flushed == []
         batch.close()
         assert flushed == [b"ab"] and not batch.outboxes
-        outbox.write(b"c")  # the batch is closed: the writer takes it
+        outbox.write(b"c")  # the batch is closed: its task flushes it
+        outbox.write(b"d")
+        assert flushed == [b"ab"]
         await trio.testing.wait_all_tasks_blocked()
-        assert taken == [b"c"] and flushed == [b"ab"]
+        assert flushed == [b"ab", b"cd"] and taken == []
         nursery.cancel_scope.cancel()
 
 

@@ -2,8 +2,8 @@
 
 Theory of operation
 -------------------
-Each connection runs two tasks in its own nursery, and is watched by the server's
-heart-beat timer (``server/heartbeats.py``, one task for every connection):
+Each connection runs its reader, and a writer when needed, in its own nursery, and is watched
+by the server's heart-beat timer (``server/heartbeats.py``, one task for every connection):
 
 * the reader receives whatever the socket has (up to ``RECEIVE_BYTES``),
   parses the whole buffer into frames at once and hands them to the broker
@@ -12,9 +12,13 @@ heart-beat timer (``server/heartbeats.py``, one task for every connection):
   CONNECT, DISCONNECT, a vhost declaration and a frame the user's permissions
   refuse are the server's own and end such a run; it waits for nothing but the socket except
   at its read gate (``server/flow.py``: the reasons of ``broker/flow.py``, in order);
-* the writer takes everything in the outbox and sends it with one
-  ``send_all``, or over TCP with one ``sendmsg`` when large bodies are among it (each
-  body from the message's own bytes, not copied into a frame: scatter/gather);
+* on plain TCP what the outbox holds goes out with one ``write(2)`` when a batch flushes it
+  (``WriteBatch``, ``_flush``): at the end of a reader's engine call for what that call
+  delivered, at the batch task's next turn for anything else; a writer task runs only while
+  the socket does not take everything (or for large bodies: one ``sendmsg``, each body by
+  reference, not copied into a frame) and ends once the outbox is empty, so an idle connection
+  is one task.  Through TLS or WebSocket a writer runs for the connection's life and sends
+  everything with one ``send_all``;
 * the timer's visits (``check``) enforce the CONNECT deadline, send heart-beats
   and close a peer that went silent for longer than its heart-beat allows (times
   the grace factor).
@@ -44,6 +48,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import os
 import ssl
 import time
 from typing import NoReturn
@@ -132,7 +137,8 @@ class Connection:
     # Slots: an idle connection's attributes in a dict were 1.6 KiB of its ~17 (more than 30
     # attributes, so no key-sharing dict); ``__weakref__`` for the heart-beat timer's heap.
     __slots__ = (
-        "__weakref__", "_broken", "_errored", "_heart_beats", "_read_scope", "address", "admission",
+        "__weakref__", "_broken", "_errored", "_fd", "_heart_beats", "_nursery", "_read_scope", "_writing",
+        "address", "admission",
         "beat_token", "broker", "bytes_in", "bytes_out", "expect_every", "frames_in", "gate", "id",
         "last_recv", "last_send", "listening", "login", "outbox", "parser", "peer", "runtime", "security",
         "send_every", "session", "settings", "since", "stream", "user", "version", "vhost",
@@ -160,7 +166,16 @@ class Connection:
         self.broker = runtime.broker
         self.settings = settings
         self.id = str(next(_ids))
-        self.outbox = ConnectionOutbox()
+        #: Plain TCP: reads wait for the socket and then read (``_read``); bytes the socket takes
+        #: at once go out with one write(2) from the batch that flushes the outbox (outbox.py:
+        #: ``WriteBatch``), and a writer task runs only while the socket does not take them all;
+        #: -1: TLS or WebSocket, always through the stream, by a writer task for the connection's life.
+        self._fd = stream.socket.fileno() if type(stream) is trio.SocketStream else -1
+        self.outbox = ConnectionOutbox(batch=runtime.writes if self._fd >= 0 else None)
+        if self._fd >= 0:
+            self.outbox.flush = self._flush
+        self._nursery: trio.Nursery | None = None  # where a writer starts, while the connection runs
+        self._writing = False  # a writer task runs
         self.parser = FrameParser(settings.limits)
         self.session: Session | None = None
         self.version = "1.2"  # for frames we send before negotiation
@@ -187,7 +202,9 @@ class Connection:
     async def run(self) -> None:
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._writer)
+                self._nursery = nursery
+                if self._fd < 0:
+                    self._start_writer()
                 self._heart_beats.watch(self, trio.current_time() + self.settings.connect_timeout)
                 with self._read_scope:
                     try:
@@ -223,7 +240,7 @@ class Connection:
 
     # -- reading ----------------------------------------------------------------
     async def _reader(self) -> None:
-        stream, parser, gate, runtime = self.stream, self.parser, self.gate, self.runtime
+        stream, parser, gate, runtime, fd = self.stream, self.parser, self.gate, self.runtime, self._fd
         while True:
             if gate.shut():  # the last read's reasons (topic, pacing, the engine), then its outbox, the store
                 await self._wait(BETWEEN_READS)
@@ -236,7 +253,7 @@ class Connection:
                 room = RECEIVE_BYTES
             self.last_recv = trio.current_time()  # silence is measured from here (``listening``)
             self.listening = True
-            data = await stream.receive_some(room)
+            data = await stream.receive_some(room) if fd < 0 else await _read(fd, room)
             self.listening = False
             if not data:
                 return
@@ -321,6 +338,8 @@ class Connection:
         if self._errored:  # failed from outside (a slow topic subscriber disconnected)
             raise _Close
         assert self.session is not None
+        writes = self.runtime.writes
+        writes.open = True  # the deliveries go out at its close, not by waking each writer
         try:
             self.broker.handle_frames(self.session, frames)
         except ClientError as e:
@@ -328,6 +347,8 @@ class Connection:
         except Exception:  # handle_frames turns errors into ClientError; this is the last resort
             log.exception("connection %s: internal error handling %d frames", self.id, len(frames))
             self._error("internal error")
+        finally:
+            writes.close()
 
     def _connect(self, frame: Frame) -> None:
         headers = frame.headers
@@ -510,20 +531,75 @@ class Connection:
             await linger(self.stream)
 
     # -- writing ------------------------------------------------------------------
+    def _flush(self) -> None:
+        """Plain TCP: the outbox has output, flushed by a batch (outbox.py: ``WriteBatch``).  Send
+        what the socket takes now; a writer sends the rest (or all, while one runs)."""
+        outbox = self.outbox
+        if self._writing or self._broken or outbox.closed:  # (closed: so is the fd)
+            outbox.wake()
+            return
+        if outbox.holds_bodies:  # large bodies go by the writer's sendmsg
+            self._start_writer()
+            return
+        data = outbox.take_now()
+        outbox.sending_since = now = trio.current_time()
+        try:
+            done = _write_now(self._fd, data)
+        except OSError:  # the writer's send meets it too, and ends the connection
+            done = 0
+        if done < len(data):
+            outbox.put_back(data[done:])
+            self._start_writer()
+        if not done:
+            outbox.sending_since = None
+            return
+        try:
+            self._sent(done, now)
+        except Exception:  # in another connection's reader: this connection's failure only
+            log.exception("connection %s: settling what it sent failed", self.id)
+            self.fail("internal error", None)
+
+    def _sent(self, nbytes: int, now: float) -> None:
+        """``nbytes`` reached the socket: the outbox's, the API's and the engine's bookkeeping."""
+        self.last_send = now
+        self.outbox.sent(nbytes, now)
+        self.bytes_out += nbytes
+        session = self.session
+        if session is not None and session.unsent:  # auto-ack deliveries reached the socket
+            self.runtime.tick()
+            self.broker.written(session, self.outbox.sent_total)
+
+    def _start_writer(self) -> None:
+        """Start a writer task: for the connection's life (TLS, WebSocket), or on plain TCP until
+        the outbox is empty (the socket did not take everything at once).  Not per message: at
+        normal rates the socket takes every flush whole."""
+        assert self._nursery is not None
+        self._writing = True
+        self._nursery.start_soon(self._writer)
+
     async def _writer(self) -> None:
-        outbox, stream = self.outbox, self.stream
+        try:
+            await self._write()
+        finally:
+            self._writing = False
+
+    async def _write(self) -> None:
+        outbox, stream, fd = self.outbox, self.stream, self._fd
         # Large bodies go by reference with sendmsg (scatter/gather), which needs the socket
         # itself: TLS and WebSocket streams get everything joined into one buffer.
-        sock = stream.socket if isinstance(stream, trio.SocketStream) else None
-        while True:
+        sock = stream.socket if fd >= 0 and isinstance(stream, trio.SocketStream) else None
+        # After large bodies it waits for the next batch (they come in runs: a task per batch cost
+        # 64 KiB messages about a tenth of their rate); after anything else it ends once nothing is left.
+        bodies = False
+        while fd < 0 or bodies or outbox.has_output:
             if sock is None:
                 data = await outbox.take()
             else:
                 buffers = await outbox.take_buffers()
-                if len(buffers) > 1:
+                bodies = len(buffers) > 1
+                if bodies:
                     if not await self._send_buffers(sock, buffers):
                         return
-                    self._written()
                     continue
                 data = buffers[0]
             size = len(data)
@@ -533,20 +609,23 @@ class Connection:
             # go whole: telling the engine of progress mid-batch (on_drain) doubled their cost.
             view = memoryview(data) if size > PIECES_ABOVE else None
             start = 0
+            waited = False  # send_all checkpointed
             while start < size:
                 piece = data if view is None else view[start : start + SEND_PIECE]
                 outbox.sending_since = trio.current_time()
                 try:
-                    await stream.send_all(piece)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    done = _write_now(fd, piece) if fd >= 0 else 0
+                    if done < len(piece):
+                        waited = True
+                        await stream.send_all(memoryview(piece)[done:] if done else piece)
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                     self._broken = True
                     self._read_scope.cancel()
                     return
-                self.last_send = now = trio.current_time()
-                outbox.sent(len(piece), now)
+                self._sent(len(piece), trio.current_time())
                 start += len(piece)
-            self.bytes_out += size
-            self._written()
+            if outbox.size and not waited:  # more was written meanwhile: let the others run first
+                await trio.lowlevel.checkpoint()
 
     async def _send_buffers(self, sock: trio.socket.SocketType, buffers: list[bytes]) -> bool:
         """Send ``buffers`` with ``sendmsg``, telling the outbox of progress as for one buffer
@@ -574,20 +653,12 @@ class Connection:
                 sent -= length
                 first += 1
             if unreported >= report_every or first == len(pending):
-                self.last_send = now = trio.current_time()
-                outbox.sent(unreported, now)
+                now = trio.current_time()
+                self._sent(unreported, now)
                 unreported = 0
                 if first < len(pending):
                     outbox.sending_since = now
-        self.bytes_out += size
         return True
-
-    def _written(self) -> None:
-        """A batch reached the socket: settle the auto-ack deliveries in it."""
-        session = self.session
-        if session is not None and session.unsent:
-            self.runtime.tick()
-            self.broker.written(session, self.outbox.sent_total)
 
     def close(self, reason: str) -> None:
         """Close this connection with an ERROR saying ``reason`` (an administrator asked)."""
@@ -624,6 +695,28 @@ SEND_PIECE = 256 * 1024
 PIECES_ABOVE = 2 * SOFT_LIMIT
 #: Buffers in one ``sendmsg`` (the kernel takes at most IOV_MAX, 1024 on Linux).
 MAX_BUFFERS = 512
+
+
+async def _read(fd: int, size: int) -> bytes:
+    """Receive from the plain TCP socket ``fd`` as ``SocketStream.receive_some`` would, waiting
+    for it first: that tries a read and, when there is nothing (between messages at low rates,
+    every time), pays for a failed recv and its exception before it waits anyway."""
+    while True:
+        await trio.lowlevel.wait_readable(fd)
+        try:
+            return os.read(fd, size)
+        except BlockingIOError:
+            continue
+        except OSError as e:
+            raise trio.BrokenResourceError from e
+
+
+def _write_now(fd: int, data: bytes | memoryview) -> int:
+    """Write what the socket ``fd`` takes now without blocking; how many bytes that was."""
+    try:
+        return os.write(fd, data)
+    except BlockingIOError:
+        return 0
 
 
 def _peer(stream: trio.abc.Stream) -> str:

@@ -36,6 +36,14 @@ counts with the time it has taken so far), halved together every
 Time waiting for output is not counted, so a subscriber that is idle because
 its publisher is held back keeps the rate it showed when it was busy.
 --topic-block-timeout compares subscribers of one topic by it.
+
+On plain TCP a write to an empty outbox does not wake a writer: the outbox joins the
+runtime's ``WriteBatch``, and the batch hands it to its ``flush`` (the connection sends what
+the socket takes at once, ``Connection._flush``, and starts a writer only for what is left),
+at the end of the reader's engine call that wrote it (the batch is open meanwhile) or at the
+batch task's next turn.  At a few thousand msg/s each message is a read of its own, and
+waking the consumer's writer for it cost a turn of trio's loop and a task switch per message;
+and without a standing writer an idle connection is one task, not two.
 """
 
 from __future__ import annotations
@@ -54,9 +62,47 @@ HARD_LIMIT = 8 * 1024 * 1024
 RATE_WINDOW = 2.0
 
 
+class WriteBatch:
+    """Outboxes written to and not yet flushed (one per runtime: every plain TCP connection's
+    writes go through it).  Open: a reader's engine call, whose end flushes them; closed: a
+    write from anywhere else (a receipt the commit loop released, a heart-beat, a timer's
+    delivery) waits for ``run``, one task for every connection, to flush it."""
+
+    __slots__ = ("open", "outboxes", "_due")
+
+    def __init__(self) -> None:
+        self.open = False
+        self.outboxes: list[ConnectionOutbox] = []
+        self._due = trio.Event()
+
+    def add(self, outbox: ConnectionOutbox) -> None:
+        """``outbox`` has output now: flush it at the batch's close, or at ``run``'s next turn."""
+        self.outboxes.append(outbox)
+        if not self.open:
+            self._due.set()
+
+    def close(self) -> None:
+        """Flush each outbox written to since the batch opened (writes meanwhile wait for ``run``)."""
+        self.open = False
+        outboxes = self.outboxes
+        if outboxes:
+            self.outboxes = []
+            for outbox in outboxes:
+                outbox.flush()
+
+    async def run(self) -> None:
+        """Flush what was written outside a reader's call, once per turn for every connection."""
+        while True:
+            await self._due.wait()
+            self._due = trio.Event()
+            self.close()
+
+
 class ConnectionOutbox:
     __slots__ = (
         "_chunks",
+        "batch",
+        "flush",
         "size",
         "_ready",
         "_drained",
@@ -76,8 +122,13 @@ class ConnectionOutbox:
         "_bodies",
     )
 
-    def __init__(self, soft_limit: int = SOFT_LIMIT, hard_limit: int = HARD_LIMIT) -> None:
+    def __init__(
+        self, soft_limit: int = SOFT_LIMIT, hard_limit: int = HARD_LIMIT, batch: WriteBatch | None = None
+    ) -> None:
         self._chunks: list[bytes] = []
+        self.batch = batch
+        #: What the batch calls when it closes (the connection's direct send); default: wake the writer.
+        self.flush: Callable[[], None] = self.wake
         self.size = 0  # bytes queued or being sent
         self._ready = trio.Event()
         self._drained = trio.Event()
@@ -102,7 +153,11 @@ class ConnectionOutbox:
     def write(self, data: bytes) -> None:
         chunks = self._chunks
         if not chunks:  # the writer only ever waits for an empty outbox: wake it once per batch
-            self._ready.set()
+            batch = self.batch
+            if batch is not None:
+                batch.add(self)  # flushed by the batch (its flush wakes a writer if one runs)
+            else:
+                self._ready.set()
         chunks.append(data)
         self.size += len(data)
         self.queued += len(data)
@@ -140,20 +195,40 @@ class ConnectionOutbox:
     async def take(self) -> bytes:
         """Wait for output and return all of it as one buffer."""
         await self._output()
-        return self._joined()
+        return self.take_now()
 
-    def _joined(self) -> bytes:
+    def wake(self) -> None:
+        """Wake the writer for what is queued."""
+        self._ready.set()
+
+    @property
+    def has_output(self) -> bool:
+        """Something waits to be taken (``take``, ``take_buffers``)."""
+        return bool(self._chunks)
+
+    @property
+    def holds_bodies(self) -> bool:
+        """A large body waits among the chunks by reference (``write_body``, ``take_buffers``)."""
+        return self._bodies
+
+    def take_now(self) -> bytes:
+        """Everything queued as one buffer, without waiting (b"" if nothing is)."""
         chunks = self._chunks
         self._chunks = []
         self._bodies = False
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    def put_back(self, data: bytes) -> None:
+        """``data`` from ``take_now`` was not sent: it goes first, and the writer sends it."""
+        self._chunks.insert(0, data)
+        self._ready.set()
 
     async def take_buffers(self) -> list[bytes]:
         """Wait for output and return all of it for one scatter/gather send: large bodies as
         they are, the chunks between them joined (one buffer when there is no large body)."""
         await self._output()
         if not self._bodies:
-            return [self._joined()]
+            return [self.take_now()]
         chunks = self._chunks
         self._chunks = []
         self._bodies = False

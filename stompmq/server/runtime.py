@@ -36,6 +36,7 @@ from ..storage.vhosts import VhostStore, split_definitions, split_recovery
 from ..tomlfile import load_definitions
 from ..vhost_names import DEFAULT_VHOST, split_key
 from .alarms import ResourceAlarms
+from .outbox import WriteBatch
 from .shovels import Shovels
 
 log = logging.getLogger(__name__)
@@ -89,6 +90,8 @@ class Runtime(StoreEvents):
         self._deadline_changed = trio.Event()
         self._reads_queued = trio.Event()
         self.store_metrics = StoreMetrics()  # the store's commit groups, for /metrics
+        #: Open while a reader hands a read to an engine: deliveries then go out at its end (outbox.py).
+        self.writes = WriteBatch()
         store.bind(self)
 
     def counter_totals(self) -> dict[str, int]:
@@ -230,7 +233,8 @@ class Runtime(StoreEvents):
         return recovery
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """The store's commit loop, the deadlines and the reads, for the broker's lifetime."""
+        """The store's commit loop, the deadlines, the reads and the writes made outside a reader's
+        call (``WriteBatch.run``), for the broker's lifetime."""
         for engine in self.engines.values():
             engine.set_waker(self._wake)
         async with trio.open_nursery() as nursery:
@@ -238,6 +242,7 @@ class Runtime(StoreEvents):
             nursery.start_soon(self._deadlines)
             nursery.start_soon(self._reads)
             nursery.start_soon(self.alarms.run)
+            nursery.start_soon(self.writes.run)
             task_status.started()
 
     async def close(self) -> None:

@@ -433,8 +433,8 @@ class GroupCommitStore(Store):
         """The commit loop is not woken: a loop asleep to an earlier flush deadline wakes by then
         and sleeps on to this batch's, one asleep with nothing to do sleeps to this batch's
         deadline instead.  At low rates, where each message empties the buffer (write-behind: its
-        delete follows once it is written to its consumer) and the next refills it, a wake-up per
-        message was most of what the commit loop cost."""
+        delete follows in the same step) and the next refills it, a wake-up per message was most
+        of what the commit loop cost."""
         self._pending_since = now = trio.current_time()
         sleep = self._sleep
         if sleep is None:  # awake: it looks at the buffer before it sleeps again

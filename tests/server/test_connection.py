@@ -6,15 +6,18 @@ blocked, so the 30-second and 10-second waits below take no real time.
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 import trio
 import trio.testing
 
 from stompmq.broker import BrokerConfig
 from stompmq.protocol import Frame
+from stompmq.server.connection import Connection
 from stompmq.server.settings import ServerSettings
 
-from ..support.pair import broker_pair
+from ..support.pair import PeerClient, broker_pair
 
 
 async def test_ack_timeout_redelivers_to_the_other_subscriber(autojump_clock: trio.abc.Clock) -> None:
@@ -100,16 +103,18 @@ async def test_one_timer_beats_for_connections_of_different_intervals(autojump_c
         assert fast.heart_beats >= 12 and 3 <= slow.heart_beats <= 6
 
 
+def tasks() -> int:
+    """Every task running now."""
+    def count(task: trio.lowlevel.Task) -> int:
+        return 1 + sum(count(child) for nursery in task.child_nurseries for child in nursery.child_tasks)
+
+    return count(trio.lowlevel.current_root_task())
+
+
 async def test_an_idle_connection_has_no_timer_task_of_its_own(autojump_clock: trio.abc.Clock) -> None:
-    """Tasks are memory: a connection runs its reader and writer; heart-beats and the CONNECT
-    deadline belong to the server's one timer."""
-
-    def tasks() -> int:
-        def count(task: trio.lowlevel.Task) -> int:
-            return 1 + sum(count(child) for nursery in task.child_nurseries for child in nursery.child_tasks)
-
-        return count(trio.lowlevel.current_root_task())
-
+    """Tasks are memory: a connection over a stream without a socket (TLS, WebSocket, these
+    in-memory ones) runs its reader and writer; heart-beats and the CONNECT deadline belong to
+    the server's one timer."""
     async with broker_pair(settings=ServerSettings(port=0, heart_beat=(1000, 1000))) as pair:
         clients = [await pair.connected(heart_beat="1000,1000")]
         await trio.testing.wait_all_tasks_blocked()
@@ -117,6 +122,42 @@ async def test_an_idle_connection_has_no_timer_task_of_its_own(autojump_clock: t
         clients += [await pair.connected(heart_beat="1000,1000") for _ in range(3)]
         await trio.testing.wait_all_tasks_blocked()
         assert tasks() - before == 3 * 2
+
+
+async def test_a_plain_tcp_connection_runs_a_writer_only_while_its_socket_is_full() -> None:
+    """Over plain TCP what the socket takes goes out without a writer task (outbox.py:
+    ``WriteBatch``): an idle connection is one task.  A writer runs while the peer does not read
+    what it is sent, and ends once everything went."""
+    async with broker_pair() as pair:
+        producer = await pair.connected()
+        listener = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]
+        sock = trio.socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # full after a few KiB
+        await sock.connect(listener.socket.getsockname())
+        server = await listener.accept()
+        server.socket.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        await trio.testing.wait_all_tasks_blocked()
+        before = tasks()
+        pair.nursery.start_soon(Connection(server, pair.runtime, pair.settings, heart_beats=pair.heart_beats).run)
+        consumer = PeerClient(trio.SocketStream(sock))
+        assert (await consumer.connect()).command == "CONNECTED"
+        await consumer.send("SUBSCRIBE", {"id": "1", "destination": "/queue/q", "receipt": "r"})
+        assert (await consumer.receive()).command == "RECEIPT"
+        await trio.testing.wait_all_tasks_blocked()
+        assert tasks() - before == 1  # the reader
+        body = b"x" * 8000  # below LARGE_BODY: one write(2), no sendmsg
+        for i in range(64):
+            await producer.send("SEND", {"destination": "/queue/q", "receipt": str(i)}, body)
+        for i in range(64):
+            assert (await producer.receive()).headers["receipt-id"] == str(i)
+        await trio.testing.wait_all_tasks_blocked()
+        assert tasks() - before == 2  # the socket is full: a writer waits for it
+        for _ in range(64):
+            assert (await consumer.receive()).body == body
+        await trio.testing.wait_all_tasks_blocked()
+        assert tasks() - before == 1  # all sent: the writer ended
+        await consumer.stream.aclose()
+        await listener.aclose()
 
 
 async def test_no_connect_frame_in_time(autojump_clock: trio.abc.Clock) -> None:

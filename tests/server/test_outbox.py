@@ -6,7 +6,7 @@ import trio
 import trio.testing
 
 from stompmq.protocol.encoder import LARGE_BODY
-from stompmq.server.outbox import ConnectionOutbox
+from stompmq.server.outbox import ConnectionOutbox, WriteBatch
 
 
 async def test_take_returns_everything_queued_as_one_buffer() -> None:
@@ -86,6 +86,49 @@ async def test_wait_drained_returns_when_everything_was_sent() -> None:
         nursery.start_soon(outbox.wait_drained)
         await trio.testing.wait_all_tasks_blocked()
         outbox.sent(3)
+
+
+async def test_writes_in_an_open_batch_wait_for_its_close_and_others_for_the_batch_task() -> None:
+    # A reader's engine call: the deliveries go out when it ends (the connection's direct send);
+    # a write outside one goes out at the batch task's next turn.  Neither wakes the writer.
+    batch = WriteBatch()
+    outbox = ConnectionOutbox(batch=batch)
+    flushed: list[bytes] = []
+    outbox.flush = lambda: flushed.append(outbox.take_now())
+    taken: list[bytes] = []
+
+    async def writer() -> None:
+        while True:
+            taken.append(await outbox.take())
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(writer)
+        nursery.start_soon(batch.run)
+        await trio.testing.wait_all_tasks_blocked()
+        batch.open = True
+        outbox.write(b"a")
+        outbox.write(b"b")
+        await trio.testing.wait_all_tasks_blocked()
+        assert taken == [] and flushed == []
+        batch.close()
+        assert flushed == [b"ab"] and not batch.outboxes
+        outbox.write(b"c")  # the batch is closed: its task flushes it
+        outbox.write(b"d")
+        assert flushed == [b"ab"]
+        await trio.testing.wait_all_tasks_blocked()
+        assert flushed == [b"ab", b"cd"] and taken == []
+        nursery.cancel_scope.cancel()
+
+
+async def test_what_a_flush_puts_back_goes_first_and_wakes_the_writer() -> None:
+    outbox = ConnectionOutbox()
+    outbox.write(b"abc")
+    assert outbox.take_now() == b"abc"
+    outbox.write(b"d")
+    outbox.put_back(b"bc")  # the socket took "a"
+    outbox.sent(1)
+    assert await outbox.take() == b"bcd"
+    assert outbox.size == 3
 
 
 async def test_large_bodies_are_taken_by_reference_between_joined_runs() -> None:

@@ -168,11 +168,13 @@ FREE_ROWS_SQL = (
 #: rare and scanned ix_messages_owner and its dead entries instead.)
 MINE = "m.owner_epoch = %(epoch)s AND m.owner IS NOT DISTINCT FROM %(me)s"
 #: A claimed row's new state (delivered, redeliveries, priority), and whether this broker keeps
-#: holding it (else it is freed); rows this broker no longer owns are left alone.  The fencing is
-#: a join condition against ``u`` (kept a subquery by OFFSET 0), not a filter on ``messages``: any
-#: filter there the planner takes for rare (this broker's id and epoch are never in its statistics)
-#: and scans ix_messages_owner (55 ms an update under load), or, not indexable, scans the rows that
-#: pass it first and unnest every array once per row (5 s for 2,000 delivered marks).
+#: holding it (else it is freed); rows this broker no longer owns are left alone.  The rows are
+#: found by their seqs in the primary key (``seq = ANY``: a probe each, never a range of the index
+#: with the dead entries of every message acked since the last vacuum, which a merge join on
+#: ``m.seq = u.seq`` alone walked from the start).  The fencing is a join condition against ``u``
+#: (kept a subquery by OFFSET 0), not a filter on ``messages``: a filter the planner takes for rare
+#: (this broker's id and epoch are never in its statistics), and then scans ix_messages_owner
+#: (55 ms an update under load) or unnests every array once per row it passes (5 s for 2,000).
 UPDATE_SQL = (
     "UPDATE messages AS m SET delivered = u.delivered, redeliveries = u.redeliveries,"
     " priority = u.priority, owner = CASE WHEN u.held THEN %(me)s ELSE NULL END,"
@@ -180,7 +182,7 @@ UPDATE_SQL = (
     " FROM (SELECT u.*, %(me)s::text AS me, %(epoch)s::int8 AS epoch FROM unnest(%(delivered)s::bool[],"
     " %(redeliveries)s::int4[], %(priorities)s::int4[], %(seqs)s::int8[], %(held)s::bool[])"
     " AS u(delivered, redeliveries, priority, seq, held) OFFSET 0) AS u"
-    " WHERE m.seq = u.seq AND m.owner = u.me AND m.owner_epoch = u.epoch"
+    " WHERE m.seq = ANY(%(seqs)s) AND m.seq = u.seq AND m.owner = u.me AND m.owner_epoch = u.epoch"
     " RETURNING m.queue_id, u.held OR u.delivered, m.priority, m.seq"
 )
 #: Acked or discarded rows: this broker's own claims, or free rows (an expired message it swept);

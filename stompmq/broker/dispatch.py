@@ -28,8 +28,8 @@ Sequence numbers come from the store in blocks (``Clock``, ``Store.seq_block``).
 Claim on demand (docs/decisions/claim-on-demand.md): while subscribers on another broker want a
 queue (``queue_wanted``: their broker read it lately, or a broker holding it stopped), the queue
 claims only what its own subscribers have room for plus ``READ_AHEAD``, gives the rest back to
-the store at the end of every pump (``_release_excess``), and reads the store from its start
-again at every change another broker makes (rows freed below its boundary are found at once).
+the store at the end of every pump (``_release_excess``), and reads the store again from the
+first row another broker freed at every such change (rows freed below its boundary are found at once).
 A queue nobody else wants keeps its full window.  A broker whose lease may have lapsed delivers
 nothing it claimed (``Store.claims_valid``, checked by ``_pump_shared``, the pump of a shared
 store) until the store renewed it; if it had lapsed, every claim held in memory is dropped
@@ -65,7 +65,7 @@ from .send_headers import DEFAULT_PRIORITY
 from .session import NO_DELIVERIES, Session, Subscription
 from .stats import QueueStats
 from .timers import Deadlines, Timer
-from .window import PageRequest
+from .window import OrderKey, PageRequest
 
 log = logging.getLogger(__name__)
 
@@ -292,14 +292,15 @@ class Dispatcher:
                     msg.held = False  # a pending insert of it goes in free
                 self.store.release(queue.name)
 
-    def store_changed(self, name: str) -> None:
+    def store_changed(self, name: str, first: OrderKey | None = None) -> None:
         """Another broker sharing the store made ready messages of queue ``name`` ("*": of any
-        queue): look in the store again if anyone here wants them."""
+        queue), ``first`` the lowest key among them (None: unknown): look in the store again if
+        anyone here wants them."""
         queues = self.queues.values() if name == "*" else filter(None, [self.queues.get(name)])
         for queue in list(queues):
             if queue.nsubs:
-                if queue.claim_until:  # a small window: read from the start, below its boundary too
-                    queue.window.look_back()
+                if queue.claim_until:  # a small window: read from ``first``, below its boundary too
+                    queue.window.look_back(first)
                 else:
                     queue.window.store_changed()
                 self.pump(queue)
@@ -661,7 +662,7 @@ class Dispatcher:
         if self.queues.get(queue.name) is queue:
             self.pump(queue)
             if queue.window.rewind:  # another broker changed the store while this page was read
-                queue.window.look_back()
+                queue.window.look_back(queue.window.rewind_first)
                 self.pump(queue)
             self.deactivate_if_idle(queue)
 

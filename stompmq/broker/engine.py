@@ -81,6 +81,7 @@ from .subscriptions import QUEUE_NAME_HEADER, Subscriptions, split_legacy_bindin
 from .take import Take
 from .temp_queues import TEMP_DESTINATION
 from .timers import Deadlines
+from .window import OrderKey
 from .topics import WILDCARD, TopicRouter
 from .transactions import HELD, Held, Transactions, requeue_wanted
 
@@ -251,9 +252,10 @@ class Broker:
             subscriber, seconds, drain_rate, self.router.topic_peers(subscriber), stalled
         )
 
-    def store_changed(self, queue: str) -> None:
-        """Ready messages of ``queue`` ("*": of any queue) appeared in the store."""
-        self.dispatcher.store_changed(queue)
+    def store_changed(self, queue: str, first: OrderKey | None = None) -> None:
+        """Ready messages of ``queue`` ("*": of any queue) appeared in the store, ``first`` the
+        lowest key among them (None: unknown)."""
+        self.dispatcher.store_changed(queue, first)
         if queue == "*":
             self.dispatcher.delayed.store_changed()
 

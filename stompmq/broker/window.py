@@ -84,7 +84,7 @@ class PageRequest:
 class ReadyWindow:
     __slots__ = ("capacity", "max_bytes", "levels", "prios", "size", "bytes", "unit", "spilled", "boundary", "epoch",
                  "loading", "skipped", "late", "tail", "tail_bytes", "tail_capacity", "tail_max_bytes", "gapless",
-                 "tracked", "marks", "rewind")
+                 "tracked", "marks", "rewind", "rewind_first")
 
     def __init__(self, capacity: int | None, spilled: bool, max_bytes: int | None = None) -> None:
         self.capacity = capacity  # None: everything stays in memory (non-durable store)
@@ -113,8 +113,10 @@ class ReadyWindow:
         # fills(): (messages, bytes) at which the window fills 1/divisor, by divisor; a publish asks
         # once per SEND (pacing), so the divisions are done once.
         self.marks: dict[int, tuple[int, int]] = {}
-        #: look_back() came while a page was loading: the read after it starts from the start
+        #: look_back() came while a page was loading: the read after it looks back, to
+        #: ``rewind_first`` (the lowest key it was given; None: to the start)
         self.rewind = False
+        self.rewind_first: OrderKey | None = None
 
     # -- adding -------------------------------------------------------------------------------
     def push(self, msg: StoredMessage) -> bool:
@@ -299,17 +301,34 @@ class ReadyWindow:
             self.epoch += 1
         return released
 
-    def look_back(self) -> None:
-        """Another broker sharing the store changed it, perhaps freeing rows that sort before the
-        boundary (a lapsed broker's): forget what is in memory (still claimed, the next read
-        from the start finds it again).  A page in flight is merged first: ``rewind`` says the
-        owner calls this again once it is."""
+    def look_back(self, first: OrderKey | None = None) -> None:
+        """Another broker sharing the store freed ready rows of this queue, ``first`` the lowest
+        key among them (None: unknown), perhaps before the boundary (a lapsed broker's claims,
+        another's window given back): forget what is in memory from ``first`` on, all of it if
+        None (still claimed: the next read, from just before ``first`` or from the start, finds
+        it again).  Reading from ``first`` spares the read the store's head, where the entries of
+        every message delivered and acked since the last vacuum lie.  A page in flight is merged
+        first: ``rewind`` says the owner calls this again, with ``rewind_first``, once it is."""
         if self.loading:
-            self.rewind = True
+            if self.rewind:
+                first = None if first is None or self.rewind_first is None else min(first, self.rewind_first)
+            self.rewind, self.rewind_first = True, first
             self.skipped += 1  # a short page in flight no longer proves the store exhausted
             return
         self.rewind = False
-        self.clear()
+        if first is None:
+            self.clear()
+            return
+        while self.size and self.levels[self.prios[0]][-1].order_key >= first:
+            self._pop_last()
+        self.tail.clear()  # (it lies beyond the boundary, among the freed rows perhaps)
+        self.tail_bytes = 0
+        self.gapless = self.tracked = False
+        just_before = (first[0], first[1] - 1)
+        if not self.spilled or (self.boundary is not None and just_before < self.boundary):
+            self.boundary = just_before
+        self.spilled = True
+        self.epoch += 1
 
     def clear(self) -> None:
         """Forget every ready message held in memory (purge): the store is the truth again."""

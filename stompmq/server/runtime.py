@@ -140,7 +140,7 @@ class Runtime(StoreEvents):
     def own_counters(self) -> dict[str, int]:
         return self.counter_totals()
 
-    def queue_changed(self, key: str) -> None:
+    def queue_changed(self, key: str, first: tuple[int, int] | None = None) -> None:
         self.tick()
         if key == "*":
             for each in self.engines.values():
@@ -149,7 +149,7 @@ class Runtime(StoreEvents):
         vhost, name = split_key(key)
         engine = self.engines.get(vhost)
         if engine is not None:
-            engine.store_changed(name)
+            engine.store_changed(name, first)
 
     def queue_wanted(self, key: str) -> None:
         self.tick()

@@ -363,8 +363,9 @@ class StoreEvents:
         """A stream's state after a commit, by this broker (before its ticket's ``committed``)
         or another (notified); None: the stream was deleted."""
 
-    def queue_changed(self, queue: str) -> None:
-        """Ready messages of ``queue`` were stored or freed by another broker ("*": any queue)."""
+    def queue_changed(self, queue: str, first: tuple[int, int] | None = None) -> None:
+        """Ready messages of ``queue`` were stored or freed by another broker ("*": any queue),
+        ``first`` the lowest order key (``StoredMessage.order_key``) among them (None: unknown)."""
 
     def queue_wanted(self, queue: str) -> None:
         """Subscribers on another broker want messages of ``queue``: keep no more of it than

@@ -11,7 +11,8 @@ Steps (``m(seq, prio)`` is a message; priority 4 unless given):
   ("changed",)                another broker sharing the store made ready messages
   ("refill",)                 the window, run low, refills from its tail (it must be gapless)
   ("release", keep)           claim on demand: keep the first ``keep``, give the rest back
-  ("look_back",)              another broker changed the store: read it from the start again
+  ("look_back"[, key])        another broker freed rows from ``key`` on (None: anywhere): read
+                              the store again from there
 The expected state: the seqs in memory in delivery order, spilled, boundary, and whether a
 page is wanted.  ``BYTE_CASES`` run the same steps under a byte budget, with message sizes
 given in KiB (``len(body) + MESSAGE_OVERHEAD``).
@@ -74,7 +75,7 @@ def run(
         elif op == "release":
             window.release(step[1])
         elif op == "look_back":
-            window.look_back()
+            window.look_back(step[1] if len(step) > 1 else None)
         else:
             raise AssertionError(op)
     return window, requests
@@ -150,6 +151,15 @@ CASES: dict[str, tuple[int | None, bool, list[Step], list[int], bool, tuple[int,
         [1], True, (-4, 1), True),
     "look back forgets the window and reads from the start": (
         10, False, [("push", 1), ("push", 2), ("look_back",)], [], True, None, True),
+    "look back to a key forgets from it and reads from just before it": (
+        10, False, [("push", 1), ("push", 2), ("push", 3), ("look_back", (-4, 2))], [1], True, (-4, 1), True),
+    "look back to a key past a spilled boundary keeps the window and the boundary": (
+        3, False, [("push", i) for i in range(1, 5)] + [("look_back", (-4, 9))], [1, 2, 3], True, (-4, 3), False),
+    "look back to a key of a higher priority forgets the lower ones": (
+        10, False, [("push", 1), ("push", 2, 9), ("look_back", (-9, 2))], [], True, (-9, 1), True),
+    "a page read after a look back to a key continues from the key": (
+        10, False, [("push", 1), ("push", 2), ("look_back", (-4, 2)), ("page",), ("loaded", [2, 3])],
+        [1, 2, 3], False, None, False),
     "look back during a load waits for the page": (
         10, True, [("page",), ("look_back",), ("loaded", [1])], [1], True, (-4, 1), True),
     "purge of a memory queue forgets everything": (
@@ -331,6 +341,17 @@ def test_release_returns_the_tail_and_the_excess_no_longer_held() -> None:
     assert sorted(msg.seq for msg in released) == [2, 3, 4, 6, 7]
     assert not any(msg.held for msg in released) and msgs[0].held
     assert contents(window) == [1] and not window.tail and window.boundary == (-4, 1)
+
+
+def test_look_backs_during_a_load_are_remembered_from_the_lowest_key() -> None:
+    window, requests = run(10, True, [("page",), ("look_back", (-4, 7)), ("look_back", (-4, 5))])
+    assert window.rewind and window.rewind_first == (-4, 5)
+    window.look_back((-4, 6))
+    assert window.rewind_first == (-4, 5)
+    window.look_back(None)  # unknown: from the start
+    assert window.rewind_first is None
+    window.look_back((-4, 3))
+    assert window.rewind_first is None
 
 
 def test_look_back_during_a_load_is_remembered_for_after_it() -> None:

@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import psycopg
 import pytest
@@ -238,3 +239,51 @@ def test_a_broker_paused_past_its_lease_is_fenced_when_it_resumes(database: str,
     assert len(epochs) == 2 and max(epochs) >= 3, epochs  # x registered anew: a third lease
     assert "lease on" in x.stderr and "lapsed" in x.stderr, x.stderr
     keeper.close()
+
+
+def since_renewal(conn: psycopg.Connection[Any], broker_id: str) -> float:
+    """Seconds since ``broker_id`` last renewed its lease, on the database's clock."""
+    row = conn.execute("SELECT extract(epoch FROM clock_timestamp() - renewed_at)::float8 FROM brokers"
+                       " WHERE id = %s", (broker_id,)).fetchone()
+    assert row is not None
+    return float(row[0])
+
+
+def test_a_renewal_that_comes_back_after_the_trust_ran_out_pumps_again(database: str) -> None:
+    """Broker b's lease renewal is held (a row lock on its ``brokers`` row) until b's trust in its
+    claims ran out, and messages sent through a meanwhile wake b's subscriber, whose pump is
+    refused then.  The renewal returns within the lease: b must pump again and deliver them at
+    once, though nothing else happens on the queue (no delivery in flight, no further news);
+    before, b delivered them only when its next renewal found its trust run out, lease / 3 later."""
+    lease = 30.0  # renewed every lease / 3 and trusted for 0.8 lease: room for the lock's timing
+    b = BrokerProcess(database, "--lease", str(lease)).start()
+    a = None
+    consumer = None
+    try:
+        with psycopg.connect(database, autocommit=True) as conn:
+            (b_id,) = conn.execute("SELECT id FROM brokers").fetchone() or ("",)
+        a = BrokerProcess(database, "--lease", str(lease)).start()
+        consumer = Consumer(b.port, "woken", prefetch=100).start()
+        with Peer(a.port) as producer:
+            producer.send_to("/queue/woken", "first")  # b's subscriber is served through a
+            wait_until(lambda: len(consumer.got) == 1, "the first message on b", timeout=HANDOVER)
+            with psycopg.connect(database, autocommit=True) as conn:
+                wait_until(lambda: since_renewal(conn, b_id) < 0.5, "a renewal by b", timeout=lease)
+            with psycopg.connect(database) as locker:
+                # b's next renewal (due lease / 3 after the last) waits for this lock, released
+                # 0.92 lease after the last: past b's trust (0.8 lease), before its lease lapses.
+                locker.execute("SELECT 1 FROM brokers WHERE id = %s FOR UPDATE", (b_id,))
+                renewed = time.monotonic() - since_renewal(locker, b_id)
+                time.sleep(max(0.0, renewed + 0.85 * lease - time.monotonic()))
+                for i in range(20):
+                    producer.send_to("/queue/woken", str(i), receipt=False)
+                producer.sync()
+                time.sleep(max(0.0, renewed + 0.92 * lease - time.monotonic()))
+                locker.rollback()
+        wait_until(lambda: len(consumer.got) == 21, "b's subscriber to get what was sent meanwhile", timeout=lease / 6)
+    finally:
+        if consumer is not None:
+            consumer.close()
+        for broker in (a, b):
+            if broker is not None:
+                broker.close()

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
+import psycopg
 import pytest
 
 from stompmq.storage.base import UNNUMBERED, BindingRecord, ExchangeRecord, StoredMessage, StoreError
@@ -124,6 +125,18 @@ def test_load_ready_claims_a_message_for_one_broker_until_it_lets_go(url: str) -
         assert b.load_ready("q", None, 10) != [] and a.load_ready("q", (-4, 4), 10) == []
         a.commit(group(6, structural=[Release("q")]))  # a holds nothing of q in memory any more
         assert seqs(b.load_ready("q", None, 10)) == [1, 2, 3, 4, 5, 6]
+
+
+def test_freed_rows_are_announced_with_the_first_of_them(url: str) -> None:
+    """The notification of free rows names the lowest order key among them: another broker
+    claiming on demand reads the queue again from there, not from its start."""
+    with opened(url) as a, psycopg.connect(url, autocommit=True) as listener:
+        listener.execute("LISTEN stompmq")
+        a.commit(held(3, rows(1, 3)))  # claimed by a: no news
+        a.commit(group(7, inserts=rows(6, 7) + [row(5)]))  # free
+        a.commit(group(7, updates=[(False, 0, 4, 3), (False, 0, 4, 2)]))  # given back
+        payloads = [n.payload for n in listener.notifies(timeout=DEADLINE, stop_after=2)]
+    assert payloads == [f"q:{a.broker_id}:-4.5:q", f"q:{a.broker_id}:-4.2:q"]
 
 
 def test_two_brokers_paging_one_queue_at_once_never_take_the_same_message(url: str) -> None:

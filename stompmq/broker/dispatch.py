@@ -474,7 +474,8 @@ class Dispatcher:
                 continue
             self.store.delete(msg)  # the delayed row
             try:
-                self.publish(msg.queue, msg.headers, msg.body, msg.priority, msg.ack_timeout, msg.expires)
+                copy = self.publish(msg.queue, msg.headers, msg.body, msg.priority, msg.ack_timeout, msg.expires)
+                self.store.promoted(msg.seq, copy.seq)  # stored only if that delete takes effect
             except QueueFull:  # nobody to refuse now: the message goes as a dropped head would
                 self.discard(msg, MAXLEN, self.queue_stats(msg.queue))
 

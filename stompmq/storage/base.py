@@ -445,6 +445,12 @@ class Store(abc.ABC):
         """This broker no longer holds any ready message of ``queue`` in memory (a store of one
         broker claims no rows, so it has none to free)."""
 
+    def promoted(self, delayed: int, copy: int) -> None:  # noqa: B027 - a store of one broker fences nothing
+        """The delayed message numbered ``delayed`` was published anew as ``copy``.  On a store
+        several brokers share, ``copy`` is stored only if the delete of ``delayed``'s row takes
+        effect: a broker paused past its lease may have lost that row to another broker, which
+        promotes it itself (a store of one broker has no other broker to lose it to)."""
+
     def publish_topic(self, topic: str, headers: dict[str, str], body: bytes) -> None:  # noqa: B027
         """Carry a topic message to the other brokers (it is never stored; a store of one broker
         has no other broker to carry it to)."""

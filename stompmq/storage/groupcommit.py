@@ -232,6 +232,7 @@ class GroupCommitStore(Store):
         self._inflight: _Group | None = None
         self._group_finished = trio.Event()  # set (and replaced) each time a group finishes
         self._held_back: frozenset[int] = frozenset()  # seqs left out of the last timed group (once only)
+        self._promotions: dict[int, int] = {}  # copy seq -> delayed seq, until the copy's insert is taken
         self._committed = 0
         self._next_ticket = 1
         self._last_seq = 0
@@ -364,6 +365,10 @@ class GroupCommitStore(Store):
     def release(self, queue: str) -> None:
         if self.shared:
             self._add_structural(Release(queue))
+
+    def promoted(self, delayed: int, copy: int) -> None:
+        if self.shared:
+            self._promotions[copy] = delayed
 
     def publish_topic(self, topic: str, headers: dict[str, str], body: bytes) -> None:
         if self.shared:
@@ -545,6 +550,12 @@ class GroupCommitStore(Store):
             return None
         rows = self._rows(ops, structural, appends)
         rows.group_offsets = [(name, group, committed) for (name, group), committed in offsets.items()]
+        if self._promotions:  # (rare: delayed messages promoted on a shared store)
+            promotions = self._promotions
+            rows.promotions = {seq: delayed for seq, delayed in promotions.items()
+                               if (op := ops.get(seq)) is not None and op[0] == INSERT}
+            # an insert taken now, or cancelled by its delete, needs its link no more
+            self._promotions = {seq: delayed for seq, delayed in promotions.items() if seq in kept}
         job = self._thread.submit(self._backend.commit, rows)
         group = self._inflight = _Group(self._next_ticket, ops, structural, appends, offsets, job, rows)
         self._next_ticket += 1
@@ -653,6 +664,7 @@ class GroupCommitStore(Store):
         was_empty = not self._has_pending()
         merged.update(newer)
         self._pending = merged
+        self._promotions.update(group.rows.promotions)  # retried with the inserts
         appends = group.appends
         for op in self._structural:
             if isinstance(op, TrimStream):  # a newer trim covers the failed group's entries too

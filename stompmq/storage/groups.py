@@ -180,6 +180,9 @@ class GroupRows:
     stream_rows: list[StreamRow] = field(default_factory=list)  # in offset order per stream
     delayed: list[DelayedRow] = field(default_factory=list)  # inserted with the inserts
     delayed_deletes: list[DeleteRow] = field(default_factory=list)  # deleted with the deletes
+    #: inserts that are promoted delayed messages (a shared store's): copy seq -> delayed seq; a
+    #: copy whose delayed row this broker's fenced delete did not remove is not inserted
+    promotions: dict[int, int] = field(default_factory=dict)
     #: consumer groups' committed offsets, written last (the stream row may be made by this group)
     group_offsets: list[GroupOffsetRow] = field(default_factory=list)
     #: filled in by a shared store's backend: each stream the group changed, as committed

@@ -189,7 +189,8 @@ UPDATE_SQL = (
 #: never a row another broker holds (a stale ACK of a delivery that was taken over).
 DELETE_SQL = "DELETE FROM messages AS m WHERE m.seq = ANY(%(seqs)s) AND (m.owner IS NULL OR " + MINE + ")"
 #: Promoted or expired delayed rows, fenced alike: a delayed row another broker took over stays its.
-DELAYED_DELETE_SQL = "DELETE FROM delayed_messages AS m WHERE m.seq = ANY(%(seqs)s) AND (m.owner IS NULL OR " + MINE + ")"
+DELAYED_DELETE_SQL = ("DELETE FROM delayed_messages AS m WHERE m.seq = ANY(%(seqs)s) AND (m.owner IS NULL OR "
+                      + MINE + ") RETURNING m.seq")
 #: Rows a broker may claim: not out for delivery, and not held under the current lease epoch of
 #: another broker whose lease is running (free, its own, a lapsed broker's, or claimed under an
 #: epoch that ended).  A row taken from a lapsed claim counts a redelivery, as in ``free_owner``:
@@ -312,6 +313,9 @@ class PostgresBackend:
         self._down = False  # the database was unreachable at the last attempt
         self._backoff = RECONNECT_FIRST  # doubles per failed attempt while the database is down
         self._committing = False  # the commit going on has sent everything but its COMMIT
+        #: delayed rows whose fenced delete (their promotion) another broker's claim refused, until
+        #: their promoted copy comes to be inserted (held back a flush) and is left out
+        self._refused_delayed: set[int] = set()
         self._next_attempt = 0.0  # monotonic time before which no new attempt is made
         #: The lease epoch this broker's claims are made under (its fencing token; None before the
         #: first registration) and the monotonic time until which it trusts that lease (the
@@ -517,6 +521,7 @@ class PostgresBackend:
         claims = self.epoch if group.claims_epoch is None else group.claims_epoch
         freed: Freed = {}
         group.stream_states = {}  # (a retried attempt reports afresh)
+        refused: set[int] = set()  # delayed rows this broker's fenced delete did not remove
         with conn.transaction(), conn.cursor() as cur:
             counters = self.streams.lock(cur, group)  # first: stream rows in id order (pg_streams.py)
             releases = []
@@ -531,7 +536,11 @@ class PostgresBackend:
             if group.deletes:
                 cur.execute(DELETE_SQL, {**mine, "seqs": [seq for (seq,) in group.deletes]})
             if group.delayed_deletes:
-                cur.execute(DELAYED_DELETE_SQL, {**mine, "seqs": [seq for (seq,) in group.delayed_deletes]})
+                asked = [seq for (seq,) in group.delayed_deletes]
+                cur.execute(DELAYED_DELETE_SQL, {**mine, "seqs": asked})
+                if len(asked) != cur.rowcount and not replace:  # (a lost outcome may have deleted them)
+                    deleted = {seq for (seq,) in cur.fetchall()}
+                    refused = {seq for seq in asked if seq not in deleted}
             if group.updates:
                 delivered, redeliveries, priorities, seqs = (list(c) for c in zip(*group.updates, strict=True))
                 cur.execute(UPDATE_SQL, {
@@ -541,10 +550,13 @@ class PostgresBackend:
                 for queue_id, kept, priority, seq in cur.fetchall():
                     if not kept:
                         _note_freed(freed, self._queue_name(cur, queue_id), (-priority, seq))
-            if group.inserts:
+            inserts = group.inserts
+            if group.promotions and (refused or self._refused_delayed):
+                inserts = self._unpromoted(inserts, group.promotions, refused | self._refused_delayed)
+            if inserts:
                 if replace:
-                    cur.execute("DELETE FROM messages WHERE seq = ANY(%s)", ([row[0] for row in group.inserts],))
-                self._copy(cur, group.inserts, held, freed, claims)
+                    cur.execute("DELETE FROM messages WHERE seq = ANY(%s)", ([row[0] for row in inserts],))
+                self._copy(cur, inserts, held, freed, claims)
             if group.delayed:
                 if replace:
                     cur.execute("DELETE FROM delayed_messages WHERE seq = ANY(%s)", ([row[0] for row in group.delayed],))
@@ -562,6 +574,18 @@ class PostgresBackend:
                                         (self.broker_id, claims))
                 self._notify_queues(conn, dict.fromkeys(stale), "")
             self._committing = True  # only COMMIT is left: a connection lost now hides the outcome
+        if refused or group.promotions and self._refused_delayed:
+            # copies inserted later (held back a flush) are left out then; a copy met once is done
+            self._refused_delayed = (self._refused_delayed | refused) - set(group.promotions.values())
+
+    def _unpromoted(self, rows: list[InsertRow], promotions: dict[int, int], void: set[int]) -> list[InsertRow]:
+        """``rows`` less the promoted copies of delayed rows another broker took over: it promotes
+        them itself, so this broker, paused past its lease meanwhile, must not store a second copy."""
+        kept = [row for row in rows if promotions.get(row[0]) not in void]
+        if len(kept) != len(rows):
+            log.warning("%s: %d promoted delayed messages were taken over by another broker; not stored",
+                        self.name, len(rows) - len(kept))
+        return kept
 
     def _queue_ids_of(self, cur: psycopg.Cursor[Any], rows: list[InsertRow] | list[DelayedRow]) -> dict[str, int]:
         """The id of every queue the rows name (rows carry the queue's name second)."""

@@ -104,6 +104,9 @@ class VhostStore(Store):
     def release(self, queue: str) -> None:
         self.store.release(self.space + queue)
 
+    def promoted(self, delayed: int, copy: int) -> None:
+        self.store.promoted(delayed, copy)
+
     def publish_topic(self, topic: str, headers: dict[str, str], body: bytes) -> None:
         self.store.publish_topic(self.space + topic, headers, body)
 

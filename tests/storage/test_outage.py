@@ -12,6 +12,7 @@ import trio
 import trio.testing
 
 from stompmq.storage.groupcommit import RETRY_BACKOFF, GroupCommitStore
+from stompmq.storage.groups import GroupRows
 
 from ..support.stores import Reports
 
@@ -117,3 +118,41 @@ async def test_a_failed_group_whose_messages_were_acked_meanwhile_still_commits_
         backend.release()
         await committed(store, ticket)
         assert store.backlog() == 0 and seqs_on_disk(backend.sqlite.path) == set()
+
+
+class Recording(ControlledBackend):
+    """Records each group's promotions (copy seq -> delayed seq) as the backend is asked."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.promotions: list[dict[int, int]] = []
+
+    def commit(self, group: GroupRows) -> None:
+        self.promotions.append(dict(group.promotions))
+        super().commit(group)
+
+
+async def test_a_promoted_copy_carries_its_delayed_row_to_the_group_that_inserts_it(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """On a shared store a promoted copy is inserted only if its delayed row's delete took effect
+    (the backend checks): the link goes with the copy's insert, again in a failed group's retry,
+    and is forgotten with an insert its delete cancelled (no link kept for ever)."""
+    backend = Recording(tmp_path / "s.db")
+    store = GroupCommitStore(backend, flush_interval=NEVER)
+    store.shared = True
+    store.bind(Reports())
+    async with serving(store):
+        store.promoted(1, 2)
+        store.insert(msg(2))
+        backend.failures = 1
+        await committed(store, store.sync_ticket())
+        assert backend.promotions == [{2: 1}, {2: 1}]  # the failed group, then its retry
+        store.promoted(3, 4)
+        copy = msg(4)
+        store.insert(copy)
+        store.delete(copy)  # consumed before any commit: nothing to insert, nothing to link
+        store.insert(msg(5))
+        await committed(store, store.sync_ticket())
+        assert backend.promotions[2:] == [{}]
+        assert store._promotions == {}  # no link kept for a copy that will never be inserted

@@ -232,26 +232,33 @@ def test_a_group_taken_under_an_epoch_that_ended_claims_nothing(url: str) -> Non
 def test_a_paused_broker_cannot_promote_a_delayed_message_another_took_over(url: str) -> None:
     """A delayed row is fenced as a ready one: once the lease of the broker holding it lapsed and
     another broker claimed it, the first one, back from a pause and not yet renewed, neither claims
-    it again nor deletes it (its promotion), so only the taker promotes it."""
-    due: DelayedRow = (1, "q", 4, {}, b"later", None, 1_700_000_000_000, None, 1_700_000_000_000)
+    it again nor deletes it (its promotion), nor stores its promoted copy, in the same group or,
+    held back a flush, a later one: only the taker promotes it."""
+    due: list[DelayedRow] = [(seq, "q", 4, {}, b"later", None, 1_700_000_000_000, None, 1_700_000_000_000)
+                             for seq in (1, 3)]
     with opened(url) as taker:
         paused = PostgresBackend(url, lease=SHORT_LEASE)
         paused.open()
-        delayed = group(1)
-        delayed.delayed, delayed.held = [due], frozenset([1])
+        delayed = group(3)
+        delayed.delayed, delayed.held = due, frozenset([1, 3])
         paused.commit(delayed)
         assert taker.load_due(None, 10, "/") == []  # held by a live broker
 
         def lapsed_and_taken() -> bool:
             taker.renew({})  # frees the rows of brokers whose lease lapsed
-            return seqs(taker.load_due(None, 10, "/")) == [1]
+            return seqs(taker.load_due(None, 10, "/")) == [1, 3]
 
-        wait_for(lapsed_and_taken, "the paused broker's delayed message")
+        wait_for(lapsed_and_taken, "the paused broker's delayed messages")
         assert paused.load_due(None, 10, "/") == []
-        promoted = group(2)
-        promoted.delayed_deletes = [(1,)]
-        paused.commit(promoted)  # its promotion, taken before the pause
-        assert seqs(taker.load_due(None, 10, "/")) == [1]  # still there, still the taker's
+        promoted = group(5)  # its promotions, taken before the pause
+        promoted.delayed_deletes = [(1,), (3,)]
+        promoted.inserts, promoted.promotions = [row(2), row(5)], {5: 1}  # a new SEND, 1's copy
+        paused.commit(promoted)
+        assert seqs(taker.load_due(None, 10, "/")) == [1, 3]  # still there, still the taker's
+        held_back = group(6)
+        held_back.inserts, held_back.promotions = [row(6)], {6: 3}  # 3's copy, held back a flush
+        paused.commit(held_back)
+        assert seqs(taker.load_ready("q", None, 10)) == [2]  # no copy of the taker's delayed messages
         paused.close()
 
 

@@ -9,6 +9,12 @@ from stompmq.protocol.encoder import LARGE_BODY
 from stompmq.server.outbox import ConnectionOutbox, WriteBatch
 
 
+async def writer(outbox: ConnectionOutbox, taken: list[bytes]) -> None:
+    """A connection's writer, keeping what it takes instead of sending it."""
+    while True:
+        taken.append(await outbox.take())
+
+
 async def test_take_returns_everything_queued_as_one_buffer() -> None:
     outbox = ConnectionOutbox()
     outbox.write(b"a")
@@ -24,12 +30,8 @@ async def test_a_waiting_writer_wakes_for_every_write_after_a_take() -> None:
     outbox = ConnectionOutbox()
     taken: list[bytes] = []
 
-    async def writer() -> None:
-        while True:
-            taken.append(await outbox.take())
-
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(writer)
+        nursery.start_soon(writer, outbox, taken)
         for batch in (b"a", b"bc", b"d"):
             await trio.testing.wait_all_tasks_blocked()
             for byte in batch:
@@ -97,12 +99,8 @@ async def test_writes_in_an_open_batch_wait_for_its_close_and_others_for_the_bat
     outbox.flush = lambda: flushed.append(outbox.take_now())
     taken: list[bytes] = []
 
-    async def writer() -> None:
-        while True:
-            taken.append(await outbox.take())
-
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(writer)
+        nursery.start_soon(writer, outbox, taken)
         nursery.start_soon(batch.run)
         await trio.testing.wait_all_tasks_blocked()
         batch.open = True

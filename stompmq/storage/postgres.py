@@ -361,7 +361,7 @@ class PostgresBackend:
                 # A clean stop frees this broker's claims now instead of after its lease.
                 queues = self._free_claims(conn, self.broker_id)
                 conn.execute("DELETE FROM brokers WHERE id = %s", (self.broker_id,))
-                self._notify_queues(conn, dict.fromkeys(queues), "")
+                self._notify_queues(conn, queues, "")
         conn.close()
 
     def _connection(self) -> psycopg.Connection[Any]:
@@ -421,7 +421,7 @@ class PostgresBackend:
             with conn.transaction():
                 freed = self._free_rows(  # every one counts a redelivery, as for a broker that died
                     conn, "1", "owner = %s AND owner_epoch <> %s", (self.broker_id, epoch))
-                self._notify_queues(conn, dict.fromkeys(freed), "")
+                self._notify_queues(conn, freed, "")
         self.epoch = epoch
         self.valid_until = start + self.lease * LEASE_TRUST
 
@@ -447,12 +447,12 @@ class PostgresBackend:
             "DELETE FROM brokers WHERE lease_until < now() RETURNING id"
         ).fetchall():
             log.warning("broker %s on %s stopped renewing its lease: its messages are free again", dead, self.name)
-            self._notify_queues(conn, dict.fromkeys(self._free_claims(conn, dead, died=True)), "")  # for everyone
+            self._notify_queues(conn, self._free_claims(conn, dead, died=True), "")  # news for every broker
 
     @staticmethod
-    def _free_claims(conn: psycopg.Connection[Any], owner: str, *, died: bool = False) -> list[str]:
+    def _free_claims(conn: psycopg.Connection[Any], owner: str, *, died: bool = False) -> Freed:
         """Make ``owner``'s rows free and ready (what it had out for delivery counts a
-        redelivery); return the names of the queues that got ready rows.
+        redelivery); return the queues that got ready rows (``_free_rows``).
 
         A broker that stopped cleanly wrote its delivered marks first.  One that ``died`` may have
         delivered a row within its last flush interval without the mark reaching the database,
@@ -462,15 +462,15 @@ class PostgresBackend:
 
     @staticmethod
     def _free_rows(db: psycopg.Connection[Any] | psycopg.Cursor[Any], added: str, where: str,
-                   params: tuple[Any, ...]) -> list[str]:
+                   params: tuple[Any, ...]) -> Freed:
         """Make the rows ``where`` names free and ready, their redelivery count grown by the SQL
-        expression ``added``, and the delayed rows it names free; the names of the queues that got
-        ready rows."""
+        expression ``added``, and the delayed rows it names free; the queues that got ready rows
+        (from their start: their lowest key is not read)."""
         rows = db.execute(FREE_ROWS_SQL.format(added=added, where=where), params).fetchall()
         delayed = db.execute(f"UPDATE delayed_messages SET owner = NULL, owner_epoch = NULL WHERE {where}", params)
         if delayed.rowcount:  # no queue names them yet: every broker looks at its delayed messages again
             db.execute("SELECT pg_notify(%s, '*')", (CHANNEL,))
-        return [vhost_space(vhost) + name for vhost, name in rows]
+        return dict.fromkeys(vhost_space(vhost) + name for vhost, name in rows)
 
     @staticmethod
     def _notify_queues(conn: psycopg.Connection[Any], queues: Freed, origin: str) -> None:
@@ -572,7 +572,7 @@ class PostgresBackend:
             if claims != self.epoch:  # taken before the engine learned its lease lapsed: free for all
                 stale = self._free_rows(cur, "delivered::int", "owner = %s AND owner_epoch = %s",
                                         (self.broker_id, claims))
-                self._notify_queues(conn, dict.fromkeys(stale), "")
+                self._notify_queues(conn, stale, "")
             self._committing = True  # only COMMIT is left: a connection lost now hides the outcome
         if refused or group.promotions and self._refused_delayed:
             # copies inserted later (held back a flush) are left out then; a copy met once is done

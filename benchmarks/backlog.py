@@ -83,7 +83,7 @@ def restart(path: str) -> None:
     port = free_port()
     t0 = time.monotonic()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "stompmq.cli", "--store", f"sqlite:///{path}", "--port", str(port)],
+        [sys.executable, "-m", "stompmq.cli", "--store", f"sqlite:///{path}", "--port", str(port), "--http-port", "0"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

@@ -108,25 +108,39 @@ queues = Table(
     UniqueConstraint("vhost", "name"),
 )
 
+
+def _message_columns() -> list[Column[object]]:
+    """What a ready and a delayed message both are: a seq, its queue, priority, headers, body."""
+    return [
+        Column("seq", SEQ_TYPE, primary_key=True, autoincrement=False),
+        Column("queue_id", Integer, ForeignKey("queues.id"), nullable=False),
+        Column("priority", Integer, nullable=False),
+        Column("headers", Text, nullable=False),
+        Column("body", LargeBinary, nullable=False),
+    ]
+
+
+def _claim_columns() -> list[Column[object]]:
+    """Who holds a row in memory on a shared database, and under which lease: ``owner`` is the
+    broker (NULL: free, see brokers), ``owner_epoch`` its lease epoch when it claimed the row
+    (brokers.epoch), the fencing token.  Both are always NULL on SQLite."""
+    return [
+        Column("owner", String(BROKER_ID_LENGTH), nullable=True),
+        Column("owner_epoch", BigInteger, nullable=True),
+    ]
+
+
+# PostgreSQL also has ix_messages_owner, partial (WHERE owner IS NOT NULL), made by migration
+# 0003 only: SQLite has no use for it, and its inserts should not pay for it.
 messages = Table(
     "messages",
     metadata,
-    Column("seq", SEQ_TYPE, primary_key=True, autoincrement=False),
-    Column("queue_id", Integer, ForeignKey("queues.id"), nullable=False),
-    Column("priority", Integer, nullable=False),
-    Column("headers", Text, nullable=False),
-    Column("body", LargeBinary, nullable=False),
+    *_message_columns(),
     Column("delivered", Boolean, nullable=False),
     Column("ack_timeout", Float, nullable=True),
     Column("redeliveries", Integer, nullable=False),
     Column("timestamp", BigInteger, nullable=False),
-    # The broker holding the row in memory; NULL: free (see brokers).  Always NULL on SQLite.
-    # PostgreSQL also has ix_messages_owner, partial (WHERE owner IS NOT NULL), made by
-    # migration 0003 only: SQLite has no use for it, and its inserts should not pay for it.
-    Column("owner", String(BROKER_ID_LENGTH), nullable=True),
-    # The owner's lease epoch when it claimed the row (brokers.epoch; migration 0010): its fencing
-    # token.  NULL while free; always NULL on SQLite.
-    Column("owner_epoch", BigInteger, nullable=True),
+    *_claim_columns(),
     # Epoch milliseconds after which the message is dropped (NULL: never).
     Column("expires", BigInteger, nullable=True),
 )
@@ -163,19 +177,12 @@ Index(
 delayed_messages = Table(
     "delayed_messages",
     metadata,
-    Column("seq", SEQ_TYPE, primary_key=True, autoincrement=False),
-    Column("queue_id", Integer, ForeignKey("queues.id"), nullable=False),
-    Column("priority", Integer, nullable=False),
-    Column("headers", Text, nullable=False),
-    Column("body", LargeBinary, nullable=False),
+    *_message_columns(),
     Column("ack_timeout", Float, nullable=True),
     Column("timestamp", BigInteger, nullable=False),
     Column("expires", BigInteger, nullable=True),
     Column("deliver_at", BigInteger, nullable=False),
-    # The broker holding the row in memory (PostgreSQL; as messages.owner).  Always NULL on SQLite.
-    Column("owner", String(BROKER_ID_LENGTH), nullable=True),
-    # The owner's lease epoch when it claimed the row (migration 0014), as messages.owner_epoch.
-    Column("owner_epoch", BigInteger, nullable=True),
+    *_claim_columns(),
 )
 
 Index("ix_delayed_messages_deliver_at", delayed_messages.c.deliver_at, delayed_messages.c.seq)

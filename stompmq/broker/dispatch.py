@@ -679,3 +679,11 @@ class Dispatcher:
         if self.queues.get(queue.name) is queue:
             self.pump(queue)  # asks again while the page is still wanted
             self.deactivate_if_idle(queue)
+
+
+def settling_soon(inserts: list[StoredMessage]) -> set[int]:
+    """The write-behind's hold-back, engine policy (``StoreEvents.hold_back``, asked once per timed
+    commit group): of ``inserts``, the seqs of the messages this broker holds, delivered or
+    waiting in a ready window.  Most settle within a flush interval, and their delete then
+    cancels the insert; one nobody here holds has no consumer coming and goes to disk at once."""
+    return {msg.seq for msg in inserts if msg.delivered or msg.held}

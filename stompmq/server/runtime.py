@@ -28,10 +28,19 @@ import trio
 
 from ..broker import Broker
 from ..broker.definitions import vhost_definitions
+from ..broker.dispatch import settling_soon
 from ..broker.exchanges import PRIVATE_QUEUE_PREFIX
 from ..broker.reads import StoreRead
 from ..broker.stats import totals
-from ..storage.base import BindingRecord, ExchangeRecord, Recovery, StoreError, StoreEvents, StreamState
+from ..storage.base import (
+    BindingRecord,
+    ExchangeRecord,
+    Recovery,
+    StoredMessage,
+    StoreError,
+    StoreEvents,
+    StreamState,
+)
 from ..storage.vhosts import VhostStore, split_definitions, split_recovery
 from ..tomlfile import load_definitions
 from ..vhost_names import DEFAULT_VHOST, split_key
@@ -139,6 +148,9 @@ class Runtime(StoreEvents):
 
     def own_counters(self) -> dict[str, int]:
         return self.counter_totals()
+
+    def hold_back(self, inserts: list[StoredMessage]) -> set[int]:
+        return settling_soon(inserts)  # one policy for every vhost's engine
 
     def queue_changed(self, key: str, first: tuple[int, int] | None = None) -> None:
         self.tick()

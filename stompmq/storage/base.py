@@ -29,7 +29,9 @@ was called.
 
 Records are plain slotted objects owned by the broker; a store must copy the
 fields it needs when it takes a batch (the broker keeps mutating ``delivered``
-and ``redeliveries`` on its side).
+and ``redeliveries`` on its side).  Their fields are stored facts; what only the
+engine needs stays in the engine, and a store that would act on engine policy asks
+for it through ``StoreEvents`` (the write-behind's ``hold_back``).
 
 Several brokers may share one store (``shared``: the PostgreSQL store).  Then a
 message row belongs to the broker holding it in memory (``StoredMessage.held``),
@@ -58,7 +60,7 @@ vhost's prefix in ``StoredMessage.space``.  Backends split a key into the ``vhos
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -161,9 +163,13 @@ class StoredMessage:
         self.timestamp = timestamp  # milliseconds since the epoch, set by the broker
         self.ack_timeout = ack_timeout  # seconds; None = use the subscription's default
         self.redeliveries = redeliveries
-        self.delivered = delivered  # handed to a subscriber and not yet acked
-        # In this broker's memory (its ready window or in flight): on a store several brokers
-        # share, the row is claimed by this broker while this holds, free for the others after.
+        #: Handed to a subscriber and not yet acked: stored (``messages.delivered``), so a
+        #: restart or another broker makes the message ready again, counting a redelivery.
+        self.delivered = delivered
+        #: In this broker's memory (its ready window or in flight): on a store several brokers
+        #: share, the row's claim (``messages.owner`` is this broker while this holds, NULL
+        #: after); a store of one broker stores nothing of it.  A page read of a shared store
+        #: sets it on the rows it claimed.
         self.held = False
         # The store-key prefix of the message's vhost (``vhost_space``): "" in the default vhost.
         self.space = space
@@ -383,6 +389,13 @@ class StoreEvents:
 
     def vhosts_changed(self, vhosts: list[str]) -> None:
         """The declared vhosts changed (reported before ``definitions_changed``): all of them."""
+
+    def hold_back(self, inserts: list[StoredMessage]) -> Collection[int]:
+        """Of ``inserts``, buffered inserts a timed flush is about to commit, the seqs of those
+        the engine expects settled before the next flush: the group leaves them out, once, so
+        a message acked in time never reaches the disk (storage/groupcommit.py).  Asked once
+        per timed group, never per message.  Unbound: nothing is held back."""
+        return ()
 
     def own_counters(self) -> dict[str, int]:
         """This broker's message counters over all its queues since it started: a shared store

@@ -63,12 +63,13 @@ Theory of operation
   for the flush interval while the budget fills.
 * Messages about to be consumed wait one flush: a group taken by the flush
   timer (no receipt waits for it, nothing is full) leaves out, once, the
-  inserts of messages delivered and not yet settled (``msg.delivered``: a
-  client-ack delivery not yet acked, an auto-ack one whose bytes have not
-  reached the socket) and of messages waiting in a subscribed queue's ready
-  window (``msg.held``: a client-ack consumer behind its prefetch gets them
-  next).  Most settle within the next interval, and their delete cancels
-  the insert, so the message never touches the disk; the rest commit with the
+  inserts the engine names when asked (``StoreEvents.hold_back``, once per
+  such group; which ones is engine policy, broker/dispatch.py
+  ``settling_soon``): of messages delivered and not yet settled (a client-ack
+  delivery not yet acked, an auto-ack one whose bytes have not reached the
+  socket) and of messages waiting in a subscribed queue's ready window (a
+  client-ack consumer behind its prefetch gets them next).  Most settle
+  within the next interval, and their delete cancels the insert, so the message never touches the disk; the rest commit with the
   next group, within two flush intervals.  Without it a message that takes
   longer than the time left to the next flush costs a row insert and a row
   delete (measured: auto-ack, settled at the socket, committed ~50 % of its
@@ -541,11 +542,10 @@ class GroupCommitStore(Store):
         assert self._inflight is None and self._thread is not None
         ops, structural, appends = self._pending, self._structural, self._stream_appends
         offsets = self._group_offsets
-        kept: dict[int, PendingOp] = {}
-        if hold_back:
-            ops, kept = _split_in_flight(ops, self._held_back)
+        kept = self._hold_back(ops) if hold_back else {}
         self._held_back = frozenset(kept)
         if not (ops or structural or appends or offsets):
+            self._pending = kept  # all of it held back
             self._pending_since = trio.current_time()
             return None
         rows = self._rows(ops, structural, appends)
@@ -566,6 +566,15 @@ class GroupCommitStore(Store):
         if kept:
             self._pending_since = trio.current_time()
         return group
+
+    def _hold_back(self, ops: dict[int, PendingOp]) -> dict[int, PendingOp]:
+        """Take out of ``ops`` the inserts the engine says will settle before the next flush
+        (``StoreEvents.hold_back``), except those the previous group held back: once only."""
+        before = self._held_back
+        inserts = [op[1] for seq, op in ops.items() if op[0] == INSERT and seq not in before]
+        if not inserts:
+            return {}
+        return {seq: ops.pop(seq) for seq in self.events.hold_back(inserts)}
 
     def _rows(
         self, ops: dict[int, PendingOp], structural: list[StructuralOp], appends: list[StreamMessage]
@@ -841,21 +850,6 @@ def _order_key(msg: StoredMessage) -> tuple[int, int]:
 def _untrimmed(appends: list[StreamMessage], name: str, before: int) -> list[StreamMessage]:
     """``appends`` without the entries of stream ``name`` below offset ``before``."""
     return [m for m in appends if m.offset >= before or m.space + m.queue != name]
-
-
-def _split_in_flight(
-    ops: dict[int, PendingOp], held_before: frozenset[int]
-) -> tuple[dict[int, PendingOp], dict[int, PendingOp]]:
-    """``ops`` split into what commits now and the inserts that wait one flush: messages in
-    flight or in a ready window (those already held back by the previous group commit now)."""
-    now: dict[int, PendingOp] = {}
-    kept: dict[int, PendingOp] = {}
-    for seq, op in ops.items():
-        if op[0] == INSERT and (op[1].delivered or op[1].held) and seq not in held_before:
-            kept[seq] = op
-        else:
-            now[seq] = op
-    return now, kept
 
 
 def _insert_bytes(ops: dict[int, PendingOp]) -> int:

@@ -149,7 +149,7 @@ class Runtime(StoreEvents):
     def own_counters(self) -> dict[str, int]:
         return self.counter_totals()
 
-    def hold_back(self, inserts: list[StoredMessage]) -> set[int]:
+    def hold_back(self, inserts: list[StoredMessage]) -> list[int]:
         return settling_soon(inserts)  # one policy for every vhost's engine
 
     def queue_changed(self, key: str, first: tuple[int, int] | None = None) -> None:

@@ -391,10 +391,10 @@ class StoreEvents:
         """The declared vhosts changed (reported before ``definitions_changed``): all of them."""
 
     def hold_back(self, inserts: list[StoredMessage]) -> Collection[int]:
-        """Of ``inserts``, buffered inserts a timed flush is about to commit, the seqs of those
-        the engine expects settled before the next flush: the group leaves them out, once, so
-        a message acked in time never reaches the disk (storage/groupcommit.py).  Asked once
-        per timed group, never per message.  Unbound: nothing is held back."""
+        """Of ``inserts``, buffered inserts a timed flush is about to commit, the seqs (each
+        once) of those the engine expects settled before the next flush: the group leaves them
+        out, once, so a message acked in time never reaches the disk (storage/groupcommit.py).
+        Asked once per timed group, never per message.  Unbound: nothing is held back."""
         return ()
 
     def own_counters(self) -> dict[str, int]:

@@ -571,7 +571,7 @@ class GroupCommitStore(Store):
         """Take out of ``ops`` the inserts the engine says will settle before the next flush
         (``StoreEvents.hold_back``), except those the previous group held back: once only."""
         before = self._held_back
-        inserts = [op[1] for seq, op in ops.items() if op[0] == INSERT and seq not in before]
+        inserts = [msg for kind, msg in ops.values() if kind == INSERT and msg.seq not in before]
         if not inserts:
             return {}
         return {seq: ops.pop(seq) for seq in self.events.hold_back(inserts)}

@@ -681,9 +681,9 @@ class Dispatcher:
             self.deactivate_if_idle(queue)
 
 
-def settling_soon(inserts: list[StoredMessage]) -> list[int]:
-    """The write-behind's hold-back, engine policy (``StoreEvents.hold_back``, asked once per timed
-    commit group): of ``inserts``, the seqs of the messages this broker holds, delivered or
-    waiting in a ready window.  Most settle within a flush interval, and their delete then
+def settling_soon(msg: StoredMessage) -> bool:
+    """The write-behind's rule, engine policy (``StoreEvents.hold_back`` hands it to each timed
+    commit group): a buffered insert of a message this broker holds, delivered or waiting in a
+    ready window, waits a flush.  Most settle within a flush interval, and their delete then
     cancels the insert; one nobody here holds has no consumer coming and goes to disk at once."""
-    return [msg.seq for msg in inserts if msg.delivered or msg.held]
+    return msg.delivered or msg.held

@@ -23,7 +23,7 @@ from __future__ import annotations
 import bisect
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 import trio
 
 from ..broker import Broker
@@ -149,8 +149,8 @@ class Runtime(StoreEvents):
     def own_counters(self) -> dict[str, int]:
         return self.counter_totals()
 
-    def hold_back(self, inserts: list[StoredMessage]) -> list[int]:
-        return settling_soon(inserts)  # one policy for every vhost's engine
+    def hold_back(self) -> Callable[[StoredMessage], bool]:
+        return settling_soon  # one policy for every vhost's engine
 
     def queue_changed(self, key: str, first: tuple[int, int] | None = None) -> None:
         self.tick()

@@ -60,7 +60,7 @@ vhost's prefix in ``StoredMessage.space``.  Backends split a key into the ``vhos
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -390,12 +390,12 @@ class StoreEvents:
     def vhosts_changed(self, vhosts: list[str]) -> None:
         """The declared vhosts changed (reported before ``definitions_changed``): all of them."""
 
-    def hold_back(self, inserts: list[StoredMessage]) -> Collection[int]:
-        """Of ``inserts``, buffered inserts a timed flush is about to commit, the seqs (each
-        once) of those the engine expects settled before the next flush: the group leaves them
-        out, once, so a message acked in time never reaches the disk (storage/groupcommit.py).
-        Asked once per timed group, never per message.  Unbound: nothing is held back."""
-        return ()
+    def hold_back(self) -> Callable[[StoredMessage], bool] | None:
+        """The engine's rule for a timed flush, asked once per such group: does it expect a
+        buffered insert's message settled before the next flush?  The group leaves those out,
+        once, so a message acked in time never reaches the disk (storage/groupcommit.py).
+        None (unbound): nothing is held back."""
+        return None
 
     def own_counters(self) -> dict[str, int]:
         """This broker's message counters over all its queues since it started: a shared store

@@ -542,10 +542,12 @@ class GroupCommitStore(Store):
         assert self._inflight is None and self._thread is not None
         ops, structural, appends = self._pending, self._structural, self._stream_appends
         offsets = self._group_offsets
-        kept = self._hold_back(ops) if hold_back else {}
+        kept: dict[int, PendingOp] = {}
+        keep = self.events.hold_back() if hold_back else None
+        if keep is not None:
+            ops, kept = _split_in_flight(ops, self._held_back, keep)
         self._held_back = frozenset(kept)
         if not (ops or structural or appends or offsets):
-            self._pending = kept  # all of it held back
             self._pending_since = trio.current_time()
             return None
         rows = self._rows(ops, structural, appends)
@@ -566,15 +568,6 @@ class GroupCommitStore(Store):
         if kept:
             self._pending_since = trio.current_time()
         return group
-
-    def _hold_back(self, ops: dict[int, PendingOp]) -> dict[int, PendingOp]:
-        """Take out of ``ops`` the inserts the engine says will settle before the next flush
-        (``StoreEvents.hold_back``), except those the previous group held back: once only."""
-        before = self._held_back
-        inserts = [msg for kind, msg in ops.values() if kind == INSERT and msg.seq not in before]
-        if not inserts:
-            return {}
-        return {seq: ops.pop(seq) for seq in self.events.hold_back(inserts)}
 
     def _rows(
         self, ops: dict[int, PendingOp], structural: list[StructuralOp], appends: list[StreamMessage]
@@ -850,6 +843,21 @@ def _order_key(msg: StoredMessage) -> tuple[int, int]:
 def _untrimmed(appends: list[StreamMessage], name: str, before: int) -> list[StreamMessage]:
     """``appends`` without the entries of stream ``name`` below offset ``before``."""
     return [m for m in appends if m.offset >= before or m.space + m.queue != name]
+
+
+def _split_in_flight(
+    ops: dict[int, PendingOp], held_before: frozenset[int], keep: Callable[[StoredMessage], bool]
+) -> tuple[dict[int, PendingOp], dict[int, PendingOp]]:
+    """``ops`` split into what commits now and the inserts that wait one flush: those the engine's
+    rule ``keep`` names (those already held back by the previous group commit now)."""
+    now: dict[int, PendingOp] = {}
+    kept: dict[int, PendingOp] = {}
+    for seq, op in ops.items():
+        if op[0] == INSERT and seq not in held_before and keep(op[1]):
+            kept[seq] = op
+        else:
+            now[seq] = op
+    return now, kept
 
 
 def _insert_bytes(ops: dict[int, PendingOp]) -> int:

@@ -240,7 +240,7 @@ def test_drop_head_logs_once_per_episode(caplog: pytest.LogCaptureFixture) -> No
 
 
 def test_a_timed_flush_is_told_to_hold_back_what_this_broker_holds() -> None:
-    """``settling_soon``, the engine's answer to a timed flush (storage/groupcommit.py): a message
+    """``settling_soon``, the engine's rule for a timed flush (storage/groupcommit.py): a message
     out for delivery and one waiting behind the prefetch in its consumer's window are named
     (their ACKs may come before the next flush); one of a queue nobody here consumes is not."""
     broker, store = started()
@@ -250,5 +250,4 @@ def test_a_timed_flush_is_told_to_hold_back_what_this_broker_holds() -> None:
     run_reads(broker)
     for queue, body in (("q", "out"), ("q", "waiting"), ("nobody", "stored")):
         send(broker, queue, body)
-    inserts = [row[0] for row in store.rows.values()]
-    assert sorted(store.rows[seq][0].body for seq in settling_soon(inserts)) == [b"out", b"waiting"]
+    assert sorted(row[0].body for row in store.rows.values() if settling_soon(row[0])) == [b"out", b"waiting"]

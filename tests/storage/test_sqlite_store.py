@@ -64,14 +64,20 @@ class Commits(StoreEvents):
         self.ok: list[int] = []
         self.failed: list[tuple[int, StoreError]] = []
         self.on_disk_at_commit: list[set[int]] = []
-        self.hold: set[int] = set()  # the seqs the engine would name for a timed flush to hold back
-        self.asked: list[list[int]] = []  # the inserts each ``hold_back`` was asked about
+        self.hold: set[int] = set()  # the seqs the engine's rule would hold back at a timed flush
+        self.asked: list[list[int]] = []  # per timed group, the inserts its rule was asked about
         self._next = trio.Event()
         store.bind(self)
 
-    def hold_back(self, inserts: list[StoredMessage]) -> list[int]:
-        self.asked.append([m.seq for m in inserts])
-        return [m.seq for m in inserts if m.seq in self.hold]
+    def hold_back(self) -> Callable[[StoredMessage], bool]:
+        asked: list[int] = []
+        self.asked.append(asked)
+
+        def keep(msg: StoredMessage) -> bool:
+            asked.append(msg.seq)
+            return msg.seq in self.hold
+
+        return keep
 
     def committed(self, ticket: int) -> None:
         self.ok.append(ticket)
@@ -324,10 +330,10 @@ async def test_flush_interval_commits_without_a_ticket(tmp_path: Path) -> None:
 async def test_a_timed_flush_holds_back_what_the_engine_names_once(
     tmp_path: Path, mock_clock: trio.testing.MockClock
 ) -> None:
-    """A timed flush asks the engine once (``StoreEvents.hold_back``) which of its inserts to
-    leave out: those wait one more interval, and settled by then they never reach the disk;
-    still pending, they commit with the next flush, alone if need be, without being asked about
-    again."""
+    """A timed flush takes the engine's rule once (``StoreEvents.hold_back``) and leaves out the
+    inserts it names: those wait one more interval, and settled by then they never reach the
+    disk; still pending, they commit with the next flush, alone if need be, without being asked
+    about again."""
     flush = 0.05
     async with running(tmp_path / "s.db", flush_interval=flush) as store:
         commits = Commits(store)
@@ -353,7 +359,7 @@ async def test_a_timed_flush_holds_back_what_the_engine_names_once(
         mock_clock.jump(flush)
         await commits.wait(3)
         assert commits.on_disk_at_commit[2] == {2, 3, 4}
-        assert commits.asked == [[1, 2, 3], [4]]
+        assert commits.asked == [[1, 2, 3], [], [4], []]
 
 
 async def test_delete_all_cancels_pending_inserts_and_deletes_stored_rows(tmp_path: Path) -> None:

@@ -353,6 +353,8 @@ class StoreEvents:
 
     ``committed``, ``commit_failed``, ``group_committed`` and ``stream_changed`` come from
     any store that commits; the others only from a ``shared`` one (what other brokers did).
+    Two are questions, not news: ``hold_back`` (the engine's write-behind rule) and
+    ``own_counters``.
     """
 
     def committed(self, ticket: int) -> None:

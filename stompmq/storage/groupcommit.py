@@ -63,18 +63,18 @@ Theory of operation
   for the flush interval while the budget fills.
 * Messages about to be consumed wait one flush: a group taken by the flush
   timer (no receipt waits for it, nothing is full) leaves out, once, the
-  inserts the engine names when asked (``StoreEvents.hold_back``, once per
-  such group; which ones is engine policy, broker/dispatch.py
-  ``settling_soon``): of messages delivered and not yet settled (a client-ack
-  delivery not yet acked, an auto-ack one whose bytes have not reached the
-  socket) and of messages waiting in a subscribed queue's ready window (a
-  client-ack consumer behind its prefetch gets them next).  Most settle
-  within the next interval, and their delete cancels the insert, so the message never touches the disk; the rest commit with the
-  next group, within two flush intervals.  Without it a message that takes
-  longer than the time left to the next flush costs a row insert and a row
-  delete (measured: auto-ack, settled at the socket, committed ~50 % of its
-  messages that way; client-individual with prefetch 1000, ~17 % through the
-  ready window).  A message nobody here holds (a queue without subscribers,
+  inserts the engine's rule names (engine policy, broker/dispatch.py
+  ``settling_soon``, handed over by ``StoreEvents.hold_back`` once per such
+  group): of messages delivered and not yet settled (a client-ack delivery not
+  yet acked, an auto-ack one whose bytes have not reached the socket) and of
+  messages waiting in a subscribed queue's ready window (a client-ack consumer
+  behind its prefetch gets them next).  Most settle within the next interval,
+  and their delete cancels the insert, so the message never touches the disk;
+  the rest commit with the next group, within two flush intervals.  Without
+  it a message that takes longer than the time left to the next flush costs a
+  row insert and a row delete (measured: auto-ack, settled at the socket,
+  committed ~50 % of its messages that way; client-individual with prefetch
+  1000, ~17 % through the ready window).  A message nobody here holds (a queue without subscribers,
   beyond a window's boundary) commits at the first flush.  Groups asked for
   by a ticket, a read, a full batch or ``close`` hold nothing back.
 * Every group that finishes, committed or failed, sets one ``trio.Event``:

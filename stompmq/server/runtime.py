@@ -23,15 +23,24 @@ from __future__ import annotations
 import bisect
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 import trio
 
 from ..broker import Broker
 from ..broker.definitions import vhost_definitions
+from ..broker.dispatch import settling_soon
 from ..broker.exchanges import PRIVATE_QUEUE_PREFIX
 from ..broker.reads import StoreRead
 from ..broker.stats import totals
-from ..storage.base import BindingRecord, ExchangeRecord, Recovery, StoreError, StoreEvents, StreamState
+from ..storage.base import (
+    BindingRecord,
+    ExchangeRecord,
+    Recovery,
+    StoredMessage,
+    StoreError,
+    StoreEvents,
+    StreamState,
+)
 from ..storage.vhosts import VhostStore, split_definitions, split_recovery
 from ..tomlfile import load_definitions
 from ..vhost_names import DEFAULT_VHOST, split_key
@@ -139,6 +148,9 @@ class Runtime(StoreEvents):
 
     def own_counters(self) -> dict[str, int]:
         return self.counter_totals()
+
+    def hold_back(self) -> Callable[[StoredMessage], bool]:
+        return settling_soon  # one policy for every vhost's engine
 
     def queue_changed(self, key: str, first: tuple[int, int] | None = None) -> None:
         self.tick()

@@ -29,7 +29,9 @@ was called.
 
 Records are plain slotted objects owned by the broker; a store must copy the
 fields it needs when it takes a batch (the broker keeps mutating ``delivered``
-and ``redeliveries`` on its side).
+and ``redeliveries`` on its side).  Their fields are stored facts; what only the
+engine needs stays in the engine, and a store that would act on engine policy asks
+for it through ``StoreEvents`` (the write-behind's ``hold_back``).
 
 Several brokers may share one store (``shared``: the PostgreSQL store).  Then a
 message row belongs to the broker holding it in memory (``StoredMessage.held``),
@@ -161,9 +163,13 @@ class StoredMessage:
         self.timestamp = timestamp  # milliseconds since the epoch, set by the broker
         self.ack_timeout = ack_timeout  # seconds; None = use the subscription's default
         self.redeliveries = redeliveries
-        self.delivered = delivered  # handed to a subscriber and not yet acked
-        # In this broker's memory (its ready window or in flight): on a store several brokers
-        # share, the row is claimed by this broker while this holds, free for the others after.
+        #: Handed to a subscriber and not yet acked: stored (``messages.delivered``), so a
+        #: restart or another broker makes the message ready again, counting a redelivery.
+        self.delivered = delivered
+        #: In this broker's memory (its ready window or in flight): on a store several brokers
+        #: share, the row's claim (``messages.owner`` is this broker while this holds, NULL
+        #: after); a store of one broker stores nothing of it.  A page read of a shared store
+        #: sets it on the rows it claimed.
         self.held = False
         # The store-key prefix of the message's vhost (``vhost_space``): "" in the default vhost.
         self.space = space
@@ -347,6 +353,8 @@ class StoreEvents:
 
     ``committed``, ``commit_failed``, ``group_committed`` and ``stream_changed`` come from
     any store that commits; the others only from a ``shared`` one (what other brokers did).
+    Two are questions, not news: ``hold_back`` (the engine's write-behind rule) and
+    ``own_counters``.
     """
 
     def committed(self, ticket: int) -> None:
@@ -383,6 +391,13 @@ class StoreEvents:
 
     def vhosts_changed(self, vhosts: list[str]) -> None:
         """The declared vhosts changed (reported before ``definitions_changed``): all of them."""
+
+    def hold_back(self) -> Callable[[StoredMessage], bool] | None:
+        """The engine's rule for a timed flush, asked once per such group: does it expect a
+        buffered insert's message settled before the next flush?  The group leaves those out,
+        once, so a message acked in time never reaches the disk (storage/groupcommit.py).
+        None (unbound): nothing is held back."""
+        return None
 
     def own_counters(self) -> dict[str, int]:
         """This broker's message counters over all its queues since it started: a shared store

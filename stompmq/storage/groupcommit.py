@@ -63,17 +63,18 @@ Theory of operation
   for the flush interval while the budget fills.
 * Messages about to be consumed wait one flush: a group taken by the flush
   timer (no receipt waits for it, nothing is full) leaves out, once, the
-  inserts of messages delivered and not yet settled (``msg.delivered``: a
-  client-ack delivery not yet acked, an auto-ack one whose bytes have not
-  reached the socket) and of messages waiting in a subscribed queue's ready
-  window (``msg.held``: a client-ack consumer behind its prefetch gets them
-  next).  Most settle within the next interval, and their delete cancels
-  the insert, so the message never touches the disk; the rest commit with the
-  next group, within two flush intervals.  Without it a message that takes
-  longer than the time left to the next flush costs a row insert and a row
-  delete (measured: auto-ack, settled at the socket, committed ~50 % of its
-  messages that way; client-individual with prefetch 1000, ~17 % through the
-  ready window).  A message nobody here holds (a queue without subscribers,
+  inserts the engine's rule names (engine policy, broker/dispatch.py
+  ``settling_soon``, handed over by ``StoreEvents.hold_back`` once per such
+  group): of messages delivered and not yet settled (a client-ack delivery not
+  yet acked, an auto-ack one whose bytes have not reached the socket) and of
+  messages waiting in a subscribed queue's ready window (a client-ack consumer
+  behind its prefetch gets them next).  Most settle within the next interval,
+  and their delete cancels the insert, so the message never touches the disk;
+  the rest commit with the next group, within two flush intervals.  Without
+  it a message that takes longer than the time left to the next flush costs a
+  row insert and a row delete (measured: auto-ack, settled at the socket,
+  committed ~50 % of its messages that way; client-individual with prefetch
+  1000, ~17 % through the ready window).  A message nobody here holds (a queue without subscribers,
   beyond a window's boundary) commits at the first flush.  Groups asked for
   by a ticket, a read, a full batch or ``close`` hold nothing back.
 * Every group that finishes, committed or failed, sets one ``trio.Event``:
@@ -542,8 +543,9 @@ class GroupCommitStore(Store):
         ops, structural, appends = self._pending, self._structural, self._stream_appends
         offsets = self._group_offsets
         kept: dict[int, PendingOp] = {}
-        if hold_back:
-            ops, kept = _split_in_flight(ops, self._held_back)
+        keep = self.events.hold_back() if hold_back else None
+        if keep is not None:
+            ops, kept = _split_in_flight(ops, self._held_back, keep)
         self._held_back = frozenset(kept)
         if not (ops or structural or appends or offsets):
             self._pending_since = trio.current_time()
@@ -844,14 +846,14 @@ def _untrimmed(appends: list[StreamMessage], name: str, before: int) -> list[Str
 
 
 def _split_in_flight(
-    ops: dict[int, PendingOp], held_before: frozenset[int]
+    ops: dict[int, PendingOp], held_before: frozenset[int], keep: Callable[[StoredMessage], bool]
 ) -> tuple[dict[int, PendingOp], dict[int, PendingOp]]:
-    """``ops`` split into what commits now and the inserts that wait one flush: messages in
-    flight or in a ready window (those already held back by the previous group commit now)."""
+    """``ops`` split into what commits now and the inserts that wait one flush: those the engine's
+    rule ``keep`` names (those already held back by the previous group commit now)."""
     now: dict[int, PendingOp] = {}
     kept: dict[int, PendingOp] = {}
     for seq, op in ops.items():
-        if op[0] == INSERT and (op[1].delivered or op[1].held) and seq not in held_before:
+        if op[0] == INSERT and seq not in held_before and keep(op[1]):
             kept[seq] = op
         else:
             now[seq] = op

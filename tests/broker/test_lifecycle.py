@@ -10,6 +10,7 @@ import pytest
 
 from stompmq.broker import Broker, BrokerConfig, ClientError
 from stompmq.broker import expiry
+from stompmq.broker.dispatch import settling_soon
 from stompmq.protocol import Frame
 from stompmq.storage.base import Recovery, StoredMessage
 
@@ -233,3 +234,20 @@ def test_drop_head_logs_once_per_episode(caplog: pytest.LogCaptureFixture) -> No
         run_reads(broker)
     assert broker.queue_stats["q"].dropped == 4
     assert len([r for r in caplog.records if "dropping its oldest" in r.message]) == 1
+
+
+# ---------------------------------------------------------------------------- write-behind
+
+
+def test_a_timed_flush_is_told_to_hold_back_what_this_broker_holds() -> None:
+    """``settling_soon``, the engine's rule for a timed flush (storage/groupcommit.py): a message
+    out for delivery and one waiting behind the prefetch in its consumer's window are named
+    (their ACKs may come before the next flush); one of a queue nobody here consumes is not."""
+    broker, store = started()
+    consumer = broker.open_session("consumer", "1.2", FakeOutbox())
+    broker.handle(consumer, Frame("SUBSCRIBE", {"id": "1", "destination": "/queue/q",
+                                                "ack": "client-individual", "prefetch": "1"}))
+    run_reads(broker)
+    for queue, body in (("q", "out"), ("q", "waiting"), ("nobody", "stored")):
+        send(broker, queue, body)
+    assert sorted(row[0].body for row in store.rows.values() if settling_soon(row[0])) == [b"out", b"waiting"]

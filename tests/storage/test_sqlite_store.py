@@ -64,8 +64,20 @@ class Commits(StoreEvents):
         self.ok: list[int] = []
         self.failed: list[tuple[int, StoreError]] = []
         self.on_disk_at_commit: list[set[int]] = []
+        self.hold: set[int] = set()  # the seqs the engine's rule would hold back at a timed flush
+        self.asked: list[list[int]] = []  # per timed group, the inserts its rule was asked about
         self._next = trio.Event()
         store.bind(self)
+
+    def hold_back(self) -> Callable[[StoredMessage], bool]:
+        asked: list[int] = []
+        self.asked.append(asked)
+
+        def keep(msg: StoredMessage) -> bool:
+            asked.append(msg.seq)
+            return msg.seq in self.hold
+
+        return keep
 
     def committed(self, ticket: int) -> None:
         self.ok.append(ticket)
@@ -315,59 +327,39 @@ async def test_flush_interval_commits_without_a_ticket(tmp_path: Path) -> None:
         assert seqs_on_disk(store.path) == {1}
 
 
-async def test_a_timed_flush_holds_back_deliveries_in_flight_once(
+async def test_a_timed_flush_holds_back_what_the_engine_names_once(
     tmp_path: Path, mock_clock: trio.testing.MockClock
 ) -> None:
-    """The insert of a message out for delivery (a client ack not yet acked, an
-    auto-ack delivery not yet written to its socket) still buffered at a timed flush waits one
-    more interval: settled by then, it never reaches the disk; still in flight, it commits
-    with the next flush, alone if need be."""
+    """A timed flush takes the engine's rule once (``StoreEvents.hold_back``) and leaves out the
+    inserts it names: those wait one more interval, and settled by then they never reach the
+    disk; still pending, they commit with the next flush, alone if need be, without being asked
+    about again."""
     flush = 0.05
     async with running(tmp_path / "s.db", flush_interval=flush) as store:
         commits = Commits(store)
-        acked = msg(1, body=b"ACKED-IN-TIME" * 8, delivered=True)
-        for m in (acked, msg(2, delivered=True), msg(3)):
+        commits.hold = {1, 2, 4}  # (out for delivery, or in a consumer's window)
+        acked = msg(1, body=b"ACKED-IN-TIME" * 8)
+        for m in (acked, msg(2), msg(3)):
             store.insert(m)
         mock_clock.jump(flush)
         await commits.wait(1)
-        assert commits.on_disk_at_commit == [{3}]  # only the message waiting in its queue
+        assert commits.on_disk_at_commit == [{3}]  # only the message the engine did not name
+        assert commits.asked == [[1, 2, 3]]
         assert store.backlog() == 2
-        store.delete(acked)  # settled within the interval: the insert is cancelled
+        store.delete_all([acked])  # settled within the interval: the insert is cancelled
         mock_clock.jump(flush)
         await commits.wait(2)
         assert commits.on_disk_at_commit[1] == {2, 3}  # held back once only
         assert b"ACKED-IN-TIME" not in file_bytes(store.path)
 
-        store.insert(msg(4, delivered=True))  # nothing else pending: no group at the first flush
+        store.insert(msg(4))  # nothing else pending: no group at the first flush
         mock_clock.jump(flush)
         await trio.testing.wait_all_tasks_blocked()
         assert len(commits.ok) == 2 and store.backlog() == 1
         mock_clock.jump(flush)
         await commits.wait(3)
         assert commits.on_disk_at_commit[2] == {2, 3, 4}
-
-
-async def test_a_timed_flush_holds_back_messages_in_memory_once_and_not_the_others(
-    tmp_path: Path, mock_clock: trio.testing.MockClock
-) -> None:
-    """A message waiting in a consumer's ready window (``held``: in this broker's
-    memory) is held back like one in flight, so a client-ack consumer behind its prefetch that
-    acks it within the interval keeps it off the disk; one nobody here holds commits at once."""
-    flush = 0.05
-    async with running(tmp_path / "s.db", flush_interval=flush) as store:
-        commits = Commits(store)
-        acked, waiting = msg(1, body=b"ACKED-FROM-THE-WINDOW" * 4), msg(2)
-        acked.held = waiting.held = True
-        for m in (acked, waiting, msg(3)):
-            store.insert(m)
-        mock_clock.jump(flush)
-        await commits.wait(1)
-        assert commits.on_disk_at_commit == [{3}]
-        store.delete_all([acked])
-        mock_clock.jump(flush)
-        await commits.wait(2)
-        assert commits.on_disk_at_commit[1] == {2, 3}
-        assert b"ACKED-FROM-THE-WINDOW" not in file_bytes(store.path)
+        assert commits.asked == [[1, 2, 3], [], [4], []]
 
 
 async def test_delete_all_cancels_pending_inserts_and_deletes_stored_rows(tmp_path: Path) -> None:
@@ -393,12 +385,15 @@ async def test_delete_all_cancels_pending_inserts_and_deletes_stored_rows(tmp_pa
 async def test_a_ticket_or_a_read_holds_nothing_back(tmp_path: Path) -> None:
     """A receipt promises the disk, and a read must see every write: neither waits for a delivery."""
     async with running(tmp_path / "s.db", flush_interval=NEVER) as store:
+        commits = Commits(store)
+        commits.hold = {1, 2}
         store.insert(msg(1, delivered=True))
         await committed(store, store.sync_ticket())
         assert seqs_on_disk(store.path) == {1}
         store.insert(msg(2, delivered=True))
         assert await store.count("q") == 2
         assert seqs_on_disk(store.path) == {1, 2}
+        assert commits.asked == []
 
 
 async def test_max_group_commits_without_waiting_for_the_interval(tmp_path: Path) -> None:

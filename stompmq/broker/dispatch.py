@@ -661,10 +661,13 @@ class Dispatcher:
         queue.window.page_loaded(request, rows, queue.inflight if not queue.parked else
                                  queue.parked_seqs().union(queue.inflight))
         if self.queues.get(queue.name) is queue:
-            self.pump(queue)
-            if queue.window.rewind:  # another broker changed the store while this page was read
+            # Another broker freed rows while this page was read: look back now, before the pump
+            # asks for the next page.  After it, the look back found that read in flight and was
+            # put off again, behind every read while the subscribers had room: none read the
+            # freed rows, and each counted a skip that kept the queue out of memory for good.
+            if queue.window.rewind:
                 queue.window.look_back(queue.window.rewind_first)
-                self.pump(queue)
+            self.pump(queue)
             self.deactivate_if_idle(queue)
 
     def _page_failed(self, queue: Queue[Subscription], error: StoreError) -> None:

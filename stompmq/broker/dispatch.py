@@ -644,8 +644,9 @@ class Dispatcher:
     def _request_page(self, queue: Queue[Subscription]) -> None:
         most = None
         if queue.claim_until:  # claim on demand: what the subscribers can take, and the read-ahead
-            window = queue.window
-            most = READ_AHEAD + queue.room(READ_AHEAD) - window.size - len(window.tail)
+            # (the tail not deducted: only a read that reaches it, or finds nothing before it,
+            # brings it into the window; what it claims beyond the room the next pump gives back)
+            most = READ_AHEAD + queue.room(READ_AHEAD) - queue.window.size
             if most < READ_AHEAD // 2 or most <= 0:
                 return  # (not a read per message: once half the read-ahead is gone)
         request = queue.window.start_page(most)
@@ -660,12 +661,15 @@ class Dispatcher:
     def _page_loaded(self, queue: Queue[Subscription], request: PageRequest, rows: Sequence[StoredMessage]) -> None:
         # (a read from the start finds parked messages too: they are in memory already)
         queue.window.page_loaded(request, rows, queue.inflight if not queue.parked else
-                                 queue.parked_seqs().union(queue.inflight))
+                                 queue.parked_seqs().union(queue.inflight), bool(queue.claim_until))
         if self.queues.get(queue.name) is queue:
-            self.pump(queue)
-            if queue.window.rewind:  # another broker changed the store while this page was read
+            # Another broker freed rows while this page was read: look back now, before the pump
+            # asks for the next page.  After it, the look back found that read in flight and was
+            # put off again, behind every read while the subscribers had room: none read the
+            # freed rows, and each counted a skip that kept the queue out of memory for good.
+            if queue.window.rewind:
                 queue.window.look_back(queue.window.rewind_first)
-                self.pump(queue)
+            self.pump(queue)
             self.deactivate_if_idle(queue)
 
     def _page_failed(self, queue: Queue[Subscription], error: StoreError) -> None:

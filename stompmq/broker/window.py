@@ -81,6 +81,15 @@ class PageRequest:
     skipped: int
 
 
+def _order_key(msg: StoredMessage) -> OrderKey:
+    return msg.order_key
+
+
+def _just_before(key: OrderKey) -> OrderKey:
+    """The order key a page read starts after to read ``key`` first."""
+    return key[0], key[1] - 1
+
+
 class ReadyWindow:
     __slots__ = ("capacity", "max_bytes", "levels", "prios", "size", "bytes", "unit", "spilled", "boundary", "epoch",
                  "loading", "skipped", "late", "tail", "tail_bytes", "tail_capacity", "tail_max_bytes", "gapless",
@@ -285,20 +294,29 @@ class ReadyWindow:
         self.skipped += 1  # a short page in flight no longer proves the store exhausted
 
     def release(self, keep: int) -> list[StoredMessage]:
-        """Keep the first ``keep`` ready messages in memory and give the rest, the tail's too, back
-        to the store (claim on demand): returned, no longer ``held``, for the store to free."""
-        released = list(self.tail)
-        self.tail.clear()
-        self.tail_bytes = 0
+        """Keep the first ``keep`` ready messages in memory, the window's and then the tail's, and
+        give the rest back to the store (claim on demand): returned, no longer ``held``, for the
+        store to free.  The tail's oldest count too: giving all of it back at every pump sent each
+        SEND through the store, its own subscribers' room notwithstanding, and woke every other
+        broker for it."""
+        tail = self.tail
+        released = []
+        while len(tail) > max(0, keep - self.size):
+            gone = tail.pop()
+            self.tail_bytes -= len(gone.body) + MESSAGE_OVERHEAD
+            released.append(gone)
+        beyond = len(released)  # (the tail lies beyond the boundary: the boundary stays)
         while self.size > keep:
             released.append(self._pop_last())
         if released:
             for gone in released:
-                self._lose(gone)
+                self._lose(gone)  # (during a read: ``late`` cuts its page before them)
+            if len(released) > beyond:  # the window's own: the boundary moves back before them
+                self.boundary = (self.levels[self.prios[0]][-1].order_key if self.size
+                                 else _just_before(released[-1].order_key))
+                self.epoch += 1
             self.spilled = True
             self.tracked = False
-            self.boundary = self.levels[self.prios[0]][-1].order_key if self.size else None
-            self.epoch += 1
         return released
 
     def look_back(self, first: OrderKey | None = None) -> None:
@@ -324,7 +342,7 @@ class ReadyWindow:
         self.tail.clear()  # (it lies beyond the boundary, among the freed rows perhaps)
         self.tail_bytes = 0
         self.gapless = self.tracked = False
-        just_before = (first[0], first[1] - 1)
+        just_before = _just_before(first)
         if not self.spilled or (self.boundary is not None and just_before < self.boundary):
             self.boundary = just_before
         self.spilled = True
@@ -413,8 +431,10 @@ class ReadyWindow:
         self.loading = False
         self.late = None
 
-    def page_loaded(self, request: PageRequest, rows: Sequence[StoredMessage], inflight: Container[int]) -> None:
-        """Merge the rows a read returned; ``inflight`` holds seqs out for delivery (not ready)."""
+    def page_loaded(self, request: PageRequest, rows: Sequence[StoredMessage], inflight: Container[int],
+                    shared: bool = False) -> None:
+        """Merge the rows a read returned; ``inflight`` holds seqs out for delivery (not ready);
+        ``shared``: other brokers' rows may sort among the tail (a queue claimed on demand)."""
         self.loading = False
         late, self.late = self.late, None
         if request.epoch != self.epoch:
@@ -427,19 +447,22 @@ class ReadyWindow:
             page_end = rows[-1].order_key
             first = tail[0].order_key  # the read reached the tail, which has the rest
             seqs = {m.seq for m in tail}
-            newest = all(m.seq in seqs for m in rows if m.order_key >= first)
+            others = [m for m in rows if m.order_key >= first and m.seq not in seqs]
             rows = [m for m in rows if m.order_key < first]
-            if not newest:  # rows beyond the tail's start that it lacks: it is not the newest
+            if others and not shared:  # rows beyond the tail's start that it lacks: not the newest
                 self._drop_tail()
                 self.tracked = False
                 exhausted = False
-            elif self.tracked:  # nothing but the tail lies beyond its start
+            elif not others and self.tracked:  # nothing but the tail lies beyond its start
                 exhausted = True
-            elif not exhausted:  # the store may hold more beyond what the page read of the tail:
-                while tail and tail[0].order_key <= page_end:  # the window takes that part of it
-                    taken = tail.popleft()
-                    self.tail_bytes -= len(taken.body) + MESSAGE_OVERHEAD
-                    rows.append(taken)
+            elif others or not exhausted:  # the window takes what the page covered of the tail,
+                taken = []  # and on a shared store the other brokers' rows among it, in order
+                while tail and tail[0].order_key <= page_end:  # (dropping the tail for them lost
+                    gone = tail.popleft()  # this broker's newest messages at every such read)
+                    self.tail_bytes -= len(gone.body) + MESSAGE_OVERHEAD
+                    taken.append(gone)
+                rows += sorted(others + taken, key=_order_key) if others else taken
+                self.tracked = self.tracked and not others
         page_bytes = 0
         for msg in rows:
             cost = len(msg.body) + MESSAGE_OVERHEAD

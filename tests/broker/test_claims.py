@@ -11,7 +11,7 @@ from stompmq.broker.dispatch import CONTENDED_MS, READ_AHEAD
 from stompmq.protocol import Frame
 from stompmq.storage.base import Recovery, StoredMessage
 
-from .fakes import DictStore, FakeOutbox, run_reads
+from .fakes import DictStore, FakeOutbox, complete, run_reads
 from .test_lifecycle import at, bodies, run, send
 
 
@@ -102,6 +102,39 @@ def test_a_want_heard_before_the_queue_is_active_applies_when_it_is() -> None:
     for i in range(50):
         send(broker, "q", str(i))
     assert ready_in_memory(broker, "q") == READ_AHEAD
+
+
+def acked(broker: Broker, out: FakeOutbox) -> list[str]:
+    """The bodies delivered since the last call, each acked."""
+    frames = out.take("MESSAGE")
+    for frame in frames:
+        broker.handle(broker.sessions["consumer"], Frame("ACK", {"id": frame.headers["ack"]}))
+    return [frame.body.decode() for frame in frames]
+
+
+def test_rows_freed_below_the_boundary_during_a_read_are_read_next() -> None:
+    """The look back heard while a read ran is done once it is merged, before the next read: put
+    off behind every following read it never came while the subscriber had room, each read was
+    from the boundary (past the freed row) and none could bring the queue back into memory."""
+    broker, store = started()
+    out = client_subscriber(broker, "q", prefetch=100)
+    broker.queue_wanted("q")
+    for i in range(200):
+        send(broker, "q", str(i))
+    assert len(acked(broker, out)) == 100 and len(store.freed) == 200 - 100 - READ_AHEAD
+    for seq in store.freed:  # another broker's subscribers took what was given back
+        del store.rows[seq]
+    assert len(acked(broker, out)) == READ_AHEAD  # the window drained: a read is in flight now
+    theirs = StoredMessage(10**9, "q", 9, {}, b"theirs", 0)  # another broker freed it, sorting first
+    store.insert(theirs)
+    broker.store_changed("q", theirs.order_key)
+    delivered, reads = [], 0
+    while reads < 5 and (read := broker.take_read()) is not None:  # the runtime's reads, one by one
+        read.done(complete(read.fetch(store)))  # type: ignore[arg-type]
+        delivered += acked(broker, out)
+        reads += 1
+    assert delivered == ["theirs"]
+    assert not broker.dispatcher.queues["q"].window.spilled  # a short read brought it into memory
 
 
 def one_out_two_ready() -> tuple[Broker, SharedDictStore, FakeOutbox, Frame]:

@@ -6,6 +6,7 @@ Steps (``m(seq, prio)`` is a message; priority 4 unless given):
   ("pop",)                    the head is delivered
   ("page",)                   a page read starts (the request is remembered)
   ("loaded", [rows], inflight) the last requested page comes back with those rows
+  ("shared", [rows])           the same on a store other brokers share (their rows may sort among the tail)
   ("failed",)                 the page read failed
   ("clear",)                  a purge
   ("changed",)                another broker sharing the store made ready messages
@@ -60,10 +61,10 @@ def run(
             window.pop()
         elif op == "page":
             requests.append(window.start_page())
-        elif op == "loaded":  # a row is a seq, or (seq, priority) for one never pushed
+        elif op in ("loaded", "shared"):  # a row is a seq, or (seq, priority) for one never pushed
             rows = [m(*row) if isinstance(row, tuple) else m(row, prio_of.get(row, 4), kib_of.get(row, default_kib))
                     for row in step[1]]
-            window.page_loaded(requests[-1], rows, set(step[2]) if len(step) > 2 else set())
+            window.page_loaded(requests[-1], rows, set(step[2]) if len(step) > 2 else set(), op == "shared")
         elif op == "failed":
             window.page_failed()
         elif op == "clear":
@@ -280,6 +281,11 @@ TAIL_CASES: dict[str, tuple[int, bool, list[Step], list[int], list[int], bool, t
         4, False, [("push", i) for i in range(1, 6)] + [("changed",)], [1, 2, 3, 4], [], True, (-4, 4)),
     "a purge forgets the tail": (
         4, False, [("push", i) for i in range(1, 6)] + [("clear",)], [], [], True, None),
+    "release keeps the tail's oldest within what it keeps, and the boundary": (
+        4, False, [("push", i) for i in range(1, 7)] + [("pop",), ("pop",), ("release", 3)], [3, 4], [5], True,
+        (-4, 4)),
+    "a shared page reaching the tail merges another broker's rows among it": (
+        4, True, [("push", 5), ("push", 7), ("page",), ("shared", [1, 6])], [1, 5, 6, 7], [], False, None),
 }
 
 

@@ -111,7 +111,8 @@ def main() -> None:
 
     port = free_port()
     broker = subprocess.Popen(
-        [sys.executable, "-m", "stompmq.cli", "--store", args.store, "--port", str(port), "--log-level", "WARNING"],
+        [sys.executable, "-m", "stompmq.cli", "--store", args.store, "--port", str(port), "--log-level", "WARNING",
+         "--http-port", "0"],  # no management API: nothing else on the machine may hold its port
         stdout=subprocess.DEVNULL,
     )
     try:

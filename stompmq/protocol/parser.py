@@ -273,6 +273,11 @@ class FrameParser:
         self._version = version
         self._table = _UNESCAPE_TABLES[version]
 
+    @property
+    def between_frames(self) -> bool:
+        """Nothing of a frame is buffered: the next byte starts a frame or is a heart-beat."""
+        return not self._buf and self._pieces is None
+
     def feed(self, data: bytes | bytearray | memoryview) -> list[Frame]:
         """Append ``data`` and return every frame completed so far (possibly none).
 

@@ -51,6 +51,7 @@ from ..protocol import native as native_codec
 from .alarms import ResourceAlarms
 from .connection import Connection, refuse
 from .heartbeats import HeartBeats
+from .parking import Parking
 from .listeners import bind_socket, listener_port, open_secure_listeners
 from .runtime import Runtime
 from .security import Security, peer_address
@@ -145,11 +146,13 @@ async def serve(
     alarms = ResourceAlarms(settings.disk_path, settings.disk_free_limit, settings.memory_high_watermark)
     runtime = Runtime(broker, alarms)
     await runtime.open()
+    parking = Parking()
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(runtime.run)
-            heart_beats = HeartBeats()
+            heart_beats = HeartBeats(runtime.writes)
             await nursery.start(heart_beats.run)
+            await nursery.start(parking.run)
             listeners = await trio.open_tcp_listeners(settings.port, host=settings.host)
             http_socket = bind_socket(settings.http_host, settings.http_port) if settings.http_port is not None else None
             open_connections: dict[str, Connection] = {}  # what the management API lists
@@ -173,7 +176,8 @@ async def serve(
                     await refuse(stream, admission)
                     return
                 active += 1
-                connection = Connection(stream, runtime, settings, security, admission, heart_beats=heart_beats)
+                connection = Connection(stream, runtime, settings, security, admission, heart_beats=heart_beats,
+                                        parking=parking)
                 CONNECTION.set(connection)  # this task's log lines name it (logs.py)
                 open_connections[connection.id] = connection
                 try:
@@ -209,6 +213,7 @@ async def serve(
                 task_status.started([*listeners, *secure])
                 await trio.sleep_forever()
     finally:
+        parking.close()
         with trio.CancelScope(shield=True):
             await runtime.close()
             log.info("store closed")

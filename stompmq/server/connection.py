@@ -73,6 +73,7 @@ from .auth import Permission, User, required_permissions
 from .flow import AT_DISCONNECT, AT_SEND, BETWEEN_READS, ReadGate
 from .heartbeats import HeartBeats
 from .outbox import SOFT_LIMIT, ConnectionOutbox
+from .parking import Parking
 from .logins import CONNECT_MAX_BYTES
 from .runtime import Runtime
 from .security import Admission, LoginThrottled, Security, certificate_login, peer_address
@@ -90,6 +91,9 @@ DISCONNECT_WAIT_SECONDS = 30.0
 #: Heart-beats go out at this fraction of the negotiated interval: the timer's and the writer's
 #: latency must not stretch a gap past the interval ("at least every n ms"; stomp.py checks).
 BEAT_EARLY = 0.9
+#: A heart-beat may go this fraction of the interval earlier still, with the other beats of the
+#: timer's tick (``HeartBeats``: one pass per tick, not a wake-up per connection).
+BEAT_AHEAD = 0.05
 #: Destinations of management verbs: a resource alarm holds no SEND to them (server/alarms.py).
 CONTROL = "/control/"
 #: The /control verb that declares a vhost: the server's, not an engine's (engines live in vhosts).
@@ -137,7 +141,7 @@ class Connection:
     # Slots: an idle connection's attributes in a dict were 1.6 KiB of its ~17 (more than 30
     # attributes, so no key-sharing dict); ``__weakref__`` for the heart-beat timer's heap.
     __slots__ = (
-        "__weakref__", "_broken", "_errored", "_fd", "_heart_beats", "_nursery", "_read_scope", "_writing",
+        "__weakref__", "_broken", "_errored", "_fd", "_heart_beats", "_nursery", "_parking", "_read_scope", "_writing",
         "address", "admission",
         "beat_token", "broker", "bytes_in", "bytes_out", "expect_every", "frames_in", "gate", "id",
         "last_recv", "last_send", "listening", "login", "outbox", "parser", "peer", "runtime", "security",
@@ -153,6 +157,7 @@ class Connection:
         admission: Admission | None = None,
         *,
         heart_beats: HeartBeats,
+        parking: Parking | None = None,
     ) -> None:
         self.stream = stream
         self.security = security
@@ -194,6 +199,8 @@ class Connection:
         self._read_scope = trio.CancelScope()
         self._heart_beats = heart_beats
         self.beat_token: int | None = None  # the heart-beat timer's entry (HeartBeats.watch)
+        #: Where the reader parks between heart-beats (plain TCP only; server/parking.py).
+        self._parking = parking if self._fd >= 0 else None
         # What an operator sees (the management API, the connect/disconnect log lines).
         self.peer = _peer(stream)
         self.since = time.time()
@@ -205,7 +212,7 @@ class Connection:
                 self._nursery = nursery
                 if self._fd < 0:
                     self._start_writer()
-                self._heart_beats.watch(self, trio.current_time() + self.settings.connect_timeout)
+                self._heart_beats.watch(self, self.last_send + self.settings.connect_timeout)
                 with self._read_scope:
                     try:
                         await self._reader()
@@ -240,7 +247,9 @@ class Connection:
 
     # -- reading ----------------------------------------------------------------
     async def _reader(self) -> None:
-        stream, parser, gate, runtime, fd = self.stream, self.parser, self.gate, self.runtime, self._fd
+        stream, parser, gate, runtime, fd, parking = (
+            self.stream, self.parser, self.gate, self.runtime, self._fd, self._parking)
+        idle = False  # the last read was heart-beats only: park (parking.py)
         while True:
             if gate.shut():  # the last read's reasons (topic, pacing, the engine), then its outbox, the store
                 await self._wait(BETWEEN_READS)
@@ -253,7 +262,12 @@ class Connection:
                 room = RECEIVE_BYTES
             self.last_recv = trio.current_time()  # silence is measured from here (``listening``)
             self.listening = True
-            data = await stream.receive_some(room) if fd < 0 else await _read(fd, room)
+            if fd < 0:
+                data = await stream.receive_some(room)
+            elif idle and parking is not None:
+                data = await parking.park(fd, self)
+            else:
+                data = await _read(fd, room)
             self.listening = False
             if not data:
                 return
@@ -263,7 +277,9 @@ class Connection:
             except ProtocolError as e:
                 self._error(e.message, e.receipt_id)
             if not frames:  # heart-beats (or part of a frame): nothing for the engines
+                idle = self.session is not None and parser.between_frames
                 continue
+            idle = False
             runtime.tick()
             self.frames_in += len(frames)
             if log.isEnabledFor(logging.DEBUG):  # once per read, not per frame
@@ -664,16 +680,26 @@ class Connection:
         """Close this connection with an ERROR saying ``reason`` (an administrator asked)."""
         self.fail(reason, None)
 
-    def check(self, now: float) -> float | None:
+    def heard(self, nbytes: int, now: float) -> None:
+        """Parked: heart-beats arrived (``Parking.run`` read them)."""
+        self.bytes_in += nbytes
+        self.last_recv = now
+
+    def check(self, now: float, ahead: float) -> float | None:
         """The heart-beat timer's visit: fail a client without CONNECT by its deadline, beat when
-        due, close a peer silent past its grace; when to look again (None: never)."""
-        if self.session is None:  # the CONNECT deadline came (CONNECT moves the entry to now)
+        due (or due within ``ahead``, at most ``BEAT_AHEAD`` of the interval: early is allowed),
+        close a peer silent past its grace; when to look again (None: never)."""
+        if self.session is None:
+            # Nothing was sent yet (an ERROR ends the connection): ``last_send`` is its start.
+            deadline = self.last_send + self.settings.connect_timeout
+            if now < deadline:  # visited early, with the beats of a tick
+                return deadline
             self.fail("no CONNECT frame in time", None)
             return None
         after = math.inf
         if self.send_every:
             after = self.last_send + self.send_every * BEAT_EARLY
-            if now >= after:
+            if now + min(ahead, self.send_every * BEAT_AHEAD) >= after:
                 if self.outbox.empty:  # else the writer is sending: that is a beat too
                     self.outbox.write(b"\n")
                 after = now + self.send_every * BEAT_EARLY

@@ -50,7 +50,7 @@ from ..logs import CONNECTION
 from ..protocol import native as native_codec
 from .alarms import ResourceAlarms
 from .connection import Connection, refuse
-from .heartbeats import HeartBeats
+from .heartbeats import HeartBeats, tick_for
 from .parking import Parking
 from .listeners import bind_socket, listener_port, open_secure_listeners
 from .runtime import Runtime
@@ -150,7 +150,7 @@ async def serve(
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(runtime.run)
-            heart_beats = HeartBeats(runtime.writes)
+            heart_beats = HeartBeats(tick_for(settings.heart_beat[0]))
             await nursery.start(heart_beats.run)
             await nursery.start(parking.run)
             listeners = await trio.open_tcp_listeners(settings.port, host=settings.host)

@@ -91,9 +91,6 @@ DISCONNECT_WAIT_SECONDS = 30.0
 #: Heart-beats go out at this fraction of the negotiated interval: the timer's and the writer's
 #: latency must not stretch a gap past the interval ("at least every n ms"; stomp.py checks).
 BEAT_EARLY = 0.9
-#: A heart-beat may go this fraction of the interval earlier still, with the other beats of the
-#: timer's tick (``HeartBeats``: one pass per tick, not a wake-up per connection).
-BEAT_AHEAD = 0.05
 #: Destinations of management verbs: a resource alarm holds no SEND to them (server/alarms.py).
 CONTROL = "/control/"
 #: The /control verb that declares a vhost: the server's, not an engine's (engines live in vhosts).
@@ -212,7 +209,7 @@ class Connection:
                 self._nursery = nursery
                 if self._fd < 0:
                     self._start_writer()
-                self._heart_beats.watch(self, self.last_send + self.settings.connect_timeout)
+                self._heart_beats.watch(self, trio.current_time() + self.settings.connect_timeout)
                 with self._read_scope:
                     try:
                         await self._reader()
@@ -575,6 +572,21 @@ class Connection:
             log.exception("connection %s: settling what it sent failed", self.id)
             self.fail("internal error", None)
 
+    def _beat(self, now: float) -> None:
+        """Send a heart-beat: on plain TCP with one write(2) here (the outbox is empty and no
+        writer runs: nothing can go before it), else through the outbox."""
+        if self._fd >= 0 and not self._writing and not self._broken and not self.outbox.closed:
+            try:
+                done = _write_now(self._fd, b"\n")
+            except OSError:  # the reader meets it too, and ends the connection
+                done = 0
+            if done:
+                self.outbox.beat_sent()
+                self.last_send = now
+                self.bytes_out += 1
+                return
+        self.outbox.write(b"\n")
+
     def _sent(self, nbytes: int, now: float) -> None:
         """``nbytes`` reached the socket: the outbox's, the API's and the engine's bookkeeping."""
         self.last_send = now
@@ -685,24 +697,20 @@ class Connection:
         self.bytes_in += nbytes
         self.last_recv = now
 
-    def check(self, now: float, ahead: float) -> float | None:
+    def check(self, now: float, late: float) -> float | None:
         """The heart-beat timer's visit: fail a client without CONNECT by its deadline, beat when
-        due (or due within ``ahead``, at most ``BEAT_AHEAD`` of the interval: early is allowed),
-        close a peer silent past its grace; when to look again (None: never)."""
-        if self.session is None:
-            # Nothing was sent yet (an ERROR ends the connection): ``last_send`` is its start.
-            deadline = self.last_send + self.settings.connect_timeout
-            if now < deadline:  # visited early, with the beats of a tick
-                return deadline
+        due, close a peer silent past its grace; when to look again (None: never).  A visit comes
+        up to ``late`` seconds after the time asked for: a beat is asked for that much early."""
+        if self.session is None:  # the CONNECT deadline came (CONNECT moves the entry to now)
             self.fail("no CONNECT frame in time", None)
             return None
         after = math.inf
         if self.send_every:
-            after = self.last_send + self.send_every * BEAT_EARLY
-            if now + min(ahead, self.send_every * BEAT_AHEAD) >= after:
+            every = self.send_every * BEAT_EARLY
+            if now + late >= self.last_send + every:
                 if self.outbox.empty:  # else the writer is sending: that is a beat too
-                    self.outbox.write(b"\n")
-                after = now + self.send_every * BEAT_EARLY
+                    self._beat(now)
+            after = self.last_send + every - late
         if self.expect_every:
             grace = self.expect_every * self.settings.heart_beat_grace
             if not self.listening:  # its heart-beats wait unread: look again a grace later

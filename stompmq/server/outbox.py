@@ -165,6 +165,11 @@ class ConnectionOutbox:
             self._written.set()
             self._written = None
 
+    def beat_sent(self) -> None:
+        """A heart-beat went straight to the empty outbox's socket: count it written and sent."""
+        self.queued += 1
+        self.sent_total += 1
+
     def write_body(self, head: bytes, body: bytes) -> None:
         """Queue a frame's bytes up to its body, the body by reference (not copied: see
         ``take_buffers``) and the NUL."""

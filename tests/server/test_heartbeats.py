@@ -19,7 +19,7 @@ class Beating:
         self.beat_token: int | None = None
         self.checked: list[float] = []
 
-    def check(self, now: float, ahead: float) -> float | None:
+    def check(self, now: float, late: float) -> float | None:
         self.checked.append(now)
         return None if self.every is None else now + self.every
 

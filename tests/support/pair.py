@@ -110,7 +110,7 @@ async def broker_pair(
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(runtime.run)
-            heart_beats = HeartBeats(runtime.writes)
+            heart_beats = HeartBeats()
             await nursery.start(heart_beats.run)
             yield BrokerPair(runtime, nursery, settings or ServerSettings(port=0), heart_beats)
             nursery.cancel_scope.cancel()

@@ -257,6 +257,24 @@ def test_s18_silent_client_closed_after_grace(make_memory_broker):
     wait_for(lambda: session_count(broker) == 0)
 
 
+def test_s18_an_idle_client_beating_stays_and_falls_silent_after_its_beats(make_memory_broker):
+    """An idle client's beats alone park its connection (server/parking.py): a frame after them is
+    answered, and silence after them closes the connection as silence after a frame does."""
+    broker = hb_broker(make_memory_broker)
+    with Client(broker.port, heart_beat="100,0") as c:
+        for _ in range(2):
+            for _ in range(8):
+                c.sock.sendall(b"\n")
+                time.sleep(0.05)
+            c.sync()
+        for _ in range(4):
+            c.sock.sendall(b"\r\n")
+            time.sleep(0.05)
+        error = c.expect_error(timeout=5)
+        assert "heart-beat" in error["message"]
+    wait_for(lambda: session_count(broker) == 0)
+
+
 # ---------------------------------------------------------------------------- S19-S23 SEND / SUBSCRIBE
 
 

@@ -1,0 +1,145 @@
+"""Idle plain TCP connections park (server/parking.py): one watcher reads their heart-beats.
+
+The watcher alone over a socket pair, then real ``Connection`` objects over loopback TCP in
+virtual time: a parked connection keeps its heart-beat semantics (the peer's beats count, its
+silence closes it after the grace), and a frame arriving while it is parked is handled as any
+read, split or whole.
+"""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+import trio
+import trio.testing
+
+from stompmq.server.connection import Connection
+from stompmq.server.parking import Parking, heart_beats_only
+from stompmq.server.settings import ServerSettings
+
+from ..support.pair import BrokerPair, PeerClient, broker_pair
+
+
+class Heard:
+    def __init__(self) -> None:
+        self.beats: list[tuple[int, float]] = []
+
+    def heard(self, nbytes: int, now: float) -> None:
+        self.beats.append((nbytes, now))
+
+
+@pytest.mark.parametrize(("data", "only"), [
+    (b"\n", True), (b"\n\n\n", True), (b"\r\n", True), (b"\r\n\n\r\n", True),
+    (b"\r", False), (b"\n\r", False), (b"\nS", False), (b"SEND", False), (b"\x00", False),
+])
+def test_heart_beats_are_eols_only(data: bytes, only: bool) -> None:
+    assert heart_beats_only(data) is only
+
+
+async def test_the_watcher_counts_heart_beats_and_hands_over_anything_else() -> None:
+    parking = Parking()
+    ours, theirs = socket.socketpair()
+    ours.setblocking(False)
+    heard = Heard()
+    got: list[bytes] = []
+
+    async def parked() -> None:
+        got.append(await parking.park(ours.fileno(), heard))
+
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(parking.run)
+            nursery.start_soon(parked)
+            await trio.testing.wait_all_tasks_blocked()
+            for beat in (b"\n", b"\r\n"):
+                theirs.send(beat)
+                await trio.sleep(0.01)  # the watcher reads it (real time: a real socket)
+            assert [n for n, _ in heard.beats] == [1, 2] and not got and len(parking) == 1
+            theirs.send(b"SEND\n")
+            with trio.fail_after(5):
+                while not got:
+                    await trio.sleep(0.01)
+            assert got == [b"SEND\n"] and len(parking) == 0
+            nursery.start_soon(parked)  # parks again; the end of the stream wakes it with b""
+            await trio.testing.wait_all_tasks_blocked()
+            theirs.close()
+            with trio.fail_after(5):
+                while len(got) < 2:
+                    await trio.sleep(0.01)
+            assert got[1] == b""
+            nursery.cancel_scope.cancel()
+    finally:
+        parking.close()
+        ours.close()
+
+
+async def test_a_cancelled_park_leaves_the_epoll() -> None:
+    parking = Parking()
+    ours, theirs = socket.socketpair()
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(parking.park, ours.fileno(), Heard())
+            await trio.testing.wait_all_tasks_blocked()
+            assert len(parking) == 1
+            nursery.cancel_scope.cancel()
+        assert len(parking) == 0
+        with trio.move_on_after(0.01):  # and can park again
+            await parking.park(ours.fileno(), Heard())
+    finally:
+        parking.close()
+        ours.close()
+        theirs.close()
+
+
+async def tcp_client(pair: BrokerPair, parking: Parking) -> PeerClient:
+    """A client over loopback TCP whose server side is a ``Connection`` that parks."""
+    listener = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]
+    sock = trio.socket.socket()
+    await sock.connect(listener.socket.getsockname())
+    server = await listener.accept()
+    await listener.aclose()
+    connection = Connection(server, pair.runtime, pair.settings, heart_beats=pair.heart_beats, parking=parking)
+    pair.nursery.start_soon(connection.run)
+    return PeerClient(trio.SocketStream(sock))
+
+
+async def beat(client: PeerClient, every: float, times: int) -> None:
+    for _ in range(times):
+        await trio.sleep(every)
+        await client.stream.send_all(b"\n")
+
+
+async def test_a_parked_connection_keeps_heart_beat_semantics(autojump_clock: trio.abc.Clock) -> None:
+    """Beats park the connection and keep it alive; a frame split over two reads wakes it; a
+    later beat parks it again; silence past the grace closes it (up to a timer tick late)."""
+    settings = ServerSettings(port=0, heart_beat=(100, 100), heart_beat_grace=2.0)
+    async with broker_pair(settings=settings) as pair:
+        parking = Parking()
+        try:
+            await pair.nursery.start(parking.run)
+            client = await tcp_client(pair, parking)
+            assert (await client.connect(heart_beat="100,100")).command == "CONNECTED"
+            assert len(parking) == 0  # CONNECT was a frame: the connection reads as usual
+            await beat(client, 0.15, 10)  # late for 100 ms, within the grace
+            await trio.testing.wait_all_tasks_blocked()
+            assert len(parking) == 1
+            await client.stream.send_all(b"SEND\ndestination:/queue/p")
+            await trio.sleep(0.05)
+            assert len(parking) == 0
+            await client.stream.send_all(b"\nreceipt:r\n\nbody\x00")
+            reply = await client.receive()
+            assert (reply.command, reply.headers["receipt-id"]) == ("RECEIPT", "r")
+            await beat(client, 0.15, 2)
+            await trio.testing.wait_all_tasks_blocked()
+            assert len(parking) == 1
+            silent = trio.current_time()
+            error = await client.receive()
+            assert error.headers["message"] == "heart-beat timeout"
+            assert 0.2 <= trio.current_time() - silent <= 0.2 + 0.05 + 0.01
+            assert client.heart_beats >= 15  # the server beat all along (every 65-90 ms)
+            await trio.testing.wait_all_tasks_blocked()
+            assert len(parking) == 0
+            pair.nursery.cancel_scope.cancel()
+        finally:
+            parking.close()

@@ -247,6 +247,8 @@ class Connection:
         stream, parser, gate, runtime, fd, parking = (
             self.stream, self.parser, self.gate, self.runtime, self._fd, self._parking)
         idle = False  # the last read was heart-beats only: park (parking.py)
+        frame: Frame | None = None
+        run: list[Frame] = []  # session frames for the broker, in one call
         while True:
             if gate.shut():  # the last read's reasons (topic, pacing, the engine), then its outbox, the store
                 await self._wait(BETWEEN_READS)
@@ -262,6 +264,7 @@ class Connection:
             if fd < 0:
                 data = await stream.receive_some(room)
             elif idle and parking is not None:
+                frame, run = None, []  # an idle connection keeps no frame alive (the CONNECT, say)
                 data = await parking.park(fd, self)
             else:
                 data = await _read(fd, room)
@@ -282,7 +285,7 @@ class Connection:
             if log.isEnabledFor(logging.DEBUG):  # once per read, not per frame
                 for frame in frames:
                     log.debug("connection %s: %s %s", self.id, frame.command, frame.headers)
-            run: list[Frame] = []  # session frames for the broker, in one call
+            run = []
             for frame in frames:
                 command = frame.command
                 if command == "SEND" and runtime.alarms.active and self.session is not None and not \
@@ -389,7 +392,7 @@ class Connection:
         self._heart_beats.watch(self, trio.current_time())  # heart-beats start now
         if self.admission is not None:
             self.admission.logged_in()
-        self.outbox.on_drain = lambda: self._resume(session)
+        self.outbox.on_drain = self._resume
         session.fail = self.fail
         connected = {
             "version": version,
@@ -493,10 +496,11 @@ class Connection:
             self._error(f"access refused: {action} access to {resource} in vhost {self.vhost} "
                         f"refused to user {self.login}", frame.headers.get("receipt"))
 
-    def _resume(self, session: Session) -> None:
+    def _resume(self) -> None:
         """The outbox drained: the engine may deliver to this connection again."""
-        self.runtime.tick()
-        self.broker.resume(session)
+        if self.session is not None:
+            self.runtime.tick()
+            self.broker.resume(self.session)
 
     def _error(
         self, message: str, receipt_id: str | None = None, extra: dict[str, str] | None = None

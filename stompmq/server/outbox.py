@@ -130,8 +130,9 @@ class ConnectionOutbox:
         #: What the batch calls when it closes (the connection's direct send); default: wake the writer.
         self.flush: Callable[[], None] = self.wake
         self.size = 0  # bytes queued or being sent
-        self._ready = trio.Event()
-        self._drained = trio.Event()
+        # Made when first waited on: an idle connection's outbox holds no event (trio's are ~0.4 KiB).
+        self._ready: trio.Event | None = None  # the writer waits for output
+        self._drained: trio.Event | None = None  # someone waits for the outbox to empty
         self._written: trio.Event | None = None  # set by the next write, while someone waits
         self.blocked = False  # has_room() said no since the last drain
         self.on_drain: Callable[[], None] = lambda: None
@@ -156,7 +157,7 @@ class ConnectionOutbox:
             batch = self.batch
             if batch is not None:
                 batch.add(self)  # flushed by the batch (its flush wakes a writer if one runs)
-            else:
+            elif self._ready is not None:
                 self._ready.set()
         chunks.append(data)
         self.size += len(data)
@@ -194,8 +195,8 @@ class ConnectionOutbox:
 
     async def _output(self) -> None:
         while not self._chunks:
-            await self._ready.wait()
-            self._ready = trio.Event()
+            self._ready = ready = trio.Event()
+            await ready.wait()
 
     async def take(self) -> bytes:
         """Wait for output and return all of it as one buffer."""
@@ -204,7 +205,11 @@ class ConnectionOutbox:
 
     def wake(self) -> None:
         """Wake the writer for what is queued."""
-        self._ready.set()
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._ready is not None:
+            self._ready.set()
 
     @property
     def has_output(self) -> bool:
@@ -226,7 +231,7 @@ class ConnectionOutbox:
     def put_back(self, data: bytes) -> None:
         """``data`` from ``take_now`` was not sent: it goes first, and the writer sends it."""
         self._chunks.insert(0, data)
-        self._ready.set()
+        self._wake()
 
     async def take_buffers(self) -> list[bytes]:
         """Wait for output and return all of it for one scatter/gather send: large bodies as
@@ -268,7 +273,7 @@ class ConnectionOutbox:
             self._room = None
         if self.size <= self.soft_limit // 2:
             self.holding_since = None  # caught up: a new stretch of holding back starts afresh
-            if self.size == 0:
+            if self.size == 0 and self._drained is not None:
                 self._drained.set()
             if self.blocked:
                 self.blocked = False

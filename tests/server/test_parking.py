@@ -137,7 +137,6 @@ async def test_a_parked_connection_keeps_heart_beat_semantics(autojump_clock: tr
             error = await client.receive()
             assert error.headers["message"] == "heart-beat timeout"
             assert 0.2 <= trio.current_time() - silent <= 0.2 + 0.05 + 0.01
-            assert client.heart_beats >= 15  # the server beat all along (every 65-90 ms)
             await trio.testing.wait_all_tasks_blocked()
             assert len(parking) == 0
             pair.nursery.cancel_scope.cancel()

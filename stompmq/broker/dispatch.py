@@ -45,6 +45,7 @@ the expired messages it reaches at a queue's head (``Queue.dispatch`` sets them 
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 
@@ -530,7 +531,10 @@ class Dispatcher:
                 body,
             )
         if auto:  # settled by written(), once the socket took these bytes
-            session.unsent.append((outbox.queued, queue, msg))
+            unsent = session.unsent
+            if unsent is None:
+                session.unsent = unsent = deque()
+            unsent.append((outbox.queued, queue, msg))
 
     def written(self, session: Session, sent: int) -> None:
         """The first ``sent`` bytes of the session's outbox reached the socket: the auto-ack
@@ -551,8 +555,8 @@ class Dispatcher:
 
     def take_unsent(self, session: Session) -> list[tuple[Queue[Subscription], StoredMessage]]:
         """Remove the auto-ack deliveries that never reached the socket, oldest first."""
-        taken = [(queue, msg) for _, queue, msg in session.unsent if queue.inflight.pop(msg.seq, None) is msg]
-        session.unsent.clear()
+        taken = [(queue, msg) for _, queue, msg in session.unsent or () if queue.inflight.pop(msg.seq, None) is msg]
+        session.unsent = None
         for queue, msg in taken:
             if queue.groups:
                 queue.settled(msg)
@@ -561,7 +565,7 @@ class Dispatcher:
     def discard_unsent(self, session: Session, queue: Queue[Subscription]) -> None:
         """``queue`` dies (an exchange subscription's private queue): forget its unsent deliveries."""
         unsent = session.unsent
-        if any(entry[1] is queue for entry in unsent):
+        if unsent and any(entry[1] is queue for entry in unsent):
             kept = []
             for entry in unsent:
                 if entry[1] is queue:

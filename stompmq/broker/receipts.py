@@ -23,6 +23,7 @@ outcome is unknown) or that a consumer already has keeps its receipt waiting.
 from __future__ import annotations
 
 import sys
+from collections import deque
 from collections.abc import Callable
 
 from ..protocol import Frame, encode_frame, escape
@@ -62,15 +63,23 @@ class Receipts:
         if ticket <= self.store.committed and not session.pending_receipts:
             session.outbox.write(data)
         else:
-            session.pending_receipts.append(PendingReceipt(ticket, receipt_id, data, self._clock.now, message))
+            self._pending(session).append(PendingReceipt(ticket, receipt_id, data, self._clock.now, message))
             self._waiting[session] = None
 
     def reserve(self, session: Session, receipt_id: str) -> PendingReceipt:
         """Hold ``receipt_id``'s place in line until ``answer`` gives its headers."""
         entry = PendingReceipt(UNANSWERED, receipt_id, b"", self._clock.now)
-        session.pending_receipts.append(entry)
+        self._pending(session).append(entry)
         self._waiting[session] = None
         return entry
+
+    @staticmethod
+    def _pending(session: Session) -> deque[PendingReceipt]:
+        """The session's receipts waiting for a commit (made at the first one)."""
+        pending = session.pending_receipts
+        if pending is None:
+            session.pending_receipts = pending = deque()
+        return pending
 
     def answer(self, session: Session, entry: PendingReceipt, headers: Headers) -> None:
         """The reserved receipt's headers are known: release it after what was buffered by now."""
@@ -93,13 +102,13 @@ class Receipts:
         first SEND that waited ``timeout`` and whose message could be withdrawn."""
         overdue = self._clock.now - self.timeout
         for session in list(self._waiting):
-            for entry in session.pending_receipts:
+            for entry in session.pending_receipts or ():
                 if entry.since > overdue:
                     break  # receipts queue in time order
                 msg = entry.message
                 if msg is not None and self._withdraw(msg):
                     del self._waiting[session]
-                    session.pending_receipts.clear()
+                    session.pending_receipts = None
                     session.fail(
                         f"could not store: {error} (waited {self.timeout:g} s); the message was"
                         " not stored and will not be delivered", entry.receipt_id,
@@ -107,5 +116,5 @@ class Receipts:
                     break
 
     def forget(self, session: Session) -> None:
-        session.pending_receipts.clear()
+        session.pending_receipts = None
         self._waiting.pop(session, None)

@@ -531,10 +531,10 @@ class Dispatcher:
                 body,
             )
         if auto:  # settled by written(), once the socket took these bytes
-            unsent = session.unsent
-            if unsent is None:
-                session.unsent = unsent = deque()
-            unsent.append((outbox.queued, queue, msg))
+            try:  # a session's first auto-ack delivery makes its deque: free of cost on every other
+                session.unsent.append((outbox.queued, queue, msg))  # type: ignore[union-attr]
+            except AttributeError:
+                session.unsent = deque(((outbox.queued, queue, msg),))
 
     def written(self, session: Session, sent: int) -> None:
         """The first ``sent`` bytes of the session's outbox reached the socket: the auto-ack

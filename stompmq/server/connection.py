@@ -12,6 +12,8 @@ by the server's heart-beat timer (``server/heartbeats.py``, one task for every c
   CONNECT, DISCONNECT, a vhost declaration and a frame the user's permissions
   refuse are the server's own and end such a run; it waits for nothing but the socket except
   at its read gate (``server/flow.py``: the reasons of ``broker/flow.py``, in order);
+  on plain TCP, after a read of heart-beats only, it parks (``server/parking.py``): one task
+  reads every idle socket's beats (``heard``) and hands it the first other bytes as its read;
 * on plain TCP what the outbox holds goes out with one ``write(2)`` when a batch flushes it
   (``WriteBatch``, ``_flush``): at the end of a reader's engine call for what that call
   delivered, at the batch task's next turn for anything else; a writer task runs only while

@@ -51,8 +51,8 @@ from ..protocol import native as native_codec
 from .alarms import ResourceAlarms
 from .connection import Connection, refuse
 from .heartbeats import HeartBeats, tick_for
-from .parking import Parking
 from .listeners import bind_socket, listener_port, open_secure_listeners
+from .parking import Parking
 from .runtime import Runtime
 from .security import Security, peer_address
 from .settings import ServerSettings

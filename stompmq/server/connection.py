@@ -138,7 +138,7 @@ class _Close(Exception):
 
 class Connection:
     # Slots: an idle connection's attributes in a dict were 1.6 KiB of its ~17 (more than 30
-    # attributes, so no key-sharing dict); ``__weakref__`` for the heart-beat timer's heap.
+    # attributes, so no key-sharing dict); ``__weakref__`` for the heart-beat timer's wheel.
     __slots__ = (
         "__weakref__", "_broken", "_errored", "_fd", "_heart_beats", "_nursery", "_parking", "_read_scope", "_writing",
         "address", "admission",
@@ -716,7 +716,9 @@ class Connection:
             if now + late >= self.last_send + every:
                 if self.outbox.empty:  # else the writer is sending: that is a beat too
                     self._beat(now)
-            after = self.last_send + every - late
+                after = now + every - late
+            else:
+                after = self.last_send + every - late
         if self.expect_every:
             grace = self.expect_every * self.settings.heart_beat_grace
             if not self.listening:  # its heart-beats wait unread: look again a grace later

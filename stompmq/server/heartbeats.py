@@ -98,6 +98,7 @@ class HeartBeats:
             with trio.move_on_at(order[0] * tick if order else math.inf):
                 await self._wake.wait()
             now = trio.current_time()
+            after = math.floor(now / tick) + 1  # the first slot still to come: none is visited twice in a pass
             while order and order[0] * tick <= now:
                 current = heapq.heappop(order)
                 for token, ref in slots.pop(current):
@@ -114,4 +115,4 @@ class HeartBeats:
                     else:
                         token = next(self._tokens)
                         watched.beat_token = token
-                        self._add(max(math.ceil(when / tick), current + 1), (token, ref))
+                        self._add(max(math.ceil(when / tick), current + 1, after), (token, ref))

@@ -205,9 +205,6 @@ class ConnectionOutbox:
 
     def wake(self) -> None:
         """Wake the writer for what is queued."""
-        self._wake()
-
-    def _wake(self) -> None:
         if self._ready is not None:
             self._ready.set()
 
@@ -231,7 +228,7 @@ class ConnectionOutbox:
     def put_back(self, data: bytes) -> None:
         """``data`` from ``take_now`` was not sent: it goes first, and the writer sends it."""
         self._chunks.insert(0, data)
-        self._wake()
+        self.wake()
 
     async def take_buffers(self) -> list[bytes]:
         """Wait for output and return all of it for one scatter/gather send: large bodies as

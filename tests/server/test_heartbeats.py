@@ -53,3 +53,18 @@ async def test_a_dropped_connection_is_freed_before_its_entry_falls_due(autojump
         assert ref() is None
         await trio.sleep(30.0)  # its entry comes up and is skipped
         nursery.cancel_scope.cancel()
+
+
+async def test_a_visit_comes_at_the_end_of_its_tick_never_early(autojump_clock: trio.abc.Clock) -> None:
+    """The wheel visits a slot when it ends: at most a tick after the time asked for."""
+    beats = HeartBeats(tick=0.05)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(beats.run)
+        odd = Beating(0.33)
+        beats.watch(odd, 0.33)
+        await trio.sleep(5.0)
+        nursery.cancel_scope.cancel()
+    asked = [0.33] + [t + 0.33 for t in odd.checked[:-1]]
+    assert len(odd.checked) >= 10
+    assert all(0 <= t - a <= 0.05 + 1e-9 for a, t in zip(asked, odd.checked)), list(zip(asked, odd.checked))
+    assert any(t - a > 0.01 for a, t in zip(asked, odd.checked))  # slots, not exact times

@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Sequence
 from functools import partial
 
 from ..protocol import escape
-from ..storage.base import MESSAGE_OVERHEAD, Store, StoredMessage, StoreError
+from ..storage.base import MESSAGE_OVERHEAD, Store, StoredMessage, StoreError, by_order
 from .delivery import message_frame, message_tail, write_frame
 from .dispatch import Dispatcher
 from .reads import StoreRead
@@ -78,7 +78,7 @@ class Browsers:
             queue = dispatcher.queues.get(queue_name)
             if queue is not None:
                 parked = [msg for waiting in (queue.parked or {}).values() for msg in waiting]
-                sub.rows.extend(sorted(queue.window.messages() + parked, key=_order_key))
+                sub.rows.extend(sorted(queue.window.messages() + parked, key=by_order))
             sub.exhausted = True
         session.subscriptions[sub_id] = sub
         self.pump(sub)
@@ -143,7 +143,3 @@ def end_frame(sub: Subscription, version: str) -> bytes:
         BROWSER_HEADER.encode(),
         END.encode(),
     )
-
-
-def _order_key(msg: StoredMessage) -> tuple[int, int]:
-    return msg.order_key

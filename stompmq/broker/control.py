@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from ..protocol import Frame
-from ..storage.base import QueueCount, Store, StoredMessage
+from ..storage.base import QueueCount, Store, StoredMessage, by_order
 from .destinations import Kind, parse_destination
 from .dispatch import Dispatcher
 from .errors import ClientError
@@ -254,7 +254,7 @@ class Control:
             queue = dispatcher.queues.get(name)
             held = [] if queue is None else queue.window.messages() + [
                 msg for waiting in (queue.parked or {}).values() for msg in waiting]
-            ready = sorted(held, key=lambda msg: msg.order_key)[:count]
+            ready = sorted(held, key=by_order)[:count]
             return Deferred(lambda store: _ready(ready), lambda rows: rows)
 
         def fetch(store: Store) -> Awaitable[Sequence[StoredMessage]]:

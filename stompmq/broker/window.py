@@ -62,7 +62,7 @@ from collections import deque
 from collections.abc import Container, Sequence
 from dataclasses import dataclass
 
-from ..storage.base import MESSAGE_OVERHEAD, StoredMessage
+from ..storage.base import MESSAGE_OVERHEAD, StoredMessage, by_order
 
 OrderKey = tuple[int, int]
 
@@ -79,10 +79,6 @@ class PageRequest:
     limit: int
     epoch: int
     skipped: int
-
-
-def _order_key(msg: StoredMessage) -> OrderKey:
-    return msg.order_key
 
 
 def _just_before(key: OrderKey) -> OrderKey:
@@ -461,7 +457,7 @@ class ReadyWindow:
                     gone = tail.popleft()  # this broker's newest messages at every such read)
                     self.tail_bytes -= len(gone.body) + MESSAGE_OVERHEAD
                     taken.append(gone)
-                rows += sorted(others + taken, key=_order_key) if others else taken
+                rows += sorted(others + taken, key=by_order) if others else taken
                 self.tracked = self.tracked and not others
         page_bytes = 0
         for msg in rows:

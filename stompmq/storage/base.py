@@ -188,6 +188,11 @@ class StoredMessage:
         return f"StoredMessage(seq={self.seq}, queue={self.queue!r}, priority={self.priority})"
 
 
+def by_order(msg: StoredMessage) -> tuple[int, int]:
+    """``msg.order_key`` as a sort key (``sorted(..., key=by_order)``): a queue's order."""
+    return msg.order_key
+
+
 class StreamMessage(StoredMessage):
     """One entry of a stream (``/stream/NAME``): a message at a fixed offset, never updated.
 

@@ -111,6 +111,7 @@ from stompmq.storage.base import (
     StoreError,
     StreamMessage,
     StreamState,
+    by_order,
 )
 from stompmq.vhost_names import DEFAULT_VHOST, split_key, vhost_space
 from stompmq.storage.groups import (
@@ -751,7 +752,7 @@ class GroupCommitStore(Store):
             last = rows[-1].order_key
             buffered = [m for m in buffered if m.order_key < last]
         page = rows + buffered
-        page.sort(key=_order_key)
+        page.sort(key=by_order)
         del page[limit:]
         return page
 
@@ -834,10 +835,6 @@ def _ops_of(ops: dict[int, PendingOp], space: str, name: str, into: dict[int, Pe
         m = op[1]
         if m.queue == name and m.space == space and m.deliver_at is None:
             into[seq] = op
-
-
-def _order_key(msg: StoredMessage) -> tuple[int, int]:
-    return msg.order_key
 
 
 def _untrimmed(appends: list[StreamMessage], name: str, before: int) -> list[StreamMessage]:

@@ -74,9 +74,10 @@ Theory of operation
   it a message that takes longer than the time left to the next flush costs a
   row insert and a row delete (measured: auto-ack, settled at the socket,
   committed ~50 % of its messages that way; client-individual with prefetch
-  1000, ~17 % through the ready window).  A message nobody here holds (a queue without subscribers,
-  beyond a window's boundary) commits at the first flush.  Groups asked for
-  by a ticket, a read, a full batch or ``close`` hold nothing back.
+  1000, ~17 % through the ready window).  A message nobody here holds (a
+  queue without subscribers, beyond a window's boundary) commits at the first
+  flush.  Groups asked for by a ticket, a read, a full batch or ``close`` hold
+  nothing back.
 * Every group that finishes, committed or failed, sets one ``trio.Event``:
   ``wait_for_room`` and the wait for the group in flight sleep on it, so
   nothing here polls.

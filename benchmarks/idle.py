@@ -30,7 +30,9 @@ import time
 from .local_broker import cpu_seconds, free_port, rss_kib
 
 #: Seconds the heart-beating loop waits at least between sends (beats due meanwhile go together).
-BEAT_TICK = 0.01
+#: Well under the gap between two clients' beats (0.6 ms for 15,000 every 9 s): a coarser tick
+#: hands the broker bursts, which it reads in fewer wake-ups than independent clients cost it.
+BEAT_TICK = 0.0005
 CONNECT = "CONNECT\naccept-version:1.2\nhost:/\nheart-beat:{0},{0}\n\n\x00"
 
 

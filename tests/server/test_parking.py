@@ -15,7 +15,7 @@ import trio
 import trio.testing
 
 from stompmq.server.connection import Connection
-from stompmq.server.parking import Parking, heart_beats_only
+from stompmq.server.parking import BUSY, REST, Parking, heart_beats_only
 from stompmq.server.settings import ServerSettings
 
 from ..support.pair import BrokerPair, PeerClient, broker_pair
@@ -90,6 +90,59 @@ async def test_a_cancelled_park_leaves_the_epoll() -> None:
         parking.close()
         ours.close()
         theirs.close()
+
+
+async def test_beats_are_read_as_they_come_until_busy_then_in_batches_rest_apart(
+        autojump_clock: trio.abc.Clock) -> None:
+    """A wake-up per beat while under ``BUSY`` a second; above, a wake-up per batch, batches
+    at least ``REST`` apart, every byte counted; after a quiet spell a frame is handed over the
+    moment it arrives."""
+    parking = Parking()
+    pairs = [socket.socketpair() for _ in range(10)]
+    heard = [Heard() for _ in pairs]
+    got: list[tuple[bytes, float]] = []
+
+    async def parked(i: int) -> None:
+        got.append((await parking.park(pairs[i][0].fileno(), heard[i]), trio.current_time()))
+
+    async def beats(gaps: list[float], seconds: float) -> list[float]:
+        sent = []
+        for n in range(round(seconds / sum(gaps) * len(gaps))):
+            pairs[n % 10][1].send(b"\n")
+            sent.append(trio.current_time())
+            await trio.sleep(gaps[n % len(gaps)])
+        await trio.sleep(2 * REST)
+        return sent
+
+    def batches(after: float) -> list[float]:
+        return sorted({now for h in heard for _, now in h.beats if now >= after})
+
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(parking.run)
+            for i, (ours, _) in enumerate(pairs):
+                ours.setblocking(False)
+                nursery.start_soon(parked, i)
+            await trio.testing.wait_all_tasks_blocked()
+            light = await beats([REST / 5, 4 / BUSY - REST / 5], 2.0)  # pairs: half of BUSY a second
+            assert batches(0) == light  # each read as it came, the second of a pair too
+            start = trio.current_time()
+            heavy = await beats([REST / 10], 2.0)
+            assert sum(nbytes for h in heard for nbytes, _ in h.beats) == len(light) + len(heavy)
+            late = batches(start + 1.1)  # busy since the first second's count
+            assert len(late) <= 0.9 / REST + 3
+            assert all(later - earlier >= REST * 0.999 for earlier, later in zip(late, late[1:]))
+            await trio.sleep(3)
+            sent = trio.current_time()
+            pairs[3][1].send(b"SEND\n")
+            await trio.testing.wait_all_tasks_blocked()
+            assert got == [(b"SEND\n", sent)]
+            nursery.cancel_scope.cancel()
+    finally:
+        parking.close()
+        for pair in pairs:
+            for sock in pair:
+                sock.close()
 
 
 async def tcp_client(pair: BrokerPair, parking: Parking) -> PeerClient:

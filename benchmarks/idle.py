@@ -7,7 +7,9 @@ alive from this one process: a heart-beat on every connection each 0.9 interval,
 beating on evenly spread phases as independent clients do, whatever the broker sends read and
 discarded.  Then reports the broker's RSS growth per connection, its CPU
 (user + system, from /proc/PID/stat) over --idle seconds as a share of one core, and the time a
-new client takes from connect() to CONNECTED (--probes times, while the others stay idle).
+new client takes from connect() to CONNECTED and the time an idle connection's SEND takes to its
+RECEIPT (--probes times each, while the others stay idle: the second is what a parked
+connection's first frame costs, server/parking.py).
 
 Both this process and the broker need a file descriptor per connection: the script raises its
 soft RLIMIT_NOFILE to the hard limit, which the broker inherits.
@@ -71,6 +73,21 @@ class KeepAlive:
         self.sent = 0  # beats sent so far; socket sent % n is next, due at start + sent * every / n
         self.closed = 0  # connections the broker closed
 
+    def send(self, i: int) -> float:
+        """Seconds from a SEND on idle connection ``i`` to its RECEIPT (blocking meanwhile)."""
+        sock = self.socks[i]
+        self.selector.unregister(sock)
+        sock.setblocking(True)
+        t = time.monotonic()
+        sock.sendall(b"SEND\ndestination:/queue/idle-probe\nreceipt:probe\n\nx\x00")
+        buf = b""
+        while not (b"receipt-id:probe" in buf and buf.endswith(b"\x00")):
+            buf += sock.recv(4096)
+        elapsed = time.monotonic() - t
+        sock.setblocking(False)
+        self.selector.register(sock, selectors.EVENT_READ)
+        return elapsed
+
     def run(self, seconds: float) -> None:
         n, step = len(self.socks), self.every / len(self.socks)
         end = time.monotonic() + seconds
@@ -102,7 +119,7 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=15_000)
     parser.add_argument("--heart-beat", type=int, default=10_000, help="milliseconds, both directions")
     parser.add_argument("--idle", type=float, default=30.0, help="seconds of idle CPU measured")
-    parser.add_argument("--probes", type=int, default=5, help="new connections timed while idle")
+    parser.add_argument("--probes", type=int, default=5, help="new connections and idle SENDs timed")
     parser.add_argument("--store", default="memory")
     args = parser.parse_args()
 
@@ -147,12 +164,14 @@ def main() -> None:
         alive.run(args.idle)
         cpu = (cpu_seconds(broker.pid) - cpu0) / (time.monotonic() - wall0)
         own = (time.process_time() - own0) / (time.monotonic() - wall0)
-        probes = []
-        for _ in range(args.probes):
+        probes, sends = [], []
+        for n in range(args.probes):
             t = time.monotonic()
             open_connection(port, args.heart_beat).close()
             probes.append(time.monotonic() - t)
-            alive.run(1.0)
+            alive.run(0.5)
+            sends.append(alive.send(n * len(socks) // args.probes))
+            alive.run(0.5)
         closed = alive.closed
         load = os.getloadavg()[0]
         print(f"{args.connections} connections opened in {opened:.1f} s; closed by the broker: {closed}")
@@ -165,6 +184,10 @@ def main() -> None:
         print(
             f"new connection to CONNECTED: median {1000 * statistics.median(probes):.0f} ms,"
             f" max {1000 * max(probes):.0f} ms over {args.probes}"
+        )
+        print(
+            f"an idle connection's SEND to RECEIPT: median {1000 * statistics.median(sends):.1f} ms,"
+            f" max {1000 * max(sends):.1f} ms over {args.probes}"
         )
     finally:
         broker.terminate()

@@ -18,8 +18,8 @@ one at a time (15,000 clients beating every 9 s: one each 0.6 ms), and a wake-up
 costs more than reading it: trio re-arms the epoll, switches to the task and back, and the
 process leaves and re-enters the CPU (on a virtual machine each wake-up from sleep costs tens
 of microseconds of CPU).  So once more than ``BUSY`` sockets a second were ready (measured
-over a second or more), the watcher rests ``REST`` after each batch before it looks again:
-at most 1/``REST`` wake-ups a second however many connections beat.  The price, on such a
+over a second or more), the watcher rests ``REST`` (``--heart-beat-batch``) after each batch
+before it looks again: at most 1/``REST`` wake-ups a second however many connections beat.  The price, on such a
 server only: a parked connection's frame that arrives during a rest waits for its end (up to
 ``REST``).  Below ``BUSY`` the watcher waits on the epoll after each batch, and a frame is
 taken the moment it arrives.
@@ -47,8 +47,8 @@ BATCH = 1024
 #: Ready sockets a second above which the watcher rests between batches (``run``): under it,
 #: a wake-up per beat costs less than 1 % of a core.
 BUSY = 200
-#: Seconds the watcher rests after a batch when busy: at most 200 batches a second, and at
-#: most this long for a parked connection's first frame.
+#: Seconds the watcher rests after a batch when busy, by default (``--heart-beat-batch``): at
+#: most 200 batches a second, and at most this long for a parked connection's first frame.
 REST = 0.005
 
 
@@ -71,7 +71,8 @@ def heart_beats_only(data: bytes) -> bool:
 class Parking:
     """The parked sockets of one server and the task that reads their heart-beats."""
 
-    def __init__(self) -> None:
+    def __init__(self, rest: float = REST) -> None:
+        self._rest = rest  # 0: never rest
         self._epoll = select.epoll()
         self._parked: dict[int, tuple[trio.lowlevel.Task, Parked]] = {}
 
@@ -112,11 +113,11 @@ class Parking:
                 taken = self._take(now)
                 ready += taken
                 if now - since >= 1.0:
-                    busy = ready > BUSY * (now - since)
+                    busy = self._rest > 0 and ready > BUSY * (now - since)
                     since, ready = now, 0
                 if not (taken and busy):
                     break
-                await trio.sleep(REST)
+                await trio.sleep(self._rest)
 
     def _take(self, now: float) -> int:
         """Read every ready parked socket (up to ``BATCH``) at ``now``; how many were ready."""

@@ -145,6 +145,30 @@ async def test_beats_are_read_as_they_come_until_busy_then_in_batches_rest_apart
                 sock.close()
 
 
+async def test_no_rest_asked_for_reads_every_beat_as_it_comes(autojump_clock: trio.abc.Clock) -> None:
+    """``--heart-beat-batch 0``: however many beats a second, each is read the moment it comes."""
+    parking = Parking(0)
+    ours, theirs = socket.socketpair()
+    ours.setblocking(False)
+    heard = Heard()
+    sent = []
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(parking.run)
+            nursery.start_soon(parking.park, ours.fileno(), heard)
+            await trio.testing.wait_all_tasks_blocked()
+            for _ in range(4 * BUSY):  # two seconds of twice BUSY
+                theirs.send(b"\n")
+                sent.append(trio.current_time())
+                await trio.sleep(1 / (2 * BUSY))
+            assert [now for _, now in heard.beats] == sent
+            nursery.cancel_scope.cancel()
+    finally:
+        parking.close()
+        ours.close()
+        theirs.close()
+
+
 async def tcp_client(pair: BrokerPair, parking: Parking) -> PeerClient:
     """A client over loopback TCP whose server side is a ``Connection`` that parks."""
     listener = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]

@@ -18,11 +18,12 @@ one at a time (15,000 clients beating every 9 s: one each 0.6 ms), and a wake-up
 costs more than reading it: trio re-arms the epoll, switches to the task and back, and the
 process leaves and re-enters the CPU (on a virtual machine each wake-up from sleep costs tens
 of microseconds of CPU).  So once more than ``BUSY`` sockets a second were ready (measured
-over a second or more), the watcher rests ``REST`` (``--heart-beat-batch``) after each batch
-before it looks again: at most 1/``REST`` wake-ups a second however many connections beat.  The price, on such a
-server only: a parked connection's frame that arrives during a rest waits for its end (up to
-``REST``).  Below ``BUSY`` the watcher waits on the epoll after each batch, and a frame is
-taken the moment it arrives.
+over a second or more), the watcher rests after each batch until the next multiple of
+``REST`` (``--heart-beat-batch``): at most 1/``REST`` wake-ups a second however many
+connections beat, and the heart-beat timer's ticks (50 ms) fall on that grid, so a tick and a
+rest's end share a wake-up.  The price, on such a server only: a parked connection's frame
+that arrives during a rest waits for its end (up to ``REST``).  Below ``BUSY`` the watcher
+waits on the epoll after each batch, and a frame is taken the moment it arrives.
 
 Only plain TCP parks: TLS records and WebSocket messages must be decoded by their stream
 before anyone can tell a heart-beat, so those connections keep reading through trio.
@@ -32,6 +33,7 @@ abort takes its socket out of the epoll before the connection closes it.
 
 from __future__ import annotations
 
+import math
 import os
 import select
 from typing import Protocol
@@ -117,7 +119,7 @@ class Parking:
                     since, ready = now, 0
                 if not (taken and busy):
                     break
-                await trio.sleep(self._rest)
+                await trio.sleep_until((math.floor(now / self._rest) + 1) * self._rest)
 
     def _take(self, now: float) -> int:
         """Read every ready parked socket (up to ``BATCH``) at ``now``; how many were ready."""

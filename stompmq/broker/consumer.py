@@ -41,3 +41,6 @@ class Consumer(Protocol):
 
     def has_room(self) -> bool:
         """May a queue message be delivered to it now?"""
+
+    def spare(self) -> int:
+        """Bytes its socket's buffer may still take in queue deliveries (what bounds an auto-ack one)."""

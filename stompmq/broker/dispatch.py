@@ -326,7 +326,7 @@ class Dispatcher:
             queue.claim_until = 0  # nobody else asked lately: a full window again
             return
         window = queue.window
-        keep = READ_AHEAD + queue.room(READ_AHEAD)
+        keep = READ_AHEAD + queue.room()
         if window.size + len(window.tail) > keep:
             for msg in window.release(keep):
                 self.store.update(msg)
@@ -650,7 +650,7 @@ class Dispatcher:
         if queue.claim_until:  # claim on demand: what the subscribers can take, and the read-ahead
             # (the tail not deducted: only a read that reaches it, or finds nothing before it,
             # brings it into the window; what it claims beyond the room the next pump gives back)
-            most = READ_AHEAD + queue.room(READ_AHEAD) - queue.window.size
+            most = READ_AHEAD + queue.room() - queue.window.size
             if most < READ_AHEAD // 2 or most <= 0:
                 return  # (not a read per message: once half the read-ahead is gone)
         request = queue.window.start_page(most)

@@ -40,7 +40,7 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Generic, TypeVar
 
-from ..storage.base import StoredMessage
+from ..storage.base import MESSAGE_OVERHEAD, StoredMessage
 from .consumer import AckMode, Consumer
 from .pacing import Pace
 from .stats import QueueStats
@@ -168,13 +168,22 @@ class Queue(Generic[S]):
         """Seqs of the parked messages (in memory, neither ready in the window nor in flight)."""
         return {msg.seq for waiting in (self.parked or {}).values() for msg in waiting}
 
-    def room(self, read_ahead: int) -> int:
-        """Messages its subscribers can take now: their prefetch room, ``read_ahead`` for an
-        auto-ack one (bounded by its socket only)."""
+    def room(self) -> int:
+        """Messages its subscribers can take now: a client-ack one's prefetch room; an auto-ack
+        one, bounded by its socket only, what its socket's buffer can still take (at least one),
+        at the window's mean cost of a message (``len(body) + MESSAGE_OVERHEAD``: more than the
+        frame, so the count errs low)."""
         room = 0
+        unit = 0
         for sub in self.ready_subs:
             if sub.active and sub.has_room():  # (a client-ack one has room below its prefetch)
-                room += read_ahead if sub.ack_mode is AckMode.AUTO else sub.prefetch - len(sub.unacked)
+                if sub.ack_mode is not AckMode.AUTO:
+                    room += sub.prefetch - len(sub.unacked)
+                    continue
+                if not unit:
+                    window = self.window
+                    unit = window.bytes // window.size if window.size else window.unit or MESSAGE_OVERHEAD
+                room += max(1, sub.spare() // unit)
         return room
 
     def make_ready(self, sub: S) -> None:

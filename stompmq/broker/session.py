@@ -42,6 +42,9 @@ class Outbox(Protocol):
     def has_room(self) -> bool:
         """True while queue deliveries may be added (below the soft limit)."""
 
+    def spare(self) -> int:
+        """Bytes queue deliveries may still add before ``has_room`` says no (0 when it does)."""
+
     def can_take_transient(self) -> bool:
         """True while below the hard limit (above it the topic overflow policy applies)."""
 
@@ -197,6 +200,10 @@ class Subscription:
         if not self.session.outbox.has_room():
             return False
         return self.ack_mode is AckMode.AUTO or len(self.unacked) < self.prefetch
+
+    def spare(self) -> int:
+        """Bytes its connection's outbox may still take in queue deliveries."""
+        return self.session.outbox.spare()
 
     def __repr__(self) -> str:
         return f"Subscription({self.session.id}/{self.id} -> {self.destination})"

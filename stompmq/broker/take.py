@@ -47,6 +47,9 @@ class _Discard:
     def has_room(self) -> bool:
         return True
 
+    def spare(self) -> int:
+        return 1 << 30  # (never asked: a take is a client-ack subscription)
+
     def can_take_transient(self) -> bool:
         return True
 

@@ -186,6 +186,9 @@ class ConnectionOutbox:
         self.blocked = True
         return False
 
+    def spare(self) -> int:
+        return max(0, self.soft_limit - self.size)
+
     def can_take_transient(self) -> bool:
         return self.size < self.hard_limit
 

@@ -19,6 +19,10 @@ from stompmq.storage.base import (
 )
 
 
+#: What a ``FakeOutbox`` with room says its socket's buffer can still take: a connection's soft limit.
+SOCKET_SPARE = 512 * 1024
+
+
 class FakeOutbox:
     """Keeps what the engine writes; ``room`` turns queue deliveries off like a full socket."""
 
@@ -37,6 +41,9 @@ class FakeOutbox:
 
     def has_room(self) -> bool:
         return self.room
+
+    def spare(self) -> int:
+        return SOCKET_SPARE if self.room else 0
 
     def can_take_transient(self) -> bool:
         return True

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from stompmq.broker import Broker, BrokerConfig
 from stompmq.broker.dispatch import CONTENDED_MS, READ_AHEAD
+from stompmq.broker.send_headers import DEFAULT_PRIORITY
+from stompmq.broker.session import Session
 from stompmq.protocol import Frame
 from stompmq.storage.base import Recovery, StoredMessage
 
@@ -38,7 +40,7 @@ def started() -> tuple[Broker, SharedDictStore]:
     store = SharedDictStore()
     broker = Broker(store, BrokerConfig(window=10_000))
     at(broker, 0.0)
-    broker.recover(Recovery(0, [], []), [])
+    broker.recover(Recovery(10_000, [], []), [])  # (seqs below are free for another broker's rows)
     run(broker, 1.0)
     return broker, store
 
@@ -135,6 +137,60 @@ def test_rows_freed_below_the_boundary_during_a_read_are_read_next() -> None:
         reads += 1
     assert delivered == ["theirs"]
     assert not broker.dispatcher.queues["q"].window.spilled  # a short read brought it into memory
+
+
+def auto_subscriber(broker: Broker, queue: str, read: bool = True) -> tuple[Session, FakeOutbox]:
+    """An auto-ack subscriber whose socket has room; its queue's first read done unless not ``read``."""
+    outbox = FakeOutbox()
+    session = broker.open_session("consumer", "1.2", outbox)
+    broker.handle(session, Frame("SUBSCRIBE", {"id": "1", "destination": "/queue/" + queue, "ack": "auto"}))
+    if read:
+        run_reads(broker)
+    return session, outbox
+
+
+def test_a_batch_sent_during_a_wanted_queues_first_read_lets_that_read_bring_it_into_memory() -> None:
+    """How the slow mode began: the first read of a queue (spilled until a read finds the store's
+    end) ran while its producer's first batch came, and with room for 10 the batch beyond 20 was
+    given back during the read, so that short read no longer proved the store exhausted."""
+    broker, store = started()
+    broker.queue_wanted("q")  # another broker's subscriber read it first
+    session, out = auto_subscriber(broker, "q", read=False)
+    read = broker.take_read()
+    assert read is not None
+    rows = complete(read.fetch(store))  # the store read runs (nothing there yet), then the batch comes
+    for i in range(100):
+        send(broker, "q", str(i))
+    read.done(rows)
+    assert not broker.dispatcher.queues["q"].window.spilled and store.freed == []
+    assert len(bodies(out)) == 100
+
+
+def test_a_wanted_queue_whose_auto_ack_subscriber_keeps_up_comes_back_into_memory() -> None:
+    """Three brokers' auto-ack slow mode: another broker gave back a backlog, and a producer here
+    keeps sending batches of 100 while the subscriber here keeps up (its socket takes all).  With a
+    room of 10 for it, each read claimed 20 and each batch gave 80 back: the store's free rows
+    grew, no read came back short, and every message went through the store for good.  Counted
+    from what its socket can still take, a read claims what the subscriber can take: the backlog
+    is read in a few reads, one comes back short, and the queue is in memory again."""
+    broker, store = started()
+    session, out = auto_subscriber(broker, "q")
+    broker.queue_wanted("q")  # subscribers on the other brokers read it too
+    for i in range(1, 1001):  # another broker gave them back (its seqs sort before this one's)
+        store.insert(StoredMessage(i, "q", DEFAULT_PRIORITY, {}, b"theirs", 0))
+    broker.store_changed("q", (-DEFAULT_PRIORITY, 1))
+    delivered = 0
+    for batch in range(20):
+        read = broker.take_read()  # the read in flight while the producer's batch arrives
+        for i in range(100):
+            send(broker, "q", f"{batch}-{i}")
+        if read is not None:
+            read.done(complete(read.fetch(store)))  # type: ignore[arg-type]
+        broker.written(session, out.queued)  # the socket took everything (the consumer keeps up)
+        delivered += len(out.take("MESSAGE"))
+    window = broker.dispatcher.queues["q"].window
+    assert not window.spilled and window.size == 0  # in memory, nothing ready: all delivered
+    assert delivered == 1000 + 20 * 100 and not store.rows
 
 
 def one_out_two_ready() -> tuple[Broker, SharedDictStore, FakeOutbox, Frame]:

@@ -26,7 +26,6 @@ from .broker.overflow import POLICIES
 from .protocol import Limits
 from .server import ServerSettings
 from .server.logins import CONNECT_MAX_BYTES
-from .server.parking import BUSY
 
 
 def _heart_beat(value: str) -> tuple[int, int]:
@@ -218,7 +217,6 @@ OPTIONS: tuple[Option, ...] = (
     Option("max-headers", _int(1), 1000, "most headers accepted in one frame", "N"),
     Option("heart-beat", _heart_beat, (10_000, 10_000), "heart-beats the server offers: SEND_MS,RECEIVE_MS (0 = none)", "SEND_MS,RECEIVE_MS"),
     Option("heart-beat-grace", _seconds(), 2.0, "how many receive intervals a silent client gets before it is closed", "FACTOR"),
-    Option("heart-beat-batch", _seconds(zero=True), 0.005, "once more than %d idle connections' heart-beats arrive a second, read them in batches this many seconds apart (a wake-up per batch, not per beat); an idle connection's next frame may then wait this long (0 = read each as it comes)" % BUSY, "SECONDS"),
     Option("connect-timeout", _seconds(), 5.0, "seconds a new connection has to be CONNECTED (TLS and WebSocket handshakes and the login included); until then it may send one CONNECT frame of at most %d bytes" % CONNECT_MAX_BYTES, "SECONDS"),
     Option("default-prefetch", _int(1), 100, "prefetch of a client-ack subscription that asks for none", "N"),
     Option("max-prefetch", _int(1), 10_000, "upper bound on the prefetch a subscription may ask for", "N"),
@@ -320,7 +318,6 @@ class Config:
             limits=Limits(self.max_frame_size, self.max_header_bytes, self.max_headers),
             heart_beat=self.heart_beat,
             heart_beat_grace=self.heart_beat_grace,
-            heart_beat_batch=self.heart_beat_batch,
             connect_timeout=self.connect_timeout,
             topic_block_timeout=self.topic_block_timeout,
             max_connections=self.max_connections,

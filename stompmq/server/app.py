@@ -146,7 +146,7 @@ async def serve(
     alarms = ResourceAlarms(settings.disk_path, settings.disk_free_limit, settings.memory_high_watermark)
     runtime = Runtime(broker, alarms)
     await runtime.open()
-    parking = Parking(settings.heart_beat_batch)
+    parking = Parking()
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(runtime.run)

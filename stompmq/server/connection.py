@@ -248,6 +248,7 @@ class Connection:
     async def _reader(self) -> None:
         stream, parser, gate, runtime, fd, parking = (
             self.stream, self.parser, self.gate, self.runtime, self._fd, self._parking)
+        sock = stream.socket if isinstance(stream, trio.SocketStream) else None
         idle = False  # the last read was heart-beats only: park (parking.py)
         frame: Frame | None = None
         run: list[Frame] = []  # session frames for the broker, in one call
@@ -265,9 +266,9 @@ class Connection:
             self.listening = True
             if fd < 0:
                 data = await stream.receive_some(room)
-            elif idle and parking is not None:
+            elif idle and parking is not None and sock is not None:
                 frame, run = None, []  # an idle connection keeps no frame alive (the CONNECT, say)
-                data = await parking.park(fd, self)
+                data = await parking.park(sock, self)
             else:
                 data = await _read(fd, room)
             self.listening = False
@@ -706,7 +707,9 @@ class Connection:
     def check(self, now: float, late: float) -> float | None:
         """The heart-beat timer's visit: fail a client without CONNECT by its deadline, beat when
         due, close a peer silent past its grace; when to look again (None: never).  A visit comes
-        up to ``late`` seconds after the time asked for: a beat is asked for that much early."""
+        up to ``late`` seconds after the time asked for: a beat is asked for that much early.  A
+        parked peer's lone beat is read here (``Parking.drain``), so its silence counts from the
+        visit that found its last beat: it is closed up to a visit (a beat of ours) late."""
         if self.session is None:  # the CONNECT deadline came (CONNECT moves the entry to now)
             self.fail("no CONNECT frame in time", None)
             return None
@@ -723,6 +726,8 @@ class Connection:
             grace = self.expect_every * self.settings.heart_beat_grace
             if not self.listening:  # its heart-beats wait unread: look again a grace later
                 return min(after, now + grace)
+            if self._parking is not None:  # a lone beat waits in a parked socket (parking.py)
+                self._parking.drain(self._fd, now)
             if now - self.last_recv >= grace:
                 log.info("connection %s: no heart-beat for %.1f s, closing", self.id, now - self.last_recv)
                 self.fail("heart-beat timeout", None)

@@ -13,17 +13,17 @@ every ready socket at once and reads each: heart-beats (``\\n``, ``\\r\\n``) are
 connection stays parked; anything else (a frame's bytes, the end of the stream, an error)
 leaves the epoll and goes to the connection's task, which handles it as its own read.
 
-Many beats a second are read in batches ``REST`` apart.  Independent clients' beats arrive
-one at a time (15,000 clients beating every 9 s: one each 0.6 ms), and a wake-up per beat
-costs more than reading it: trio re-arms the epoll, switches to the task and back, and the
-process leaves and re-enters the CPU (on a virtual machine each wake-up from sleep costs tens
-of microseconds of CPU).  So once more than ``BUSY`` sockets a second were ready (measured
-over a second or more), the watcher rests after each batch until the next multiple of
-``REST`` (``--heart-beat-batch``): at most 1/``REST`` wake-ups a second however many
-connections beat, and the heart-beat timer's ticks (50 ms) fall on that grid, so a tick and a
-rest's end share a wake-up.  The price, on such a server only: a parked connection's frame
-that arrives during a rest waits for its end (up to ``REST``).  Below ``BUSY`` the watcher
-waits on the epoll after each batch, and a frame is taken the moment it arrives.
+A lone beat does not even wake the watcher.  Independent clients' beats arrive one at a time
+(15,000 clients beating every 9 s: one each 0.6 ms), and a wake-up per beat costs more than
+reading it: trio re-arms the epoll, switches to the task and back, and the process leaves and
+re-enters the CPU (tens of microseconds of CPU each on a virtual machine).  So a parked socket's
+``SO_RCVLOWAT`` is 2 bytes: a single ``\\n`` waits in the kernel until the heart-beat timer next
+visits the connection (``drain``, from ``Connection.check``: it visits anyway to send the server's
+own beat), or until more bytes come.  A frame, a second beat, the end of the stream or an error
+wakes the watcher at once (every STOMP frame is longer than a byte, and the kernel reports the end
+of the stream and errors whatever the low-water mark).  The price: a parked peer's silence counts
+from the visit that found its last beat, so a silent peer is closed up to one visit late (about
+the server's own beat interval), and a parked socket may hold one beat's buffer in the kernel.
 
 Only plain TCP parks: TLS records and WebSocket messages must be decoded by their stream
 before anyone can tell a heart-beat, so those connections keep reading through trio.
@@ -33,9 +33,9 @@ abort takes its socket out of the epoll before the connection closes it.
 
 from __future__ import annotations
 
-import math
 import os
 import select
+import socket
 from typing import Protocol
 
 import outcome
@@ -46,20 +46,25 @@ import trio
 PEEK_BYTES = 4096
 #: Ready sockets taken per ``epoll_wait`` (the rest come at the next turn).
 BATCH = 1024
-#: Ready sockets a second above which the watcher rests between batches (``run``): under it,
-#: a wake-up per beat costs less than 1 % of a core.
-BUSY = 200
-#: Seconds the watcher rests after a batch when busy, by default (``--heart-beat-batch``): at
-#: most 200 batches a second, and at most this long for a parked connection's first frame.
-REST = 0.005
+#: A parked socket wakes the watcher only with this many bytes: a lone ``\n`` waits for ``drain``.
+LOW_WATER = 2
 
 
 class Parked(Protocol):
     """What the watcher tells a parked connection."""
 
     def heard(self, nbytes: int, now: float) -> None:
-        """``nbytes`` of heart-beats arrived at ``now``."""
+        """``nbytes`` of heart-beats arrived by ``now`` (0: something else arrived, which its
+        task is given)."""
         ...
+
+
+class Socket(Protocol):
+    """What parking needs of a socket (stdlib's or trio's)."""
+
+    def fileno(self) -> int: ...
+
+    def setsockopt(self, level: int, option: int, value: int, /) -> None: ...
 
 
 def heart_beats_only(data: bytes) -> bool:
@@ -70,23 +75,27 @@ def heart_beats_only(data: bytes) -> bool:
     return rest.count(b"\n") == len(rest)
 
 
+Entry = tuple[trio.lowlevel.Task, Parked, Socket]
+
+
 class Parking:
     """The parked sockets of one server and the task that reads their heart-beats."""
 
-    def __init__(self, rest: float = REST) -> None:
-        self._rest = rest  # 0: never rest
+    def __init__(self) -> None:
         self._epoll = select.epoll()
-        self._parked: dict[int, tuple[trio.lowlevel.Task, Parked]] = {}
+        self._parked: dict[int, Entry] = {}
 
     def __len__(self) -> int:
         return len(self._parked)
 
-    async def park(self, fd: int, parked: Parked) -> bytes:
-        """Wait until the socket ``fd`` has something besides heart-beats: those bytes (b"" at
-        the end of the stream); ``trio.BrokenResourceError`` if reading it failed."""
+    async def park(self, sock: Socket, parked: Parked) -> bytes:
+        """Wait until ``sock`` has something besides heart-beats: those bytes (b"" at the end of
+        the stream); ``trio.BrokenResourceError`` if reading it failed."""
+        fd = sock.fileno()
         task = trio.lowlevel.current_task()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, LOW_WATER)
         self._epoll.register(fd, select.EPOLLIN)
-        self._parked[fd] = (task, parked)
+        self._parked[fd] = (task, parked, sock)
 
         def abort(_: trio.lowlevel.RaiseCancelT) -> trio.lowlevel.Abort:
             self._forget(fd)
@@ -96,55 +105,53 @@ class Parking:
         return data
 
     def _forget(self, fd: int) -> None:
-        del self._parked[fd]
+        sock = self._parked.pop(fd)[2]
         try:
             self._epoll.unregister(fd)
         except (OSError, ValueError):  # the epoll is closed (shutdown): nothing to undo
             pass
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, 1)
+        except OSError:  # closed meanwhile: nothing to read on it again
+            pass
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Read the parked sockets as they become readable, forever: when busy, a batch at most
-        every ``REST``."""
+        """Read the parked sockets as they become readable, forever."""
         task_status.started()
-        fd = self._epoll.fileno()
-        since, ready, busy = trio.current_time(), 0, False  # ready sockets counted since ``since``
+        epoll, parked = self._epoll, self._parked
         while True:
-            await trio.lowlevel.wait_readable(fd)
-            while True:
-                now = trio.current_time()
-                taken = self._take(now)
-                ready += taken
-                if now - since >= 1.0:
-                    busy = self._rest > 0 and ready > BUSY * (now - since)
-                    since, ready = now, 0
-                if not (taken and busy):
-                    break
-                await trio.sleep_until((math.floor(now / self._rest) + 1) * self._rest)
+            await trio.lowlevel.wait_readable(epoll.fileno())
+            now = trio.current_time()
+            for fd, _ in epoll.poll(0, BATCH):
+                entry = parked.get(fd)
+                if entry is not None:  # (else unparked earlier in this batch)
+                    self._read(fd, entry, now)
 
-    def _take(self, now: float) -> int:
-        """Read every ready parked socket (up to ``BATCH``) at ``now``; how many were ready."""
-        parked = self._parked
-        ready = self._epoll.poll(0, BATCH)
-        for fd, _ in ready:
-            entry = parked.get(fd)
-            if entry is None:  # unparked earlier in this batch
-                continue
-            try:
-                data = os.read(fd, PEEK_BYTES)
-            except BlockingIOError:
-                continue
-            except OSError as e:
-                error = trio.BrokenResourceError()
-                error.__cause__ = e
-                self._forget(fd)
-                trio.lowlevel.reschedule(entry[0], outcome.Error(error))
-                continue
+    def drain(self, fd: int, now: float) -> None:
+        """Read what waits in ``fd`` if it is parked (the heart-beat timer's visit: a lone beat
+        did not wake the watcher)."""
+        entry = self._parked.get(fd)
+        if entry is not None:
+            self._read(fd, entry, now)
+
+    def _read(self, fd: int, entry: Entry, now: float) -> None:
+        """Read the parked socket ``fd``: count heart-beats, hand anything else to its task."""
+        try:
+            data = os.read(fd, PEEK_BYTES)
+        except BlockingIOError:
+            return
+        except OSError as e:
+            error = trio.BrokenResourceError()
+            error.__cause__ = e
+            result: outcome.Outcome[bytes] = outcome.Error(error)
+        else:
             if data and heart_beats_only(data):
                 entry[1].heard(len(data), now)
-                continue
-            self._forget(fd)
-            trio.lowlevel.reschedule(entry[0], outcome.Value(data))
-        return len(ready)
+                return
+            result = outcome.Value(data)
+        entry[1].heard(0, now)  # not silent: its task takes it from here
+        self._forget(fd)
+        trio.lowlevel.reschedule(entry[0], result)
 
     def close(self) -> None:
         """Release the epoll (the server stopped: no connection is parked any more)."""

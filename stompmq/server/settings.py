@@ -18,8 +18,6 @@ class ServerSettings:
     heart_beat: tuple[int, int] = (10_000, 10_000)
     #: A peer may be this many times late with its heart-beats before it is closed.
     heart_beat_grace: float = 2.0
-    #: Seconds between reads of parked connections' heart-beats once many arrive (parking.py).
-    heart_beat_batch: float = 0.005
     #: Seconds a new connection has to be CONNECTED (TLS and WebSocket handshakes, login included).
     connect_timeout: float = 5.0
     #: --topic-overflow block: seconds a publisher waits for one slow topic subscriber before

@@ -15,7 +15,7 @@ import trio
 import trio.testing
 
 from stompmq.server.connection import Connection
-from stompmq.server.parking import BUSY, REST, Parking, heart_beats_only
+from stompmq.server.parking import Parking, heart_beats_only
 from stompmq.server.settings import ServerSettings
 
 from ..support.pair import BrokerPair, PeerClient, broker_pair
@@ -37,25 +37,34 @@ def test_heart_beats_are_eols_only(data: bytes, only: bool) -> None:
     assert heart_beats_only(data) is only
 
 
+def tcp_pair() -> tuple[socket.socket, socket.socket]:
+    """Our end (non-blocking) and the peer's of a loopback TCP connection (``SO_RCVLOWAT``
+    as parking sets it is TCP's)."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        theirs = socket.create_connection(listener.getsockname())
+        ours, _ = listener.accept()
+    ours.setblocking(False)
+    return ours, theirs
+
+
 async def test_the_watcher_counts_heart_beats_and_hands_over_anything_else() -> None:
     parking = Parking()
-    ours, theirs = socket.socketpair()
-    ours.setblocking(False)
+    ours, theirs = tcp_pair()
     heard = Heard()
     got: list[bytes] = []
 
     async def parked() -> None:
-        got.append(await parking.park(ours.fileno(), heard))
+        got.append(await parking.park(ours, heard))
 
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(parking.run)
             nursery.start_soon(parked)
             await trio.testing.wait_all_tasks_blocked()
-            for beat in (b"\n", b"\r\n"):
+            for beat in (b"\n\n", b"\r\n"):
                 theirs.send(beat)
                 await trio.sleep(0.01)  # the watcher reads it (real time: a real socket)
-            assert [n for n, _ in heard.beats] == [1, 2] and not got and len(parking) == 1
+            assert [n for n, _ in heard.beats] == [2, 2] and not got and len(parking) == 1
             theirs.send(b"SEND\n")
             with trio.fail_after(5):
                 while not got:
@@ -79,94 +88,63 @@ async def test_a_cancelled_park_leaves_the_epoll() -> None:
     ours, theirs = socket.socketpair()
     try:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(parking.park, ours.fileno(), Heard())
+            nursery.start_soon(parking.park, ours, Heard())
             await trio.testing.wait_all_tasks_blocked()
             assert len(parking) == 1
             nursery.cancel_scope.cancel()
         assert len(parking) == 0
         with trio.move_on_after(0.01):  # and can park again
-            await parking.park(ours.fileno(), Heard())
+            await parking.park(ours, Heard())
     finally:
         parking.close()
         ours.close()
         theirs.close()
 
 
-async def test_beats_are_read_as_they_come_until_busy_then_in_batches_rest_apart(
+async def test_a_lone_beat_waits_for_the_timer_and_anything_more_wakes_the_watcher(
         autojump_clock: trio.abc.Clock) -> None:
-    """A wake-up per beat while under ``BUSY`` a second; above, a wake-up per batch, batches
-    at least ``REST`` apart, every byte counted; after a quiet spell a frame is handed over the
-    moment it arrives."""
+    """One ``\\n`` does not wake the watcher (a wake-up per beat costs more than the beat): the
+    heart-beat timer's visit reads it (``drain``).  A second beat, a frame, or the end of the
+    stream are read the moment they come."""
     parking = Parking()
-    pairs = [socket.socketpair() for _ in range(10)]
-    heard = [Heard() for _ in pairs]
+    ours, theirs = tcp_pair()
+    heard = Heard()
     got: list[tuple[bytes, float]] = []
 
-    async def parked(i: int) -> None:
-        got.append((await parking.park(pairs[i][0].fileno(), heard[i]), trio.current_time()))
-
-    async def beats(gaps: list[float], seconds: float) -> list[float]:
-        sent = []
-        for n in range(round(seconds / sum(gaps) * len(gaps))):
-            pairs[n % 10][1].send(b"\n")
-            sent.append(trio.current_time())
-            await trio.sleep(gaps[n % len(gaps)])
-        await trio.sleep(2 * REST)
-        return sent
-
-    def batches(after: float) -> list[float]:
-        return sorted({now for h in heard for _, now in h.beats if now >= after})
+    async def parked() -> None:
+        got.append((await parking.park(ours, heard), trio.current_time()))
 
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(parking.run)
-            for i, (ours, _) in enumerate(pairs):
-                ours.setblocking(False)
-                nursery.start_soon(parked, i)
+            nursery.start_soon(parked)
             await trio.testing.wait_all_tasks_blocked()
-            light = await beats([REST / 5, 4 / BUSY - REST / 5], 2.0)  # pairs: half of BUSY a second
-            assert batches(0) == light  # each read as it came, the second of a pair too
             start = trio.current_time()
-            heavy = await beats([REST / 10], 2.0)
-            assert sum(nbytes for h in heard for nbytes, _ in h.beats) == len(light) + len(heavy)
-            late = batches(start + 1.1)  # busy since the first second's count
-            assert len(late) <= 0.9 / REST + 3
-            assert all(later - earlier >= REST * 0.999 for earlier, later in zip(late, late[1:]))
-            await trio.sleep(3)
-            sent = trio.current_time()
-            pairs[3][1].send(b"SEND\n")
+            theirs.send(b"\n")
+            await trio.sleep(1)
+            assert heard.beats == []  # it waits in the socket
+            parking.drain(ours.fileno(), trio.current_time())
+            assert heard.beats == [(1, start + 1)]
+            parking.drain(ours.fileno(), start + 1.5)  # nothing more: nothing heard
+            theirs.send(b"\n")
+            await trio.sleep(1)
+            theirs.send(b"\n")
             await trio.testing.wait_all_tasks_blocked()
-            assert got == [(b"SEND\n", sent)]
-            nursery.cancel_scope.cancel()
-    finally:
-        parking.close()
-        for pair in pairs:
-            for sock in pair:
-                sock.close()
-
-
-async def test_no_rest_asked_for_reads_every_beat_as_it_comes(autojump_clock: trio.abc.Clock) -> None:
-    """``--heart-beat-batch 0``: however many beats a second, each is read the moment it comes."""
-    parking = Parking(0)
-    ours, theirs = socket.socketpair()
-    ours.setblocking(False)
-    heard = Heard()
-    sent = []
-    try:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(parking.run)
-            nursery.start_soon(parking.park, ours.fileno(), heard)
+            assert heard.beats == [(1, start + 1), (2, start + 2)]  # the second beat woke the watcher
+            theirs.send(b"SEND\n")
             await trio.testing.wait_all_tasks_blocked()
-            for _ in range(4 * BUSY):  # two seconds of twice BUSY
-                theirs.send(b"\n")
-                sent.append(trio.current_time())
-                await trio.sleep(1 / (2 * BUSY))
-            assert [now for _, now in heard.beats] == sent
+            assert got == [(b"SEND\n", start + 2)] and len(parking) == 0
+            assert heard.beats[-1] == (0, start + 2)  # not silent: its task has the bytes
+            assert ours.getsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT) == 1  # its task reads as usual
+            nursery.start_soon(parked)  # parks again: the end of the stream wakes it with b""
+            await trio.testing.wait_all_tasks_blocked()
+            theirs.close()
+            await trio.testing.wait_all_tasks_blocked()
+            assert got[1] == (b"", start + 2)
             nursery.cancel_scope.cancel()
     finally:
         parking.close()
         ours.close()
-        theirs.close()
 
 
 async def tcp_client(pair: BrokerPair, parking: Parking) -> PeerClient:
@@ -189,7 +167,8 @@ async def beat(client: PeerClient, every: float, times: int) -> None:
 
 async def test_a_parked_connection_keeps_heart_beat_semantics(autojump_clock: trio.abc.Clock) -> None:
     """Beats park the connection and keep it alive; a frame split over two reads wakes it; a
-    later beat parks it again; silence past the grace closes it (up to a timer tick late)."""
+    later beat parks it again; silence past the grace closes it (up to a visit of the timer,
+    which reads a lone beat, and a tick late)."""
     settings = ServerSettings(port=0, heart_beat=(100, 100), heart_beat_grace=2.0)
     async with broker_pair(settings=settings) as pair:
         parking = Parking()
@@ -213,7 +192,7 @@ async def test_a_parked_connection_keeps_heart_beat_semantics(autojump_clock: tr
             silent = trio.current_time()
             error = await client.receive()
             assert error.headers["message"] == "heart-beat timeout"
-            assert 0.2 <= trio.current_time() - silent <= 0.2 + 0.05 + 0.01
+            assert 0.2 <= trio.current_time() - silent <= 0.2 + 0.09 + 0.05 + 0.01  # grace, a beat of ours, a tick
             await trio.testing.wait_all_tasks_blocked()
             assert len(parking) == 0
             pair.nursery.cancel_scope.cancel()

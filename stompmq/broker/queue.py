@@ -171,8 +171,8 @@ class Queue(Generic[S]):
     def room(self) -> int:
         """Messages its subscribers can take now: a client-ack one's prefetch room; an auto-ack
         one, bounded by its socket only, what its socket's buffer can still take (at least one),
-        at the window's mean cost of a message (``len(body) + MESSAGE_OVERHEAD``: more than the
-        frame, so the count errs low)."""
+        at what a message counts in the window (``ReadyWindow.message_bytes``, ``len(body) +
+        MESSAGE_OVERHEAD``: more than the frame, so the count errs low)."""
         room = 0
         unit = 0
         for sub in self.ready_subs:
@@ -181,8 +181,7 @@ class Queue(Generic[S]):
                     room += sub.prefetch - len(sub.unacked)
                     continue
                 if not unit:
-                    window = self.window
-                    unit = window.bytes // window.size if window.size else window.unit or MESSAGE_OVERHEAD
+                    unit = self.window.message_bytes() or MESSAGE_OVERHEAD
                 room += max(1, sub.spare() // unit)
         return room
 

@@ -415,12 +415,18 @@ class ReadyWindow:
         assert self.capacity is not None
         self.loading = True
         limit = self.capacity - self.size if most is None else min(most, self.capacity - self.size)
+        unit = self.message_bytes()
+        limit = min(limit, PROBE_PAGE if unit is None else (self.max_bytes - self.bytes) // unit)
+        return PageRequest(self.boundary, max(1, limit), self.epoch, self.skipped)
+
+    def message_bytes(self) -> int | None:
+        """What a message counts against a byte budget, to turn it into a count: the largest of
+        the mean of the last page and of the messages in memory (None: neither known yet)."""
         unit = self.unit
         if self.size:
             mean = self.bytes // self.size
             unit = mean if unit is None else max(unit, mean)
-        limit = min(limit, PROBE_PAGE if unit is None else (self.max_bytes - self.bytes) // unit)
-        return PageRequest(self.boundary, max(1, limit), self.epoch, self.skipped)
+        return unit
 
     def page_failed(self) -> None:
         """The read failed; the next ``wants_page`` asks again."""

@@ -24,7 +24,8 @@ import time
 
 from stompmq.storage.migrate import upgrade_to_head
 
-from .local_broker import cpu_seconds, free_port, rss_kib
+from benchmarks.proc import cpu_seconds, rss_kib
+from tests.support.broker_process import free_port
 
 QUEUE = "backlog"
 TIMEOUT = 120.0

@@ -1,7 +1,7 @@
 """Several stompmq brokers on one PostgreSQL database: aggregate rate, CPU per message, fail-over.
 
-Starts a throw-away PostgreSQL server (``local_postgres.py``, durable) and, on a fresh database
-each time, 1, 2, then 3 broker processes (``local_broker.py``), loopback only.
+Starts a throw-away PostgreSQL server (``tests/support/postgres_server.py``, durable) and, on a fresh database
+each time, 1, 2, then 3 broker processes (``tests/support/local_broker.py``), loopback only.
 
 Throughput: for an auto-ack queue and a client-individual queue (prefetch ``--prefetch``,
 every message acked), one producer and one consumer per broker on ONE queue shared by all
@@ -45,8 +45,9 @@ from multiprocessing.queues import Queue
 from multiprocessing.sharedctypes import SynchronizedArray
 from multiprocessing.synchronize import Event
 
-from benchmarks.local_broker import LocalBroker, cpu_seconds
-from benchmarks.local_postgres import PostgresServer
+from benchmarks.proc import cpu_seconds, tree_cpu_seconds
+from tests.support.local_broker import LocalBroker
+from tests.support.postgres_server import PostgresServer
 from benchmarks.stompload import Client, send_frame
 
 #: Seconds any single wait (a connection, a receipt, a worker's start) may take.
@@ -210,6 +211,12 @@ class Row:
     cores: float
 
 
+def server_cpu(pg: PostgresServer) -> float | None:
+    """CPU seconds the PostgreSQL server used so far; None for one the benchmark did not start."""
+    pid = pg.postmaster_pid()
+    return None if pid is None else tree_cpu_seconds(pid)
+
+
 def measure(args: argparse.Namespace, pg: PostgresServer, started: list[LocalBroker], ack: str) -> Row:
     """One producer and one consumer per broker on one queue; the figures of the timed window."""
     n = len(started)
@@ -223,11 +230,11 @@ def measure(args: argparse.Namespace, pg: PostgresServer, started: list[LocalBro
         workers.wait_flowing()
         time.sleep(args.warmup)
         workers.check()
-        before = [sum(cpu_seconds(pid(b)) for b in started), pg.cpu_seconds(), workers.cpu()]
+        before = [sum(cpu_seconds(pid(b)) for b in started), server_cpu(pg), workers.cpu()]
         per0, wall0 = workers.load.received[:], time.monotonic()
         time.sleep(args.seconds)
         per1, wall1 = workers.load.received[:], time.monotonic()
-        after = [sum(cpu_seconds(pid(b)) for b in started), pg.cpu_seconds(), workers.cpu()]
+        after = [sum(cpu_seconds(pid(b)) for b in started), server_cpu(pg), workers.cpu()]
         workers.check()
     finally:
         workers.close()

@@ -54,7 +54,7 @@ from typing import Any
 import trio
 import trio.testing
 
-from benchmarks.local_broker import cpu_seconds
+from benchmarks.proc import cpu_seconds
 
 from stompmq.broker import Broker
 from stompmq.broker.config import BrokerConfig

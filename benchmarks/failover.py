@@ -16,7 +16,7 @@ import signal
 import statistics
 import time
 
-from benchmarks.local_broker import LocalBroker
+from tests.support.local_broker import LocalBroker
 from benchmarks.stompload import Client, send_frame
 
 #: Seconds any single wait may take before the run is declared failed.

@@ -29,7 +29,8 @@ import subprocess
 import sys
 import time
 
-from .local_broker import cpu_seconds, free_port, rss_kib
+from benchmarks.proc import cpu_seconds, rss_kib
+from tests.support.broker_process import free_port
 
 #: Seconds the heart-beating loop waits at least between sends (beats due meanwhile go together).
 #: Well under the gap between two clients' beats (0.6 ms for 15,000 every 9 s): a coarser tick

@@ -32,7 +32,7 @@ Examples::
       --max-rate auto --repeats 3 --json latency.json --chart docs/latency.png
 
 A target is NAME=HOST:PORT[:LOGIN:PASSCODE] (as for ``benchmarks.sitting``) or NAME=local: a
-throw-away stompmq (``local_broker.py``, SQLite in a temporary directory), optionally followed
+throw-away stompmq (``tests/support/local_broker.py``, SQLite in a temporary directory), optionally followed
 by its command-line options (``"mem=local --store memory"``).
 """
 
@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import load
-from benchmarks.local_broker import LocalBroker
+from tests.support.local_broker import LocalBroker
 from benchmarks.sitting import parse_target
 from benchmarks.stompload import LoadError
 

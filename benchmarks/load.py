@@ -84,7 +84,7 @@ import socket
 import sys
 import time
 
-from benchmarks.local_broker import cpu_seconds
+from benchmarks.proc import cpu_seconds
 from benchmarks.stompload import BrokerError, Client, LoadError, build_frame, header_value
 
 

@@ -17,7 +17,8 @@ import statistics
 import time
 import urllib.request
 
-from benchmarks.local_broker import LocalBroker, free_port
+from tests.support.broker_process import free_port
+from tests.support.local_broker import LocalBroker
 from benchmarks.stompload import Client, send_frame
 
 #: SENDs per write while populating.

@@ -27,7 +27,7 @@ import multiprocessing.synchronize
 import random
 import time
 
-from benchmarks.local_broker import rss_kib
+from benchmarks.proc import rss_kib
 from benchmarks.stompload import Client, send_frame
 
 TIMEOUT = 60.0

@@ -28,7 +28,8 @@ import sys
 import threading
 import time
 
-from benchmarks.local_broker import LocalBroker, rss_kib, sample_rss
+from benchmarks.proc import rss_kib, sample_rss
+from tests.support.local_broker import LocalBroker
 from benchmarks.stompload import Client, send_frame
 
 TOPIC = "/topic/slow-subscriber"

@@ -29,7 +29,8 @@ import threading
 import time
 from collections import Counter
 
-from benchmarks.local_broker import LocalBroker, sample_rss
+from benchmarks.proc import sample_rss
+from tests.support.local_broker import LocalBroker
 from benchmarks.stompload import Client, header_value, send_frame
 
 QUEUE, TOPIC = "/queue/soak.work", "/topic/soak.events"

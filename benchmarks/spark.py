@@ -37,7 +37,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from benchmarks.local_broker import LocalBroker, cpu_seconds, stat_fields
+from benchmarks.proc import cpu_seconds, stat_fields
+from tests.support.local_broker import LocalBroker
 
 STREAMS = 4
 

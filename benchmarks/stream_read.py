@@ -20,7 +20,8 @@ import os
 import sys
 import time
 
-from benchmarks.local_broker import LocalBroker, cpu_seconds
+from benchmarks.proc import cpu_seconds
+from tests.support.local_broker import LocalBroker
 
 from stompmq.spark.client import Connection
 from stompmq.spark.source import Options, StreamRange, _read

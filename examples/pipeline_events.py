@@ -37,7 +37,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from benchmarks.local_broker import LocalBroker
+from tests.support.local_broker import LocalBroker
 
 from stompmq.protocol import Frame, encode_frame
 from stompmq.spark.client import Connection

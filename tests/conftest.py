@@ -1,7 +1,7 @@
 """Shared fixtures: a real broker on a free loopback port, once per store kind.
 
 The behavioural suite runs on every store: memory, sqlite and postgres (a throw-away server
-that benchmarks/local_postgres.py starts once per session; tests on it carry the ``postgres``
+that tests/support/postgres_server.py starts once per session; tests on it carry the ``postgres``
 marker, so ``-m "not postgres"`` skips them where no PostgreSQL can be installed).
 """
 

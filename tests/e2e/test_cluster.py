@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from benchmarks.local_postgres import PASSWORD
+from ..support.postgres_server import PASSWORD
 
 from ..support.broker_process import BrokerProcess, Peer
 from ..support.stores import TEST_LEASE, postgres_server

@@ -16,12 +16,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import psycopg
 import pytest
 
 from ..support.broker_process import BrokerProcess, Peer
-from ..support.stores import TEST_LEASE, postgres_server
+from ..support.stores import NO_PSYCOPG, TEST_LEASE, postgres_server
 from ..support.waiting import wait_until
+
+psycopg = pytest.importorskip("psycopg", reason=NO_PSYCOPG)
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 

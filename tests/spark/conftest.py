@@ -1,4 +1,7 @@
-"""One local-mode SparkSession for the whole test run (starting a JVM costs seconds)."""
+"""One local-mode SparkSession for the whole test run (starting a JVM costs seconds).
+
+Without the spark extra these tests are skipped, saying what is missing (``pytest.importorskip``
+in this fixture and in the modules that import pyspark), so the suite runs with the dev extra alone."""
 
 from __future__ import annotations
 
@@ -9,11 +12,10 @@ from typing import Any
 
 import pytest
 
-pyspark = pytest.importorskip("pyspark")
-
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
+    pytest.importorskip("pyspark")
     from pyspark.sql import SparkSession
 
     import stompmq.spark

@@ -10,6 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
+pytest.importorskip("pyspark")  # the spark extra
+
 from stompmq.protocol import Frame, encode_frame
 from stompmq.spark.client import Connection, StompmqError
 from stompmq.spark.source import _batch

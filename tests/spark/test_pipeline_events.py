@@ -1,5 +1,5 @@
 """Smoke test of examples/pipeline_events.py at a small size, in the test run's Spark session,
-against the local broker the example would start itself (benchmarks/local_broker.py)."""
+against the local broker the example would start itself (tests/support/local_broker.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,11 @@ from typing import Any
 
 import pytest
 
-from benchmarks.local_broker import LocalBroker
+pytest.importorskip("pyspark")  # the spark extra
+
 from examples import pipeline_events
+
+from ..support.local_broker import LocalBroker
 
 pytestmark = pytest.mark.spark
 

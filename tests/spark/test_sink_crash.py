@@ -18,6 +18,8 @@ from ..support.stores import make_store_factory
 from ..support.stompclient import Client
 from ..support.waiting import wait_until
 
+pytest.importorskip("pyspark")  # the spark extra, in the driver subprocess
+
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 #: Source rows: several micro-batches of ``maxOffsetsPerTrigger`` (200) over two streams.

@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
-import psycopg
 import pytest
 
 from stompmq.storage.base import UNNUMBERED, BindingRecord, ExchangeRecord, StoredMessage, StoreError
@@ -30,10 +29,13 @@ from stompmq.storage.groups import (
     SaveQueue,
     SaveVhost,
 )
-from stompmq.storage.postgres import PostgresBackend
 
-from ..support.stores import TEST_LEASE, postgres_server
+from ..support.stores import NO_PSYCOPG, TEST_LEASE, postgres_server
 from .test_backend import group, row
+
+psycopg = pytest.importorskip("psycopg", reason=NO_PSYCOPG)
+
+from stompmq.storage.postgres import PostgresBackend  # noqa: E402  (it imports psycopg)
 
 pytestmark = pytest.mark.postgres
 

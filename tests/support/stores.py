@@ -3,15 +3,20 @@ throw-away PostgreSQL server (started once, on first use; tests/conftest.py stop
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable
 from pathlib import Path
+
+import pytest
 
 from stompmq.storage.base import Store, StoreError, StoreEvents
 from stompmq.storage.memory import MemoryStore
 
-from benchmarks.local_postgres import PostgresServer
+from .postgres_server import PostgresServer
 
 STORES = ["memory", "sqlite", "postgres"]
+#: Why a PostgreSQL test is skipped where psycopg (the ``postgres`` extra) is not installed.
+NO_PSYCOPG = "psycopg is not installed: pip install -e '.[postgres]' for the PostgreSQL tests"
 #: Seconds a dead broker's claims last in tests (the default, 10 s, would only slow them).
 TEST_LEASE = 3.0
 
@@ -19,8 +24,13 @@ _postgres: PostgresServer | None = None
 
 
 def postgres_server() -> PostgresServer:
-    """The session's PostgreSQL server, started on first use (stopped at the session's end)."""
+    """The session's PostgreSQL server, started on first use (stopped at the session's end).
+
+    Without psycopg (the ``postgres`` extra; the ``dev`` extra alone leaves it out) the test that
+    asked is skipped, saying so."""
     global _postgres
+    if importlib.util.find_spec("psycopg") is None:
+        pytest.skip(NO_PSYCOPG)
     if _postgres is None:
         _postgres = PostgresServer().start()
     return _postgres
@@ -39,9 +49,9 @@ def make_store_factory(kind: str, tmp_path: Path) -> Callable[[], Store]:
     if kind == "memory":
         return MemoryStore
     if kind == "postgres":
-        from stompmq.storage.postgres import PostgresStore
+        url = postgres_server().new_database()  # skips the test without psycopg
 
-        url = postgres_server().new_database()
+        from stompmq.storage.postgres import PostgresStore
 
         def make_postgres() -> Store:
             return PostgresStore(url, flush_interval=0.01, lease=TEST_LEASE)

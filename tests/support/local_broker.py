@@ -1,6 +1,6 @@
-"""A throw-away broker process for the benchmarks and examples: ``python -m stompmq.cli`` on a
-free loopback port and a SQLite store in a temporary directory, stopped (SIGTERM, then SIGKILL)
-on exit.
+"""A throw-away broker process for the benchmarks, the examples and the tests that run them:
+``python -m stompmq.cli`` on a free loopback port and a SQLite store in a temporary directory,
+stopped (SIGTERM, then SIGKILL) on exit.
 
 The examples and most benchmarks take ``--url`` (or ``--port``); when none is given they run
 against one of these, so a single command works on a machine with nothing running.
@@ -10,62 +10,19 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from types import TracebackType
 
-from stompmq.spark.client import Connection, StompmqError
+from stompmq.sync_client import Connection, StompmqError
 
-ROOT = Path(__file__).resolve().parent.parent
+from .broker_process import ROOT, free_port
 
 #: Seconds the broker gets to listen (imports, migrations) and to exit on SIGTERM.
 START_TIMEOUT = STOP_TIMEOUT = 30.0
-
-
-def free_port() -> int:
-    """A loopback TCP port nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-#: The kernel's clock ticks per second: the unit of /proc/PID/stat's CPU fields.
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def stat_fields(path: str) -> list[str]:
-    """The fields of a /proc ``stat`` file after the command name (which may hold spaces):
-    index 1 is the parent's pid, 11 and 12 utime and stime, 13 and 14 the waited-for children's."""
-    with open(path) as f:
-        return f.read().rpartition(")")[2].split()
-
-
-def cpu_seconds(pid: int, thread: int | None = None, children: bool = False) -> float:
-    """User + system CPU seconds of process ``pid`` so far (of its thread ``thread`` only, if
-    given; with the children it waited for, if ``children``): on a loaded machine CPU per
-    message is much steadier than a wall-clock rate."""
-    fields = stat_fields(f"/proc/{pid}/task/{thread}/stat" if thread is not None else f"/proc/{pid}/stat")
-    return sum(int(x) for x in fields[11:15 if children else 13]) / TICKS
-
-
-def rss_kib(pid: int, field: str = "VmRSS") -> int:
-    """The broker's resident memory now (VmRSS) or at its peak so far (VmHWM), in KiB."""
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(f"no {field}")
-
-
-def sample_rss(pid: int, samples: list[tuple[float, int]], stop: threading.Event) -> None:
-    start = time.monotonic()
-    while not stop.wait(1.0):
-        samples.append((time.monotonic() - start, rss_kib(pid)))
 
 
 class LocalBroker:

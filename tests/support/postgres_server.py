@@ -1,6 +1,9 @@
 """A throw-away PostgreSQL server for the tests and benchmarks: initdb into a temp dir, a free
 port, loopback only.
 
+psycopg (the ``postgres`` extra) is imported when a server starts, not with this module: the
+tests that need no PostgreSQL run with the ``dev`` extra alone.
+
 ``STOMPMQ_TEST_POSTGRES_URL`` (a superuser's URL) names an existing server instead.  When the
 tests run as root, the server runs as the ``postgres`` user (PostgreSQL refuses root).  Each
 test gets a database of its own, cloned from a template migrated once, so a test starts
@@ -20,11 +23,9 @@ import tempfile
 import time
 from pathlib import Path
 
-import psycopg
-
 from stompmq.storage.migrate import upgrade_to_head
 
-from benchmarks.local_broker import cpu_seconds, free_port
+from .broker_process import free_port
 
 #: The role the broker logs in as, and its password (the masking tests look for it).
 USER = "stompmq"
@@ -57,6 +58,8 @@ class PostgresServer:
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> PostgresServer:
+        import psycopg
+
         if self.owned:
             self._start_own()
         with psycopg.connect(self.admin_url, autocommit=True) as conn:
@@ -112,22 +115,11 @@ class PostgresServer:
         time.sleep(down)
         self._pg("pg_ctl", "-D", data, "-l", str(self.directory / "log"), "-w", "-t", str(PG_CTL_WAIT), "start")
 
-    def cpu_seconds(self) -> float | None:
-        """CPU used so far by the server: the postmaster and every process it started (backends,
-        WAL writer, checkpointer), those that exited included; None for a server not started here."""
+    def postmaster_pid(self) -> int | None:
+        """The server's main process (the benchmarks add up its CPU); None for a server not started here."""
         if not self.owned or self.directory is None:
             return None
-        postmaster = int((self.directory / "data" / "postmaster.pid").read_text().split()[0])
-        total = cpu_seconds(postmaster, children=True)
-        for entry in os.listdir("/proc"):
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    parent = int(f.read().rpartition(")")[2].split()[1])
-                if parent == postmaster:
-                    total += cpu_seconds(int(entry), children=True)
-            except (OSError, ValueError):
-                continue  # not a process, or one that exited meanwhile
-        return total
+        return int((self.directory / "data" / "postmaster.pid").read_text().split()[0])
 
     # -- databases ---------------------------------------------------------------------------
     def url(self, database: str) -> str:
@@ -136,6 +128,8 @@ class PostgresServer:
 
     def new_database(self) -> str:
         """A fresh, migrated, empty database; its URL (as the broker's user)."""
+        import psycopg
+
         name = f"t{os.getpid()}_{next(_databases)}"
         with psycopg.connect(self.admin_url, autocommit=True) as conn:
             conn.execute(f"CREATE DATABASE {name} TEMPLATE {TEMPLATE} OWNER {USER}")

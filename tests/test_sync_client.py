@@ -1,0 +1,147 @@
+"""The blocking STOMP client (stompmq/sync_client.py) against a real broker: what a worker that
+owns no event loop does with it (send, subscribe, receive, ACK/NACK), and its errors."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from stompmq.protocol import Frame, encode_frame
+from stompmq.server import ServerSettings
+from stompmq.server.auth import Permission
+from stompmq.storage.memory import MemoryStore
+from stompmq.sync_client import Connection, NoAnswer, StompmqError
+
+from .support.broker_process import free_port
+from .support.broker_thread import BrokerThread
+from .support.users import write_users
+
+#: Seconds a test waits for a frame that must come (generous: the machine may be busy).
+DEADLINE = 30.0
+
+
+def url(broker: BrokerThread) -> str:
+    return f"stomp://127.0.0.1:{broker.port}"
+
+
+def test_a_sent_message_is_received_and_acknowledged(memory_broker: BrokerThread) -> None:
+    with Connection(url(memory_broker)) as producer, Connection(url(memory_broker)) as consumer:
+        producer.send("/queue/jobs", b"one", {"kind": "a"})
+        consumer.subscribe("/queue/jobs", ack="client-individual")
+        message = consumer.receive(timeout=DEADLINE)
+        assert message is not None and message.command == "MESSAGE"
+        assert (message.body, message.headers["kind"]) == (b"one", "a")
+        consumer.ack(message)
+    with Connection(url(memory_broker)) as again:  # the ACK removed it: a new subscriber gets nothing
+        again.subscribe("/queue/jobs", ack="client-individual")
+        assert again.receive(timeout=0.3) is None
+
+
+def test_a_nacked_message_comes_back_redelivered(memory_broker: BrokerThread) -> None:
+    with Connection(url(memory_broker)) as conn:
+        conn.send("/queue/retry", b"job")
+        conn.subscribe("/queue/retry", ack="client-individual")
+        first = conn.receive(timeout=DEADLINE)
+        assert first is not None
+        conn.nack(first)
+        second = conn.receive(timeout=DEADLINE)
+        assert second is not None and second.body == b"job" and second.headers["redelivered"] == "true"
+
+
+def test_unsubscribing_hands_unacknowledged_messages_back(memory_broker: BrokerThread) -> None:
+    with Connection(url(memory_broker)) as conn:
+        conn.send("/queue/back", b"kept")
+        subscription = conn.subscribe("/queue/back", ack="client-individual")
+        assert conn.receive(timeout=DEADLINE) is not None
+        conn.unsubscribe(subscription)
+    with Connection(url(memory_broker)) as other:
+        other.subscribe("/queue/back")
+        message = other.receive(timeout=DEADLINE)
+        assert message is not None and message.body == b"kept"
+
+
+def test_messages_that_arrive_during_a_request_wait_for_receive_in_order(memory_broker: BrokerThread) -> None:
+    with Connection(url(memory_broker)) as conn:
+        conn.subscribe("/topic/news")
+        conn.send("/topic/news", b"1")  # its MESSAGE may come before the RECEIPT of the next SEND
+        conn.send("/topic/news", b"2")
+        conn.send("/queue/elsewhere", b"x")
+        bodies = []
+        for _ in range(2):
+            message = conn.receive(timeout=DEADLINE)
+            assert message is not None
+            bodies.append(message.body)
+        assert bodies == [b"1", b"2"]
+
+
+def test_send_all_returns_after_every_receipt(memory_broker: BrokerThread) -> None:
+    frames = (encode_frame(Frame("SEND", {"destination": "/queue/bulk", "receipt": str(i)}, b"%d" % i), "1.2")
+              for i in range(2000))  # several SEND_CHUNKs
+    with Connection(url(memory_broker)) as conn:
+        assert conn.send_all(frames) == 2000
+        answer = conn.request("SEND", {"destination": "/control/count-msgs/queue/bulk"})
+    assert answer["num-messages"] == "2000"
+
+
+def test_receive_gives_none_when_nothing_comes(memory_broker: BrokerThread) -> None:
+    with Connection(url(memory_broker)) as conn:
+        conn.subscribe("/queue/empty")
+        assert conn.receive(timeout=0.2) is None
+        conn.send("/queue/empty", b"late")  # the connection still works after a timeout
+        message = conn.receive(timeout=DEADLINE)
+        assert message is not None and message.body == b"late"
+
+
+def test_an_error_frame_raises_with_the_brokers_message(memory_broker: BrokerThread) -> None:
+    with Connection(url(memory_broker)) as conn:
+        with pytest.raises(StompmqError, match="refused /nowhere/x"):
+            conn.send("/nowhere/x", b"")
+
+
+def test_only_a_client_acknowledged_message_can_be_acked(memory_broker: BrokerThread) -> None:
+    with Connection(url(memory_broker)) as conn:
+        conn.send("/queue/auto", b"x")
+        conn.subscribe("/queue/auto")  # ack:auto, so its MESSAGE has no ack header
+        message = conn.receive(timeout=DEADLINE)
+        assert message is not None
+        with pytest.raises(StompmqError, match="client or client-individual"):
+            conn.ack(message)
+
+
+@pytest.fixture
+def secured(tmp_path: Path) -> Iterator[BrokerThread]:
+    users = write_users(tmp_path / "users.toml", {"worker": Permission()})
+    with BrokerThread(MemoryStore, settings=ServerSettings(port=0, users_file=users)).start() as thread:
+        yield thread
+
+
+def test_a_refused_login_names_the_login_options(secured: BrokerThread) -> None:
+    with Connection(url(secured), "worker", "pw-worker") as conn:
+        conn.send("/queue/ok", b"")
+    with pytest.raises(StompmqError, match="refused the connection.*'login'/'passcode'"):
+        Connection(url(secured), "worker", "wrong")
+
+
+@pytest.mark.parametrize(("address", "complaint"), [
+    (None, "option 'url' is required"),
+    ("http://127.0.0.1:1", "must look like stomp://host:port"),
+    ("stomp://127.0.0.1:99999", "bad port"),
+])
+def test_a_bad_url_is_one_clear_error(address: str | None, complaint: str) -> None:
+    with pytest.raises(StompmqError, match=complaint):
+        Connection(address)
+
+
+def test_an_unreachable_broker_names_the_url() -> None:
+    address = f"stomp://127.0.0.1:{free_port()}"
+    with pytest.raises(StompmqError, match=f"cannot reach the broker at {address}"):
+        Connection(address)
+
+
+def test_a_silent_broker_is_no_answer_not_a_hang(memory_broker: BrokerThread) -> None:
+    with Connection(url(memory_broker)) as conn:
+        conn.sock.settimeout(0.2)  # TIMEOUT, shortened: the broker owes this connection nothing
+        with pytest.raises(NoAnswer, match="no answer from the broker"):
+            conn.next()

@@ -8,7 +8,7 @@ that breaks a promise its history and the command that replays it.
 
   scripts/chaos.py --minutes 30                 # seeds 1, 2, 3, ... for half an hour
   scripts/chaos.py --seeds 17 42                # just these
-  STOMPMQ_CHAOS_SEED=42 .venv/bin/python -m pytest tests/e2e/test_chaos.py -s   # replay one
+  STOMPMQ_CHAOS_SEED=42 .venv-test/bin/python -m pytest tests/e2e/test_chaos.py -s   # replay one
 
 Exit status 1 if any round failed; the failing seeds are listed at the end.
 """

@@ -1,4 +1,4 @@
-"""Stores: where queued messages, exchanges and bindings live (memory, SQLite)."""
+"""Stores: where queued messages, exchanges and bindings live (memory, SQLite, PostgreSQL)."""
 
 from .base import BindingRecord, ExchangeRecord, Recovery, Store, StoredMessage, StoreError
 

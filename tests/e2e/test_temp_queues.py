@@ -1,5 +1,5 @@
 """Temporary reply queues (/temp-queue/NAME, reply-to rewriting, /reply-queue/TOKEN) against a real
-listening broker on every store: raw frames, and the README's RPC example run with stomp.py."""
+listening broker on every store: raw frames, and the RPC example of docs/destinations.md run with stomp.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""One client's write the database refuses never stops the others' (issue 39 item 4), end to end.
+"""One client's write the database refuses never stops the others' , end to end.
 
 The range checks (docs/limits.md) keep every value a client can send within what the store
 holds, so to test the second line of defence a value must slip past them: the engine's

@@ -3,7 +3,7 @@
 Each case sends the largest value accepted (which must be stored and answered with a RECEIPT)
 and the smallest refused (which must be an ERROR for that frame, with nothing stored), on a
 broker with a real SQLite file: the store is where an unchecked value did harm (a delay of 40
-nines overflowed SQLite's INTEGER and stopped every client's writes, issue 39).  After each
+nines overflowed SQLite's INTEGER and stopped every client's writes).  After each
 refusal a bystander's receipted SEND still gets its RECEIPT.
 """
 

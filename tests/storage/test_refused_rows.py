@@ -115,3 +115,23 @@ async def test_an_outage_is_still_retried_and_says_unavailable(tmp_path: Path) -
         await committed(store, ticket)
         assert not store.unavailable
         assert on_disk(path) == {1, 2}
+
+
+@pytest.mark.postgres
+async def test_postgres_leaves_out_the_refused_rows_too() -> None:
+    from stompmq.storage.postgres import PostgresStore
+
+    from ..support.stores import postgres_server
+
+    store = PostgresStore(postgres_server().new_database(), flush_interval=NEVER)
+    events = Events()
+    store.bind(events)
+    async with serving(store):
+        first = 10_000_000  # seqs of our own: this test hands rows straight to the store
+        for i in range(20):
+            store.insert(msg(first + i, expires=HUGE if i in (3, 11) else None))
+        ticket = store.sync_ticket()
+        await committed(store, ticket)
+        assert events.log == [("rejected", [first + 3, first + 11]), ("committed", ticket)]
+        assert await store.count("q") == 18
+        assert not store.unavailable

@@ -191,6 +191,13 @@ class Dispatcher:
         msg.expires = WITHDRAWN
         return True
 
+    def unstored(self, msg: StoredMessage) -> None:
+        """The store refused ``msg``'s row (``StoreEvents.rejected``): it is not on disk and will
+        not be, so nobody who has not got it yet gets it (dispatch, or its promotion when due,
+        drops it).  One already delivered stays with its consumer: its ACK deletes nothing."""
+        if not (msg.delivered or msg.redeliveries):
+            msg.expires = WITHDRAWN
+
     def dead_letter(self, msg: StoredMessage, reason: str) -> None:
         """Move ``msg`` (already settled) to its queue's dead-letter queue, or drop it.
 
@@ -471,6 +478,8 @@ class Dispatcher:
             self.delayed.deferred()
             return
         for msg in self.delayed.take_due():
+            if msg.expires == WITHDRAWN:
+                continue  # its row was refused (``unstored``): there is nothing to promote
             if msg.expires is not None and msg.expires < self.clock.wall_ms:
                 self.discard(msg, EXPIRED, self.queue_stats(msg.queue))  # deletes the delayed row
                 continue

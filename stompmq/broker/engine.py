@@ -252,6 +252,13 @@ class Broker:
             subscriber, seconds, drain_rate, self.router.topic_peers(subscriber), stalled
         )
 
+    def store_rejected(self, messages: list[StoredMessage], error: StoreError) -> None:
+        """``StoreEvents.rejected`` for this engine's messages: none is delivered from now on,
+        and the SEND that stored one is answered ERROR (before its group's receipts go out)."""
+        for msg in messages:
+            self.dispatcher.unstored(msg)
+        self.receipts.rejected(messages, error)
+
     def store_changed(self, queue: str, first: OrderKey | None = None) -> None:
         """Ready messages of ``queue`` ("*": of any queue) appeared in the store, ``first`` the
         lowest key among them (None: unknown)."""

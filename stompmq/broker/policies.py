@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from .errors import ClientError
-from .send_headers import flag, non_negative
+from .send_headers import MAX_MS, flag, non_negative
 
 #: Overflow behaviours (RabbitMQ's names).
 DROP_HEAD = "drop-head"
@@ -55,7 +55,7 @@ class QueuePolicy:
         if overflow not in OVERFLOWS:
             raise ClientError(f"{OVERFLOW} must be {' or '.join(OVERFLOWS)}, not {overflow!r}")
         return cls(
-            non_negative(headers, MESSAGE_TTL, " number of milliseconds"),
+            non_negative(headers, MESSAGE_TTL, " number of milliseconds", MAX_MS),
             non_negative(headers, MAX_LENGTH),
             non_negative(headers, MAX_LENGTH_BYTES),
             overflow,

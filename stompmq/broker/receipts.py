@@ -115,6 +115,21 @@ class Receipts:
                     )
                     break
 
+    def rejected(self, messages: list[StoredMessage], error: StoreError) -> None:
+        """The store refused these messages' rows (the rest of their group committed): each
+        session whose SEND stored one is answered ERROR for it, before its ticket's receipts
+        are released, and closes (an ERROR ends a STOMP connection), its later receipts
+        unanswered; everybody else's receipts go out as usual."""
+        refused = {id(msg) for msg in messages}
+        for session in list(self._waiting):
+            for entry in session.pending_receipts or ():
+                if entry.message is not None and id(entry.message) in refused:
+                    del self._waiting[session]
+                    session.pending_receipts = None
+                    session.fail(f"could not store: {error}; the message was not stored and will not be"
+                                 " delivered", entry.receipt_id)
+                    break
+
     def forget(self, session: Session) -> None:
         session.pending_receipts = None
         self._waiting.pop(session, None)

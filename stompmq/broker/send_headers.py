@@ -1,5 +1,11 @@
 """Reading client headers: what a SEND forwards, its priority, ack timeouts, expiry and delay,
-boolean flags."""
+boolean flags.
+
+Every number is range-checked here, where it enters (docs/limits.md has the table): a value
+out of range is an ERROR for its frame alone.  The bounds keep every time a SEND or a
+declaration gives, added to the wall clock, inside what the store holds (a signed 64-bit
+integer) and what a float counts exactly (2**53), so no value can reach the store that the
+store refuses: one client's SEND never stalls the commit group that carries everybody's."""
 
 from __future__ import annotations
 
@@ -13,6 +19,14 @@ DEFAULT_PRIORITY = 4
 #: (``expires`` as JMS/ActiveMQ, ``deliver-at``) or from now (``ttl``, ``delay``, ActiveMQ's
 #: ``AMQ_SCHEDULED_DELAY``).  ``expires:0`` means never, as in JMS.
 EXPIRES, TTL, DELAY, DELIVER_AT, AMQ_SCHEDULED_DELAY = "expires", "ttl", "delay", "deliver-at", "AMQ_SCHEDULED_DELAY"
+#: The largest time in milliseconds a header may give, relative (ttl, delay, message-ttl) or
+#: absolute (expires, deliver-at): 10**15 ms is about 31,700 years, and the wall clock plus it
+#: stays below 2**53.
+MAX_MS = 10**15
+#: The largest number of seconds (ack-timeout): MAX_MS in seconds.
+MAX_SECONDS = MAX_MS / 1000
+#: The largest count (max-length, max-length-bytes): below 2**63, what the store holds.
+MAX_COUNT = 10**18
 LIFECYCLE_HEADERS = frozenset({EXPIRES, TTL, DELAY, DELIVER_AT, AMQ_SCHEDULED_DELAY})
 #: Headers that make a SEND more than a plain message (options, a reply-to, a transaction):
 #: a SEND without any of them is published with the defaults, its options never read.
@@ -38,7 +52,7 @@ def send_options(headers: dict[str, str], now_ms: int) -> SendOptions:
         priority = DEFAULT_PRIORITY
     else:
         if not (len(value) == 1 and "0" <= value <= "9"):  # isdigit() admits non-ASCII digits
-            raise ClientError(f"priority must be an integer from 0 to 9, not {value!r}")
+            raise ClientError(f"priority must be an integer from 0 to 9, not {quoted(value)}")
         priority = int(value)
     ack_timeout = seconds(headers, "ack-timeout") if "ack-timeout" in headers else None  # a call less per SEND
     if LIFECYCLE_HEADERS.isdisjoint(headers):
@@ -77,16 +91,23 @@ def _relative(name: str, value: str) -> int:
     return parsed
 
 
-def non_negative(headers: dict[str, str], name: str, unit: str = "") -> int | None:
-    """A header holding an integer >= 0 (None when absent); ERROR naming it otherwise."""
+def non_negative(headers: dict[str, str], name: str, unit: str = "", maximum: int = MAX_COUNT) -> int | None:
+    """A header holding an integer from 0 to ``maximum`` (None when absent); ERROR naming it
+    otherwise."""
     value = headers.get(name)
-    return None if value is None else _integer(name, value, unit)
+    return None if value is None else _integer(name, value, unit, maximum)
 
 
-def _integer(name: str, value: str, unit: str = " number of milliseconds") -> int:
-    if not (value.isascii() and value.isdigit()):  # int() would take "+5", " 5" and "5_0"
-        raise ClientError(f"{name} must be an integer{unit} >= 0, not {value!r}")
+def _integer(name: str, value: str, unit: str = " number of milliseconds", maximum: int = MAX_MS) -> int:
+    # int() would take "+5", " 5" and "5_0"; the length test spares int() a 4,000-digit value.
+    if not (value.isascii() and value.isdigit()) or len(value) > 19 or int(value) > maximum:
+        raise ClientError(f"{name} must be an integer{unit} from 0 to {maximum}, not {quoted(value)}")
     return int(value)
+
+
+def quoted(value: str) -> str:
+    """A refused value as an ERROR quotes it: a huge one cut short (an ERROR stays small)."""
+    return repr(value) if len(value) <= 40 else f"{value[:40]!r}... ({len(value)} characters)"
 
 
 def seconds(headers: dict[str, str], name: str) -> float | None:
@@ -97,9 +118,9 @@ def seconds(headers: dict[str, str], name: str) -> float | None:
     try:
         result = float(value)
     except ValueError:
-        raise ClientError(f"{name} must be a number of seconds, not {value!r}") from None
-    if not result >= 0 or result == float("inf"):
-        raise ClientError(f"{name} must be a finite number of seconds >= 0, not {value!r}")
+        raise ClientError(f"{name} must be a number of seconds, not {quoted(value)}") from None
+    if not 0 <= result <= MAX_SECONDS:  # NaN fails both
+        raise ClientError(f"{name} must be a number of seconds from 0 to {MAX_SECONDS:.0f}, not {quoted(value)}")
     return result
 
 
@@ -113,4 +134,4 @@ def flag(headers: dict[str, str], name: str, default: bool) -> bool:
         return True
     if lowered == "false":
         return False
-    raise ClientError(f"{name} must be true or false, not {value!r}")
+    raise ClientError(f"{name} must be true or false, not {quoted(value)}")

@@ -101,6 +101,7 @@ from .delivery import stream_head, stream_tail, write_frame
 from .dispatch import Dispatcher
 from .errors import ClientError
 from .reads import StoreRead
+from .send_headers import MAX_COUNT, MAX_SECONDS, non_negative
 from .consumer import AckMode
 from .session import Session, Subscription
 from .timers import Timer
@@ -231,12 +232,10 @@ class Streams:
     def declare(self, name: str, headers: dict[str, str]) -> None:
         """Create the stream or change its retention (``max-age`` seconds, ``max-bytes``)."""
         options = {}
-        for option in (MAX_AGE, MAX_BYTES):
-            value = headers.get(option)
+        for option, unit, maximum in ((MAX_AGE, " number of seconds", int(MAX_SECONDS)), (MAX_BYTES, "", MAX_COUNT)):
+            value = non_negative(headers, option, unit, maximum)
             if value is not None:
-                if not (value.isascii() and value.isdigit()) or len(value) > 18:
-                    raise ClientError(f"{option} must be a whole number >= 0, not {value!r}")
-                options[option] = value
+                options[option] = str(value)
         stream = self.stream(name)
         if FLOOR in stream.options:
             options[FLOOR] = stream.options[FLOOR]
@@ -876,8 +875,9 @@ def _start(stream: Stream, value: str | None) -> tuple[int, int | None]:
             seconds = float(value[len("timestamp="):])
         except ValueError:
             seconds = float("nan")
-        if not seconds >= 0 or seconds == float("inf"):
-            raise ClientError(f"{OFFSET_HEADER}: timestamp= needs epoch seconds, not {value!r}")
+        if not 0 <= seconds <= MAX_SECONDS:  # NaN fails both
+            raise ClientError(f"{OFFSET_HEADER}: timestamp= needs epoch seconds from 0 to {MAX_SECONDS:.0f},"
+                              f" not {value[:60]!r}")
         at_ms = int(seconds * 1000)
         start = stream.first
         for offset, timestamp, _ in stream.marks:  # the last segment starting at or before it

@@ -38,7 +38,7 @@ from .errors import ClientError
 from .destinations import MAX_NAME_BYTES
 from .exchanges import PRIVATE_QUEUE_PREFIX
 from .routing import Router, private_queue_name
-from .send_headers import flag, seconds
+from .send_headers import flag, quoted, seconds
 from .consumer import AckMode
 from .session import Session, Subscription
 from .streams import END_HEADER, GROUP_HEADER, OFFSET_HEADER, Streams, StreamSubscription
@@ -157,14 +157,13 @@ class Subscriptions:
         for name in PREFETCH_HEADERS:
             value = headers.get(name)
             if value is not None:
-                try:
-                    prefetch = int(value)
-                except ValueError:
-                    raise ClientError(f"{name} must be a positive integer, not {value!r}") from None
+                if not (value.isascii() and value.isdigit()):  # int() would take "+5", " 5" and "5_0"
+                    raise ClientError(f"{name} must be a positive integer, not {quoted(value)}")
+                prefetch = int(value) if len(value) < 20 else limit  # past any limit: clamped below
                 if prefetch == 0 and name == ACTIVEMQ_PREFETCH:
                     prefetch = 1  # ActiveMQ's 0 is a consumer that pulls one at a time
                 if prefetch < 1:
-                    raise ClientError(f"{name} must be a positive integer, not {value!r}")
+                    raise ClientError(f"{name} must be a positive integer, not {quoted(value)}")
                 return min(prefetch, limit)
         return min(self.config.default_prefetch, limit)
 

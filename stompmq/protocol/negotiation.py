@@ -36,12 +36,19 @@ def negotiate_version(accept_version: str | None) -> str | None:
     return None
 
 
+#: The longest heart-beat interval kept (ms): 2**31 - 1, a Java int, about 24.8 days.  A longer
+#: one is clamped to it: either side's beats are then as good as never, as the peer asked.
+MAX_BEAT_MS = 2**31 - 1
+
+
 def _beat_ms(text: str, whole: str) -> int:
     text = text.strip(" ")
-    # isdigit() alone admits non-ASCII digits such as "²"; int() would admit "+5", "1_0".
+    # isdigit() alone admits non-ASCII digits such as "²"; int() would admit "+5", "1_0"; the
+    # length test spares int() a 4,000-digit value (which it refuses with a ValueError).
     if not (text.isascii() and text.isdigit()):
-        raise ProtocolError(f"malformed heart-beat header {whole!r}: expected two non-negative integers 'cx,cy'")
-    return int(text)
+        shown = whole if len(whole) <= 40 else whole[:40] + "..."
+        raise ProtocolError(f"malformed heart-beat header {shown!r}: expected two non-negative integers 'cx,cy'")
+    return int(text) if len(text) <= 10 and int(text) <= MAX_BEAT_MS else MAX_BEAT_MS
 
 
 def parse_heart_beat(value: str | None) -> tuple[int, int]:

@@ -448,10 +448,12 @@ class FrameParser:
                     if length is None:
                         body_len = -1
                     elif length.isdigit() and length.isascii():
-                        body_len = int(length)
+                        # int() refuses a value of more than 4,300 digits: 20 are past any limit
+                        body_len = int(length) if len(length) < 20 else max_body + 1
                         if body_len > max_body:
                             raise ProtocolError(
-                                f"frame body of {body_len} bytes exceeds the limit of {max_body}",
+                                f"frame body of {length if len(length) < 20 else _quote(length)} bytes"
+                                f" exceeds the limit of {max_body}",
                                 headers.get("receipt"),
                             )
                     else:

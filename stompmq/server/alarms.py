@@ -113,8 +113,9 @@ class ResourceAlarms:
         if over is None:  # not watched (or not measurable now): clear
             over = False
         if over and resource_name not in self.active:
+            if not self.active:  # the first alarm: readers now wait for this event; a second
+                self._cleared = trio.Event()  # one must not replace it (nobody would set theirs)
             self.active.add(resource_name)
-            self._cleared = trio.Event()
             log.warning("%s alarm set: %s; publishers are blocked", resource_name, why)
         elif not over and resource_name in self.active:
             self.active.discard(resource_name)

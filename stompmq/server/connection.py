@@ -47,11 +47,14 @@ requeues its unacked messages; no failure here reaches another connection.
 
 from __future__ import annotations
 
+import fcntl
 import itertools
 import logging
 import math
 import os
+import select
 import ssl
+import termios
 import time
 from typing import NoReturn
 
@@ -130,6 +133,31 @@ async def refuse(stream: trio.abc.Stream, message: str) -> None:
     finally:
         with trio.CancelScope(shield=True):
             await stream.aclose()
+
+
+#: Seconds between two looks, while the reader is held (pacing, the store, an alarm), at
+#: whether the peer went away: it is not reading its socket, so it would not see the EOF.
+PEER_CHECK_SECONDS = 1.0
+#: A socket the peer reset or errored (whatever is unread is lost anyway) ...
+_BROKEN_EVENTS = select.POLLHUP | select.POLLERR
+#: ... or closed for writing (Linux's POLLRDHUP), which counts only when nothing is left unread:
+#: a producer that sent its frames and closed still has them stored once the hold ends.
+_CLOSED_EVENTS = getattr(select, "POLLRDHUP", 0)
+
+
+def _peer_gone(fd: int) -> bool:
+    """Has the peer of the TCP socket ``fd`` reset it, or closed it with nothing left unread?"""
+    poller = select.poll()
+    poller.register(fd, _BROKEN_EVENTS | _CLOSED_EVENTS)
+    events = poller.poll(0)
+    if not events:
+        return False
+    mask = events[0][1]
+    if mask & (_BROKEN_EVENTS | select.POLLNVAL):
+        return True
+    unread = bytearray(4)
+    fcntl.ioctl(fd, termios.FIONREAD, unread)
+    return int.from_bytes(unread, "little") == 0
 
 
 class _Close(Exception):
@@ -318,8 +346,31 @@ class Connection:
 
     async def _wait(self, reasons: tuple[Hold, ...]) -> None:
         """Read nothing from the peer while any of ``reasons`` holds (``ReadGate.wait``); end the
-        connection if it failed meanwhile."""
-        if await self.gate.wait(reasons) and self._errored:
+        connection if it failed meanwhile, or if its peer went away (looked at every
+        ``PEER_CHECK_SECONDS`` on a plain TCP socket): its session then closes, releasing its
+        transactions and unacked messages, instead of waiting for a hold that may never end."""
+        fd = self._fd
+        if fd < 0 or reasons is AT_DISCONNECT:  # (a peer may half-close after its DISCONNECT)
+            waited = await self.gate.wait(reasons)
+        else:
+            gone = False
+            async with trio.open_nursery() as nursery:
+
+                async def watch() -> None:
+                    nonlocal gone
+                    while not gone:
+                        await trio.sleep(PEER_CHECK_SECONDS)
+                        gone = _peer_gone(fd)
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(watch)
+                waited = await self.gate.wait(reasons)
+                nursery.cancel_scope.cancel()
+            if gone:
+                log.info("connection %s from %s: the peer went away while its reader was held", self.id, self.peer)
+                self._broken = True  # nobody to send an ERROR to
+                raise _Close
+        if waited and self._errored:
             raise _Close
 
     @property

@@ -344,9 +344,12 @@ class ManagementApp:
         return JSONResponse({"status": "ok"})
 
     async def readyz(self, request: Request) -> Response:
-        """Ready for traffic: the store keeps up (a load balancer should go elsewhere if not)."""
+        """Ready for traffic: the store accepts writes and keeps up (a load balancer should go
+        elsewhere if not)."""
         store = self.runtime.store
         backlog = store.backlog()
+        if store.unavailable:
+            return JSONResponse({"status": "store unavailable", "backlog": backlog}, status_code=503)
         if store.full():
             return JSONResponse({"status": "store behind", "backlog": backlog}, status_code=503)
         return JSONResponse({"status": "ready", "backlog": backlog})

@@ -39,11 +39,12 @@ from ..storage.base import (
     StoredMessage,
     StoreError,
     StoreEvents,
+    StoreRejected,
     StreamState,
 )
 from ..storage.vhosts import VhostStore, split_definitions, split_recovery
 from ..tomlfile import load_definitions
-from ..vhost_names import DEFAULT_VHOST, split_key
+from ..vhost_names import DEFAULT_VHOST, split_key, vhost_space
 from .alarms import ResourceAlarms
 from .outbox import WriteBatch
 from .shovels import Shovels
@@ -142,6 +143,14 @@ class Runtime(StoreEvents):
         self.tick()  # receipts measure how long they waited (--store-timeout)
         for engine in list(self.engines.values()):
             engine.receipts.failed(ticket, error)
+
+    def rejected(self, messages: list[StoredMessage], error: StoreRejected) -> None:
+        self.tick()
+        for vhost, engine in self.engines.items():
+            space = vhost_space(vhost)
+            mine = [msg for msg in messages if msg.space == space]
+            if mine:
+                engine.store_rejected(mine, error)
 
     def group_committed(self, seconds: float, size: int) -> None:
         self.store_metrics.observe(seconds, size)

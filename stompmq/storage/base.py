@@ -106,6 +106,17 @@ class StoreError(Exception):
     """
 
 
+class StoreRejected(StoreError):
+    """The database refused what a commit group carries, not the commit (a value it cannot
+    hold, a constraint broken): trying the same rows again fails the same way, so the group
+    commit isolates the rows refused (storage/groupcommit.py) instead of retrying them."""
+
+
+#: What a database driver raises, before any SQL runs, for a value it cannot bind (an int past
+#: 64 bits: OverflowError): the rows' fault, so a backend's commit raises StoreRejected for it.
+REFUSED_VALUES: tuple[type[Exception], ...] = (OverflowError, ValueError, TypeError)
+
+
 class CommitInDoubt(StoreError):
     """A commit whose outcome is unknown: the connection was lost while the database committed.
 
@@ -368,6 +379,11 @@ class StoreEvents:
     def commit_failed(self, ticket: int, error: StoreError) -> None:
         """The group of ``ticket`` failed; its writes stay pending and a later group retries them."""
 
+    def rejected(self, messages: list[StoredMessage], error: StoreRejected) -> None:
+        """The database refused these messages' rows (``StoreRejected``): they are not stored and
+        never will be, while the rest of their group committed.  Reported before the group's
+        ``committed``, so a SEND among them is answered ERROR, never RECEIPT."""
+
     def group_committed(self, seconds: float, size: int) -> None:
         """A commit group committed: seconds from submit to commit, operations in it (for
         /metrics; a store that never commits, memory, never reports it)."""
@@ -601,6 +617,11 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def outage_seconds(self) -> float:
         """Seconds the store was unavailable since start, the outage going on included."""
+
+    @property
+    def unavailable(self) -> bool:
+        """The store is not accepting writes now (an outage going on: /readyz says not ready)."""
+        return False
 
     # -- reads ---------------------------------------------------------------
     @abc.abstractmethod

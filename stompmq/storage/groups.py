@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from stompmq.storage.base import BindingRecord, ExchangeRecord, StreamState
+from stompmq.storage.base import BindingRecord, ExchangeRecord, StoreRejected, StreamState
 
 
 # -- structural operations: rare, kept in the order the broker issued them ------------------
@@ -154,6 +154,10 @@ DeleteRow = tuple[int]
 StreamRow = tuple[str, int, int, int, int, dict[str, str], bytes, int, tuple[str, int] | None]
 # (stream, group, committed offset or None to forget the group): one row per (stream, group).
 GroupOffsetRow = tuple[str, str, int | None]
+#: The lists of a group that hold its rows, in the order a backend applies them: any prefix of
+#: a group's rows, taken in this order, is a group a backend can commit on its own.
+ROW_LISTS = ("structural", "deletes", "delayed_deletes", "updates", "inserts", "delayed", "stream_rows",
+             "group_offsets")
 
 
 @dataclass(slots=True)
@@ -188,3 +192,6 @@ class GroupRows:
     #: filled in by a shared store's backend: each stream the group changed, as committed
     #: (None: deleted); the engine hears of them before the group's ticket is released
     stream_states: dict[str, StreamState | None] = field(default_factory=dict)
+    #: filled in by the group commit when the database refused some rows (``StoreRejected``):
+    #: each refused row, the name of the list it was in, and the error; the rest committed
+    rejected: list[tuple[str, Any, StoreRejected]] = field(default_factory=list)

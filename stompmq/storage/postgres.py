@@ -81,7 +81,9 @@ from stompmq.storage.base import (
     QueueCount,
     Recovery,
     StoredMessage,
+    REFUSED_VALUES,
     StoreError,
+    StoreRejected,
     StreamMessage,
     StreamState,
 )
@@ -299,6 +301,11 @@ def _stored_revisions(conn: psycopg.Connection[Any]) -> list[str]:
         return []
 
 
+#: What a commit catches, and among it what the rows caused (StoreRejected), not the database.
+_COMMIT_ERRORS: tuple[type[Exception], ...] = (psycopg.Error, *REFUSED_VALUES)
+_REFUSED: tuple[type[Exception], ...] = (psycopg.DataError, psycopg.IntegrityError, *REFUSED_VALUES)
+
+
 class PostgresBackend:
     """A PostgreSQL database as the group-commit engine's thread sees it; every method blocks."""
 
@@ -502,10 +509,13 @@ class PostgresBackend:
                 self._forget_ids()
                 # A row written back after an earlier purge, or by a commit whose outcome was lost.
                 self._commit(conn, group, replace=True)
-        except psycopg.Error as exc:
+        except _COMMIT_ERRORS as exc:
             self._forget_ids()
-            if self._committing and conn.broken:
+            if isinstance(exc, psycopg.Error) and self._committing and conn.broken:
                 raise CommitInDoubt(f"commit to {self.name} may have failed: {_one_line(exc)}") from None
+            if isinstance(exc, _REFUSED):
+                # the rows, not the database: the same rows would fail again (groupcommit isolates them)
+                raise StoreRejected(f"{self.name} refused a value: {_one_line(exc)}") from None
             raise StoreError(f"commit to {self.name} failed: {_one_line(exc)}") from None
 
     def _forget_ids(self) -> None:

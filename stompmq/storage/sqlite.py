@@ -42,7 +42,9 @@ from stompmq.storage.base import (
     QueueCount,
     Recovery,
     StoredMessage,
+    REFUSED_VALUES,
     StoreError,
+    StoreRejected,
     StreamMessage,
     StreamRecord,
     producer_positions,
@@ -197,6 +199,12 @@ STREAM_READ_SQL = (
     "SELECT position, seq, priority, timestamp, headers, body, bytes_before FROM stream_messages"
     " WHERE stream_id = ? AND position >= ? ORDER BY position LIMIT ?"
 )
+
+
+#: What a commit catches, and among it what the rows caused (StoreRejected), not the disk.
+_COMMIT_ERRORS: tuple[type[Exception], ...] = (sqlite3.Error, CommitInDoubt, *REFUSED_VALUES)
+_REFUSED: tuple[type[Exception], ...] = (sqlite3.IntegrityError, sqlite3.DataError, sqlite3.InterfaceError,
+                                         *REFUSED_VALUES)
 
 
 class SQLiteBackend:
@@ -397,12 +405,15 @@ class SQLiteBackend:
                         " ON CONFLICT (name) DO UPDATE SET value = excluded.value",
                         (LAST_SEQ, str(group.last_seq)),
                     )
-        except (sqlite3.Error, CommitInDoubt) as exc:
+        except _COMMIT_ERRORS as exc:
             for name in created:  # those queue and stream rows were rolled back with the group
                 self._queue_ids.pop(name, None)
                 self._stream_ids.pop(name, None)
             if isinstance(exc, CommitInDoubt):  # the retry settles it: every write here is idempotent
                 raise CommitInDoubt(f"commit to {self.path} may have failed: {exc}") from exc
+            if isinstance(exc, _REFUSED):
+                # the rows, not the disk: the same rows would fail again (groupcommit isolates them)
+                raise StoreRejected(f"{self.path} refused a value: {exc!r}") from exc
             raise StoreError(f"commit to {self.path} failed: {exc}") from exc
         self._stored_last_seq = max(self._stored_last_seq, group.last_seq)
 

@@ -207,6 +207,10 @@ class VhostStore(Store):
     def outage_seconds(self) -> float:
         return self.store.outage_seconds()
 
+    @property
+    def unavailable(self) -> bool:
+        return self.store.unavailable
+
     def disk_bytes(self) -> int | None:
         return self.store.disk_bytes()
 

@@ -12,6 +12,7 @@ from stompmq.protocol import (
     negotiate_version,
     parse_heart_beat,
 )
+from stompmq.protocol.negotiation import MAX_BEAT_MS
 
 
 def test_supported_versions() -> None:
@@ -43,7 +44,8 @@ HEART_BEAT_CASES = [
     ("s16_zero", "0,0", (0, 0)),
     ("s16_values", "10000,5000", (10000, 5000)),
     ("s16_spaces_tolerated", " 10 , 20 ", (10, 20)),
-    ("s16_big", "99999999999,1", (99999999999, 1)),
+    ("s16_big", "99999999999,1", (MAX_BEAT_MS, 1)),  # clamped (docs/limits.md)
+    ("s16_thousands_of_digits", "1," + "9" * 5000, (1, MAX_BEAT_MS)),
 ]
 
 

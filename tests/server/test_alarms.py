@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 
+import itertools
+
 import pytest
 import trio
 
@@ -79,3 +81,57 @@ async def test_memory_alarm_and_new_limits(autojump_clock: trio.testing.MockCloc
         assert (await operator.receive()).headers["receipt-id"] == "purged"
         alarms.set_limits(None, float(20 * LIMIT))  # an operator raises the watermark
         assert (await producer.receive()).headers["receipt-id"] == "r"
+
+
+#: Alarm states by the limits that make them: (disk free limit, memory watermark) against a
+#: disk with 10 x LIMIT free and a process of 10 x LIMIT resident.
+STATES = {
+    "none": (None, None),
+    "disk": (20 * LIMIT, None),
+    "memory": (None, float(LIMIT)),
+    "both": (20 * LIMIT, float(LIMIT)),
+}
+#: Every order of three alarm changes, then every alarm cleared (a bug was memory,
+#: then both, then disk only cleared: the reader held by the first never woke).
+SEQUENCES = [(*steps, "none") for steps in itertools.product(STATES, repeat=3)]
+
+
+@pytest.mark.parametrize("sequence", SEQUENCES, ids=["-".join(s) for s in SEQUENCES])
+async def test_any_sequence_of_alarms_releases_every_waiter_once_none_is_left(
+        autojump_clock: trio.testing.MockClock, sequence: tuple[str, ...]) -> None:
+    alarms = ResourceAlarms("store-dir", None, None, measure_disk=lambda path: 10 * LIMIT,
+                            measure_memory=lambda: 10 * LIMIT)
+    released: list[str] = []
+
+    async def waiter(name: str) -> None:
+        await alarms.wait_cleared()
+        released.append(name)
+
+    async with trio.open_nursery() as nursery:
+        for i, state in enumerate(sequence):
+            alarms.set_limits(*STATES[state])
+            assert alarms.active == ({"disk", "memory"} if state == "both" else set() if state == "none" else {state})
+            nursery.start_soon(waiter, f"{i}-{state}")  # a reader that reached its SEND now
+            await trio.sleep(0.1)
+        with trio.fail_after(1.0):
+            await trio.testing.wait_all_tasks_blocked()
+        assert sorted(released) == sorted(f"{i}-{state}" for i, state in enumerate(sequence))
+
+
+async def test_publishers_held_by_swapped_alarms_resume_within_a_second(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """The sequence that held publishers for good: memory alarm, then memory cleared as disk is set, then disk cleared."""
+    alarms = ResourceAlarms("store-dir", None, None, measure_disk=lambda path: 10 * LIMIT,
+                            measure_memory=lambda: 10 * LIMIT)
+    async with broker_pair(alarms=alarms) as pair:
+        producer, late = await pair.connected(), await pair.connected()
+        alarms.set_limits(*STATES["memory"])
+        await producer.send("SEND", {"destination": "/queue/q", "receipt": "first"}, b"x")
+        assert await producer.nothing_within(5.0)
+        alarms.set_limits(*STATES["disk"])
+        await late.send("SEND", {"destination": "/queue/q", "receipt": "second"}, b"y")
+        assert await late.nothing_within(5.0)
+        alarms.set_limits(*STATES["none"])
+        with trio.fail_after(1.0):
+            assert (await producer.receive()).headers["receipt-id"] == "first"
+            assert (await late.receive()).headers["receipt-id"] == "second"

@@ -20,8 +20,8 @@ from ..support.restart_workload import run
 pytestmark = [pytest.mark.slow, pytest.mark.restart_contract]
 
 #: The seed and its number of restarts: the environment's, else a fixed short one.
-SEED = int(os.environ.get("STOMPMQ_RESTART_SEED", "1"))
-RESTARTS = int(os.environ.get("STOMPMQ_RESTART_COUNT", "6"))
+SEED = int(os.environ.get("RESTART_CONTRACT_SEED", "1"))
+RESTARTS = int(os.environ.get("RESTART_CONTRACT_RESTARTS", "6"))
 
 
 def test_every_promise_holds_across_random_restarts(tmp_path: Path) -> None:

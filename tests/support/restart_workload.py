@@ -306,16 +306,22 @@ class Run:
         self.broker.start()
         self.history.add("ready")
 
-    def drained(self) -> bool:
-        """Every receipted message consumed and nothing left in the queues."""
+    def left(self) -> dict[str, object]:
+        """What the drain still waits for: receipted messages not consumed, messages in each queue
+        (empty once drained)."""
         facts = Facts(list(self.history.events))
-        if not all(facts.settled(b) for b in facts.receipted):
-            return False
+        waiting: dict[str, object] = {}
+        unsettled = sorted(b for b in facts.receipted if not facts.settled(b) and "ttl" not in facts.sends[b].info)
+        if unsettled:
+            waiting["unconsumed"] = unsettled[:10]
         try:
             with Peer(self.broker.port) as peer:
-                return all(peer.count(k.dest.removeprefix("/queue/")) == 0 for k in KINDS if k.dest.startswith("/queue/"))
-        except GONE:
-            return False
+                for k in KINDS:
+                    if k.dest.startswith("/queue/") and (n := peer.count(k.dest.removeprefix("/queue/"))):
+                        waiting[k.dest] = n
+        except GONE as e:
+            waiting["broker"] = repr(e)
+        return waiting
 
     def run(self, steps: list[Step]) -> None:
         self.broker.start()
@@ -333,9 +339,9 @@ class Run:
             self.stop_producing.set()
             self.draining.set()
             deadline = time.monotonic() + DRAIN
-            while not self.drained():
+            while left := self.left():
                 if time.monotonic() > deadline:
-                    self.history.add("drain-timeout", what=f"not drained within {DRAIN} s")
+                    self.history.add("drain-timeout", what=f"not drained within {DRAIN} s", left=left)
                     break
                 time.sleep(0.5)
             if not self.broker.running:

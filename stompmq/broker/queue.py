@@ -24,9 +24,14 @@ Two consumer modes change who gets a message (see docs/architecture.md,
   subscriptions, only the oldest of them receives (``exclusive[0]``); when it
   leaves, what it held unacked is back in the window by seq, so its successor
   gets those first, in order.
-* *Message groups* (``JMSXGroupID`` or ``group`` on SEND): a group is owned by
-  one subscription while it has messages assigned (``groups``: group -> owner
-  and count, so the map holds only groups with messages in flight or parked).
+* *Message groups* (``JMSXGroupID`` or ``group`` on SEND): a group is sticky, as in ActiveMQ
+  and Artemis: its first message picks an owner (``_lighter``) and the group stays with that
+  subscription, in every ack mode, until it leaves or the group is closed (a message with
+  ``JMSXGroupSeq:-1`` is the group's last: once it and the group's earlier messages are
+  settled the name is free; one sent after it reopens the group with its owner).  ``groups``
+  maps each owned group to its owner and its count of messages parked or in flight; a group
+  whose count is 0 is *idle* (``idle_groups``, least recently used first), and beyond
+  ``IDLE_GROUPS_MAX`` of them the oldest is forgotten, as ActiveMQ's cached group map does.
   The head message of a group owned by a subscription without room is
   *parked* for it (``parked``), so other groups flow past it; parked messages
   go out first when the owner has room again, and back to the window, in
@@ -56,24 +61,34 @@ def group_of(msg: StoredMessage) -> str | None:
     return headers.get("JMSXGroupID") or headers.get("group") or None
 
 
+#: ``JMSXGroupSeq`` of a group's last message (ActiveMQ's way to close a group).
+CLOSING_SEQ = "-1"
+#: Idle groups (owned, nothing parked or in flight) a queue remembers: beyond it the least
+#: recently used is forgotten and its next message picks an owner afresh.  A group costs about
+#: 200 bytes, so a flood of one-message groups costs a queue at most about 20 MB.
+IDLE_GROUPS_MAX = 100_000
+
+
 #: The kind of subscriber a queue serves (session.py's ``Subscription``): a queue hands back
 #: what it was given, and asks of it only what ``Consumer`` says (consumer.py).
 S = TypeVar("S", bound=Consumer)
 
 
 class Group(Generic[S]):
-    """Who owns a message group, and how many of its messages are parked or in flight."""
+    """Who owns a message group, how many of its messages are parked or in flight, and whether
+    the last one assigned closed it (``JMSXGroupSeq:-1``)."""
 
-    __slots__ = ("owner", "count")
+    __slots__ = ("owner", "count", "closed")
 
     def __init__(self, owner: S) -> None:
         self.owner = owner
         self.count = 0
+        self.closed = False
 
 
 class Queue(Generic[S]):
     __slots__ = ("name", "destination", "window", "nsubs", "ready_subs", "inflight", "avoid", "stats", "pinned",
-                 "exclusive", "groups", "parked", "nparked", "pace", "nacking", "claim_until")
+                 "exclusive", "groups", "idle_groups", "parked", "nparked", "pace", "nacking", "claim_until")
 
     def __init__(
         self,
@@ -96,7 +111,8 @@ class Queue(Generic[S]):
         self.pinned = False
         # Made on first use (None until then): an active queue of a million costs no more.
         self.exclusive: list[S] | None = None  # single-active subscriptions, oldest first
-        self.groups: dict[str, Group[S]] | None = None  # only groups with messages parked or in flight
+        self.groups: dict[str, Group[S]] | None = None  # owned groups, idle ones too
+        self.idle_groups: dict[str, None] | None = None  # owned groups with count 0, least recently used first
         self.parked: dict[S, deque[StoredMessage]] | None = None  # per owner, in order
         self.nparked = 0
         self.pace: Pace | None = None  # its producers are held back, or were (pacing.py)
@@ -156,8 +172,11 @@ class Queue(Generic[S]):
             self.exclusive.remove(sub)
         groups = self.groups
         if groups:
+            idle = self.idle_groups
             for name in [name for name, group in groups.items() if group.owner is sub]:
                 del groups[name]
+                if idle:
+                    idle.pop(name, None)
         parked = self.parked.pop(sub, None) if self.parked else None
         if parked is None:
             return []
@@ -231,18 +250,18 @@ class Queue(Generic[S]):
                     owner = self._lighter(sub)
                     group = groups[name] = Group(owner)
                     if owner is not sub:
-                        group.count += 1
+                        self._assign(name, group, head)
                         yield owner, window.pop()
                         continue
                 elif group.owner is not sub:
                     owner = group.owner
                     if not (self.parked and owner in self.parked) and owner.has_room():
-                        group.count += 1
+                        self._assign(name, group, head)
                         yield owner, window.pop()
-                    elif not self._park(owner, group):
+                    elif not self._park(owner, name, group):
                         return  # parking is full: wait for owners to take theirs
                     continue
-                group.count += 1
+                self._assign(name, group, head)
             yield sub, window.pop()
             if len(ready_subs) > 1:
                 ready_subs.rotate(-1)
@@ -289,7 +308,15 @@ class Queue(Generic[S]):
                 return other
         return sub
 
-    def _park(self, owner: S, group: Group[S]) -> bool:
+    def _assign(self, name: str, group: Group[S], msg: StoredMessage) -> None:
+        """``msg`` of group ``name`` goes to (or is parked for) the group's owner: one more
+        unsettled, no longer idle; ``JMSXGroupSeq:-1`` closes the group, any other reopens it."""
+        if not group.count and self.idle_groups:
+            self.idle_groups.pop(name, None)
+        group.count += 1
+        group.closed = msg.headers.get("JMSXGroupSeq") == CLOSING_SEQ
+
+    def _park(self, owner: S, name: str, group: Group[S]) -> bool:
         """Set the head message aside for its group's owner, behind what it already has.
         False: parking is full (the window's capacity), nothing moved."""
         capacity = self.window.capacity
@@ -300,21 +327,35 @@ class Queue(Generic[S]):
         parked = self.parked.get(owner)
         if parked is None:
             parked = self.parked[owner] = deque()
-        parked.append(self.window.pop())
+        msg = self.window.pop()
+        parked.append(msg)
         self.nparked += 1
-        group.count += 1
+        self._assign(name, group, msg)
         return True
 
     def settled(self, msg: StoredMessage) -> None:
-        """A delivery of a grouped message settled: its group may move on once none is left."""
+        """A delivery of a grouped message settled (or a parked one went back to the window):
+        once none of its group is left, the group is idle, still its owner's, or gone if closed."""
         name = group_of(msg)
         groups = self.groups
         if name is not None and groups is not None:
             group = groups.get(name)
             if group is not None:
                 group.count -= 1
-                if group.count <= 0:
+                if group.count > 0:
+                    return
+                group.count = 0
+                if group.closed:
                     del groups[name]
+                    return
+                idle = self.idle_groups
+                if idle is None:
+                    idle = self.idle_groups = {}
+                idle[name] = None
+                if len(idle) > IDLE_GROUPS_MAX:
+                    oldest = next(iter(idle))
+                    del idle[oldest]
+                    del groups[oldest]
 
     def _unpark(self) -> Iterator[tuple[S, StoredMessage]]:
         """Parked messages to their owners while they have room, oldest first."""

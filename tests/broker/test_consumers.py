@@ -20,9 +20,9 @@ def handle(broker: Broker, session: object, command: str, body: bytes = b"", **h
     broker.handle(session, Frame(command, headers, body))  # type: ignore[arg-type]
 
 
-def subscribe(broker: Broker, session: object, sub_id: str = "s", prefetch: str = "100", **headers: str) -> None:
-    handle(broker, session, "SUBSCRIBE", id=sub_id, destination="/queue/q", ack="client-individual",
-           prefetch=prefetch, **headers)
+def subscribe(broker: Broker, session: object, sub_id: str = "s", prefetch: str = "100",
+              ack: str = "client-individual", **headers: str) -> None:
+    handle(broker, session, "SUBSCRIBE", id=sub_id, destination="/queue/q", ack=ack, prefetch=prefetch, **headers)
 
 
 def send(broker: Broker, session: object, body: str, **headers: str) -> None:
@@ -41,13 +41,13 @@ def ack_all(broker: Broker, session: object, frames: list[Frame]) -> None:
 EXCLUSIVE = {"activemq.exclusive": "true"}
 
 
-def two_subscribers(prefetch_a: str = "100", prefetch_b: str = "100", **headers: str):
+def two_subscribers(prefetch_a: str = "100", prefetch_b: str = "100", ack: str = "client-individual", **headers: str):
     """A broker on the memory store with sessions a and b, each subscribed to /queue/q."""
     broker = Broker(MemoryStore())
     a, out_a = connect(broker, "a")
     b, out_b = connect(broker, "b")
-    subscribe(broker, a, prefetch=prefetch_a, **headers)
-    subscribe(broker, b, prefetch=prefetch_b, **headers)
+    subscribe(broker, a, prefetch=prefetch_a, ack=ack, **headers)
+    subscribe(broker, b, prefetch=prefetch_b, ack=ack, **headers)
     return broker, a, out_a, b, out_b
 
 
@@ -125,15 +125,83 @@ def test_a_group_parked_behind_a_full_owner_lets_other_groups_pass_and_keeps_its
         assert [f.body.decode() for f in got_a] == [expected]
 
 
-def test_a_group_moves_when_it_has_nothing_in_flight() -> None:
-    broker, a, out_a, b, out_b = two_subscribers()
+def written(broker: Broker, session: object, outbox: FakeOutbox) -> None:
+    """Everything written to ``outbox`` reached the socket: its auto-ack deliveries settle."""
+    broker.written(session, outbox.queued)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("ack", ["auto", "client", "client-individual"])
+def test_a_group_stays_with_its_owner_when_nothing_is_in_flight(ack: str) -> None:
+    """Sticky, as ActiveMQ's and Artemis's groups: settled or not, in every ack mode, the group's
+    next message goes to its owner, however the round-robin stands."""
+    broker, a, out_a, b, out_b = two_subscribers(ack=ack)
+    got: dict[str, list[str]] = {"a": [], "b": []}
+    for i in range(6):
+        send(broker, a, f"g{i}", group="g")
+        send(broker, a, f"h{i}", JMSXGroupID="h")
+        send(broker, a, f"x{i}")  # ungrouped: moves the round-robin on
+        for name, session, outbox in (("a", a, out_a), ("b", b, out_b)):
+            frames = outbox.take("MESSAGE")
+            got[name] += [f.body.decode() for f in frames]
+            written(broker, session, outbox)
+            if ack == "client" and frames:
+                ack_all(broker, session, frames[-1:])  # cumulative: the newest covers the rest
+            elif ack == "client-individual":
+                ack_all(broker, session, frames)
+        assert not broker.queues["q"].inflight  # every message settled before the next of its group
+    assert [m for m in got["a"] if m[0] == "g"] == [f"g{i}" for i in range(6)]  # (a the lighter at g0)
+    assert [m for m in got["b"] if m[0] == "h"] == [f"h{i}" for i in range(6)]
+    assert not any(m[0] == "h" for m in got["a"]) and not any(m[0] == "g" for m in got["b"])
+    assert {m[0] for m in got["a"] + got["b"]} == {"g", "h", "x"}
+
+
+def test_a_closed_group_picks_an_owner_afresh() -> None:
+    """``JMSXGroupSeq:-1`` ends the group once it and the group's earlier messages are
+    settled: the next message of that name is a new group, placed as a new group is."""
+    broker, a, out_a, b, out_b = two_subscribers(ack="auto")
     send(broker, a, "g0", group="g")
-    ack_all(broker, a, out_a.take("MESSAGE"))
-    assert not broker.queues["q"].groups  # the map holds only groups with messages in flight
-    send(broker, a, "x")  # to b: the round-robin moves on
-    send(broker, a, "g1", group="g")  # g is free: it goes where the round-robin stands (a)
-    assert bodies(out_b) == ["x"]
-    assert bodies(out_a) == ["g1"]
+    send(broker, a, "g1", group="g", JMSXGroupSeq="-1")
+    written(broker, a, out_a)
+    assert bodies(out_a) == ["g0", "g1"]
+    assert "g" not in (broker.queues["q"].groups or {})
+    send(broker, a, "g2", group="g")  # the round-robin stands at b (g1 went past it, to its owner)
+    assert bodies(out_a) == [] and bodies(out_b) == ["g2"]
+
+
+def test_a_message_after_the_closing_one_reopens_the_group_with_its_owner() -> None:
+    """Sent before the closing message settled, it stays with the owner (order kept), and the
+    group is sticky again."""
+    broker, a, out_a, b, out_b = two_subscribers(ack="auto")
+    send(broker, a, "g0", group="g", JMSXGroupSeq="-1")
+    send(broker, a, "g1", group="g")
+    written(broker, a, out_a)
+    send(broker, a, "x")
+    send(broker, a, "g2", group="g")
+    assert bodies(out_a) == ["g0", "g1", "g2"] and bodies(out_b) == ["x"]
+
+
+def test_the_group_of_an_owner_that_leaves_goes_to_another_subscriber() -> None:
+    broker, a, out_a, b, out_b = two_subscribers(ack="auto")
+    send(broker, a, "g0", group="g")
+    written(broker, a, out_a)
+    assert bodies(out_a) == ["g0"]
+    handle(broker, a, "UNSUBSCRIBE", id="s")
+    send(broker, a, "g1", group="g")
+    assert bodies(out_b) == ["g1"]
+    assert broker.queues["q"].groups["g"].owner.session is b  # type: ignore[index]
+
+
+def test_idle_groups_beyond_the_bound_forget_the_least_recently_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    from stompmq.broker import queue as queue_module
+
+    monkeypatch.setattr(queue_module, "IDLE_GROUPS_MAX", 2)
+    broker, a, out_a, b, out_b = two_subscribers(ack="auto")
+    for name in ("g1", "g2", "g3"):
+        send(broker, a, name, group=name)
+        for session, outbox in ((a, out_a), (b, out_b)):
+            written(broker, session, outbox)
+    groups = broker.queues["q"].groups
+    assert groups is not None and sorted(groups) == ["g2", "g3"]  # g1, idle the longest, forgotten
 
 
 def test_when_a_group_owner_leaves_its_unacked_and_parked_messages_go_to_the_next_in_order() -> None:

@@ -130,6 +130,41 @@ def test_a_group_moves_to_another_subscriber_when_its_owner_leaves(broker):
     assert [f.body for f in b.messages(3)] == [b"1", b"2", b"3"]
 
 
+def test_groups_stay_with_their_auto_ack_subscriber_between_messages(broker):
+    """Sticky groups in ack:auto too (ActiveMQ and Artemis keep a group with its consumer until
+    it leaves): each message is settled, read by its subscriber, before the next of its group is
+    sent, and ungrouped messages move the round-robin on between them; a closed group
+    (``JMSXGroupSeq:-1``) frees its name."""
+    subs = [Client(broker.port), Client(broker.port)]
+    for s in subs:
+        s.subscribe("/queue/sticky", ack="auto")
+    owner: dict[str, set[int]] = {"A": set(), "B": set()}
+    with Client(broker.port) as producer:
+        for n in range(8):
+            for group in ("A", "B"):
+                producer.send_to("/queue/sticky", f"{group}:{n}", headers={"JMSXGroupID": group})
+                ungrouped = 1 + n % 2  # the round-robin stands at either subscriber next time
+                for _ in range(ungrouped):
+                    producer.send_to("/queue/sticky", f"x:{n}")
+                got: dict[int, list[str]] = {0: [], 1: []}
+                deadline = time.monotonic() + 10
+                while len(got[0]) + len(got[1]) < 1 + ungrouped:
+                    assert time.monotonic() < deadline, f"round {n}: only {got}"
+                    for k, s in enumerate(subs):
+                        try:
+                            got[k].append(s.message(timeout=0.05).body.decode())
+                        except TimeoutError:
+                            pass
+                for k, bodies in got.items():
+                    owner[group].update(k for body in bodies if body.startswith(group))
+        assert owner["A"] and owner["B"] and all(len(ks) == 1 for ks in owner.values()), owner
+        (a_owner,) = owner["A"]
+        producer.send_to("/queue/sticky", "A:last", headers={"JMSXGroupID": "A", "JMSXGroupSeq": "-1"})
+        assert subs[a_owner].message().body == b"A:last"
+    for s in subs:
+        s.close()
+
+
 # -- browsing ------------------------------------------------------------------------------------
 def browse(c: Client, destination: str, sub_id: str = "b") -> list[bytes]:
     c.subscribe(destination, sub_id, browser="true")

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from .broker_process import BrokerProcess, Peer
 from .rawclient import RawFrame
-from .restart_history import CLIENT_MODES, Facts, History, Violation, violations
+from .restart_history import CLIENT_MODES, Event, Facts, History, Violation, violations
 
 #: Errors a client sees when the broker goes away under it.
 GONE = (OSError, EOFError, AssertionError)
@@ -110,6 +110,10 @@ def schedule(seed: int, restarts: int) -> list[Step]:
     return steps
 
 
+#: A SEND no client made (a body the workload does not know): no info.
+STILL = Event(-1, 0.0, "send")
+
+
 @dataclass
 class Outcome:
     seed: int
@@ -123,8 +127,15 @@ class Outcome:
         return sum(1 for e in self.history.events if e.kind == "ready") - 1
 
     def counts(self) -> dict[str, int]:
-        kinds = ("send", "receipted", "refused", "delivered", "acked", "stop")
-        return {k: sum(1 for e in self.history.events if e.kind == k) for k in kinds}
+        """How much of each thing happened: so a quiet run is seen to be quiet."""
+        kinds = ("send", "receipted", "refused", "delivered", "acked", "stop", "tx-aborted", "tx-dropped", "commit-sent")
+        counts = {k: sum(1 for e in self.history.events if e.kind == k) for k in kinds}
+        facts = Facts(list(self.history.events))
+        redelivered = [b for b, ds in facts.deliveries.items() if len(ds) > 1]
+        counts["redelivered"] = len(redelivered)
+        counts["expired"] = sum(1 for b in facts.receipted if "ttl" in facts.sends[b].info and not facts.deliveries.get(b))
+        counts["delayed-delivered"] = sum(1 for b in facts.deliveries if "delay" in facts.sends.get(b, STILL).info)
+        return counts
 
     def report(self) -> str:
         """What broke and the history of the messages concerned (every stop and start included)."""
@@ -283,13 +294,17 @@ class Run:
     # -- the run ---------------------------------------------------------------------------------
     def setup(self) -> None:
         """What must exist before the first SEND: the bounded queue's policy, the durable subscription."""
-        with Peer(self.broker.port) as peer:
+        peer = Peer(self.broker.port)
+        try:
             peer.request("SEND", {"destination": "/control/declare/queue/rc.bounded", "max-length": str(MAX_LENGTH),
                                   "overflow": "reject-publish"})
             durable = next(k for k in KINDS if k.label == "durable")
             assert durable.sub_id is not None
-            peer.subscribe(durable.dest, durable.sub_id, "client-individual", **durable.sub_headers)
+            peer.request("SUBSCRIBE", {"destination": durable.dest, "id": durable.sub_id, "ack": "client-individual",
+                                       **durable.sub_headers})
             peer.disconnect()
+        finally:
+            peer.close()
 
     def unleash(self, step: Step) -> None:
         """One step of the schedule: stop the broker as it says, and start it again."""
@@ -315,12 +330,17 @@ class Run:
         if unsettled:
             waiting["unconsumed"] = unsettled[:10]
         try:
-            with Peer(self.broker.port) as peer:
-                for k in KINDS:
-                    if k.dest.startswith("/queue/") and (n := peer.count(k.dest.removeprefix("/queue/"))):
-                        waiting[k.dest] = n
+            peer = Peer(self.broker.port)
+        except GONE as e:
+            return {**waiting, "broker": repr(e)}
+        try:
+            for k in KINDS:
+                if k.dest.startswith("/queue/") and (n := peer.count(k.dest.removeprefix("/queue/"))):
+                    waiting[k.dest] = n
         except GONE as e:
             waiting["broker"] = repr(e)
+        finally:
+            peer.close()
         return waiting
 
     def run(self, steps: list[Step]) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import dramatiq
 import pytest
@@ -38,7 +38,7 @@ def broker(memory_broker) -> Iterator[StompmqBroker]:
 
 
 @pytest.fixture
-def worker(broker) -> Iterator[callable]:
+def worker(broker) -> Iterator[Callable[..., dramatiq.Worker]]:
     started: list[dramatiq.Worker] = []
 
     def start(threads: int = 4) -> dramatiq.Worker:

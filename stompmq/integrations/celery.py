@@ -47,7 +47,7 @@ import math
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any
 
@@ -176,6 +176,41 @@ class Link:
         self.stomp.close()
 
 
+class DeclareOk:
+    """queue.declare-ok: (queue, ready messages, subscribers), the counts read from the broker
+    (``/control/count-msgs``, ``/control/count-subscribers``) when first looked at."""
+
+    def __init__(self, link: Link, queue: str) -> None:
+        self._link = link
+        self.queue = queue
+        self._counts: tuple[int, int] | None = None
+
+    def _read(self) -> tuple[int, int]:
+        if self._counts is None:
+            ready = self._link.request(f"/control/count-msgs/queue/{self.queue}")["num-ready"]
+            subscribers = self._link.request(f"/control/count-subscribers/queue/{self.queue}")["num-subscribers"]
+            self._counts = int(ready), int(subscribers)
+        return self._counts
+
+    @property
+    def message_count(self) -> int:
+        return self._read()[0]
+
+    @property
+    def consumer_count(self) -> int:
+        return self._read()[1]
+
+    def __len__(self) -> int:
+        return 3
+
+    def __getitem__(self, index: int) -> str | int:
+        return self.queue if index in (0, -3) else (self.queue, *self._read())[index]
+
+    def __iter__(self) -> Iterator[str | int]:
+        yield self.queue
+        yield from self._read()
+
+
 class Channel(base.StdChannel):
     """A kombu channel: declarations as ``/control`` requests, publishes as SENDs, consumers as
     subscriptions of the connection's ``Link``."""
@@ -211,9 +246,11 @@ class Channel(base.StdChannel):
 
     def queue_declare(self, queue: str = "", passive: bool = False, durable: bool = False,
                       exclusive: bool = False, auto_delete: bool = False,
-                      arguments: dict[str, Any] | None = None, nowait: bool = False) -> tuple[str, int, int]:
-        """A queue exists once used; a declaration with arguments stores its policy.  Returns
-        (name, ready messages, subscribers) as AMQP's queue.declare-ok does."""
+                      arguments: dict[str, Any] | None = None, nowait: bool = False) -> DeclareOk:
+        """A queue exists once used; a declaration with arguments stores its policy (a request),
+        one without asks nothing.  The answer is AMQP's queue.declare-ok, whose counts are read
+        only if looked at: the ``rpc://`` backend declares its reply queue for every task sent,
+        and never looks."""
         if not queue:
             queue = f"amq.gen-{time.monotonic_ns():x}-{next(self._tags)}"
         options = {QUEUE_ARGUMENTS[k]: str(int(v)) for k, v in (arguments or {}).items()
@@ -222,9 +259,7 @@ class Channel(base.StdChannel):
             self.link.request(f"/control/declare/queue/{queue}", **options)
         if auto_delete:
             self.auto_delete.add(queue)
-        counts = self.link.request(f"/control/count-msgs/queue/{queue}")
-        subscribers = self.link.request(f"/control/count-subscribers/queue/{queue}")
-        return queue, int(counts["num-ready"]), int(subscribers["num-subscribers"])
+        return DeclareOk(self.link, queue)
 
     def queue_bind(self, queue: str, exchange: str = "", routing_key: str = "",
                    arguments: dict[str, Any] | None = None, nowait: bool = False) -> None:

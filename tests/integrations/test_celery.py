@@ -207,3 +207,20 @@ def test_celery_events_sees_the_workers_task_events(run: Run) -> None:
         events.terminate()
         events.wait(30)
     assert "task received" in (run.tmp / "events.txt").read_text()
+
+
+def test_the_example_runs_as_its_docstring_says(run: Run) -> None:
+    """examples/celery_tasks.py: its worker command, then the example as a script."""
+    env = {**run.env(), "STOMPMQ_URL": run.url}
+    log = run.tmp / "example-worker.log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "examples.celery_tasks", "worker", "--pool", "threads", "-c", "4",
+         "-l", "INFO"], cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log.open("wb"), stderr=subprocess.STDOUT,
+    )
+    run.workers.append(proc)
+    out = subprocess.run([sys.executable, "-m", "examples.celery_tasks"], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr + log.read_text()
+    assert "2 + 3 = 5" in out.stdout and "4 + 5 = 9" in out.stdout and "crunch: done" in out.stdout
+    wait_until(lambda: "add: 1 + 1 = 2" in log.read_text(), "the priority task's line")
+    assert log.read_text().count("crunch: 15 s done") == 1

@@ -86,7 +86,9 @@ class Acks:
         timeout = seconds(headers, "ack-timeout")
         if timeout is None:
             raise ClientError("/control/extend-ack needs an ack-timeout header (seconds from now, 0: never)")
-        extended, late, unknown = 0, [], []
+        extended = 0
+        late: list[str] = []
+        unknown: list[str] = []
         timers, deadlines = self.ack_timers, self.deadlines
         for ack_id in ids.split(","):
             sub = holder(session, ack_id, headers)

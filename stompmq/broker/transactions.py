@@ -88,15 +88,15 @@ class Transactions:
                     router.dispatcher.publish(target, user_headers(headers), f.body, *options)
                 continue
             try:
-                target = acks.target(session, headers)
+                held = acks.target(session, headers)
             except ClientError:
                 continue  # settled by an earlier cumulative ACK of this transaction
-            if target is None:
+            if held is None:
                 continue  # its ack timeout requeued the message since: too late to settle it
             if f.command == "ACK":
-                acks.ack(*target)
+                acks.ack(*held)
             else:
-                acks.nack(*target, requeue_wanted(headers))
+                acks.nack(*held, requeue_wanted(headers))
         return frames
 
 

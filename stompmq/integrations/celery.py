@@ -413,12 +413,11 @@ class Channel(base.StdChannel):
 class Transport(base.Transport):
     """kombu's transport for ``stompmq://``: one STOMP connection per kombu connection."""
 
-    Channel = Channel
-    default_port = DEFAULT_PORT
+    default_port = DEFAULT_PORT  # type: ignore[assignment]  # (kombu's base says None)
     driver_type = "stomp"
     driver_name = "stompmq"
-    connection_errors = (StompmqError, OSError)
-    channel_errors = ()
+    connection_errors = (StompmqError, OSError)  # type: ignore[assignment]
+    channel_errors = ()  # type: ignore[assignment]
     implements = base.Transport.implements.extend(
         asynchronous=False, exchange_type=EXCHANGE_TYPES, heartbeats=False,
     )
@@ -428,7 +427,7 @@ class Transport(base.Transport):
         self.channels: list[Channel] = []
 
     def establish_connection(self) -> Link:
-        client = self.client
+        client: Any = self.client
         vhost = client.virtual_host or "/"
         url = StompURL(
             host=client.hostname or "localhost", port=client.port or DEFAULT_PORT, login=client.userid or None,

@@ -24,12 +24,19 @@ in is pumped once, at the end (``finish``), instead of once per ACK.
 from __future__ import annotations
 
 from ..storage.base import StoredMessage
-from .dispatch import Dispatcher
+from .dispatch import ACK_TIMEOUT, Dispatcher
 from .errors import ClientError
 from .queue import Queue
 from .consumer import AckMode
-from .session import Session, Subscription
+from .send_headers import seconds
+from .session import EXPIRED_KEPT, Session, Subscription
 from .streams import Streams, StreamSubscription
+
+
+#: ``/control/extend-ack``: a delivery's new ack deadline (``Acks.extend``), the connection's own.
+EXTEND_ACK = "extend-ack"
+#: The RECEIPT of an ACK or NACK that came after its ack timeout requeued the message.
+LATE = {"ack-late": "true"}
 
 
 class AckRun:
@@ -51,8 +58,9 @@ class Acks:
         self.deadlines = dispatcher.deadlines
         self.ack_timers = dispatcher.ack_timers
 
-    def target(self, session: Session, headers: dict[str, str]) -> tuple[Subscription, str]:
-        """The subscription and ack id an ACK/NACK names; ClientError if it names nothing unacked."""
+    def target(self, session: Session, headers: dict[str, str]) -> tuple[Subscription, str] | None:
+        """The subscription and ack id an ACK/NACK names; None when it is late (its ack timeout
+        requeued the message: ``Session.expired``); ClientError if it names nothing else."""
         ack_id = headers.get("id")
         if ack_id is None:
             if session.version == "1.2":
@@ -60,20 +68,48 @@ class Acks:
             ack_id = headers.get("message-id")
             if ack_id is None:
                 raise ClientError("ACK/NACK without message-id header")
-        sub = session.deliveries.get(ack_id)
-        if session.version != "1.2":
-            # 1.0/1.1 name a delivery by message-id, which two subscriptions of one session share
-            # when overlapping topic subscriptions both received the message: the subscription
-            # header picks one.  A header naming another subscription (some clients send any
-            # value) does not make the ACK fail while the id is unacked on this connection.
-            named = session.subscriptions.get(headers.get("subscription", ""))
-            if named is not None and ack_id in named.unacked:
-                sub = named
-            elif sub is None:  # the shared key's entry was settled already
-                sub = next((s for s in session.subscriptions.values() if ack_id in s.unacked), None)
-        if sub is None:
-            raise ClientError(f"no unacked message with ack id {ack_id!r}")
-        return sub, ack_id
+        sub = holder(session, ack_id, headers)
+        if sub is not None:
+            return sub, ack_id
+        if session.expired is not None and ack_id in session.expired:
+            return None
+        raise ClientError(f"no unacked message with ack id {ack_id!r}")
+
+    def extend(self, session: Session, headers: dict[str, str]) -> dict[str, str]:
+        """``/control/extend-ack``: the deliveries its ``id`` names (ack ids, comma-separated)
+        are due ``ack-timeout`` seconds from now (0: never), as SQS's ChangeMessageVisibility and
+        Pub/Sub's modifyAckDeadline do; the RECEIPT counts them (``extended``) and names the ids
+        that are late (``ack-late``: requeued by their timeout) or held by nobody here."""
+        ids = headers.get("id")
+        if not ids:
+            raise ClientError("/control/extend-ack needs an id header (the ack ids, comma-separated)")
+        timeout = seconds(headers, "ack-timeout")
+        if timeout is None:
+            raise ClientError("/control/extend-ack needs an ack-timeout header (seconds from now, 0: never)")
+        extended = 0
+        late: list[str] = []
+        unknown: list[str] = []
+        timers, deadlines = self.ack_timers, self.deadlines
+        for ack_id in ids.split(","):
+            sub = holder(session, ack_id, headers)
+            if sub is None:
+                (late if session.expired is not None and ack_id in session.expired else unknown).append(ack_id)
+                continue
+            extended += 1
+            if sub.queue is None:
+                continue  # topic and stream deliveries have no deadline to move
+            msg = sub.unacked[ack_id]
+            timer = timers.pop(msg.seq, None)
+            if timer is not None:
+                deadlines.cancel(timer)
+            if timeout > 0:
+                timers[msg.seq] = deadlines.arm(timeout, ACK_TIMEOUT, session, ack_id, msg)
+        answer = {"extended": str(extended)}
+        if late:
+            answer["ack-late"] = ",".join(late)
+        if unknown:
+            answer["not-unacked"] = ",".join(unknown)
+        return answer
 
     def ack(self, sub: Subscription, ack_id: str) -> None:
         """Apply one ACK completely (a transaction's, at COMMIT)."""
@@ -126,6 +162,12 @@ class Acks:
         if sub is None or sub.unacked.get(ack_id) is not msg:
             return  # a 1.0/1.1 key shared by two subscriptions: the other one holds it now
         self.settle(sub, ack_id)
+        expired = session.expired
+        if expired is None:
+            expired = session.expired = {}
+        expired[ack_id] = None
+        if len(expired) > EXPIRED_KEPT:
+            del expired[next(iter(expired))]
         if sub.queue is not None:
             sub.queue.expired(msg, sub)
         self.requeue(sub.queue, msg)
@@ -195,6 +237,22 @@ class Acks:
             queue.make_ready(sub)
         self.dispatcher.pump(queue)
         self.dispatcher.deactivate_if_idle(queue)
+
+
+def holder(session: Session, ack_id: str, headers: dict[str, str]) -> Subscription | None:
+    """The subscription of ``session`` holding the unacked delivery ``ack_id``, if any."""
+    sub = session.deliveries.get(ack_id)
+    if session.version != "1.2":
+        # 1.0/1.1 name a delivery by message-id, which two subscriptions of one session share
+        # when overlapping topic subscriptions both received the message: the subscription
+        # header picks one.  A header naming another subscription (some clients send any
+        # value) does not make the ACK fail while the id is unacked on this connection.
+        named = session.subscriptions.get(headers.get("subscription", ""))
+        if named is not None and ack_id in named.unacked:
+            sub = named
+        elif sub is None:  # the shared key's entry was settled already
+            sub = next((s for s in session.subscriptions.values() if ack_id in s.unacked), None)
+    return sub
 
 
 def _acked_ids(sub: Subscription, ack_id: str) -> list[str]:

@@ -48,7 +48,7 @@ from typing import Any, TypeVar
 from ..protocol import Frame
 from ..protocol.headers import headers_without
 from ..storage.base import BindingRecord, ExchangeRecord, Recovery, Store, StoredMessage, StoreError
-from .acks import Acks, AckRun
+from .acks import EXTEND_ACK, LATE, Acks, AckRun
 from .browse import BrowseSubscription
 from .config import BrokerConfig
 from .control import Control, Deferred, QueuePage
@@ -419,11 +419,17 @@ class Broker:
                 headers = frame.headers
                 command = frame.command
                 if command == "ACK" and "transaction" not in headers:
-                    sub, ack_id = acks.target(session, headers)
-                    acks.settle_ack(run, sub, ack_id)
+                    target = acks.target(session, headers)
                     receipt = headers.get("receipt")
+                    if target is not None:
+                        acks.settle_ack(run, *target)
+                        if receipt is not None:
+                            receipts.append(receipt)
+                        continue
+                    if run.subs:  # the late ACK's RECEIPT comes after those before it
+                        self._finish_acks(session, run, receipts)
                     if receipt is not None:
-                        receipts.append(receipt)
+                        send_receipt(session, receipt, LATE)
                     continue
                 if run.subs:
                     self._finish_acks(session, run, receipts)
@@ -521,6 +527,8 @@ class Broker:
         dest = parse_destination(headers.get("destination"))
         kind = dest.kind
         if kind is Kind.CONTROL:
+            if dest.name == EXTEND_ACK:  # the connection's own deliveries, not a resource's
+                return self.acks.extend(session, headers)
             return self.control.run(dest.name, frame)
         if kind is Kind.AMQ_QUEUE and not self._existing_queue(session, frame, dest.name):
             return HELD
@@ -627,21 +635,25 @@ class Broker:
     def _on_unsubscribe(self, session: Session, frame: Frame) -> None:
         self.subscriptions.unsubscribe(session, frame.headers)
 
-    def _on_ack(self, session: Session, frame: Frame) -> Held | None:
-        sub, ack_id = self.acks.target(session, frame.headers)
+    def _on_ack(self, session: Session, frame: Frame) -> Headers | Held | None:
+        target = self.acks.target(session, frame.headers)
+        if target is None:
+            return LATE  # too late: nothing to settle, in a transaction or not
         if "transaction" in frame.headers:
             return self.transactions.hold(session, frame)
-        self.acks.ack(sub, ack_id)
+        self.acks.ack(*target)
         return None
 
-    def _on_nack(self, session: Session, frame: Frame) -> Held | None:
+    def _on_nack(self, session: Session, frame: Frame) -> Headers | Held | None:
         # NACK is not in STOMP 1.0, but RabbitMQ takes it there, naming the message by message-id
         # as a 1.0 ACK does, and clients written against RabbitMQ send it.
-        sub, ack_id = self.acks.target(session, frame.headers)
+        target = self.acks.target(session, frame.headers)
+        if target is None:
+            return LATE
         requeue = requeue_wanted(frame.headers)
         if "transaction" in frame.headers:
             return self.transactions.hold(session, frame)
-        self.acks.nack(sub, ack_id, requeue)
+        self.acks.nack(*target, requeue)
         return None
 
     def _on_begin(self, session: Session, frame: Frame) -> None:

@@ -53,6 +53,11 @@ class Outbox(Protocol):
         """Bytes ever written to this outbox (the sent count is compared with it)."""
 
 
+#: How many expired ack ids a session remembers (``Session.expired``): a worker is late with the
+#: ACKs of what it was working on, never with thousands of them.
+EXPIRED_KEPT = 1024
+
+
 def _nothing() -> None:
     """The default of callbacks the server sets (one shared function, not one per session)."""
 
@@ -85,6 +90,7 @@ class Session:
         "transactions",
         "pending_receipts",
         "next_ack",
+        "expired",
         "closed",
         "login",
         "fail",
@@ -115,6 +121,9 @@ class Session:
         # connection's session would hold two of them.
         self.pending_receipts: deque[PendingReceipt] | None = None
         self.next_ack = 0
+        #: Ack ids whose ack timeout requeued their message, the newest ``EXPIRED_KEPT``: a late
+        #: ACK or NACK of one is answered, not failed (acks.py).  Made at the first expiry.
+        self.expired: dict[str, None] | None = None
         # auto-ack deliveries still in the outbox: (outbox.queued at their end, queue, message)
         self.unsent: deque[tuple[int, Queue[Subscription], StoredMessage]] | None = None
         self.closed = False

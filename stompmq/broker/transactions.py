@@ -88,13 +88,15 @@ class Transactions:
                     router.dispatcher.publish(target, user_headers(headers), f.body, *options)
                 continue
             try:
-                sub, ack_id = acks.target(session, headers)
+                held = acks.target(session, headers)
             except ClientError:
                 continue  # settled by an earlier cumulative ACK of this transaction
+            if held is None:
+                continue  # its ack timeout requeued the message since: too late to settle it
             if f.command == "ACK":
-                acks.ack(sub, ack_id)
+                acks.ack(*held)
             else:
-                acks.nack(sub, ack_id, requeue_wanted(headers))
+                acks.nack(*held, requeue_wanted(headers))
         return frames
 
 

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from ..broker import ClientError
+from ..broker.acks import EXTEND_ACK
 from ..broker.destinations import Kind, parse_destination
 from ..broker.resources import resource
 from ..broker.subscriptions import durable_queue
@@ -219,6 +220,8 @@ def required_permissions(
         return needs
     if dest.kind is not Kind.CONTROL:
         return [("write", resource(dest, headers))]
+    if dest.name == EXTEND_ACK:
+        return []  # it names only deliveries the connection holds, which ``read`` let it take
     verb = dest.name.partition("/")[0]
     needs = [("configure" if verb in CONFIGURE_VERBS else "read", resource(dest))]
     queue = headers.get("queue")

@@ -27,6 +27,7 @@ class Recorder(stomp.ConnectionListener):
         self.messages: queue.Queue = queue.Queue()
         self.errors: queue.Queue = queue.Queue()
         self.receipts: list[str] = []
+        self.receipt_headers: dict[str, dict[str, str]] = {}
         self._receipt_cond = threading.Condition()
         self.connected: queue.Queue = queue.Queue()
         self.disconnected = threading.Event()
@@ -43,6 +44,7 @@ class Recorder(stomp.ConnectionListener):
 
     def on_receipt(self, frame) -> None:
         with self._receipt_cond:
+            self.receipt_headers[frame.headers["receipt-id"]] = frame.headers
             self.receipts.append(frame.headers["receipt-id"])
             self._receipt_cond.notify_all()
 
@@ -205,6 +207,34 @@ def test_client_individual_ack(peers, broker, version):
         other.ack(m)
     other.sync()
     other.rec.no_message()
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_long_task_extends_its_ack_deadline_and_a_late_ack_is_answered(peers, version):
+    """stomp.py extends a delivery's deadline with a plain SEND to /control/extend-ack, and a
+    1.2 ACK that comes after the deadline requeued its message is answered in its RECEIPT."""
+    worker = peers(version)
+    worker.subscribe("/queue/sp-long", "s", ack="client-individual", prefetch="2", **{"ack-timeout": "0.5"})
+    worker.send("/queue/sp-long", "short")
+    worker.send("/queue/sp-long", "long")
+    short, long = worker.rec.message(), worker.rec.message()
+    rid = worker.rid()
+    worker.conn.send("/control/extend-ack", "", headers={
+        "id": long.headers["ack" if version == "1.2" else "message-id"], "ack-timeout": "60", "receipt": rid})
+    worker.rec.receipt(rid)
+    assert worker.rec.receipt_headers[rid]["extended"] == "1"
+    again = worker.rec.message()  # "short" only, after its 0.5 s
+    assert (again.body, again.headers["redelivered"]) == ("short", "true")
+    if version == "1.2":  # (1.0 and 1.1 name a delivery by message-id, the same for both)
+        rid = worker.rid()
+        worker.ack(short, receipt=rid)
+        worker.rec.receipt(rid)
+        assert worker.rec.receipt_headers[rid]["ack-late"] == "true"
+    worker.ack(again)
+    worker.ack(long)
+    worker.sync()
+    worker.rec.no_message()
+    assert worker.rec.errors.empty() and worker.conn.is_connected()
 
 
 @pytest.mark.parametrize("version", VERSIONS)

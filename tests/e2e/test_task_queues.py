@@ -123,38 +123,44 @@ def test_ack_in_time_prevents_redelivery(broker):
 
 
 @pytest.mark.parametrize("others", [0, 1])
-def test_late_ack_after_ack_timeout_is_an_error(broker, others):
-    """The ack id of an expired delivery is unknown: ACKing it is an ERROR, and it does not
-    settle the message's new delivery."""
+def test_a_late_ack_is_answered_and_the_slow_worker_keeps_its_connection(broker, others):
+    """The ACK of a delivery its ack timeout requeued is too late: its RECEIPT says so
+    (``ack-late:true``), it settles nothing (not the message's new delivery), and the worker
+    keeps its connection and its other delivery in flight, whose deadline it extended."""
     with Client(broker.port) as late, Client(broker.port) as other:
-        late.subscribe("/queue/at5", ack="client-individual", **{"ack-timeout": str(TIMEOUT)})
-        send_all(broker.port, "/queue/at5", ["m"])
-        first = late.message()
+        late.subscribe("/queue/at5", ack="client-individual", prefetch="2", **{"ack-timeout": str(TIMEOUT)})
+        send_all(broker.port, "/queue/at5", ["m", "kept"])
+        first, kept = late.messages(2)
+        assert control(late, "extend-ack", id=kept["ack"], **{"ack-timeout": "60"})["extended"] == "1"
         if others:
             other.subscribe("/queue/at5", ack="client-individual")
             again = other.message()
         else:
             again = late.message()
-        assert again["redelivery-count"] == "1"
-        late.frame("ACK", {"id": first["ack"], "receipt": "late"})
-        if not others:
-            late.stash.clear()
-        error = late.expect_error()
-        assert first["ack"] in error["message"], error
-        assert error.headers.get("receipt-id") == "late"
-        wait_sessions(broker, 1)
-        if others:
-            # the new delivery is untouched by the late ACK: it is still unacked, then settles
-            assert counts(other, "at5") == (1, 0, 1)
-            other.ack(again)
-        else:
-            # the late connection died: its new delivery went back to the queue
-            other.subscribe("/queue/at5", ack="client-individual")
-            third = other.message()
-            assert third.body == b"m"
-            assert int(third["redelivery-count"]) >= 2
-            other.ack(third)
+        assert (again.body, again["redelivery-count"]) == (b"m", "1")
+        assert late.request("ACK", {"id": first["ack"]})["ack-late"] == "true"
+        assert counts(other, "at5") == (2, 0, 2)  # the new delivery and the kept one, both in flight
+        late.ack(kept)
+        (other if others else late).ack(again)
         assert counts(other, "at5") == (0, 0, 0)
+        late.expect_nothing(wait=2 * TIMEOUT)  # no ERROR, nothing redelivered
+        wait_sessions(broker, 2)
+
+
+def test_extending_the_deadline_of_a_long_task_keeps_it_from_other_workers(broker):
+    """A task six ack timeouts long, its deadline extended every half timeout, is never
+    redelivered to the idle worker beside it, and its ACK then settles it."""
+    with Client(broker.port) as busy, Client(broker.port) as idle:
+        busy.subscribe("/queue/at-long", ack="client-individual", **{"ack-timeout": str(TIMEOUT)})
+        send_all(broker.port, "/queue/at-long", ["long"])
+        task = busy.message()
+        idle.subscribe("/queue/at-long", ack="client-individual")
+        for _ in range(12):
+            assert control(busy, "extend-ack", id=task["ack"], **{"ack-timeout": str(TIMEOUT)})["extended"] == "1"
+            idle.expect_nothing(wait=TIMEOUT / 2, sync=False)
+        busy.ack(task)
+        idle.expect_nothing(wait=2 * TIMEOUT)
+        assert counts(idle, "at-long") == (0, 0, 0)
 
 
 def test_connection_failed_by_error_gets_no_more_deliveries(broker):

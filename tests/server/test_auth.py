@@ -78,6 +78,7 @@ def test_a_bad_users_file_is_one_clear_error(tmp_path: Path, text: str, complain
         ("SEND", {"destination": "/control/count-msgs/queue/a"}, [("read", "/queue/a")]),
         ("SEND", {"destination": "/control/stats/exchange/x"}, [("read", "/exchange/x")]),
         ("SEND", {}, []),
+        ("SEND", {"destination": "/control/extend-ack", "id": "1", "ack-timeout": "60"}, []),  # its own deliveries
         ("ACK", {"destination": "/queue/a"}, []),
     ],
 )

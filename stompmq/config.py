@@ -256,7 +256,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("max-subscriptions", _int(1), 1000, "subscriptions one connection may hold at once", "N"),
     Option("max-connections-per-address", _optional_int, None, "connections one source IP address may hold at once (default unlimited); more are refused at once and do not count against --max-connections", "N"),
     Option("max-login-bytes", _login_budget, 16 * 1024**2, "bytes all connections not yet CONNECTED may buffer together; each reserves %d (its largest CONNECT frame), and a new connection past the budget is refused at once with an ERROR" % CONNECT_MAX_BYTES, "BYTES"),
-    Option("host-names", _names, (), "more names clients use for this server (DNS aliases, a load balancer): a CONNECT host header with one of them is in the default vhost, like localhost, IP addresses and the machine's name", "NAME,..."),
+    Option("host-names", _names, (), "more names clients use for this server (DNS aliases, a load balancer): a CONNECT host header with one of them is in the default vhost, like localhost, IP addresses and the machine's name; the management API and the WebSocket listeners answer only a Host among these names (no DNS rebinding; * lets any Host through)", "NAME,..."),
     Option("users-file", str, None, "TOML users file with hashed passwords and permissions (see 'stompmq users'); anonymous access is off", "FILE"),
 )
 

@@ -17,8 +17,8 @@ group (within ``--flush-interval``).
 With a users file the API needs HTTP basic credentials (``server/http_auth.py``).  Either
 way, two guards keep a web page the operator happens to visit from driving it: a request that changes something must carry
 ``content-type: application/json`` (which a cross-site form cannot send
-without a CORS preflight this server never grants), and on a loopback address
-only loopback host names are accepted (no DNS rebinding).
+without a CORS preflight this server never grants), and only a ``Host`` that is one of the
+broker's names is answered (``vhosts.own_host``: no DNS rebinding), as on the WebSocket listeners.
 
 A queue is a resource at ``/api/queues/{vhost}/{name}`` (each one percent-encoded path
 segment; ``queue_target``), with ``/purge``, ``/consumers``, ``/messages`` (a peek), ``/get``,
@@ -69,11 +69,11 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
-from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp
 
 from .. import __version__
 from ..broker import Broker, ClientError
@@ -98,6 +98,7 @@ from .runtime import Runtime
 from .security import Security
 from .settings import ServerSettings
 from .shovels import Shovels
+from .vhosts import machine_names, own_host
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -111,8 +112,6 @@ DASHBOARD = Path(__file__).parent / "dashboard"
 
 #: The ``broker`` of the counters on a store of one broker (which has no node id).
 SINGLE_BROKER = "local"
-#: Host names a loopback-bound API answers to.
-LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
 
 
 
@@ -199,6 +198,22 @@ class _JsonMutationsOnly(BaseHTTPMiddleware):
         if request.method not in ("GET", "HEAD", "OPTIONS"):
             if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
                 return JSONResponse({"error": "send content-type: application/json", "status": 415}, status_code=415)
+        return await call_next(request)
+
+
+class _OwnHostOnly(BaseHTTPMiddleware):
+    """400 for a ``Host`` that is none of the broker's names (``vhosts.own_host``: no DNS rebinding)."""
+
+    def __init__(self, app: ASGIApp, names: frozenset[str]) -> None:
+        super().__init__(app)
+        self.names = names
+
+    async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
+        host = request.headers.get("host")
+        if not own_host(host, self.names):
+            log.info("management API: refused a request to host %r, not a name of this broker (--host-names)", host)
+            return JSONResponse({"error": f"host {host!r} is not a name of this broker (--host-names)",
+                                 "status": 400}, status_code=400)
         return await call_next(request)
 
 
@@ -357,8 +372,7 @@ class ManagementApp:
         middleware = [Middleware(_JsonMutationsOnly)]
         if security is not None and security.users is not None:
             middleware.insert(0, Middleware(BasicAuth, security=security))
-        if settings.http_host in LOOPBACK:
-            middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=list(LOOPBACK)))
+        middleware.append(Middleware(_OwnHostOnly, names=machine_names(settings.host_names)))
         self.app = Starlette(
             routes=routes,
             middleware=middleware,

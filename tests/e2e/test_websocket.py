@@ -18,6 +18,7 @@ from stompmq.server.websocket import allowed_origins, choose_subprotocol, origin
 
 from ..support.broker_thread import BrokerThread
 from .test_tls import client_context, write_cert
+from ..support.users import write_users
 from ..support.wsclient import WSClient
 from ..support.waiting import wait_until
 
@@ -166,6 +167,31 @@ def test_a_cross_origin_browser_handshake_is_refused_unless_allowed(
         with WSClient(port, origin=origin, host=f"localhost:{port}") as client:
             assert isinstance(client.handshake, AcceptConnection), origin
             assert client.connect().command == "CONNECTED"
+
+
+@pytest.mark.parametrize("users", [False, True])
+def test_a_handshake_to_a_host_that_is_not_the_brokers_is_refused(
+    make_memory_broker: Callable[..., BrokerThread], tmp_path: Path, caplog: pytest.LogCaptureFixture, users: bool,
+) -> None:
+    """DNS rebinding: a page of evil.example whose name resolves to the broker sends its own
+    Host and a matching Origin; refused with and without a users file, while the broker's own
+    names and those of --host-names get through."""
+    users_file = write_users(tmp_path / "users.toml", {"alice": Permission()}) if users else None
+    broker = make_memory_broker(settings=ServerSettings(port=0, ws_port=0, users_file=users_file,
+                                                        host_names=("broker.example",)))
+    port = listener_port(broker.listeners[1])
+    for host in (f"evil.example:{port}", "evil.example"):
+        with caplog.at_level(logging.INFO, logger="stompmq.server.websocket"):
+            evil = WSClient(port, origin=f"http://{host}", host=host)
+        assert isinstance(evil.handshake, RejectConnection) and evil.handshake.status_code == 403, host
+        evil.close()
+    refusals = [r for r in caplog.records if "not a name of this broker" in r.getMessage()]
+    assert len(refusals) == 2 and all(r.levelno == logging.INFO and r.exc_info is None for r in refusals)
+    login = {"login": "alice", "passcode": "pw-alice"} if users else {}
+    for host in (f"localhost:{port}", f"127.0.0.1:{port}", f"broker.example:{port}"):
+        with WSClient(port, origin=f"http://{host}", host=host) as client:
+            assert isinstance(client.handshake, AcceptConnection), host
+            assert client.connect(**login).command == "CONNECTED"
 
 
 def test_wss_with_a_client_certificate_from_another_origin_is_not_a_login(

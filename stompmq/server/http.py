@@ -694,7 +694,8 @@ class ManagementApp:
             raise HTTPException(503, f"{' and '.join(sorted(alarms))} alarm set: publishing is blocked until it "
                                      "clears (GET /api/alarms)", headers={"retry-after": str(int(CHECK_SECONDS))})
         self.runtime.tick()
-        engine.publish(name, headers, body.encode())
+        user: User | None = request.scope.get(USER_SCOPE)
+        engine.publish(name, headers, body.encode(), None if user is None else user.name)
         log.info("a message published to queue %s of vhost %s through the management API", name, vhost)
         return JSONResponse({"name": name, "vhost": vhost, "published": True}, status_code=201)
 

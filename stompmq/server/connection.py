@@ -288,7 +288,10 @@ class Connection:
             self.frames_in += len(frames)
             if log.isEnabledFor(logging.DEBUG):  # once per read, not per frame
                 for frame in frames:
-                    log.debug("connection %s: %s %s", self.id, frame.command, frame.headers)
+                    headers = frame.headers
+                    if "passcode" in headers:  # a CONNECT's: never in a log
+                        headers = {**headers, "passcode": "***"}
+                    log.debug("connection %s: %s %s", self.id, frame.command, headers)
             run = []
             for frame in frames:
                 command = frame.command

@@ -149,12 +149,12 @@ class WebSocketStream(trio.abc.HalfCloseableStream):
             if self._closed:
                 return b""
             data = await self.transport_stream.receive_some(min(max_bytes or RECEIVE_BYTES, RECEIVE_BYTES))
-            self._ws.receive_data(bytes(data) or None)
             try:
+                self._ws.receive_data(bytes(data) or None)  # a bad handshake raises here
                 for event in self._ws.events():
                     await self._on_event(event)
             except RemoteProtocolError as e:
-                log.info("websocket: protocol error: %s", e)
+                log.info("websocket: protocol error from a client: %s", e)
                 self._closed = True
                 if e.event_hint is not None and not self._open:
                     await self._reply(e.event_hint)

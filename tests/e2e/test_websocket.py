@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import socket
 import ssl
 from collections.abc import Callable
 from pathlib import Path
@@ -228,3 +229,31 @@ def test_a_client_gone_without_a_close_frame_is_one_quiet_line(
     wait_until(lambda: "disconnected after" in caplog.text, "the disconnection logged")
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING and "ready" not in r.getMessage()]
     assert "Traceback" not in caplog.text and not any(r.exc_info for r in caplog.records)
+
+
+@pytest.mark.parametrize("handshake", [
+    b"GET /ws HTTP/1.1\r\nHost: localhost\r\n\r\n",  # no Upgrade: a plain HTTP request
+    b"GET /ws HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",  # no key
+    b"hello there\r\n\r\n",  # not HTTP at all
+    b"GET /ws HTTP/1.1\r\nHost: localhost\r\n" + b"X: " + b"y" * 70_000 + b"\r\n\r\n",  # too long
+    b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + bytes(64),  # a TLS ClientHello on the plain port
+])
+def test_a_bad_handshake_is_one_quiet_line(ws_port: int, caplog: pytest.LogCaptureFixture, handshake: bytes) -> None:
+    """A bad handshake is the client's mistake, not the broker's: one INFO line, no traceback,
+    and the broker serves the next client."""
+    caplog.set_level(logging.DEBUG, logger="stompmq")
+    with socket.create_connection(("127.0.0.1", ws_port), timeout=5) as sock:
+        try:
+            sock.sendall(handshake)
+            sock.shutdown(socket.SHUT_WR)
+            while sock.recv(65536):
+                pass
+        except OSError:
+            pass  # the broker may close first
+    wait_until(lambda: "disconnected after" in caplog.text or "websocket:" in caplog.text, "the bad handshake logged")
+    with WSClient(ws_port) as client:
+        assert client.connect().command == "CONNECTED"
+    loud = [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+    assert not loud and "Traceback" not in caplog.text, caplog.text
+    websocket_lines = [r for r in caplog.records if r.name.endswith("websocket") and r.levelno >= logging.INFO]
+    assert len(websocket_lines) <= 1, caplog.text

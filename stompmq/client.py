@@ -78,6 +78,11 @@ class StompUrl:
         return f"{self.host}:{self.port}"
 
 
+#: The CONNECT header of a relay (``relay:true``): a client forwarding another broker's messages
+#: (a shovel), whose SENDs keep the headers only a broker sets (broker/send_headers.py).
+RELAY_HEADER = "relay"
+
+
 class StompConnection:
     """One CONNECTed session: ``send`` frames, ``next_frame`` reads them."""
 
@@ -90,9 +95,13 @@ class StompConnection:
         self._receipts = 0
 
     @classmethod
-    async def open(cls, url: StompUrl, vhost: str | None = None) -> StompConnection:
-        """Connect and log in; ``vhost`` overrides the URL's.  ClientError on any failure."""
+    async def open(cls, url: StompUrl, vhost: str | None = None, *, relay: bool = False) -> StompConnection:
+        """Connect and log in; ``vhost`` overrides the URL's; ``relay``: as a relay of another
+        broker's messages (a shovel's target: CONNECT ``relay:true``, send_headers.py).
+        ClientError on any failure."""
         headers = {"accept-version": "1.2", "host": vhost or url.vhost or "/", "heart-beat": "0,0"}
+        if relay:
+            headers[RELAY_HEADER] = "true"
         if url.login is not None:
             headers["login"] = url.login
             headers["passcode"] = url.passcode or ""

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import sys
 from contextvars import ContextVar
 from datetime import datetime, timezone
@@ -26,8 +25,28 @@ TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 def masked(url: str) -> str:
-    """``url`` with its password replaced by ``***``: a store or shovel URL as logs and answers show it."""
-    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
+    """``url`` with its password replaced by ``***``: a store or shovel URL as logs and answers show it.
+
+    Parsed as ``urllib.parse`` parses it for the connection (the user information ends at the
+    last ``@`` of the authority), never matched with a pattern, so a password holding ``@``,
+    ``:`` or ``%`` is hidden whole.  A raw ``/`` in a password ends the authority early for the
+    parser too; then everything from the user's ``:`` to the URL's last ``@`` is hidden."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    authority, slash, path = rest.partition("/")
+    if "@" not in authority and ":" in authority and "@" in path:  # a raw "/" in the password
+        authority, path = authority + slash + path, ""
+        slash = ""
+        userinfo, _, host = authority.rpartition("@")
+        if "/" in host:
+            host, slash, path = host.partition("/")
+    else:
+        userinfo, _, host = authority.rpartition("@")
+    user, colon, _ = userinfo.partition(":")
+    if not colon:
+        return url
+    return f"{scheme}://{user}:***@{host}{slash}{path}"
 
 
 class _LoggedSession(Protocol):

@@ -99,7 +99,7 @@ class Shovel:
         self.outstanding = {}
         source = await StompConnection.open(self.source)
         try:
-            target = await StompConnection.open(self.target)
+            target = await StompConnection.open(self.target, relay=True)
         except BaseException:
             await source.stream.aclose()
             raise

@@ -59,6 +59,9 @@ class BrokerConfig:
     max_queue_bytes: int | None = None
     #: Subscriptions one connection may hold at once (a limit against abuse).
     max_subscriptions: int = 1000
+    #: The broker sets ``user-id`` and ``JMSXUserID`` of every SEND to the sender's login
+    #: (send_headers.py); off, a SEND may carry only its own login there.
+    stamp_user_id: bool = False
     #: TOML or JSON file of exchanges, queues and bindings applied at start.
     definitions: str | None = None
     #: Where the unguessable part of reply queue names comes from (temp_queues.py); the

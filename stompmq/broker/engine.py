@@ -66,7 +66,7 @@ from .queue import Queue
 from .reads import Reads, StoreRead
 from .receipts import Headers, Receipts
 from .routing import Router
-from .send_headers import SPECIAL_HEADERS, send_options, user_headers
+from .send_headers import SPECIAL_HEADERS, send_options, sender_headers, user_headers
 from .session import Outbox, Session, Subscription
 from .streams import (
     STREAM_FOLLOW_RETRY,
@@ -201,9 +201,11 @@ class Broker:
         self._takes += 1
         return Take(self.subscriptions, self.acks, self.dispatcher, f"take-{self._takes}", queue, count)
 
-    def publish(self, queue: str, headers: dict[str, str], body: bytes) -> None:
-        """Put a message in ``queue`` as a SEND with these headers would (priority, expiry, delay),
-        outside any session; ClientError for a bad header or a full ``reject-publish`` queue."""
+    def publish(self, queue: str, headers: dict[str, str], body: bytes, login: str | None = None) -> None:
+        """Put a message in ``queue`` as a SEND with these headers from ``login`` would (priority,
+        expiry, delay, the broker's own headers), outside any session; ClientError for a bad header
+        or a full ``reject-publish`` queue."""
+        headers = sender_headers(headers, login, False, self.config.stamp_user_id)
         priority, ack_timeout, expires, deliver_at = send_options(headers, self.clock.wall_ms)
         self.dispatcher.publish(queue, user_headers(headers), body, priority, ack_timeout, expires, deliver_at)
 
@@ -309,9 +311,10 @@ class Broker:
 
     # -- sessions -------------------------------------------------------------------------------
     def open_session(
-        self, session_id: str, version: str, outbox: Outbox, login: str | None = None, client_id: str | None = None
+        self, session_id: str, version: str, outbox: Outbox, login: str | None = None, client_id: str | None = None,
+        relay: bool = False,
     ) -> Session:
-        session = Session(session_id, version, outbox, login, client_id)
+        session = Session(session_id, version, outbox, login, client_id, relay)
         self.sessions[session_id] = session
         return session
 
@@ -405,7 +408,9 @@ class Broker:
             return
         acks, on_send, send_receipt = self.acks, self._on_send, self.receipts.send
         dispatcher = self.dispatcher
-        publish, special, queue_kind = dispatcher.publish, SPECIAL_HEADERS, Kind.QUEUE
+        # With stamp_user_id every SEND gets the sender's login: none takes the plain path below.
+        publish, special = dispatcher.publish, SPECIAL_HEADERS
+        queue_kind = None if self.config.stamp_user_id else Kind.QUEUE
         pacing = self.dispatcher.pacing
         if pacing:  # left by a publish outside any client's frame (a timer's): nobody to pace
             pacing.clear()
@@ -530,6 +535,10 @@ class Broker:
             if dest.name == EXTEND_ACK:  # the connection's own deliveries, not a resource's
                 return self.acks.extend(session, headers)
             return self.control.run(dest.name, frame)
+        forwarded = sender_headers(headers, session.login, session.relay, self.config.stamp_user_id)
+        if forwarded is not headers:
+            frame = Frame(frame.command, forwarded, frame.body)
+            headers = forwarded
         if kind is Kind.AMQ_QUEUE and not self._existing_queue(session, frame, dest.name):
             return HELD
         if kind is Kind.TOPIC and dest.name.endswith(WILDCARD):

@@ -28,9 +28,49 @@ MAX_SECONDS = MAX_MS / 1000
 #: The largest count (max-length, max-length-bytes): below 2**63, what the store holds.
 MAX_COUNT = 10**18
 LIFECYCLE_HEADERS = frozenset({EXPIRES, TTL, DELAY, DELIVER_AT, AMQ_SCHEDULED_DELAY})
-#: Headers that make a SEND more than a plain message (options, a reply-to, a transaction):
-#: a SEND without any of them is published with the defaults, its options never read.
-SPECIAL_HEADERS = LIFECYCLE_HEADERS | {"priority", "ack-timeout", "reply-to", "transaction"}
+#: The identity headers: who published a message (RabbitMQ's ``user-id``, ActiveMQ's ``JMSXUserID``).
+IDENTITY_HEADERS = ("user-id", "JMSXUserID")
+#: What the broker says about a message (or a relay of another broker's: a shovel), never its sender:
+#: why and from where it was dead-lettered, a shovel's possible-duplicate mark, delivery counts.
+BROKER_FACTS = frozenset({
+    "original-destination", "dead-letter-reason", "shovel-redelivered",
+    "x-delivery-count", "JMSXDeliveryCount", "x-death", "x-first-death-reason", "x-first-death-queue",
+})
+#: SEND headers the broker must see before it forwards a SEND (``sender_headers``).
+SENDER_HEADERS = BROKER_FACTS | frozenset(IDENTITY_HEADERS)
+#: Headers that make a SEND more than a plain message (options, a reply-to, a transaction, a
+#: header only the broker may set): a SEND without any of them is published with the defaults,
+#: its options never read.
+SPECIAL_HEADERS = LIFECYCLE_HEADERS | SENDER_HEADERS | {"priority", "ack-timeout", "reply-to", "transaction"}
+
+
+def sender_headers(headers: dict[str, str], login: str | None, relay: bool, stamp: bool) -> dict[str, str]:
+    """A SEND's headers as the broker takes them from a sender logged in as ``login``.
+
+    An identity header naming anyone but ``login`` is an ERROR (RabbitMQ refuses such a
+    ``user-id``), and the broker's facts are dropped, unless the sender is a ``relay`` (a
+    shovel forwarding what another broker said, its user tagged ``impersonator``); with
+    ``stamp`` the broker sets both identity headers to ``login`` itself (ActiveMQ's
+    ``populateJMSXUserID``; none without a login).  ``headers`` itself when nothing changes.
+    """
+    if not stamp and (relay or SENDER_HEADERS.isdisjoint(headers)):
+        return headers
+    if not relay:
+        for name in IDENTITY_HEADERS:
+            value = headers.get(name)
+            if value is not None and value != login:
+                raise ClientError(f"{name} {value!r} is not the login of this connection "
+                                  f"({'none' if login is None else repr(login)}): the broker's header, not the sender's")
+        headers = headers_without(headers, BROKER_FACTS)
+    else:
+        headers = dict(headers)
+    if stamp:
+        for name in IDENTITY_HEADERS:
+            if login is None:
+                headers.pop(name, None)
+            elif not relay or name not in headers:
+                headers[name] = login
+    return headers
 
 
 def user_headers(headers: dict[str, str]) -> dict[str, str]:

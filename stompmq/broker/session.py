@@ -93,6 +93,7 @@ class Session:
         "expired",
         "closed",
         "login",
+        "relay",
         "fail",
         "throttled_by",
         "paced",
@@ -105,9 +106,12 @@ class Session:
     )
 
     def __init__(
-        self, session_id: str, version: str, outbox: Outbox, login: str | None = None, client_id: str | None = None
+        self, session_id: str, version: str, outbox: Outbox, login: str | None = None, client_id: str | None = None,
+        relay: bool = False,
     ) -> None:
         self.id = session_id
+        #: May SEND others' identity headers and the broker's facts (a shovel's: send_headers.py)
+        self.relay = relay
         self.client_id = client_id  # CONNECT's client-id: scopes ActiveMQ durable subscriptions
         self.version = version
         self.outbox = outbox

@@ -50,7 +50,10 @@ from ..vhost_names import DEFAULT_VHOST
 
 #: scrypt cost: N=2**14, r=8, p=1 is 16 MiB of memory per hash (the interactive-login setting).
 SCRYPT_N, SCRYPT_R, SCRYPT_P = 2**14, 8, 1
-KNOWN_TAGS = frozenset({"administrator", "monitoring"})
+#: ``impersonator`` (RabbitMQ's tag): a relay (a shovel) that may SEND others' user-id and the
+#: broker's own headers (broker/send_headers.py), with CONNECT ``relay:true``.
+IMPERSONATOR = "impersonator"
+KNOWN_TAGS = frozenset({"administrator", "monitoring", IMPERSONATOR})
 #: ``/control`` verbs that change the broker (``configure``); every other verb only reads.
 CONFIGURE_VERBS = frozenset({"purge", "delete", "declare", "bind", "unbind"})
 

@@ -63,6 +63,7 @@ import trio
 from .. import __version__
 from ..broker import ClientError, Session
 from ..broker.flow import Hold
+from ..client import RELAY_HEADER
 from ..protocol import (
     Frame,
     FrameParser,
@@ -74,7 +75,7 @@ from ..protocol import (
     parse_heart_beat,
 )
 from ..vhost_names import DEFAULT_VHOST, vhost_name_error
-from .auth import Permission, User, required_permissions
+from .auth import IMPERSONATOR, Permission, User, required_permissions
 from .flow import AT_DISCONNECT, AT_SEND, BETWEEN_READS, ReadGate
 from .heartbeats import HeartBeats
 from .outbox import SOFT_LIMIT, ConnectionOutbox
@@ -315,7 +316,10 @@ class Connection:
             self.frames_in += len(frames)
             if log.isEnabledFor(logging.DEBUG):  # once per read, not per frame
                 for frame in frames:
-                    log.debug("connection %s: %s %s", self.id, frame.command, frame.headers)
+                    headers = frame.headers
+                    if "passcode" in headers:  # a CONNECT's: never in a log
+                        headers = {**headers, "passcode": "***"}
+                    log.debug("connection %s: %s %s", self.id, frame.command, headers)
             run = []
             for frame in frames:
                 command = frame.command
@@ -436,11 +440,12 @@ class Connection:
             self._error(e.message)
         send_ms, expect_ms = heart_beat_intervals(client_beats, settings.heart_beat)
         self._enter_vhost(headers)
+        relay = self._relay(headers)
         self.send_every = send_ms / 1000
         self.expect_every = expect_ms / 1000
         self.parser.version = version
         self.session = session = self.broker.open_session(
-            self.id, version, self.outbox, self.login or headers.get("login"), headers.get("client-id")
+            self.id, version, self.outbox, self.login or headers.get("login"), headers.get("client-id"), relay
         )
         self.gate.enter(self.broker, session)
         self._heart_beats.watch(self, trio.current_time())  # heart-beats start now
@@ -472,6 +477,23 @@ class Connection:
             self._error(f"access refused: no permissions on vhost {vhost}", headers.get("receipt"))
         self.vhost = vhost
         self.broker = self.runtime.engines[vhost]
+
+    def _relay(self, headers: dict[str, str]) -> bool:
+        """CONNECT's ``relay:true``: this client forwards what another broker said (a shovel), so
+        its SENDs keep the broker's headers and others' user-id (``broker/send_headers.py``).
+        With users only a user tagged ``impersonator`` is a relay; anyone without users (who may
+        do everything anyway).  Another user saying so is an ordinary client, with one WARNING:
+        a shovel into this broker keeps moving messages, without the headers it relays."""
+        value = headers.get(RELAY_HEADER)
+        if value is None or value.lower() == "false":
+            return False
+        if value.lower() != "true":
+            self._error(f"{RELAY_HEADER} must be true or false, not {value!r}", headers.get("receipt"))
+        if self.user is not None and IMPERSONATOR not in self.user.tags:
+            log.warning("connection %s: user %r from %s is no relay (no %s tag): its SENDs lose the broker's "
+                        "headers and may name only its own user-id", self.id, self.login, self.peer, IMPERSONATOR)
+            return False
+        return True
 
     def _declare_vhost(self, session: Session, frame: Frame) -> None:
         """``/control/declare/vhost/NAME``: administrators only (anyone without users)."""

@@ -17,16 +17,18 @@ group (within ``--flush-interval``).
 With a users file the API needs HTTP basic credentials (``server/http_auth.py``).  Either
 way, two guards keep a web page the operator happens to visit from driving it: a request that changes something must carry
 ``content-type: application/json`` (which a cross-site form cannot send
-without a CORS preflight this server never grants), and on a loopback address
-only loopback host names are accepted (no DNS rebinding).
+without a CORS preflight this server never grants), and only a ``Host`` that is one of the
+broker's names is answered (``vhosts.own_host``: no DNS rebinding), as on the WebSocket listeners.
 
 A queue is a resource at ``/api/queues/{vhost}/{name}`` (each one percent-encoded path
 segment; ``queue_target``), with ``/purge``, ``/consumers``, ``/messages`` (a peek), ``/get``,
 ``/move`` and ``/publish`` under it; anything unknown (a vhost, a queue, an action) is a 404
 with a reason, never an empty success.  Get and move take messages through the engine as a
 consumer of their own does (``broker/take.py``), then read the store, so they answer once what
-they did is committed; with a users file they also need the user's ``read`` permission on the
-queue (and ``write`` on a move's target), resolved as resources like a STOMP frame's.  A
+they did is committed.  ``ROUTES`` is every route with what it needs: with a users file, a tag
+(``http_auth.py``) and, for a route that shows or moves messages or changes something in a
+vhost, the user's permissions there, whatever its tag, resolved as resources like a STOMP
+frame's (docs/security.md has the table).  A
 publish while a resource alarm is set is refused (503): a publisher is held back, an HTTP
 request should not hang.  The exchange and topic routes and the queue list take
 ``?vhost=NAME`` (default ``/``), as does ``/api/streams`` (offsets and consumer groups' lag);
@@ -57,6 +59,7 @@ import time
 import urllib.parse
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import trio
@@ -66,11 +69,11 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
-from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp
 
 from .. import __version__
 from ..broker import Broker, ClientError
@@ -87,14 +90,15 @@ from ..storage.base import StoredMessage, StoreError
 from ..vhost_names import DEFAULT_VHOST, vhost_name_error
 from .connection import Connection
 from .alarms import CHECK_SECONDS
-from .auth import User
+from .auth import User, required_permissions
 from .history import Counters, Point, QueueKey, RateHistory
-from .http_auth import USER_SCOPE, BasicAuth
+from .http_auth import OPEN_PATHS, READ_METHODS, USER_SCOPE, BasicAuth
 from .metrics import metrics_route
 from .runtime import Runtime
 from .security import Security
 from .settings import ServerSettings
 from .shovels import Shovels
+from .vhosts import machine_names, own_host
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -108,9 +112,83 @@ DASHBOARD = Path(__file__).parent / "dashboard"
 
 #: The ``broker`` of the counters on a store of one broker (which has no node id).
 SINGLE_BROKER = "local"
-#: Host names a loopback-bound API answers to.
-LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
 
+
+
+@dataclass(frozen=True, slots=True)
+class ApiRoute:
+    """One method of one path of the API and what a caller needs for it (docs/security.md's table).
+
+    The tag follows from the method (``http_auth.py``): GET and HEAD need ``monitoring`` or
+    ``administrator``, anything else ``administrator``, the probes nothing.  ``needs`` are the
+    permissions on the vhost of the resource, whatever the tag, as ``ACTION RESOURCE`` with the
+    request's names in capitals (``/queue/NAME``; ``TO`` and ``QUEUE`` are a body's or the
+    path's other queue): a route that reads or moves messages or declares, deletes or binds
+    something needs them as a STOMP frame doing the same would (RabbitMQ's rule, administrators
+    included); a route without them shows counts, names and settings, never a message.
+    ``vhost`` says where the request names its vhost: ``path``, ``query`` (``?vhost=``,
+    default ``/``) or ``""`` (broker-wide)."""
+
+    method: str
+    path: str
+    handler: str  # the ManagementApp method
+    needs: tuple[str, ...] = ()
+    vhost: str = ""
+
+    @property
+    def tag(self) -> str:
+        """The tag a caller needs: ``none``, ``monitoring`` (or administrator) or ``administrator``."""
+        if self.path in OPEN_PATHS:
+            return "none"
+        return "monitoring" if self.method in READ_METHODS else "administrator"
+
+
+#: The queue resource's path; its actions are ``QUEUE_PATH/ACTION``.
+QUEUE_PATH = "/api/queues/{vhost}/{name}"
+#: The ``handler`` of the dashboard's static files (a mount, not a method).
+DASHBOARD_ROUTE = "dashboard"
+_QUEUE_CONFIGURE = ("configure /queue/NAME",)
+_EXCHANGE_CONFIGURE = ("configure /exchange/NAME",)
+_BINDING = ("configure /exchange/NAME", "configure /queue/QUEUE")
+#: Every route of the API, the one list the server is built from and the tests walk.
+ROUTES: tuple[ApiRoute, ...] = (
+    ApiRoute("GET", "/healthz", "healthz"),
+    ApiRoute("GET", "/readyz", "readyz"),
+    ApiRoute("GET", "/metrics", "metrics"),
+    ApiRoute("GET", "/api/overview", "overview"),
+    ApiRoute("GET", "/api/history", "total_history"),
+    ApiRoute("GET", "/api/alarms", "get_alarms"),
+    ApiRoute("PUT", "/api/alarms", "set_alarm_limits"),
+    ApiRoute("GET", "/api/cluster", "cluster"),
+    ApiRoute("GET", "/api/vhosts", "list_vhosts"),
+    ApiRoute("PUT", "/api/vhosts/{name:path}", "declare_vhost"),
+    ApiRoute("GET", "/api/queues", "list_queues", vhost="query"),
+    ApiRoute("GET", QUEUE_PATH, "get_queue", vhost="path"),
+    ApiRoute("DELETE", QUEUE_PATH, "delete_queue", _QUEUE_CONFIGURE, "path"),
+    ApiRoute("POST", QUEUE_PATH + "/purge", "purge_queue", _QUEUE_CONFIGURE, "path"),
+    ApiRoute("GET", QUEUE_PATH + "/consumers", "queue_consumers", vhost="path"),
+    ApiRoute("GET", QUEUE_PATH + "/messages", "peek_messages", ("read /queue/NAME",), "path"),
+    ApiRoute("POST", QUEUE_PATH + "/publish", "publish_message", ("write /queue/NAME",), "path"),
+    ApiRoute("POST", QUEUE_PATH + "/get", "get_messages", ("read /queue/NAME",), "path"),
+    ApiRoute("POST", QUEUE_PATH + "/move", "move_messages", ("read /queue/NAME", "write /queue/TO"), "path"),
+    ApiRoute("GET", QUEUE_PATH + "/history", "queue_history", vhost="path"),
+    ApiRoute("GET", "/api/exchanges", "list_exchanges", vhost="query"),
+    ApiRoute("DELETE", "/api/exchanges/{name}/bindings/{queue:path}", "unbind", _BINDING, "query"),
+    ApiRoute("POST", "/api/exchanges/{name}/bindings", "bind", _BINDING, "query"),
+    ApiRoute("GET", "/api/exchanges/{name}", "get_exchange", vhost="query"),
+    ApiRoute("PUT", "/api/exchanges/{name}", "declare_exchange", _EXCHANGE_CONFIGURE, "query"),
+    ApiRoute("DELETE", "/api/exchanges/{name}", "delete_exchange", _EXCHANGE_CONFIGURE, "query"),
+    ApiRoute("GET", "/api/topics", "list_topics", vhost="query"),
+    ApiRoute("GET", "/api/streams", "list_streams", vhost="query"),
+    ApiRoute("GET", "/api/shovels", "list_shovels"),
+    ApiRoute("GET", "/api/shovels/{name}", "get_shovel"),
+    ApiRoute("PUT", "/api/shovels/{name}", "declare_shovel"),
+    ApiRoute("DELETE", "/api/shovels/{name}", "delete_shovel"),
+    ApiRoute("GET", "/api/connections", "list_connections"),
+    ApiRoute("GET", "/api/connections/{id}", "get_connection"),
+    ApiRoute("DELETE", "/api/connections/{id}", "close_connection"),
+    ApiRoute("GET", "/{file:path}", DASHBOARD_ROUTE),
+)
 
 
 class _JsonMutationsOnly(BaseHTTPMiddleware):
@@ -120,6 +198,22 @@ class _JsonMutationsOnly(BaseHTTPMiddleware):
         if request.method not in ("GET", "HEAD", "OPTIONS"):
             if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
                 return JSONResponse({"error": "send content-type: application/json", "status": 415}, status_code=415)
+        return await call_next(request)
+
+
+class _OwnHostOnly(BaseHTTPMiddleware):
+    """400 for a ``Host`` that is none of the broker's names (``vhosts.own_host``: no DNS rebinding)."""
+
+    def __init__(self, app: ASGIApp, names: frozenset[str]) -> None:
+        super().__init__(app)
+        self.names = names
+
+    async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
+        host = request.headers.get("host")
+        if not own_host(host, self.names):
+            log.info("management API: refused a request to host %r, not a name of this broker (--host-names)", host)
+            return JSONResponse({"error": f"host {host!r} is not a name of this broker (--host-names)",
+                                 "status": 400}, status_code=400)
         return await call_next(request)
 
 
@@ -260,55 +354,25 @@ class ManagementApp:
         #: whose counters this API and /metrics show (see the module docstring)
         self.broker_id = runtime.store.node_id or SINGLE_BROKER
         self.store_metrics = runtime.store_metrics
+        self.metrics = metrics_route(self)
 
         #: (action after the queue's path or None, method) -> handler
         self.queue_actions: dict[tuple[str | None, str], QueueHandler] = {
-            (None, "GET"): self.get_queue,
-            (None, "DELETE"): self.delete_queue,
-            ("purge", "POST"): self.purge_queue,
-            ("consumers", "GET"): self.queue_consumers,
-            ("messages", "GET"): self.peek_messages,
-            ("publish", "POST"): self.publish_message,
-            ("get", "POST"): self.get_messages,
-            ("move", "POST"): self.move_messages,
-            ("history", "GET"): self.queue_history,
+            (route.path.removeprefix(QUEUE_PATH).removeprefix("/") or None, route.method): getattr(self, route.handler)
+            for route in ROUTES if route.path.startswith(QUEUE_PATH)
         }
         routes: list[BaseRoute] = [
-            Route("/healthz", self.healthz),
-            Route("/readyz", self.readyz),
-            Route("/metrics", metrics_route(self)),
-            Route("/api/overview", self.overview),
-            Route("/api/history", self.total_history),
-            Route("/api/alarms", self.get_alarms),
-            Route("/api/alarms", self.set_alarm_limits, methods=["PUT"]),
-            Route("/api/cluster", self.cluster),
-            Route("/api/vhosts", self.list_vhosts),
-            Route("/api/vhosts/{name:path}", self.declare_vhost, methods=["PUT"]),
-            Route("/api/queues", self.list_queues),
-            Route("/api/queues/{rest:path}", self.queue_resource, methods=["GET", "POST", "DELETE"]),
-            Route("/api/exchanges", self.list_exchanges),
-            Route("/api/exchanges/{name}/bindings/{queue:path}", self.unbind, methods=["DELETE"]),
-            Route("/api/exchanges/{name}/bindings", self.bind, methods=["POST"]),
-            Route("/api/exchanges/{name}", self.get_exchange, methods=["GET"]),
-            Route("/api/exchanges/{name}", self.declare_exchange, methods=["PUT"]),
-            Route("/api/exchanges/{name}", self.delete_exchange, methods=["DELETE"]),
-            Route("/api/topics", self.list_topics),
-            Route("/api/streams", self.list_streams),
-            Route("/api/shovels", self.list_shovels),
-            Route("/api/shovels/{name}", self.get_shovel, methods=["GET"]),
-            Route("/api/shovels/{name}", self.declare_shovel, methods=["PUT"]),
-            Route("/api/shovels/{name}", self.delete_shovel, methods=["DELETE"]),
-            Route("/api/connections", self.list_connections),
-            Route("/api/connections/{id}", self.get_connection, methods=["GET"]),
-            Route("/api/connections/{id}", self.close_connection, methods=["DELETE"]),
+            Route(route.path, getattr(self, route.handler), methods=[route.method])
+            for route in ROUTES if not route.path.startswith(QUEUE_PATH) and route.handler != DASHBOARD_ROUTE
         ]
+        routes.append(Route("/api/queues/{rest:path}", self.queue_resource,
+                            methods=sorted({m for _, m in self.queue_actions})))
         if DASHBOARD.is_dir():
-            routes.append(Mount("/", StaticFiles(directory=DASHBOARD, html=True)))
+            routes.append(Mount("/", StaticFiles(directory=DASHBOARD, html=True), name=DASHBOARD_ROUTE))
         middleware = [Middleware(_JsonMutationsOnly)]
         if security is not None and security.users is not None:
             middleware.insert(0, Middleware(BasicAuth, security=security))
-        if settings.http_host in LOOPBACK:
-            middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=list(LOOPBACK)))
+        middleware.append(Middleware(_OwnHostOnly, names=machine_names(settings.host_names)))
         self.app = Starlette(
             routes=routes,
             middleware=middleware,
@@ -321,7 +385,7 @@ class ManagementApp:
 
     def engine(self, request: Request) -> Broker:
         """The engine of the request's ``vhost`` parameter (default ``/``); 404 if there is none."""
-        vhost = request.query_params.get("vhost", DEFAULT_VHOST)
+        vhost = _query_vhost(request)
         engine = self.engines.get(vhost)
         if engine is None:
             raise HTTPException(404, f"no vhost {vhost!r}")
@@ -335,8 +399,16 @@ class ManagementApp:
         return answer
 
     def administer(self, engine: Broker, path: str, headers: dict[str, str] | None = None) -> Any:
+        """Run ``/control/PATH`` unchecked: the counts every route may show."""
         self.runtime.tick()
         return engine.administer(path, headers)
+
+    def change(self, request: Request, vhost: str, engine: Broker, path: str,
+               headers: dict[str, str] | None = None) -> Any:
+        """Run ``/control/PATH`` if the request's user may: the permissions a STOMP client's SEND to
+        it needs (``required_permissions``), on ``vhost``, so both surfaces grant the same."""
+        _authorise(request, vhost, required_permissions("SEND", {**(headers or {}), "destination": "/control/" + path}))
+        return self.administer(engine, path, headers)
 
     # -- health ---------------------------------------------------------------------------------
     async def healthz(self, request: Request) -> Response:
@@ -531,13 +603,13 @@ class ManagementApp:
                           request: Request) -> Response:
         """Drop the ready messages; ``purged`` is how many were ready as the purge began (counted
         by the read just before it: a message sent meanwhile may be purged too)."""
-        self.administer(engine, "purge/queue/" + name)
+        self.change(request, vhost, engine, "purge/queue/" + name)
         log.info("queue %s of vhost %s purged through the management API (%d messages)", name, vhost, counts[0])
         return JSONResponse({"name": name, "vhost": vhost, "purged": counts[0]})
 
     async def delete_queue(self, engine: Broker, vhost: str, name: str, counts: tuple[int, int],
                            request: Request) -> Response:
-        self.administer(engine, "delete/queue/" + name)
+        self.change(request, vhost, engine, "delete/queue/" + name)
         log.info("queue %s of vhost %s deleted through the management API", name, vhost)
         return JSONResponse({"name": name, "vhost": vhost, "deleted": True, "purged": counts[0]})
 
@@ -545,6 +617,7 @@ class ManagementApp:
                             request: Request) -> Response:
         """``?count=N`` (default 10): the first ready messages, in delivery order, consuming none."""
         count = _count_param(request, "count", DEFAULT_PEEK, MAX_PEEK)
+        _authorise(request, vhost, [("read", _queue_resource(name))])
         messages = await self.answer(engine, engine.peek(name, count))
         return JSONResponse({"items": [_message_json(msg) for msg in messages]})
 
@@ -555,7 +628,7 @@ class ManagementApp:
         body = await _json_object(request)
         _only_fields(body, {"count"}, "a get has count")
         count = _json_count(body, "count", None, MAX_GET)
-        _authorise(request, vhost, [("read", name)])
+        _authorise(request, vhost, [("read", _queue_resource(name))])
         messages = await self._take(engine, name, count, Take.ack)
         log.info("%d messages of queue %s of vhost %s taken through the management API", len(messages), name, vhost)
         return JSONResponse({"items": [_message_json(msg) for msg in messages]})
@@ -574,7 +647,7 @@ class ManagementApp:
         if target == name:
             raise HTTPException(400, "to names the queue itself: move to another queue")
         count = _json_count(body, "count", MAX_MOVE, MAX_MOVE)
-        _authorise(request, vhost, [("read", name), ("write", target)])
+        _authorise(request, vhost, [("read", _queue_resource(name)), ("write", _queue_resource(target))])
         moved, stopped = await self._take(engine, name, count, lambda take: take.move(target))
         log.info("%d messages of queue %s of vhost %s moved to queue %s through the management API", moved, name,
                  vhost, target)
@@ -606,6 +679,7 @@ class ManagementApp:
                               request: Request) -> Response:
         """``{"body": TEXT, "headers": {NAME: VALUE}}``: a message as a SEND without receipt would
         put it (stored within --flush-interval; priority, ttl, delay headers apply)."""
+        _authorise(request, vhost, [("write", _queue_resource(name))])
         message = await _json_object(request)
         body, headers = message.get("body", ""), message.get("headers", {})
         unknown = sorted(set(message) - {"body", "headers"})
@@ -623,7 +697,8 @@ class ManagementApp:
             raise HTTPException(503, f"{' and '.join(sorted(alarms))} alarm set: publishing is blocked until it "
                                      "clears (GET /api/alarms)", headers={"retry-after": str(int(CHECK_SECONDS))})
         self.runtime.tick()
-        engine.publish(name, headers, body.encode())
+        user: User | None = request.scope.get(USER_SCOPE)
+        engine.publish(name, headers, body.encode(), None if user is None else user.name)
         log.info("a message published to queue %s of vhost %s through the management API", name, vhost)
         return JSONResponse({"name": name, "vhost": vhost, "published": True}, status_code=201)
 
@@ -690,14 +765,15 @@ class ManagementApp:
         name = request.path_params["name"]
         engine = self.engine(request)
         options = await _json_object(request)
-        self.administer(engine, "declare/exchange/" + name, {k: str(v) for k, v in options.items()})
+        self.change(request, _query_vhost(request), engine, "declare/exchange/" + name,
+                    {k: str(v) for k, v in options.items()})
         return JSONResponse(self._exchange_json(engine, name), status_code=201)
 
     async def delete_exchange(self, request: Request) -> Response:
         name = request.path_params["name"]
         engine = self.engine(request)
         self._exchange_json(engine, name)  # 404 if absent
-        self.administer(engine, "delete/exchange/" + name)
+        self.change(request, _query_vhost(request), engine, "delete/exchange/" + name)
         return JSONResponse({"deleted": name})
 
     async def bind(self, request: Request) -> Response:
@@ -712,7 +788,7 @@ class ManagementApp:
             headers[ROUTING_KEY_HEADER] = str(body["routing_key"])
         engine = self.engine(request)
         self._exchange_json(engine, name)
-        self.administer(engine, "bind/exchange/" + name, headers)
+        self.change(request, _query_vhost(request), engine, "bind/exchange/" + name, headers)
         return JSONResponse(self._exchange_json(engine, name), status_code=201)
 
     async def unbind(self, request: Request) -> Response:
@@ -722,7 +798,7 @@ class ManagementApp:
         headers = {"queue": "/queue/" + _queue_name(request.path_params["queue"])}
         if "routing_key" in request.query_params:
             headers[ROUTING_KEY_HEADER] = request.query_params["routing_key"]
-        self.administer(engine, "unbind/exchange/" + name, headers)
+        self.change(request, _query_vhost(request), engine, "unbind/exchange/" + name, headers)
         return JSONResponse(self._exchange_json(engine, name))
 
     # -- topics ---------------------------------------------------------------------------------
@@ -885,19 +961,28 @@ def _json_count(body: dict[str, Any], name: str, default: int | None, most: int)
     return value
 
 
+def _query_vhost(request: Request) -> str:
+    """The vhost of a route that takes it as ``?vhost=`` (default ``/``)."""
+    return request.query_params.get("vhost", DEFAULT_VHOST)
+
+
+def _queue_resource(name: str) -> str:
+    """The resource queue ``name`` is, as a STOMP frame naming ``/queue/NAME`` acts on it."""
+    return resource(parse_destination("/queue/" + name))
+
+
 def _authorise(request: Request, vhost: str, wanted: list[tuple[str, str]]) -> None:
-    """403 unless the request's user may do each (action, queue) on ``vhost``, checked against
-    the resource the queue's name resolves to (``broker/resources.py``), as a STOMP frame's
-    destination is.  Without a users file the API is open: nothing to check."""
+    """403 unless the request's user may do each (action, resource) on ``vhost``, whatever its
+    tag (an administrator too: RabbitMQ's rule).  Without a users file the API is open: nothing
+    to check."""
     user: User | None = request.scope.get(USER_SCOPE)
     if user is None:
         return
     permission = user.permissions.get(vhost)
-    for action, queue in wanted:
-        target = resource(parse_destination("/queue/" + queue))
+    for action, target in wanted:
         if permission is None or not permission.allows(action, target):
-            log.warning("management API: access refused: %s %s for user %r (%s on %s)", request.method,
-                        request.url.path, user.name, action, target)
+            log.warning("management API: access refused: %s %s for user %r (%s on %s in vhost %r)", request.method,
+                        request.url.path, user.name, action, target, vhost)
             raise HTTPException(403, f"access refused: user {user.name} has no {action} permission on {target} "
                                      f"in vhost {vhost}")
 

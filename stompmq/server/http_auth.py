@@ -5,9 +5,9 @@ Theory of operation
 With a users file, every request but the probes (``/healthz``, ``/readyz``, which a load
 balancer calls without credentials and which reveal nothing) needs HTTP basic credentials of
 a user with a tag: ``administrator`` may do everything, ``monitoring`` may only read (GET and
-HEAD: the API, ``/metrics``, the dashboard).  Taking messages (a queue's get and move) also
-needs the user's permissions on the queues (``http.py``): the user is left in the request's
-scope for that.  Without a users file the API is open, as before
+HEAD: the API, ``/metrics``, the dashboard).  Reading, taking or publishing messages and
+changing a vhost's queues and exchanges also need the user's permissions on that vhost, an
+administrator's too (``http.py``, ``ROUTES``): the user is left in the request's scope for that.  Without a users file the API is open, as before
 (loopback by default).
 
 A password check is scrypt (~50 ms of CPU), so it runs in a worker thread, like a STOMP login,

@@ -21,6 +21,7 @@ import trio
 
 from .security import Security
 from .settings import ServerSettings
+from .vhosts import machine_names
 
 log = logging.getLogger(__name__)
 
@@ -49,14 +50,15 @@ async def open_secure_listeners(
         from .websocket import WebSocketListener, allowed_origins
 
         origins = allowed_origins(settings.ws_allowed_origins)
+        names = machine_names(settings.host_names)
     if settings.ws_port is not None:
         sockets = await tcp(settings.ws_port)
-        groups.append(("STOMP over WebSocket (ws://…/ws)", [WebSocketListener(s, origins) for s in sockets],
+        groups.append(("STOMP over WebSocket (ws://…/ws)", [WebSocketListener(s, origins, names=names) for s in sockets],
                        sockets))
     if settings.wss_port is not None:
         sockets = await tcp(settings.wss_port)
         groups.append(("STOMP over WebSocket on TLS (wss://…/ws)",
-                       [WebSocketListener(tls(s), origins, tls=True) for s in sockets], sockets))
+                       [WebSocketListener(tls(s), origins, tls=True, names=names) for s in sockets], sockets))
     for what, listeners, sockets in groups:
         nursery.start_soon(trio.serve_listeners, handle, listeners)
         for sock in sockets:

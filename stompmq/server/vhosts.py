@@ -1,4 +1,5 @@
-"""Which vhost a CONNECT's ``host`` header selects.
+"""The broker's names: which vhost a CONNECT's ``host`` header selects, and which ``Host`` an
+HTTP request or a WebSocket handshake may carry.
 
 STOMP 1.1 and 1.2 say ``host`` names the virtual host; most clients (stomp.py, stomp.js)
 fill it with the host name they dialled, which is no vhost at all.  The rule:
@@ -11,6 +12,12 @@ fill it with the host name they dialled, which is no vhost at all.  The rule:
    case-insensitive: the default vhost;
 4. anything else: no vhost (the CONNECT is refused with ``unknown vhost``), so a typo in a
    vhost's name never lands a client in the default vhost.
+
+The management API and the WebSocket listeners answer only a ``Host`` that is one of the names
+of rule 3 (``own_host``), so a page whose own name an attacker points at the broker's address
+(DNS rebinding: ``evil.example`` resolving to 127.0.0.1) is refused before it can do anything;
+an IP address literal is no name an attacker controls.  ``--host-names '*'`` turns the check off
+(a proxy in front that rewrites Host, checking names itself).
 """
 
 from __future__ import annotations
@@ -43,6 +50,19 @@ def vhost_for_host(host: str | None, declared: Container[str], local: Container[
     if name in local or _is_address(name):
         return DEFAULT_VHOST
     return None
+
+
+#: The ``--host-names`` entry that lets any Host through (the check is the operator's proxy's).
+ANY_HOST = "*"
+
+
+def own_host(host: str | None, names: Container[str] = LOOPBACK_NAMES) -> bool:
+    """Whether ``host`` (a ``Host`` header, with or without its port) names this broker: one of
+    ``names`` (``machine_names``) or an IP address literal; always with ``ANY_HOST`` in ``names``."""
+    if ANY_HOST in names:
+        return True
+    name = _without_port(host or "").lower()
+    return bool(name) and (name in names or _is_address(name))
 
 
 def _without_port(host: str) -> str:

@@ -23,6 +23,12 @@ Host header's, the port defaulting to 80/443 by scheme and listener) or from one
 Origin comes from no browser (a program can send any headers it likes: Origin
 protects users of browsers, not the broker) and is accepted.
 
+**Host.**  Origin alone does not stop DNS rebinding: a page of evil.example whose name
+is made to resolve to the broker's address opens ``ws://evil.example:PORT/ws``, and its
+Origin is then the Host it sent, the broker's "own" origin.  So the Host must first be one of
+the broker's names (``vhosts.own_host``: localhost, an IP address, the machine's names,
+``--host-names``), as for the management API; any other gets HTTP 403.
+
 Until the handshake is done the stream reads at most what the connection asks for,
 so a client that has not logged in buffers no more here than there.
 
@@ -38,7 +44,7 @@ from __future__ import annotations
 
 import logging
 import urllib.parse
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from typing import Any
 
 import trio
@@ -55,6 +61,8 @@ from wsproto.events import (
     TextMessage,
 )
 from wsproto.utilities import RemoteProtocolError
+
+from .vhosts import LOOPBACK_NAMES, own_host
 
 log = logging.getLogger(__name__)
 
@@ -118,9 +126,11 @@ def choose_subprotocol(offered: list[str]) -> str | None:
 
 
 class WebSocketStream(trio.abc.HalfCloseableStream):
-    def __init__(self, transport_stream: trio.abc.Stream, allowed: tuple[str, ...] = (), tls: bool = False) -> None:
+    def __init__(self, transport_stream: trio.abc.Stream, allowed: tuple[str, ...] = (), tls: bool = False,
+                 names: Container[str] = LOOPBACK_NAMES) -> None:
         self.transport_stream = transport_stream
         self._allowed = allowed  # normalised --ws-allowed-origins
+        self._names = names  # the broker's names (the Host check)
         self._tls = tls  # the Host header's port defaults to 443, not 80
         self._ws = WSConnection(ConnectionType.SERVER)
         self._open = False  # the handshake was accepted
@@ -139,12 +149,12 @@ class WebSocketStream(trio.abc.HalfCloseableStream):
             if self._closed:
                 return b""
             data = await self.transport_stream.receive_some(min(max_bytes or RECEIVE_BYTES, RECEIVE_BYTES))
-            self._ws.receive_data(bytes(data) or None)
             try:
+                self._ws.receive_data(bytes(data) or None)  # a bad handshake raises here
                 for event in self._ws.events():
                     await self._on_event(event)
             except RemoteProtocolError as e:
-                log.info("websocket: protocol error: %s", e)
+                log.info("websocket: protocol error from a client: %s", e)
                 self._closed = True
                 if e.event_hint is not None and not self._open:
                     await self._reply(e.event_hint)
@@ -173,6 +183,12 @@ class WebSocketStream(trio.abc.HalfCloseableStream):
                 return
             origin = next((value.decode("latin-1") for name, value in event.extra_headers
                            if name.lower() == b"origin"), None)
+            if not own_host(event.host, self._names):
+                log.info("websocket: refused a handshake to host %r, not a name of this broker (--host-names)",
+                         event.host)
+                await self._reply(RejectConnection(status_code=403))
+                self._closed = True
+                return
             if not origin_allowed(origin, event.host, self._allowed, self._tls):
                 log.info("websocket: refused a handshake from origin %r to host %r (--ws-allowed-origins)",
                          origin, event.host)
@@ -221,13 +237,14 @@ class WebSocketListener(trio.abc.Listener[WebSocketStream]):
     """Accepts on ``transport_listener`` (TCP or TLS) and wraps each stream."""
 
     def __init__(self, transport_listener: trio.abc.Listener[Any], allowed: tuple[str, ...] = (),
-                 tls: bool = False) -> None:
+                 tls: bool = False, names: Container[str] = LOOPBACK_NAMES) -> None:
         self.transport_listener = transport_listener
         self._allowed = allowed
         self._tls = tls
+        self._names = names
 
     async def accept(self) -> WebSocketStream:
-        return WebSocketStream(await self.transport_listener.accept(), self._allowed, self._tls)
+        return WebSocketStream(await self.transport_listener.accept(), self._allowed, self._tls, self._names)
 
     async def aclose(self) -> None:
         await self.transport_listener.aclose()

@@ -242,8 +242,20 @@ def test_cross_site_requests_are_refused(http_broker: tuple[BrokerThread, Api]) 
     _, api = http_broker
     # A form on another site can POST text/plain without a preflight: it must change nothing.
     assert api.call("POST", "/api/queues/q/purge", headers={"content-type": "text/plain"})[0] == 415
-    # DNS rebinding: a loopback API answers only to loopback host names.
-    assert api.call("GET", "/api/overview", headers={"host": "evil.example"})[0] == 400
+    # DNS rebinding: the API answers only to the broker's names.
+    status, body = api.call("GET", "/api/overview", headers={"host": "evil.example"})
+    assert status == 400 and "not a name of this broker" in body["error"]
+    assert api.call("GET", "/api/overview", headers={"host": "localhost:61680"})[0] == 200
+
+
+@pytest.mark.parametrize("names, evil", [(("broker.example",), 400), (("*",), 200)])
+def test_host_names_are_the_hosts_the_api_answers(make_memory_broker: Callable[..., BrokerThread],
+                                                  names: tuple[str, ...], evil: int) -> None:
+    port = free_port()
+    make_memory_broker(settings=ServerSettings(port=0, http_port=port, host_names=names))
+    api = Api(port)
+    assert api.call("GET", "/api/overview", headers={"host": f"broker.example:{port}"})[0] == 200
+    assert api.call("GET", "/api/overview", headers={"host": "evil.example"})[0] == evil
 
 
 def test_metrics_bound_per_queue_series(http_broker: tuple[BrokerThread, Api]) -> None:

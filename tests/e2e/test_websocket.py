@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import socket
 import ssl
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +19,7 @@ from stompmq.server.websocket import allowed_origins, choose_subprotocol, origin
 
 from ..support.broker_thread import BrokerThread
 from .test_tls import client_context, write_cert
+from ..support.users import write_users
 from ..support.wsclient import WSClient
 from ..support.waiting import wait_until
 
@@ -168,6 +170,31 @@ def test_a_cross_origin_browser_handshake_is_refused_unless_allowed(
             assert client.connect().command == "CONNECTED"
 
 
+@pytest.mark.parametrize("users", [False, True])
+def test_a_handshake_to_a_host_that_is_not_the_brokers_is_refused(
+    make_memory_broker: Callable[..., BrokerThread], tmp_path: Path, caplog: pytest.LogCaptureFixture, users: bool,
+) -> None:
+    """DNS rebinding: a page of evil.example whose name resolves to the broker sends its own
+    Host and a matching Origin; refused with and without a users file, while the broker's own
+    names and those of --host-names get through."""
+    users_file = write_users(tmp_path / "users.toml", {"alice": Permission()}) if users else None
+    broker = make_memory_broker(settings=ServerSettings(port=0, ws_port=0, users_file=users_file,
+                                                        host_names=("broker.example",)))
+    port = listener_port(broker.listeners[1])
+    for host in (f"evil.example:{port}", "evil.example"):
+        with caplog.at_level(logging.INFO, logger="stompmq.server.websocket"):
+            evil = WSClient(port, origin=f"http://{host}", host=host)
+        assert isinstance(evil.handshake, RejectConnection) and evil.handshake.status_code == 403, host
+        evil.close()
+    refusals = [r for r in caplog.records if "not a name of this broker" in r.getMessage()]
+    assert len(refusals) == 2 and all(r.levelno == logging.INFO and r.exc_info is None for r in refusals)
+    login = {"login": "alice", "passcode": "pw-alice"} if users else {}
+    for host in (f"localhost:{port}", f"127.0.0.1:{port}", f"broker.example:{port}"):
+        with WSClient(port, origin=f"http://{host}", host=host) as client:
+            assert isinstance(client.handshake, AcceptConnection), host
+            assert client.connect(**login).command == "CONNECTED"
+
+
 def test_wss_with_a_client_certificate_from_another_origin_is_not_a_login(
     tmp_path: Path, make_memory_broker: Callable[..., BrokerThread]
 ) -> None:
@@ -202,3 +229,31 @@ def test_a_client_gone_without_a_close_frame_is_one_quiet_line(
     wait_until(lambda: "disconnected after" in caplog.text, "the disconnection logged")
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING and "ready" not in r.getMessage()]
     assert "Traceback" not in caplog.text and not any(r.exc_info for r in caplog.records)
+
+
+@pytest.mark.parametrize("handshake", [
+    b"GET /ws HTTP/1.1\r\nHost: localhost\r\n\r\n",  # no Upgrade: a plain HTTP request
+    b"GET /ws HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",  # no key
+    b"hello there\r\n\r\n",  # not HTTP at all
+    b"GET /ws HTTP/1.1\r\nHost: localhost\r\n" + b"X: " + b"y" * 70_000 + b"\r\n\r\n",  # too long
+    b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + bytes(64),  # a TLS ClientHello on the plain port
+])
+def test_a_bad_handshake_is_one_quiet_line(ws_port: int, caplog: pytest.LogCaptureFixture, handshake: bytes) -> None:
+    """A bad handshake is the client's mistake, not the broker's: one INFO line, no traceback,
+    and the broker serves the next client."""
+    caplog.set_level(logging.DEBUG, logger="stompmq")
+    with socket.create_connection(("127.0.0.1", ws_port), timeout=5) as sock:
+        try:
+            sock.sendall(handshake)
+            sock.shutdown(socket.SHUT_WR)
+            while sock.recv(65536):
+                pass
+        except OSError:
+            pass  # the broker may close first
+    wait_until(lambda: "disconnected after" in caplog.text or "websocket:" in caplog.text, "the bad handshake logged")
+    with WSClient(ws_port) as client:
+        assert client.connect().command == "CONNECTED"
+    loud = [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+    assert not loud and "Traceback" not in caplog.text, caplog.text
+    websocket_lines = [r for r in caplog.records if r.name.endswith("websocket") and r.levelno >= logging.INFO]
+    assert len(websocket_lines) <= 1, caplog.text

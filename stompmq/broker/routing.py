@@ -162,7 +162,7 @@ class Router:
         slow: list[Subscription] = []
         for sub in subs:
             session = sub.session
-            if session.closed:
+            if session.closed or (sub.selector is not None and not sub.selector.matches(msg)):
                 continue
             outbox = session.outbox
             holds = block and not session.topic_lagging  # may hold the publisher back

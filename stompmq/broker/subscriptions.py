@@ -38,6 +38,7 @@ from .errors import ClientError
 from .destinations import MAX_NAME_BYTES
 from .exchanges import PRIVATE_QUEUE_PREFIX
 from .routing import Router, private_queue_name
+from .selectors import compile_selector
 from .send_headers import flag, seconds
 from .consumer import AckMode
 from .session import Session, Subscription
@@ -64,6 +65,8 @@ LEGACY_DURABLE_PREFIX = "amq.durable."
 EXCLUSIVE_HEADERS = ("activemq.exclusive", "x-single-active-consumer")
 #: ActiveMQ's header naming a durable topic subscription (scoped by the CONNECT client-id).
 ACTIVEMQ_SUBSCRIPTION = "activemq.subscriptionName"
+#: JMS's message selector on SUBSCRIBE (ActiveMQ's header name).
+SELECTOR_HEADER = "selector"
 
 
 class Subscriptions:
@@ -94,6 +97,12 @@ class Subscriptions:
         ack_timeout = seconds(headers, "ack-timeout")
         exclusive = single_active(headers)
         browser = flag(headers, BROWSER_HEADER, False)
+        selector = compile_selector(headers.get(SELECTOR_HEADER, ""))
+        if selector is not None and (dest.kind is not Kind.TOPIC or durable_queue(session.login, session.client_id,
+                                                                                   headers)):
+            # Refused rather than ignored: a consumer that asked for some messages must not get all.
+            raise ClientError(f"{SELECTOR_HEADER} is supported on non-durable /topic/ subscriptions only, not on"
+                              f" {dest.raw!r} (docs/selectors.md)")
         if dest.kind is Kind.QUEUE or dest.kind is Kind.AMQ_QUEUE:
             if dest.name.startswith(PRIVATE_QUEUE_PREFIX):
                 raise ClientError(f"access refused: {dest.raw!r} is the private queue of another subscription or"
@@ -112,7 +121,7 @@ class Subscriptions:
             queue_name = durable
             self.router.bind_durable(queue_name, _durable_pattern(dest))
         elif dest.kind is Kind.TOPIC:
-            sub = Subscription(sub_id, session, dest.raw, mode, prefetch, ack_timeout)
+            sub = Subscription(sub_id, session, dest.raw, mode, prefetch, ack_timeout, selector=selector)
             session.subscriptions[sub_id] = sub
             self.router.topics.add(dest.name, sub)
             return

@@ -59,6 +59,9 @@ class BrokerConfig:
     max_queue_bytes: int | None = None
     #: Subscriptions one connection may hold at once (a limit against abuse).
     max_subscriptions: int = 1000
+    #: ActiveMQ's virtual topics: a consumer of ``/queue/Consumer.G.<prefix>X`` binds its queue to
+    #: the topic ``<prefix>X`` (virtual_topics.py).  Empty: off.
+    virtual_topic_prefix: str = "VirtualTopic."
     #: TOML or JSON file of exchanges, queues and bindings applied at start.
     definitions: str | None = None
     #: Where the unguessable part of reply queue names comes from (temp_queues.py); the

@@ -366,7 +366,8 @@ class Router:
         return True
 
     def bind_durable(self, queue: str, pattern: str) -> None:
-        """A durable topic subscription's queue gets exactly this amq.topic binding (stored)."""
+        """A queue that collects one topic (a durable topic subscription's, a virtual topic's
+        consumer queue) gets exactly this amq.topic binding (stored)."""
         exchange = self.amq_topic
         for key in exchange.keys_of(queue):
             if key != pattern:

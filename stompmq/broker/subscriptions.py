@@ -39,6 +39,7 @@ from .destinations import MAX_NAME_BYTES
 from .exchanges import PRIVATE_QUEUE_PREFIX
 from .routing import Router, private_queue_name
 from .selectors import compile_selector
+from .virtual_topics import virtual_topic
 from .send_headers import flag, seconds
 from .consumer import AckMode
 from .session import Session, Subscription
@@ -108,6 +109,9 @@ class Subscriptions:
                 raise ClientError(f"access refused: {dest.raw!r} is the private queue of another subscription or"
                                   " connection (only its own can consume it)")
             queue_name = dest.name
+            topic = virtual_topic(queue_name, self.config.virtual_topic_prefix)
+            if topic is not None:
+                self.router.bind_durable(queue_name, topic)
         elif dest.kind is Kind.TEMP_QUEUE:
             queue_name = self.router.temps.resolve(session, dest.name)
         elif browser:

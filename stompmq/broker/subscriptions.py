@@ -99,11 +99,12 @@ class Subscriptions:
         exclusive = single_active(headers)
         browser = flag(headers, BROWSER_HEADER, False)
         selector = compile_selector(headers.get(SELECTOR_HEADER, ""))
-        if selector is not None and (dest.kind is not Kind.TOPIC or durable_queue(session.login, session.client_id,
-                                                                                   headers)):
+        if selector is not None and not (
+                dest.kind is Kind.STREAM
+                or dest.kind is Kind.TOPIC and not durable_queue(session.login, session.client_id, headers)):
             # Refused rather than ignored: a consumer that asked for some messages must not get all.
-            raise ClientError(f"{SELECTOR_HEADER} is supported on non-durable /topic/ subscriptions only, not on"
-                              f" {dest.raw!r} (docs/selectors.md)")
+            raise ClientError(f"{SELECTOR_HEADER} is supported on streams and non-durable topic subscriptions"
+                              f" only, not on {dest.raw!r} (docs/selectors.md)")
         if dest.kind is Kind.QUEUE or dest.kind is Kind.AMQ_QUEUE:
             if dest.name.startswith(PRIVATE_QUEUE_PREFIX):
                 raise ClientError(f"access refused: {dest.raw!r} is the private queue of another subscription or"
@@ -131,7 +132,7 @@ class Subscriptions:
             return
         elif dest.kind is Kind.STREAM:
             self.streams.subscribe(session, dest.name, sub_id, mode, prefetch, headers.get(OFFSET_HEADER),
-                                   headers.get(END_HEADER), headers.get(GROUP_HEADER))
+                                   headers.get(END_HEADER), headers.get(GROUP_HEADER), selector)
             return
         else:
             raise ClientError(f"cannot SUBSCRIBE to {dest.raw!r}")

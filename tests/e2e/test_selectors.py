@@ -58,14 +58,29 @@ def test_malformed_selector_is_an_error_naming_the_position(memory_broker, selec
         other.subscribe("/topic/t")
 
 
-@pytest.mark.parametrize("destination", ["/queue/jobs", "/stream/s"])
+def test_stream_selector_passes_over_what_it_rejects(memory_broker):
+    """A stream reader with a selector gets the matching entries, in offset order, from anywhere in
+    the stream; another reader of the same stream still gets everything."""
+    with Client(memory_broker.port) as producer:
+        for i, region in enumerate(REGIONS):
+            producer.send_to("/stream/regions", f"m{i}", headers={"region": region})
+    with Client(memory_broker.port) as c, Client(memory_broker.port) as everything:
+        c.subscribe("/stream/regions", ack="client-individual", selector="region IN ('us', 'asia')",
+                    x_stream_offset="first")
+        everything.subscribe("/stream/regions", x_stream_offset="first")
+        assert [m.body.decode() for m in c.messages(3)] == ["m1", "m3", "m4"]
+        c.expect_nothing()
+        assert len(everything.messages(len(REGIONS))) == len(REGIONS)
+
+
+@pytest.mark.parametrize("destination", ["/queue/jobs", "/exchange/amq.direct/k"])
 def test_selector_where_not_supported_is_refused_not_ignored(memory_broker, destination):
     """A consumer that asked for some messages must not get all of them in silence."""
     with Client(memory_broker.port) as c:
         c.frame("SUBSCRIBE", {"destination": destination, "id": "s", "selector": "region = 'eu'", "receipt": "r"})
         error = c.next()
         assert error.command == "ERROR"
-        assert "selector is supported on non-durable /topic/ subscriptions only" in error["message"]
+        assert "selector is supported on streams and non-durable topic subscriptions only" in error["message"]
 
 
 def test_connection_api_shows_the_selector(make_broker):

@@ -93,3 +93,18 @@ def test_connection_api_shows_the_selector(make_broker):
         [conn] = api.get("/api/connections")["items"]
         subs = {s["id"]: s["selector"] for s in api.get(f"/api/connections/{conn['id']}")["subscriptions"]}
     assert subs == {"s1": "region = 'eu'", "s2": None}
+
+
+def test_a_redelivered_message_carries_its_delivery_count(memory_broker):
+    """ActiveMQ's JMSXDeliveryCount (this delivery included) beside redelivery-count; a selector
+    can read it."""
+    with Client(memory_broker.port) as c:
+        c.send_to("/queue/counted", "x")
+        c.subscribe("/queue/counted", ack="client-individual")
+        first = c.message()
+        assert "JMSXDeliveryCount" not in first.headers
+        c.nack(first)
+        second = c.message()
+        assert (second["redelivery-count"], second["JMSXDeliveryCount"]) == ("1", "2")
+        c.nack(second)
+        assert c.message()["JMSXDeliveryCount"] == "3"

@@ -255,6 +255,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("ws-allowed-origins", _origins, (), "web origins (scheme://host[:port]; null; * for any) whose pages may open a WebSocket besides the broker's own origin (Origin host:port = Host header); a browser's handshake from any other origin gets HTTP 403, one without Origin (not a browser) is accepted", "ORIGIN,..."),
     Option("max-subscriptions", _int(1), 1000, "subscriptions one connection may hold at once", "N"),
     Option("stamp-user-id", _flag, False, "set user-id and JMSXUserID of every message to its sender's login (ActiveMQ's populateJMSXUserID); off, a SEND may carry only its own login there (an ERROR otherwise, as RabbitMQ)", "BOOL"),
+    Option("virtual-topic-prefix", str, "VirtualTopic.", "ActiveMQ's virtual topics: a consumer of /queue/Consumer.GROUP.PREFIXNAME makes that queue collect every message sent to /topic/PREFIXNAME from then on, whether or not anyone is subscribed (empty: off)", "PREFIX"),
     Option("max-connections-per-address", _optional_int, None, "connections one source IP address may hold at once (default unlimited); more are refused at once and do not count against --max-connections", "N"),
     Option("max-login-bytes", _login_budget, 16 * 1024**2, "bytes all connections not yet CONNECTED may buffer together; each reserves %d (its largest CONNECT frame), and a new connection past the budget is refused at once with an ERROR" % CONNECT_MAX_BYTES, "BYTES"),
     Option("host-names", _names, (), "more names clients use for this server (DNS aliases, a load balancer): a CONNECT host header with one of them is in the default vhost, like localhost, IP addresses and the machine's name; the management API and the WebSocket listeners answer only a Host among these names (no DNS rebinding; * lets any Host through)", "NAME,..."),
@@ -364,6 +365,7 @@ class Config:
             definitions=self.definitions,
             max_subscriptions=self.max_subscriptions,
             stamp_user_id=self.stamp_user_id,
+            virtual_topic_prefix=self.virtual_topic_prefix,
             max_queue_bytes=self.max_queue_bytes,
         )
 

@@ -52,7 +52,7 @@ from .protocol.headers import headers_without
 #: Headers a broker sets on each delivery: meaningless at the destination, or set there anew.
 BROKER_SET = frozenset({
     "destination", "message-id", "subscription", "ack", "content-length", "redelivered",
-    "redelivery-count", "timestamp", "receipt", "transaction", "x-stream-offset",
+    "redelivery-count", "JMSXDeliveryCount", "timestamp", "receipt", "transaction", "x-stream-offset",
 })
 #: The header that marks a message the source delivered more than once (a possible duplicate).
 REDELIVERED = "shovel-redelivered"

@@ -62,6 +62,9 @@ class BrokerConfig:
     #: The broker sets ``user-id`` and ``JMSXUserID`` of every SEND to the sender's login
     #: (send_headers.py); off, a SEND may carry only its own login there.
     stamp_user_id: bool = False
+    #: ActiveMQ's virtual topics: a consumer of ``/queue/Consumer.G.<prefix>X`` binds its queue to
+    #: the topic ``<prefix>X`` (virtual_topics.py).  Empty: off.
+    virtual_topic_prefix: str = "VirtualTopic."
     #: TOML or JSON file of exchanges, queues and bindings applied at start.
     definitions: str | None = None
     #: Where the unguessable part of reply queue names comes from (temp_queues.py); the

@@ -30,6 +30,7 @@ BROKER_HEADERS = frozenset(
         "priority",
         "redelivered",
         "redelivery-count",
+        "JMSXDeliveryCount",
         "timestamp",
         "receipt",
         "transaction",

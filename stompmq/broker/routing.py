@@ -162,7 +162,7 @@ class Router:
         slow: list[Subscription] = []
         for sub in subs:
             session = sub.session
-            if session.closed:
+            if session.closed or (sub.selector is not None and not sub.selector.matches(msg)):
                 continue
             outbox = session.outbox
             holds = block and not session.topic_lagging  # may hold the publisher back
@@ -366,7 +366,8 @@ class Router:
         return True
 
     def bind_durable(self, queue: str, pattern: str) -> None:
-        """A durable topic subscription's queue gets exactly this amq.topic binding (stored)."""
+        """A queue that collects one topic (a durable topic subscription's, a virtual topic's
+        consumer queue) gets exactly this amq.topic binding (stored)."""
         exchange = self.amq_topic
         for key in exchange.keys_of(queue):
             if key != pattern:

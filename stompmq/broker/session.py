@@ -27,6 +27,7 @@ from ..protocol import Frame
 from ..storage.base import StoredMessage
 from .consumer import AckMode
 from .queue import Queue
+from .selectors import Selector
 
 
 class Outbox(Protocol):
@@ -185,6 +186,7 @@ class Subscription:
         "unacked",
         "in_ready",
         "active",
+        "selector",
     )
 
     def __init__(
@@ -196,6 +198,7 @@ class Subscription:
         prefetch: int,
         ack_timeout: float | None,
         queue: Queue[Subscription] | None = None,
+        selector: Selector | None = None,
     ) -> None:
         self.id = sub_id
         self.session = session
@@ -207,6 +210,7 @@ class Subscription:
         self.unacked: dict[str, StoredMessage] = NO_DELIVERIES  # type: ignore[assignment]
         self.in_ready = False
         self.active = True
+        self.selector = selector  # a topic subscription's JMS selector (selectors.py); None: every message
 
     def has_room(self) -> bool:
         """May a queue message be delivered now?  Auto-ack is bounded by the socket only."""

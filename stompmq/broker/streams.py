@@ -104,6 +104,7 @@ from .reads import StoreRead
 from .send_headers import MAX_COUNT, MAX_SECONDS, non_negative
 from .consumer import AckMode
 from .session import Session, Subscription
+from .selectors import Selector
 from .timers import Timer
 
 log = logging.getLogger(__name__)
@@ -537,9 +538,11 @@ class Streams:
 
     # -- subscribers --------------------------------------------------------------------------
     def subscribe(self, session: Session, name: str, sub_id: str, mode: AckMode, prefetch: int,
-                  start: str | None, end: str | None = None, group: str | None = None) -> StreamSubscription:
+                  start: str | None, end: str | None = None, group: str | None = None,
+                  selector: Selector | None = None) -> StreamSubscription:
         stream = self.stream(name)
         sub = StreamSubscription(sub_id, session, stream, mode, prefetch)
+        sub.selector = selector
         sub.position, sub.min_ts = _start(stream, start)
         if end is not None:
             if not (end.isascii() and end.isdigit()) or len(end) > 18:
@@ -628,6 +631,8 @@ class Streams:
                 if msg.timestamp < sub.min_ts:
                     continue
                 sub.min_ts = None
+            if sub.selector is not None and not sub.selector.matches(msg):
+                continue  # passed over: a group's next ACK commits past it
             self._deliver(sub, msg)
 
     def _deliver(self, sub: StreamSubscription, msg: StreamMessage) -> None:

@@ -38,6 +38,8 @@ from .errors import ClientError
 from .destinations import MAX_NAME_BYTES
 from .exchanges import PRIVATE_QUEUE_PREFIX
 from .routing import Router, private_queue_name
+from .selectors import compile_selector
+from .virtual_topics import virtual_topic
 from .send_headers import flag, quoted, seconds
 from .consumer import AckMode
 from .session import Session, Subscription
@@ -64,6 +66,8 @@ LEGACY_DURABLE_PREFIX = "amq.durable."
 EXCLUSIVE_HEADERS = ("activemq.exclusive", "x-single-active-consumer")
 #: ActiveMQ's header naming a durable topic subscription (scoped by the CONNECT client-id).
 ACTIVEMQ_SUBSCRIPTION = "activemq.subscriptionName"
+#: JMS's message selector on SUBSCRIBE (ActiveMQ's header name).
+SELECTOR_HEADER = "selector"
 
 
 class Subscriptions:
@@ -94,11 +98,21 @@ class Subscriptions:
         ack_timeout = seconds(headers, "ack-timeout")
         exclusive = single_active(headers)
         browser = flag(headers, BROWSER_HEADER, False)
+        selector = compile_selector(headers.get(SELECTOR_HEADER, ""))
+        if selector is not None and not (
+                dest.kind is Kind.STREAM
+                or dest.kind is Kind.TOPIC and not durable_queue(session.login, session.client_id, headers)):
+            # Refused rather than ignored: a consumer that asked for some messages must not get all.
+            raise ClientError(f"{SELECTOR_HEADER} is supported on streams and non-durable topic subscriptions"
+                              f" only, not on {dest.raw!r} (docs/selectors.md)")
         if dest.kind is Kind.QUEUE or dest.kind is Kind.AMQ_QUEUE:
             if dest.name.startswith(PRIVATE_QUEUE_PREFIX):
                 raise ClientError(f"access refused: {dest.raw!r} is the private queue of another subscription or"
                                   " connection (only its own can consume it)")
             queue_name = dest.name
+            topic = virtual_topic(queue_name, self.config.virtual_topic_prefix)
+            if topic is not None:
+                self.router.bind_durable(queue_name, topic)
         elif dest.kind is Kind.TEMP_QUEUE:
             queue_name = self.router.temps.resolve(session, dest.name)
         elif browser:
@@ -112,13 +126,13 @@ class Subscriptions:
             queue_name = durable
             self.router.bind_durable(queue_name, _durable_pattern(dest))
         elif dest.kind is Kind.TOPIC:
-            sub = Subscription(sub_id, session, dest.raw, mode, prefetch, ack_timeout)
+            sub = Subscription(sub_id, session, dest.raw, mode, prefetch, ack_timeout, selector=selector)
             session.subscriptions[sub_id] = sub
             self.router.topics.add(dest.name, sub)
             return
         elif dest.kind is Kind.STREAM:
             self.streams.subscribe(session, dest.name, sub_id, mode, prefetch, headers.get(OFFSET_HEADER),
-                                   headers.get(END_HEADER), headers.get(GROUP_HEADER))
+                                   headers.get(END_HEADER), headers.get(GROUP_HEADER), selector)
             return
         else:
             raise ClientError(f"cannot SUBSCRIBE to {dest.raw!r}")

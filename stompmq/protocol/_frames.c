@@ -482,8 +482,8 @@ static PyObject *encode_message(PyObject *module, PyObject *const *args, Py_ssiz
     Py_ssize_t sub_len, dest_len, ack_len = 0;
     PyObject *sub_owner = NULL, *dest_owner = NULL, *ack_owner = NULL, *result = NULL;
     Py_buffer tail = {0};
-    char id[32], count[32];
-    Py_ssize_t id_len, count_len = 1;
+    char id[32], count[32], deliveries[32];
+    Py_ssize_t id_len, count_len = 1, deliveries_len = 0;
     int redelivered;
     if (utf8(args[0], &sub, &sub_len, &sub_owner) < 0) goto done;
     if ((id_len = decimal(args[1], id)) < 0) goto done;
@@ -492,6 +492,9 @@ static PyObject *encode_message(PyObject *module, PyObject *const *args, Py_ssiz
     if ((redelivered = PyObject_IsTrue(args[4])) < 0) goto done;
     if (redelivered) {
         if ((count_len = decimal(args[4], count)) < 0) goto done;
+        long long n = PyLong_AsLongLong(args[4]);
+        if (n == -1 && PyErr_Occurred()) goto done;
+        deliveries_len = snprintf(deliveries, sizeof deliveries, "%lld", n + 1);
     } else {
         count[0] = '0';
     }
@@ -502,7 +505,8 @@ static PyObject *encode_message(PyObject *module, PyObject *const *args, Py_ssiz
                       escape_extra(dest, dest_len, escapes) + 1 +
                       (ack_s != NULL ? sizeof("ack:\n") - 1 + ack_len : 0) +
                       (redelivered ? sizeof("redelivered:true\n") - 1 : sizeof("redelivered:false\n") - 1) +
-                      sizeof("redelivery-count:\n") - 1 + count_len + tail.len;
+                      sizeof("redelivery-count:\n") - 1 + count_len +
+                      (redelivered ? sizeof("JMSXDeliveryCount:\n") - 1 + deliveries_len : 0) + tail.len;
     result = PyBytes_FromStringAndSize(NULL, size);
     if (result == NULL) goto done;
     char *out = PyBytes_AS_STRING(result);
@@ -522,6 +526,11 @@ static PyObject *encode_message(PyObject *module, PyObject *const *args, Py_ssiz
     out = PUT_LITERAL(out, "redelivery-count:");
     out = put(out, count, count_len);
     *out++ = '\n';
+    if (redelivered) {
+        out = PUT_LITERAL(out, "JMSXDeliveryCount:");
+        out = put(out, deliveries, deliveries_len);
+        *out++ = '\n';
+    }
     put(out, tail.buf, tail.len);
 done:
     if (tail.obj != NULL) PyBuffer_Release(&tail);

@@ -138,7 +138,9 @@ def _message(
     ``ack`` (1.2's ack id, None otherwise) is broker-made and never escaped.
     """
     if redeliveries:
-        redelivery = b"redelivered:true\nredelivery-count:%d\n" % redeliveries
+        # JMSXDeliveryCount, ActiveMQ's and JMS's count of deliveries, this one included
+        redelivery = b"redelivered:true\nredelivery-count:%d\nJMSXDeliveryCount:%d\n" % (redeliveries,
+                                                                                        redeliveries + 1)
     else:
         redelivery = b"redelivered:false\nredelivery-count:0\n"
     ack_line = b"ack:%s\n" % ack.encode() if ack is not None else b""

@@ -881,7 +881,8 @@ class ManagementApp:
         session = conn.session
         subscriptions = [] if session is None else [
             {"id": sub.id, "destination": sub.destination, "queue": sub.queue.name if sub.queue is not None else None,
-             "ack": sub.ack_mode.value, "prefetch": sub.prefetch, "unacked": len(sub.unacked)}
+             "ack": sub.ack_mode.value, "prefetch": sub.prefetch, "unacked": len(sub.unacked),
+             "selector": None if sub.selector is None else sub.selector.text}
             for sub in session.subscriptions.values()]
         reason = conn.gate.reason  # why its reader waits, if it does ("held": the store or an alarm)
         return JSONResponse({**_connection_json(conn), "held": conn.held,

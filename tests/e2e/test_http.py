@@ -443,7 +443,7 @@ def test_connection_detail_with_subscriptions_and_rates(http_broker: tuple[Broke
         detail = api.get("/api/connections/" + row["id"])
         assert detail["login"] == "ops" and detail["held"] is False and detail["held_by"] is None
         assert detail["subscriptions"] == [{"id": "s1", "destination": "/queue/jobs", "queue": "jobs",
-                                            "ack": "client-individual", "prefetch": 5, "unacked": 1}]
+                                            "ack": "client-individual", "prefetch": 5, "unacked": 1, "selector": None}]
         assert detail["rates"]["frames_in"] > 0 and detail["rates"]["bytes_out"] > 0
     assert api.call("GET", "/api/connections/999999")[0] == 404
 

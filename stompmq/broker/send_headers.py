@@ -31,10 +31,11 @@ LIFECYCLE_HEADERS = frozenset({EXPIRES, TTL, DELAY, DELIVER_AT, AMQ_SCHEDULED_DE
 #: The identity headers: who published a message (RabbitMQ's ``user-id``, ActiveMQ's ``JMSXUserID``).
 IDENTITY_HEADERS = ("user-id", "JMSXUserID")
 #: What the broker says about a message (or a relay of another broker's: a shovel), never its sender:
-#: why and from where it was dead-lettered, a shovel's possible-duplicate mark, delivery counts.
+#: why and from where it was dead-lettered, a shovel's possible-duplicate mark, delivery counts
+#: (JMSXDeliveryCount is each delivery's own, delivery.BROKER_HEADERS, whoever sent it).
 BROKER_FACTS = frozenset({
     "original-destination", "dead-letter-reason", "shovel-redelivered",
-    "x-delivery-count", "JMSXDeliveryCount", "x-death", "x-first-death-reason", "x-first-death-queue",
+    "x-delivery-count", "x-death", "x-first-death-reason", "x-first-death-queue",
 })
 #: SEND headers the broker must see before it forwards a SEND (``sender_headers``).
 SENDER_HEADERS = BROKER_FACTS | frozenset(IDENTITY_HEADERS)

@@ -55,7 +55,11 @@ DEAD_MESSAGE_TTL = int(os.getenv("dramatiq_dead_message_ttl", 86400000 * 7))
 MAX_ENQUEUE_ATTEMPTS = 3
 #: stompmq's message priorities.
 PRIORITIES = range(10)
-#: Longest text of an exception carried in a dead letter's ``dead-letter-reason`` header.
+#: The header of a ``Q.XQ`` message that says why it was rejected.  Not the broker's
+#: ``dead-letter-reason``: the broker drops that from a client's SEND, since its consumers trust it
+#: to be the broker's own word.
+REASON_HEADER = "dramatiq-reason"
+#: Longest text of an exception carried in a dead letter's ``REASON_HEADER``.
 REASON_CHARS = 500
 
 
@@ -307,7 +311,7 @@ class _StompmqConsumer(dramatiq.Consumer):
 
     def nack(self, message: dramatiq.MessageProxy) -> None:
         """Move the message to ``Q.XQ`` (see the module's docstring), with why in
-        ``dead-letter-reason``."""
+        ``REASON_HEADER``."""
         assert isinstance(message, _StompmqMessage)
         exception = message._exception
         reason = "rejected" if exception is None else f"{type(exception).__name__}: {exception}"
@@ -322,7 +326,7 @@ class _StompmqConsumer(dramatiq.Consumer):
         self.conn.send_many([
             Frame("BEGIN", tx),
             Frame("SEND", {"destination": f"/queue/{xq_name(self.queue_name)}",
-                           "dead-letter-reason": reason[:REASON_CHARS], **tx}, body),
+                           REASON_HEADER: reason[:REASON_CHARS], **tx}, body),
             Frame("ACK", {"id": ack_id, **tx}),
             Frame("COMMIT", tx),
         ])

@@ -93,13 +93,17 @@ def test_move_a_dead_letter_queue_back_to_its_queue(make_broker: Callable[..., B
 
 
 def test_moved_elsewhere_a_dead_letter_keeps_its_headers(make_broker: Callable[..., BrokerThread]) -> None:
-    broker, api = _broker(make_broker)
-    send_all(broker.port, "/queue/DLQ.orders", ["x"],
-             lambda i: {"dead-letter-reason": "expired", "original-destination": "/queue/orders"})
+    broker, api = _broker(make_broker, dead_letter_rejected=True)
+    send_all(broker.port, "/queue/orders", ["x"])  # a real dead letter: a client cannot forge its headers
+    with Client(broker.port) as consumer:
+        consumer.subscribe("/queue/orders", ack="client-individual")
+        consumer.nack(consumer.message(), requeue="false")
+    wait_until(lambda: _counts(api, "DLQ.orders") == (1, 0), "the dead letter")
     status, body = api.call("POST", "/api/queues/%2F/DLQ.orders/move", {"to": "parked"})
     assert status == 200 and body["moved"] == 1
     [parked] = api.get("/api/queues/%2F/parked/messages")["items"]
-    assert parked["headers"]["dead-letter-reason"] == "expired"
+    assert parked["headers"]["dead-letter-reason"] == "rejected with NACK requeue:false"
+    assert parked["headers"]["original-destination"] == "/queue/orders"
 
 
 def test_a_full_target_stops_a_move_and_the_rest_stay(make_broker: Callable[..., BrokerThread]) -> None:

@@ -216,7 +216,7 @@ def test_time_limit_rejects_into_the_dead_letter_queue(broker, worker):
     wait_until(lambda: broker.get_queue_message_counts("slow") == (0, 1), "a dead letter", timeout=15)
     dead = first_message(broker.port, "slow.XQ")
     assert dramatiq.Message.decode(dead.body).message_id == message.message_id
-    assert dead.headers["dead-letter-reason"].startswith("TimeLimitExceeded: ")
+    assert dead.headers["dramatiq-reason"].startswith("TimeLimitExceeded: ")
 
 
 def test_results_middleware(memory_broker):

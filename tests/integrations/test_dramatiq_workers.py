@@ -142,4 +142,4 @@ def test_rejected_message_lands_in_the_dead_letter_queue(workers, producer, reco
     assert len(lines(record, "fail x")) == 1
     dead = first_message(stompmq.port, "default.XQ")
     assert dramatiq.Message.decode(dead.body).message_id == message.message_id
-    assert dead.headers["dead-letter-reason"] == "ValueError: x always fails"
+    assert dead.headers["dramatiq-reason"] == "ValueError: x always fails"

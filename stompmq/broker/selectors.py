@@ -408,31 +408,20 @@ def _condition(node: _Node, text: str) -> Eval:
     return _truth(node).evaluate
 
 
-def _and(left: _Node, right: _Node, position: int, text: str) -> _Node:
+def _junction(dominant: bool, left: _Node, right: _Node, position: int, text: str) -> _Node:
+    """AND (``dominant`` False) or OR (True) in three-valued logic: the dominant value on either
+    side decides, and the right side is not evaluated when the left one did; otherwise unknown
+    if either side is."""
     le, re_ = _condition(left, text), _condition(right, text)
 
     def evaluate(m: Any) -> bool | None:
-        a = le(m)
-        if a is False:
-            return False
-        b = re_(m)
-        if b is False:
-            return False
-        return None if a is None or b is None else True
-    return _Node(_BOOL, position, evaluate)
-
-
-def _or(left: _Node, right: _Node, position: int, text: str) -> _Node:
-    le, re_ = _condition(left, text), _condition(right, text)
-
-    def evaluate(m: Any) -> bool | None:
-        a = le(m)
-        if a is True:
-            return True
-        b = re_(m)
-        if b is True:
-            return True
-        return None if a is None or b is None else False
+        a: bool | None = le(m)
+        if a is dominant:
+            return dominant
+        b: bool | None = re_(m)
+        if b is dominant:
+            return dominant
+        return None if a is None or b is None else not dominant
     return _Node(_BOOL, position, evaluate)
 
 
@@ -508,13 +497,13 @@ class _Parser:
     def disjunction(self) -> _Node:
         node = self.conjunction()
         while (token := self.accept("OR")) is not None:
-            node = _or(node, self.conjunction(), token.position, self.text)
+            node = _junction(True, node, self.conjunction(), token.position, self.text)
         return node
 
     def conjunction(self) -> _Node:
         node = self.negation()
         while (token := self.accept("AND")) is not None:
-            node = _and(node, self.negation(), token.position, self.text)
+            node = _junction(False, node, self.negation(), token.position, self.text)
         return node
 
     def negation(self) -> _Node:
@@ -560,7 +549,7 @@ class _Parser:
         low = self.sum()
         self.expect("AND", "AND in BETWEEN … AND …")
         high = self.sum()
-        return _and(_comparison(">=", left, low, token.position, self.text),
+        return _junction(False, _comparison(">=", left, low, token.position, self.text),
                     _comparison("<=", left, high, token.position, self.text), token.position, self.text)
 
     def like(self, left: _Node) -> _Node:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
+from ..logs import masked
+
 DEFAULT_PORT = 61613
 
 
@@ -35,11 +37,11 @@ class StompURL:
     def parse(cls, url: str) -> StompURL:
         parts = urlsplit(url)
         if parts.scheme != "stomp" or not parts.hostname:
-            raise StompmqError(f"a stompmq URL looks like stomp://USER:PASS@HOST:PORT, not {url!r}")
+            raise StompmqError(f"a stompmq URL looks like stomp://USER:PASS@HOST:PORT, not {masked(url)!r}")
         try:
             port = parts.port or DEFAULT_PORT
         except ValueError:
-            raise StompmqError(f"bad port in {url!r}") from None
+            raise StompmqError(f"bad port in {masked(url)!r}") from None
         path = unquote(parts.path.strip("/"))
         return cls(
             host=parts.hostname,

@@ -67,6 +67,13 @@ def test_url_forms():
         StompURL.parse("amqp://localhost")
 
 
+@pytest.mark.parametrize("url", ["amqp://al%40ice:s3cr%40t@host", "stomp://al%40ice:s3cr%40t@host:99999"])
+def test_a_bad_url_is_refused_without_its_password(url: str) -> None:
+    with pytest.raises(StompmqError) as refused:
+        StompURL.parse(url)
+    assert "s3cr" not in str(refused.value) and "***" in str(refused.value)
+
+
 def test_declare_queue_is_idempotent(broker):
     declared: list[str] = []
 

@@ -22,6 +22,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <string.h>
+#include <limits.h>
 
 static PyTypeObject *FrameType;      /* stompmq.protocol.frame.Frame, a tuple subclass */
 static PyObject *LocalProtocolError; /* stompmq.protocol.errors.LocalProtocolError */
@@ -492,9 +493,11 @@ static PyObject *encode_message(PyObject *module, PyObject *const *args, Py_ssiz
     if ((redelivered = PyObject_IsTrue(args[4])) < 0) goto done;
     if (redelivered) {
         if ((count_len = decimal(args[4], count)) < 0) goto done;
+        /* redeliveries + 1, which decimal() just read as a long long: only its maximum overflows */
         long long n = PyLong_AsLongLong(args[4]);
-        if (n == -1 && PyErr_Occurred()) goto done;
-        deliveries_len = snprintf(deliveries, sizeof deliveries, "%lld", n + 1);
+        deliveries_len = n == LLONG_MAX
+            ? snprintf(deliveries, sizeof deliveries, "%llu", (unsigned long long)n + 1u)
+            : digits_of(n + 1, deliveries);
     } else {
         count[0] = '0';
     }

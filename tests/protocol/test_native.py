@@ -15,7 +15,7 @@ import os
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from stompmq.protocol import Frame, FrameParser, Limits, LocalProtocolError, ProtocolError, encode_frame, encoder
@@ -202,6 +202,7 @@ _INT64 = st.integers(-(2**63), 2**63 - 1)  # the store's integers; _frames.c ref
 
 @_FUZZ
 @given(_TEXT, _INT64, _TEXT, st.none() | _TEXT, st.one_of(st.integers(0, 3), _INT64), _ANY_VERSION, st.binary())
+@example("", 0, "", None, 2**63 - 1, "1.0", b"")  # JMSXDeliveryCount, one more than the largest count
 def test_encode_message_matches(
     subscription: str, message_id: int, destination: str, ack: str | None, redeliveries: int, version: str, tail: bytes
 ) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import http.server
-import shutil
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,6 +21,7 @@ from stompmq.server import ServerSettings
 from stompmq.server.listeners import listener_port
 
 from ..support.broker_thread import BrokerThread
+from ..support.chromium import chromium
 from ..support.stompclient import Client
 from ..support.waiting import wait_until
 
@@ -52,25 +52,11 @@ def page_server() -> Iterator[int]:
         server.server_close()
 
 
-@pytest.fixture
-def chromium() -> Iterator[object]:
-    missing = [what for what, ok in [
-        ("Debian's chromium", shutil.which("chromium")),
-        ("Debian's chromium-driver", shutil.which("chromedriver")),
-        ("@stomp/stompjs (npm install in tests/browser)", BUNDLE.exists()),
-    ] if not ok]
-    webdriver = pytest.importorskip("selenium.webdriver")
-    if missing:
-        pytest.skip("missing: " + ", ".join(missing))
-    options = webdriver.ChromeOptions()
-    options.binary_location = shutil.which("chromium")
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(shutil.which("chromedriver")))
-    try:
+@pytest.fixture(name="chromium")
+def chromium_driver() -> Iterator[object]:
+    missing = [] if BUNDLE.exists() else ["@stomp/stompjs (npm install in tests/browser)"]
+    with chromium(*missing) as driver:
         yield driver
-    finally:
-        driver.quit()
 
 
 def test_stompjs_in_chromium_connects_sends_receives_and_acks(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,6 +15,7 @@ from stompmq.server import ServerSettings
 
 from ..support.broker_thread import BrokerThread
 from ..support.broker_process import free_port
+from ..support.chromium import chromium
 from ..support.stompclient import Client
 from ..support.stores import TEST_LEASE, make_store_factory
 from ..support.waiting import send_all, wait_until
@@ -28,17 +28,8 @@ pytestmark = pytest.mark.browser
 
 @pytest.fixture
 def browser() -> Iterator[webdriver.Chrome]:
-    driver_path = shutil.which("chromedriver")
-    if driver_path is None or not (shutil.which("chromium") or shutil.which("chromium-browser")):
-        pytest.skip("needs Debian's chromium and chromium-driver (scripts/test installs them)")
-    options = webdriver.ChromeOptions()
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1100,700"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=driver_path))
-    try:
+    with chromium() as driver:
         yield driver
-    finally:
-        driver.quit()
 
 
 def test_dashboard_shows_a_queue_and_its_counts_change(

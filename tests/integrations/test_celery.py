@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from ..support.broker_process import ROOT, BrokerProcess
+from ..support.broker_process import ROOT, BrokerProcess, free_port
+from ..support.chromium import chromium
 from ..support.waiting import wait_until
 
 pytest.importorskip("celery")
@@ -224,3 +225,46 @@ def test_the_example_runs_as_its_docstring_says(run: Run) -> None:
     assert "2 + 3 = 5" in out.stdout and "4 + 5 = 9" in out.stdout and "crunch: done" in out.stdout
     wait_until(lambda: "add: 1 + 1 = 2" in log.read_text(), "the priority task's line")
     assert log.read_text().count("crunch: 15 s done") == 1
+
+
+@pytest.mark.browser
+def test_flower_lists_the_workers_tasks_in_chromium(run: Run) -> None:
+    """Flower, Celery's monitor, on stompmq: its task list (from the workers' events) and its
+    worker list (from ``inspect`` through the pidbox), read in headless Chromium."""
+    pytest.importorskip("flower")
+    run.worker("-E")
+    port = free_port()
+    log = run.tmp / "flower.log"
+    flower = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "tests.integrations.celery_app", "flower", f"--port={port}",
+         "--address=127.0.0.1"],
+        cwd=ROOT, env=run.env(), stdin=subprocess.DEVNULL, stdout=log.open("wb"), stderr=subprocess.STDOUT,
+    )
+    run.workers.append(flower)
+    wait_until(lambda: "Connected to stompmq://" in log.read_text() or flower.poll() is not None, "Flower's start", START)
+    assert flower.poll() is None, log.read_text()
+    with chromium() as browser, client(run) as app:
+        tasks = f"http://127.0.0.1:{port}/tasks"
+        first: list[str] = []
+        sent_at = [0.0]
+
+        def one_listed() -> bool:
+            # Flower's event receiver binds its queue once it has started: send (twice a second)
+            # until it lists one
+            if time.monotonic() - sent_at[0] > 0.5:
+                first.append(app.send_task("record", (f"probe{len(first)}",)).id)
+                sent_at[0] = time.monotonic()
+            browser.get(tasks)
+            return any(task_id in browser.page_source for task_id in first)
+
+        wait_until(one_listed, "Flower's task list showing a task", START)
+        ids = [app.send_task("record", (f"flower{i}",)).id for i in range(3)]
+
+        def all_listed() -> bool:
+            browser.get(tasks)
+            return all(task_id in browser.page_source for task_id in ids)
+
+        wait_until(all_listed, "Flower's task list showing the three tasks", START)
+        assert "SUCCESS" in browser.page_source
+        browser.get(f"http://127.0.0.1:{port}/workers")
+        wait_until(lambda: "w1@" in browser.page_source, "Flower's worker list", START)

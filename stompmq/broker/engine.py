@@ -254,6 +254,12 @@ class Broker:
             subscriber, seconds, drain_rate, self.router.topic_peers(subscriber), stalled
         )
 
+    def committed(self, ticket: int) -> None:
+        """The store committed every group up to ``ticket`` (``StoreEvents.committed``): release
+        the RECEIPTs it covers and the stream entries tail readers wait for."""
+        self.receipts.committed(ticket)
+        self.streams.committed(ticket)
+
     def store_rejected(self, messages: list[StoredMessage], error: StoreError) -> None:
         """``StoreEvents.rejected`` for this engine's messages: none is delivered from now on,
         and the SEND that stored one is answered ERROR (before its group's receipts go out)."""

@@ -104,6 +104,7 @@ from .reads import StoreRead
 from .send_headers import MAX_COUNT, MAX_SECONDS, non_negative
 from .consumer import AckMode
 from .session import Session, Subscription
+from .stream_settling import Settling
 from .selectors import Selector
 from .timers import Timer
 
@@ -152,7 +153,7 @@ class Stream:
     __slots__ = (
         "name", "destination", "options", "max_age_ms", "max_bytes", "first", "next",
         "end_bytes", "last_ts", "marks", "tail", "tail_end", "capacity", "subscribers", "timer",
-        "row", "following", "producers", "duplicates", "groups",
+        "row", "following", "producers", "duplicates", "groups", "visible",
     )
 
     def __init__(self, name: str, capacity: int | None, first: int = 0, next_offset: int = 0) -> None:
@@ -176,6 +177,7 @@ class Stream:
         self.producers: dict[str, int] = {}  # idempotent producer -> highest seq appended
         self.duplicates = 0  # appends dropped as a producer's repeat, since the broker started
         self.groups: dict[str, int] = {}  # consumer group -> committed offset (the next to read)
+        self.visible = next_offset  # entries below it are committed (stream_settling.py)
 
     @property
     def tail_first(self) -> int:
@@ -214,6 +216,8 @@ class Streams:
         self.reads = dispatcher.reads
         self.shared = self.store.shared
         self.streams: dict[str, Stream] = {}
+        #: Tail readers wait for the commit of what they get (a durable store of one broker).
+        self.settling = Settling(self.store) if self.store.durable and not self.shared else None
 
     # -- streams ------------------------------------------------------------------------------
     def stream(self, name: str) -> Stream:
@@ -351,6 +355,13 @@ class Streams:
             if sub.position == offset:
                 self.pump(sub)
         return True
+
+    def committed(self, ticket: int) -> None:
+        """The store committed every group up to ``ticket``: feed the tail readers it settles."""
+        if self.settling is not None:
+            for stream in self.settling.committed(ticket):
+                for sub in list(stream.subscribers):
+                    self.pump(sub)
 
     # -- a shared store's news ------------------------------------------------------------------
     def changed(self, name: str, state: StreamState | None) -> None:
@@ -622,6 +633,8 @@ class Streams:
                 self._follow(stream, position)
                 return
             elif position >= stream.tail_first:
+                if position >= stream.visible and self.settling is not None and not self.settling.wait(stream):
+                    return  # fed again once it is committed (``committed``)
                 msg = stream.tail[position - stream.tail_first]
             else:
                 self._read(sub)

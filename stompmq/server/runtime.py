@@ -137,7 +137,7 @@ class Runtime(StoreEvents):
     # -- what the store reports (StoreEvents) -------------------------------------------------------
     def committed(self, ticket: int) -> None:
         for engine in self.engines.values():
-            engine.receipts.committed(ticket)
+            engine.committed(ticket)
 
     def commit_failed(self, ticket: int, error: StoreError) -> None:
         self.tick()  # receipts measure how long they waited (--store-timeout)

@@ -134,3 +134,26 @@ def test_delayed_messages_due_while_down_reach_subscribers_that_came_before_or_a
         assert early.message(timeout=15).body == b"after"  # promoted while its subscriber waited
         assert time.time() >= sent + 6.0
         early.close()
+
+
+def test_a_stream_entry_a_reader_got_is_on_disk_when_the_broker_is_killed(tmp_path: Path) -> None:
+    """Seen in the restart soak: a reader got an entry that was not yet committed, ``kill -9``
+    took it back, and the next entry appended after the restart took its offset, so the reader,
+    resuming after the offset it had seen, never got that receipted entry.  A reader now gets an
+    entry only once it is committed (a long ``--flush-interval`` leaves an unreceipted SEND
+    in memory for seconds): the offset it saw stays the same entry's."""
+    db = tmp_path / "broker.db"
+    with BrokerProcess(db, "--http-port", "0", "--flush-interval", "30").start() as first:
+        with Peer(first.port) as reader, Peer(first.port) as producer:
+            reader.subscribe("/stream/log", ack="auto", x_stream_offset="first")
+            reader.sync()
+            producer.send_to("/stream/log", "seen", receipt=False)
+            seen = reader.message()
+            assert seen.body == b"seen" and seen["x-stream-offset"] == "0"
+            first.kill9()
+    with BrokerProcess(db, "--http-port", "0").start() as second:
+        with Peer(second.port) as producer:
+            producer.send_to("/stream/log", "after")
+        with Peer(second.port) as reader:
+            reader.subscribe("/stream/log", ack="auto", x_stream_offset="1")
+            assert reader.message().body == b"after"

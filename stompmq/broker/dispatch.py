@@ -431,10 +431,12 @@ class Dispatcher:
         self.queue_stats(msg.queue).published += 1
         self.store.insert(msg)
 
-    def new_message(self, destination: str, headers: dict[str, str], body: bytes) -> StoredMessage:
+    def new_message(
+        self, destination: str, headers: dict[str, str], body: bytes, priority: int, expires: int | None
+    ) -> StoredMessage:
         """A message that is never stored (a topic publish), numbered like the others."""
         clock = self.clock
-        return StoredMessage(clock.next_seq(), destination, DEFAULT_PRIORITY, headers, body, clock.wall_ms)
+        return StoredMessage(clock.next_seq(), destination, priority, headers, body, clock.wall_ms, expires=expires)
 
     def pump(self, queue: Queue[Subscription]) -> None:
         """Deliver what the queue can deliver now; when its window runs low, refill it from its

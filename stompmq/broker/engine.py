@@ -66,7 +66,7 @@ from .queue import Queue
 from .reads import Reads, StoreRead
 from .receipts import Headers, Receipts
 from .routing import Router
-from .send_headers import SPECIAL_HEADERS, send_options, sender_headers, user_headers
+from .send_headers import SPECIAL_HEADERS, send_options, sender_headers, user_headers, without_facts
 from .session import Outbox, Session, Subscription
 from .streams import (
     STREAM_FOLLOW_RETRY,
@@ -284,7 +284,8 @@ class Broker:
 
     def remote_topic(self, topic: str, headers: dict[str, str], body: bytes) -> None:
         """A topic message published through another broker: to this broker's subscribers."""
-        self.router.deliver_topic(topic, "/topic/" + topic, headers, body, None)
+        headers, priority, expires = without_facts(headers)
+        self.router.deliver_topic(topic, "/topic/" + topic, headers, body, None, priority, expires)
 
     def definitions_changed(self, exchanges: list[ExchangeRecord], bindings: list[BindingRecord]) -> None:
         self.router.load_definitions(exchanges, bindings)

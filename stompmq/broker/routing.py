@@ -19,7 +19,7 @@ from .key_exchanges import BUILT_IN, KeyExchange
 from .key_exchanges import TYPES as KEY_TYPES
 from .overflow import BLOCK, DISCONNECT, TopicOverflow
 from .policies import QueueFull
-from .send_headers import user_headers
+from .send_headers import user_headers, with_facts
 from .consumer import AckMode
 from .session import Session, Subscription
 from .streams import Streams
@@ -83,12 +83,12 @@ class Router:
                 return None
             key = dest.key or frame.headers.get(ROUTING_KEY_HEADER, "")
             if keyed is self.amq_topic and key:  # /exchange/amq.topic/X is /topic/X
-                self.publish_topic(Destination(Kind.TOPIC, key, "/topic/" + key), frame, publisher)
+                self.publish_topic(Destination(Kind.TOPIC, key, "/topic/" + key), frame, publisher, priority, expires)
             self._publish_bound(keyed, key, frame, priority, ack_timeout, expires, deliver_at)
         elif kind is Kind.STREAM:
             return _appended(self.streams.append(dest.name, user_headers(frame.headers), frame.body, priority))
         elif kind is Kind.TOPIC:
-            self.publish_topic(dest, frame, publisher)
+            self.publish_topic(dest, frame, publisher, priority, expires)
             if self.amq_topic.bindings:
                 self._publish_bound(self.amq_topic, dest.name, frame, priority, ack_timeout, expires, deliver_at)
         elif kind is Kind.TEMP_QUEUE or kind is Kind.REPLY_QUEUE or kind is Kind.AMQ_QUEUE:
@@ -130,10 +130,14 @@ class Router:
         """The queue an exchange SEND goes to (None: dropped); ClientError if it cannot be routed."""
         return self.exchange(dest.name).route(dest.key, frame.headers)
 
-    def publish_topic(self, dest: Destination, frame: Frame, publisher: Session) -> None:
+    def publish_topic(
+        self, dest: Destination, frame: Frame, publisher: Session, priority: int, expires: int | None
+    ) -> None:
+        """To this broker's subscribers and, through the store, the other brokers' (the SEND's
+        priority and expiry travel as the headers a remote ``deliver_topic`` reads them from)."""
         headers = user_headers(frame.headers)
-        self.store.publish_topic(dest.name, headers, frame.body)  # the other brokers' subscribers
-        self.deliver_topic(dest.name, dest.raw, headers, frame.body, publisher)
+        self.store.publish_topic(dest.name, with_facts(headers, priority, expires), frame.body)
+        self.deliver_topic(dest.name, dest.raw, headers, frame.body, publisher, priority, expires)
 
     def topic_peers(self, session: Session) -> set[Session]:
         """The other live, non-lagging sessions subscribed to what ``session``'s topic
@@ -146,7 +150,8 @@ class Router:
         return {p for p in peers if not p.closed and not p.topic_lagging}
 
     def deliver_topic(
-        self, topic: str, destination: str, headers: dict[str, str], body: bytes, publisher: Session | None
+        self, topic: str, destination: str, headers: dict[str, str], body: bytes, publisher: Session | None,
+        priority: int, expires: int | None,
     ) -> None:
         """Hand a topic message to this broker's subscribers of ``topic``.  ``publisher`` None:
         it came from another broker sharing the store, whose publisher cannot be slowed from
@@ -157,7 +162,7 @@ class Router:
             return
         dispatcher, overflow = self.dispatcher, self.overflow
         block = overflow.policy is BLOCK
-        msg = dispatcher.new_message(topic, headers, body)
+        msg = dispatcher.new_message(topic, headers, body, priority, expires)
         tails: dict[str, bytes] = {}
         slow: list[Subscription] = []
         for sub in subs:

@@ -79,6 +79,28 @@ def user_headers(headers: dict[str, str]) -> dict[str, str]:
     return headers_without(headers, BROKER_HEADERS)
 
 
+def with_facts(headers: dict[str, str], priority: int, expires: int | None) -> dict[str, str]:
+    """A topic message's headers as they travel to the other brokers sharing the store: with its
+    priority and expiry, which a MESSAGE writes from the message's facts (``without_facts``)."""
+    if priority == DEFAULT_PRIORITY and expires is None:
+        return headers
+    facts = {**headers, "priority": str(priority)}
+    if expires is not None:
+        facts[EXPIRES] = str(expires)
+    return facts
+
+
+def without_facts(headers: dict[str, str]) -> tuple[dict[str, str], int, int | None]:
+    """``with_facts`` undone: the headers, priority and expiry of a topic message from another
+    broker (which validated them; anything else is taken as absent)."""
+    priority, expires = headers.get("priority"), headers.get(EXPIRES)
+    if priority is None and expires is None:
+        return headers, DEFAULT_PRIORITY, None
+    rest = {name: value for name, value in headers.items() if name != "priority" and name != EXPIRES}
+    return (rest, int(priority) if priority is not None and priority.isdecimal() else DEFAULT_PRIORITY,
+            int(expires) if expires is not None and expires.isdecimal() else None)
+
+
 SendOptions = tuple[int, float | None, int | None, int | None]
 #: Relative times (ttl, delay) seen lately, parsed: a producer usually sends the same few values,
 #: and int() with its checks is most of what reading a TTL costs.  Bounded: cleared when full.

@@ -19,6 +19,7 @@ import pytest
 from ..support.postgres_server import PASSWORD
 
 from ..support.broker_process import BrokerProcess, Peer
+from ..support.rawclient import RawFrame
 from ..support.stores import TEST_LEASE, postgres_server
 from ..support.stompclient import BrokerError
 from ..support.waiting import wait_until
@@ -110,11 +111,12 @@ def test_topics_reach_subscribers_on_every_broker(brokers: list[BrokerProcess]) 
                 return all(heard)
 
             wait_until(everyone_heard_a_probe, "every broker relaying topic messages", timeout=HANDOVER)
-            producer.send_to("/topic/news", "small")
+            producer.send_to("/topic/news", "small", headers={"priority": "7", "expires": "1800000000000"})
             producer.send_to("/topic/news", b"x" * 100_000)  # too large for a notification: relayed
         for s in subscribers:
             small, large = _news(s, 2)
-            assert small == b"small" and len(large) == 100_000
+            assert small.body == b"small" and len(large.body) == 100_000
+            assert (small["priority"], small["expires"], large["priority"]) == ("7", "1800000000000", "4")
     finally:
         for s in subscribers:
             s.close()
@@ -131,14 +133,14 @@ def test_exchanges_declared_on_one_broker_route_on_the_others(brokers: list[Brok
         assert consumer.message(timeout=HANDOVER).body == b"routed"
 
 
-def _news(subscriber: Peer, n: int) -> list[bytes]:
-    """The next ``n`` bodies that are not a late probe."""
-    bodies: list[bytes] = []
-    while len(bodies) < n:
-        body = subscriber.message(timeout=HANDOVER).body
-        if body != b"probe":
-            bodies.append(body)
-    return bodies
+def _news(subscriber: Peer, n: int) -> list[RawFrame]:
+    """The next ``n`` MESSAGEs that are not a late probe."""
+    news: list[RawFrame] = []
+    while len(news) < n:
+        frame = subscriber.message(timeout=HANDOVER)
+        if frame.body != b"probe":
+            news.append(frame)
+    return news
 
 
 def _routes(broker: BrokerProcess) -> bool:

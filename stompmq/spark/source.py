@@ -38,14 +38,15 @@ each task is the producer ``PRODUCERID/PARTITION`` numbering its rows by index (
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 import math
 import re
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -74,6 +75,7 @@ Offsets = dict[str, int]
 
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 #: The options of a read and of a write (Spark hands them over lower-cased).
 READ_OPTIONS = (
@@ -112,10 +114,14 @@ class Options:
 
 
 def _check_known(options: Mapping[str, str], known: Sequence[str]) -> None:
-    names = {k.lower() for k in known}
+    """Spark hands the options over lower-cased, so the nearest name is looked for that way
+    and given as the documentation spells it."""
+    names = {k.lower(): k for k in known}
     for key in options:
         if key.lower() not in names:
-            raise StompmqError(f"unknown option {key!r}; the options are {', '.join(known)}")
+            near = difflib.get_close_matches(key.lower(), names, n=1)
+            hint = f" (did you mean {names[near[0]]!r}?)" if near else ""
+            raise StompmqError(f"unknown option {key!r}{hint}; the options are {', '.join(known)}")
 
 
 def _positive(options: Mapping[str, str], name: str) -> int | None:
@@ -559,13 +565,24 @@ class StompmqDataSource(DataSource):
         return SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return StompmqBatchReader(_options(self.options, reading=True), self.options)
+        return _short_errors(lambda: StompmqBatchReader(_options(self.options, reading=True), self.options))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return StompmqStreamReader(_options(self.options, reading=True), self.options)
+        return _short_errors(lambda: StompmqStreamReader(_options(self.options, reading=True), self.options))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        return StompmqWriter(_options(self.options, reading=False), self.options)
+        return _short_errors(lambda: StompmqWriter(_options(self.options, reading=False), self.options))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        return StompmqStreamWriter(_options(self.options, reading=False), self.options)
+        return _short_errors(lambda: StompmqStreamWriter(_options(self.options, reading=False), self.options))
+
+
+def _short_errors(make: Callable[[], _T]) -> _T:
+    """``make()``, with an option error raised afresh outside the frames that found it: Spark
+    puts the worker's whole traceback in its exception and the line that says what is wrong
+    comes last, so the fewer frames the closer to the top it is (five lines, not a screenful)."""
+    try:
+        return make()
+    except StompmqError as e:
+        error = str(e)
+    raise StompmqError(error) from None

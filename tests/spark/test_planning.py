@@ -71,9 +71,12 @@ OK = {"url": "stomp://127.0.0.1:1", "destination": "/stream/a"}
 @pytest.mark.parametrize(
     ("options", "problem"),
     [
-        ({"startingOffset": "earliest"}, "unknown option 'startingOffset'; the options are url, .*startingOffsets"),
-        ({"includeHeaders": "true"}, "unknown option 'includeHeaders'"),
-        ({"startingTimestamps": "1"}, "unknown option 'startingTimestamps'; the options are .*startingTimestamp, "
+        ({"startingOffset": "earliest"},
+         "unknown option 'startingOffset' \\(did you mean 'startingOffsets'\\?\\); the options are url, .*startingOffsets"),
+        ({"startingoffsets": "earliest", "maxoffsetspertriger": "5"},  # Spark lower-cases the names
+         "unknown option 'maxoffsetspertriger' \\(did you mean 'maxOffsetsPerTrigger'\\?\\)"),
+        ({"includeHeaders": "true"}, "unknown option 'includeHeaders'; the options are"),  # (nothing near)
+        ({"startingTimestamps": "1"}, "unknown option 'startingTimestamps' .*; the options are .*startingTimestamp, "
                                       "startingOffsetsByTimestamp, startingOffsetsByTimestampStrategy"),
         ({"minPartitions": "0"}, "option 'minPartitions' must be a positive integer"),
         ({"minPartitions": "many"}, "option 'minPartitions'"),

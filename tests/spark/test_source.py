@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -60,8 +63,11 @@ def test_empty_ranges_are_no_rows_and_an_end_past_the_stream_is_an_error(spark: 
     assert read(destination="/stream/e", startingOffsets=json.dumps({"e": 3}), endingOffsets=json.dumps({"e": 3})).count() == 0
     with pytest.raises(Exception, match="option 'endingOffsets': 9 is past the end of stream 'e'"):
         read(destination="/stream/e", endingOffsets=json.dumps({"e": 9})).collect()
-    with pytest.raises(Exception, match="unknown option 'startingoffset'"):  # (Spark lower-cases names)
+    with pytest.raises(Exception, match="unknown option 'startingoffset'") as refused:  # (Spark lower-cases names)
         read(destination="/stream/e", startingOffset="earliest").collect()
+    lines = str(refused.value).splitlines()
+    # near the top of Spark's exception: its own line, then a traceback of two frames
+    assert any("(did you mean 'startingOffsets'?)" in line for line in lines[:7]), lines
 
 
 def test_min_partitions_splits_a_stream_and_reads_every_entry_once(spark: Any, durable: BrokerThread, tmp_path: Path) -> None:
@@ -290,3 +296,31 @@ def test_batch_read_through_one_broker_sees_appends_through_another(spark: Any) 
         enumerate([f"a{i}".encode() for i in range(40)] + [f"b{i}".encode() for i in range(10)]
                   + [f"c{i}".encode() for i in range(10)])
     )
+
+
+DRIVER = """
+import sys
+from pyspark.sql import SparkSession
+import stompmq.spark
+spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
+stompmq.spark.register(spark)
+rows = spark.read.format("stompmq").option("url", sys.argv[1]).option("destination", "/stream/w").load().collect()
+print("bodies", sorted(row.body.decode() for row in rows))
+spark.stop()
+"""
+
+
+def test_a_local_driver_reads_without_pyspark_python_set(durable: BrokerThread, tmp_path: Path) -> None:
+    """Spark's workers start ``python3`` from the PATH unless ``PYSPARK_PYTHON`` says otherwise;
+    here that is an interpreter without stompmq (the base one, outside the test's environment),
+    and the read still works: in local mode the workers run the driver's interpreter."""
+    publish(durable.port, "w", ["w0", "w1", "w2"])
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    (bare / "python3").symlink_to(Path(sys.base_prefix) / "bin" / "python3")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "PYTHONPATH")}
+    env["PATH"] = f"{bare}{os.pathsep}{env.get('PATH', '')}"
+    out = subprocess.run([sys.executable, "-c", DRIVER, url(durable)], env=env, cwd=tmp_path, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "bodies ['w0', 'w1', 'w2']" in out.stdout

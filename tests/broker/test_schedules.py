@@ -7,15 +7,20 @@ each firing is checked at the instant it is due and just before it.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import TypeVar
 
 import pytest
 
 from stompmq.broker import ClientError
+from stompmq.broker.control import Deferred
+from stompmq.broker.schedule_listing import CANCELLED, MISSING, MOVED
 from stompmq.broker.send_headers import SCHEDULE_ID, SCHEDULE_LEFT
 from stompmq.protocol import Frame
 
-from .fakes import FakeOutbox
+from .fakes import FakeOutbox, complete
 from .test_lifecycle import T0, WALL, at, bodies, run, send, started, subscribe
+
+T = TypeVar("T")
 
 
 def messages(out: FakeOutbox) -> list[Frame]:
@@ -210,3 +215,109 @@ def test_a_schedule_survives_a_restart_from_its_row() -> None:
         got += len(messages(out))
     assert got == 4
     assert datetime.fromtimestamp(WALL)  # (the wall clock the helpers use)
+
+
+# ------------------------------------------------------------------------- listing and cancelling
+
+
+def resolve(broker: object, deferred: Deferred[T]) -> T:
+    """A management call as the API makes it: the store read, then the answer."""
+    return deferred.answer(complete(deferred.fetch(broker.store)))  # type: ignore[attr-defined]
+
+
+def test_the_listing_shows_every_schedule_next_first_with_what_is_left() -> None:
+    broker, _ = started()
+    send(broker, "a", "x", AMQ_SCHEDULED_DELAY="5000", AMQ_SCHEDULED_PERIOD="500", AMQ_SCHEDULED_REPEAT="3")
+    send(broker, "b", "yy", delay="2000")
+    send(broker, "c", "z", AMQ_SCHEDULED_CRON="0 * * * *")
+    page = resolve(broker, broker.schedules.page(None, 10))
+    assert [(r.queue, r.remaining, r.period, r.cron, r.body_bytes) for r in page.rows][:2] == [
+        ("b", 1, 0, None, 2), ("a", 4, 500, None, 1)]
+    assert (page.rows[2].queue, page.rows[2].remaining, page.rows[2].cron) == ("c", None, "0 * * * *")
+    now_ms = int((WALL + T0) * 1000)
+    assert [r.next_at - now_ms for r in page.rows[:2]] == [2000, 5000]
+    assert page.after is None
+    run(broker, T0 + 5.0)
+    (first, second) = resolve(broker, broker.schedules.page(None, 10)).rows[:2]
+    assert (first.queue, first.remaining, first.next_at - now_ms) == ("a", 3, 5500)  # the same id, one less
+    assert first.id == page.rows[1].id
+
+
+def test_the_listing_pages() -> None:
+    broker, _ = started()
+    for i in range(7):
+        send(broker, "q", str(i), delay=str(1000 + i))
+    seen: list[str] = []
+    after = None
+    while True:
+        page = resolve(broker, broker.schedules.page(after, 3))
+        seen += [r.id for r in page.rows]
+        if page.after is None:
+            break
+        after = page.after
+    assert len(seen) == 7 == len(set(seen))
+
+
+def test_a_cancelled_schedule_fires_no_more() -> None:
+    broker, store = started()
+    out = subscribe(broker, "q")
+    send(broker, "q", "x", AMQ_SCHEDULED_PERIOD="1000", AMQ_SCHEDULED_REPEAT="-1")
+    run(broker, T0 + 1.0)
+    assert len(messages(out)) == 2
+    (row,) = resolve(broker, broker.schedules.page(None, 10)).rows
+    assert resolve(broker, broker.schedules.cancel(row.id)) == CANCELLED
+    run(broker, T0 + 30.0)
+    assert messages(out) == []
+    assert delayed_rows(store) == []
+    assert resolve(broker, broker.schedules.cancel(row.id)) == MISSING
+
+
+def test_a_schedule_only_in_the_store_is_cancelled_even_with_a_page_read_in_flight() -> None:
+    """A window of 4: the 8th schedule is in the store only; the page read asked for before the
+    cancel's delete must not bring it back."""
+    broker, _ = started(window=4)
+    out = subscribe(broker, "q")
+    for i in range(8):
+        send(broker, "q", str(i), delay=str(1000 + 100 * i))
+    last = resolve(broker, broker.schedules.page(None, 10)).rows[-1]
+    at(broker, T0 + 1.25)
+    broker.run_due()  # two promoted: a page read is queued, not yet done
+    read = broker.take_read()
+    assert read is not None
+    assert resolve(broker, broker.schedules.cancel(last.id)) == CANCELLED
+    read.done(complete(read.fetch(broker.store)))  # the read ran before the delete
+    got = bodies(out)
+    for step in range(30):
+        run(broker, T0 + 1.3 + 0.1 * step)
+        got += bodies(out)
+    assert got == [str(i) for i in range(7)]
+
+
+def test_a_cancel_racing_a_firing_says_so() -> None:
+    broker, _ = started()
+    subscribe(broker, "q")
+    send(broker, "q", "x", AMQ_SCHEDULED_PERIOD="1000", AMQ_SCHEDULED_REPEAT="-1")
+    (row,) = resolve(broker, broker.schedules.page(None, 10)).rows
+    deferred = broker.schedules.cancel(row.id)
+    found = complete(deferred.fetch(broker.store))
+    run(broker, T0 + 0.0)  # it fires before the answer: its next row has another seq
+    assert deferred.answer(found) == MOVED
+    assert resolve(broker, broker.schedules.cancel(row.id)) == CANCELLED
+
+
+def test_a_store_that_keeps_nothing_lists_and_cancels_from_memory() -> None:
+    from stompmq.broker import Broker, BrokerConfig
+    from stompmq.storage.base import Recovery
+    from stompmq.storage.memory import MemoryStore
+
+    broker = Broker(MemoryStore(), BrokerConfig())
+    at(broker, T0)
+    broker.recover(Recovery(0, [], []), [])
+    out = subscribe(broker, "q")
+    send(broker, "q", "x", AMQ_SCHEDULED_DELAY="1000", AMQ_SCHEDULED_PERIOD="1000", AMQ_SCHEDULED_REPEAT="5")
+    (row,) = resolve(broker, broker.schedules.page(None, 10)).rows
+    assert row.remaining == 6
+    assert resolve(broker, broker.schedules.cancel(row.id)) == CANCELLED
+    for second in range(10):
+        run(broker, T0 + second)
+    assert messages(out) == []

@@ -273,24 +273,27 @@ def test_a_cancelled_schedule_fires_no_more() -> None:
 
 
 def test_a_schedule_only_in_the_store_is_cancelled_even_with_a_page_read_in_flight() -> None:
-    """A window of 4: the 8th schedule is in the store only; the page read asked for before the
+    """A window of 4: the 6th schedule is in the store only; the page read asked for before the
     cancel's delete must not bring it back."""
     broker, _ = started(window=4)
     out = subscribe(broker, "q")
     for i in range(8):
         send(broker, "q", str(i), delay=str(1000 + 100 * i))
-    last = resolve(broker, broker.schedules.page(None, 10)).rows[-1]
+    sixth = resolve(broker, broker.schedules.page(None, 10)).rows[5]
     at(broker, T0 + 1.25)
     broker.run_due()  # two promoted: a page read is queued, not yet done
-    read = broker.take_read()
-    assert read is not None
-    assert resolve(broker, broker.schedules.cancel(last.id)) == CANCELLED
-    read.done(complete(read.fetch(broker.store)))  # the read ran before the delete
+    while (read := broker.take_read()) is not None and read.done.func.__name__ != "_loaded":  # type: ignore[attr-defined]
+        read.done(complete(read.fetch(broker.store)))  # (the queue's own page)
+    assert read is not None and broker.dispatcher.delayed.loading
+    rows = complete(read.fetch(broker.store))  # the read runs before the cancel's delete...
+    assert sixth.id in [str(m.seq) for m in rows]
+    assert resolve(broker, broker.schedules.cancel(sixth.id)) == CANCELLED
+    read.done(rows)  # ...and is answered after it
     got = bodies(out)
     for step in range(30):
         run(broker, T0 + 1.3 + 0.1 * step)
         got += bodies(out)
-    assert got == [str(i) for i in range(7)]
+    assert got == ["0", "1", "2", "3", "4", "6", "7"]
 
 
 def test_a_cancel_racing_a_firing_says_so() -> None:

@@ -20,8 +20,9 @@ again.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from ..storage.base import Store, StoredMessage
 from .control import Deferred
@@ -30,6 +31,8 @@ from .send_headers import CRON, PERIOD, SCHEDULE_ID, SCHEDULE_LEFT
 
 #: A cancel's answers: done; no schedule has the id; it fired meanwhile (look again).
 CANCELLED, MISSING, MOVED = "cancelled", "missing", "moved"
+#: A cancel's answer and the schedule's queue (None: no such schedule).
+Cancel = tuple[str, str | None]
 #: Rows a cancel reads at most while looking for its id, and in one read.
 SCAN_LIMIT, SCAN_PAGE = 1_000_000, 1000
 
@@ -93,11 +96,13 @@ class Schedules:
 
         return Deferred(fetch, lambda rows: _page(rows, limit))
 
-    def cancel(self, wanted: str) -> Deferred[str]:
-        """Cancel the schedule ``wanted``: ``CANCELLED``, ``MISSING`` or ``MOVED``."""
+    def cancel(self, wanted: str, check: Callable[[str], None] | None = None) -> Deferred[Cancel]:
+        """Cancel the schedule ``wanted``: ``CANCELLED``, ``MISSING`` or ``MOVED``, with its queue.
+        ``check(queue)`` may refuse it (by raising) once the schedule is found."""
+        withdraw = partial(self._withdraw, check)
         if not self.store.durable:
             found = next((m for m in self._in_memory() if schedule_id(m) == wanted), None)
-            return Deferred(lambda store: _now(found), self._withdraw)
+            return Deferred(lambda store: _now(found), withdraw)
 
         async def fetch(store: Store) -> StoredMessage | None:
             after: Key | None = None
@@ -113,12 +118,14 @@ class Schedules:
                 after = (last.deliver_at, last.seq)
             return None
 
-        return Deferred(fetch, self._withdraw)
+        return Deferred(fetch, withdraw)
 
-    def _withdraw(self, row: StoredMessage | None) -> str:
+    def _withdraw(self, check: Callable[[str], None] | None, row: StoredMessage | None) -> Cancel:
         if row is None:
-            return MISSING
-        return CANCELLED if self.delayed.withdraw(row) else MOVED
+            return MISSING, None
+        if check is not None:
+            check(row.queue)
+        return CANCELLED if self.delayed.withdraw(row) else MOVED, row.queue
 
 
 async def _now(value: object) -> object:

@@ -265,11 +265,11 @@ def test_a_cancelled_schedule_fires_no_more() -> None:
     run(broker, T0 + 1.0)
     assert len(messages(out)) == 2
     (row,) = resolve(broker, broker.schedules.page(None, 10)).rows
-    assert resolve(broker, broker.schedules.cancel(row.id)) == CANCELLED
+    assert resolve(broker, broker.schedules.cancel(row.id))[0] == CANCELLED
     run(broker, T0 + 30.0)
     assert messages(out) == []
     assert delayed_rows(store) == []
-    assert resolve(broker, broker.schedules.cancel(row.id)) == MISSING
+    assert resolve(broker, broker.schedules.cancel(row.id))[0] == MISSING
 
 
 def test_a_schedule_only_in_the_store_is_cancelled_even_with_a_page_read_in_flight() -> None:
@@ -287,7 +287,7 @@ def test_a_schedule_only_in_the_store_is_cancelled_even_with_a_page_read_in_flig
     assert read is not None and broker.dispatcher.delayed.loading
     rows = complete(read.fetch(broker.store))  # the read runs before the cancel's delete...
     assert sixth.id in [str(m.seq) for m in rows]
-    assert resolve(broker, broker.schedules.cancel(sixth.id)) == CANCELLED
+    assert resolve(broker, broker.schedules.cancel(sixth.id)) == (CANCELLED, "q")
     read.done(rows)  # ...and is answered after it
     got = bodies(out)
     for step in range(30):
@@ -304,8 +304,8 @@ def test_a_cancel_racing_a_firing_says_so() -> None:
     deferred = broker.schedules.cancel(row.id)
     found = complete(deferred.fetch(broker.store))
     run(broker, T0 + 0.0)  # it fires before the answer: its next row has another seq
-    assert deferred.answer(found) == MOVED
-    assert resolve(broker, broker.schedules.cancel(row.id)) == CANCELLED
+    assert deferred.answer(found)[0] == MOVED
+    assert resolve(broker, broker.schedules.cancel(row.id))[0] == CANCELLED
 
 
 def test_a_store_that_keeps_nothing_lists_and_cancels_from_memory() -> None:
@@ -320,7 +320,7 @@ def test_a_store_that_keeps_nothing_lists_and_cancels_from_memory() -> None:
     send(broker, "q", "x", AMQ_SCHEDULED_DELAY="1000", AMQ_SCHEDULED_PERIOD="1000", AMQ_SCHEDULED_REPEAT="5")
     (row,) = resolve(broker, broker.schedules.page(None, 10)).rows
     assert row.remaining == 6
-    assert resolve(broker, broker.schedules.cancel(row.id)) == CANCELLED
+    assert resolve(broker, broker.schedules.cancel(row.id))[0] == CANCELLED
     for second in range(10):
         run(broker, T0 + second)
     assert messages(out) == []

@@ -154,13 +154,14 @@ def read_schedule(headers: dict[str, str]) -> Schedule:
     repeat = 0
     if (value := headers.get(REPEAT)) == str(FOREVER):
         repeat = FOREVER
-        if period == 0:
-            raise ClientError(f"{PERIOD} must be from 1 to {MAX_MS} when {REPEAT} is -1 (for ever), "
-                              f"not {quoted(headers.get(PERIOD, '0'))}")
     elif value is not None:
         if not (value.isascii() and value.isdigit()) or len(value) > 10 or int(value) > MAX_REPEAT:
-            raise ClientError(f"{REPEAT} must be an integer from -1 (for ever) to {MAX_REPEAT}, not {quoted(value)}")
+            raise ClientError(f"{REPEAT} must be an integer from 0 to {MAX_REPEAT}, or -1 (for ever), "
+                              f"not {quoted(value)}")
         repeat = int(value)
+    if repeat and not period:  # the copies would all be due at once: a loop, not a schedule
+        raise ClientError(f"{PERIOD} must be from 1 to {MAX_MS} when {REPEAT} is not 0, "
+                          f"not {quoted(headers.get(PERIOD, '0'))}")
     cron = None
     if (text := headers.get(CRON)) is not None:
         try:

@@ -156,16 +156,17 @@ def test_cron_with_repeat_sends_a_series_from_delay_after_each_minute() -> None:
 @pytest.mark.parametrize(("headers", "named"), [
     ({"AMQ_SCHEDULED_PERIOD": "-5", "AMQ_SCHEDULED_REPEAT": "2"}, "AMQ_SCHEDULED_PERIOD"),
     ({"AMQ_SCHEDULED_PERIOD": "1" + "0" * 16}, "AMQ_SCHEDULED_PERIOD"),
-    ({"AMQ_SCHEDULED_REPEAT": "-2"}, "AMQ_SCHEDULED_REPEAT"),
-    ({"AMQ_SCHEDULED_REPEAT": "2147483648"}, "AMQ_SCHEDULED_REPEAT"),
-    ({"AMQ_SCHEDULED_REPEAT": "many"}, "AMQ_SCHEDULED_REPEAT"),
+    ({"AMQ_SCHEDULED_REPEAT": "-2", "AMQ_SCHEDULED_PERIOD": "5"}, "AMQ_SCHEDULED_REPEAT"),
+    ({"AMQ_SCHEDULED_REPEAT": "2147483648", "AMQ_SCHEDULED_PERIOD": "5"}, "AMQ_SCHEDULED_REPEAT"),
+    ({"AMQ_SCHEDULED_REPEAT": "many", "AMQ_SCHEDULED_PERIOD": "5"}, "AMQ_SCHEDULED_REPEAT"),
     ({"AMQ_SCHEDULED_REPEAT": "-1"}, "AMQ_SCHEDULED_PERIOD"),  # for ever needs a period
+    ({"AMQ_SCHEDULED_REPEAT": "3", "AMQ_SCHEDULED_PERIOD": "0"}, "AMQ_SCHEDULED_PERIOD"),  # so does any repeat
     ({"AMQ_SCHEDULED_CRON": "* * * *"}, "AMQ_SCHEDULED_CRON"),
     ({"AMQ_SCHEDULED_CRON": "61 * * * *"}, "AMQ_SCHEDULED_CRON"),
     ({"AMQ_SCHEDULED_CRON": "0 0 30 2 *"}, "AMQ_SCHEDULED_CRON"),  # never fires
     ({"AMQ_SCHEDULED_CRON": "* * * * *", "AMQ_SCHEDULED_REPEAT": "-1", "AMQ_SCHEDULED_PERIOD": "5"},
      "AMQ_SCHEDULED_REPEAT"),
-    ({"AMQ_SCHEDULED_TIME": "soon", "AMQ_SCHEDULED_REPEAT": "1"}, "AMQ_SCHEDULED_TIME"),
+    ({"AMQ_SCHEDULED_TIME": "soon", "AMQ_SCHEDULED_REPEAT": "1", "AMQ_SCHEDULED_PERIOD": "5"}, "AMQ_SCHEDULED_TIME"),
     ({"_AMQ_SCHED_DELIVERY": "1" + "0" * 16}, "_AMQ_SCHED_DELIVERY"),
 ])
 def test_a_value_out_of_range_is_an_error_naming_the_header(headers: dict[str, str], named: str) -> None:

@@ -96,13 +96,11 @@ class Schedules:
 
         return Deferred(fetch, lambda rows: _page(rows, limit))
 
-    def cancel(self, wanted: str, check: Callable[[str], None] | None = None) -> Deferred[Cancel]:
-        """Cancel the schedule ``wanted``: ``CANCELLED``, ``MISSING`` or ``MOVED``, with its queue.
-        ``check(queue)`` may refuse it (by raising) once the schedule is found."""
-        withdraw = partial(self._withdraw, check)
+    def find(self, wanted: str) -> Deferred[StoredMessage | None]:
+        """The row of schedule ``wanted`` (None: there is none)."""
         if not self.store.durable:
             found = next((m for m in self._in_memory() if schedule_id(m) == wanted), None)
-            return Deferred(lambda store: _now(found), withdraw)
+            return Deferred(lambda store: _now(found), lambda row: row)
 
         async def fetch(store: Store) -> StoredMessage | None:
             after: Key | None = None
@@ -118,7 +116,13 @@ class Schedules:
                 after = (last.deliver_at, last.seq)
             return None
 
-        return Deferred(fetch, withdraw)
+        return Deferred(fetch, lambda row: row)
+
+    def cancel(self, wanted: str, check: Callable[[str], None] | None = None) -> Deferred[Cancel]:
+        """Cancel the schedule ``wanted``: ``CANCELLED``, ``MISSING`` or ``MOVED``, with its queue.
+        ``check(queue)`` may refuse it (by raising) once the schedule is found.  (On a shared
+        store the delete of a row another broker holds does not take effect: ``find`` tells.)"""
+        return Deferred(self.find(wanted).fetch, partial(self._withdraw, check))
 
     def _withdraw(self, check: Callable[[str], None] | None, row: StoredMessage | None) -> Cancel:
         if row is None:

@@ -23,7 +23,6 @@ Pure logic: no clock is read; the caller says when "now" is.
 
 from __future__ import annotations
 
-import calendar
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, tzinfo
 
@@ -38,6 +37,8 @@ NICKNAMES = {
 }
 #: The longest an expression may be: an ERROR quotes it, and nobody writes more.
 MAX_LENGTH = 200
+#: The most days each month can have (February in a leap year).
+MONTH_DAYS = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 #: Days ``next_fire`` looks ahead: the rarest expression (29 February) waits at most 8 years.
 HORIZON_DAYS = 366 * 9
 
@@ -81,13 +82,9 @@ def parse_cron(text: str) -> Cron:
     weekdays = frozenset(v % 7 for v in values[4])
     cron = Cron(text, tuple(sorted(values[0])), tuple(sorted(values[1])), frozenset(values[2]),
                 frozenset(values[3]), weekdays, fields[2].startswith("*"), fields[4].startswith("*"))
-    if cron.any_weekday and not any(day <= _longest(month) for month in cron.months for day in cron.days):
+    if cron.any_weekday and not any(day <= MONTH_DAYS[month - 1] for month in cron.months for day in cron.days):
         raise CronError(f"{text!r} never fires: no month it names has such a day")
     return cron
-
-
-def _longest(month: int) -> int:
-    return 29 if month == 2 else calendar.monthrange(2001, month)[1]
 
 
 def _field(spec: str, name: str, low: int, high: int, names: dict[str, int]) -> set[int]:

@@ -82,11 +82,12 @@ def fire(dispatcher: Dispatcher, row: StoredMessage) -> None:
     store = dispatcher.store
     store.delete(row)
     following = next_firing(row, dispatcher.clock.wall_ms)
+    headers = headers_without(row.headers, SCHEDULING)
     try:
-        copy = dispatcher.publish(row.queue, headers_without(row.headers, SCHEDULING), row.body, row.priority,
-                                  row.ack_timeout, row.expires)
+        copy = dispatcher.publish(row.queue, headers, row.body, row.priority, row.ack_timeout, row.expires)
         store.promoted(row.seq, copy.seq)  # on a shared store: stored only if the delete takes effect
-    except QueueFull:  # as a dropped head would go; the schedule goes on
+    except QueueFull:  # the copy goes as a dropped head would (dead-lettered or dropped); the schedule goes on
+        row.headers = headers  # (the row is deleted: what dies is the copy)
         dispatcher.discard(row, "maxlen", dispatcher.queue_stats(row.queue))
     if following is not None and (row.expires is None or following[0] <= row.expires):
         at, headers = following

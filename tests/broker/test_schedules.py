@@ -325,3 +325,20 @@ def test_a_store_that_keeps_nothing_lists_and_cancels_from_memory() -> None:
     for second in range(10):
         run(broker, T0 + second)
     assert messages(out) == []
+
+
+def test_a_copy_a_full_queue_refuses_is_dead_lettered_and_the_schedule_goes_on() -> None:
+    broker, store = started()
+    session = broker.open_session("admin", "1.2", FakeOutbox())
+    broker.handle(session, Frame("SEND", {"destination": "/control/declare/queue/full", "max-length": "1",
+                                          "overflow": "reject-publish", "dead-letter": "true"}))
+    run(broker, T0)  # (the bounded queue's size is read)
+    send(broker, "full", "first")  # the queue is full from now on
+    send(broker, "full", "x", AMQ_SCHEDULED_PERIOD="1000", AMQ_SCHEDULED_REPEAT="1")
+    run(broker, T0 + 0.5)
+    run(broker, T0 + 1.5)
+    dead = [m for m, _, _ in store.rows.values() if m.queue == "DLQ.full"]
+    assert [m.body for m in dead] == [b"x", b"x"]
+    assert [m.body for m, _, _ in store.rows.values() if m.queue == "full"] == [b"first"]
+    assert all(SCHEDULE_LEFT not in m.headers and "AMQ_SCHEDULED_PERIOD" not in m.headers for m in dead)
+    assert delayed_rows(store) == []

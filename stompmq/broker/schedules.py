@@ -48,6 +48,7 @@ log = logging.getLogger(__name__)
 #: What a copy leaves out: how it was scheduled (a copy sent on elsewhere is not scheduled again).
 SCHEDULING = RECURRING | DUE_HEADERS | {SCHEDULE_LEFT}
 
+
 def started(headers: dict[str, str], seq: int) -> dict[str, str]:
     """The headers of a new schedule's first row (numbered ``seq``)."""
     return {**headers, SCHEDULE_ID: str(seq), SCHEDULE_LEFT: str(read_schedule(headers).repeat)}

@@ -75,10 +75,10 @@ class Api:
                 message = e.reason
             raise ApiError(e.code, str(message)) from None
 
-    def pages(self, path: str) -> Iterator[dict[str, Any]]:
+    def pages(self, path: str, *, scoped: bool = True) -> Iterator[dict[str, Any]]:
         after = ""
         while True:
-            page = self.call("GET", f"{path}?limit={PAGE}&after={urllib.parse.quote(after)}")
+            page = self.call("GET", f"{path}?limit={PAGE}&after={urllib.parse.quote(after)}", scoped=scoped)
             yield from page["items"]
             if page["next_after"] is None:
                 return
@@ -202,6 +202,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("list-queues", help="every queue with its counts")
     sub.add_parser("list-connections", help="every client connection")
     sub.add_parser("list-exchanges", help="every exchange with its bindings")
+    sub.add_parser("list-schedules", help="the vhost's scheduled and delayed messages, the next to fire first")
+    sub.add_parser("cancel-schedule", help="cancel a schedule (its ID from list-schedules)").add_argument("id")
     for name, what in (("purge", "drop a queue's ready messages"), ("delete", "purge a queue and unbind it"),
                        ("consumers", "the subscriptions of a queue")):
         sub.add_parser(name, help=what).add_argument("queue")
@@ -269,6 +271,7 @@ COLUMNS = {
     "peek": ["priority", "redelivery_count", "age", "headers", "body"],
     "get": ["priority", "redelivery_count", "age", "headers", "body"],
     "list-shovels": ["name", "state", "moved", "rate", "from", "to", "error"],
+    "list-schedules": ["id", "queue", "next", "remaining", "period", "cron"],  # (remaining None: no end)
 }
 
 
@@ -293,6 +296,10 @@ def run(api: Api, args: argparse.Namespace) -> Any:
         for row in rows:
             row["bindings"] = ",".join(f"{b['queue']}:{b.get('weight', b.get('routing_key'))}" for b in row["bindings"])
         return rows
+    if command == "list-schedules":
+        return list(api.pages("/api/schedules/" + _quoted(api.vhost), scoped=False))
+    if command == "cancel-schedule":
+        return api.call("DELETE", f"/api/schedules/{_quoted(api.vhost)}/{_quoted(args.id)}", scoped=False)
     if command == "purge":
         return api.queue("POST", args.queue, "purge")
     if command == "delete":

@@ -59,7 +59,7 @@ class DuePage:
 
 class Delayed:
     __slots__ = ("store", "deadlines", "reads", "capacity", "heap", "spilled", "boundary", "epoch", "loading",
-                 "skipped", "late", "timer", "armed_for", "clock", "page_reads", "dropped")
+                 "skipped", "late", "timer", "armed_for", "clock", "page_reads", "dropped", "withdrawn")
 
     def __init__(self, store: Store, clock: Clock, deadlines: Deadlines, reads: Reads, capacity: int | None) -> None:
         self.store = store
@@ -78,6 +78,7 @@ class Delayed:
         self.clock = clock  # its wall time says what is due
         self.page_reads = 0
         self.dropped = 0  # the epoch of the last ``drop``: a read asked for before it is stale
+        self.withdrawn: set[int] = set()  # seqs withdrawn while a read that may hold them was in flight
 
     def __len__(self) -> int:
         """Delayed messages in memory."""
@@ -144,6 +145,26 @@ class Delayed:
         self.dropped = self.epoch
         self._page_if_wanted()
 
+    def withdraw(self, row: StoredMessage) -> bool:
+        """Cancel the delayed message ``row`` (a listing read it from the store): delete it, and
+        take it out of memory if it is there.  False if it is no longer waiting: memory covers
+        its due time but does not hold it, so it was promoted (or withdrawn) since."""
+        assert row.deliver_at is not None
+        for index, (_, seq, msg) in enumerate(self.heap):
+            if seq == row.seq:
+                self.heap[index] = self.heap[-1]
+                self.heap.pop()
+                heapq.heapify(self.heap)
+                msg.held = False
+                self.store.delete(msg)
+                return True
+        if not self.spilled or (self.boundary is not None and (row.deliver_at, row.seq) <= self.boundary):
+            return False
+        if self.loading:  # the read in flight may hold it (it was asked for before the delete)
+            self.withdrawn.add(row.seq)
+        self.store.delete(row)
+        return True
+
     def deferred(self) -> None:
         """The deadline fired, but the engine promotes nothing now: ``rearm`` arms it again."""
         self.timer = self.armed_for = None
@@ -188,16 +209,18 @@ class Delayed:
     def _loaded(self, request: DuePage, rows: Sequence[StoredMessage]) -> None:
         self.loading = False
         late, self.late = self.late, None
+        withdrawn, self.withdrawn = self.withdrawn, set()  # (empty but after a cancel)
         if request.epoch < self.dropped:
             pass  # claimed under a lease that lapsed since: the rows may be another broker's
         elif request.rescan:
-            self._rescanned(request, rows, late)
+            self._rescanned(request, rows, late, withdrawn)
         elif request.epoch == self.epoch:
             if late is not None:  # a message sent meanwhile may be missing: stop before it
                 rows = [m for m in rows if (m.deliver_at, m.seq) < late]
             for msg in rows:
                 assert msg.deliver_at is not None
-                heapq.heappush(self.heap, (msg.deliver_at, msg.seq, msg))
+                if msg.seq not in withdrawn:
+                    heapq.heappush(self.heap, (msg.deliver_at, msg.seq, msg))
             if rows:
                 last = rows[-1]
                 assert last.deliver_at is not None
@@ -208,7 +231,8 @@ class Delayed:
             self._arm()
         self._page_if_wanted()
 
-    def _rescanned(self, request: DuePage, rows: Sequence[StoredMessage], late: Key | None) -> None:
+    def _rescanned(self, request: DuePage, rows: Sequence[StoredMessage], late: Key | None,
+                   withdrawn: set[int]) -> None:
         """Add the rows a rescan found that are not here and lie within what the schedule
         covers (the rest come with the pages after the boundary)."""
         here = {seq for _, seq, _ in self.heap}
@@ -232,7 +256,7 @@ class Delayed:
                 self.heap = kept
         for msg in rows:
             assert msg.deliver_at is not None
-            if msg.seq not in here and (cut is None or (msg.deliver_at, msg.seq) <= cut):
+            if msg.seq not in here and msg.seq not in withdrawn and (cut is None or (msg.deliver_at, msg.seq) <= cut):
                 heapq.heappush(self.heap, (msg.deliver_at, msg.seq, msg))
         if self.capacity is not None and len(self.heap) > self.capacity:
             self._evict()

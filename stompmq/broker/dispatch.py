@@ -62,7 +62,8 @@ from .pacing import PACE_AT, RESUME_AT, SOCKET_PACE_AT, Pace
 from .policies import DROP_HEAD, QueueFull, QueuePolicy
 from .queue import Queue
 from .reads import Reads, StoreRead
-from .send_headers import DEFAULT_PRIORITY
+from .schedules import fire, started
+from .send_headers import DEFAULT_PRIORITY, RECURRING, SCHEDULE_LEFT
 from .session import NO_DELIVERIES, Session, Subscription
 from .stats import QueueStats
 from .timers import Deadlines, Timer
@@ -389,6 +390,8 @@ class Dispatcher:
         if expires is not None and expires + SWEEP_MS < self.expiry.at:
             self.expiry.arm(max(expires, clock.wall_ms) + SWEEP_MS)
         if deliver_at is not None:
+            if not RECURRING.isdisjoint(headers) and SCHEDULE_LEFT not in headers:  # a new schedule
+                msg.headers = started(headers, msg.seq)
             self.delayed.add(msg)
             return msg
         queue = self.queues.get(queue_name)
@@ -484,6 +487,9 @@ class Dispatcher:
                 continue  # its row was refused (``unstored``): there is nothing to promote
             if msg.expires is not None and msg.expires < self.clock.wall_ms:
                 self.discard(msg, EXPIRED, self.queue_stats(msg.queue))  # deletes the delayed row
+                continue
+            if SCHEDULE_LEFT in msg.headers:
+                fire(self, msg)  # a copy and the schedule's next row
                 continue
             self.store.delete(msg)  # the delayed row
             try:

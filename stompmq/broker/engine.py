@@ -66,6 +66,7 @@ from .queue import Queue
 from .reads import Reads, StoreRead
 from .receipts import Headers, Receipts
 from .routing import Router
+from .schedule_listing import Schedules
 from .send_headers import SPECIAL_HEADERS, send_options, sender_headers, user_headers, without_facts
 from .session import Outbox, Session, Subscription
 from .streams import (
@@ -106,6 +107,7 @@ class Broker:
         self.subscriptions = Subscriptions(self.dispatcher, self.acks, self.router, self.streams, config)
         self.transactions = Transactions(self.router, self.acks)
         self.control = Control(self.dispatcher, self.router, self.streams)
+        self.schedules = Schedules(self.dispatcher.delayed, store)  # listed and cancelled by the API
         self.expiry = self.dispatcher.expiry
         self.clock = self.dispatcher.clock  # (read for every SEND's options)
         #: x-queue-name names the store found unused, for the SUBSCRIBE handled again at once

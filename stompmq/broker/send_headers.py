@@ -1,5 +1,5 @@
-"""Reading client headers: what a SEND forwards, its priority, ack timeouts, expiry and delay,
-boolean flags.
+"""Reading client headers: what a SEND forwards, its priority, ack timeouts, expiry, delay and
+schedule, boolean flags.
 
 Every number is range-checked here, where it enters (docs/limits.md has the table): a value
 out of range is an ERROR for its frame alone.  The bounds keep every time a SEND or a
@@ -9,16 +9,31 @@ store refuses: one client's SEND never stalls the commit group that carries ever
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..protocol.headers import headers_without
+from .cron import Cron, CronError, next_fire, parse_cron
 from .delivery import BROKER_HEADERS
 from .errors import ClientError
 
 #: Priority of a SEND that names none (the JMS convention).
 DEFAULT_PRIORITY = 4
 #: SEND headers that give a message an expiry or a delay (milliseconds): absolute epoch times
-#: (``expires`` as JMS/ActiveMQ, ``deliver-at``) or from now (``ttl``, ``delay``, ActiveMQ's
-#: ``AMQ_SCHEDULED_DELAY``).  ``expires:0`` means never, as in JMS.
+#: (``expires`` as JMS/ActiveMQ, ``deliver-at``, Artemis' ``_AMQ_SCHED_DELIVERY`` and
+#: ``AMQ_SCHEDULED_TIME``) or from now (``ttl``, ``delay``, ActiveMQ's ``AMQ_SCHEDULED_DELAY``).
+#: ``expires:0`` means never, as in JMS.
 EXPIRES, TTL, DELAY, DELIVER_AT, AMQ_SCHEDULED_DELAY = "expires", "ttl", "delay", "deliver-at", "AMQ_SCHEDULED_DELAY"
+AMQ_SCHEDULED_TIME, AMQ_SCHED_DELIVERY = "AMQ_SCHEDULED_TIME", "_AMQ_SCHED_DELIVERY"
+#: The delay headers: each says when the message is ready, from now (a base of 1) or absolute (0).
+DUE = ((DELAY, 1), (AMQ_SCHEDULED_DELAY, 1), (DELIVER_AT, 0), (AMQ_SCHEDULED_TIME, 0), (AMQ_SCHED_DELIVERY, 0))
+DUE_HEADERS = frozenset(name for name, _ in DUE)
+#: ActiveMQ's headers that make a SEND a schedule (schedules.py), repeated copies of one message.
+PERIOD, REPEAT, CRON = "AMQ_SCHEDULED_PERIOD", "AMQ_SCHEDULED_REPEAT", "AMQ_SCHEDULED_CRON"
+RECURRING = frozenset({PERIOD, REPEAT, CRON})
+#: The broker's headers on a schedule's row: its id (also on every copy) and the firings left.
+SCHEDULE_ID, SCHEDULE_LEFT = "scheduledJobId", "x-schedule-left"
+#: ``AMQ_SCHEDULED_REPEAT`` of a schedule that never ends, and the largest count (a Java int).
+FOREVER, MAX_REPEAT = -1, 2**31 - 1
 #: The largest time in milliseconds a header may give, relative (ttl, delay, message-ttl) or
 #: absolute (expires, deliver-at): 10**15 ms is about 31,700 years, and the wall clock plus it
 #: stays below 2**53.
@@ -27,7 +42,9 @@ MAX_MS = 10**15
 MAX_SECONDS = MAX_MS / 1000
 #: The largest count (max-length, max-length-bytes): below 2**63, what the store holds.
 MAX_COUNT = 10**18
-LIFECYCLE_HEADERS = frozenset({EXPIRES, TTL, DELAY, DELIVER_AT, AMQ_SCHEDULED_DELAY})
+#: The lifecycle headers that make a message wait: a delay or a schedule.
+TIMING_HEADERS = DUE_HEADERS | RECURRING
+LIFECYCLE_HEADERS = frozenset({EXPIRES, TTL}) | TIMING_HEADERS
 #: The identity headers: who published a message (RabbitMQ's ``user-id``, ActiveMQ's ``JMSXUserID``).
 IDENTITY_HEADERS = ("user-id", "JMSXUserID")
 #: What the broker says about a message (or a relay of another broker's: a shovel), never its sender:
@@ -35,7 +52,7 @@ IDENTITY_HEADERS = ("user-id", "JMSXUserID")
 #: (JMSXDeliveryCount is each delivery's own, delivery.BROKER_HEADERS, whoever sent it).
 BROKER_FACTS = frozenset({
     "original-destination", "dead-letter-reason", "shovel-redelivered",
-    "x-delivery-count", "x-death", "x-first-death-reason", "x-first-death-queue",
+    "x-delivery-count", "x-death", "x-first-death-reason", "x-first-death-queue", SCHEDULE_ID, SCHEDULE_LEFT,
 })
 #: SEND headers the broker must see before it forwards a SEND (``sender_headers``).
 SENDER_HEADERS = BROKER_FACTS | frozenset(IDENTITY_HEADERS)
@@ -118,8 +135,21 @@ def send_options(headers: dict[str, str], now_ms: int) -> SendOptions:
             raise ClientError(f"priority must be an integer from 0 to 9, not {quoted(value)}")
         priority = int(value)
     ack_timeout = seconds(headers, "ack-timeout") if "ack-timeout" in headers else None  # a call less per SEND
-    if LIFECYCLE_HEADERS.isdisjoint(headers):
-        return priority, ack_timeout, None, None
+    # No delay nor schedule (a ttl on every SEND is common): one test of the eight headers that
+    # make a message wait, then the two of an expiry (``in`` is cheaper than another set test).
+    if TIMING_HEADERS.isdisjoint(headers):
+        if TTL not in headers and EXPIRES not in headers:
+            return priority, ack_timeout, None, None
+        return priority, ack_timeout, _expires(headers, now_ms), None
+    expires = _expires(headers, now_ms)
+    due = _due(headers, now_ms)
+    if RECURRING.isdisjoint(headers):
+        return priority, ack_timeout, expires, due
+    return priority, ack_timeout, expires, first_firing(headers, now_ms, due)
+
+
+def _expires(headers: dict[str, str], now_ms: int) -> int | None:
+    """When the message expires (epoch ms, None: never): the sooner of ``ttl`` and ``expires``."""
     expires = None
     if (value := headers.get(TTL)) is not None:
         expires = now_ms + _relative(TTL, value)
@@ -127,20 +157,64 @@ def send_options(headers: dict[str, str], now_ms: int) -> SendOptions:
         absolute = _integer(EXPIRES, value)
         if expires is None or absolute < expires:
             expires = absolute
-    if DELAY in headers or AMQ_SCHEDULED_DELAY in headers or DELIVER_AT in headers:
-        return priority, ack_timeout, expires, _due(headers, now_ms)
-    return priority, ack_timeout, expires, None
+    return expires
 
 
 def _due(headers: dict[str, str], now_ms: int) -> int | None:
     """When a delayed message is ready: the latest its headers say (None: it is ready now)."""
     due = None
-    for name, base in ((DELAY, now_ms), (AMQ_SCHEDULED_DELAY, now_ms), (DELIVER_AT, 0)):
+    for name, relative in DUE:
         if (value := headers.get(name)) is not None:
-            at = base + (_relative(name, value) if base else _integer(name, value))
+            at = now_ms + _relative(name, value) if relative else _integer(name, value)
             if due is None or at > due:
                 due = at
     return due if due is not None and due > now_ms else None
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """A schedule as its SEND's headers give it, validated (schedules.py fires it)."""
+
+    delay: int  # ms: with CRON and REPEAT, from each cron minute to the series' first copy
+    period: int  # ms between two copies of a series
+    repeat: int  # copies of a series after its first (FOREVER: no end)
+    cron: Cron | None
+
+
+def read_schedule(headers: dict[str, str]) -> Schedule:
+    """The schedule ``headers`` describe; ClientError naming the header that is wrong."""
+    period = non_negative(headers, PERIOD, " number of milliseconds", MAX_MS) or 0
+    delay = non_negative(headers, AMQ_SCHEDULED_DELAY, " number of milliseconds", MAX_MS) or 0
+    repeat = 0
+    if (value := headers.get(REPEAT)) == str(FOREVER):
+        repeat = FOREVER
+    elif value is not None:
+        if not (value.isascii() and value.isdigit()) or len(value) > 10 or int(value) > MAX_REPEAT:
+            raise ClientError(f"{REPEAT} must be an integer from 0 to {MAX_REPEAT}, or -1 (for ever), "
+                              f"not {quoted(value)}")
+        repeat = int(value)
+    if repeat and not period:  # the copies would all be due at once: a loop, not a schedule
+        raise ClientError(f"{PERIOD} must be from 1 to {MAX_MS} when {REPEAT} is not 0, "
+                          f"not {quoted(headers.get(PERIOD, '0'))}")
+    cron = None
+    if (text := headers.get(CRON)) is not None:
+        try:
+            cron = parse_cron(text)
+        except CronError as e:
+            raise ClientError(f"{CRON} {quoted(text)}: {e}") from None
+        if repeat == FOREVER:
+            raise ClientError(f"{REPEAT} must be an integer from 0 to {MAX_REPEAT} with {CRON} "
+                              "(the copies at each cron minute), not -1")
+    return Schedule(delay, period, repeat, cron)
+
+
+def first_firing(headers: dict[str, str], now_ms: int, due: int | None) -> int:
+    """When a new schedule fires first: at ``due`` (what its delay headers say, None: now), or
+    with CRON at the first cron minute after now (plus DELAY when it repeats)."""
+    schedule = read_schedule(headers)
+    if schedule.cron is not None:
+        return next_fire(schedule.cron, now_ms) + (schedule.delay if schedule.repeat else 0)
+    return now_ms if due is None else due
 
 
 def _relative(name: str, value: str) -> int:

@@ -60,6 +60,7 @@ import urllib.parse
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any, TypeVar
 
 import trio
@@ -78,9 +79,7 @@ from starlette.types import ASGIApp
 from .. import __version__
 from ..broker import Broker, ClientError
 from ..broker.control import MAX_PAGE, Deferred
-from ..broker.destinations import parse_destination
 from ..broker.exchanges import EXCHANGE_TYPE, ROUTING_KEY_HEADER
-from ..broker.resources import resource
 from ..broker.stats import TOTALS
 from ..broker.take import Take
 from ..client import ClientError as ShovelError
@@ -93,6 +92,8 @@ from .alarms import CHECK_SECONDS
 from .auth import User, required_permissions
 from .history import Counters, Point, QueueKey, RateHistory
 from .http_auth import OPEN_PATHS, READ_METHODS, USER_SCOPE, BasicAuth
+from .http_requests import authorise, count_param, queue_resource
+from .http_schedules import ScheduleRoutes
 from .metrics import metrics_route
 from .runtime import Runtime
 from .security import Security
@@ -131,7 +132,7 @@ class ApiRoute:
 
     method: str
     path: str
-    handler: str  # the ManagementApp method
+    handler: str  # the ManagementApp method (or ``part.method``: ``ManagementApp.schedules``'s)
     needs: tuple[str, ...] = ()
     vhost: str = ""
 
@@ -180,6 +181,9 @@ ROUTES: tuple[ApiRoute, ...] = (
     ApiRoute("DELETE", "/api/exchanges/{name}", "delete_exchange", _EXCHANGE_CONFIGURE, "query"),
     ApiRoute("GET", "/api/topics", "list_topics", vhost="query"),
     ApiRoute("GET", "/api/streams", "list_streams", vhost="query"),
+    ApiRoute("GET", "/api/schedules/{vhost:path}", "schedules.list_schedules", vhost="path"),
+    ApiRoute("DELETE", "/api/schedules/{vhost:path}/{id}", "schedules.cancel_schedule", ("configure /queue/QUEUE",),
+             "path"),
     ApiRoute("GET", "/api/shovels", "list_shovels"),
     ApiRoute("GET", "/api/shovels/{name}", "get_shovel"),
     ApiRoute("PUT", "/api/shovels/{name}", "declare_shovel"),
@@ -282,18 +286,9 @@ def _per_second(now: Counters, before: Counters, elapsed: float) -> dict[str, fl
 
 
 def _page_args(request: Request) -> tuple[str, int]:
-    return request.query_params.get("after", ""), _count_param(request, "limit", DEFAULT_PAGE, MAX_PAGE)
+    return request.query_params.get("after", ""), count_param(request, "limit", DEFAULT_PAGE, MAX_PAGE)
 
 
-def _count_param(request: Request, name: str, default: int, most: int) -> int:
-    """Query parameter ``name``: a number from 1 to ``most`` (400 otherwise), ``default`` if absent."""
-    try:
-        value = int(request.query_params.get(name, default))
-    except ValueError:
-        raise HTTPException(400, f"{name} must be a number") from None
-    if not 1 <= value <= most:
-        raise HTTPException(400, f"{name} must be 1-{most}")
-    return value
 
 
 def _queue_name(name: str) -> str:
@@ -355,14 +350,15 @@ class ManagementApp:
         self.broker_id = runtime.store.node_id or SINGLE_BROKER
         self.store_metrics = runtime.store_metrics
         self.metrics = metrics_route(self)
+        self.schedules = ScheduleRoutes(self)
 
         #: (action after the queue's path or None, method) -> handler
         self.queue_actions: dict[tuple[str | None, str], QueueHandler] = {
-            (route.path.removeprefix(QUEUE_PATH).removeprefix("/") or None, route.method): getattr(self, route.handler)
+            (route.path.removeprefix(QUEUE_PATH).removeprefix("/") or None, route.method): attrgetter(route.handler)(self)
             for route in ROUTES if route.path.startswith(QUEUE_PATH)
         }
         routes: list[BaseRoute] = [
-            Route(route.path, getattr(self, route.handler), methods=[route.method])
+            Route(route.path, attrgetter(route.handler)(self), methods=[route.method])
             for route in ROUTES if not route.path.startswith(QUEUE_PATH) and route.handler != DASHBOARD_ROUTE
         ]
         routes.append(Route("/api/queues/{rest:path}", self.queue_resource,
@@ -407,7 +403,7 @@ class ManagementApp:
                headers: dict[str, str] | None = None) -> Any:
         """Run ``/control/PATH`` if the request's user may: the permissions a STOMP client's SEND to
         it needs (``required_permissions``), on ``vhost``, so both surfaces grant the same."""
-        _authorise(request, vhost, required_permissions("SEND", {**(headers or {}), "destination": "/control/" + path}))
+        authorise(request, vhost, required_permissions("SEND", {**(headers or {}), "destination": "/control/" + path}))
         return self.administer(engine, path, headers)
 
     # -- health ---------------------------------------------------------------------------------
@@ -616,8 +612,8 @@ class ManagementApp:
     async def peek_messages(self, engine: Broker, vhost: str, name: str, counts: tuple[int, int],
                             request: Request) -> Response:
         """``?count=N`` (default 10): the first ready messages, in delivery order, consuming none."""
-        count = _count_param(request, "count", DEFAULT_PEEK, MAX_PEEK)
-        _authorise(request, vhost, [("read", _queue_resource(name))])
+        count = count_param(request, "count", DEFAULT_PEEK, MAX_PEEK)
+        authorise(request, vhost, [("read", queue_resource(name))])
         messages = await self.answer(engine, engine.peek(name, count))
         return JSONResponse({"items": [_message_json(msg) for msg in messages]})
 
@@ -628,7 +624,7 @@ class ManagementApp:
         body = await _json_object(request)
         _only_fields(body, {"count"}, "a get has count")
         count = _json_count(body, "count", None, MAX_GET)
-        _authorise(request, vhost, [("read", _queue_resource(name))])
+        authorise(request, vhost, [("read", queue_resource(name))])
         messages = await self._take(engine, name, count, Take.ack)
         log.info("%d messages of queue %s of vhost %s taken through the management API", len(messages), name, vhost)
         return JSONResponse({"items": [_message_json(msg) for msg in messages]})
@@ -647,7 +643,7 @@ class ManagementApp:
         if target == name:
             raise HTTPException(400, "to names the queue itself: move to another queue")
         count = _json_count(body, "count", MAX_MOVE, MAX_MOVE)
-        _authorise(request, vhost, [("read", _queue_resource(name)), ("write", _queue_resource(target))])
+        authorise(request, vhost, [("read", queue_resource(name)), ("write", queue_resource(target))])
         moved, stopped = await self._take(engine, name, count, lambda take: take.move(target))
         log.info("%d messages of queue %s of vhost %s moved to queue %s through the management API", moved, name,
                  vhost, target)
@@ -679,7 +675,7 @@ class ManagementApp:
                               request: Request) -> Response:
         """``{"body": TEXT, "headers": {NAME: VALUE}}``: a message as a SEND without receipt would
         put it (stored within --flush-interval; priority, ttl, delay headers apply)."""
-        _authorise(request, vhost, [("write", _queue_resource(name))])
+        authorise(request, vhost, [("write", queue_resource(name))])
         message = await _json_object(request)
         body, headers = message.get("body", ""), message.get("headers", {})
         unknown = sorted(set(message) - {"body", "headers"})
@@ -967,25 +963,8 @@ def _query_vhost(request: Request) -> str:
     return request.query_params.get("vhost", DEFAULT_VHOST)
 
 
-def _queue_resource(name: str) -> str:
-    """The resource queue ``name`` is, as a STOMP frame naming ``/queue/NAME`` acts on it."""
-    return resource(parse_destination("/queue/" + name))
 
 
-def _authorise(request: Request, vhost: str, wanted: list[tuple[str, str]]) -> None:
-    """403 unless the request's user may do each (action, resource) on ``vhost``, whatever its
-    tag (an administrator too: RabbitMQ's rule).  Without a users file the API is open: nothing
-    to check."""
-    user: User | None = request.scope.get(USER_SCOPE)
-    if user is None:
-        return
-    permission = user.permissions.get(vhost)
-    for action, target in wanted:
-        if permission is None or not permission.allows(action, target):
-            log.warning("management API: access refused: %s %s for user %r (%s on %s in vhost %r)", request.method,
-                        request.url.path, user.name, action, target, vhost)
-            raise HTTPException(403, f"access refused: user {user.name} has no {action} permission on {target} "
-                                     f"in vhost {vhost}")
 
 
 async def _http_error(request: Request, exc: HTTPException) -> Response:

@@ -642,6 +642,13 @@ class Store(abc.ABC):
         which uses the store itself, never sees another vhost's rows; a ``VhostStore`` passes
         its own."""
 
+    async def browse_due(
+        self, after: tuple[int, int] | None, limit: int, vhost: str = DEFAULT_VHOST
+    ) -> Sequence[StoredMessage]:
+        """Like ``load_due`` but claiming nothing: what the schedule listing shows.  The default
+        suits a store of one broker, whose ``load_due`` claims nothing either."""
+        return await self.load_due(after, limit, vhost)
+
     @abc.abstractmethod
     async def load_expired(
         self, now_ms: int, after: tuple[int, int] | None, limit: int, vhost: str = DEFAULT_VHOST

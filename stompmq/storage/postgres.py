@@ -63,7 +63,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 import trio
@@ -87,7 +87,7 @@ from stompmq.storage.base import (
     StreamMessage,
     StreamState,
 )
-from stompmq.vhost_names import split_key, vhost_space
+from stompmq.vhost_names import DEFAULT_VHOST, split_key, vhost_space
 from stompmq.storage.groupcommit import FLUSH_INTERVAL, MAX_BACKLOG_BYTES, MAX_GROUP, GroupCommitStore
 from stompmq.storage.groups import (
     DelayedRow,
@@ -113,6 +113,8 @@ from stompmq.storage.migrate import VERSION_SQL, is_current, upgrade_to_head
 from stompmq.storage.pg_streams import SharedStreams
 
 log = logging.getLogger(__name__)
+#: A row of a group's inserts, ready (``InsertRow``) or delayed (``DelayedRow``): its seq first.
+Row = TypeVar("Row", InsertRow, DelayedRow)
 
 #: Key of the advisory lock held while migrating (any fixed 64-bit number; "stompmq" in ASCII).
 MIGRATION_LOCK = 0x73746F6D706D71
@@ -242,6 +244,12 @@ CLAIM_DUE_SQL = (
     " RETURNING d.seq, q.name, d.priority, d.headers, d.body, d.timestamp, d.ack_timeout, d.expires, d.deliver_at"
 )
 DUE_AFTER_KEY = "(deliver_at, seq) > (%(d)s, %(s)s)"
+#: Delayed rows of one vhost whoever holds them, claiming none (the schedule listing's page).
+BROWSE_DUE_SQL = (
+    "SELECT d.seq, q.name, d.priority, d.headers, d.body, d.timestamp, d.ack_timeout, d.expires, d.deliver_at"
+    " FROM delayed_messages AS d JOIN queues q ON q.id = d.queue_id WHERE {after} AND q.vhost = %(vhost)s"
+    " ORDER BY d.deliver_at, d.seq LIMIT %(limit)s"
+)
 #: Ready rows of one vhost past their expiry that this broker may take (free ones): the partial
 #: expiry index.
 EXPIRED_SQL = (
@@ -567,10 +575,13 @@ class PostgresBackend:
                 if replace:
                     cur.execute("DELETE FROM messages WHERE seq = ANY(%s)", ([row[0] for row in inserts],))
                 self._copy(cur, inserts, held, freed, claims)
-            if group.delayed:
+            delayed = group.delayed
+            if delayed and group.promotions and (refused or self._refused_delayed):  # a schedule's next row
+                delayed = self._unpromoted(delayed, group.promotions, refused | self._refused_delayed)
+            if delayed:
                 if replace:
-                    cur.execute("DELETE FROM delayed_messages WHERE seq = ANY(%s)", ([row[0] for row in group.delayed],))
-                self._copy_delayed(cur, group.delayed, held, claims)
+                    cur.execute("DELETE FROM delayed_messages WHERE seq = ANY(%s)", ([row[0] for row in delayed],))
+                self._copy_delayed(cur, delayed, held, claims)
             for op in releases:
                 self._release(cur, op.queue, held, freed)
             if group.stream_rows:
@@ -588,9 +599,10 @@ class PostgresBackend:
             # copies inserted later (held back a flush) are left out then; a copy met once is done
             self._refused_delayed = (self._refused_delayed | refused) - set(group.promotions.values())
 
-    def _unpromoted(self, rows: list[InsertRow], promotions: dict[int, int], void: set[int]) -> list[InsertRow]:
-        """``rows`` less the promoted copies of delayed rows another broker took over: it promotes
-        them itself, so this broker, paused past its lease meanwhile, must not store a second copy."""
+    def _unpromoted(self, rows: list[Row], promotions: dict[int, int], void: set[int]) -> list[Row]:
+        """``rows`` less the promoted copies of delayed rows another broker took over (and a
+        schedule's next row): it promotes them itself, so this broker, paused past its lease
+        meanwhile, must not store a second copy."""
         kept = [row for row in rows if promotions.get(row[0]) not in void]
         if len(kept) != len(rows):
             log.warning("%s: %d promoted delayed messages were taken over by another broker; not stored",
@@ -800,14 +812,22 @@ class PostgresBackend:
 
     def load_due(self, after: tuple[int, int] | None, limit: int, vhost: str) -> Sequence[StoredMessage]:
         """Claim up to ``limit`` free delayed messages of ``vhost`` after ``after`` = (deliver_at, seq)."""
+        return self._due(CLAIM_DUE_SQL, after, limit, vhost, claim=True)
+
+    def browse_due(self, after: tuple[int, int] | None, limit: int, vhost: str) -> Sequence[StoredMessage]:
+        """Up to ``limit`` delayed messages of ``vhost`` after ``after``, whichever broker holds them."""
+        return self._due(BROWSE_DUE_SQL, after, limit, vhost, claim=False)
+
+    def _due(self, sql: str, after: tuple[int, int] | None, limit: int, vhost: str,
+             claim: bool) -> Sequence[StoredMessage]:
         if limit <= 0:
             return []
         params: dict[str, Any] = {"me": self.broker_id, "epoch": self.epoch, "limit": limit, "vhost": vhost}
         if after is None:
-            query = CLAIM_DUE_SQL.format(after="true")
+            query = sql.format(after="true")
         else:
             params["d"], params["s"] = after
-            query = CLAIM_DUE_SQL.format(after=DUE_AFTER_KEY)
+            query = sql.format(after=DUE_AFTER_KEY)  # (no column of queues is named so)
         try:
             conn = self._connection()
             with conn.transaction(), conn.cursor() as cur:
@@ -820,7 +840,7 @@ class PostgresBackend:
         for seq, name, prio, hdrs, body, ts, ack, exp, due in rows:
             msg = StoredMessage(seq, name, prio, _headers(hdrs), bytes(body), ts, ack,
                                 space=space, expires=exp, deliver_at=due)
-            msg.held = True
+            msg.held = claim
             messages.append(msg)
         return messages
 
@@ -1067,6 +1087,11 @@ class PostgresStore(GroupCommitStore):
 
     async def browse(self, queue: str, after: tuple[int, int] | None, limit: int) -> Sequence[StoredMessage]:
         return await self._read(self._pg.browse, queue, after, limit)
+
+    async def browse_due(
+        self, after: tuple[int, int] | None, limit: int, vhost: str = DEFAULT_VHOST
+    ) -> Sequence[StoredMessage]:
+        return await self._read(self._pg.browse_due, after, limit, vhost)
 
     async def brokers(self) -> list[BrokerLease]:
         return await self._read(self._pg.brokers)

@@ -226,6 +226,11 @@ class VhostStore(Store):
     ) -> Sequence[StoredMessage]:
         return await self.store.load_due(after, limit, self.vhost)
 
+    async def browse_due(
+        self, after: tuple[int, int] | None, limit: int, vhost: str = DEFAULT_VHOST
+    ) -> Sequence[StoredMessage]:
+        return await self.store.browse_due(after, limit, self.vhost)
+
     async def load_expired(
         self, now_ms: int, after: tuple[int, int] | None, limit: int, vhost: str = DEFAULT_VHOST
     ) -> tuple[Sequence[StoredMessage], int | None]:

@@ -179,7 +179,7 @@ class DictStore(Store):
             for m in ready[:limit]
         ]
 
-    async def load_due(self, after: tuple[int, int] | None, limit: int) -> Sequence[StoredMessage]:
+    async def load_due(self, after: tuple[int, int] | None, limit: int, vhost: str = "/") -> Sequence[StoredMessage]:
         due = sorted((m.deliver_at, m.seq) for m, _, _ in self.rows.values() if m.deliver_at is not None)
         keys = [key for key in due if after is None or key > after][:limit]
         return [self._copy(self.rows[seq][0]) for _, seq in keys]

@@ -216,3 +216,26 @@ def test_dashboard_gets_and_moves_messages_after_asking(
     wait.until(lambda d: "Ready\n0" in _text(d, "queue-detail"))
     assert [m["body"] for m in _get(base, "/api/queues/%2F/orders/messages")["items"]] == ["two", "three"]
     assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
+
+
+def test_dashboard_lists_schedules_and_cancels_one_after_asking(
+    make_memory_broker: Callable[..., BrokerThread], browser: webdriver.Chrome
+) -> None:
+    http_port = free_port()
+    broker = make_memory_broker(settings=ServerSettings(port=0, http_port=http_port))
+    base = f"http://127.0.0.1:{http_port}"
+    with Client(broker.port) as producer:
+        producer.send_to("/queue/nightly", "n", headers={"AMQ_SCHEDULED_CRON": "0 2 * * *"})
+        producer.send_to("/queue/ticks", "t", headers={"AMQ_SCHEDULED_DELAY": "600000",
+                                                       "AMQ_SCHEDULED_PERIOD": "60000", "AMQ_SCHEDULED_REPEAT": "2"})
+    wait = WebDriverWait(browser, 10)
+    browser.get(base + "/#schedules")
+    wait.until(lambda d: "nightly" in _text(d, "schedules") and "ticks" in _text(d, "schedules"))
+    text = _text(browser, "schedules")
+    assert "0 2 * * *" in text and "no end" in text and "1 min" in text and "02:00:00" in text
+    row = next(tr for tr in browser.find_elements(By.CSS_SELECTOR, "#schedules tbody tr") if "ticks" in tr.text)
+    row.find_element(By.TAG_NAME, "button").click()
+    wait.until(lambda d: d.switch_to.alert).accept()
+    wait.until(lambda d: "ticks" not in _text(d, "schedules"))
+    assert [s["queue"] for s in _get(base, "/api/schedules/%2F")["items"]] == ["nightly"]
+    assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []

@@ -93,6 +93,15 @@ class Walk:
         self.producers[vhost].send_to("/queue/" + name, MARKER)
         return name
 
+    def schedule(self, vhost: str) -> str:
+        """The id of a new schedule of ``vhost`` (in a new queue)."""
+        name = f"sq{next(self.serial)}"
+        self.queue(vhost)  # (root's producer on the vhost)
+        self.producers[vhost].send_to("/queue/" + name, MARKER, headers={
+            "AMQ_SCHEDULED_DELAY": "600000", "AMQ_SCHEDULED_PERIOD": "1000", "AMQ_SCHEDULED_REPEAT": "3"})
+        items = self.root("GET", f"/api/schedules/{_quoted(vhost)}?limit=1000")["items"]
+        return next(item["id"] for item in items if item["queue"] == name)
+
     def exchange(self, vhost: str, queue: str | None = None) -> str:
         name = f"ex{next(self.serial)}"
         self.root("PUT", f"/api/exchanges/{name}?vhost={_quoted(vhost)}", {})
@@ -143,6 +152,10 @@ class Walk:
             return f"/api/connections/{self.connection()}", None
         if handler == "declare_vhost":
             return f"/api/vhosts/dev{n}", None
+        if handler == "schedules.list_schedules":
+            return f"/api/schedules/{v}", None
+        if handler == "schedules.cancel_schedule":
+            return f"/api/schedules/{v}/{self.schedule(vhost)}", None
         if handler == "set_alarm_limits":
             return "/api/alarms", {}
         if handler == DASHBOARD_ROUTE:

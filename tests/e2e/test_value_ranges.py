@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from stompmq.broker.hashring import MAX_WEIGHT
-from stompmq.broker.send_headers import MAX_COUNT, MAX_MS, MAX_SECONDS
+from stompmq.broker.send_headers import MAX_COUNT, MAX_MS, MAX_REPEAT, MAX_SECONDS
 from stompmq.protocol.negotiation import MAX_BEAT_MS
 
 from ..support.broker_thread import BrokerThread
@@ -34,6 +34,9 @@ CASES = [
     ("ttl-40-nines", "SEND", "/queue/r", "ttl", str(MAX_MS), "9" * 40),
     ("delay", "SEND", "/queue/r", "delay", str(MAX_MS), "9" * 40),
     ("amq-delay", "SEND", "/queue/r", "AMQ_SCHEDULED_DELAY", str(MAX_MS), str(MAX_MS + 1)),
+    ("amq-period", "SEND", "/queue/r", "AMQ_SCHEDULED_PERIOD", str(MAX_MS), str(MAX_MS + 1)),
+    ("amq-time", "SEND", "/queue/r", "AMQ_SCHEDULED_TIME", str(MAX_MS), str(MAX_MS + 1)),
+    ("artemis-time", "SEND", "/queue/r", "_AMQ_SCHED_DELIVERY", str(MAX_MS), "9" * 40),
     ("expires", "SEND", "/queue/r", "expires", str(MAX_MS), str(2**63)),
     ("deliver-at", "SEND", "/queue/r", "deliver-at", str(MAX_MS), "9223372036854775808"),
     ("send-ack-timeout", "SEND", "/queue/r", "ack-timeout", str(SECONDS), "1e300"),
@@ -79,6 +82,19 @@ def test_the_largest_value_is_accepted_and_one_past_it_is_an_error(sqlite_broker
         error = c.expect_error()
     assert header in error["message"] and ("from 0 to" in error["message"] or "1e306" in error["message"]), error
     assert len(error["message"]) < 300, "a refused value is quoted short"
+    _bystander_receipt(sqlite_broker)
+
+
+def test_a_schedules_repeat_is_checked(sqlite_broker) -> None:
+    """The largest count is stored (its copies a period of 10^15 ms apart); one more is an ERROR."""
+    schedule = {"AMQ_SCHEDULED_DELAY": str(MAX_MS), "AMQ_SCHEDULED_PERIOD": str(MAX_MS)}
+    with Client(sqlite_broker.port) as c:
+        c.send_to("/queue/r", "x", headers={**schedule, "AMQ_SCHEDULED_REPEAT": str(MAX_REPEAT)})
+    with Client(sqlite_broker.port) as c:
+        c.frame("SEND", {"destination": "/queue/r", **schedule, "AMQ_SCHEDULED_REPEAT": str(MAX_REPEAT + 1),
+                         "receipt": "r"}, b"x")
+        message = c.expect_error()["message"]
+    assert "AMQ_SCHEDULED_REPEAT" in message and "from 0 to" in message
     _bystander_receipt(sqlite_broker)
 
 
@@ -139,5 +155,6 @@ def test_a_huge_prefetch_is_clamped_to_the_most_allowed(sqlite_broker, value) ->
 
 def test_the_limits_page_names_every_checked_header() -> None:
     text = LIMITS_DOC.read_text()
-    for header in {case[3] for case in CASES} | {"weight", "heart-beat", "content-length", "prefetch"}:
+    for header in {case[3] for case in CASES} | {"weight", "heart-beat", "content-length", "prefetch",
+                                                  "AMQ_SCHEDULED_REPEAT", "AMQ_SCHEDULED_CRON"}:
         assert f"`{header}`" in text, f"docs/limits.md does not list {header}"

@@ -264,6 +264,51 @@ def test_a_paused_broker_cannot_promote_a_delayed_message_another_took_over(url:
         paused.close()
 
 
+def test_a_paused_broker_cannot_store_the_next_row_of_a_schedule_another_took_over(url: str) -> None:
+    """A schedule's firing deletes its row and inserts the next one, linked as a promoted copy
+    is: a paused broker whose row another broker took over must not store a second schedule."""
+    due: list[DelayedRow] = [(1, "q", 4, {"x-schedule-left": "3"}, b"tick", None, 1_700_000_000_000, None,
+                              1_700_000_000_000)]
+    with opened(url) as taker:
+        paused = PostgresBackend(url, lease=SHORT_LEASE)
+        paused.open()
+        delayed = group(1)
+        delayed.delayed, delayed.held = due, frozenset([1])
+        paused.commit(delayed)
+
+        def lapsed_and_taken() -> bool:
+            taker.renew({})
+            return seqs(taker.load_due(None, 10, "/")) == [1]
+
+        wait_for(lapsed_and_taken, "the paused broker's schedule")
+        firing = group(3)
+        firing.delayed_deletes = [(1,)]
+        firing.inserts = [row(2)]  # the copy
+        firing.delayed = [(3, "q", 4, {"x-schedule-left": "2"}, b"tick", None, 1_700_000_000_000, None,
+                           1_700_000_001_000)]  # the next row
+        firing.promotions = {2: 1, 3: 1}
+        paused.commit(firing)
+        assert seqs(taker.browse_due(None, 10, "/")) == [1]  # one schedule, the taker's
+        assert taker.load_ready("q", None, 10) == []
+        paused.close()
+
+
+def test_the_schedule_listing_sees_every_brokers_rows_and_claims_none(url: str) -> None:
+    rows_due: list[DelayedRow] = [(seq, "q", 4, {}, b"later", None, 1_700_000_000_000, None, 1_700_000_000_000 + seq)
+                                  for seq in (1, 2, 3)]
+    with opened(url) as holder, opened(url) as other:
+        mine = group(3)
+        mine.delayed, mine.held = rows_due[:2], frozenset([1, 2])
+        holder.commit(mine)
+        free = group(3)
+        free.delayed = rows_due[2:]
+        holder.commit(free)
+        assert seqs(other.browse_due(None, 10, "/")) == [1, 2, 3]
+        assert seqs(other.browse_due((1_700_000_000_001, 1), 10, "/")) == [2, 3]
+        assert [m.held for m in other.browse_due(None, 10, "/")] == [False, False, False]
+        assert seqs(other.load_due(None, 10, "/")) == [3]  # the free one is still free to claim
+
+
 def test_a_clean_close_frees_the_claims_at_once(url: str) -> None:
     with opened(url) as survivor:
         with opened(url) as leaving:

@@ -153,6 +153,14 @@ const views = {
       (e) => e.bindings.map((b) => `${b.queue} (${b.weight ?? b.routing_key})`).join(", "), (e) => e.routed,
     ]);
   },
+  async schedules() {  // the first 1000, the next to fire first
+    const page = await api(`/api/schedules/${encodeURIComponent(state.vhost)}?limit=1000`);
+    fillTable("#schedules", page.items, [
+      (s) => s.id, (s) => link("#queue/" + encodeURIComponent(s.queue), s.queue), (s) => s.next.replace("T", " "),
+      (s) => duration((s.next_at - Date.now()) / 1000), (s) => s.remaining ?? "no end",
+      (s) => s.cron ?? (s.period ? duration(s.period / 1000) : ""), (s) => cancelButton(s),
+    ]);
+  },
   async connections() {
     const page = await api("/api/connections?limit=1000");
     fillTable("#connections", page.items, [
@@ -178,6 +186,16 @@ const views = {
     ]);
   },
 };
+
+function cancelButton(schedule) {
+  const button = document.createElement("button");
+  button.className = "danger";
+  button.textContent = "Cancel";
+  button.addEventListener("click", () => act(`Cancel schedule ${schedule.id} of ${schedule.queue}?`, () =>
+    api(`/api/schedules/${encodeURIComponent(state.vhost)}/${encodeURIComponent(schedule.id)}`,
+        { method: "DELETE", headers: JSON_HEADERS })));
+  return button;
+}
 
 function renderQueues() {
   const filter = $("#filter").value.toLowerCase();

@@ -62,6 +62,7 @@ import trio
 
 from .. import __version__
 from ..broker import ClientError, Session
+from ..broker.limits import LimitError
 from ..broker.flow import Hold
 from ..client import RELAY_HEADER
 from ..protocol import (
@@ -417,6 +418,8 @@ class Connection:
         try:
             self.broker.handle_frames(self.session, frames)
         except ClientError as e:
+            if isinstance(e, LimitError):
+                self.broker.config.limit_hits.hit(e, self.session.login)
             self._error(e.message, e.receipt_id)
         except Exception:  # handle_frames turns errors into ClientError; this is the last resort
             log.exception("connection %s: internal error handling %d frames", self.id, len(frames))
@@ -539,6 +542,11 @@ class Connection:
             log.warning("connection %s: failed login %r from %s", self.id, login, self.peer)
             # Never say whether the user or the passcode was wrong.
             self._error("bad login or passcode", headers.get("receipt"))
+        if self.admission is not None and not self.admission.count_user(user.name):
+            error = LimitError("max-connections-per-user", f"user {user.name!r} has "
+                               f"{self.settings.max_connections_per_user} connections open already")
+            self.broker.config.limit_hits.hit(error, user.name)
+            self._error(error.message, headers.get("receipt"))
         self.login = user.name
         self.user = user
 

@@ -115,6 +115,15 @@ class Admission:
         self._security = security
         self._address = address
         self._logging_in = True
+        self._user: str | None = None
+
+    def count_user(self, login: str) -> bool:
+        """Count this connection against ``login``'s --max-connections-per-user; False (and
+        nothing counted) when that user has as many open already."""
+        if not self._security.user_connections.admit(login):
+            return False
+        self._user = login
+        return True
 
     def logged_in(self) -> None:
         if self._logging_in:
@@ -124,6 +133,9 @@ class Admission:
     def close(self) -> None:
         self.logged_in()
         self._security.connections.release(self._address)
+        if self._user is not None:
+            self._security.user_connections.release(self._user)
+            self._user = None
 
 
 class Security:
@@ -143,6 +155,7 @@ class Security:
         self.throttle = LoginThrottle()
         self._checking: dict[Key, tuple[trio.Semaphore, list[int]]] = {}  # key -> (its checks, waiters)
         self.connections = AddressCounter(settings.max_connections_per_address)
+        self.user_connections = AddressCounter(settings.max_connections_per_user)  # per login of the users
         self.logins = LoginBudget(settings.max_login_bytes)
         self._stamps = self._file_stamps()
 

@@ -58,6 +58,8 @@ class ServerSettings:
     users_file: str | None = None
     #: Connections one source address may hold at once (None = unlimited).
     max_connections_per_address: int | None = None
+    #: Connections one user of the users file may hold at once (None = unlimited).
+    max_connections_per_user: int | None = 100
     #: Bytes all connections not yet CONNECTED may buffer together (logins.py); past it, new
     #: connections are refused at once.
     max_login_bytes: int = 16 * 1024 * 1024

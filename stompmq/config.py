@@ -264,6 +264,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("max-connections-per-address", _optional_int, None, "connections one source IP address may hold at once (default unlimited); more are refused at once and do not count against --max-connections", "N"),
     Option("max-login-bytes", _login_budget, 16 * 1024**2, "bytes all connections not yet CONNECTED may buffer together; each reserves %d (its largest CONNECT frame), and a new connection past the budget is refused at once with an ERROR" % CONNECT_MAX_BYTES, "BYTES"),
     Option("host-names", _names, (), "more names clients use for this server (DNS aliases, a load balancer): a CONNECT host header with one of them is in the default vhost, like localhost, IP addresses and the machine's name; the management API and the WebSocket listeners answer only a Host among these names (no DNS rebinding; * lets any Host through)", "NAME,..."),
+    Option("oauth-jwks", str, None, "token logins: a JWKS file or http(s) URL that JWT access tokens (CONNECT's passcode, or Authorization: Bearer on the WebSocket handshake) are checked against; anonymous access is off (needs the oauth extra)", "FILE|URL"),
+    Option("oauth-resource-server-id", str, "stompmq", "token logins: the audience tokens must name and the prefix of their scopes (RS.read:VHOST/NAME, RS.write:..., RS.configure:..., RS.tag:administrator)", "ID"),
     Option("users-file", str, None, "TOML users file with hashed passwords and permissions (see 'stompmq users'); anonymous access is off", "FILE"),
 )
 
@@ -346,6 +348,8 @@ class Config:
             wss_port=self.wss_port,
             ws_allowed_origins=self.ws_allowed_origins,
             users_file=self.users_file,
+            oauth_jwks=self.oauth_jwks,
+            oauth_resource_server_id=self.oauth_resource_server_id,
             max_connections_per_address=self.max_connections_per_address,
             max_connections_per_user=self.max_connections_per_user,
             max_login_bytes=self.max_login_bytes,

@@ -56,6 +56,10 @@ class ServerSettings:
     ws_allowed_origins: tuple[str, ...] = ()
     #: TOML users file (auth.py); replaces --login/--passcode and turns anonymous access off.
     users_file: str | None = None
+    #: Token logins (tokens.py): the JWKS (a file or an http(s) URL) that access tokens are
+    #: checked against (None: off), and the resource server id their ``aud`` and scopes name.
+    oauth_jwks: str | None = None
+    oauth_resource_server_id: str = "stompmq"
     #: Connections one source address may hold at once (None = unlimited).
     max_connections_per_address: int | None = None
     #: Connections one user of the users file may hold at once (None = unlimited).

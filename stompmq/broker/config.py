@@ -68,6 +68,10 @@ class BrokerConfig:
     max_transaction_bytes: int = 32 * 1024 * 1024
     max_temp_queues: int = 100
     max_queues: int = 20_000
+    #: Idempotent producers (x-producer-id) one stream remembers, and the seconds after which
+    #: one not seen may be forgotten to make room for a new one.
+    max_stream_producers: int = 10_000
+    stream_producer_expiry: float = 7 * 24 * 3600.0
     #: Shared by every engine built with this config: the transactions' ledger and the hits.
     held_bytes: HeldBytes = field(default_factory=HeldBytes)
     limit_hits: LimitHits = field(default_factory=LimitHits)

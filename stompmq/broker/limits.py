@@ -79,3 +79,23 @@ class HeldBytes:
         left = self.held.pop(key, 0) - cost
         if left > 0:
             self.held[key] = left
+
+
+def admit_producer(producers: dict[str, int], seen: dict[str, int], producer: str, now_ms: int, limit: int,
+                   expiry_ms: int) -> None:
+    """Note that idempotent ``producer`` appends at ``now_ms`` to a stream whose producers are
+    ``producers`` (id -> highest seq) and ``seen`` (id -> when last seen; one recovered at start
+    and not seen since is timed from the first scan).  A new one past ``limit`` first forgets
+    those not seen for ``expiry_ms``
+    (a retry after that is taken for a new producer, as Kafka's producer-id expiry has it);
+    LimitError if none has expired."""
+    if producer not in producers and len(producers) >= limit:
+        stale = [pid for pid in producers if seen.setdefault(pid, now_ms) < now_ms - expiry_ms]
+        for pid in stale:
+            del producers[pid]
+            seen.pop(pid, None)
+        if len(producers) >= limit:
+            raise LimitError("max-stream-producers", f"this stream has {limit} idempotent producers seen within "
+                             f"{expiry_ms // 1000} s already")
+    seen[producer] = now_ms
+

@@ -1,6 +1,6 @@
 """Limits against one client holding the broker's memory, through a real listening broker:
 transaction frames and bytes (per login, over its connections), temporary queues per
-connection, queues per vhost, connections per user; each hit is an ERROR naming its option,
+connection, queues per vhost, connections per user, producer ids per stream; each hit is an ERROR naming its option,
 counted in /metrics and logged once per (limit, login)."""
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from ..support.broker_thread import BrokerThread
 from ..support.stompclient import Client
 from ..support.waiting import wait_until
 from .test_http import Api
+from .test_streams import produce
 
 
 def _refused(client: Client, limit: str) -> str:
@@ -180,3 +181,20 @@ def test_a_transaction_flood_with_defaults_stays_within_64_mib(tmp_path: Path) -
         print(f"transaction flood: {sent} SENDs of 1 MiB written, RSS {before >> 20} -> {peak >> 20} MiB "
               f"(+{grown / 2**20:.1f} MiB)")
         assert grown < 64 * 1024 * 1024
+
+
+def test_producer_ids_per_stream_are_limited_and_expire(make_memory_broker: Callable[..., BrokerThread]) -> None:
+    broker = make_memory_broker(config=BrokerConfig(max_stream_producers=2, stream_producer_expiry=0.3))
+    with Client(broker.port) as client:
+        assert produce(client, "ids", "p1", 1, "a") and produce(client, "ids", "p2", 1, "b")
+        assert not produce(client, "ids", "p1", 1, "again")  # a known one is still recognised
+        client.frame("SEND", {"destination": "/stream/ids", "x-producer-id": "p3", "x-producer-seq": "1"}, b"c")
+        assert "this stream has 2 idempotent producers" in _refused(client, "max-stream-producers")
+
+    def p3_gets_in() -> bool:  # once p1 and p2 were not seen for the expiry
+        with Client(broker.port) as c:
+            c.frame("SEND", {"destination": "/stream/ids", "x-producer-id": "p3", "x-producer-seq": "1",
+                             "receipt": "r"}, b"c")
+            return c.recv().command == "RECEIPT"
+
+    wait_until(p3_gets_in, "the stale producers forgotten")

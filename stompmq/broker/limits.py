@@ -43,14 +43,15 @@ class LimitHits:
         self.counts: Counter[str] = Counter()
         self._logged: set[tuple[str, str]] = set()
 
-    def hit(self, error: LimitError, login: str | None) -> None:
+    def hit(self, error: LimitError, who: str | None) -> None:
+        """Count a hit of ``who`` (a login; an address where there is none yet)."""
         self.counts[error.limit] += 1
-        key = (error.limit, login or "")
+        key = (error.limit, who or "")
         if key not in self._logged:
             if len(self._logged) >= LOGGED_KEPT:
                 self._logged.clear()
             self._logged.add(key)
-            log.warning("limit %s refused login %r: %s (logged once per limit and login)", error.limit, login,
+            log.warning("limit %s refused %r: %s (logged once per limit and login or address)", error.limit, who,
                         error.message)
 
 

@@ -6,6 +6,7 @@ counted in /metrics and logged once per (limit, login)."""
 from __future__ import annotations
 
 import logging
+import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -198,3 +199,29 @@ def test_producer_ids_per_stream_are_limited_and_expire(make_memory_broker: Call
             return c.recv().command == "RECEIPT"
 
     wait_until(p3_gets_in, "the stale producers forgotten")
+
+
+def test_http_connections_are_bounded_and_refused_with_503(make_memory_broker: Callable[..., BrokerThread]) -> None:
+    """Idle HTTP connections (no request, so no credentials yet) hold at most the bound; one
+    more is answered 503 at once and closed; once they go, the API answers again."""
+    port = free_port()
+    broker = make_memory_broker(settings=ServerSettings(port=0, http_port=port, max_http_connections=2))
+    idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as third:
+            answer = b""
+            while chunk := third.recv(4096):
+                answer += chunk
+            assert answer.startswith(b"HTTP/1.1 503") and b"limit max-http-connections" in answer
+        with Client(broker.port) as stomp:  # STOMP is not affected
+            stomp.send_to("/queue/q", "x")
+    finally:
+        for s in idle:
+            s.close()
+
+    def api_answers() -> bool:
+        status, text = Api(port).call("GET", "/metrics")
+        return status == 200 and 'stompmq_limit_refusals_total{limit="max-http-connections"}' in text
+
+    # (Hypercorn's server of a connection ends up to its keep-alive timeout, 5 s, after the peer left)
+    wait_until(api_answers, "the API serving again, the refusal counted", timeout=15)

@@ -33,7 +33,7 @@ import trio
 from .auth import AddressCounter, User, Users, UsersFileError
 from .logins import Key, LoginBudget, LoginThrottle
 from .settings import ServerSettings
-from .tokens import REFETCH_SECONDS, REFRESH_TOKEN, TOKEN_HEADER, TokenError, TokenLease, TokenVerifier, scoped_user
+from .tokens import REFETCH_SECONDS, REFRESH_TOKEN, TOKEN_HEADER, TokenError, TokenLease, TokenVerifier, UnknownKey, scoped_user
 
 log = logging.getLogger(__name__)
 
@@ -211,10 +211,14 @@ class Security:
 
     async def check_token(self, token: str, vhosts: Iterable[str]) -> tuple[User, TokenLease]:
         """The user a token logs in (its scopes' permissions on ``vhosts``) and its lease;
-        TokenError if it logs nobody in.  In a worker thread: a JWKS refetch blocks."""
+        TokenError if it logs nobody in.  On the event loop, but for an unknown ``kid``: its
+        JWKS refetch (``TokenVerifier``) blocks, so it runs in a worker thread."""
         tokens = self.tokens
         assert tokens is not None
-        verified = await trio.to_thread.run_sync(tokens.verify, token, time.monotonic())
+        try:
+            verified = tokens.verify(token, time.monotonic(), fetch=False)
+        except UnknownKey:
+            verified = await trio.to_thread.run_sync(tokens.verify, token, time.monotonic())
         user = scoped_user(verified.subject, verified.scopes, tokens.resource_server_id, vhosts)
         return user, TokenLease.start(verified, time.time(), trio.current_time())
 

@@ -53,6 +53,10 @@ class TokenError(Exception):
     """A token that logs nobody in; the message says why, for the ERROR frame."""
 
 
+class UnknownKey(TokenError):
+    """The token's ``kid`` is not among the keys known, and ``verify`` was told not to fetch."""
+
+
 def looks_like_jwt(text: str | None) -> bool:
     """Whether ``text`` has a compact JWS's shape (three base64url parts, a JSON header)."""
     return text is not None and _JWT.fullmatch(text) is not None
@@ -120,8 +124,10 @@ class Verified:
 class TokenVerifier:
     """Checks tokens against a JWKS, refetching it (rate-limited) on an unknown ``kid``.
 
-    ``verify`` may block (a refetch, the signature): the server calls it in a worker thread.
-    ``now`` is the monotonic time the refetch rate is counted in, passed in for tests.
+    ``verify`` checks a signature in microseconds (RSA and EC verification are cheap), so the
+    server calls it on the event loop with ``fetch=False``, and only for an unknown ``kid`` again
+    in a worker thread, where the refetch may block.  ``now`` is the monotonic time the refetch
+    rate is counted in, passed in for tests.
     """
 
     def __init__(self, source: str, resource_server_id: str, fetch: Callable[[str], bytes] = read_jwks,
@@ -143,9 +149,11 @@ class TokenVerifier:
         self._keys = {key.key_id: key for key in jwks.keys}
         self.fetches += 1
 
-    def _key(self, kid: str | None, now: float) -> Any:
+    def _key(self, kid: str | None, now: float, fetch: bool) -> Any:
         with self._lock:
             key = self._keys.get(kid)
+            if key is None and not fetch:
+                raise UnknownKey(f"unknown signing key {kid!r}")
             if key is None and now - self._fetched_at >= REFETCH_SECONDS:
                 self._fetched_at = now
                 try:
@@ -157,14 +165,15 @@ class TokenVerifier:
                 raise TokenError(f"unknown signing key {kid!r}")
             return key
 
-    def verify(self, token: str, now: float) -> Verified:
-        """The token's subject, scopes and expiry; TokenError if it logs nobody in."""
+    def verify(self, token: str, now: float, fetch: bool = True) -> Verified:
+        """The token's subject, scopes and expiry; TokenError if it logs nobody in (UnknownKey,
+        without ``fetch``, for a ``kid`` a refetch might bring)."""
         jwt = self._jwt
         try:
             kid = jwt.get_unverified_header(token).get("kid")
         except jwt.PyJWTError as e:
             raise TokenError(f"malformed token: {e}") from None
-        key = self._key(kid, now)
+        key = self._key(kid, now, fetch)
         try:
             claims = jwt.decode(token, key.key, algorithms=[key.algorithm_name], audience=self.resource_server_id,
                                 options={"require": ["exp", "sub"]})

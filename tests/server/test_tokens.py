@@ -3,14 +3,20 @@ JWKS checks and its rate-limited refetch on an unknown kid, and the lease's timi
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import trio
 import trio.testing
 
+from stompmq.protocol import Frame
+from stompmq.server.security import Security
+from stompmq.server.settings import ServerSettings
 from stompmq.server.tokens import TokenError, TokenLease, TokenVerifier, Verified, looks_like_jwt, scoped_user
 
 pytest.importorskip("jwt", reason="token logins need the oauth extra")
 
+from ..support.pair import PeerClient, broker_pair
 from ..support.tokens import Issuer
 
 
@@ -115,3 +121,50 @@ async def test_a_15_s_token_ends_at_15_s_and_a_refresh_at_10_s_keeps_it(autojump
     assert lease.expired(trio.current_time())
     with pytest.raises(TokenError, match="for 'mallory', not 'alice'"):
         lease.refreshed(TokenLease.start(Verified("mallory", (), wall + 60), wall, start))
+
+
+async def _deliveries_until_error(consumer: PeerClient) -> tuple[list[float], Frame]:
+    """The times of the MESSAGEs ``consumer`` gets, and the ERROR that ends them."""
+    times: list[float] = []
+    while True:
+        frame = await consumer.receive()
+        if frame.command == "ERROR":
+            return times, frame
+        if frame.command == "MESSAGE":
+            times.append(trio.current_time())
+
+
+async def _produce_every_second(producer: PeerClient) -> None:
+    while True:
+        await producer.send("SEND", {"destination": "/queue/orders-v"}, b"tick")
+        await trio.sleep(1.0)
+
+
+@pytest.mark.parametrize("refresh_at", [None, 10.0])
+async def test_a_15_s_token_session_over_a_connection(autojump_clock: trio.testing.MockClock, tmp_path: Path,
+                                                      refresh_at: float | None) -> None:
+    """The figure over a real Connection in virtual time: with a 15 s token deliveries stop at
+    15 s (within the timer's 50 ms tick) with the ERROR saying why; a fresh 15 s token sent at
+    10 s keeps the session, which then ends at 25 s."""
+    issuer = Issuer("k1")
+    settings = ServerSettings(port=0, oauth_jwks=str(issuer.write_jwks(tmp_path / "jwks.json")))
+    async with broker_pair(settings=settings, security=Security(settings)) as pair:
+        producer = pair.open()
+        assert (await producer.connect(login="p", passcode=issuer.token(sub="p", lifetime=600))).command == "CONNECTED"
+        consumer = pair.open()
+        assert (await consumer.connect(login="a", passcode=issuer.token(lifetime=15))).command == "CONNECTED"
+        start = trio.current_time()
+        await consumer.send("SUBSCRIBE", {"id": "1", "destination": "/queue/orders-v"})
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_produce_every_second, producer)
+            if refresh_at is not None:
+                await trio.sleep(refresh_at)
+                await consumer.send("SEND", {"destination": "/control/refresh-token", "receipt": "fresh",
+                                             "token": issuer.token(lifetime=15)})
+            times, error = await _deliveries_until_error(consumer)
+            nursery.cancel_scope.cancel()
+        ended = trio.current_time() - start
+        expected = 15.0 if refresh_at is None else refresh_at + 15.0
+        assert "access token expired" in error.headers["message"]
+        assert expected - 0.1 <= ended <= expected + 0.1, ended
+        assert times and times[-1] - start < ended and times[-1] - start >= expected - 1.0

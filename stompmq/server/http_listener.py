@@ -4,7 +4,7 @@ Why: Hypercorn accepts every connection it is offered, and HTTP basic auth is ch
 request, so a connection holds a file descriptor before (and between) requests without any
 credentials: with ``ulimit -n 256`` a flood of idle HTTP connections once took the descriptors
 STOMP's accept loop needed.  Here the loop is ours, as STOMP's is (``app.py``): a connection
-past the bound gets ``503`` with ``Connection: close`` at once and is closed, is counted in
+past the bound gets ``429`` (``Retry-After: 5``, ``Connection: close``) at once and is closed, is counted in
 ``LimitHits`` (``/metrics``) and logged once per address; the others are served by Hypercorn's
 own per-connection server (``hypercorn.trio.tcp_server.TCPServer``, as ``hypercorn.trio.serve``
 runs it), which closes an idle one after its keep-alive timeout (5 s); a connection counts
@@ -30,9 +30,9 @@ from ..broker.limits import LimitError, LimitHits
 
 log = logging.getLogger(__name__)
 
-_BODY = b'{"error": "too many HTTP connections (limit max-http-connections)", "status": 503}'
-REFUSAL = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nconnection: close\r\n"
-           b"content-length: %d\r\n\r\n%s" % (len(_BODY), _BODY))
+_BODY = b'{"error": "too many HTTP connections (limit max-http-connections)", "status": 429}'
+REFUSAL = (b"HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\nretry-after: 5\r\n"
+           b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(_BODY), _BODY))
 #: Seconds the accept loop waits when the process is out of descriptors.
 FD_PAUSE = 0.1
 
@@ -75,7 +75,7 @@ async def serve_bounded(app: Any, config: HypercornConfig, sock: socket.socket, 
 
 
 async def _refuse(stream: trio.SocketStream, limit: int, hits: LimitHits) -> None:
-    """Answer 503 and close; the hit is counted and logged once per address."""
+    """Answer 429 and close; the hit is counted and logged once per address."""
     try:
         address = str(stream.socket.getpeername()[0])
     except OSError:

@@ -35,7 +35,7 @@ class ServerSettings:
     #: The management API and /metrics (server/http.py); port None: off.
     http_host: str = "127.0.0.1"
     http_port: int | None = None
-    #: HTTP connections served at once (http_listener.py); more get 503 at once.
+    #: HTTP connections served at once (http_listener.py); more get 429 at once.
     max_http_connections: int = 64
     #: Queues with per-queue series in /metrics (the busiest), bounding its label cardinality.
     metrics_top_queues: int = 100

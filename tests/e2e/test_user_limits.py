@@ -201,9 +201,9 @@ def test_producer_ids_per_stream_are_limited_and_expire(make_memory_broker: Call
     wait_until(p3_gets_in, "the stale producers forgotten")
 
 
-def test_http_connections_are_bounded_and_refused_with_503(make_memory_broker: Callable[..., BrokerThread]) -> None:
+def test_http_connections_are_bounded_and_refused_with_429(make_memory_broker: Callable[..., BrokerThread]) -> None:
     """Idle HTTP connections (no request, so no credentials yet) hold at most the bound; one
-    more is answered 503 at once and closed; once they go, the API answers again."""
+    more is answered 429 at once and closed; once they go, the API answers again."""
     port = free_port()
     broker = make_memory_broker(settings=ServerSettings(port=0, http_port=port, max_http_connections=2))
     idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]
@@ -212,7 +212,7 @@ def test_http_connections_are_bounded_and_refused_with_503(make_memory_broker: C
             answer = b""
             while chunk := third.recv(4096):
                 answer += chunk
-            assert answer.startswith(b"HTTP/1.1 503") and b"limit max-http-connections" in answer
+            assert answer.startswith(b"HTTP/1.1 429") and b"limit max-http-connections" in answer
         with Client(broker.port) as stomp:  # STOMP is not affected
             stomp.send_to("/queue/q", "x")
     finally:

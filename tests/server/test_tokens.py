@@ -3,6 +3,8 @@ JWKS checks and its rate-limited refetch on an unknown kid, and the lease's timi
 
 from __future__ import annotations
 
+import http.server
+import threading
 from pathlib import Path
 
 import pytest
@@ -168,3 +170,36 @@ async def test_a_15_s_token_session_over_a_connection(autojump_clock: trio.testi
         assert "access token expired" in error.headers["message"]
         assert expected - 0.1 <= ended <= expected + 0.1, ended
         assert times and times[-1] - start < ended and times[-1] - start >= expected - 1.0
+
+
+def test_a_jwks_url_is_fetched_and_refetched_for_a_rotated_key() -> None:
+    """``--oauth-jwks`` as a URL: a loopback HTTP server the test runs publishes the keys."""
+    issuer = Issuer("k1")
+    requests: list[str] = []
+
+    class Jwks(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            requests.append(self.path)
+            body = issuer.jwks()
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Jwks)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/certs"
+        verifier = TokenVerifier(url, "stompmq", now=0.0)
+        assert verifier.verify(issuer.token(), 1.0).subject == "alice"
+        issuer.add_key("k2")
+        assert verifier.verify(issuer.token(kid="k2"), 11.0).subject == "alice"
+        assert requests == ["/certs", "/certs"]
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from .limits import HeldBytes, LimitHits
 
 #: Random bytes in a reply queue's name: 128 bits, as in RabbitMQ's ``amq.gen-`` names.
 REPLY_TOKEN_BYTES = 16
@@ -59,6 +61,20 @@ class BrokerConfig:
     max_queue_bytes: int | None = None
     #: Subscriptions one connection may hold at once (a limit against abuse).
     max_subscriptions: int = 1000
+    #: Limits against one client holding the broker's memory (limits.py, docs/security.md):
+    #: frames one transaction may hold; bytes one login may hold in open transactions (over all
+    #: its connections and vhosts); temporary queues per connection; queues in use per vhost.
+    max_transaction_frames: int = 10_000
+    max_transaction_bytes: int = 32 * 1024 * 1024
+    max_temp_queues: int = 100
+    max_queues: int = 20_000
+    #: Idempotent producers (x-producer-id) one stream remembers, and the seconds after which
+    #: one not seen may be forgotten to make room for a new one.
+    max_stream_producers: int = 10_000
+    stream_producer_expiry: float = 7 * 24 * 3600.0
+    #: Shared by every engine built with this config: the transactions' ledger and the hits.
+    held_bytes: HeldBytes = field(default_factory=HeldBytes)
+    limit_hits: LimitHits = field(default_factory=LimitHits)
     #: The broker sets ``user-id`` and ``JMSXUserID`` of every SEND to the sender's login
     #: (send_headers.py); off, a SEND may carry only its own login there.
     stamp_user_id: bool = False

@@ -59,6 +59,7 @@ from .delays import Delayed
 from .delivery import message_frame, message_tail
 from .expiry import SWEEP_MS, ExpirySweep
 from .pacing import PACE_AT, RESUME_AT, SOCKET_PACE_AT, Pace
+from .limits import LimitError
 from .policies import DROP_HEAD, QueueFull, QueuePolicy
 from .queue import Queue
 from .reads import Reads, StoreRead
@@ -285,6 +286,13 @@ class Dispatcher:
         if stats is None:
             stats = self.stats[name] = QueueStats()
         return stats
+
+    def admit_queue(self, name: str) -> None:
+        """A client's frame is about to use queue ``name``: LimitError if it is a new one and the
+        vhost has ``max_queues`` in use (checked where clients name queues, never on the broker's
+        own publishes, such as dead letters and due delayed messages)."""
+        if name not in self.stats and len(self.stats) >= self.config.max_queues:
+            raise LimitError("max-queues", f"this vhost has {self.config.max_queues} queues in use already")
 
     def forget_stats(self, name: str) -> None:
         """The queue was deleted: its counters go too (unless it is still active)."""

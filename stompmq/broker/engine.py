@@ -105,7 +105,7 @@ class Broker:
         self.acks = Acks(self.dispatcher, self.streams)
         self.router = Router(self.dispatcher, self.streams)
         self.subscriptions = Subscriptions(self.dispatcher, self.acks, self.router, self.streams, config)
-        self.transactions = Transactions(self.router, self.acks)
+        self.transactions = Transactions(self.router, self.acks, config)
         self.control = Control(self.dispatcher, self.router, self.streams)
         self.schedules = Schedules(self.dispatcher.delayed, store)  # listed and cancelled by the API
         self.expiry = self.dispatcher.expiry
@@ -332,7 +332,7 @@ class Broker:
         if session.closed:
             return
         session.closed = True
-        session.transactions.clear()
+        self.transactions.release(session)
         for sub in list(session.subscriptions.values()):
             self.subscriptions.drop(sub)
         session.subscriptions.clear()
@@ -418,7 +418,7 @@ class Broker:
         acks, on_send, send_receipt = self.acks, self._on_send, self.receipts.send
         dispatcher = self.dispatcher
         # With stamp_user_id every SEND gets the sender's login: none takes the plain path below.
-        publish, special = dispatcher.publish, SPECIAL_HEADERS
+        publish, special, in_use = dispatcher.publish, SPECIAL_HEADERS, dispatcher.stats
         queue_kind = None if self.config.stamp_user_id else Kind.QUEUE
         pacing = self.dispatcher.pacing
         if pacing:  # left by a publish outside any client's frame (a timer's): nobody to pace
@@ -452,6 +452,8 @@ class Broker:
                     if dest.kind is queue_kind and special.isdisjoint(headers):
                         # A plain message to a queue (no options, reply-to or transaction): what
                         # _on_send and Router.route would do, without either.
+                        if dest.name not in in_use:
+                            dispatcher.admit_queue(dest.name)
                         msg: StoredMessage | None = publish(
                             dest.name, headers_without(headers, BROKER_HEADERS), frame.body  # user_headers
                         )
@@ -544,6 +546,8 @@ class Broker:
             if dest.name == EXTEND_ACK:  # the connection's own deliveries, not a resource's
                 return self.acks.extend(session, headers)
             return self.control.run(dest.name, frame)
+        if kind is Kind.QUEUE:
+            self.dispatcher.admit_queue(dest.name)
         forwarded = sender_headers(headers, session.login, session.relay, self.config.stamp_user_id)
         if forwarded is not headers:
             frame = Frame(frame.command, forwarded, frame.body)
@@ -563,7 +567,9 @@ class Broker:
     def _on_subscribe(self, session: Session, frame: Frame) -> Held | None:
         headers = frame.headers
         dest = parse_destination(headers.get("destination"))
-        if dest.kind is Kind.AMQ_QUEUE and not self._existing_queue(session, frame, dest.name):
+        if dest.kind is Kind.QUEUE:
+            self.dispatcher.admit_queue(dest.name)
+        elif dest.kind is Kind.AMQ_QUEUE and not self._existing_queue(session, frame, dest.name):
             return HELD
         named = headers.get(QUEUE_NAME_HEADER)
         if dest.kind is Kind.EXCHANGE and named and not self._unused_queue(session, frame, named):

@@ -89,6 +89,7 @@ class Session:
         "subscriptions",
         "deliveries",
         "transactions",
+        "held_bytes",
         "pending_receipts",
         "next_ack",
         "expired",
@@ -121,6 +122,7 @@ class Session:
         # ack id -> subscription holding that unacked delivery
         self.deliveries: dict[str, Subscription] = {}
         self.transactions: dict[str, list[Frame]] = {}
+        self.held_bytes = 0  # what the frames of its open transactions cost (limits.frame_cost)
         # receipts waiting for a commit, in the order of the frames that asked for them
         # Both deques are made when first needed: an empty deque is ~0.75 KiB, and an idle
         # connection's session would hold two of them.

@@ -52,8 +52,10 @@ entry (``StreamMessage.producer``) and the store writes the producer's position 
 of the entry, so after a restart ``recover`` brings back exactly the positions of the entries
 that are stored, and an entry's stored headers are the sender's others (which the header-text
 cache recognises: numbered headers never repeat).  A
-stream keeps every producer it has seen (one int each; deleted with the stream): a producer
-that retries after hours must still be recognised.  On a shared store the engine knows only
+stream keeps the producers it has seen (one int each), at most ``--max-stream-producers``:
+past that a new one forgets those not seen for ``--stream-producer-expiry`` (7 days; a
+producer that retries after hours must still be recognised), and is refused if none has
+expired (``limits.admit_producer``).  On a shared store the engine knows only
 the positions it recovered or appended itself; the commit checks the stored ones under the
 stream's row lock and drops what another broker already appended (that RECEIPT cannot say so).
 Plain appends pay two dict lookups.
@@ -97,6 +99,7 @@ from ..storage.base import (
     StreamState,
 )
 from .config import BrokerConfig
+from .limits import admit_producer
 from .delivery import stream_head, stream_tail, write_frame
 from .dispatch import Dispatcher
 from .errors import ClientError
@@ -153,7 +156,7 @@ class Stream:
     __slots__ = (
         "name", "destination", "options", "max_age_ms", "max_bytes", "first", "next",
         "end_bytes", "last_ts", "marks", "tail", "tail_end", "capacity", "subscribers", "timer",
-        "row", "following", "producers", "duplicates", "groups", "visible",
+        "row", "following", "producers", "producers_seen", "duplicates", "groups", "visible",
     )
 
     def __init__(self, name: str, capacity: int | None, first: int = 0, next_offset: int = 0) -> None:
@@ -175,6 +178,7 @@ class Stream:
         self.row: int | None = None  # a shared store's row (StreamState.id), once known
         self.following = False  # a shared store's follow read is queued
         self.producers: dict[str, int] = {}  # idempotent producer -> highest seq appended
+        self.producers_seen: dict[str, int] = {}  # producer -> wall ms of its last append (limits.py)
         self.duplicates = 0  # appends dropped as a producer's repeat, since the broker started
         self.groups: dict[str, int] = {}  # consumer group -> committed offset (the next to read)
         self.visible = next_offset  # entries below it are committed (stream_settling.py)
@@ -330,6 +334,9 @@ class Streams:
             if producer[1] <= stream.producers.get(producer[0], -1):
                 stream.duplicates += 1
                 return False
+            config = self.config
+            admit_producer(stream.producers, stream.producers_seen, producer[0], self.dispatcher.clock.wall_ms,
+                           config.max_stream_producers, int(config.stream_producer_expiry * 1000))
             stream.producers[producer[0]] = producer[1]
         clock = self.dispatcher.clock
         seq = clock.next_entry_seq()

@@ -35,6 +35,7 @@ from .config import BrokerConfig
 from .destinations import Destination, Kind, parse_destination
 from .dispatch import Dispatcher
 from .errors import ClientError
+from .limits import LimitError
 from .destinations import MAX_NAME_BYTES
 from .exchanges import PRIVATE_QUEUE_PREFIX
 from .routing import Router, private_queue_name
@@ -90,7 +91,8 @@ class Subscriptions:
         if sub_id in session.subscriptions:
             raise ClientError(f"duplicate subscription id {sub_id!r}")
         if len(session.subscriptions) >= self.config.max_subscriptions:
-            raise ClientError(f"too many subscriptions on this connection (at most {self.config.max_subscriptions})")
+            raise LimitError("max-subscriptions",
+                             f"too many subscriptions on this connection (at most {self.config.max_subscriptions})")
         mode = _ACK_MODES.get(headers.get("ack", "auto"))
         if mode is None:
             raise ClientError(f"ack header must be auto, client or client-individual, not {headers['ack']!r}")

@@ -33,6 +33,7 @@ from ..protocol import Frame
 from .destinations import MAX_NAME_BYTES
 from .dispatch import Dispatcher
 from .errors import ClientError
+from .limits import LimitError
 from .exchanges import PRIVATE_QUEUE_PREFIX
 from .session import Session
 
@@ -57,6 +58,9 @@ class TempQueues:
             temps = session.temp_queues = {}
         queue = temps.get(name)
         if queue is None:
+            limit = self.dispatcher.config.max_temp_queues
+            if len(temps) >= limit:
+                raise LimitError("max-temp-queues", f"this connection has {limit} temporary queues already")
             node = self.dispatcher.store.node_id
             random = self.dispatcher.config.reply_token()
             token = f"{node}.{random}.{name}" if node else f"{random}.{name}"

@@ -9,14 +9,21 @@ applied.  ABORT, or the connection's end, drops the frames.
 The RECEIPTs of held frames are sent when the transaction ends (after the
 COMMIT's writes are durable, or at ABORT), never before: a RECEIPT for a
 SEND means the message is on disk.
+
+A transaction holds at most ``max_transaction_frames`` frames, and each login at most
+``max_transaction_bytes`` in all its open transactions (``limits.HeldBytes``, shared by every
+vhost): what the frames cost is charged as they are held and given back when the transaction
+ends, the connection's end included (``release``).
 """
 
 from __future__ import annotations
 
 from ..protocol import Frame
 from .acks import Acks
+from .config import BrokerConfig
 from .destinations import Kind, parse_destination
 from .errors import ClientError
+from .limits import LimitError, frame_cost
 from .routing import Router
 from .send_headers import flag, send_options, user_headers
 from .session import Session
@@ -35,18 +42,38 @@ def requeue_wanted(headers: dict[str, str]) -> bool:
 
 
 class Transactions:
-    def __init__(self, router: Router, acks: Acks) -> None:
+    def __init__(self, router: Router, acks: Acks, config: BrokerConfig) -> None:
         self.router = router
         self.acks = acks
+        self.config = config
 
     def hold(self, session: Session, frame: Frame) -> Held:
-        """Keep a frame for the transaction it names until COMMIT (ClientError if none is open)."""
+        """Keep a frame for the transaction it names until COMMIT (ClientError if none is open,
+        LimitError past a limit)."""
         tx = frame.headers["transaction"]
         frames = session.transactions.get(tx)
         if frames is None:
             raise ClientError(f"no transaction {tx!r} in progress")
+        config = self.config
+        if len(frames) >= config.max_transaction_frames:
+            raise LimitError("max-transaction-frames", f"transaction {tx!r} holds {len(frames)} frames already")
+        cost = frame_cost(frame)
+        config.held_bytes.charge(session.login, cost, config.max_transaction_bytes)
+        session.held_bytes += cost
         frames.append(frame)
         return HELD
+
+    def _ended(self, session: Session, frames: list[Frame]) -> None:
+        """Give back what a transaction's frames were charged."""
+        cost = sum(map(frame_cost, frames))
+        session.held_bytes -= cost
+        self.config.held_bytes.release(session.login, cost)
+
+    def release(self, session: Session) -> None:
+        """The connection is gone: its open transactions are dropped, their bytes given back."""
+        self.config.held_bytes.release(session.login, session.held_bytes)
+        session.held_bytes = 0
+        session.transactions.clear()
 
     def begin(self, session: Session, frame: Frame) -> None:
         tx = _tx_id(frame)
@@ -60,6 +87,7 @@ class Transactions:
         frames = session.transactions.pop(tx, None)
         if frames is None:
             raise ClientError(f"no transaction {tx!r} in progress")
+        self._ended(session, frames)
         return frames
 
     def commit(self, session: Session, frame: Frame) -> list[Frame]:
@@ -68,6 +96,7 @@ class Transactions:
         frames = session.transactions.pop(tx, None)
         if frames is None:
             raise ClientError(f"no transaction {tx!r} in progress")
+        self._ended(session, frames)
         router, acks = self.router, self.acks
         routed: dict[int, str | None] = {}
         for i, f in enumerate(frames):

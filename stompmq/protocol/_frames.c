@@ -102,10 +102,9 @@ static int checked_escapes(PyObject *version) {
 
 /* ---- parsing ---------------------------------------------------------------------------- */
 
-/* Unescape s[0:len] into out (at most len bytes); -1 on an escape sequence left to Python: a CR
- * (refused in SEND headers; undefined before 1.2), one no version defines, a trailing lone
- * backslash. */
-static Py_ssize_t unescape(const char *s, Py_ssize_t len, char *out) {
+/* Unescape s[0:len] into out (at most len bytes) for `escapes`; -1 on an escape sequence the
+ * version does not define, including a trailing lone backslash (Python reports those). */
+static Py_ssize_t unescape(const char *s, Py_ssize_t len, char *out, int escapes) {
     Py_ssize_t o = 0;
     for (Py_ssize_t i = 0; i < len; i++) {
         char c = s[i];
@@ -115,6 +114,10 @@ static Py_ssize_t unescape(const char *s, Py_ssize_t len, char *out) {
             case 'n': c = '\n'; break;
             case 'c': c = ':'; break;
             case '\\': c = '\\'; break;
+            case 'r':
+                if (escapes < 2) return -1;
+                c = '\r';
+                break;
             default: return -1;
             }
         }
@@ -168,16 +171,16 @@ static int header_lines(Scan *s, Py_ssize_t start, Py_ssize_t end, int ascii, in
         Py_ssize_t stop = lf != NULL ? lf - b : end;
         Py_ssize_t next = stop + 1;
         if (stop > line && b[stop - 1] == '\r') stop--; /* the CR of a CRLF line end */
-        if (memchr(b + line, '\r', (size_t)(stop - line)) != NULL) return DEFER; /* as an escaped CR */
+        if (memchr(b + line, '\r', (size_t)(stop - line)) != NULL) return DEFER; /* a raw CR: Python's */
         const char *colon = memchr(b + line, ':', (size_t)(stop - line));
         if (colon == NULL) return DEFER;
         const char *name = b + line, *value = colon + 1;
         Py_ssize_t name_len = colon - name, value_len = b + stop - value;
         if (unescaping) {
             char *out = s->scratch;
-            name_len = unescape(name, name_len, out);
+            name_len = unescape(name, name_len, out, s->escapes);
             if (name_len < 0) return DEFER;
-            value_len = unescape(value, value_len, out + name_len);
+            value_len = unescape(value, value_len, out + name_len, s->escapes);
             if (value_len < 0) return DEFER;
             name = out;
             value = out + name_len;
@@ -543,10 +546,16 @@ done:
     return result;
 }
 
-/* Whether STOMP 1.0 (no escaping) can carry this header: no newline, no colon in the name. */
-static int expressible_unescaped(const char *name, Py_ssize_t name_len, const char *value, Py_ssize_t value_len) {
-    return memchr(name, '\n', (size_t)name_len) == NULL && memchr(name, ':', (size_t)name_len) == NULL &&
-           memchr(value, '\n', (size_t)value_len) == NULL;
+/* Whether a subscriber of `escapes` can receive this header as it is (encoder.py's _expressible):
+ * 1.2 any; 1.1 none with a CR (it has no escape for one); 1.0 none with a CR or a newline, nor a
+ * colon in the name. */
+static int expressible(const char *name, Py_ssize_t name_len, const char *value, Py_ssize_t value_len,
+                       int escapes) {
+    if (escapes == 2) return 1;
+    if (memchr(name, '\r', (size_t)name_len) != NULL || memchr(value, '\r', (size_t)value_len) != NULL) return 0;
+    return escapes == 1 || (memchr(name, '\n', (size_t)name_len) == NULL &&
+                            memchr(name, ':', (size_t)name_len) == NULL &&
+                            memchr(value, '\n', (size_t)value_len) == NULL);
 }
 
 /* Size (fill == NULL) or write (fill != NULL) the user header block; returns the size or -1. */
@@ -562,7 +571,7 @@ static Py_ssize_t header_block(PyObject *headers, int escapes, char *fill) {
             Py_XDECREF(k_owner);
             return -1;
         }
-        if (escapes > 0 || expressible_unescaped(k, k_len, v, v_len)) { /* 1.0: leave it out */
+        if (expressible(k, k_len, v, v_len, escapes)) { /* left out of this delivery otherwise */
             if (fill != NULL) {
                 fill = put_escaped(fill, k, k_len, escapes);
                 *fill++ = ':';

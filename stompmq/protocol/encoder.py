@@ -31,9 +31,10 @@ newline and colon, 1.2 adds CR.  CONNECT, CONNECTED and STOMP frames are never
 escaped.  Where a header cannot be expressed without escaping (a newline in
 any name or value, or a colon in a name) encoding raises LocalProtocolError
 rather than emit bytes that would split into forged headers on the wire.
-A CR at the end of a value cannot survive 1.0/1.1 (the receiver reads it as
-part of the CRLF line end); it is sent as is.  No message carries one: the parser
-refuses a SEND with a CR in its headers.
+A CR cannot reach a 1.0/1.1 receiver intact (1.1 has no escape for it, and a CR
+at a value's end is read as part of the CRLF line end); ``encode_frame`` sends it
+as is, but a message's user headers (``_user_header_block``, from a 1.2 SEND's
+``\\r``) leave out of a 1.0/1.1 delivery each header that version cannot carry.
 """
 
 from __future__ import annotations
@@ -154,21 +155,34 @@ def _message(
     )
 
 
+def _expressible(name: str, value: str, version: str) -> bool:
+    """Whether a ``version`` subscriber can receive this header unchanged: 1.2 any, 1.1 none
+    with a CR (no escape for one), 1.0 none with a CR or a newline, nor a colon in the name."""
+    if version == "1.2":
+        return True
+    if "\r" in name or "\r" in value:
+        return False
+    return version == "1.1" or not ("\n" in name or ":" in name or "\n" in value)
+
+
 def _user_header_block(headers: dict[str, str], version: str) -> bytes:
     """Encode a message's user headers for ``version``.
 
-    STOMP 1.0 has no escaping, so a header that a 1.1/1.2 sender wrote with an
-    escaped newline (or a colon in its name) cannot be expressed to a 1.0
-    subscriber: such headers are left out of that subscriber's MESSAGE rather
-    than failing the delivery (and with it the SEND of an unrelated producer).
+    A header that a 1.2 sender wrote with an escaped CR (or a 1.1/1.2 sender with an
+    escaped newline, or a colon in its name) cannot be expressed to every older
+    subscriber: such a header is left out of that subscriber's MESSAGE (``_expressible``),
+    rather than altered or failing the delivery (and with it the SEND of an unrelated
+    producer).  Subscribers of the sender's version get every header intact.
     """
     if not headers:
         return b""
     try:
-        return encode_header_block(headers.items(), version)
+        block = encode_header_block(headers.items(), version)
     except LocalProtocolError:
-        expressible = [(k, v) for k, v in headers.items() if not ("\n" in k or ":" in k or "\n" in v)]
-        return encode_header_block(expressible, version)
+        block = None  # 1.0: a newline, or a colon in a name
+    if block is not None and (version == "1.2" or b"\r" not in block):
+        return block
+    return encode_header_block([(k, v) for k, v in headers.items() if _expressible(k, v, version)], version)
 
 
 def _message_tail_headers(

@@ -56,13 +56,13 @@ below then goes on from there exactly as it would have on its own, so this
 file stays the reference: every error and every partial-feed state comes from
 it, and tests/protocol runs and fuzzes both.
 
-A SEND whose headers hold a carriage return (raw inside a line, or from 1.2's ``\\r``
-escape) is refused: its message may go to STOMP 1.0 and 1.1 subscribers, which
-cannot receive a CR in a header (1.1 has no escape for it; a receiver takes a CR at
-a value's end for part of the line end and some split lines at a lone CR), and
-altering the header in transit would be worse.  Frames of other commands keep
-theirs: what they carry goes back to the same client only.  The native path
-leaves every header block with such a CR to the code below.
+A SEND whose header lines hold a raw carriage return (one not part of a CRLF line
+end) is refused: STOMP 1.2 allows a CR in a header only escaped (``\\r``), and in 1.0
+and 1.1 it is ambiguous (a receiver takes a CR at a value's end for part of the line
+end, and some split lines at a lone CR).  An escaped ``\\r`` is legal 1.2 and accepted;
+what a 1.0 or 1.1 subscriber cannot receive is left out at its delivery (encoder.py).
+Frames of other commands keep a raw CR: what they carry goes back to the same client
+only.  The native path leaves every header block with a raw CR to the code below.
 
 Any violation raises ``ProtocolError``; the parser then stays broken (every
 later ``feed`` raises the same error) because the connection is about to be
@@ -178,13 +178,13 @@ def _unescaped_headers(lines: list[str], table: dict[str, str]) -> dict[str, str
     return headers
 
 
-def _refuse_cr(headers: dict[str, str]) -> None:
-    """Refuse a SEND whose headers hold a CR (see the module docstring)."""
-    for name, value in headers.items():
-        if "\r" in name or "\r" in value:
+def _refuse_raw_cr(lines: list[str], receipt: str | None) -> None:
+    """Refuse a SEND with a raw CR in one of its header ``lines`` (see the module docstring)."""
+    for line in lines:
+        if "\r" in line:
             raise ProtocolError(
-                f"SEND header {_quote(name)} holds a carriage return, which STOMP 1.0 and 1.1 subscribers "
-                "cannot receive", headers.get("receipt"))
+                f"SEND header {_quote(line.partition(':')[0])} holds a raw carriage return; STOMP 1.2 allows "
+                "one only escaped, as \\r", receipt)
 
 
 def _short_ack(buf: bytes | bytearray, pos: int, max_header_bytes: int, max_headers: int) -> tuple[Frame, int] | None:
@@ -432,7 +432,6 @@ class FrameParser:
                         raise ProtocolError(f"frame has more than {max_headers} headers")
                     if table is not None and "\\" in rest and command not in _UNESCAPED_COMMANDS:
                         headers = _unescaped_headers(lines, table)
-                        raw_cr = raw_cr or "\\r" in rest  # maybe a CR escape: checked below
                     else:
                         for line in lines:
                             name, colon, value = line.partition(":")
@@ -443,7 +442,7 @@ class FrameParser:
                             if name not in headers:
                                 headers[name] = value
                     if raw_cr and command == "SEND":
-                        _refuse_cr(headers)
+                        _refuse_raw_cr(lines, headers.get("receipt"))
                     length = headers.get("content-length")
                     if length is None:
                         body_len = -1

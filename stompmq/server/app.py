@@ -8,7 +8,8 @@ the store, which commits everything still buffered.
 
 File descriptors: at start the soft open-file limit is raised to the hard one,
 and at most ``max_connections`` clients are served at once (by default the
-limit minus ``RESERVED_FDS`` for the store, the listeners and logging); a
+limit minus ``RESERVED_FDS`` for the store, the listeners and logging, and minus
+``--max-http-connections`` when the management API is on); a
 client beyond that gets an ERROR frame at once instead of a connection that
 never answers.  If accepting fails anyway (the process or the system is out of
 descriptors or memory), the listener retries every ``ACCEPT_RETRY_SECONDS``
@@ -102,7 +103,8 @@ def max_connections(settings: ServerSettings, open_files: int) -> int:
     """The configured limit, or the open-file limit minus the reserve (at least 1)."""
     if settings.max_connections is not None:
         return settings.max_connections
-    return max(1, open_files - RESERVED_FDS)
+    http = settings.max_http_connections if settings.http_port is not None else 0  # http_listener.py's bound
+    return max(1, open_files - RESERVED_FDS - http)
 
 
 async def _accept(listener: trio.SocketListener, nursery: trio.Nursery, handle: Handler) -> None:

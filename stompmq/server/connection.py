@@ -62,6 +62,7 @@ import trio
 
 from .. import __version__
 from ..broker import ClientError, Session
+from ..broker.limits import LimitError
 from ..broker.flow import Hold
 from ..client import RELAY_HEADER
 from ..protocol import (
@@ -84,6 +85,7 @@ from .logins import CONNECT_MAX_BYTES
 from .runtime import Runtime
 from .security import Admission, LoginThrottled, Security, certificate_login, peer_address
 from .settings import ServerSettings
+from .tokens import EXPIRED_MESSAGE, REFRESH_TOKEN, TOKEN_HEADER, TokenError, TokenLease, looks_like_jwt
 from .vhosts import machine_names, vhost_for_host
 
 log = logging.getLogger(__name__)
@@ -172,7 +174,7 @@ class Connection:
         "__weakref__", "_broken", "_errored", "_fd", "_heart_beats", "_nursery", "_parking", "_read_scope", "_writing",
         "address", "admission",
         "beat_token", "broker", "bytes_in", "bytes_out", "expect_every", "frames_in", "gate", "id",
-        "last_recv", "last_send", "listening", "login", "outbox", "parser", "peer", "runtime", "security",
+        "last_recv", "last_send", "lease", "listening", "login", "outbox", "parser", "peer", "runtime", "security",
         "send_every", "session", "settings", "since", "stream", "user", "version", "vhost",
     )
 
@@ -194,6 +196,8 @@ class Connection:
         #: The user when the broker has users; None = everything allowed.
         self.user: User | None = None
         self.login: str | None = None
+        #: A token login's lease (tokens.py): the session ends at its deadline unless refreshed.
+        self.lease: TokenLease | None = None
         self.vhost = DEFAULT_VHOST  # chosen at CONNECT
         self.runtime = runtime
         self.broker = runtime.broker
@@ -329,6 +333,13 @@ class Connection:
                         self._on_run(run)
                         run = []
                     await self._wait(AT_SEND)  # until every resource alarm has cleared
+                if command == "SEND" and self.session is not None and \
+                        frame.headers.get("destination") == REFRESH_TOKEN:
+                    if run:
+                        self._on_run(run)
+                        run = []
+                    await self._refresh_token(frame)
+                    continue
                 if command in SESSION_COMMANDS and self.session is not None:
                     # Those the server answers itself, or refuses, end the run (_on_frame).
                     if not (command == "SEND" and frame.headers.get("destination", "").startswith(DECLARE_VHOST)
@@ -417,6 +428,8 @@ class Connection:
         try:
             self.broker.handle_frames(self.session, frames)
         except ClientError as e:
+            if isinstance(e, LimitError):
+                self.broker.config.limit_hits.hit(e, self.session.login)
             self._error(e.message, e.receipt_id)
         except Exception:  # handle_frames turns errors into ClientError; this is the last resort
             log.exception("connection %s: internal error handling %d frames", self.id, len(frames))
@@ -526,7 +539,11 @@ class Connection:
             return
         headers = frame.headers
         login, passcode = headers.get("login"), headers.get("passcode")
-        if (self.settings.tls_cert_login and cert_login is not None and login in (None, cert_login)
+        token = passcode if looks_like_jwt(passcode) else None if passcode else getattr(self.stream, "bearer", None)
+        user: User | None
+        if security.tokens is not None and token is not None:
+            user, self.lease = await self._token_user(token, headers.get("receipt"))
+        elif (self.settings.tls_cert_login and cert_login is not None and login in (None, cert_login)
                 and passcode is None):
             user = security.users.users.get(cert_login)  # the certificate authenticated it
         else:
@@ -539,11 +556,42 @@ class Connection:
             log.warning("connection %s: failed login %r from %s", self.id, login, self.peer)
             # Never say whether the user or the passcode was wrong.
             self._error("bad login or passcode", headers.get("receipt"))
+        if self.admission is not None and not self.admission.count_user(user.name):
+            error = LimitError("max-connections-per-user", f"user {user.name!r} has "
+                               f"{self.settings.max_connections_per_user} connections open already")
+            self.broker.config.limit_hits.hit(error, user.name)
+            self._error(error.message, headers.get("receipt"))
         self.login = user.name
         self.user = user
 
+    async def _token_user(self, token: str, receipt: str | None) -> tuple[User, TokenLease]:
+        """The user and lease of an access token (tokens.py); ERROR if it logs nobody in."""
+        assert self.security is not None
+        try:
+            return await self.security.check_token(token, self.runtime.engines)
+        except TokenError as e:
+            log.warning("connection %s: token login from %s refused: %s", self.id, self.peer, e)
+            self._error(f"bad access token: {e}", receipt)
+
+    async def _refresh_token(self, frame: Frame) -> None:
+        """A fresh token for a token session (``REFRESH_TOKEN``, ``Security.refresh_token``)."""
+        receipt = frame.headers.get("receipt")
+        assert self.session is not None
+        if self.security is None:
+            self._error(f"{REFRESH_TOKEN} needs a token login", receipt)
+        try:
+            self.user, self.lease = await self.security.refresh_token(self.lease, frame.headers.get(TOKEN_HEADER),
+                                                                      self.runtime.engines)
+        except TokenError as e:
+            self._error(f"bad access token: {e}", receipt)
+        if receipt is not None:
+            self.broker.receipt(self.session, receipt)
+
     def _current_user(self) -> User | None:
-        """The logged-in user as the users file says now (None if it was deleted, or no users)."""
+        """The logged-in user as the users file (or a token login's token) says now (None if it
+        was deleted, or no users)."""
+        if self.lease is not None:
+            return self.user
         users = self.security.users if self.security is not None else None
         return users.users.get(self.login or "") if users is not None else self.user
 
@@ -778,6 +826,19 @@ class Connection:
         self.last_recv = now
 
     def check(self, now: float, late: float) -> float | None:
+        """The heart-beat timer's visit (``_check_beats``), and a token session's end at its
+        token's expiry (``lease``)."""
+        lease = self.lease
+        if lease is None or self.session is None:
+            return self._check_beats(now, late)
+        if lease.expired(now):
+            log.info("connection %s: the access token of %r expired, closing", self.id, self.login)
+            self.fail(EXPIRED_MESSAGE, None)
+            return None
+        when = self._check_beats(now, late)
+        return lease.deadline if when is None else min(when, lease.deadline)
+
+    def _check_beats(self, now: float, late: float) -> float | None:
         """The heart-beat timer's visit: fail a client without CONNECT by its deadline, beat when
         due, close a peer silent past its grace; when to look again (None: never).  A visit comes
         up to ``late`` seconds after the time asked for: a beat is asked for that much early.  A

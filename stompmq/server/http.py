@@ -65,7 +65,6 @@ from typing import Any, TypeVar
 
 import trio
 from hypercorn.config import Config as HypercornConfig
-from hypercorn.trio import serve as hypercorn_serve
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -91,6 +90,7 @@ from .connection import Connection
 from .alarms import CHECK_SECONDS
 from .auth import User, required_permissions
 from .history import Counters, Point, QueueKey, RateHistory
+from .http_listener import serve_bounded
 from .http_auth import OPEN_PATHS, READ_METHODS, USER_SCOPE, BasicAuth
 from .http_requests import authorise, count_param, queue_resource
 from .http_schedules import ScheduleRoutes
@@ -997,16 +997,11 @@ async def serve_http(
     """Serve the management API on ``sock`` until cancelled."""
     management = ManagementApp(runtime, settings, connections, security)
     config = HypercornConfig()
-    config.bind = [f"fd://{sock.detach()}"]
     config.accesslog = None
     config.errorlog = hypercorn_log = logging.getLogger("stompmq.http.hypercorn")
-    hypercorn_log.setLevel(logging.WARNING)  # its "Running on" line repeats our start-up line
+    hypercorn_log.setLevel(logging.WARNING)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(management.rates.run)
-        await nursery.start(_serve, management.app, config)
+        await nursery.start(serve_bounded, management.app, config, sock, settings.max_http_connections,
+                            runtime.broker.config.limit_hits)
         task_status.started()
-
-
-async def _serve(app: Starlette, config: HypercornConfig, *, task_status: trio.TaskStatus[None]) -> None:
-    trigger: Callable[[], Awaitable[None]] = trio.sleep_forever
-    await hypercorn_serve(app, config, shutdown_trigger=trigger, task_status=task_status)  # type: ignore[arg-type]

@@ -63,12 +63,14 @@ def histogram(name: str, documentation: str, counts: Histogram) -> HistogramMetr
 
 
 class ScrapedRuntime(Protocol):
-    """What a scrape reads of the runtime (``runtime.Runtime``): its store and alarms."""
+    """What a scrape reads of the runtime (``runtime.Runtime``): its store, alarms and default engine."""
 
     @property
     def store(self) -> Store: ...
     @property
     def alarms(self) -> ResourceAlarms: ...
+    @property
+    def broker(self) -> Broker: ...
 
 
 class Scraped(Protocol):
@@ -206,6 +208,12 @@ async def scrape(management: Scraped) -> bytes:
         group_lag.add_metric([vhost, stream, group], lag)
     metrics.append(group_lag)
 
+    refusals = CounterMetricFamily("stompmq_limit_refusals", "Frames and connections a limit against one "
+                                   "client holding the broker's memory refused (limit = its option)",
+                                   labels=["limit"])
+    for limit, count in sorted(management.runtime.broker.config.limit_hits.counts.items()):
+        refusals.add_metric([limit], count)
+    metrics.append(refusals)
     commits = management.store_metrics
     metrics.append(histogram("stompmq_store_commit_seconds", "Seconds from a commit group's submission to its "
                              "durable commit (fsync included)", commits.latency))

@@ -24,6 +24,8 @@ import logging
 import math
 import os
 import ssl
+import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import trio
@@ -31,6 +33,7 @@ import trio
 from .auth import AddressCounter, User, Users, UsersFileError
 from .logins import Key, LoginBudget, LoginThrottle
 from .settings import ServerSettings
+from .tokens import REFETCH_SECONDS, REFRESH_TOKEN, TOKEN_HEADER, TokenError, TokenLease, TokenVerifier, UnknownKey, scoped_user
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +118,15 @@ class Admission:
         self._security = security
         self._address = address
         self._logging_in = True
+        self._user: str | None = None
+
+    def count_user(self, login: str) -> bool:
+        """Count this connection against ``login``'s --max-connections-per-user; False (and
+        nothing counted) when that user has as many open already."""
+        if not self._security.user_connections.admit(login):
+            return False
+        self._user = login
+        return True
 
     def logged_in(self) -> None:
         if self._logging_in:
@@ -124,6 +136,9 @@ class Admission:
     def close(self) -> None:
         self.logged_in()
         self._security.connections.release(self._address)
+        if self._user is not None:
+            self._security.user_connections.release(self._user)
+            self._user = None
 
 
 class Security:
@@ -140,9 +155,21 @@ class Security:
                 raise SecurityError(str(e)) from None
         elif settings.login is not None and settings.passcode is not None:
             self.users = Users.single(settings.login, settings.passcode)
+        self.tokens: TokenVerifier | None = None
+        if settings.oauth_jwks:
+            try:
+                self.tokens = TokenVerifier(settings.oauth_jwks, settings.oauth_resource_server_id,
+                                            now=time.monotonic() - REFETCH_SECONDS)
+            except ImportError:
+                raise SecurityError("--oauth-jwks needs PyJWT: pip install 'stompmq[oauth]'") from None
+            except Exception as e:  # noqa: BLE001 (unreadable, not JSON, no usable key: said at start)
+                raise SecurityError(f"--oauth-jwks {settings.oauth_jwks}: {e}") from None
+            if self.users is None:
+                self.users = Users()  # token logins only: no anonymous access
         self.throttle = LoginThrottle()
         self._checking: dict[Key, tuple[trio.Semaphore, list[int]]] = {}  # key -> (its checks, waiters)
         self.connections = AddressCounter(settings.max_connections_per_address)
+        self.user_connections = AddressCounter(settings.max_connections_per_user)  # per login of the users
         self.logins = LoginBudget(settings.max_login_bytes)
         self._stamps = self._file_stamps()
 
@@ -181,6 +208,28 @@ class Security:
             waiting[0] -= 1
             if not waiting[0]:
                 del self._checking[key]
+
+    async def check_token(self, token: str, vhosts: Iterable[str]) -> tuple[User, TokenLease]:
+        """The user a token logs in (its scopes' permissions on ``vhosts``) and its lease;
+        TokenError if it logs nobody in.  On the event loop, but for an unknown ``kid``: its
+        JWKS refetch (``TokenVerifier``) blocks, so it runs in a worker thread."""
+        tokens = self.tokens
+        assert tokens is not None
+        try:
+            verified = tokens.verify(token, time.monotonic(), fetch=False)
+        except UnknownKey:
+            verified = await trio.to_thread.run_sync(tokens.verify, token, time.monotonic())
+        user = scoped_user(verified.subject, verified.scopes, tokens.resource_server_id, vhosts)
+        return user, TokenLease.start(verified, time.time(), trio.current_time())
+
+    async def refresh_token(self, lease: TokenLease | None, token: str | None,
+                            vhosts: Iterable[str]) -> tuple[User, TokenLease]:
+        """The user and lease a fresh token gives a token session (``lease``); TokenError if
+        the session is no token login, the token is bad, or it is another subject's."""
+        if lease is None or token is None or self.tokens is None:
+            raise TokenError(f"{REFRESH_TOKEN} needs a token login and a {TOKEN_HEADER} header")
+        user, fresh = await self.check_token(token, vhosts)
+        return user, lease.refreshed(fresh)
 
     def authenticate(self, login: str | None, passcode: str | None) -> User | None:
         """The user, or None; without users every client is let in (anonymous access)."""

@@ -35,6 +35,8 @@ class ServerSettings:
     #: The management API and /metrics (server/http.py); port None: off.
     http_host: str = "127.0.0.1"
     http_port: int | None = None
+    #: HTTP connections served at once (http_listener.py); more get 429 at once.
+    max_http_connections: int = 64
     #: Queues with per-queue series in /metrics (the busiest), bounding its label cardinality.
     metrics_top_queues: int = 100
     #: The store as an operator should see it (password masked), for the start-up line and the API.
@@ -56,8 +58,14 @@ class ServerSettings:
     ws_allowed_origins: tuple[str, ...] = ()
     #: TOML users file (auth.py); replaces --login/--passcode and turns anonymous access off.
     users_file: str | None = None
+    #: Token logins (tokens.py): the JWKS (a file or an http(s) URL) that access tokens are
+    #: checked against (None: off), and the resource server id their ``aud`` and scopes name.
+    oauth_jwks: str | None = None
+    oauth_resource_server_id: str = "stompmq"
     #: Connections one source address may hold at once (None = unlimited).
     max_connections_per_address: int | None = None
+    #: Connections one user of the users file may hold at once (None = unlimited).
+    max_connections_per_user: int | None = 100
     #: Bytes all connections not yet CONNECTED may buffer together (logins.py); past it, new
     #: connections are refused at once.
     max_login_bytes: int = 16 * 1024 * 1024

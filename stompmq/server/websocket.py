@@ -133,6 +133,7 @@ class WebSocketStream(trio.abc.HalfCloseableStream):
         self._names = names  # the broker's names (the Host check)
         self._tls = tls  # the Host header's port defaults to 443, not 80
         self._ws = WSConnection(ConnectionType.SERVER)
+        self.bearer: str | None = None  # the handshake's Authorization: Bearer token
         self._open = False  # the handshake was accepted
         self._closed = False  # a Close was sent or received: no more data
         self._pending: list[bytes] = []
@@ -195,6 +196,10 @@ class WebSocketStream(trio.abc.HalfCloseableStream):
                 await self._reply(RejectConnection(status_code=403))
                 self._closed = True
                 return
+            authorization = next((value.decode("latin-1") for name, value in event.extra_headers
+                                  if name.lower() == b"authorization"), "")
+            if authorization[:7].lower() == "bearer ":  # a token login's token (server/tokens.py)
+                self.bearer = authorization[7:].strip()
             self.subprotocol = choose_subprotocol(event.subprotocols)
             await self._send_events(AcceptConnection(subprotocol=self.subprotocol))
             self._open = True

@@ -167,12 +167,12 @@ BAD_FRAMES = {
 # end in "no exchange named ...").
 EXPECTED_MESSAGE = {
     "destination-escaped-newline": "must not contain NUL, CR or LF",
-    "destination-escaped-cr": "holds a carriage return",
+    "destination-escaped-cr": "must not contain NUL, CR or LF",
     "destination-too-long": "longer than 255 bytes",
     "destination-too-long-multibyte": "longer than 255 bytes",
     "exchange-key-escaped-newline": "must not contain NUL, CR or LF",
-    "exchange-name-escaped-cr": "holds a carriage return",
-    "header-raw-cr": "holds a carriage return",
+    "exchange-name-escaped-cr": "must not contain NUL, CR or LF",
+    "header-raw-cr": "holds a raw carriage return",
     "exchange-key-too-long": "longer than 255 bytes",
     "exchange-key-too-long-multibyte": "longer than 255 bytes",
     "exchange-empty-name": "has an empty name",

@@ -50,7 +50,8 @@ def test_subscriptions_per_connection_are_limited(make_memory_broker: Callable[.
         for i in range(3):
             client.subscribe(f"/queue/q{i}", str(i))
         client.frame("SUBSCRIBE", {"destination": "/topic/t", "id": "x"})
-        assert client.expect_error()["message"] == "too many subscriptions on this connection (at most 3)"
+        assert client.expect_error()["message"] == ("too many subscriptions on this connection (at most 3) "
+                                                    "(limit max-subscriptions)")
     with RawClient(broker.port) as other:  # the limit is per connection
         other.connect()
         other.frame("SUBSCRIBE", {"destination": "/queue/q0", "id": "1", "receipt": "r"})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from stompmq.protocol import encoder
 from stompmq.protocol import Frame, FrameParser, LocalProtocolError, encode_frame, encode_header_block, escape
 
 ESCAPE_CASES = [
@@ -174,3 +175,28 @@ def test_s20_spliced_user_header_block_parses_as_one_frame() -> None:
         "x-trace": "a:b",
         "content-length": "2",
     }
+
+
+_ESCAPES = {"cr": "a\rb", "newline": "a\nb", "colon": "a:b", "backslash": "a\\b"}
+"""One value per character STOMP 1.2 escapes (``\\r``, ``\\n``, ``\\c``, ``\\\\``)."""
+
+_CARRIED = {"1.2": {"cr", "newline", "colon", "backslash"}, "1.1": {"newline", "colon", "backslash"},
+            "1.0": {"colon", "backslash"}}
+"""Which of ``_ESCAPES`` a subscriber of each version receives (docs/security.md)."""
+
+
+@pytest.mark.parametrize("tail", [encoder._message_tail, encoder.encode_message_tail], ids=["python", "bound"])
+@pytest.mark.parametrize("version", ["1.0", "1.1", "1.2"])
+@pytest.mark.parametrize("char", sorted(_ESCAPES))
+def test_message_tail_leaves_out_what_a_version_cannot_carry(tail, version: str, char: str) -> None:
+    """A 1.2 SEND's header with an escaped character reaches 1.2 subscribers intact; an older
+    subscriber gets it intact too, or not at all (never altered), and the other headers always."""
+    headers = {"before": "1", f"special-{char}": _ESCAPES[char], "after": "2"}
+    wire = b"MESSAGE\n" + tail(4, 5, None, headers, b"hi", version)
+    parser = FrameParser()
+    parser.version = version
+    [frame] = parser.feed(wire)
+    expected = {"before": "1", "after": "2"}
+    if char in _CARRIED[version]:
+        expected[f"special-{char}"] = _ESCAPES[char]
+    assert {k: v for k, v in frame.headers.items() if k in headers} == expected

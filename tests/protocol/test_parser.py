@@ -65,6 +65,9 @@ OK_CASES = [
     ),
     # S03: unescaping per version, never for CONNECT/STOMP
     Ok("s03_v12_escapes", b"MESSAGE\nk\\cx:a\\nb\\\\c\\rd\n\n\0", [Frame("MESSAGE", {"k:x": "a\nb\\c\rd"}, b"")]),
+    Ok("s03_v12_cr_escape_in_send_value", b"SEND\nk:a\\rb\n\n\0", [Frame("SEND", {"k": "a\rb"}, b"")]),
+    Ok("s03_v12_cr_escape_in_send_name", b"SEND\na\\rb:v\n\n\0", [Frame("SEND", {"a\rb": "v"}, b"")]),
+    Ok("s03_v12_cr_escape_at_value_end", b"SEND\nk:a\\r\n\n\0", [Frame("SEND", {"k": "a\r"}, b"")]),
     Ok("s03_v12_cr_escape_outside_send", b"SUBSCRIBE\nid:a\\rb\n\n\0", [Frame("SUBSCRIBE", {"id": "a\rb"}, b"")]),
     Ok("s03_escaped_backslash_before_r_is_no_cr", b"SEND\nk:a\\\\rb\n\n\0", [Frame("SEND", {"k": "a\\rb"}, b"")]),
     Ok("s03_v11_escapes", b"SEND\nk\\cx:a\\nb\\\\c\n\n\0", [Frame("SEND", {"k:x": "a\nb\\c"}, b"")], "1.1"),
@@ -148,9 +151,9 @@ BAD_CASES = [
     Bad("s04_undefined_escape_in_name", b"SEND\nk\\x:v\n\n\0", "escape"),
     Bad("s04_trailing_backslash", b"SEND\nk:ab\\\n\n\0", "escape"),
     Bad("s04_v11_has_no_cr_escape", b"SEND\nk:a\\rb\n\n\0", "escape", "1.1"),
-    # a CR in SEND headers: its subscribers may speak 1.0 or 1.1, which cannot receive it
-    Bad("send_escaped_cr_in_value", b"SEND\nk:a\\rb\n\n\0", "carriage return"),
-    Bad("send_escaped_cr_in_name", b"SEND\na\\rb:v\n\n\0", "carriage return"),
+    # a raw CR in SEND headers: 1.2 allows one only escaped; 1.0/1.1 receivers misread it
+    Bad("send_raw_cr_in_value_v12", b"SEND\nk:a\rb\n\n\0", "raw carriage return"),
+    Bad("send_raw_cr_in_name", b"SEND\na\rb:v\n\n\0", "raw carriage return"),
     Bad("send_raw_cr_in_value", b"SEND\nk:a\rb\n\n\0", "carriage return", "1.1"),
     Bad("send_raw_cr_in_value_crlf", b"SEND\r\nk:a\rb\r\n\r\n\0", "carriage return", "1.0"),
     Bad("s06_header_without_colon", b"SEND\ndestination\n\n\0", "colon"),

@@ -20,6 +20,7 @@ from stompmq.server.alarms import ResourceAlarms
 from stompmq.server.connection import Connection
 from stompmq.server.heartbeats import HeartBeats
 from stompmq.server.runtime import Runtime
+from stompmq.server.security import Security
 from stompmq.server.settings import ServerSettings
 from stompmq.storage.base import Store
 from stompmq.storage.memory import MemoryStore
@@ -75,8 +76,10 @@ class PeerClient:
 
 class BrokerPair:
     def __init__(
-        self, runtime: Runtime, nursery: trio.Nursery, settings: ServerSettings, heart_beats: HeartBeats
+        self, runtime: Runtime, nursery: trio.Nursery, settings: ServerSettings, heart_beats: HeartBeats,
+        security: Security | None = None,
     ) -> None:
+        self.security = security
         self.runtime = runtime
         self.broker = runtime.broker
         self.nursery = nursery
@@ -89,7 +92,8 @@ class BrokerPair:
         whose buffers are full, so what the server counts as sent is what the client read."""
         make = trio.testing.lockstep_stream_pair if lockstep else trio.testing.memory_stream_pair
         client_stream, server_stream = make()
-        connection = Connection(server_stream, self.runtime, self.settings, heart_beats=self.heart_beats)
+        connection = Connection(server_stream, self.runtime, self.settings, self.security,
+                                heart_beats=self.heart_beats)
         self.nursery.start_soon(connection.run)
         return PeerClient(client_stream, version)
 
@@ -103,7 +107,7 @@ class BrokerPair:
 @asynccontextmanager
 async def broker_pair(
     store: Store | None = None, config: BrokerConfig | None = None, settings: ServerSettings | None = None,
-    alarms: ResourceAlarms | None = None,
+    alarms: ResourceAlarms | None = None, security: Security | None = None,
 ) -> AsyncIterator[BrokerPair]:
     runtime = Runtime(Broker(store or MemoryStore(), config or BrokerConfig()), alarms)
     await runtime.open()
@@ -112,7 +116,7 @@ async def broker_pair(
             await nursery.start(runtime.run)
             heart_beats = HeartBeats()
             await nursery.start(heart_beats.run)
-            yield BrokerPair(runtime, nursery, settings or ServerSettings(port=0), heart_beats)
+            yield BrokerPair(runtime, nursery, settings or ServerSettings(port=0), heart_beats, security)
             nursery.cancel_scope.cancel()
     finally:
         with trio.CancelScope(shield=True):

@@ -38,8 +38,10 @@ class WSClient(RawClient):
         context: ssl.SSLContext | None = None,
         origin: str | None = None,
         host: str = "localhost",
+        headers: dict[str, str] | None = None,
     ) -> None:
-        """``origin``: the Origin header a browser would send (None: none, as other programs)."""
+        """``origin``: the Origin header a browser would send (None: none, as other programs);
+        ``headers``: more handshake headers (such as Authorization)."""
         sock = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT)
         self.sock = context.wrap_socket(sock, server_hostname="localhost") if context else sock
         self.buffer = b""
@@ -47,6 +49,7 @@ class WSClient(RawClient):
         self.events: list[Event] = []  # control events and handshake answers, in order
         self.messages: list[bytes | str] = []  # data (parts of) messages as received (str = text)
         extra = [(b"origin", origin.encode())] if origin is not None else []
+        extra += [(name.encode(), value.encode()) for name, value in (headers or {}).items()]
         self.sock.sendall(self.ws.send(Request(host=host, target=path, subprotocols=subprotocols or ["v12.stomp"],
                                                extra_headers=extra)))
         self.handshake = self._next_event((AcceptConnection, RejectConnection))

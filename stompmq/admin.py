@@ -262,7 +262,8 @@ def build_parser() -> argparse.ArgumentParser:
 #: The columns of each list command's table.
 COLUMNS = {
     "list-vhosts": ["name", "connections", "queues_in_use", "exchanges"],
-    "list-queues": ["name", "ready", "unacked", "consumers", "publish/s", "deliver/s", "ack/s", "oldest_age"],
+    "list-queues": ["name", "ready", "unacked", "consumers", "publish/s", "deliver/s", "ack/s", "oldest_ready_age",
+                    "oldest_unacked_age"],
     "list-connections": ["id", "peer", "login", "version", "subscriptions", "bytes_in", "bytes_out"],
     "list-exchanges": ["name", "type", "bindings", "routed"],
     "consumers": ["connection", "peer", "login", "subscription", "ack", "prefetch", "unacked"],

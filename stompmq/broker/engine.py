@@ -47,6 +47,7 @@ from typing import Any, TypeVar
 
 from ..protocol import Frame
 from ..protocol.headers import headers_without
+from ..storage.ages import QueueAges
 from ..storage.base import BindingRecord, ExchangeRecord, Recovery, Store, StoredMessage, StoreError
 from .acks import EXTEND_ACK, LATE, Acks, AckRun
 from .browse import BrowseSubscription
@@ -190,6 +191,10 @@ class Broker:
     def list_queues(self, after: str, limit: int) -> Deferred[QueuePage]:
         """A page of queues named after ``after``: ``answer(await fetch(store))``."""
         return self.control.list_queues(after, limit)
+
+    def queue_ages(self, queue: str) -> Deferred[QueueAges]:
+        """The timestamps of ``queue``'s oldest ready and oldest unacked message: ``answer(await fetch(store))``."""
+        return self.control.queue_ages(queue)
 
     def peek(self, queue: str, count: int) -> Deferred[list[StoredMessage]]:
         """Up to ``count`` ready messages of ``queue``, consuming none: ``answer(await fetch(store))``."""

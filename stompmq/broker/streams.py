@@ -733,14 +733,6 @@ class Streams:
 
         return fetch, answer
 
-    def lags(self) -> list[tuple[str, str, int, int]]:
-        """Every group of every stream: (stream, group, committed offset, lag)."""
-        return [
-            (stream.name, group, committed, max(0, stream.next - committed))
-            for stream in self.streams.values()
-            for group, committed in stream.groups.items()
-        ]
-
     # -- introspection ------------------------------------------------------------------------
     def offset_at(self, name: str, value: str) -> dict[str, str] | tuple[
         Callable[[Store], Awaitable[tuple[StreamState | None, int]]],

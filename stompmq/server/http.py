@@ -77,6 +77,7 @@ from starlette.types import ASGIApp
 
 from .. import __version__
 from ..broker import Broker, ClientError
+from ..broker.ages import stream_lags
 from ..broker.control import MAX_PAGE, Deferred
 from ..broker.destinations import parse_destination
 from ..broker.exchanges import EXCHANGE_TYPE, ROUTING_KEY_HEADER
@@ -86,6 +87,7 @@ from ..broker.take import Take
 from ..client import ClientError as ShovelError
 from ..protocol import native as native_codec
 from ..shovel import Declaration
+from ..storage.ages import older
 from ..storage.base import StoredMessage, StoreError
 from ..vhost_names import DEFAULT_VHOST, vhost_name_error
 from .connection import Connection
@@ -548,7 +550,9 @@ class ManagementApp:
                 "ready": row.ready,
                 "unacked": row.unacked,
                 "consumers": row.consumers,
-                "oldest_age": _age(row.oldest_ms),
+                "oldest_age": _age(older(row.oldest_ready_ms, row.oldest_unacked_ms)),
+                "oldest_ready_age": _age(row.oldest_ready_ms),
+                "oldest_unacked_age": _age(row.oldest_unacked_ms),
                 "broker": self.broker_id,
             }
             item.update(row.stats.as_dict() if row.stats is not None else {})
@@ -588,11 +592,14 @@ class ManagementApp:
                         request: Request) -> Response:
         stats = engine.queue_stats.get(name)
         queue = engine.queues.get(name)
+        oldest_ready, oldest_unacked = await self.answer(engine, engine.queue_ages(name))
         return JSONResponse({
             "name": name,
             "vhost": vhost,
             "ready": counts[0],
             "unacked": counts[1],
+            "oldest_ready_age": _age(oldest_ready),
+            "oldest_unacked_age": _age(oldest_unacked),
             "consumers": queue.nsubs if queue is not None else 0,
             "broker": self.broker_id,
             **(stats.as_dict() if stats is not None else {}),
@@ -813,7 +820,7 @@ class ManagementApp:
     # -- streams --------------------------------------------------------------------------------
     async def list_streams(self, request: Request) -> Response:
         """Streams by name with their offsets and consumer groups (committed offset, lag = the
-        stream's next offset - the committed one)."""
+        stream's next offset - the committed one, lag_seconds: broker/ages.py)."""
         after, limit = _page_args(request)
         streams = self.engine(request).streams_by_name
         names = sorted(name for name in streams if name > after)[:limit]
@@ -823,8 +830,8 @@ class ManagementApp:
             items.append({
                 "name": name, "first_offset": stream.first, "next_offset": stream.next, "bytes": stream.size,
                 "subscribers": len(stream.subscribers),
-                "groups": [{"name": group, "committed_offset": committed, "lag": max(0, stream.next - committed)}
-                           for group, committed in sorted(stream.groups.items())],
+                "groups": [{"name": lag.group, "committed_offset": lag.committed, "lag": lag.entries,
+                            "lag_seconds": _age(lag.oldest_ms) or 0.0} for lag in stream_lags(stream)],
             })
         return JSONResponse({"items": items, "next_after": names[-1] if len(names) == limit else None})
     # -- shovels -------------------------------------------------------------------------------

@@ -59,6 +59,7 @@ from .destinations import Kind, parse_destination
 from .delays import DELAY_DUE, DELAY_PAGE_RETRY
 from .dispatch import ACK_TIMEOUT, PAGE_RETRY, Dispatcher
 from .errors import ClientError
+from .events import MessageEvents
 from .exchanges import Exchange
 from .expiry import EXPIRY_SWEEP
 from .key_exchanges import BUILT_IN, KeyExchange
@@ -109,6 +110,8 @@ class Broker:
         self.control = Control(self.dispatcher, self.router, self.streams)
         self.expiry = self.dispatcher.expiry
         self.clock = self.dispatcher.clock  # (read for every SEND's options)
+        #: Who is told what happens to queue messages (events.watch swaps the hooks in)
+        self.observers: list[MessageEvents] = []
         #: x-queue-name names the store found unused, for the SUBSCRIBE handled again at once
         self._vetted: set[str] = set()
         self._takes = 0  # takes made (take.py), numbering their sessions

@@ -1,0 +1,176 @@
+"""OpenTelemetry spans of queue messages, after the messaging semantic conventions.
+
+Imported only when tracing is on (tracing.py).  Each vhost's engine is watched by a ``Spans``
+(broker/events.py), which turns a message's steps into spans that are children of the
+producer's span, whose context the SEND carried in ``traceparent``/``tracestate`` (W3C trace
+context; the headers reach every MESSAGE unchanged, so the consumer's span is in the same
+trace):
+
+============  ==============  ===================  =========================================
+span          kind            operation type       what else
+============  ==============  ===================  =========================================
+publish Q     CONSUMER        receive              priority; a delayed message's due time
+deliver Q     PRODUCER        send                 subscription, connection, wait in queue
+ack Q         SERVER          settle               subscription, connection
+nack Q        SERVER          settle               requeue
+dead-letter Q INTERNAL        settle               reason (its publish to DLQ.Q follows)
+expire Q      INTERNAL        settle
+============  ==============  ===================  =========================================
+
+The broker continues traces and starts none: a message without ``traceparent`` costs a
+dict look-up per step and makes no span (a span per step of an untraced message would be a
+trace of its own, which nobody could follow).  The parsed parent contexts are cached by
+header value (bounded), since every step of a message parses the same one.  Spans are ended
+at once, with ``BatchSpanProcessor`` exporting them on its own thread: the engine's thread
+only appends to its queue.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from importlib.metadata import entry_points
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.trace import SpanKind
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from .. import __version__
+from ..broker.session import Subscription
+from ..storage.base import StoredMessage
+
+log = logging.getLogger(__name__)
+
+SYSTEM = "stompmq"
+#: Parent contexts kept, by (traceparent, tracestate): cleared when full.
+CONTEXTS_KEPT = 4096
+#: ``OTEL_EXPORTER_OTLP_*PROTOCOL`` values and the exporter entry point each means.
+OTLP_PROTOCOLS = {"http/protobuf": "otlp_proto_http", "grpc": "otlp_proto_grpc"}
+
+_PROPAGATOR = TraceContextTextMapPropagator()
+
+
+class Tracing:
+    """The tracer provider, and a ``Spans`` per vhost engine."""
+
+    def __init__(self, provider: TracerProvider) -> None:
+        self.provider = provider
+        self.tracer = provider.get_tracer("stompmq", __version__)
+
+    @classmethod
+    def from_environment(cls, names: Sequence[str], environ: Mapping[str, str]) -> Tracing | None:
+        """A provider whose exporters ``names`` gives (``OTEL_TRACES_EXPORTER``), its sampler and
+        resource from ``OTEL_TRACES_SAMPLER``, ``OTEL_SERVICE_NAME``, ... (the SDK reads them)."""
+        exporters = [exporter for exporter in map(lambda name: _exporter(name, environ), names) if exporter]
+        if not exporters:
+            return None
+        named = "OTEL_SERVICE_NAME" in environ or "service.name=" in environ.get("OTEL_RESOURCE_ATTRIBUTES", "")
+        provider = TracerProvider(resource=Resource.create({} if named else {"service.name": SYSTEM}),
+                                  shutdown_on_exit=False)
+        for exporter in exporters:
+            provider.add_span_processor(BatchSpanProcessor(exporter))
+        log.info("tracing on: spans exported by %s", ", ".join(type(e).__name__ for e in exporters))
+        return cls(provider)
+
+    def spans(self, vhost: str) -> Spans:
+        return Spans(self.tracer, vhost)
+
+    def shutdown(self) -> None:
+        """Export what is buffered and stop (blocking: run it off the trio thread)."""
+        self.provider.shutdown()
+
+
+def _exporter(name: str, environ: Mapping[str, str]) -> SpanExporter | None:
+    """The exporter an ``OTEL_TRACES_EXPORTER`` name means, through the entry points the
+    exporter packages register, as the SDK's own configuration does (``otlp``: by protocol)."""
+    if name == "otlp":
+        protocol = environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or environ.get(
+            "OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+        name = OTLP_PROTOCOLS.get(protocol.strip(), "")
+        if not name:
+            log.error("OTLP protocol %r is not one of %s: no traces", protocol, ", ".join(OTLP_PROTOCOLS))
+            return None
+    found = entry_points(group="opentelemetry_traces_exporter", name=name)
+    if not found:
+        hint = " (pip install opentelemetry-exporter-otlp-proto-grpc)" if name == "otlp_proto_grpc" else ""
+        log.error("no OpenTelemetry span exporter named %r is installed%s: no traces", name, hint)
+        return None
+    exporter: SpanExporter = next(iter(found)).load()()
+    return exporter
+
+
+class Spans:
+    """Spans of one vhost's queue messages (a ``MessageEvents`` observer)."""
+
+    def __init__(self, tracer: trace.Tracer, vhost: str) -> None:
+        self.tracer = tracer
+        self.vhost = vhost
+        self.contexts: dict[tuple[str, str | None], Context] = {}
+
+    def _parent(self, headers: dict[str, str]) -> Context | None:
+        traceparent = headers.get("traceparent")
+        if traceparent is None:
+            return None
+        key = (traceparent, headers.get("tracestate"))
+        context = self.contexts.get(key)
+        if context is None:
+            if len(self.contexts) >= CONTEXTS_KEPT:
+                self.contexts.clear()
+            carrier = {"traceparent": traceparent} if key[1] is None else {"traceparent": traceparent,
+                                                                            "tracestate": key[1]}
+            context = self.contexts[key] = _PROPAGATOR.extract(carrier)
+        return context
+
+    def _span(self, operation: str, kind: SpanKind, kind_of_operation: str, msg: StoredMessage,
+              attributes: dict[str, Any]) -> None:
+        parent = self._parent(msg.headers)
+        if parent is None:
+            return
+        destination = "/queue/" + msg.queue
+        attributes.update({
+            "messaging.system": SYSTEM,
+            "messaging.operation.name": operation,
+            "messaging.operation.type": kind_of_operation,
+            "messaging.destination.name": destination,
+            "messaging.message.id": str(msg.seq),
+            "messaging.message.body.size": len(msg.body),
+            "stompmq.vhost": self.vhost,
+        })
+        self.tracer.start_span(f"{operation} {destination}", parent, kind, attributes).end()
+
+    def published(self, msg: StoredMessage) -> None:
+        attributes: dict[str, Any] = {"stompmq.priority": msg.priority}
+        if msg.deliver_at is not None:
+            attributes["stompmq.deliver_at_ms"] = msg.deliver_at
+        reason = msg.headers.get("dead-letter-reason")
+        if reason is not None and "original-destination" in msg.headers:
+            attributes["stompmq.dead_letter.reason"] = reason
+        self._span("publish", SpanKind.CONSUMER, "receive", msg, attributes)
+
+    def delivered(self, msg: StoredMessage, sub: Subscription) -> None:
+        self._span("deliver", SpanKind.PRODUCER, "send", msg, {
+            **_consumer(sub), "stompmq.queue.wait_seconds": max(0.0, time.time() - msg.timestamp / 1000),
+            "stompmq.redelivery_count": msg.redeliveries,
+        })
+
+    def acked(self, msg: StoredMessage, sub: Subscription) -> None:
+        self._span("ack", SpanKind.SERVER, "settle", msg, _consumer(sub))
+
+    def nacked(self, msg: StoredMessage, sub: Subscription, requeue: bool) -> None:
+        self._span("nack", SpanKind.SERVER, "settle", msg, {**_consumer(sub), "stompmq.requeue": requeue})
+
+    def dead_lettered(self, msg: StoredMessage, reason: str) -> None:
+        self._span("dead-letter", SpanKind.INTERNAL, "settle", msg, {"stompmq.dead_letter.reason": reason})
+
+    def expired(self, msg: StoredMessage) -> None:
+        self._span("expire", SpanKind.INTERNAL, "settle", msg, {})
+
+
+def _consumer(sub: Subscription) -> dict[str, Any]:
+    return {"messaging.destination.subscription.name": sub.id, "messaging.client.id": sub.session.id}

@@ -60,6 +60,7 @@ from .delays import DELAY_DUE, DELAY_PAGE_RETRY
 from .dispatch import ACK_TIMEOUT, PAGE_RETRY, Dispatcher
 from .errors import ClientError
 from .events import MessageEvents
+from .tracestream import resume as resume_trace
 from .exchanges import Exchange
 from .expiry import EXPIRY_SWEEP
 from .key_exchanges import BUILT_IN, KeyExchange
@@ -240,6 +241,7 @@ class Broker:
             self.store.delete_binding(binding.exchange, binding.queue, binding.routing_key)
         self.router.load_definitions(recovery.exchanges, bindings)
         self.streams.recover(recovery.streams)
+        resume_trace(self)
         for record in recovery.queues:
             self.dispatcher.declare(record.name, QueuePolicy.parse(record.options), save=False)
         if definitions is not None:

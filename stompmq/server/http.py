@@ -51,6 +51,7 @@ to the last hour's history the dashboard charts (``server/history.py``, ``/api/h
 from __future__ import annotations
 
 import base64
+import functools
 import logging
 import os
 import re
@@ -94,7 +95,8 @@ from .connection import Connection
 from .alarms import CHECK_SECONDS
 from .auth import User, required_permissions
 from .history import Counters, Point, QueueKey, RateHistory
-from .http_auth import OPEN_PATHS, READ_METHODS, USER_SCOPE, BasicAuth
+from .trace_api import TRACE_RESOURCE, TraceApi
+from .http_auth import OPEN_PATHS, READ_METHODS, USER_SCOPE, BasicAuth, authorise
 from .metrics import metrics_route
 from .runtime import Runtime
 from .security import Security
@@ -182,6 +184,9 @@ ROUTES: tuple[ApiRoute, ...] = (
     ApiRoute("DELETE", "/api/exchanges/{name}", "delete_exchange", _EXCHANGE_CONFIGURE, "query"),
     ApiRoute("GET", "/api/topics", "list_topics", vhost="query"),
     ApiRoute("GET", "/api/streams", "list_streams", vhost="query"),
+    ApiRoute("GET", "/api/trace", "trace.get", vhost="query"),
+    ApiRoute("PUT", "/api/trace", "trace.put", ("configure " + TRACE_RESOURCE,), "query"),
+    ApiRoute("GET", "/api/trace/events", "trace.events", ("read " + TRACE_RESOURCE,), "query"),
     ApiRoute("GET", "/api/shovels", "list_shovels"),
     ApiRoute("GET", "/api/shovels/{name}", "get_shovel"),
     ApiRoute("PUT", "/api/shovels/{name}", "declare_shovel"),
@@ -357,14 +362,15 @@ class ManagementApp:
         self.broker_id = runtime.store.node_id or SINGLE_BROKER
         self.store_metrics = runtime.store_metrics
         self.metrics = metrics_route(self)
+        self.trace = TraceApi(self)  # /api/trace: handlers "trace.NAME"
 
         #: (action after the queue's path or None, method) -> handler
         self.queue_actions: dict[tuple[str | None, str], QueueHandler] = {
-            (route.path.removeprefix(QUEUE_PATH).removeprefix("/") or None, route.method): getattr(self, route.handler)
+            (route.path.removeprefix(QUEUE_PATH).removeprefix("/") or None, route.method): self._handler(route.handler)
             for route in ROUTES if route.path.startswith(QUEUE_PATH)
         }
         routes: list[BaseRoute] = [
-            Route(route.path, getattr(self, route.handler), methods=[route.method])
+            Route(route.path, self._handler(route.handler), methods=[route.method])
             for route in ROUTES if not route.path.startswith(QUEUE_PATH) and route.handler != DASHBOARD_ROUTE
         ]
         routes.append(Route("/api/queues/{rest:path}", self.queue_resource,
@@ -384,6 +390,10 @@ class ManagementApp:
                 StoreError: _store_error,  # type: ignore[dict-item]
             },
         )
+
+    def _handler(self, name: str) -> Any:
+        """The method a route's ``handler`` names: this app's, or ``PART.METHOD`` of a part's."""
+        return functools.reduce(getattr, name.split("."), self)
 
     def engine(self, request: Request) -> Broker:
         """The engine of the request's ``vhost`` parameter (default ``/``); 404 if there is none."""
@@ -409,7 +419,7 @@ class ManagementApp:
                headers: dict[str, str] | None = None) -> Any:
         """Run ``/control/PATH`` if the request's user may: the permissions a STOMP client's SEND to
         it needs (``required_permissions``), on ``vhost``, so both surfaces grant the same."""
-        _authorise(request, vhost, required_permissions("SEND", {**(headers or {}), "destination": "/control/" + path}))
+        authorise(request, vhost, required_permissions("SEND", {**(headers or {}), "destination": "/control/" + path}))
         return self.administer(engine, path, headers)
 
     # -- health ---------------------------------------------------------------------------------
@@ -624,7 +634,7 @@ class ManagementApp:
                             request: Request) -> Response:
         """``?count=N`` (default 10): the first ready messages, in delivery order, consuming none."""
         count = _count_param(request, "count", DEFAULT_PEEK, MAX_PEEK)
-        _authorise(request, vhost, [("read", _queue_resource(name))])
+        authorise(request, vhost, [("read", _queue_resource(name))])
         messages = await self.answer(engine, engine.peek(name, count))
         return JSONResponse({"items": [_message_json(msg) for msg in messages]})
 
@@ -635,7 +645,7 @@ class ManagementApp:
         body = await _json_object(request)
         _only_fields(body, {"count"}, "a get has count")
         count = _json_count(body, "count", None, MAX_GET)
-        _authorise(request, vhost, [("read", _queue_resource(name))])
+        authorise(request, vhost, [("read", _queue_resource(name))])
         messages = await self._take(engine, name, count, Take.ack)
         log.info("%d messages of queue %s of vhost %s taken through the management API", len(messages), name, vhost)
         return JSONResponse({"items": [_message_json(msg) for msg in messages]})
@@ -654,7 +664,7 @@ class ManagementApp:
         if target == name:
             raise HTTPException(400, "to names the queue itself: move to another queue")
         count = _json_count(body, "count", MAX_MOVE, MAX_MOVE)
-        _authorise(request, vhost, [("read", _queue_resource(name)), ("write", _queue_resource(target))])
+        authorise(request, vhost, [("read", _queue_resource(name)), ("write", _queue_resource(target))])
         moved, stopped = await self._take(engine, name, count, lambda take: take.move(target))
         log.info("%d messages of queue %s of vhost %s moved to queue %s through the management API", moved, name,
                  vhost, target)
@@ -686,7 +696,7 @@ class ManagementApp:
                               request: Request) -> Response:
         """``{"body": TEXT, "headers": {NAME: VALUE}}``: a message as a SEND without receipt would
         put it (stored within --flush-interval; priority, ttl, delay headers apply)."""
-        _authorise(request, vhost, [("write", _queue_resource(name))])
+        authorise(request, vhost, [("write", _queue_resource(name))])
         message = await _json_object(request)
         body, headers = message.get("body", ""), message.get("headers", {})
         unknown = sorted(set(message) - {"body", "headers"})
@@ -977,22 +987,6 @@ def _query_vhost(request: Request) -> str:
 def _queue_resource(name: str) -> str:
     """The resource queue ``name`` is, as a STOMP frame naming ``/queue/NAME`` acts on it."""
     return resource(parse_destination("/queue/" + name))
-
-
-def _authorise(request: Request, vhost: str, wanted: list[tuple[str, str]]) -> None:
-    """403 unless the request's user may do each (action, resource) on ``vhost``, whatever its
-    tag (an administrator too: RabbitMQ's rule).  Without a users file the API is open: nothing
-    to check."""
-    user: User | None = request.scope.get(USER_SCOPE)
-    if user is None:
-        return
-    permission = user.permissions.get(vhost)
-    for action, target in wanted:
-        if permission is None or not permission.allows(action, target):
-            log.warning("management API: access refused: %s %s for user %r (%s on %s in vhost %r)", request.method,
-                        request.url.path, user.name, action, target, vhost)
-            raise HTTPException(403, f"access refused: user {user.name} has no {action} permission on {target} "
-                                     f"in vhost {vhost}")
 
 
 async def _http_error(request: Request, exc: HTTPException) -> Response:

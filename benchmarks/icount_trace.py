@@ -5,7 +5,8 @@ messages handed over as one read), as benchmarks/icount_send.py's ``ack`` mode d
 Every SEND carries its own ``traceparent`` (a trace id of its own, sampled flag set), in every
 mode, so the modes differ only in the broker's tracing: ``off`` (not watched: the engine as
 without the otel extra), ``on`` (sampling 1.0: publish, deliver and ack spans per message) and
-``sampled`` (``traceidratio`` 0.01).  Spans go through the SDK's BatchSpanProcessor to an
+``sampled`` (``traceidratio`` 0.01); ``untraced`` is ``on`` with SENDs that carry no
+``traceparent`` (compare it with ``icount_send N ack``, the same SENDs untraced).  Spans go through the SDK's BatchSpanProcessor to an
 exporter that encodes them as OTLP protobuf and drops the bytes (no network), so the count
 includes the export thread's encoding.  Run it twice under callgrind and take the difference:
 
@@ -50,7 +51,7 @@ def main() -> None:
     broker.advance(0.0, 1.7e9)
     provider = None
     if mode != "off":
-        provider = TracerProvider(sampler=ALWAYS_ON if mode == "on" else TraceIdRatioBased(0.01))
+        provider = TracerProvider(sampler=TraceIdRatioBased(0.01) if mode == "sampled" else ALWAYS_ON)
         provider.add_span_processor(BatchSpanProcessor(EncodingExporter()))
         watch(broker, Tracing(provider).spans("/"))
     outbox = CountingOutbox()
@@ -59,9 +60,9 @@ def main() -> None:
                                                   "prefetch": str(ACKS_PER_READ)}, b""))
     producer = broker.open_session("p", "1.2", CountingOutbox())
     rng = random.Random(46)
-    frames = [Frame("SEND", {"destination": "/queue/q", "colour": "blue",
-                             "traceparent": f"00-{rng.getrandbits(128):032x}-{rng.getrandbits(64):016x}-01"},
-                    b"x" * 100) for _ in range(n)]
+    frames = [Frame("SEND", {"destination": "/queue/q", "colour": "blue"} if mode == "untraced" else {
+        "destination": "/queue/q", "colour": "blue",
+        "traceparent": f"00-{rng.getrandbits(128):032x}-{rng.getrandbits(64):016x}-01"}, b"x" * 100) for _ in range(n)]
     parser = FrameParser()
     for first in range(1, n + 1, ACKS_PER_READ):
         last = min(first + ACKS_PER_READ, n + 1)

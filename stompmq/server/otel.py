@@ -20,7 +20,9 @@ expire Q      INTERNAL        settle
 The broker continues traces and starts none: a message without ``traceparent`` costs a
 dict look-up per step and makes no span (a span per step of an untraced message would be a
 trace of its own, which nobody could follow).  The parsed parent contexts are cached by
-header value (bounded), since every step of a message parses the same one.  Spans are ended
+``traceparent`` (bounded), with the sampler's decision, taken once per message at its first
+step: a message not sampled then costs each later step a dict look-up, and its steps are
+sampled all or none.  Spans are ended
 at once, with ``BatchSpanProcessor`` exporting them on its own thread: the engine's thread
 only appends to its queue.
 """
@@ -38,6 +40,7 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace.sampling import Sampler
 from opentelemetry.trace import SpanKind
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -79,7 +82,7 @@ class Tracing:
         return cls(provider)
 
     def spans(self, vhost: str) -> Spans:
-        return Spans(self.tracer, vhost)
+        return Spans(self.tracer, self.provider.sampler, vhost)
 
     def shutdown(self) -> None:
         """Export what is buffered and stop (blocking: run it off the trio thread)."""
@@ -108,68 +111,95 @@ def _exporter(name: str, environ: Mapping[str, str]) -> SpanExporter | None:
 class Spans:
     """Spans of one vhost's queue messages (a ``MessageEvents`` observer)."""
 
-    def __init__(self, tracer: trace.Tracer, vhost: str) -> None:
+    def __init__(self, tracer: trace.Tracer, sampler: Sampler, vhost: str) -> None:
         self.tracer = tracer
+        self.sampler = sampler
         self.vhost = vhost
-        self.contexts: dict[tuple[str, str | None], Context] = {}
+        #: traceparent -> the parent context of a sampled message's spans, None for one not
+        #: sampled (or a malformed header): decided once per message, at its first step
+        self.contexts: dict[str, Context | None] = {}
 
     def _parent(self, headers: dict[str, str]) -> Context | None:
         traceparent = headers.get("traceparent")
         if traceparent is None:
             return None
-        key = (traceparent, headers.get("tracestate"))
-        context = self.contexts.get(key)
-        if context is None:
-            if len(self.contexts) >= CONTEXTS_KEPT:
-                self.contexts.clear()
-            carrier = {"traceparent": traceparent} if key[1] is None else {"traceparent": traceparent,
-                                                                            "tracestate": key[1]}
-            context = self.contexts[key] = _PROPAGATOR.extract(carrier)
+        try:
+            return self.contexts[traceparent]
+        except KeyError:
+            pass
+        if len(self.contexts) >= CONTEXTS_KEPT:
+            self.contexts.clear()
+        tracestate = headers.get("tracestate")
+        context: Context | None = _PROPAGATOR.extract(
+            {"traceparent": traceparent} if tracestate is None else {"traceparent": traceparent, "tracestate": tracestate})
+        parent = trace.get_current_span(context).get_span_context()
+        if not parent.is_valid or not self.sampler.should_sample(context, parent.trace_id, "message").decision.is_sampled():
+            context = None  # the message's every step is skipped at a dict look-up
+        self.contexts[traceparent] = context
         return context
 
-    def _span(self, operation: str, kind: SpanKind, kind_of_operation: str, msg: StoredMessage,
-              attributes: dict[str, Any]) -> None:
+    def _start(self, operation: str, kind: SpanKind, msg: StoredMessage) -> trace.Span | None:
+        """The span of one step, None when the message is not traced or the span not sampled
+        (then no attribute is even built: most of a span's cost is its attributes)."""
         parent = self._parent(msg.headers)
         if parent is None:
-            return
-        destination = "/queue/" + msg.queue
+            return None
+        span = self.tracer.start_span(f"{operation} /queue/{msg.queue}", parent, kind)
+        return span if span.is_recording() else None
+
+    def _end(self, span: trace.Span, operation: str, kind_of_operation: str, msg: StoredMessage,
+             attributes: dict[str, Any]) -> None:
         attributes.update({
             "messaging.system": SYSTEM,
             "messaging.operation.name": operation,
             "messaging.operation.type": kind_of_operation,
-            "messaging.destination.name": destination,
+            "messaging.destination.name": "/queue/" + msg.queue,
             "messaging.message.id": str(msg.seq),
             "messaging.message.body.size": len(msg.body),
             "stompmq.vhost": self.vhost,
         })
-        self.tracer.start_span(f"{operation} {destination}", parent, kind, attributes).end()
+        span.set_attributes(attributes)
+        span.end()
 
     def published(self, msg: StoredMessage) -> None:
+        span = self._start("publish", SpanKind.CONSUMER, msg)
+        if span is None:
+            return
         attributes: dict[str, Any] = {"stompmq.priority": msg.priority}
         if msg.deliver_at is not None:
             attributes["stompmq.deliver_at_ms"] = msg.deliver_at
         reason = msg.headers.get("dead-letter-reason")
         if reason is not None and "original-destination" in msg.headers:
             attributes["stompmq.dead_letter.reason"] = reason
-        self._span("publish", SpanKind.CONSUMER, "receive", msg, attributes)
+        self._end(span, "publish", "receive", msg, attributes)
 
     def delivered(self, msg: StoredMessage, sub: Subscription) -> None:
-        self._span("deliver", SpanKind.PRODUCER, "send", msg, {
-            **_consumer(sub), "stompmq.queue.wait_seconds": max(0.0, time.time() - msg.timestamp / 1000),
-            "stompmq.redelivery_count": msg.redeliveries,
-        })
+        span = self._start("deliver", SpanKind.PRODUCER, msg)
+        if span is not None:
+            self._end(span, "deliver", "send", msg, {
+                **_consumer(sub), "stompmq.queue.wait_seconds": max(0.0, time.time() - msg.timestamp / 1000),
+                "stompmq.redelivery_count": msg.redeliveries,
+            })
 
     def acked(self, msg: StoredMessage, sub: Subscription) -> None:
-        self._span("ack", SpanKind.SERVER, "settle", msg, _consumer(sub))
+        span = self._start("ack", SpanKind.SERVER, msg)
+        if span is not None:
+            self._end(span, "ack", "settle", msg, _consumer(sub))
 
     def nacked(self, msg: StoredMessage, sub: Subscription, requeue: bool) -> None:
-        self._span("nack", SpanKind.SERVER, "settle", msg, {**_consumer(sub), "stompmq.requeue": requeue})
+        span = self._start("nack", SpanKind.SERVER, msg)
+        if span is not None:
+            self._end(span, "nack", "settle", msg, {**_consumer(sub), "stompmq.requeue": requeue})
 
     def dead_lettered(self, msg: StoredMessage, reason: str) -> None:
-        self._span("dead-letter", SpanKind.INTERNAL, "settle", msg, {"stompmq.dead_letter.reason": reason})
+        span = self._start("dead-letter", SpanKind.INTERNAL, msg)
+        if span is not None:
+            self._end(span, "dead-letter", "settle", msg, {"stompmq.dead_letter.reason": reason})
 
     def expired(self, msg: StoredMessage) -> None:
-        self._span("expire", SpanKind.INTERNAL, "settle", msg, {})
+        span = self._start("expire", SpanKind.INTERNAL, msg)
+        if span is not None:
+            self._end(span, "expire", "settle", msg, {})
 
 
 def _consumer(sub: Subscription) -> dict[str, Any]:

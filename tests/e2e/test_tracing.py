@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import http.server
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator  # noqa: E402
 
 from stompmq.broker import BrokerConfig  # noqa: E402
+from stompmq.broker.ages import ages_here  # noqa: E402
 from stompmq.server.otel import Tracing  # noqa: E402
 
 from ..support.broker_thread import BrokerThread  # noqa: E402
@@ -160,3 +162,23 @@ def test_without_otel_variables_nothing_watches_the_engine(tmp_path: Path, monke
         engine = broker.broker
         assert engine is not None and engine.observers == []
         assert "publish" not in vars(engine.dispatcher) and "settle_ack" not in vars(engine.acks)
+
+
+def test_an_expiry_is_a_span_of_the_message(exported: tuple[InMemorySpanExporter, TracerProvider],
+                                            tmp_path: Path) -> None:
+    exporter, provider = exported
+    traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    with BrokerThread(make_store_factory("memory", tmp_path), tracing=Tracing(provider)).start() as broker:
+        with Client(broker.port) as c:
+            c.request("SEND", {"destination": "/control/declare/queue/brief", "message-ttl": "50"})
+            c.send_to("/queue/brief", "x", headers={"traceparent": traceparent})
+            engine = broker.broker
+            assert engine is not None
+            published = broker.call(lambda: ages_here(engine.queues.get("brief"))[0])
+            assert isinstance(published, int)
+            wait_until(lambda: time.time() * 1000 > published + 100, "past its TTL")
+            c.subscribe("/queue/brief")  # dispatch finds it expired
+            wait_until(lambda: any(s.name == "expire /queue/brief" for s in exporter.get_finished_spans()),
+                       "the expire span")
+    names = [s.name for s in exporter.get_finished_spans()]
+    assert names == ["publish /queue/brief", "expire /queue/brief"]

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from importlib.metadata import entry_points
 from typing import Any
 
@@ -40,7 +40,7 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
-from opentelemetry.sdk.trace.sampling import Sampler
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, ParentBased, Sampler, TraceIdRatioBased
 from opentelemetry.trace import SpanKind
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -114,6 +114,7 @@ class Spans:
     def __init__(self, tracer: trace.Tracer, sampler: Sampler, vhost: str) -> None:
         self.tracer = tracer
         self.sampler = sampler
+        self.decide = decider(sampler)
         self.vhost = vhost
         #: traceparent -> the parent context of a sampled message's spans, None for one not
         #: sampled (or a malformed header): decided once per message, at its first step
@@ -129,6 +130,15 @@ class Spans:
             pass
         if len(self.contexts) >= CONTEXTS_KEPT:
             self.contexts.clear()
+        decide = self.decide
+        if decide is not None and len(traceparent) == 55 and traceparent.startswith("00-"):
+            try:  # a standard sampler decides from the header alone, before anything is parsed
+                sampled = decide(int(traceparent[53:55], 16) & 1, int(traceparent[19:35], 16))
+            except ValueError:
+                sampled = True  # malformed: the propagator below says so
+            if not sampled:
+                self.contexts[traceparent] = None
+                return None
         tracestate = headers.get("tracestate")
         context: Context | None = _PROPAGATOR.extract(
             {"traceparent": traceparent} if tracestate is None else {"traceparent": traceparent, "tracestate": tracestate})
@@ -200,6 +210,29 @@ class Spans:
         span = self._start("expire", SpanKind.INTERNAL, msg)
         if span is not None:
             self._end(span, "expire", "settle", msg, {})
+
+
+Decide = Callable[[int, int], bool]
+
+
+def decider(sampler: Sampler) -> Decide | None:
+    """For the SDK's standard samplers (``OTEL_TRACES_SAMPLER``: always_on, always_off,
+    traceidratio and their parentbased_ forms), the decision from a remote parent's sampled
+    flag and its trace id's low 64 bits, without building a context: what ``should_sample``
+    would say, at a fraction of its cost.  None for any other sampler, which is asked."""
+    if sampler is ALWAYS_ON:
+        return lambda flag, low: True
+    if sampler is ALWAYS_OFF:
+        return lambda flag, low: False
+    if isinstance(sampler, TraceIdRatioBased):
+        bound = sampler.bound
+        return lambda flag, low: low < bound
+    if isinstance(sampler, ParentBased):
+        when_sampled = decider(getattr(sampler, "_remote_parent_sampled", None))  # type: ignore[arg-type]
+        when_not = decider(getattr(sampler, "_remote_parent_not_sampled", None))  # type: ignore[arg-type]
+        if when_sampled is not None and when_not is not None:
+            return lambda flag, low: (when_sampled if flag else when_not)(flag, low)
+    return None
 
 
 def _consumer(sub: Subscription) -> dict[str, Any]:

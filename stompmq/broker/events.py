@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..storage.base import StoredMessage
 from .acks import AckRun, acked_ids
+from .consumer import AckMode
 from .dispatch import EXPIRED
 from .queue import Queue
 from .session import Subscription
@@ -156,4 +157,7 @@ def _held(sub: Subscription, ack_id: str) -> list[StoredMessage]:
     if sub.queue is None:
         return []
     unacked = sub.unacked
+    if sub.ack_mode is not AckMode.CLIENT:  # one delivery: the common case, without a list walk
+        msg = unacked.get(ack_id)
+        return [] if msg is None else [msg]
     return [unacked[one] for one in acked_ids(sub, ack_id) if one in unacked]

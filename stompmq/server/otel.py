@@ -172,6 +172,8 @@ class Spans:
         span.end()
 
     def published(self, msg: StoredMessage) -> None:
+        if "traceparent" not in msg.headers:  # (most messages: no call further)
+            return
         span = self._start("publish", SpanKind.CONSUMER, msg)
         if span is None:
             return
@@ -184,6 +186,8 @@ class Spans:
         self._end(span, "publish", "receive", msg, attributes)
 
     def delivered(self, msg: StoredMessage, sub: Subscription) -> None:
+        if "traceparent" not in msg.headers:  # (most messages: no call further)
+            return
         span = self._start("deliver", SpanKind.PRODUCER, msg)
         if span is not None:
             self._end(span, "deliver", "send", msg, {
@@ -192,21 +196,29 @@ class Spans:
             })
 
     def acked(self, msg: StoredMessage, sub: Subscription) -> None:
+        if "traceparent" not in msg.headers:  # (most messages: no call further)
+            return
         span = self._start("ack", SpanKind.SERVER, msg)
         if span is not None:
             self._end(span, "ack", "settle", msg, _consumer(sub))
 
     def nacked(self, msg: StoredMessage, sub: Subscription, requeue: bool) -> None:
+        if "traceparent" not in msg.headers:  # (most messages: no call further)
+            return
         span = self._start("nack", SpanKind.SERVER, msg)
         if span is not None:
             self._end(span, "nack", "settle", msg, {**_consumer(sub), "stompmq.requeue": requeue})
 
     def dead_lettered(self, msg: StoredMessage, reason: str) -> None:
+        if "traceparent" not in msg.headers:  # (most messages: no call further)
+            return
         span = self._start("dead-letter", SpanKind.INTERNAL, msg)
         if span is not None:
             self._end(span, "dead-letter", "settle", msg, {"stompmq.dead_letter.reason": reason})
 
     def expired(self, msg: StoredMessage) -> None:
+        if "traceparent" not in msg.headers:  # (most messages: no call further)
+            return
         span = self._start("expire", SpanKind.INTERNAL, msg)
         if span is not None:
             self._end(span, "expire", "settle", msg, {})

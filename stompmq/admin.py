@@ -16,6 +16,7 @@ import dataclasses
 import json
 import os
 import sys
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -254,6 +255,15 @@ def build_parser() -> argparse.ArgumentParser:
     shovel.add_argument("--prefetch", type=int, default=argparse.SUPPRESS,
                         help="messages in flight, the source's prefetch [default: 1000]")
     sub.add_parser("delete-shovel", help="stop a shovel and forget it").add_argument("name")
+    trace = sub.add_parser("trace", help="the vhost's durable message trace (/stream/stompmq.trace): on, off, "
+                           "status, or tail its events")
+    trace.add_argument("action", choices=["on", "off", "status", "tail"])
+    trace.add_argument("--body-bytes", type=int, default=0, help="on: keep each body's first N bytes [default: 0, "
+                       "headers only]")
+    trace.add_argument("--from", dest="start", default="next", help="tail: first, next (only new events) or an "
+                       "offset [default: next]")
+    trace.add_argument("--count", type=int, help="tail: stop after this many events [default: follow until "
+                       "interrupted]")
     sub.add_parser("export", help="write the exchanges and bindings as a definitions file (FILE.toml or "
                    "FILE.json: the extension picks the format)").add_argument("file")
     sub.add_parser("import", help="declare what a definitions file (FILE.toml or FILE.json) declares").add_argument("file")
@@ -264,7 +274,8 @@ def build_parser() -> argparse.ArgumentParser:
 #: The columns of each list command's table.
 COLUMNS = {
     "list-vhosts": ["name", "connections", "queues_in_use", "exchanges"],
-    "list-queues": ["name", "ready", "unacked", "consumers", "publish/s", "deliver/s", "ack/s", "oldest_age"],
+    "list-queues": ["name", "ready", "unacked", "consumers", "publish/s", "deliver/s", "ack/s", "oldest_ready_age",
+                    "oldest_unacked_age"],
     "list-connections": ["id", "peer", "login", "version", "subscriptions", "bytes_in", "bytes_out"],
     "list-exchanges": ["name", "type", "bindings", "routed"],
     "consumers": ["connection", "peer", "login", "subscription", "ack", "prefetch", "unacked"],
@@ -353,6 +364,12 @@ def run(api: Api, args: argparse.Namespace) -> Any:
         return api.call("DELETE", "/api/shovels/" + _quoted(args.name), scoped=False)
     if command == "close-connection":
         return api.call("DELETE", "/api/connections/" + _quoted(args.id))
+    if command == "trace":
+        if args.action == "tail":
+            return trace_tail(api, args.start, args.count, args.json)
+        if args.action == "status":
+            return api.call("GET", "/api/trace")
+        return api.call("PUT", "/api/trace", {"on": args.action == "on", "body_bytes": args.body_bytes})
     if command == "export":
         _format(args.file)
         data, skipped = export_definitions(api)
@@ -363,6 +380,50 @@ def run(api: Api, args: argparse.Namespace) -> Any:
     _format(args.file)
     import_definitions(api, tomlfile.load_definitions(args.file))
     return {"imported": args.file}
+
+
+#: How often ``trace tail`` asks for new events when it has read them all.
+TAIL_POLL_SECONDS = 0.5
+
+
+def trace_tail(api: Api, start: str, count: int | None, as_json: bool) -> None:
+    """Print the trace's events from ``start`` on, one line each (``--json``: the entry as JSON),
+    following new ones (``count``: stop after that many)."""
+    if start == "first":
+        after = 0
+    elif start == "next":
+        after = int(api.call("GET", "/api/trace")["next_offset"])
+    elif start.isdigit():
+        after = int(start)
+    else:
+        raise UsageError(f"--from {start!r}: write first, next or an offset")
+    printed = 0
+    try:
+        while count is None or printed < count:
+            limit = 1000 if count is None else min(1000, count - printed)
+            page = api.call("GET", f"/api/trace/events?after={after}&limit={limit}")
+            for entry in page["items"]:
+                print(json.dumps(entry) if as_json else _event_line(entry), flush=True)
+                printed += 1
+            if not page["items"]:
+                time.sleep(TAIL_POLL_SECONDS)
+            after = page["next"]
+    except KeyboardInterrupt:
+        pass
+
+
+def _event_line(entry: dict[str, Any]) -> str:
+    """``OFFSET TIME EVENT QUEUE id=MESSAGE-ID`` and what else the event says."""
+    headers = entry["headers"]
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(entry["timestamp"] / 1000))
+    extra = " ".join(f"{name.removeprefix('x-trace-')}={value}" for name, value in headers.items()
+                     if name.startswith("x-trace-") and name not in _LINE_HEADERS)
+    trace = f" traceparent={headers['traceparent']}" if "traceparent" in headers else ""
+    return (f"{entry['offset']} {stamp}.{entry['timestamp'] % 1000:03d}Z {headers.get('x-trace-event')} "
+            f"{headers.get('x-trace-queue')} id={headers.get('x-trace-message-id')}{trace}{' ' + extra if extra else ''}")
+
+
+_LINE_HEADERS = frozenset({"x-trace-event", "x-trace-queue", "x-trace-message-id", "x-trace-published"})
 
 
 def show(result: Any, columns: list[str] | None, as_json: bool) -> None:
@@ -384,7 +445,8 @@ def main(argv: list[str]) -> int:
     try:
         _check_url(args.url)
         result = run(Api.login(args.url, args.vhost, args.user, args.password), args)
-        show(result, COLUMNS.get(args.command), args.json)
+        if result is not None:  # (trace tail printed its events as they came)
+            show(result, COLUMNS.get(args.command), args.json)
         sys.stdout.flush()
     except BrokenPipeError:  # the reader stopped (| head): not an error, and nothing more to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit

@@ -8,7 +8,7 @@
   repository, no issue numbers and no benchmark sittings (the history is in git); the code and
   the tests carry no design or issue references either.
 * Every relative link in docs/ and the README reaches a file, and its ``#anchor`` a heading.
-* docs/architecture.md stays within 620 lines and docs/benchmarks.md within 500; the index of
+* docs/architecture.md stays within 700 lines and docs/benchmarks.md within 500; the index of
   docs/decisions/ lists every record in the folder.
 """
 
@@ -35,7 +35,7 @@ DOCS = ROOT / "docs"
 ARCHITECTURE = DOCS / "architecture.md"
 DOCUMENTS = sorted(DOCS.rglob("*.md")) + [ROOT / "README.md"]
 
-MAX_LINES = {"architecture.md": 620, "benchmarks.md": 500}
+MAX_LINES = {"architecture.md": 700, "benchmarks.md": 500}
 
 #: A line of the module map: a path relative to stompmq/, then its role.
 MAP_LINE = re.compile(r"^(?P<path>[a-z0-9_/]+\.(?:py|c))\s+(?P<role>\S.*)$")

@@ -119,7 +119,7 @@ class Acks:
 
     def settle_ack(self, run: AckRun, sub: Subscription, ack_id: str) -> None:
         """Settle what one ACK covers now; its deletes and the pump wait for ``finish(run)``."""
-        ids = _acked_ids(sub, ack_id)
+        ids = acked_ids(sub, ack_id)
         queue = sub.queue
         if queue is None:  # topic and stream messages are never deleted by an ACK
             for one in ids:
@@ -144,7 +144,7 @@ class Acks:
                 self.after_settle(sub)
 
     def nack(self, sub: Subscription, ack_id: str, requeue: bool) -> None:
-        for one in _acked_ids(sub, ack_id):
+        for one in acked_ids(sub, ack_id):
             msg = self.settle(sub, one)
             if sub.queue is None:
                 continue  # topic and stream messages are not requeued (a stream is re-read instead)
@@ -255,7 +255,7 @@ def holder(session: Session, ack_id: str, headers: dict[str, str]) -> Subscripti
     return sub
 
 
-def _acked_ids(sub: Subscription, ack_id: str) -> list[str]:
+def acked_ids(sub: Subscription, ack_id: str) -> list[str]:
     """The deliveries one ACK/NACK settles: cumulative for `client`, one otherwise."""
     if sub.ack_mode is not AckMode.CLIENT:
         return [ack_id]

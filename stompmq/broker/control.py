@@ -28,7 +28,9 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from ..protocol import Frame
+from ..storage.ages import QueueAges, older
 from ..storage.base import QueueCount, Store, StoredMessage, by_order
+from .ages import ages_here, queue_ages
 from .destinations import Kind, parse_destination
 from .dispatch import Dispatcher
 from .errors import ClientError
@@ -66,7 +68,8 @@ class QueueRow:
     ready: int
     unacked: int
     consumers: int
-    oldest_ms: int | None
+    oldest_ready_ms: int | None
+    oldest_unacked_ms: int | None
     stats: QueueStats | None
 
 
@@ -218,9 +221,8 @@ class Control:
         queue = self.dispatcher.queues.get(name)
         stats = self.dispatcher.stats.get(name)
         if queue is None:
-            return QueueRow(name, 0, 0, 0, None, stats)
-        oldest = queue.window.peek().timestamp if queue.window.size else None
-        return QueueRow(name, queue.size, len(queue.inflight), queue.nsubs, oldest, stats)
+            return QueueRow(name, 0, 0, 0, None, None, stats)
+        return QueueRow(name, queue.size, len(queue.inflight), queue.nsubs, *ages_here(queue), stats)
 
     def _queue_page(self, limit: int, store_rows: list[QueueCount], here: dict[str, QueueRow]) -> QueuePage:
         stored = {row.name: row for row in store_rows}
@@ -231,15 +233,21 @@ class Control:
         rows = []
         for name in page:
             # A queue only the store lists was not active here when the counts were taken.
-            row = here.get(name) or QueueRow(name, 0, 0, 0, None, self.dispatcher.stats.get(name))
+            row = here.get(name) or QueueRow(name, 0, 0, 0, None, None, self.dispatcher.stats.get(name))
             count = stored.get(name)
             if count is not None:
                 unacked = max(count.unacked, row.unacked)
                 row = dataclasses.replace(row, ready=count.messages - unacked, unacked=unacked,
-                                          oldest_ms=count.oldest_ms)
+                                          oldest_ready_ms=count.oldest_ready_ms,
+                                          oldest_unacked_ms=older(count.oldest_unacked_ms, row.oldest_unacked_ms))
             rows.append(row)
         more = len(page) == limit
         return QueuePage(rows, page[-1] if more else None)
+
+    def queue_ages(self, name: str) -> Deferred[QueueAges]:
+        """The timestamps of queue ``name``'s oldest ready and oldest unacked message (ages.py)."""
+        dispatcher = self.dispatcher
+        return Deferred(*queue_ages(dispatcher.queues, dispatcher.store.durable, name))
 
     def peek(self, name: str, count: int) -> Deferred[list[StoredMessage]]:
         """Up to ``count`` ready messages of queue ``name`` in delivery order, consuming none

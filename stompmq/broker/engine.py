@@ -47,6 +47,7 @@ from typing import Any, TypeVar
 
 from ..protocol import Frame
 from ..protocol.headers import headers_without
+from ..storage.ages import QueueAges
 from ..storage.base import BindingRecord, ExchangeRecord, Recovery, Store, StoredMessage, StoreError
 from .acks import EXTEND_ACK, LATE, Acks, AckRun
 from .browse import BrowseSubscription
@@ -58,6 +59,8 @@ from .destinations import Kind, parse_destination
 from .delays import DELAY_DUE, DELAY_PAGE_RETRY
 from .dispatch import ACK_TIMEOUT, PAGE_RETRY, Dispatcher
 from .errors import ClientError
+from .events import MessageEvents
+from .tracestream import resume as resume_trace
 from .exchanges import Exchange
 from .expiry import EXPIRY_SWEEP
 from .key_exchanges import BUILT_IN, KeyExchange
@@ -110,6 +113,8 @@ class Broker:
         self.schedules = Schedules(self.dispatcher.delayed, store)  # listed and cancelled by the API
         self.expiry = self.dispatcher.expiry
         self.clock = self.dispatcher.clock  # (read for every SEND's options)
+        #: Who is told what happens to queue messages (events.watch swaps the hooks in)
+        self.observers: list[MessageEvents] = []
         #: x-queue-name names the store found unused, for the SUBSCRIBE handled again at once
         self._vetted: set[str] = set()
         self._takes = 0  # takes made (take.py), numbering their sessions
@@ -193,6 +198,10 @@ class Broker:
         """A page of queues named after ``after``: ``answer(await fetch(store))``."""
         return self.control.list_queues(after, limit)
 
+    def queue_ages(self, queue: str) -> Deferred[QueueAges]:
+        """The timestamps of ``queue``'s oldest ready and oldest unacked message: ``answer(await fetch(store))``."""
+        return self.control.queue_ages(queue)
+
     def peek(self, queue: str, count: int) -> Deferred[list[StoredMessage]]:
         """Up to ``count`` ready messages of ``queue``, consuming none: ``answer(await fetch(store))``."""
         return self.control.peek(queue, count)
@@ -234,6 +243,7 @@ class Broker:
             self.store.delete_binding(binding.exchange, binding.queue, binding.routing_key)
         self.router.load_definitions(recovery.exchanges, bindings)
         self.streams.recover(recovery.streams)
+        resume_trace(self)
         for record in recovery.queues:
             self.dispatcher.declare(record.name, QueuePolicy.parse(record.options), save=False)
         if definitions is not None:

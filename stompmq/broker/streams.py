@@ -147,6 +147,10 @@ MAX_AGE, MAX_BYTES = "max-age", "max-bytes"
 #: The stored option keeping a purged stream's next offset: a purge empties the stream, and
 #: offsets must not start again at 0 after a restart (a reader's checkpoint would re-read them).
 FLOOR = "first-offset"
+#: The stored options of a vhost's trace stream (tracestream.py): tracing on, body bytes kept.
+TRACING, BODY_BYTES = "x-trace", "x-trace-body-bytes"
+#: Stored options a declaration keeps (it sets retention only).
+KEPT_OPTIONS = (FLOOR, TRACING, BODY_BYTES)
 
 #: A segment mark: [first offset, first timestamp (ms), stream bytes before it].
 Mark = tuple[int, int, int]
@@ -246,10 +250,13 @@ class Streams:
             if value is not None:
                 options[option] = str(value)
         stream = self.stream(name)
-        if FLOOR in stream.options:
-            options[FLOOR] = stream.options[FLOOR]
+        options.update({key: stream.options[key] for key in KEPT_OPTIONS if key in stream.options})
+        self.set_options(stream, options)
+
+    def set_options(self, stream: Stream, options: dict[str, str]) -> None:
+        """Give ``stream`` these stored options (retention, and what KEPT_OPTIONS name)."""
         self._configure(stream, options)
-        self.store.save_stream(name, options)
+        self.store.save_stream(stream.name, options)
         self.enforce(stream)
 
     def _configure(self, stream: Stream, options: dict[str, str]) -> None:
@@ -752,14 +759,6 @@ class Streams:
             return self.group_answer(name, group)
 
         return fetch, answer
-
-    def lags(self) -> list[tuple[str, str, int, int]]:
-        """Every group of every stream: (stream, group, committed offset, lag)."""
-        return [
-            (stream.name, group, committed, max(0, stream.next - committed))
-            for stream in self.streams.values()
-            for group, committed in stream.groups.items()
-        ]
 
     # -- introspection ------------------------------------------------------------------------
     def offset_at(self, name: str, value: str) -> dict[str, str] | tuple[

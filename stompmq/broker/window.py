@@ -246,6 +246,11 @@ class ReadyWindow:
     def peek(self) -> StoredMessage:
         return self.levels[self.prios[-1]][0]
 
+    def oldest(self) -> int | None:
+        """The timestamp of the oldest ready message in memory: the head of each priority level
+        is that level's oldest, so the levels (at most ten) are all there is to look at."""
+        return min((level[0].timestamp for level in self.levels.values()), default=None)
+
     def pop(self) -> StoredMessage:
         prio = self.prios[-1]
         level = self.levels[prio]

@@ -40,7 +40,7 @@ import logging
 import resource
 import signal
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -57,7 +57,11 @@ from .parking import Parking
 from .runtime import Runtime
 from .security import Security, peer_address
 from .settings import ServerSettings
+from .tracing import tracing_from_environment
 from .vhosts import machine_names
+
+if TYPE_CHECKING:
+    from .otel import Tracing
 
 log = logging.getLogger(__name__)
 
@@ -134,11 +138,13 @@ async def serve(
     settings: ServerSettings,
     *,
     security: Security | None = None,
+    tracing: Tracing | None = None,
     task_status: trio.TaskStatus[list[trio.abc.Listener[Any]]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Open the broker and serve clients until cancelled; the store is closed on the way out.
 
     ``task_status`` gets the plain TCP listeners first, then the TLS and WebSocket ones.
+    ``tracing``: OpenTelemetry spans of queue messages (None: as ``OTEL_*`` variables say).
     """
     security = security or Security(settings)
     open_files = raise_open_file_limit()
@@ -146,7 +152,7 @@ async def serve(
     log.info("open-file limit %d; serving at most %d connections", open_files, limit)
     machine_names(settings.host_names)  # looked up once, now: getfqdn may ask DNS, which must not stall a CONNECT
     alarms = ResourceAlarms(settings.disk_path, settings.disk_free_limit, settings.memory_high_watermark)
-    runtime = Runtime(broker, alarms)
+    runtime = Runtime(broker, alarms, tracing if tracing is not None else tracing_from_environment())
     await runtime.open()
     parking = Parking()
     try:
@@ -219,6 +225,8 @@ async def serve(
         with trio.CancelScope(shield=True):
             await runtime.close()
             log.info("store closed")
+            if runtime.tracing is not None:  # the spans buffered are exported, within their timeout
+                await trio.to_thread.run_sync(runtime.tracing.shutdown)
 
 
 def _http_server() -> Callable[..., Awaitable[None]]:

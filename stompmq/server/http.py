@@ -77,6 +77,7 @@ from starlette.types import ASGIApp
 
 from .. import __version__
 from ..broker import Broker, ClientError
+from ..broker.ages import stream_lags
 from ..broker.control import MAX_PAGE, Deferred
 from ..broker.exchanges import EXCHANGE_TYPE, ROUTING_KEY_HEADER
 from ..broker.stats import TOTALS
@@ -84,6 +85,7 @@ from ..broker.take import Take
 from ..client import ClientError as ShovelError
 from ..protocol import native as native_codec
 from ..shovel import Declaration
+from ..storage.ages import older
 from ..storage.base import StoredMessage, StoreError
 from ..vhost_names import DEFAULT_VHOST, vhost_name_error
 from .connection import Connection
@@ -94,6 +96,7 @@ from .http_listener import serve_bounded
 from .http_auth import OPEN_PATHS, READ_METHODS, USER_SCOPE, BasicAuth
 from .http_requests import authorise, count_param, queue_resource
 from .http_schedules import ScheduleRoutes
+from .trace_api import TRACE_RESOURCE, TraceApi
 from .metrics import metrics_route
 from .runtime import Runtime
 from .security import Security
@@ -184,6 +187,9 @@ ROUTES: tuple[ApiRoute, ...] = (
     ApiRoute("GET", "/api/schedules/{vhost:path}", "schedules.list_schedules", vhost="path"),
     ApiRoute("DELETE", "/api/schedules/{vhost:path}/{id}", "schedules.cancel_schedule", ("configure /queue/QUEUE",),
              "path"),
+    ApiRoute("GET", "/api/trace", "trace.get", vhost="query"),
+    ApiRoute("PUT", "/api/trace", "trace.put", ("configure " + TRACE_RESOURCE,), "query"),
+    ApiRoute("GET", "/api/trace/events", "trace.events", ("read " + TRACE_RESOURCE,), "query"),
     ApiRoute("GET", "/api/shovels", "list_shovels"),
     ApiRoute("GET", "/api/shovels/{name}", "get_shovel"),
     ApiRoute("PUT", "/api/shovels/{name}", "declare_shovel"),
@@ -350,7 +356,8 @@ class ManagementApp:
         self.broker_id = runtime.store.node_id or SINGLE_BROKER
         self.store_metrics = runtime.store_metrics
         self.metrics = metrics_route(self)
-        self.schedules = ScheduleRoutes(self)
+        self.schedules = ScheduleRoutes(self)  # /api/schedules: handlers "schedules.NAME"
+        self.trace = TraceApi(self)  # /api/trace: handlers "trace.NAME"
 
         #: (action after the queue's path or None, method) -> handler
         self.queue_actions: dict[tuple[str | None, str], QueueHandler] = {
@@ -544,7 +551,9 @@ class ManagementApp:
                 "ready": row.ready,
                 "unacked": row.unacked,
                 "consumers": row.consumers,
-                "oldest_age": _age(row.oldest_ms),
+                "oldest_age": _age(older(row.oldest_ready_ms, row.oldest_unacked_ms)),
+                "oldest_ready_age": _age(row.oldest_ready_ms),
+                "oldest_unacked_age": _age(row.oldest_unacked_ms),
                 "broker": self.broker_id,
             }
             item.update(row.stats.as_dict() if row.stats is not None else {})
@@ -584,11 +593,14 @@ class ManagementApp:
                         request: Request) -> Response:
         stats = engine.queue_stats.get(name)
         queue = engine.queues.get(name)
+        oldest_ready, oldest_unacked = await self.answer(engine, engine.queue_ages(name))
         return JSONResponse({
             "name": name,
             "vhost": vhost,
             "ready": counts[0],
             "unacked": counts[1],
+            "oldest_ready_age": _age(oldest_ready),
+            "oldest_unacked_age": _age(oldest_unacked),
             "consumers": queue.nsubs if queue is not None else 0,
             "broker": self.broker_id,
             **(stats.as_dict() if stats is not None else {}),
@@ -809,7 +821,7 @@ class ManagementApp:
     # -- streams --------------------------------------------------------------------------------
     async def list_streams(self, request: Request) -> Response:
         """Streams by name with their offsets and consumer groups (committed offset, lag = the
-        stream's next offset - the committed one)."""
+        stream's next offset - the committed one, lag_seconds: broker/ages.py)."""
         after, limit = _page_args(request)
         streams = self.engine(request).streams_by_name
         names = sorted(name for name in streams if name > after)[:limit]
@@ -819,8 +831,8 @@ class ManagementApp:
             items.append({
                 "name": name, "first_offset": stream.first, "next_offset": stream.next, "bytes": stream.size,
                 "subscribers": len(stream.subscribers),
-                "groups": [{"name": group, "committed_offset": committed, "lag": max(0, stream.next - committed)}
-                           for group, committed in sorted(stream.groups.items())],
+                "groups": [{"name": lag.group, "committed_offset": lag.committed, "lag": lag.entries,
+                            "lag_seconds": _age(lag.oldest_ms) or 0.0} for lag in stream_lags(stream)],
             })
         return JSONResponse({"items": items, "next_after": names[-1] if len(names) == limit else None})
     # -- shovels -------------------------------------------------------------------------------

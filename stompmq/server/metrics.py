@@ -9,8 +9,9 @@ prometheus-client's exposition code.  Per-queue series exist only for the
 since start), so label cardinality stays bounded however many queues there
 are; the ``*_all_total`` series cover every queue.  A queue's ready/unacked
 gauges need the store (a durable queue's messages are on disk), so the scrape
-reads its counts first, one short read per listed queue.  Stream consumer groups' lag
-(``stompmq_stream_group_lag``) has series for the ``--metrics-top-queues`` groups lagging most,
+reads its counts first, one short read per listed queue, and its ages (``..._oldest_ready_age_seconds``,
+``..._oldest_unacked_age_seconds``: broker/ages.py), a second.  Stream consumer groups' lag
+(``stompmq_stream_group_lag``, entries, and ``..._seconds``) has series for the ``--metrics-top-queues`` groups lagging most,
 over every stream and vhost; ``stompmq_stream_group_lag_max`` and ``stompmq_stream_groups`` cover all.  Per-queue and per-exchange series
 carry a ``vhost`` label: the same name in two vhosts is two queues.  prometheus-client's
 process collector adds the usual ``process_*`` series (memory, open files, CPU seconds;
@@ -28,6 +29,7 @@ import heapq
 import itertools
 import math
 import platform
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sized
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -41,6 +43,7 @@ from starlette.responses import Response
 
 from .. import __version__
 from ..protocol import native as native_codec
+from ..broker.ages import group_lags
 from .alarms import RESOURCES
 
 if TYPE_CHECKING:
@@ -53,6 +56,11 @@ if TYPE_CHECKING:
 QUEUE_COUNTERS = ("published", "delivered", "acked", "redelivered", "dead_lettered", "expired", "dropped", "rejected")
 #: This process's memory, open files and CPU time (read from /proc at each scrape).
 PROCESS = ProcessCollector(registry=None)
+
+
+def age_seconds(timestamp_ms: int | None, now: float) -> float:
+    """Seconds from ``timestamp_ms`` to ``now`` (0 for none: an empty queue has nothing waiting)."""
+    return 0.0 if timestamp_ms is None else round(max(0.0, now - timestamp_ms / 1000), 3)
 
 
 def histogram(name: str, documentation: str, counts: Histogram) -> HistogramMetricFamily:
@@ -188,6 +196,12 @@ async def scrape(management: Scraped) -> bytes:
                                 labels=["vhost", "queue"])
     consumers = GaugeMetricFamily("stompmq_queue_consumers", "Subscriptions of this broker's connections, per "
                                   "queue (busiest queues)", labels=["vhost", "queue"])
+    ready_age = GaugeMetricFamily("stompmq_queue_oldest_ready_age_seconds", "Seconds since the oldest ready "
+                                  "message was published, per queue (busiest queues; 0: none ready)",
+                                  labels=["vhost", "queue"])
+    unacked_age = GaugeMetricFamily("stompmq_queue_oldest_unacked_age_seconds", "Seconds since the oldest "
+                                    "unacked message was published, per queue (busiest queues; 0: none)",
+                                    labels=["vhost", "queue"])
     for vhost, name in top:
         engine = engines[vhost]
         counts = await management.answer(engine, management.administer(engine, "count-msgs/queue/" + name))
@@ -195,18 +209,29 @@ async def scrape(management: Scraped) -> bytes:
         unacked.add_metric([vhost, name], int(counts["num-unacked"]))
         active = engine.queues.get(name)
         consumers.add_metric([vhost, name], active.nsubs if active is not None else 0)
-    metrics += [ready, unacked, consumers]
+        oldest_ready, oldest_unacked = await management.answer(engine, engine.queue_ages(name))
+        now = time.time()
+        ready_age.add_metric([vhost, name], age_seconds(oldest_ready, now))
+        unacked_age.add_metric([vhost, name], age_seconds(oldest_unacked, now))
+    metrics += [ready, unacked, consumers, ready_age, unacked_age]
 
-    lags = [(lag, vhost, stream, group) for vhost, engine in engines.items()
-            for stream, group, _, lag in engine.streams.lags()]
+    now = time.time()
+    lags = [(lag.entries, age_seconds(lag.oldest_ms, now), vhost, lag.stream, lag.group)
+            for vhost, engine in engines.items() for lag in group_lags(engine.streams)]
     gauge("stompmq_stream_groups", "Consumer groups of streams (x-stream-group)", len(lags))
     gauge("stompmq_stream_group_lag_max", "The largest lag of any stream consumer group (entries)",
           max((lag[0] for lag in lags), default=0))
+    gauge("stompmq_stream_group_lag_seconds_max", "The largest lag of any stream consumer group (seconds "
+          "since its first unconsumed entry was appended)", max((lag[1] for lag in lags), default=0))
     group_lag = GaugeMetricFamily("stompmq_stream_group_lag", "Entries of a stream after its consumer group's "
                                   "committed offset (groups lagging most)", labels=["vhost", "stream", "group"])
-    for lag, vhost, stream, group in heapq.nlargest(management.settings.metrics_top_queues, lags):
-        group_lag.add_metric([vhost, stream, group], lag)
-    metrics.append(group_lag)
+    group_seconds = GaugeMetricFamily("stompmq_stream_group_lag_seconds", "Seconds since a consumer group's first "
+                                      "unconsumed entry was appended, at most a segment early (groups lagging "
+                                      "most)", labels=["vhost", "stream", "group"])
+    for entries, seconds, vhost, stream, group in heapq.nlargest(management.settings.metrics_top_queues, lags):
+        group_lag.add_metric([vhost, stream, group], entries)
+        group_seconds.add_metric([vhost, stream, group], seconds)
+    metrics += [group_lag, group_seconds]
 
     refusals = CounterMetricFamily("stompmq_limit_refusals", "Frames and connections a limit against one "
                                    "client holding the broker's memory refused (limit = its option)",

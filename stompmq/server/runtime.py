@@ -24,11 +24,14 @@ import bisect
 import logging
 import time
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
 import trio
 
 from ..broker import Broker
 from ..broker.definitions import vhost_definitions
 from ..broker.dispatch import settling_soon
+from ..broker.events import watch
 from ..broker.exchanges import PRIVATE_QUEUE_PREFIX
 from ..broker.reads import StoreRead
 from ..broker.stats import totals
@@ -48,6 +51,9 @@ from ..vhost_names import DEFAULT_VHOST, split_key, vhost_space
 from .alarms import ResourceAlarms
 from .outbox import WriteBatch
 from .shovels import Shovels
+
+if TYPE_CHECKING:
+    from .otel import Tracing
 
 log = logging.getLogger(__name__)
 
@@ -88,8 +94,9 @@ class StoreMetrics:
 class Runtime(StoreEvents):
     """Drives every vhost's engine over the one store, and is what that store reports to."""
 
-    def __init__(self, broker: Broker, alarms: ResourceAlarms | None = None) -> None:
+    def __init__(self, broker: Broker, alarms: ResourceAlarms | None = None, tracing: Tracing | None = None) -> None:
         self.broker = broker  # the default vhost's
+        self.tracing = tracing  # spans of every vhost's queue messages (server/otel.py), or none
         self.alarms = alarms or ResourceAlarms()  # checked every second while the runtime runs
         self.store = store = broker.store
         #: vhost -> its engine (the default vhost's first)
@@ -103,6 +110,7 @@ class Runtime(StoreEvents):
         #: Open while a reader hands a read to an engine: deliveries then go out at its end (outbox.py).
         self.writes = WriteBatch()
         store.bind(self)
+        self._watch(DEFAULT_VHOST, broker)
 
     def counter_totals(self) -> dict[str, int]:
         """This broker's counters summed over every vhost's queues since it started."""
@@ -132,7 +140,12 @@ class Runtime(StoreEvents):
         view = VhostStore(self.store, vhost, recovery)
         engine = self.engines[vhost] = Broker(view, self.broker.config)
         engine.set_waker(self._wake)
+        self._watch(vhost, engine)
         return engine
+
+    def _watch(self, vhost: str, engine: Broker) -> None:
+        if self.tracing is not None:
+            watch(engine, self.tracing.spans(vhost))
 
     # -- what the store reports (StoreEvents) -------------------------------------------------------
     def committed(self, ticket: int) -> None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
+from stompmq.storage.ages import QueueAges
 from stompmq.storage.base import QueueCount, Recovery, StoredMessage, StreamMessage, StreamState
 from stompmq.storage.groups import GroupRows
 
@@ -113,6 +114,9 @@ class Backend(Protocol):
 
     def count_unacked(self, queue: str) -> int:
         """Messages of ``queue`` stored as delivered (out for delivery, not acked)."""
+
+    def queue_ages(self, queue: str) -> QueueAges:
+        """The timestamps of ``queue``'s oldest ready and oldest delivered message (ages.py)."""
 
     def queue_names(self, prefix: str) -> list[str]:
         """Names of the queues the database knows that start with ``prefix``."""

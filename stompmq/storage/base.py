@@ -65,6 +65,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ..vhost_names import DEFAULT_VHOST
+from .ages import NO_AGES, QueueAges
 
 T = TypeVar("T")
 
@@ -336,7 +337,8 @@ class QueueCount:
     name: str
     messages: int  # ready and delivered-unacked alike
     unacked: int
-    oldest_ms: int | None  # the timestamp of its oldest stored message, None when empty
+    oldest_ready_ms: int | None  # the timestamp of its oldest ready message, None when none
+    oldest_unacked_ms: int | None  # that of its oldest delivered-unacked one
 
 
 #: SQL for ``Backend.queue_page`` (placeholders ``vhost``/``after``/``limit`` are the backend's to adapt):
@@ -348,7 +350,8 @@ QUEUE_PAGE_SQL = """
 SELECT q.name,
        (SELECT COUNT(*) FROM messages m WHERE m.queue_id = q.id),
        (SELECT COUNT(*) FROM messages m WHERE m.queue_id = q.id AND m.delivered = {true}),
-       (SELECT MIN(m.timestamp) FROM messages m WHERE m.queue_id = q.id)
+       (SELECT MIN(m.timestamp) FROM messages m WHERE m.queue_id = q.id AND m.delivered = {false}),
+       (SELECT MIN(m.timestamp) FROM messages m WHERE m.queue_id = q.id AND m.delivered = {true})
 FROM queues q WHERE q.vhost = {vhost} AND q.name > {after}
   AND (q.options IS NOT NULL OR EXISTS (SELECT 1 FROM messages m WHERE m.queue_id = q.id))
 ORDER BY q.name LIMIT {limit}
@@ -701,6 +704,11 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def count_unacked(self, queue: str) -> int:
         """Messages of ``queue`` out for delivery (by any broker sharing the store)."""
+
+    async def queue_ages(self, queue: str) -> QueueAges:
+        """The timestamps of the oldest ready and oldest delivered-unacked message of ``queue``
+        (storage/ages.py); a store that is not durable holds none (the engine knows its own)."""
+        return NO_AGES
 
     @abc.abstractmethod
     def disk_bytes(self) -> int | None:

@@ -111,6 +111,7 @@ from typing import Any, TypeVar, TypeVarTuple, overload
 
 import trio
 
+from stompmq.storage.ages import QueueAges
 from stompmq.storage.backend import Backend, ConcurrentReads
 from stompmq.storage.base import (
     MESSAGE_OVERHEAD,
@@ -849,6 +850,9 @@ class GroupCommitStore(Store):
 
     async def count_unacked(self, queue: str) -> int:
         return await self._read(self._backend.count_unacked, queue)
+
+    async def queue_ages(self, queue: str) -> QueueAges:
+        return await self._read(self._backend.queue_ages, queue)
 
     async def read_stream(self, name: str, start: int, limit: int) -> Sequence[StreamMessage]:
         return await self._read(self._backend.read_stream, name, start, limit)

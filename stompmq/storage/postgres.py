@@ -71,6 +71,7 @@ import trio
 from stompmq import __version__
 from stompmq.logs import masked
 from stompmq.storage import jsontext, recovery
+from stompmq.storage.ages import NO_AGES, QUEUE_AGES_SQL, QUEUE_UNACKED_AGE_SQL, QueueAges
 from stompmq.storage.base import (
     QUEUE_PAGE_SQL,
     BindingRecord,
@@ -910,6 +911,20 @@ class PostgresBackend:
     def count(self, queue: str) -> int:
         return self._count(queue, "SELECT COUNT(*) FROM messages WHERE queue_id = %s")
 
+    def queue_ages(self, queue: str) -> QueueAges:
+        try:
+            with self._connection().cursor() as cur:
+                queue_id = self._queue_id(cur, queue, create=False)
+                if queue_id is None:
+                    return NO_AGES
+                params = {"id": queue_id}
+                ready = cur.execute(QUEUE_AGES_SQL.format(id="%(id)s", false="FALSE"), params).fetchone()
+                unacked = cur.execute(QUEUE_UNACKED_AGE_SQL.format(id="%(id)s", true="TRUE", indexed=""),
+                                      params).fetchone()
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot read {self.name}: {_one_line(exc)}") from None
+        return (ready[0] if ready else None), (unacked[0] if unacked else None)
+
     def count_unacked(self, queue: str) -> int:
         return self._count(queue, "SELECT COUNT(*) FROM messages WHERE queue_id = %s AND delivered")
 
@@ -945,7 +960,7 @@ class PostgresBackend:
         vhost, name = split_key(after)
         try:
             rows = self._connection().execute(
-                QUEUE_PAGE_SQL.format(true="TRUE", vhost="%s", after="%s", limit="%s"), (vhost, name, limit)
+                QUEUE_PAGE_SQL.format(true="TRUE", false="FALSE", vhost="%s", after="%s", limit="%s"), (vhost, name, limit)
             ).fetchall()
         except psycopg.Error as exc:
             raise StoreError(f"cannot read {self.name}: {_one_line(exc)}") from None

@@ -36,6 +36,7 @@ from itertools import chain
 from typing import Any
 
 from stompmq.storage import jsontext, recovery
+from stompmq.storage.ages import NO_AGES, QUEUE_AGES_SQL, QUEUE_UNACKED_AGE_SQL, QueueAges
 from stompmq.storage.base import (
     QUEUE_PAGE_SQL,
     CommitInDoubt,
@@ -693,6 +694,18 @@ class SQLiteBackend:
     def count(self, queue: str) -> int:
         return self._count(queue, "SELECT COUNT(*) FROM messages WHERE queue_id = ?")
 
+    def queue_ages(self, queue: str) -> QueueAges:
+        with self._reading() as conn:
+            queue_id = self._find_queue(conn, queue)
+            if queue_id is None:
+                return NO_AGES
+            params = {"id": queue_id}
+            (ready,) = conn.execute(QUEUE_AGES_SQL.format(id=":id", false="0"), params).fetchone()
+            (unacked,) = conn.execute(  # the partial index of delivered rows: what consumers hold
+                QUEUE_UNACKED_AGE_SQL.format(id=":id", true="1", indexed=" INDEXED BY ix_messages_delivered"),
+                params).fetchone()
+        return ready, unacked
+
     def count_unacked(self, queue: str) -> int:
         return self._count(queue, "SELECT COUNT(*) FROM messages WHERE queue_id = ? AND delivered = 1")
 
@@ -718,7 +731,7 @@ class SQLiteBackend:
 
     def queue_page(self, after: str, limit: int) -> list[QueueCount]:
         vhost, name = split_key(after)
-        query = QUEUE_PAGE_SQL.format(true="1", vhost="?", after="?", limit="?")
+        query = QUEUE_PAGE_SQL.format(true="1", false="0", vhost="?", after="?", limit="?")
         with self._reading() as conn:
             rows = conn.execute(query, (vhost, name, limit)).fetchall()
         space = vhost_space(vhost)

@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 
 import trio
 
+from .ages import QueueAges
 from .base import (
     BindingRecord,
     BrokerLease,
@@ -259,6 +260,9 @@ class VhostStore(Store):
 
     async def count_unacked(self, queue: str) -> int:
         return await self.store.count_unacked(self.space + queue)
+
+    async def queue_ages(self, queue: str) -> QueueAges:
+        return await self.store.queue_ages(self.space + queue)
 
     async def queue_page(self, after: str, limit: int, snapshot: Callable[[], T]) -> tuple[list[QueueCount], T]:
         rows, taken = await self.store.queue_page(self.space + after, limit, snapshot)

@@ -214,7 +214,8 @@ class DictStore(Store):
             by_queue.setdefault(m.queue, []).append((m, delivered))
         names = sorted(name for name in by_queue if name > after)[:limit]
         rows = [QueueCount(name, len(by_queue[name]), sum(d for _, d in by_queue[name]),
-                           min(m.timestamp for m, _ in by_queue[name])) for name in names]
+                           min((m.timestamp for m, d in by_queue[name] if not d), default=None),
+                           min((m.timestamp for m, d in by_queue[name] if d), default=None)) for name in names]
         return rows, snapshot()
 
 

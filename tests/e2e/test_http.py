@@ -98,7 +98,9 @@ def test_queue_detail_purge_and_delete(http_broker: tuple[BrokerThread, Api]) ->
         assert (queue["ready"], queue["unacked"], queue["consumers"], queue["vhost"]) == (2, 1, 1, "/")
         assert queue["published"] == 3 and queue["delivered"] == 1
         shortcut = api.get("/api/queues/work")  # one segment: the shortcut for vhost /
-        assert {**shortcut, "rates": None} == {**queue, "rates": None}
+        moving = {"rates": None, "oldest_ready_age": None, "oldest_unacked_age": None}  # read at each request
+        assert {**shortcut, **moving} == {**queue, **moving}
+        assert queue["oldest_unacked_age"] >= 0 and queue["oldest_ready_age"] >= 0
         [sub] = api.get("/api/queues/%2F/work/consumers")["items"]
         assert (sub["login"], sub["ack"], sub["prefetch"], sub["unacked"]) == ("w", "client-individual", 1, 1)
         status, body = api.call("POST", "/api/queues/%2F/work/purge")
@@ -420,14 +422,20 @@ def test_disk_alarm_blocks_a_producer_until_the_limit_is_lowered(
     assert api.call("PUT", "/api/alarms", {"disk": 1})[0] == 400
 
 
-def test_the_grafana_dashboard_uses_series_the_broker_exports(http_broker: tuple[BrokerThread, Api],
-                                                              store_kind: str) -> None:
+def test_the_grafana_dashboard_and_the_alert_rules_use_series_the_broker_exports(
+        http_broker: tuple[BrokerThread, Api], store_kind: str) -> None:
     broker, api = http_broker
     send_all(broker.port, "/queue/a", ["1"])
+    send_all(broker.port, "/stream/s", ["1"])
+    with Client(broker.port) as c:  # a stream consumer group, for its lag series
+        c.request("SEND", {"destination": "/control/stream-group/stream/s", "group": "g", "offset": "0"})
     exported = set(re.findall(r"^(\w+)", api.call("GET", "/metrics")[1], re.MULTILINE))
-    dashboard = json.loads((Path(__file__).parents[2] / "deploy" / "grafana-dashboard.json").read_text())
-    used = {name for panel in dashboard["panels"] for target in panel["targets"]
-            for name in re.findall(r"\b((?:stompmq|process)_\w+)", target["expr"])}
+    deploy = Path(__file__).parents[2] / "deploy"
+    dashboard = json.loads((deploy / "grafana-dashboard.json").read_text())
+    rules = re.findall(r"^\s+expr: (.+)$", (deploy / "prometheus-alerts.yml").read_text(), re.MULTILINE)
+    assert len(rules) == 5
+    expressions = [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]] + rules
+    used = {name for expr in expressions for name in re.findall(r"\b((?:stompmq|process)_\w+)", expr)}
     if store_kind != "sqlite":  # the size of a store elsewhere (memory, a database server) is not ours to tell
         used.discard("stompmq_store_disk_bytes")
     assert used and used <= exported, used - exported

@@ -156,6 +156,8 @@ class Walk:
             return f"/api/schedules/{v}", None
         if handler == "schedules.cancel_schedule":
             return f"/api/schedules/{v}/{self.schedule(vhost)}", None
+        if handler == "trace.put":
+            return f"/api/trace?vhost={v}", {"on": False}
         if handler == "set_alarm_limits":
             return "/api/alarms", {}
         if handler == DASHBOARD_ROUTE:
@@ -211,7 +213,7 @@ def test_a_route_that_changes_a_vhost_declares_the_permissions_it_needs() -> Non
         if route.vhost and route.tag == "administrator":
             assert route.needs, f"{route.method} {route.path} changes vhost resources but declares no permission"
         for need in route.needs:
-            assert re.fullmatch(r"(configure|write|read) /(queue|exchange)/[A-Z]+", need), need
+            assert re.fullmatch(r"(configure|write|read) (/(queue|exchange)/[A-Z]+|/stream/stompmq\.trace)", need), need
 
 
 def test_every_route_checks_the_tag_and_the_vhost_permissions(walk: Walk) -> None:

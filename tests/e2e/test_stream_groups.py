@@ -15,6 +15,7 @@ from ..support.broker_process import free_port
 from ..support.broker_thread import BrokerThread, restarting
 from ..support.stompclient import Client
 from ..support.users import NOTHING, write_users
+from ..support.waiting import wait_until
 from .test_http import Api
 from .test_streams import publish, read
 
@@ -98,9 +99,13 @@ def test_lag_in_the_api_and_the_metrics(make_broker: Callable[..., BrokerThread]
     streams = api.get("/api/streams")["items"]
     assert [s["name"] for s in streams] == ["lagging"]
     assert streams[0]["next_offset"] == 10
-    assert streams[0]["groups"] == [{"name": "a", "committed_offset": 1, "lag": 9},
-                                    {"name": "b", "committed_offset": 7, "lag": 3},
-                                    {"name": "c", "committed_offset": 10, "lag": 0}]
+    groups = streams[0]["groups"]
+    assert [{k: v for k, v in g.items() if k != "lag_seconds"} for g in groups] == [
+        {"name": "a", "committed_offset": 1, "lag": 9}, {"name": "b", "committed_offset": 7, "lag": 3},
+        {"name": "c", "committed_offset": 10, "lag": 0}]
+    assert groups[2]["lag_seconds"] == 0 and groups[0]["lag_seconds"] >= groups[1]["lag_seconds"] >= 0
+    wait_until(lambda: api.get("/api/streams")["items"][0]["groups"][1]["lag_seconds"] >= 0.2,
+               "the lagging group's first unconsumed entry ages")
     status, text = api.call("GET", "/metrics")
     assert status == 200
     lines = [line for line in text.splitlines() if line.startswith("stompmq_stream_group")]
@@ -109,6 +114,8 @@ def test_lag_in_the_api_and_the_metrics(make_broker: Callable[..., BrokerThread]
     assert not any('group="c"' in line for line in lines)  # only the two lagging most (bounded)
     assert "stompmq_stream_groups 3.0" in lines
     assert "stompmq_stream_group_lag_max 9.0" in lines
+    seconds = {line.split("{")[0].split(" ")[0]: float(line.rsplit(" ", 1)[1]) for line in lines if "lag_seconds" in line}
+    assert seconds["stompmq_stream_group_lag_seconds"] >= 0.2 and seconds["stompmq_stream_group_lag_seconds_max"] >= 0.2
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,7 @@ cancels the broker the way SIGTERM would, so shutdown paths are exercised too.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -28,6 +29,8 @@ class BrokerThread:
     make_store: Callable[[], Store]
     settings: ServerSettings = field(default_factory=lambda: ServerSettings(port=0))
     config: BrokerConfig = field(default_factory=BrokerConfig)
+    #: OpenTelemetry spans (server/otel.py's Tracing); None: as the OTEL_* variables say
+    tracing: Any = None
     port: int = 0
     #: Everything serve() listens on: plain TCP first, then TLS and WebSocket (see listener_port).
     listeners: list[Any] = field(default_factory=list)
@@ -46,7 +49,7 @@ class BrokerThread:
             with trio.CancelScope() as scope:
                 self._cancel = scope
                 async with trio.open_nursery() as nursery:
-                    listeners = await nursery.start(serve, self.broker, self.settings)
+                    listeners = await nursery.start(functools.partial(serve, tracing=self.tracing), self.broker, self.settings)
                     self.listeners = listeners
                     self.port = listeners[0].socket.getsockname()[1]
                     ready.set()

@@ -210,7 +210,7 @@ function renderQueues() {
   fillTable("#queues", rows, [
     (q) => link("#queue/" + encodeURIComponent(q.name), q.name),
     (q) => q.ready, (q) => q.unacked, (q) => q.consumers, (q) => q.publish, (q) => q.deliver, (q) => q.ack,
-    (q) => q.oldest_age,
+    (q) => q.oldest_ready_age, (q) => q.oldest_unacked_age,
   ]);
   document.querySelectorAll("#queues th").forEach((th) => th.classList.toggle("sorted", th.dataset.key === sortKey));
 }

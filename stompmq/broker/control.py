@@ -34,7 +34,7 @@ from .dispatch import Dispatcher
 from .errors import ClientError
 from .exchanges import ROUTING_KEY_HEADER, declaration_options, parse_weight
 from .key_exchanges import TYPES as KEY_TYPES
-from .policies import QueuePolicy
+from .queue_settings import QueueSettings
 from .routing import STREAM_TARGET, Router
 from .stats import QueueStats
 from .streams import Streams
@@ -267,8 +267,8 @@ class Control:
         return {}
 
     def _declare_queue(self, name: str, frame: Frame) -> Answer:
-        """Give the queue a policy (policies.py), replacing any earlier declaration."""
-        self.dispatcher.declare(name, QueuePolicy.parse(frame.headers))
+        """Give the queue a policy (queue_settings.py), replacing any earlier declaration."""
+        self.dispatcher.declare(name, QueueSettings.parse(frame.headers))
         return {}
 
     def _delete_queue(self, name: str, frame: Frame) -> Answer:

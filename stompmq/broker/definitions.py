@@ -12,7 +12,7 @@ be declared over STOMP::
     name = "q1"                       # queues are created on first use; listing them is allowed
     message-ttl = 60000               # optional: the policy keys of /control/declare/queue
     max-length = 10000                # (message-ttl, max-length, max-length-bytes, overflow,
-    overflow = "drop-head"            #  dead-letter); see policies.py
+    overflow = "drop-head"            #  dead-letter); see queue_settings.py
 
     [[bindings]]
     exchange = "orders"
@@ -49,7 +49,7 @@ from ..vhost_names import DEFAULT_VHOST, vhost_name_error
 from .destinations import Kind, parse_destination
 from .errors import ClientError
 from .exchanges import declaration_options, parse_weight
-from .policies import POLICY_KEYS, QueuePolicy
+from .queue_settings import SETTING_KEYS, QueueSettings
 from .routing import Router
 
 
@@ -78,7 +78,7 @@ def apply_definitions(router: Router, data: dict[str, Any], source: str) -> None
     """Check the whole file, then apply it: a file with any invalid entry changes nothing."""
     where = source  # the entry being checked, named in any error
     declared: dict[str, dict[str, str]] = {}
-    policies: dict[str, QueuePolicy] = {}
+    policies: dict[str, QueueSettings] = {}
     binds: list[tuple[str, str, int]] = []
     try:
         for i, entry in enumerate(data.get("exchanges", [])):
@@ -96,9 +96,9 @@ def apply_definitions(router: Router, data: dict[str, Any], source: str) -> None
         for i, entry in enumerate(data.get("queues", [])):
             where = f"{source}: queues[{i}]"
             queue = _queue_name(_field(entry, "name", where))
-            _known_keys(entry, ("name", *POLICY_KEYS), where)
-            if set(entry) & set(POLICY_KEYS):
-                policies[queue] = QueuePolicy.parse({k: _text(v) for k, v in entry.items() if k != "name"})
+            _known_keys(entry, ("name", *SETTING_KEYS), where)
+            if set(entry) & set(SETTING_KEYS):
+                policies[queue] = QueueSettings.parse({k: _text(v) for k, v in entry.items() if k != "name"})
         for i, entry in enumerate(data.get("bindings", [])):
             where = f"{source}: bindings[{i}]"
             exchange = _field(entry, "exchange", where)

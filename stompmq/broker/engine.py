@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from functools import partial
 from types import MappingProxyType
 from typing import Any, TypeVar
@@ -61,7 +61,7 @@ from .errors import ClientError
 from .exchanges import Exchange
 from .expiry import EXPIRY_SWEEP
 from .key_exchanges import BUILT_IN, KeyExchange
-from .policies import QueuePolicy
+from .queue_settings import QueueSettings
 from .queue import Queue
 from .reads import Reads, StoreRead
 from .receipts import Headers, Receipts
@@ -77,6 +77,8 @@ from .streams import (
     StreamSubscription,
 )
 from .stats import QueueStats
+from .policy_apply import QUEUE_EXPIRY, AppliedPolicies
+from .policy_match import Policy
 from .subscriptions import QUEUE_NAME_HEADER, Subscriptions, split_legacy_bindings
 from .take import Take
 from .temp_queues import TEMP_DESTINATION
@@ -103,7 +105,8 @@ class Broker:
         self.streams = Streams(self.dispatcher, config)
         self.acks = Acks(self.dispatcher, self.streams)
         self.router = Router(self.dispatcher, self.streams)
-        self.subscriptions = Subscriptions(self.dispatcher, self.acks, self.router, self.streams, config)
+        self.policies = AppliedPolicies(self.dispatcher, lambda name: self.administer("delete/queue/" + name))
+        self.subscriptions = Subscriptions(self.dispatcher, self.acks, self.router, self.streams, config, self.policies)
         self.transactions = Transactions(self.router, self.acks)
         self.control = Control(self.dispatcher, self.router, self.streams)
         self.expiry = self.dispatcher.expiry
@@ -130,6 +133,7 @@ class Broker:
             DELAY_DUE: self.dispatcher.promote_due,
             DELAY_PAGE_RETRY: self.dispatcher.delayed.retry_page,
             EXPIRY_SWEEP: self.expiry.run,
+            QUEUE_EXPIRY: self.policies.expire,
         }
 
     # -- what the runtime and the tests look at -------------------------------------------------
@@ -233,7 +237,7 @@ class Broker:
         self.router.load_definitions(recovery.exchanges, bindings)
         self.streams.recover(recovery.streams)
         for record in recovery.queues:
-            self.dispatcher.declare(record.name, QueuePolicy.parse(record.options), save=False)
+            self.dispatcher.declare(record.name, QueueSettings.parse(record.options), save=False)
         if definitions is not None:
             apply_definitions(self.router, definitions, source)
         if self.store.durable:
@@ -282,6 +286,10 @@ class Broker:
 
     def definitions_changed(self, exchanges: list[ExchangeRecord], bindings: list[BindingRecord]) -> None:
         self.router.load_definitions(exchanges, bindings)
+
+    def set_policies(self, policies: Iterable[Policy]) -> None:
+        """The vhost's policies and operator policies now (policy_apply.py: applied at once)."""
+        self.policies.replace(policies)
 
     def set_waker(self, wake: Callable[[], None]) -> None:
         """``wake`` is called when a deadline comes earlier or a store read is queued."""

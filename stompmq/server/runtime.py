@@ -24,6 +24,8 @@ import bisect
 import logging
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
+
 import trio
 
 from ..broker import Broker
@@ -47,6 +49,7 @@ from ..tomlfile import load_definitions
 from ..vhost_names import DEFAULT_VHOST, split_key, vhost_space
 from .alarms import ResourceAlarms
 from .outbox import WriteBatch
+from .policies import Policies
 from .shovels import Shovels
 
 log = logging.getLogger(__name__)
@@ -95,6 +98,7 @@ class Runtime(StoreEvents):
         #: vhost -> its engine (the default vhost's first)
         self.engines: dict[str, Broker] = {DEFAULT_VHOST: broker}
         self.shovels = Shovels(store)  # run by the server once it listens (app.serve)
+        self.policies = Policies(store, self.engines)
         self._last_seq = 0  # as recovered: where every engine's sequence numbers start
         self._read_turn = 0  # which engine's reads come first next (round-robin)
         self._deadline_changed = trio.Event()
@@ -205,6 +209,11 @@ class Runtime(StoreEvents):
             if engine is not None:
                 engine.definitions_changed(ours, bound)
 
+    def policies_changed(self, records: list[dict[str, Any]]) -> None:
+        """Another broker changed the policies: apply all of them again."""
+        self.tick()
+        self.policies.load(records)
+
     def vhosts_changed(self, vhosts: list[str]) -> None:
         """Another broker declared vhosts: serve them too (their exchanges follow at once)."""
         self.tick()
@@ -247,6 +256,8 @@ class Runtime(StoreEvents):
                 # read before the first client is served: a SEND must meet a full queue as full.
                 while (read := engine.take_read()) is not None:
                     await self._perform(read, engine)
+            self.tick()
+            self.policies.load(recovery.policies)  # (the stored queues it looks at are read once running)
         except BaseException:
             with trio.CancelScope(shield=True):
                 await store.close()  # release the database (and its lock): the start failed

@@ -141,7 +141,10 @@ from stompmq.storage.groups import (
     SaveBinding,
     SaveExchange,
     SaveQueue,
-    SaveShovel,
+    SaveMeta,
+    CapExpiry,
+    POLICY_PREFIX,
+    SHOVEL_PREFIX,
     DropStream,
     SaveStream,
     SaveVhost,
@@ -429,7 +432,18 @@ class GroupCommitStore(Store):
         self._add_structural(SaveQueue(name, None if options is None else dict(options)))
 
     def save_shovel(self, name: str, declaration: dict[str, Any] | None) -> None:
-        self._add_structural(SaveShovel(name, None if declaration is None else dict(declaration)))
+        self._add_structural(SaveMeta(SHOVEL_PREFIX + name, None if declaration is None else dict(declaration)))
+
+    def save_policy(self, key: str, record: dict[str, Any] | None) -> None:
+        self._add_structural(SaveMeta(POLICY_PREFIX + key, None if record is None else dict(record)))
+
+    def cap_expiry(self, queue: str, ttl: int) -> None:
+        for _, msg in self._pending.values():  # inserts not taken yet copy the message's fields
+            if msg.space + msg.queue == queue:
+                cap = msg.timestamp + ttl
+                if msg.expires is None or msg.expires > cap:
+                    msg.expires = cap
+        self._add_structural(CapExpiry(queue, ttl))
 
     def trim_stream(self, name: str, before: int) -> None:
         self._stream_appends = _untrimmed(self._stream_appends, name, before)

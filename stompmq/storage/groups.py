@@ -113,16 +113,27 @@ class SaveQueue:
 
 
 @dataclass(frozen=True, slots=True)
-class SaveShovel:
-    """Insert or replace the declaration of shovel ``name`` (None: forget it): a ``broker_meta``
-    row named ``SHOVEL_PREFIX + name``, JSON text of the declaration."""
+class SaveMeta:
+    """Insert or replace the ``broker_meta`` row ``name``, JSON text of ``value`` (None: delete
+    it): a shovel's declaration (``SHOVEL_PREFIX``) or a policy (``POLICY_PREFIX``)."""
 
     name: str
-    declaration: dict[str, Any] | None
+    value: dict[str, Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class CapExpiry:
+    """Queue ``queue``'s stored messages expire at most ``ttl`` ms after they were published (a
+    policy's ``message-ttl`` given to messages already waiting)."""
+
+    queue: str
+    ttl: int
 
 
 #: ``broker_meta`` names of the shovels' rows start with it (a shovel name has no '/').
 SHOVEL_PREFIX = "shovel/"
+#: ``broker_meta`` names of the policies' rows start with it (``Store.save_policy``).
+POLICY_PREFIX = "policy/"
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +145,7 @@ class DropStream:
 
 StructuralOp = (
     Purge | SaveExchange | DropExchange | SaveBinding | DropBinding | Release | TopicMessage | SaveStream | TrimStream
-    | SaveVhost | SaveQueue | SaveShovel | DropStream
+    | SaveVhost | SaveQueue | SaveMeta | CapExpiry | DropStream
 )
 
 # -- message rows: one per message, at most one row per seq in a group ------------------------

@@ -230,7 +230,8 @@ def build_parser() -> argparse.ArgumentParser:
     bind = sub.add_parser("bind", help="bind a queue to an exchange")
     bind.add_argument("exchange")
     bind.add_argument("queue")
-    bind.add_argument("--weight", type=int, default=1)
+    bind.add_argument("--weight", type=int, default=None, help="a consistent-hash binding's weight [default: 1]")
+    bind.add_argument("--routing-key", default=None, help="a direct or topic exchange's binding key")
     unbind = sub.add_parser("unbind", help="unbind a queue from an exchange")
     unbind.add_argument("exchange")
     unbind.add_argument("queue")
@@ -252,6 +253,20 @@ def build_parser() -> argparse.ArgumentParser:
     shovel.add_argument("--prefetch", type=int, default=argparse.SUPPRESS,
                         help="messages in flight, the source's prefetch [default: 1000]")
     sub.add_parser("delete-shovel", help="stop a shovel and forget it").add_argument("name")
+    policy = sub.add_parser("set-policy", help="set a policy of the vhost: settings for every queue whose name "
+                            "matches a pattern, applied at once (stored)")
+    policy.add_argument("name")
+    policy.add_argument("--pattern", required=True, help="a regular expression searched in queue names, e.g. ^orders\\.")
+    policy.add_argument("--definition", action="append", required=True, metavar="KEY=VALUE",
+                        help="a setting, e.g. message-ttl=60000 or expires=3600000 (repeatable)")
+    policy.add_argument("--priority", type=int, default=0, help="the highest priority of the matching policies "
+                        "applies [default: 0]")
+    policy.add_argument("--apply-to", default="queues", choices=("queues", "streams", "exchanges", "all"))
+    for name, what in (("set-policy", "set"), ("clear-policy", "clear"), ("list-policies", "list")):
+        (policy if name == "set-policy" else sub.add_parser(name, help=f"{what} policies of the vhost")).add_argument(
+            "--operator", action="store_true", help=f"{what} operator policies (they cap: the stricter value wins)")
+        if name == "clear-policy":
+            sub.choices[name].add_argument("name")
     sub.add_parser("export", help="write the exchanges and bindings as a definitions file (FILE.toml or "
                    "FILE.json: the extension picks the format)").add_argument("file")
     sub.add_parser("import", help="declare what a definitions file (FILE.toml or FILE.json) declares").add_argument("file")
@@ -269,6 +284,7 @@ COLUMNS = {
     "peek": ["priority", "redelivery_count", "age", "headers", "body"],
     "get": ["priority", "redelivery_count", "age", "headers", "body"],
     "list-shovels": ["name", "state", "moved", "rate", "from", "to", "error"],
+    "list-policies": ["vhost", "name", "pattern", "apply-to", "priority", "definition"],
 }
 
 
@@ -322,8 +338,9 @@ def run(api: Api, args: argparse.Namespace) -> Any:
     if command == "declare":
         return api.call("PUT", "/api/exchanges/" + _quoted(args.exchange), _pairs("--option", args.option))
     if command == "bind":
+        binding = {"queue": args.queue, "weight": args.weight, "routing_key": args.routing_key}
         return api.call("POST", f"/api/exchanges/{_quoted(args.exchange)}/bindings",
-                        {"queue": args.queue, "weight": args.weight})
+                        {k: v for k, v in binding.items() if v is not None})
     if command == "unbind":
         queue = args.queue.removeprefix("/queue/")
         return api.call("DELETE", f"/api/exchanges/{_quoted(args.exchange)}/bindings/{_quoted(queue)}")
@@ -344,6 +361,15 @@ def run(api: Api, args: argparse.Namespace) -> Any:
         return api.call("PUT", "/api/shovels/" + _quoted(args.name), body, scoped=False)
     if command == "delete-shovel":
         return api.call("DELETE", "/api/shovels/" + _quoted(args.name), scoped=False)
+    if command in ("set-policy", "clear-policy", "list-policies"):
+        collection = "/api/operator-policies" if args.operator else "/api/policies"
+        if command == "list-policies":
+            return api.call("GET", f"{collection}?vhost={_quoted(api.vhost)}", scoped=False)["items"]
+        path = f"{collection}/{_quoted(api.vhost)}/{_quoted(args.name)}"
+        if command == "clear-policy":
+            return api.call("DELETE", path, scoped=False)
+        return api.call("PUT", path, {"pattern": args.pattern, "apply-to": args.apply_to, "priority": args.priority,
+                                      "definition": _pairs("--definition", args.definition)}, scoped=False)
     if command == "close-connection":
         return api.call("DELETE", "/api/connections/" + _quoted(args.id))
     if command == "export":

@@ -34,6 +34,7 @@ from .dispatch import Dispatcher
 from .errors import ClientError
 from .exchanges import ROUTING_KEY_HEADER, declaration_options, parse_weight
 from .key_exchanges import TYPES as KEY_TYPES
+from .policy_match import header_text
 from .queue_settings import QueueSettings
 from .routing import STREAM_TARGET, Router
 from .stats import QueueStats
@@ -88,6 +89,7 @@ class Control:
             ("stats", "topic"): self._topic_stats,
             ("purge", "queue"): self._purge,
             ("delete", "queue"): self._delete_queue,
+            ("settings", "queue"): self._queue_settings,
             ("declare", "queue"): self._declare_queue,
             ("declare", "exchange"): self._declare_exchange,
             ("delete", "exchange"): self._delete_exchange,
@@ -270,6 +272,15 @@ class Control:
         """Give the queue a policy (queue_settings.py), replacing any earlier declaration."""
         self.dispatcher.declare(name, QueueSettings.parse(frame.headers))
         return {}
+
+    def _queue_settings(self, name: str, frame: Frame) -> Answer:
+        """The queue's effective settings, each with ``KEY-source`` saying where it came from
+        (``declaration``, ``policy NAME`` or ``operator-policy NAME``: policy_match.py)."""
+        answer: dict[str, str] = {}
+        for key, shown in self.dispatcher.bounds.effective(name).describe().items():
+            answer[key] = header_text(shown["value"])
+            answer[key + "-source"] = " ".join(filter(None, (shown["source"], shown.get("policy"))))
+        return answer
 
     def _delete_queue(self, name: str, frame: Frame) -> Answer:
         if name in self.dispatcher.bounds.declared:

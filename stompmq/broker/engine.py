@@ -287,6 +287,10 @@ class Broker:
     def definitions_changed(self, exchanges: list[ExchangeRecord], bindings: list[BindingRecord]) -> None:
         self.router.load_definitions(exchanges, bindings)
 
+    def queue_settings(self, name: str) -> dict[str, dict[str, Any]]:
+        """Queue ``name``'s effective settings: ``{key: {"value", "source", "policy"?}}``."""
+        return self.dispatcher.bounds.effective(name).describe()
+
     def set_policies(self, policies: Iterable[Policy]) -> None:
         """The vhost's policies and operator policies now (policy_apply.py: applied at once)."""
         self.policies.replace(policies)

@@ -57,6 +57,7 @@ import re
 import socket
 import time
 import urllib.parse
+from functools import reduce
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from dataclasses import dataclass
@@ -90,6 +91,7 @@ from ..storage.base import StoredMessage, StoreError
 from ..vhost_names import DEFAULT_VHOST, vhost_name_error
 from .connection import Connection
 from .alarms import CHECK_SECONDS
+from .api_policies import PREFIXES as POLICY_PREFIXES, PolicyApi
 from .auth import User, required_permissions
 from .history import Counters, Point, QueueKey, RateHistory
 from .http_auth import OPEN_PATHS, READ_METHODS, USER_SCOPE, BasicAuth
@@ -145,6 +147,8 @@ class ApiRoute:
 
 #: The queue resource's path; its actions are ``QUEUE_PATH/ACTION``.
 QUEUE_PATH = "/api/queues/{vhost}/{name}"
+#: A resource's path under its collection, each segment percent-encoded, routed on the raw path.
+VHOST_NAME, RAW_TAIL = "/{vhost}/{name}", "/{rest:path}"
 #: The ``handler`` of the dashboard's static files (a mount, not a method).
 DASHBOARD_ROUTE = "dashboard"
 _QUEUE_CONFIGURE = ("configure /queue/NAME",)
@@ -184,6 +188,10 @@ ROUTES: tuple[ApiRoute, ...] = (
     ApiRoute("GET", "/api/shovels/{name}", "get_shovel"),
     ApiRoute("PUT", "/api/shovels/{name}", "declare_shovel"),
     ApiRoute("DELETE", "/api/shovels/{name}", "delete_shovel"),
+    *(ApiRoute(method, path, "policy_api." + handler) for prefix in POLICY_PREFIXES.values()
+      for method, path, handler in (("GET", prefix, "list_policies"), ("GET", prefix + VHOST_NAME, "get_policy"),
+                                    ("PUT", prefix + VHOST_NAME, "put_policy"),
+                                    ("DELETE", prefix + VHOST_NAME, "delete_policy"))),
     ApiRoute("GET", "/api/connections", "list_connections"),
     ApiRoute("GET", "/api/connections/{id}", "get_connection"),
     ApiRoute("DELETE", "/api/connections/{id}", "close_connection"),
@@ -361,8 +369,9 @@ class ManagementApp:
             (route.path.removeprefix(QUEUE_PATH).removeprefix("/") or None, route.method): getattr(self, route.handler)
             for route in ROUTES if route.path.startswith(QUEUE_PATH)
         }
+        self.policy_api = PolicyApi(runtime)
         routes: list[BaseRoute] = [
-            Route(route.path, getattr(self, route.handler), methods=[route.method])
+            Route(route.path.replace(VHOST_NAME, RAW_TAIL), self._handler(route.handler), methods=[route.method])
             for route in ROUTES if not route.path.startswith(QUEUE_PATH) and route.handler != DASHBOARD_ROUTE
         ]
         routes.append(Route("/api/queues/{rest:path}", self.queue_resource,
@@ -382,6 +391,11 @@ class ManagementApp:
                 StoreError: _store_error,  # type: ignore[dict-item]
             },
         )
+
+    def _handler(self, name: str) -> Callable[[Request], Awaitable[Response]]:
+        """The method ``name`` of this app, or of one of its parts (``policy_api.get_policy``)."""
+        handler: Callable[[Request], Awaitable[Response]] = reduce(getattr, name.split("."), self)  # type: ignore
+        return handler
 
     def engine(self, request: Request) -> Broker:
         """The engine of the request's ``vhost`` parameter (default ``/``); 404 if there is none."""
@@ -597,6 +611,7 @@ class ManagementApp:
             "broker": self.broker_id,
             **(stats.as_dict() if stats is not None else {}),
             "rates": self.rates.of(vhost, name),
+            "settings": engine.queue_settings(name),
         })
 
     async def purge_queue(self, engine: Broker, vhost: str, name: str, counts: tuple[int, int],

@@ -23,8 +23,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from . import tomlfile
-from .broker.definitions import DefinitionsError
-from .broker.key_exchanges import BUILT_IN
+from .broker.definitions import VHOST_LISTS, DefinitionsError
 from .config import DEFAULT_HTTP_PORT
 
 #: An empty STOMPMQ_ADMIN_URL counts as unset.
@@ -135,22 +134,6 @@ def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     return "\n".join(lines)
 
 
-def export_definitions(api: Api) -> tuple[dict[str, Any], list[str]]:
-    """The consistent-hash exchanges and their bindings as a definitions file (``--definitions``
-    reads it back), and the names of the exchanges a definitions file cannot declare (direct,
-    fanout, topic; the built-in ``amq.*`` ones always exist and are left out silently)."""
-    exchanges, bindings, skipped = [], [], []
-    for ex in api.pages("/api/exchanges"):
-        if ex["type"] != "consistent-hash":
-            if ex["name"] not in BUILT_IN:
-                skipped.append(ex["name"])
-            continue
-        exchanges.append({"name": ex["name"], "type": ex["type"], **ex["options"]})
-        bindings += [{"exchange": ex["name"], "queue": "/queue/" + b["queue"], "weight": b["weight"]}
-                     for b in ex["bindings"]]
-    return {"exchanges": exchanges, "bindings": bindings}, skipped
-
-
 def write_definitions(path: str, data: dict[str, Any]) -> None:
     """``data`` as TOML or JSON, by ``path``'s extension."""
     text = tomlfile.dumps(data) if _format(path) == ".toml" else json.dumps(data, indent=2) + "\n"
@@ -166,24 +149,6 @@ def _format(path: str) -> str:
     if extension not in FORMATS:
         raise UsageError(f"{path}: name a .toml or .json file (the extension picks the format)")
     return extension
-
-
-def import_definitions(api: Api, data: dict[str, Any]) -> None:
-    """Declare what ``data`` declares: in ``api``'s vhost, and each ``vhosts`` entry in its own."""
-    for entry in data.get("vhosts", []):
-        api.call("PUT", "/api/vhosts/" + _quoted(entry["name"]))
-        import_definitions(dataclasses.replace(api, vhost=entry["name"]), {**entry, "vhosts": []})
-    for ex in data.get("exchanges", []):
-        options = {k: v for k, v in ex.items() if k != "name"}
-        api.call("PUT", "/api/exchanges/" + _quoted(ex["name"]), options)
-    for b in data.get("bindings", []):
-        api.call("POST", f"/api/exchanges/{_quoted(b['exchange'])}/bindings",
-                 {"queue": b["queue"], "weight": b.get("weight", 1)})
-    for shovel in data.get("shovels", []):  # top-level only: a shovel's URLs name their vhosts
-        if not isinstance(shovel, dict) or not isinstance(shovel.get("name"), str):
-            raise UsageError("every [[shovels]] entry needs a string 'name'")
-        api.call("PUT", "/api/shovels/" + _quoted(shovel["name"]), {k: v for k, v in shovel.items() if k != "name"},
-                 scoped=False)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -267,9 +232,16 @@ def build_parser() -> argparse.ArgumentParser:
             "--operator", action="store_true", help=f"{what} operator policies (they cap: the stricter value wins)")
         if name == "clear-policy":
             sub.choices[name].add_argument("name")
-    sub.add_parser("export", help="write the exchanges and bindings as a definitions file (FILE.toml or "
-                   "FILE.json: the extension picks the format)").add_argument("file")
-    sub.add_parser("import", help="declare what a definitions file (FILE.toml or FILE.json) declares").add_argument("file")
+    export = sub.add_parser("export", help="write every definition (vhosts, exchanges, queues, streams, bindings, "
+                            "policies, shovels, users) as a definitions file (FILE.toml or FILE.json: the "
+                            "extension picks the format)")
+    export.add_argument("file")
+    export.add_argument("--with-secrets", action="store_true",
+                        help="with the users' password hashes and the shovels' passwords (administrators only)")
+    imported = sub.add_parser("import", help="declare what a definitions file (FILE.toml or FILE.json) declares, "
+                              "checked whole first (an invalid file changes nothing)")
+    imported.add_argument("file")
+    imported.add_argument("--dry-run", action="store_true", help="print the steps and change nothing")
     sub.add_parser("import-rabbitmq", help="RabbitMQ's definitions.json: see stompmq admin import-rabbitmq --help")
     return parser
 
@@ -374,14 +346,23 @@ def run(api: Api, args: argparse.Namespace) -> Any:
         return api.call("DELETE", "/api/connections/" + _quoted(args.id))
     if command == "export":
         _format(args.file)
-        data, skipped = export_definitions(api)
+        data = api.call("GET", "/api/definitions" + ("?secrets=true" if args.with_secrets else ""), scoped=False)
         write_definitions(args.file, data)
-        return {"exported": args.file, "exchanges": len(data["exchanges"]), "bindings": len(data["bindings"]),
-                "not_exported": skipped}
+        vhosts = [data, *data.get("vhosts", [])]
+        return {"exported": args.file, "vhosts": len(vhosts),
+                **{key: sum(len(part.get(key, [])) for part in vhosts) for key in VHOST_LISTS},
+                "shovels": len(data.get("shovels", [])), "users": len(data.get("users", []))}
     assert command == "import"
     _format(args.file)
-    import_definitions(api, tomlfile.load_definitions(args.file))
-    return {"imported": args.file}
+    data = tomlfile.load_definitions(args.file)
+    try:
+        answer = api.call("POST", "/api/definitions" + ("?dry_run=true" if args.dry_run else ""), data, scoped=False)
+    except ApiError as e:
+        if e.status == 400:  # the file is wrong: a usage error, as --definitions at start-up
+            raise DefinitionsError(f"{args.file}: {str(e).removeprefix('definitions: ')}") from None
+        raise
+    return [{"step": step} for step in answer["steps"]] if args.dry_run else {
+        "imported": args.file, "steps": len(answer["steps"])}
 
 
 def show(result: Any, columns: list[str] | None, as_json: bool) -> None:

@@ -52,7 +52,6 @@ from .acks import EXTEND_ACK, LATE, Acks, AckRun
 from .browse import BrowseSubscription
 from .config import BrokerConfig
 from .control import Control, Deferred, QueuePage
-from .definitions import apply_definitions
 from .delivery import BROKER_HEADERS
 from .destinations import Kind, parse_destination
 from .delays import DELAY_DUE, DELAY_PAGE_RETRY
@@ -78,7 +77,7 @@ from .streams import (
 )
 from .stats import QueueStats
 from .policy_apply import QUEUE_EXPIRY, AppliedPolicies
-from .policy_match import Policy
+from .policy_match import Policy, typed
 from .subscriptions import QUEUE_NAME_HEADER, Subscriptions, split_legacy_bindings
 from .take import Take
 from .temp_queues import TEMP_DESTINATION
@@ -220,10 +219,9 @@ class Broker:
         return self.control.run(path, frame)
 
     # -- driving --------------------------------------------------------------------------------
-    def recover(self, recovery: Recovery, stale_queues: list[str], definitions: dict[str, Any] | None = None,
-                source: str = "") -> None:
+    def recover(self, recovery: Recovery, stale_queues: list[str]) -> None:
         """Take over what the store recovered; purge ``stale_queues`` (private queues of
-        subscriptions that a crash ended); apply a definitions file's contents."""
+        subscriptions that a crash ended)."""
         self.clock.recovered(recovery.last_seq)
         for name in stale_queues:
             self.dispatcher.purge(name)
@@ -238,8 +236,6 @@ class Broker:
         self.streams.recover(recovery.streams)
         for record in recovery.queues:
             self.dispatcher.declare(record.name, QueueSettings.parse(record.options), save=False)
-        if definitions is not None:
-            apply_definitions(self.router, definitions, source)
         if self.store.durable:
             self.dispatcher.delayed.start()  # the delayed messages due first
             self.expiry.soon()  # what expired while the broker was stopped
@@ -286,6 +282,10 @@ class Broker:
 
     def definitions_changed(self, exchanges: list[ExchangeRecord], bindings: list[BindingRecord]) -> None:
         self.router.load_definitions(exchanges, bindings)
+
+    def declared_queues(self) -> dict[str, dict[str, Any]]:
+        """Every declared queue with its declaration's settings (typed: ``policy_match.typed``)."""
+        return {name: typed(settings.options()) for name, settings in sorted(self.dispatcher.bounds.declared.items())}
 
     def queue_settings(self, name: str) -> dict[str, dict[str, Any]]:
         """Queue ``name``'s effective settings: ``{key: {"value", "source", "policy"?}}``."""

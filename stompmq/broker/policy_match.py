@@ -22,7 +22,7 @@ from typing import Any
 from .errors import ClientError
 from .queue_settings import (
     ACK_TIMEOUT, DEAD_LETTER, DELIVERY_LIMIT, EXPIRES, EXPIRES_WHEN_EMPTY, MAX_LENGTH, MAX_LENGTH_BYTES,
-    MAX_PRIORITY, MESSAGE_TTL, OVERFLOW, QueueSettings,
+    MAX_PRIORITY, MESSAGE_TTL, OVERFLOW, SINGLE_ACTIVE, QueueSettings,
 )
 
 #: What a policy may apply to (RabbitMQ's ``apply-to``); only queues have settings today.
@@ -104,7 +104,7 @@ def typed(definition: Mapping[str, Any]) -> dict[str, Any]:
     result: dict[str, Any] = {}
     for key in definition:
         text = options.get(key)
-        if key in (DEAD_LETTER, EXPIRES_WHEN_EMPTY):
+        if key in (DEAD_LETTER, EXPIRES_WHEN_EMPTY, SINGLE_ACTIVE):
             result[key] = text == "true"
         elif key == OVERFLOW:
             result[key] = settings.overflow

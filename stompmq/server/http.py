@@ -91,6 +91,7 @@ from ..storage.base import StoredMessage, StoreError
 from ..vhost_names import DEFAULT_VHOST, vhost_name_error
 from .connection import Connection
 from .alarms import CHECK_SECONDS
+from .api_definitions import DefinitionsApi
 from .api_policies import PREFIXES as POLICY_PREFIXES, PolicyApi
 from .auth import User, required_permissions
 from .history import Counters, Point, QueueKey, RateHistory
@@ -192,6 +193,8 @@ ROUTES: tuple[ApiRoute, ...] = (
       for method, path, handler in (("GET", prefix, "list_policies"), ("GET", prefix + VHOST_NAME, "get_policy"),
                                     ("PUT", prefix + VHOST_NAME, "put_policy"),
                                     ("DELETE", prefix + VHOST_NAME, "delete_policy"))),
+    ApiRoute("GET", "/api/definitions", "definitions_api.export"),
+    ApiRoute("POST", "/api/definitions", "definitions_api.import_"),
     ApiRoute("GET", "/api/connections", "list_connections"),
     ApiRoute("GET", "/api/connections/{id}", "get_connection"),
     ApiRoute("DELETE", "/api/connections/{id}", "close_connection"),
@@ -370,6 +373,7 @@ class ManagementApp:
             for route in ROUTES if route.path.startswith(QUEUE_PATH)
         }
         self.policy_api = PolicyApi(runtime)
+        self.definitions_api = DefinitionsApi(runtime, security, settings.users_file)
         routes: list[BaseRoute] = [
             Route(route.path.replace(VHOST_NAME, RAW_TAIL), self._handler(route.handler), methods=[route.method])
             for route in ROUTES if not route.path.startswith(QUEUE_PATH) and route.handler != DASHBOARD_ROUTE

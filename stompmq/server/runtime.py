@@ -29,7 +29,6 @@ from typing import Any
 import trio
 
 from ..broker import Broker
-from ..broker.definitions import vhost_definitions
 from ..broker.dispatch import settling_soon
 from ..broker.exchanges import PRIVATE_QUEUE_PREFIX
 from ..broker.reads import StoreRead
@@ -49,6 +48,7 @@ from ..tomlfile import load_definitions
 from ..vhost_names import DEFAULT_VHOST, split_key, vhost_space
 from .alarms import ResourceAlarms
 from .outbox import WriteBatch
+from . import definitions_apply as definitions
 from .policies import Policies
 from .shovels import Shovels
 
@@ -234,30 +234,28 @@ class Runtime(StoreEvents):
         try:
             path = self.broker.config.definitions
             data = load_definitions(path) if path else {}
-            files = vhost_definitions(data, path) if path else {}
-            self.shovels.recover(recovery.shovels, data.get("shovels", []), path or "")
-            parts = split_recovery(recovery)
-            for vhost in files.keys() - parts.keys():
-                store.save_vhost(vhost)
-                parts[vhost] = Recovery(recovery.last_seq, [], [], [], [vhost])
-            for vhost, part in sorted(parts.items()):
+            self.shovels.recover(recovery.shovels)
+            for vhost, part in sorted(split_recovery(recovery).items()):
                 engine = self.engines.get(vhost) or self._add(vhost, part)
                 # Private queues left by a crash of this broker (on a store several brokers share,
                 # the others' are theirs: only a store of one broker may purge them all).
                 stale = [] if store.shared else await engine.store.queue_names(PRIVATE_QUEUE_PREFIX)
-                definitions, source = files.get(vhost, (None, ""))
                 self.tick()
-                engine.recover(part, stale, definitions, source)
+                engine.recover(part, stale)
                 for name, offsets in engine.streams.marks_wanted():
                     entries = [e for offset in offsets for e in await engine.store.read_stream(name, offset, 1)]
                     self.tick()
                     engine.streams.load_marks(name, entries)
-                # What recovery asked for (bounded queues' sizes, the delayed messages due first) is
-                # read before the first client is served: a SEND must meet a full queue as full.
+            self.tick()
+            self.policies.load(recovery.policies)
+            if path:  # checked whole first: a file with any invalid entry changes nothing
+                definitions.apply(self, definitions.plan(self, data, path, None))
+            for engine in list(self.engines.values()):
+                # What recovery and the file asked for (bounded queues' sizes, the delayed messages
+                # due first) is read before the first client is served: a SEND must meet a full
+                # queue as full.
                 while (read := engine.take_read()) is not None:
                     await self._perform(read, engine)
-            self.tick()
-            self.policies.load(recovery.policies)  # (the stored queues it looks at are read once running)
         except BaseException:
             with trio.CancelScope(shield=True):
                 await store.close()  # release the database (and its lock): the start failed

@@ -147,6 +147,8 @@ class Walk:
                 self.root("PUT", f"{prefix}/%2F/p{n}", {"pattern": "^x$", "definition": {"max-length": 5}})
             body = {"pattern": "^x$", "definition": {"max-length": 5}} if handler.endswith("put_policy") else None
             return (f"{prefix}/%2F/p{n}" if route.path.endswith(VHOST_NAME) else prefix), body
+        if handler == "definitions_api.import_":
+            return "/api/definitions", {"queues": [{"name": f"declared{n}"}]}
         if handler == "declare_vhost":
             return f"/api/vhosts/dev{n}", None
         if handler == "set_alarm_limits":

@@ -165,6 +165,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("list-vhosts", help="every vhost with its connections and queues")
     sub.add_parser("declare-vhost", help="declare a vhost").add_argument("name")
     sub.add_parser("list-queues", help="every queue with its counts")
+    declare_queue = sub.add_parser("declare-queue", help="declare a queue with settings (stored; a new declaration "
+                                   "replaces the old one)")
+    declare_queue.add_argument("queue")
+    declare_queue.add_argument("--argument", action="append", default=[], metavar="KEY=VALUE",
+                               help="a setting, e.g. message-ttl=60000, dead-letter=true (repeatable)")
     sub.add_parser("list-connections", help="every client connection")
     sub.add_parser("list-exchanges", help="every exchange with its bindings")
     for name, what in (("purge", "drop a queue's ready messages"), ("delete", "purge a queue and unbind it"),
@@ -248,7 +253,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 #: The columns of each list command's table.
 COLUMNS = {
-    "list-vhosts": ["name", "connections", "queues_in_use", "exchanges"],
+    "list-vhosts": ["name", "connections", "queues", "queues_declared", "queues_in_use", "exchanges"],
     "list-queues": ["name", "ready", "unacked", "consumers", "publish/s", "deliver/s", "ack/s", "oldest_age"],
     "list-connections": ["id", "peer", "login", "version", "subscriptions", "bytes_in", "bytes_out"],
     "list-exchanges": ["name", "type", "bindings", "routed"],
@@ -307,6 +312,8 @@ def run(api: Api, args: argparse.Namespace) -> Any:
     if command == "publish":
         body = {"body": args.body, "headers": _pairs("--header", args.header)}
         return api.queue("POST", args.queue, "publish", body)
+    if command == "declare-queue":
+        return api.queue("PUT", args.queue, body={"arguments": _pairs("--argument", args.argument)})
     if command == "declare":
         return api.call("PUT", "/api/exchanges/" + _quoted(args.exchange), _pairs("--option", args.option))
     if command == "bind":

@@ -81,6 +81,9 @@ from ..broker import Broker, ClientError
 from ..broker.control import MAX_PAGE, Deferred
 from ..broker.destinations import parse_destination
 from ..broker.exchanges import EXCHANGE_TYPE, ROUTING_KEY_HEADER
+from ..broker.key_exchanges import BUILT_IN
+from ..broker.policy_match import header_text, unknown_key
+from ..broker.queue_settings import SETTING_KEYS
 from ..broker.resources import resource
 from ..broker.stats import TOTALS
 from ..broker.take import Take
@@ -169,6 +172,7 @@ ROUTES: tuple[ApiRoute, ...] = (
     ApiRoute("PUT", "/api/vhosts/{name:path}", "declare_vhost"),
     ApiRoute("GET", "/api/queues", "list_queues", vhost="query"),
     ApiRoute("GET", QUEUE_PATH, "get_queue", vhost="path"),
+    ApiRoute("PUT", QUEUE_PATH, "declare_queue", _QUEUE_CONFIGURE, "path"),
     ApiRoute("DELETE", QUEUE_PATH, "delete_queue", _QUEUE_CONFIGURE, "path"),
     ApiRoute("POST", QUEUE_PATH + "/purge", "purge_queue", _QUEUE_CONFIGURE, "path"),
     ApiRoute("GET", QUEUE_PATH + "/consumers", "queue_consumers", vhost="path"),
@@ -538,8 +542,11 @@ class ManagementApp:
             if conn.session is not None:
                 by_vhost[conn.vhost] = by_vhost.get(conn.vhost, 0) + 1
         return JSONResponse({"items": [
-            {"name": vhost, "connections": by_vhost.get(vhost, 0), "queues_in_use": len(engine.queue_stats),
-             "queues_active": len(engine.queues), "exchanges": len(engine.exchanges)}
+            {"name": vhost, "connections": by_vhost.get(vhost, 0),
+             "queues": len(engine.queue_stats.keys() | engine.declared_queues().keys()),
+             "queues_declared": len(engine.declared_queues()), "queues_in_use": len(engine.queue_stats),
+             "queues_active": len(engine.queues),
+             "exchanges": len(engine.exchanges) + len(engine.key_exchanges.keys() - BUILT_IN.keys())}
             for vhost, engine in sorted(self.engines.items())
         ]})
 
@@ -589,9 +596,9 @@ class ManagementApp:
             raise HTTPException(404, f"no vhost {vhost!r} (the queue routes are /api/queues/VHOST/NAME, "
                                      "each percent-encoded, e.g. /api/queues/%2F/orders)")
         counts = await self._queue_counts(engine, name)
-        if counts is None:
+        if counts is None and not (action is None and request.method == "PUT"):  # (a PUT declares it)
             raise HTTPException(404, f"no queue {name!r} in vhost {vhost!r}")
-        return await handler(engine, vhost, name, counts, request)
+        return await handler(engine, vhost, name, counts or (0, 0), request)
 
     async def _queue_counts(self, engine: Broker, name: str) -> tuple[int, int] | None:
         """(ready, unacked) of queue ``name``, or None if there is no such queue: one this broker
@@ -603,7 +610,7 @@ class ManagementApp:
         return ready, unacked
 
     async def get_queue(self, engine: Broker, vhost: str, name: str, counts: tuple[int, int],
-                        request: Request) -> Response:
+                        request: Request, status: int = 200) -> Response:
         stats = engine.queue_stats.get(name)
         queue = engine.queues.get(name)
         return JSONResponse({
@@ -616,7 +623,7 @@ class ManagementApp:
             **(stats.as_dict() if stats is not None else {}),
             "rates": self.rates.of(vhost, name),
             "settings": engine.queue_settings(name),
-        })
+        }, status_code=status)
 
     async def purge_queue(self, engine: Broker, vhost: str, name: str, counts: tuple[int, int],
                           request: Request) -> Response:
@@ -625,6 +632,25 @@ class ManagementApp:
         self.change(request, vhost, engine, "purge/queue/" + name)
         log.info("queue %s of vhost %s purged through the management API (%d messages)", name, vhost, counts[0])
         return JSONResponse({"name": name, "vhost": vhost, "purged": counts[0]})
+
+    async def declare_queue(self, engine: Broker, vhost: str, name: str, counts: tuple[int, int],
+                            request: Request) -> Response:
+        """``{"arguments": {KEY: VALUE}}``: declare the queue with these settings (queue_settings.py),
+        replacing an earlier declaration; 201 if it was not declared."""
+        body = await _json_object(request)
+        _only_fields(body, {"arguments"}, "a queue declaration has arguments")
+        arguments = body.get("arguments", {})
+        if not isinstance(arguments, dict):
+            raise HTTPException(400, "arguments must be an object of queue settings, e.g. {\"message-ttl\": 60000}")
+        try:
+            unknown_key(arguments, SETTING_KEYS, "a queue argument")
+        except ClientError as e:
+            raise HTTPException(400, e.message) from None
+        created = name not in engine.declared_queues()
+        self.change(request, vhost, engine, "declare/queue/" + name, {k: header_text(v) for k, v in arguments.items()})
+        log.info("queue %s of vhost %s declared through the management API: %s", name, vhost, arguments)
+        return await self.get_queue(engine, vhost, name, (await self._queue_counts(engine, name)) or counts, request,
+                                    201 if created else 200)
 
     async def delete_queue(self, engine: Broker, vhost: str, name: str, counts: tuple[int, int],
                            request: Request) -> Response:

@@ -34,6 +34,7 @@ from .dispatch import Dispatcher
 from .errors import ClientError
 from .exchanges import ROUTING_KEY_HEADER, declaration_options, parse_weight
 from .key_exchanges import TYPES as KEY_TYPES
+from .policy_apply import AppliedPolicies
 from .policy_match import header_text
 from .queue_settings import QueueSettings
 from .routing import STREAM_TARGET, Router
@@ -78,7 +79,8 @@ class QueuePage:
 
 
 class Control:
-    def __init__(self, dispatcher: Dispatcher, router: Router, streams: Streams) -> None:
+    def __init__(self, dispatcher: Dispatcher, router: Router, streams: Streams, policies: AppliedPolicies) -> None:
+        self.policies = policies  # a declaration takes effect through it (with the policies' settings)
         self.dispatcher = dispatcher
         self.streams = streams
         self.router = router
@@ -270,7 +272,7 @@ class Control:
 
     def _declare_queue(self, name: str, frame: Frame) -> Answer:
         """Give the queue a policy (queue_settings.py), replacing any earlier declaration."""
-        self.dispatcher.declare(name, QueueSettings.parse(frame.headers))
+        self.policies.declare(name, QueueSettings.parse(frame.headers))
         return {}
 
     def _queue_settings(self, name: str, frame: Frame) -> Answer:
@@ -284,7 +286,7 @@ class Control:
 
     def _delete_queue(self, name: str, frame: Frame) -> Answer:
         if name in self.dispatcher.bounds.declared:
-            self.dispatcher.declare(name, None)
+            self.policies.declare(name, None)
         self.dispatcher.purge(name)
         self.router.unbind_everywhere(name)
         queue = self.dispatcher.queues.get(name)

@@ -145,11 +145,7 @@ class Dispatcher:
                     queue.claim_until = until
         return queue
 
-    # -- policies ---------------------------------------------------------------------------------
-    def declare(self, name: str, policy: QueueSettings | None, save: bool = True) -> None:
-        """Give queue ``name`` settings (None: forget its declaration)."""
-        self.settings_changed(name, self.bounds.declare(name, policy, save))
-
+    # -- queue settings ---------------------------------------------------------------------------
     def settings_changed(self, name: str, effective: QueueSettings | None) -> None:
         """Queue ``name``'s settings are ``effective`` now: pinned if it drops its head, pumped."""
         pinned = effective is not None and effective.bounded and effective.overflow == DROP_HEAD

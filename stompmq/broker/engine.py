@@ -107,7 +107,7 @@ class Broker:
         self.policies = AppliedPolicies(self.dispatcher, lambda name: self.administer("delete/queue/" + name))
         self.subscriptions = Subscriptions(self.dispatcher, self.acks, self.router, self.streams, config, self.policies)
         self.transactions = Transactions(self.router, self.acks)
-        self.control = Control(self.dispatcher, self.router, self.streams)
+        self.control = Control(self.dispatcher, self.router, self.streams, self.policies)
         self.expiry = self.dispatcher.expiry
         self.clock = self.dispatcher.clock  # (read for every SEND's options)
         #: x-queue-name names the store found unused, for the SUBSCRIBE handled again at once
@@ -235,7 +235,7 @@ class Broker:
         self.router.load_definitions(recovery.exchanges, bindings)
         self.streams.recover(recovery.streams)
         for record in recovery.queues:
-            self.dispatcher.declare(record.name, QueueSettings.parse(record.options), save=False)
+            self.policies.declare(record.name, QueueSettings.parse(record.options), save=False)
         if self.store.durable:
             self.dispatcher.delayed.start()  # the delayed messages due first
             self.expiry.soon()  # what expired while the broker was stopped

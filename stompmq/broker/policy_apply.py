@@ -69,6 +69,12 @@ class AppliedPolicies:
     def _names_failed(self, error: StoreError) -> None:
         log.warning("policies apply to the queues in memory only: reading the stored queues failed: %s", error)
 
+    def declare(self, name: str, settings: QueueSettings | None, save: bool = True) -> None:
+        """Give queue ``name`` settings (None: forget its declaration), in effect at once."""
+        effective = self.bounds.declare(name, settings, save)
+        self.dispatcher.settings_changed(name, effective)
+        self._arm(name, effective, restart=False)
+
     def reconsider(self, name: str) -> None:
         """Queue ``name`` under the settings in effect now."""
         dispatcher = self.dispatcher

@@ -145,3 +145,12 @@ def test_a_delivery_limit_policy_dead_letters_past_it() -> None:
     dlq = subscribe(broker, "DLQ.work")
     run(broker, T0 + 0.5)
     assert bodies(dlq) == ["poison"]
+
+
+def test_a_declared_expires_starts_when_declared_without_a_consumer_ever() -> None:
+    broker, _ = started()
+    broker.administer("declare/queue/never-used", {"expires": "2000"})
+    run_until(broker, T0 + 1.9, T0)
+    assert broker.knows_queue("never-used")
+    run_until(broker, T0 + 2.1, T0 + 1.9)
+    assert not broker.knows_queue("never-used")

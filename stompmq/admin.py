@@ -164,6 +164,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("overview", help="version, uptime, store, totals and rates")
     sub.add_parser("list-vhosts", help="every vhost with its connections and queues")
     sub.add_parser("declare-vhost", help="declare a vhost").add_argument("name")
+    sub.add_parser("delete-vhost", help="delete a vhost with its queues, messages, exchanges, streams and "
+                   "policies (its connections are closed)").add_argument("name")
     sub.add_parser("list-queues", help="every queue with its counts")
     declare_queue = sub.add_parser("declare-queue", help="declare a queue with settings (stored; a new declaration "
                                    "replaces the old one)")
@@ -274,6 +276,8 @@ def run(api: Api, args: argparse.Namespace) -> Any:
         return api.call("GET", "/api/vhosts")["items"]
     if command == "declare-vhost":
         return api.call("PUT", "/api/vhosts/" + _quoted(args.name))
+    if command == "delete-vhost":
+        return api.call("DELETE", "/api/vhosts/" + _quoted(args.name))
     if command == "list-queues":
         rows = list(api.pages("/api/queues"))
         for row in rows:

@@ -170,6 +170,7 @@ ROUTES: tuple[ApiRoute, ...] = (
     ApiRoute("GET", "/api/cluster", "cluster"),
     ApiRoute("GET", "/api/vhosts", "list_vhosts"),
     ApiRoute("PUT", "/api/vhosts/{name:path}", "declare_vhost"),
+    ApiRoute("DELETE", "/api/vhosts/{name:path}", "delete_vhost"),
     ApiRoute("GET", "/api/queues", "list_queues", vhost="query"),
     ApiRoute("GET", QUEUE_PATH, "get_queue", vhost="path"),
     ApiRoute("PUT", QUEUE_PATH, "declare_queue", _QUEUE_CONFIGURE, "path"),
@@ -559,6 +560,19 @@ class ManagementApp:
         self.runtime.tick()
         self.runtime.declare(name)
         return JSONResponse({"name": name}, status_code=201 if created else 200)
+
+    async def delete_vhost(self, request: Request) -> Response:
+        """Delete a vhost with everything in it (its connections are closed first); not ``/``."""
+        name = request.path_params["name"]
+        if name == DEFAULT_VHOST:
+            raise HTTPException(400, "the default vhost / cannot be deleted")
+        if name not in self.engines:
+            raise HTTPException(404, f"no vhost {name!r}")
+        for conn in list(self.connections.values()):
+            if conn.session is not None and conn.vhost == name:
+                conn.close(f"vhost {name} deleted")
+        self.runtime.delete(name)
+        return JSONResponse({"deleted": name})
 
     # -- queues ---------------------------------------------------------------------------------
     async def list_queues(self, request: Request) -> Response:

@@ -29,6 +29,7 @@ from typing import Any
 import trio
 
 from ..broker import Broker
+from ..broker.key_exchanges import BUILT_IN
 from ..broker.dispatch import settling_soon
 from ..broker.exchanges import PRIVATE_QUEUE_PREFIX
 from ..broker.reads import StoreRead
@@ -131,6 +132,25 @@ class Runtime(StoreEvents):
             engine.recover(nothing, [])
             log.info("vhost %s declared", vhost)
         return engine
+
+    def delete(self, vhost: str) -> None:
+        """Delete ``vhost`` (not the default one) with everything in it: streams, exchanges,
+        declared queues, policies, then in the store its messages and the vhost.  The caller
+        closes its connections first."""
+        engine = self.engines[vhost]
+        self.tick()
+        for stream in list(engine.streams_by_name):
+            engine.administer("delete/stream/" + stream)
+        for name in sorted(engine.exchanges.keys() | engine.key_exchanges.keys() - BUILT_IN.keys()):
+            engine.administer("delete/exchange/" + name)
+        for name in engine.declared_queues():
+            engine.administer("delete/queue/" + name)
+        for operator in (False, True):
+            for policy in self.policies.of(vhost, operator):
+                self.policies.delete(vhost, policy.name, operator)
+        self.store.drop_vhost(vhost)
+        del self.engines[vhost]
+        log.info("vhost %s deleted", vhost)
 
     def _add(self, vhost: str, recovery: Recovery) -> Broker:
         view = VhostStore(self.store, vhost, recovery)

@@ -583,6 +583,11 @@ class Store(abc.ABC):
         then on, and a shared store tells every broker (``StoreEvents.policies_changed``)."""
         raise NotImplementedError(f"{type(self).__name__} stores no policies")
 
+    def drop_vhost(self, name: str) -> None:
+        """Forget vhost ``name`` with its messages, queue declarations, exchanges and bindings
+        (its streams are deleted before, one by one); pending writes of its messages are dropped."""
+        raise NotImplementedError(f"{type(self).__name__} cannot delete vhosts")
+
     def cap_expiry(self, queue: str, ttl: int) -> None:  # noqa: B027 - a store that keeps nothing caps nothing
         """Queue ``queue``'s stored messages (pending ones too) expire at most ``ttl`` ms after
         they were published."""

@@ -143,6 +143,7 @@ from stompmq.storage.groups import (
     SaveQueue,
     SaveMeta,
     CapExpiry,
+    DropVhost,
     POLICY_PREFIX,
     SHOVEL_PREFIX,
     DropStream,
@@ -383,6 +384,12 @@ class GroupCommitStore(Store):
         self._pending = {seq: op for seq, op in self._pending.items() if op[1].space + op[1].queue != queue}
         self._pending_bytes = _insert_bytes(self._pending)
         self._add_structural(Purge(queue))
+
+    def drop_vhost(self, name: str) -> None:
+        space = vhost_space(name)  # every message operation of the vhost left pending is moot
+        self._pending = {seq: op for seq, op in self._pending.items() if op[1].space != space}
+        self._pending_bytes = _insert_bytes(self._pending)
+        self._add_structural(DropVhost(name))
 
     def release(self, queue: str) -> None:
         if self.shared:

@@ -24,7 +24,7 @@ from .base import (
     StreamMessage,
     StreamRecord,
 )
-from ..vhost_names import DEFAULT_VHOST
+from ..vhost_names import DEFAULT_VHOST, vhost_space
 
 T = TypeVar("T")
 
@@ -110,6 +110,13 @@ class MemoryStore(Store):
             self._shovels.pop(name, None)
         else:
             self._shovels[name] = dict(declaration)
+
+    def drop_vhost(self, name: str) -> None:
+        space = vhost_space(name)
+        self._vhosts.discard(name)
+        self._exchanges = {k: v for k, v in self._exchanges.items() if not k.startswith(space)}
+        self._bindings = {k: v for k, v in self._bindings.items() if not k[0].startswith(space)}
+        self._queues = {k: v for k, v in self._queues.items() if not k.startswith(space)}
 
     def save_policy(self, key: str, record: dict[str, Any] | None) -> None:
         if record is None:

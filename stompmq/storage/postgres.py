@@ -102,6 +102,8 @@ from stompmq.storage.groups import (
     SaveQueue,
     SaveMeta,
     CapExpiry,
+    DropVhost,
+    DROP_VHOST_SQL,
     POLICY_PREFIX,
     DropStream,
     SaveStream,
@@ -657,6 +659,10 @@ class PostgresBackend:
                             " ON CONFLICT (name) DO UPDATE SET value = excluded.value", (name, _dumps(value)))
                 if name.startswith(POLICY_PREFIX):
                     self._notify_definitions(cur)
+            case DropVhost(name=name):
+                for statement in DROP_VHOST_SQL:
+                    cur.execute(statement.replace("?", "%s"), (name,))
+                self._notify_definitions(cur)
             case CapExpiry(queue=name, ttl=ttl):
                 queue_id = self._queue_id(cur, name, create=False)
                 if queue_id is not None:

@@ -66,6 +66,8 @@ from stompmq.storage.groups import (
     SaveQueue,
     SaveMeta,
     CapExpiry,
+    DropVhost,
+    DROP_VHOST_SQL,
     SaveStream,
     SaveVhost,
     StreamRow,
@@ -462,6 +464,9 @@ class SQLiteBackend:
                 conn.execute("DELETE FROM broker_meta WHERE name = ?", (name,))
             case SaveMeta(name=name, value=value):
                 conn.execute("INSERT OR REPLACE INTO broker_meta (name, value) VALUES (?, ?)", (name, _dumps(value)))
+            case DropVhost(name=name):
+                for statement in DROP_VHOST_SQL:
+                    conn.execute(statement, (name,))
             case CapExpiry(queue=name, ttl=ttl):
                 queue_id = self._find_queue(conn, name)
                 if queue_id is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +14,7 @@ from stompmq.server import ServerSettings
 from ..support.broker_process import free_port
 from ..support.broker_thread import BrokerThread
 from ..support.stompclient import BrokerError, Client
+from ..support.stores import make_store_factory
 from .test_http import Api
 
 
@@ -56,3 +58,36 @@ def test_list_vhosts_counts_the_declared_queues(make_memory_broker: Callable[...
     assert main(["admin", "--url", url, "--json", "list-vhosts"]) == 0
     (vhost,) = json.loads(capsys.readouterr().out)
     assert (vhost["queues"], vhost["queues_declared"], vhost["exchanges"]) == (6, 6, 1)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_a_deleted_vhost_is_gone_with_everything_in_it_across_a_restart(tmp_path: Path, kind: str) -> None:
+    store = make_store_factory(kind, tmp_path)
+    http_port = free_port()
+    settings = ServerSettings(port=0, http_port=http_port)
+    api = Api(http_port)
+    with BrokerThread(store, settings=settings).start() as broker:
+        assert api.call("PUT", "/api/vhosts/doomed")[0] == 201
+        assert api.call("PUT", "/api/queues/doomed/jobs", {"arguments": {"max-length": 5}})[0] == 201
+        assert api.call("PUT", "/api/policies/doomed/p", {"pattern": ".*", "definition": {"message-ttl": 60000}})[0] == 201
+        with Client(broker.port, host="doomed") as c:
+            c.request("SEND", {"destination": "/control/declare/exchange/orders", "type": "direct"})
+            c.request("SEND", {"destination": "/control/bind/exchange/orders", "queue": "/queue/jobs",
+                               "routing-key": "k"})
+            c.request("SEND", {"destination": "/control/declare/stream/events"})
+            c.send_to("/queue/jobs", "lost with the vhost")
+            c.send_to("/queue/later", "delayed", headers={"delay": "600000"})
+            assert api.call("DELETE", "/api/vhosts/doomed")[0] == 200
+            c.expect_error()  # its connections are closed
+        assert api.call("DELETE", "/api/vhosts/doomed")[0] == 404
+        assert api.call("DELETE", "/api/vhosts/%2F")[0] in (400, 404)
+        assert [v["name"] for v in api.get("/api/vhosts")["items"]] == ["/"]
+        assert api.get("/api/policies")["items"] == []
+    with BrokerThread(store, settings=settings).start() as broker:
+        assert [v["name"] for v in api.get("/api/vhosts")["items"]] == ["/"]  # not brought back by a stored row
+        assert api.call("PUT", "/api/vhosts/doomed")[0] == 201
+        assert api.call("GET", "/api/queues/doomed/jobs")[0] == 404  # nothing of it is left
+        assert api.call("GET", "/api/queues/doomed/later")[0] == 404
+        assert {e["name"] for e in api.get("/api/exchanges?vhost=doomed")["items"]} == {
+            "amq.direct", "amq.fanout", "amq.topic"}
+        assert api.get("/api/streams?vhost=doomed")["items"] == []

@@ -149,6 +149,9 @@ class Walk:
             return (f"{prefix}/%2F/p{n}" if route.path.endswith(VHOST_NAME) else prefix), body
         if handler == "definitions_api.import_":
             return "/api/definitions", {"queues": [{"name": f"declared{n}"}]}
+        if handler == "delete_vhost":
+            self.root("PUT", f"/api/vhosts/gone{n}")
+            return f"/api/vhosts/gone{n}", None
         if handler == "declare_vhost":
             return f"/api/vhosts/dev{n}", None
         if handler == "set_alarm_limits":

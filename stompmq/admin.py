@@ -24,8 +24,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from . import tomlfile
-from .broker.definitions import DefinitionsError
-from .broker.key_exchanges import BUILT_IN
+from .broker.definitions import VHOST_LISTS, DefinitionsError
 from .config import DEFAULT_HTTP_PORT
 
 #: An empty STOMPMQ_ADMIN_URL counts as unset.
@@ -136,22 +135,6 @@ def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     return "\n".join(lines)
 
 
-def export_definitions(api: Api) -> tuple[dict[str, Any], list[str]]:
-    """The consistent-hash exchanges and their bindings as a definitions file (``--definitions``
-    reads it back), and the names of the exchanges a definitions file cannot declare (direct,
-    fanout, topic; the built-in ``amq.*`` ones always exist and are left out silently)."""
-    exchanges, bindings, skipped = [], [], []
-    for ex in api.pages("/api/exchanges"):
-        if ex["type"] != "consistent-hash":
-            if ex["name"] not in BUILT_IN:
-                skipped.append(ex["name"])
-            continue
-        exchanges.append({"name": ex["name"], "type": ex["type"], **ex["options"]})
-        bindings += [{"exchange": ex["name"], "queue": "/queue/" + b["queue"], "weight": b["weight"]}
-                     for b in ex["bindings"]]
-    return {"exchanges": exchanges, "bindings": bindings}, skipped
-
-
 def write_definitions(path: str, data: dict[str, Any]) -> None:
     """``data`` as TOML or JSON, by ``path``'s extension."""
     text = tomlfile.dumps(data) if _format(path) == ".toml" else json.dumps(data, indent=2) + "\n"
@@ -169,24 +152,6 @@ def _format(path: str) -> str:
     return extension
 
 
-def import_definitions(api: Api, data: dict[str, Any]) -> None:
-    """Declare what ``data`` declares: in ``api``'s vhost, and each ``vhosts`` entry in its own."""
-    for entry in data.get("vhosts", []):
-        api.call("PUT", "/api/vhosts/" + _quoted(entry["name"]))
-        import_definitions(dataclasses.replace(api, vhost=entry["name"]), {**entry, "vhosts": []})
-    for ex in data.get("exchanges", []):
-        options = {k: v for k, v in ex.items() if k != "name"}
-        api.call("PUT", "/api/exchanges/" + _quoted(ex["name"]), options)
-    for b in data.get("bindings", []):
-        api.call("POST", f"/api/exchanges/{_quoted(b['exchange'])}/bindings",
-                 {"queue": b["queue"], "weight": b.get("weight", 1)})
-    for shovel in data.get("shovels", []):  # top-level only: a shovel's URLs name their vhosts
-        if not isinstance(shovel, dict) or not isinstance(shovel.get("name"), str):
-            raise UsageError("every [[shovels]] entry needs a string 'name'")
-        api.call("PUT", "/api/shovels/" + _quoted(shovel["name"]), {k: v for k, v in shovel.items() if k != "name"},
-                 scoped=False)
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="stompmq admin", description=__doc__.splitlines()[0])
     parser.add_argument("--url", default=DEFAULT_URL, help=f"management API [default: {DEFAULT_URL}; env STOMPMQ_ADMIN_URL]")
@@ -200,7 +165,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("overview", help="version, uptime, store, totals and rates")
     sub.add_parser("list-vhosts", help="every vhost with its connections and queues")
     sub.add_parser("declare-vhost", help="declare a vhost").add_argument("name")
+    sub.add_parser("delete-vhost", help="delete a vhost with its queues, messages, exchanges, streams and "
+                   "policies (its connections are closed)").add_argument("name")
     sub.add_parser("list-queues", help="every queue with its counts")
+    declare_queue = sub.add_parser("declare-queue", help="declare a queue with settings (stored; a new declaration "
+                                   "replaces the old one)")
+    declare_queue.add_argument("queue")
+    declare_queue.add_argument("--argument", action="append", default=[], metavar="KEY=VALUE",
+                               help="a setting, e.g. message-ttl=60000, dead-letter=true (repeatable)")
     sub.add_parser("list-connections", help="every client connection")
     sub.add_parser("list-exchanges", help="every exchange with its bindings")
     sub.add_parser("list-schedules", help="the vhost's scheduled and delayed messages, the next to fire first")
@@ -233,7 +205,8 @@ def build_parser() -> argparse.ArgumentParser:
     bind = sub.add_parser("bind", help="bind a queue to an exchange")
     bind.add_argument("exchange")
     bind.add_argument("queue")
-    bind.add_argument("--weight", type=int, default=1)
+    bind.add_argument("--weight", type=int, default=None, help="a consistent-hash binding's weight [default: 1]")
+    bind.add_argument("--routing-key", default=None, help="a direct or topic exchange's binding key")
     unbind = sub.add_parser("unbind", help="unbind a queue from an exchange")
     unbind.add_argument("exchange")
     unbind.add_argument("queue")
@@ -264,16 +237,37 @@ def build_parser() -> argparse.ArgumentParser:
                        "offset [default: next]")
     trace.add_argument("--count", type=int, help="tail: stop after this many events [default: follow until "
                        "interrupted]")
-    sub.add_parser("export", help="write the exchanges and bindings as a definitions file (FILE.toml or "
-                   "FILE.json: the extension picks the format)").add_argument("file")
-    sub.add_parser("import", help="declare what a definitions file (FILE.toml or FILE.json) declares").add_argument("file")
+    policy = sub.add_parser("set-policy", help="set a policy of the vhost: settings for every queue whose name "
+                            "matches a pattern, applied at once (stored)")
+    policy.add_argument("name")
+    policy.add_argument("--pattern", required=True, help="a regular expression searched in queue names, e.g. ^orders\\.")
+    policy.add_argument("--definition", action="append", required=True, metavar="KEY=VALUE",
+                        help="a setting, e.g. message-ttl=60000 or expires=3600000 (repeatable)")
+    policy.add_argument("--priority", type=int, default=0, help="the highest priority of the matching policies "
+                        "applies [default: 0]")
+    policy.add_argument("--apply-to", default="queues", choices=("queues", "streams", "exchanges", "all"))
+    for name, what in (("set-policy", "set"), ("clear-policy", "clear"), ("list-policies", "list")):
+        (policy if name == "set-policy" else sub.add_parser(name, help=f"{what} policies of the vhost")).add_argument(
+            "--operator", action="store_true", help=f"{what} operator policies (they cap: the stricter value wins)")
+        if name == "clear-policy":
+            sub.choices[name].add_argument("name")
+    export = sub.add_parser("export", help="write every definition (vhosts, exchanges, queues, streams, bindings, "
+                            "policies, shovels, users) as a definitions file (FILE.toml or FILE.json: the "
+                            "extension picks the format)")
+    export.add_argument("file")
+    export.add_argument("--with-secrets", action="store_true",
+                        help="with the users' password hashes and the shovels' passwords (administrators only)")
+    imported = sub.add_parser("import", help="declare what a definitions file (FILE.toml or FILE.json) declares, "
+                              "checked whole first (an invalid file changes nothing)")
+    imported.add_argument("file")
+    imported.add_argument("--dry-run", action="store_true", help="print the steps and change nothing")
     sub.add_parser("import-rabbitmq", help="RabbitMQ's definitions.json: see stompmq admin import-rabbitmq --help")
     return parser
 
 
 #: The columns of each list command's table.
 COLUMNS = {
-    "list-vhosts": ["name", "connections", "queues_in_use", "exchanges"],
+    "list-vhosts": ["name", "connections", "queues", "queues_declared", "queues_in_use", "exchanges"],
     "list-queues": ["name", "ready", "unacked", "consumers", "publish/s", "deliver/s", "ack/s", "oldest_ready_age",
                     "oldest_unacked_age"],
     "list-connections": ["id", "peer", "login", "version", "subscriptions", "bytes_in", "bytes_out"],
@@ -283,6 +277,7 @@ COLUMNS = {
     "get": ["priority", "redelivery_count", "age", "headers", "body"],
     "list-shovels": ["name", "state", "moved", "rate", "from", "to", "error"],
     "list-schedules": ["id", "queue", "next", "remaining", "period", "cron"],  # (remaining None: no end)
+    "list-policies": ["vhost", "name", "pattern", "apply-to", "priority", "definition"],
 }
 
 
@@ -295,6 +290,8 @@ def run(api: Api, args: argparse.Namespace) -> Any:
         return api.call("GET", "/api/vhosts")["items"]
     if command == "declare-vhost":
         return api.call("PUT", "/api/vhosts/" + _quoted(args.name))
+    if command == "delete-vhost":
+        return api.call("DELETE", "/api/vhosts/" + _quoted(args.name))
     if command == "list-queues":
         rows = list(api.pages("/api/queues"))
         for row in rows:
@@ -337,11 +334,14 @@ def run(api: Api, args: argparse.Namespace) -> Any:
     if command == "publish":
         body = {"body": args.body, "headers": _pairs("--header", args.header)}
         return api.queue("POST", args.queue, "publish", body)
+    if command == "declare-queue":
+        return api.queue("PUT", args.queue, body={"arguments": _pairs("--argument", args.argument)})
     if command == "declare":
         return api.call("PUT", "/api/exchanges/" + _quoted(args.exchange), _pairs("--option", args.option))
     if command == "bind":
+        binding = {"queue": args.queue, "weight": args.weight, "routing_key": args.routing_key}
         return api.call("POST", f"/api/exchanges/{_quoted(args.exchange)}/bindings",
-                        {"queue": args.queue, "weight": args.weight})
+                        {k: v for k, v in binding.items() if v is not None})
     if command == "unbind":
         queue = args.queue.removeprefix("/queue/")
         return api.call("DELETE", f"/api/exchanges/{_quoted(args.exchange)}/bindings/{_quoted(queue)}")
@@ -362,6 +362,15 @@ def run(api: Api, args: argparse.Namespace) -> Any:
         return api.call("PUT", "/api/shovels/" + _quoted(args.name), body, scoped=False)
     if command == "delete-shovel":
         return api.call("DELETE", "/api/shovels/" + _quoted(args.name), scoped=False)
+    if command in ("set-policy", "clear-policy", "list-policies"):
+        collection = "/api/operator-policies" if args.operator else "/api/policies"
+        if command == "list-policies":
+            return api.call("GET", f"{collection}?vhost={_quoted(api.vhost)}", scoped=False)["items"]
+        path = f"{collection}/{_quoted(api.vhost)}/{_quoted(args.name)}"
+        if command == "clear-policy":
+            return api.call("DELETE", path, scoped=False)
+        return api.call("PUT", path, {"pattern": args.pattern, "apply-to": args.apply_to, "priority": args.priority,
+                                      "definition": _pairs("--definition", args.definition)}, scoped=False)
     if command == "close-connection":
         return api.call("DELETE", "/api/connections/" + _quoted(args.id))
     if command == "trace":
@@ -372,14 +381,23 @@ def run(api: Api, args: argparse.Namespace) -> Any:
         return api.call("PUT", "/api/trace", {"on": args.action == "on", "body_bytes": args.body_bytes})
     if command == "export":
         _format(args.file)
-        data, skipped = export_definitions(api)
+        data = api.call("GET", "/api/definitions" + ("?secrets=true" if args.with_secrets else ""), scoped=False)
         write_definitions(args.file, data)
-        return {"exported": args.file, "exchanges": len(data["exchanges"]), "bindings": len(data["bindings"]),
-                "not_exported": skipped}
+        vhosts = [data, *data.get("vhosts", [])]
+        return {"exported": args.file, "vhosts": len(vhosts),
+                **{key: sum(len(part.get(key, [])) for part in vhosts) for key in VHOST_LISTS},
+                "shovels": len(data.get("shovels", [])), "users": len(data.get("users", []))}
     assert command == "import"
     _format(args.file)
-    import_definitions(api, tomlfile.load_definitions(args.file))
-    return {"imported": args.file}
+    data = tomlfile.load_definitions(args.file)
+    try:
+        answer = api.call("POST", "/api/definitions" + ("?dry_run=true" if args.dry_run else ""), data, scoped=False)
+    except ApiError as e:
+        if e.status == 400:  # the file is wrong: a usage error, as --definitions at start-up
+            raise DefinitionsError(f"{args.file}: {str(e).removeprefix('definitions: ')}") from None
+        raise
+    return [{"step": step} for step in answer["steps"]] if args.dry_run else {
+        "imported": args.file, "steps": len(answer["steps"])}
 
 
 #: How often ``trace tail`` asks for new events when it has read them all.

@@ -92,6 +92,7 @@ class StompConnection:
         self.parser = FrameParser(Limits(max_body=MAX_BODY, max_headers=10_000))
         self.pending: list[Frame] = []
         self.version = "1.2"
+        self.server = ""  # the CONNECTED frame's ``server`` header (``RabbitMQ/3.13.7``, say)
         self._receipts = 0
 
     @classmethod
@@ -123,6 +124,7 @@ class StompConnection:
             await stream.aclose()
             raise Refused(f"{url.where()} refused the connection: {reason(reply)}")
         connection.version = reply.headers.get("version", "1.0")
+        connection.server = reply.headers.get("server", "")
         connection.parser.version = connection.version
         return connection
 

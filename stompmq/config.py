@@ -244,7 +244,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("http-host", str, "127.0.0.1", "address of the management API, /metrics and dashboard (HTTP basic auth over --users-file; open without one)"),
     Option("http-port", _int(0, 65535), DEFAULT_HTTP_PORT, "TCP port of the management API, /metrics and dashboard (0 = off)"),
     Option("max-http-connections", _int(1), 64, "connections the management API serves at once (each is unauthenticated until its request's credentials are checked); more get HTTP 429 at once, counted in /metrics; they are reserved from the open-file limit before --max-connections' default", "N"),
-    Option("metrics-top-queues", _int(0), 100, "queues with per-queue series in /metrics (the busiest; bounds label cardinality)", "N"),
+    Option("metrics-top-queues", _int(0), 100, "queues with per-queue series in /metrics (the busiest, then those holding most; dead-letter queues besides)", "N"),
     Option("tls-port", _optional_int, None, "TCP port for STOMP over TLS (needs --tls-cert and --tls-key)", "PORT"),
     Option("tls-cert", str, None, "PEM certificate chain of the TLS listeners (reloaded on SIGHUP or change)", "FILE"),
     Option("tls-key", str, None, "PEM private key of --tls-cert", "FILE"),

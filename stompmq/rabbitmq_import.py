@@ -16,13 +16,18 @@ prints it.  Then:
   (salted SHA-256/512 or MD5) cannot be turned into stompmq's scrypt hashes, so a
   user's password comes from ``--password-file`` (``user:password`` lines), or
   the user is written locked until ``stompmq users passwd`` sets one.
+* **Policies and operator policies** are set through the broker's management API
+  (``--url``, with the credentials of ``--broker``): their keys map one for one but for
+  ``dead-letter-exchange`` (``dead-letter``: to ``/queue/DLQ.NAME``) and ``consumer-timeout``
+  (``ack-timeout``, in seconds); ``apply-to`` ``classic_queues`` and ``quorum_queues`` are
+  ``queues``.  A policy of which no key maps is listed as not mapped.
 * **Permissions**: RabbitMQ's configure/write/read regular expressions match
   resource *names* (``orders``); stompmq's match resources (``/queue/orders``,
   ``/exchange/orders``).  A pattern is rewritten to match the same names of every
   kind: ``^`` becomes "just after ``/KIND/``".
 
 Whatever has no stompmq counterpart (headers exchanges, exchange-to-exchange
-bindings, policies, shovel and federation parameters, ...) is listed under "not
+bindings, shovel and federation parameters, policy keys such as ``ha-mode``, ...) is listed under "not
 mapped" in the plan, and what maps with a different meaning under "differs";
 nothing is dropped silently.
 """
@@ -33,11 +38,12 @@ import argparse
 import json
 import re
 import sys
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .client import ClientError, StompConnection, StompUrl, run_client
+from .client import ClientError, Refused, StompConnection, StompUrl, run_client
 from .server.auth import KNOWN_TAGS, Permission, User, Users, UsersFileError, hash_password
 from .vhost_names import DEFAULT_VHOST
 
@@ -61,6 +67,11 @@ QUEUE_ARGUMENTS_DIFFER = {
     "x-queue-mode": "queues always page to the store beyond their window (like lazy queues)",
     "x-queue-version": "one storage format",
 }
+#: RabbitMQ policy keys that map one for one.
+POLICY_KEYS = {"message-ttl", "expires", "max-length", "max-length-bytes", "overflow", "delivery-limit"}
+#: RabbitMQ's apply-to values and stompmq's.
+APPLY_TO = {"queues": "queues", "classic_queues": "queues", "quorum_queues": "queues", "streams": "streams",
+            "exchanges": "exchanges", "all": "all"}
 DURATION_UNITS = {"Y": 365 * 86400, "M": 30 * 86400, "D": 86400, "h": 3600, "m": 60, "s": 1}
 
 
@@ -76,9 +87,24 @@ class Step:
         return f"{self.destination}{' ' + options if options else ''}"
 
 
+@dataclass(frozen=True, slots=True)
+class PolicyStep:
+    """One policy (or operator policy) to set: ``PUT /api/[operator-]policies/VHOST/NAME``."""
+
+    vhost: str
+    name: str
+    operator: bool
+    body: dict[str, Any]
+
+    def describe(self) -> str:
+        kind = "operator policy" if self.operator else "policy"
+        return f"{kind} {self.name} on {self.vhost}: {json.dumps(self.body, sort_keys=True)}"
+
+
 @dataclass
 class Plan:
     vhosts: dict[str, list[Step]] = field(default_factory=dict)  # vhost -> its steps, in order
+    policies: list[PolicyStep] = field(default_factory=list)
     users: dict[str, User] = field(default_factory=dict)
     locked: list[str] = field(default_factory=list)  # users written without a password
     unmapped: list[str] = field(default_factory=list)
@@ -96,6 +122,9 @@ class Plan:
                 lines.append(f"  {user.name} tags=[{','.join(user.tags)}] {password}")
                 lines += [f"    on {v}: configure={p.configure!r} write={p.write!r} read={p.read!r}"
                           for v, p in user.permissions.items()]
+        if self.policies:
+            lines.append("policies (through the management API):")
+            lines += [f"  {step.describe()}" for step in self.policies]
         for title, items in (("differs", self.differs), ("not mapped", self.unmapped)):
             if items:
                 lines.append(f"{title}:")
@@ -123,8 +152,12 @@ def plan(data: dict[str, Any], passwords: dict[str, str], default: str = DEFAULT
             result.unmapped.append(f"vhost {entry.get('name')}: limits {entry['limits']}")
     _exchanges_and_queues(data, result, default)
     _users(data, result, passwords, default)
-    for key, what in (("policies", "policy"), ("operator_policies", "operator policy"), ("parameters", "parameter"),
-                      ("global_parameters", "global parameter"), ("topic_permissions", "topic permission")):
+    for key, operator in (("policies", False), ("operator_policies", True)):
+        for entry in _entries(data, key):
+            step = _policy(entry, operator, result, default)
+            if step is not None:
+                result.policies.append(step)
+    for key, what in (("parameters", "parameter"), ("global_parameters", "global parameter"), ("topic_permissions", "topic permission")):
         for entry in _entries(data, key):
             if key == "global_parameters" and entry.get("name") in ("cluster_name", "internal_cluster_id"):
                 continue  # the old cluster's identity: nothing to carry over
@@ -261,6 +294,37 @@ def _queue(vhost: str, name: str, q: dict[str, Any], result: Plan) -> Step | Non
     return Step("/control/declare/queue/" + name, headers)
 
 
+def _policy(entry: dict[str, Any], operator: bool, result: Plan, default: str) -> PolicyStep | None:
+    """One RabbitMQ policy as stompmq's, or None (listed as not mapped)."""
+    vhost, name = _vhost(entry, default), str(entry.get("name", ""))
+    what = f"{'operator policy' if operator else 'policy'} {name!r} on {vhost}"
+    definition: dict[str, Any] = {}
+    for key, value in dict(entry.get("definition") or {}).items():
+        if key in POLICY_KEYS:
+            if key == "overflow" and value == "reject-publish-dlx":
+                result.differs.append(f"{what}: overflow reject-publish-dlx is reject-publish (not dead-lettered)")
+                value = "reject-publish"
+            definition[key] = value
+        elif key == "dead-letter-exchange" and not operator:
+            definition["dead-letter"] = True
+            result.differs.append(f"{what}: dead letters go to /queue/DLQ.NAME, not to exchange {value!r}")
+        elif key == "consumer-timeout" and isinstance(value, int):
+            definition["ack-timeout"] = value / 1000 if value % 1000 else value // 1000
+        else:
+            result.unmapped.append(f"{what}: key {key}={json.dumps(value)}")
+    apply_to = APPLY_TO.get(str(entry.get("apply-to", "all")))
+    if apply_to in ("streams", "exchanges") or apply_to is None:
+        result.unmapped.append(f"{what}: apply-to {entry.get('apply-to')}: only queues have settings")
+        return None
+    if not definition:
+        result.unmapped.append(f"{what}: none of its keys maps")
+        return None
+    if entry.get("apply-to") in ("classic_queues", "quorum_queues"):
+        result.differs.append(f"{what}: apply-to {entry['apply-to']} applies to every queue")
+    return PolicyStep(vhost, name, operator, {"pattern": str(entry.get("pattern", "")), "apply-to": apply_to,
+                                              "priority": int(entry.get("priority", 0)), "definition": definition})
+
+
 def _seconds(age: str) -> int | None:
     """RabbitMQ's ``x-max-age`` ("7D", "12h", "30m", "1Y") in seconds; None if unreadable."""
     match = re.fullmatch(r"(\d+)([YMDhms])", age)
@@ -365,6 +429,23 @@ async def apply(result: Plan, broker: StompUrl) -> None:
             await connection.close()
 
 
+def set_policies(result: Plan, url: str, broker: StompUrl) -> None:
+    """Set the plan's policies through the management API at ``url``, as ``broker``'s user."""
+    from .admin import Api, ApiError  # (admin runs this module's main: imported when used)
+
+    api = Api.login(url, DEFAULT_VHOST, broker.login, broker.passcode or "")
+    for step in result.policies:
+        collection = "/api/operator-policies/" if step.operator else "/api/policies/"
+        path = collection + urllib.parse.quote(step.vhost, safe="") + "/" + urllib.parse.quote(step.name, safe="")
+        try:
+            api.call("PUT", path, step.body, scoped=False)
+        except ApiError as e:
+            raise Refused(f"{step.describe()}: {e.status}: {e}") from None
+        except OSError as e:
+            raise ClientError(f"cannot reach the management API at {url} (--url) for the policies: "
+                              f"{getattr(e, 'reason', e)}") from None
+
+
 async def _run(connection: StompConnection, step: Step) -> None:
     try:
         await connection.request("SEND", {"destination": step.destination, **step.headers})
@@ -378,6 +459,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--broker", default="stomp://127.0.0.1:61613", metavar="URL",
                         help="the stompmq to declare on: stomp://[user:password@]host[:port] (an administrator "
                              "when it has users) [default: stomp://127.0.0.1:61613]")
+    parser.add_argument("--url", default=None, metavar="URL",
+                        help="the broker's management API, for the policies [default: stompmq admin's --url]")
     parser.add_argument("--users-file", metavar="FILE", help="write the users into this users file (merged)")
     parser.add_argument("--password-file", metavar="FILE", help="user:password lines: the users' new passwords")
     parser.add_argument("--vhost", default=DEFAULT_VHOST,
@@ -405,6 +488,10 @@ def main(argv: list[str]) -> int:
                 users.users[name] = user
             users.save(path)
         run_client(apply, result, broker)
+        if result.policies:
+            from .admin import DEFAULT_URL
+
+            set_policies(result, args.url or DEFAULT_URL, broker)
     except (ClientError, UsersFileError) as e:
         print(f"stompmq admin: {e}", file=sys.stderr)
         return e.exit_code if isinstance(e, ClientError) else 2

@@ -25,6 +25,11 @@ has one writer, and nothing waits per message.
 Headers are kept but for those a broker sets on delivery (``BROKER_SET``);
 ``priority``, ``expires``, ``persistent``, ``content-type`` and user headers pass.
 
+A RabbitMQ source (its CONNECTED says ``server:RabbitMQ/...``) is read from ``/amq/queue/NAME``
+when the URL names ``/queue/NAME``: RabbitMQ's ``/queue/`` redeclares the queue, which fails with
+``PRECONDITION_FAILED - inequivalent arg`` for a queue declared with arguments (most production
+queues), while ``/amq/queue/`` takes the existing queue as it is (``source_destination``).
+
 The same ``Shovel`` serves a broker's declared shovels (``Declaration``, run and restarted
 after faults by ``server/shovels.py``): each ``run`` is one session on fresh connections,
 and what a broken session left unconfirmed is delivered again by the source, flagged.
@@ -72,6 +77,14 @@ ON_CONFIRM = "on-confirm"
 MAX_PREFETCH = 10_000_000
 
 
+def source_destination(destination: str, server: str) -> str:
+    """Where to subscribe at a source whose CONNECTED said ``server``: ``/queue/NAME`` of RabbitMQ
+    is its existing queue, ``/amq/queue/NAME`` (not redeclared, whatever its arguments)."""
+    if server.startswith("RabbitMQ") and destination.startswith("/queue/"):
+        return "/amq/queue/" + destination.removeprefix("/queue/")
+    return destination
+
+
 @dataclass
 class Shovel:
     """What one run moves, and how far it got."""
@@ -106,7 +119,8 @@ class Shovel:
         prefetch = str(self.prefetch if self.max is None else min(self.prefetch, self.max))
         try:
             await source.send(Frame("SUBSCRIBE", {
-                "id": "shovel", "destination": self.source.destination, "ack": "client-individual",
+                "id": "shovel", "destination": source_destination(self.source.destination, source.server),
+                "ack": "client-individual",
                 "prefetch-count": prefetch, "activemq.prefetchSize": prefetch,
             }))
             self.last_message = trio.current_time()

@@ -3,8 +3,9 @@ apply (``broker/definitions.py``), and written as TOML (the standard library rea
 not write it).
 
 Only the shape a definitions file has is written: a table whose values are scalars
-(strings, integers, floats, booleans) or lists of such tables, nested as arrays of tables
-(``[[vhosts]]`` holding ``[[vhosts.exchanges]]``).  Anything else is a ``ValueError``, so
+(strings, integers, floats, booleans), lists of scalars, tables written inline (a policy's
+``definition``) or lists of tables, nested as arrays of tables (``[[vhosts]]`` holding
+``[[vhosts.exchanges]]``).  Anything else is a ``ValueError``, so
 a file this writes is one ``tomllib`` reads back to the same data.
 """
 
@@ -17,7 +18,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from .broker.definitions import DefinitionsError
+from .broker.definitions import TOP_LEVEL, DefinitionsError
 
 BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
@@ -30,9 +31,8 @@ def load_definitions(path: str) -> dict[str, Any]:
         data = json.loads(text) if file.suffix == ".json" else tomllib.loads(text.decode())
     except (OSError, ValueError) as e:
         raise DefinitionsError(f"cannot read definitions file {path}: {e}") from None
-    if not isinstance(data, dict) or set(data) - {"exchanges", "queues", "bindings", "vhosts", "shovels"}:
-        raise DefinitionsError(f"{path}: expected only 'exchanges', 'queues', 'bindings', 'vhosts' and "
-                               "'shovels' lists")
+    if not isinstance(data, dict):
+        raise DefinitionsError(f"{path}: expected a table of lists ({', '.join(TOP_LEVEL)})")
     return data
 
 
@@ -71,8 +71,10 @@ def _value(value: Any) -> str:
         return repr(value)
     if isinstance(value, str):
         return _string(value)
-    if isinstance(value, list) and not value:
-        return "[]"
+    if isinstance(value, list) and not any(isinstance(v, (dict, list)) for v in value):
+        return "[" + ", ".join(_value(v) for v in value) + "]"
+    if isinstance(value, dict):  # an inline table (a policy's definition, a user's permissions)
+        return "{" + ", ".join(f"{_key(k)} = {_value(v)}" for k, v in value.items()) + "}"
     raise ValueError(f"cannot write {value!r} in a definitions file")
 
 

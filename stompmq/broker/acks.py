@@ -219,7 +219,7 @@ class Acks:
         if redelivered:
             msg.redeliveries += 1
             queue.stats.redelivered += 1
-            limit = self.config.max_redeliveries
+            limit = self.dispatcher.bounds.delivery_limit(queue.name, self.config.max_redeliveries)
             if limit is not None and msg.redeliveries > limit:
                 self.dispatcher.dead_letter(msg, f"redelivered more than {limit} times")
                 return

@@ -1,7 +1,8 @@
-"""What each queue was declared with, and how full the bounded ones are.
+"""What each queue's settings are, and how full the bounded ones are.
 
-``QueueBounds`` holds the declared policies (policies.py) and the ``--max-queue-bytes``
-default, gives a new message its queue's TTL, and counts the size of every bounded queue
+``QueueBounds`` holds the declared settings (queue_settings.py), the vhost's policies
+(policy_match.py: the settings they give are resolved once per queue and kept until they
+change) and the ``--max-queue-bytes`` default, gives a new message its queue's TTL, and counts the size of every bounded queue
 (``QueueSize``): +1 for each message stored ready, -1 for each deleted, corrected once by the
 store's count of the queue (``Store.queue_size``, read the first time the queue is bounded).
 A ``reject-publish`` queue refuses what would break its bounds (``admit``); dropping the head
@@ -15,42 +16,97 @@ from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 
 from ..storage.base import Store, StoredMessage, StoreError
-from .policies import REJECT_PUBLISH, QueueFull, QueuePolicy, QueueSize
+from .policy_match import Effective, Policy, resolve
+from .queue_settings import REJECT_PUBLISH, QueueFull, QueueSettings, QueueSize
 from .reads import Reads, StoreRead
 
 log = logging.getLogger(__name__)
+#: Queues whose resolved settings are kept at most (past it the cache starts afresh: resolving
+#: again is a few pattern searches).
+MAX_RESOLVED = 10_000
 
 
 class QueueBounds:
-    __slots__ = ("store", "reads", "max_queue_bytes", "declared", "default", "sizes", "on_counted")
+    __slots__ = ("store", "reads", "max_queue_bytes", "declared", "default", "sizes", "on_counted", "policies",
+                 "operator_policies", "ruled", "resolved")
 
     def __init__(self, store: Store, reads: Reads, max_queue_bytes: int | None,
                  on_counted: Callable[[str], None]) -> None:
         self.store = store
         self.reads = reads
         self.max_queue_bytes = max_queue_bytes
-        self.declared: dict[str, QueuePolicy] = {}  # declared queues
+        self.declared: dict[str, QueueSettings] = {}  # declared queues
         #: the policy of an undeclared queue: --max-queue-bytes, or none
-        default = QueuePolicy().with_default_bytes(max_queue_bytes)
+        default = QueueSettings().with_default_bytes(max_queue_bytes)
         self.default = default if default.bounded else None
         self.sizes: dict[str, QueueSize] = {}  # bounded queues
         self.on_counted = on_counted  # the store's count of a queue came in (its bounds may bite)
+        self.policies: tuple[Policy, ...] = ()
+        self.operator_policies: tuple[Policy, ...] = ()
+        self.ruled = False  # the vhost has policies: every queue's settings are resolved
+        self.resolved: dict[str, QueueSettings | None] = {}
 
-    def policy(self, name: str) -> QueuePolicy | None:
-        """What queue ``name`` was declared with (or the --max-queue-bytes default)."""
+    def policy(self, name: str) -> QueueSettings | None:
+        """Queue ``name``'s settings: declared, given by policies, or the --max-queue-bytes default."""
+        if self.ruled:
+            try:
+                return self.resolved[name]
+            except KeyError:
+                return self._resolve(name)
         policy = self.declared.get(name)
         if policy is None:
             return self.default
         return policy.with_default_bytes(self.max_queue_bytes)
 
-    def declare(self, name: str, policy: QueuePolicy | None, save: bool) -> QueuePolicy | None:
-        """Give queue ``name`` a policy (None: forget its declaration); the policy in effect now."""
+    def _resolve(self, name: str) -> QueueSettings | None:
+        effective = self.effective(name)
+        settings = effective.settings().with_default_bytes(self.max_queue_bytes) if effective.options else self.default
+        if len(self.resolved) >= MAX_RESOLVED:
+            self.resolved.clear()
+        self.resolved[name] = settings
+        return settings
+
+    def effective(self, name: str) -> Effective:
+        """Queue ``name``'s settings with where each came from (the ``--max-queue-bytes`` default
+        is not among them)."""
+        declared = self.declared.get(name)
+        return resolve(name, {} if declared is None else declared.options(), self.policies, self.operator_policies)
+
+    def set_policies(self, policies: tuple[Policy, ...], operator_policies: tuple[Policy, ...]) -> None:
+        """The vhost's policies now: every queue's settings are resolved afresh."""
+        self.policies, self.operator_policies = policies, operator_policies
+        self.ruled = bool(policies or operator_policies)
+        self.resolved.clear()
+
+    def ack_timeout(self, name: str, default: float) -> float:
+        """Seconds a delivery of queue ``name`` may stay unacked (its ``ack-timeout`` setting)."""
+        policy = self.policy(name)
+        return default if policy is None or policy.ack_timeout is None else policy.ack_timeout
+
+    def delivery_limit(self, name: str, default: int | None) -> int | None:
+        """Redeliveries before a message of queue ``name`` is dead-lettered (``delivery-limit``)."""
+        policy = self.policy(name)
+        return default if policy is None or policy.delivery_limit is None else policy.delivery_limit
+
+    def capped_priority(self, name: str, priority: int) -> int:
+        """A message's priority under its queue's ``max-priority``."""
+        policy = self.policy(name)
+        top = None if policy is None else policy.max_priority
+        return priority if top is None or priority <= top else top
+
+    def declare(self, name: str, policy: QueueSettings | None, save: bool) -> QueueSettings | None:
+        """Give queue ``name`` settings (None: forget its declaration); the settings in effect now."""
         if policy is None:
             self.declared.pop(name, None)
         else:
             self.declared[name] = policy
+        self.resolved.pop(name, None)
         if save:
             self.store.save_queue(name, None if policy is None else policy.options())
+        return self.refresh(name)
+
+    def refresh(self, name: str) -> QueueSettings | None:
+        """Queue ``name``'s settings in effect now, its size counted if they bound it."""
         effective = self.policy(name)
         if effective is not None and effective.bounded:
             self.size(name)

@@ -36,7 +36,9 @@ from .dispatch import Dispatcher
 from .errors import ClientError
 from .exchanges import ROUTING_KEY_HEADER, declaration_options, parse_weight
 from .key_exchanges import TYPES as KEY_TYPES
-from .policies import QueuePolicy
+from .policy_apply import AppliedPolicies
+from .policy_match import header_text
+from .queue_settings import QueueSettings
 from .routing import STREAM_TARGET, Router
 from .stats import QueueStats
 from .streams import Streams
@@ -80,7 +82,8 @@ class QueuePage:
 
 
 class Control:
-    def __init__(self, dispatcher: Dispatcher, router: Router, streams: Streams) -> None:
+    def __init__(self, dispatcher: Dispatcher, router: Router, streams: Streams, policies: AppliedPolicies) -> None:
+        self.policies = policies  # a declaration takes effect through it (with the policies' settings)
         self.dispatcher = dispatcher
         self.streams = streams
         self.router = router
@@ -91,6 +94,7 @@ class Control:
             ("stats", "topic"): self._topic_stats,
             ("purge", "queue"): self._purge,
             ("delete", "queue"): self._delete_queue,
+            ("settings", "queue"): self._queue_settings,
             ("declare", "queue"): self._declare_queue,
             ("declare", "exchange"): self._declare_exchange,
             ("delete", "exchange"): self._delete_exchange,
@@ -275,13 +279,22 @@ class Control:
         return {}
 
     def _declare_queue(self, name: str, frame: Frame) -> Answer:
-        """Give the queue a policy (policies.py), replacing any earlier declaration."""
-        self.dispatcher.declare(name, QueuePolicy.parse(frame.headers))
+        """Give the queue a policy (queue_settings.py), replacing any earlier declaration."""
+        self.policies.declare(name, QueueSettings.parse(frame.headers))
         return {}
+
+    def _queue_settings(self, name: str, frame: Frame) -> Answer:
+        """The queue's effective settings, each with ``KEY-source`` saying where it came from
+        (``declaration``, ``policy NAME`` or ``operator-policy NAME``: policy_match.py)."""
+        answer: dict[str, str] = {}
+        for key, shown in self.dispatcher.bounds.effective(name).describe().items():
+            answer[key] = header_text(shown["value"])
+            answer[key + "-source"] = " ".join(filter(None, (shown["source"], shown.get("policy"))))
+        return answer
 
     def _delete_queue(self, name: str, frame: Frame) -> Answer:
         if name in self.dispatcher.bounds.declared:
-            self.dispatcher.declare(name, None)
+            self.policies.declare(name, None)
         self.dispatcher.purge(name)
         self.router.unbind_everywhere(name)
         queue = self.dispatcher.queues.get(name)

@@ -35,7 +35,7 @@ nothing it claimed (``Store.claims_valid``, checked by ``_pump_shared``, the pum
 store) until the store renewed it; if it had lapsed, every claim held in memory is dropped
 (``claims_renewed``).
 
-The message lifecycle (see policies.py and delays.py) passes through here too: ``publish``
+The message lifecycle (see queue_settings.py and delays.py) passes through here too: ``publish``
 gives a message its queue's TTL, hands a delayed one to ``Delayed`` and keeps a bounded queue
 within its policy (refusing the SEND, or dropping the oldest ready messages); ``pump`` drops
 the expired messages it reaches at a queue's head (``Queue.dispatch`` sets them aside), and
@@ -60,7 +60,7 @@ from .delivery import message_frame, message_tail
 from .expiry import SWEEP_MS, ExpirySweep
 from .pacing import PACE_AT, RESUME_AT, SOCKET_PACE_AT, Pace
 from .limits import LimitError
-from .policies import DROP_HEAD, QueueFull, QueuePolicy
+from .queue_settings import DROP_HEAD, QueueFull, QueueSettings
 from .queue import Queue
 from .reads import Reads, StoreRead
 from .schedules import fire, started
@@ -147,10 +147,9 @@ class Dispatcher:
                     queue.claim_until = until
         return queue
 
-    # -- policies ---------------------------------------------------------------------------------
-    def declare(self, name: str, policy: QueuePolicy | None, save: bool = True) -> None:
-        """Give queue ``name`` a policy (None: forget its declaration)."""
-        effective = self.bounds.declare(name, policy, save)
+    # -- queue settings ---------------------------------------------------------------------------
+    def settings_changed(self, name: str, effective: QueueSettings | None) -> None:
+        """Queue ``name``'s settings are ``effective`` now: pinned if it drops its head, pumped."""
         pinned = effective is not None and effective.bounded and effective.overflow == DROP_HEAD
         queue = self.activate(name) if pinned else self.queues.get(name)
         if queue is not None:
@@ -262,7 +261,7 @@ class Dispatcher:
             else:
                 self.discard(msg, EXPIRED, queue.stats)
 
-    def _drop_head(self, queue: Queue[Subscription], policy: QueuePolicy) -> None:
+    def _drop_head(self, queue: Queue[Subscription], policy: QueueSettings) -> None:
         """Drop the oldest ready messages of a ``drop-head`` queue until it is within bounds."""
         size = self.bounds.sizes.get(queue.name)
         if size is None:
@@ -390,8 +389,9 @@ class Dispatcher:
         else it goes straight to a subscriber (``Queue.taker``) or into the window.  Every queue
         message comes through here: the steps a plain one takes are spelled out, not called."""
         bounds = self.bounds
-        if bounds.default is not None or bounds.declared and queue_name in bounds.declared:
+        if bounds.default is not None or bounds.ruled or bounds.declared and queue_name in bounds.declared:
             expires = self._admit(queue_name, body, expires, deliver_at)
+            priority = bounds.capped_priority(queue_name, priority)
         clock = self.clock
         msg = self.published = StoredMessage(clock.next_seq(), queue_name, priority, headers, body, clock.wall_ms,
                                              ack_timeout, 0, False, expires, deliver_at)
@@ -530,7 +530,7 @@ class Dispatcher:
             self.store.update(msg)
             timeout = msg.ack_timeout if msg.ack_timeout is not None else sub.ack_timeout
             if timeout is None:
-                timeout = self.config.ack_timeout
+                timeout = self.bounds.ack_timeout(queue.name, self.config.ack_timeout)
             if timeout > 0:
                 self.ack_timers[msg.seq] = self.deadlines.arm(timeout, ACK_TIMEOUT, session, ack_id, msg)
         outbox = session.outbox

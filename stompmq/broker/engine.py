@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from functools import partial
 from types import MappingProxyType
 from typing import Any, TypeVar
@@ -53,7 +53,6 @@ from .acks import EXTEND_ACK, LATE, Acks, AckRun
 from .browse import BrowseSubscription
 from .config import BrokerConfig
 from .control import Control, Deferred, QueuePage
-from .definitions import apply_definitions
 from .delivery import BROKER_HEADERS
 from .destinations import Kind, parse_destination
 from .delays import DELAY_DUE, DELAY_PAGE_RETRY
@@ -64,7 +63,7 @@ from .tracestream import resume as resume_trace
 from .exchanges import Exchange
 from .expiry import EXPIRY_SWEEP
 from .key_exchanges import BUILT_IN, KeyExchange
-from .policies import QueuePolicy
+from .queue_settings import QueueSettings
 from .queue import Queue
 from .reads import Reads, StoreRead
 from .receipts import Headers, Receipts
@@ -81,6 +80,8 @@ from .streams import (
     StreamSubscription,
 )
 from .stats import QueueStats
+from .policy_apply import QUEUE_EXPIRY, AppliedPolicies
+from .policy_match import Policy, typed
 from .subscriptions import QUEUE_NAME_HEADER, Subscriptions, split_legacy_bindings
 from .take import Take
 from .temp_queues import TEMP_DESTINATION
@@ -107,9 +108,10 @@ class Broker:
         self.streams = Streams(self.dispatcher, config)
         self.acks = Acks(self.dispatcher, self.streams)
         self.router = Router(self.dispatcher, self.streams)
-        self.subscriptions = Subscriptions(self.dispatcher, self.acks, self.router, self.streams, config)
+        self.policies = AppliedPolicies(self.dispatcher, lambda name: self.administer("delete/queue/" + name))
+        self.subscriptions = Subscriptions(self.dispatcher, self.acks, self.router, self.streams, config, self.policies)
         self.transactions = Transactions(self.router, self.acks, config)
-        self.control = Control(self.dispatcher, self.router, self.streams)
+        self.control = Control(self.dispatcher, self.router, self.streams, self.policies)
         self.schedules = Schedules(self.dispatcher.delayed, store)  # listed and cancelled by the API
         self.expiry = self.dispatcher.expiry
         self.clock = self.dispatcher.clock  # (read for every SEND's options)
@@ -137,6 +139,7 @@ class Broker:
             DELAY_DUE: self.dispatcher.promote_due,
             DELAY_PAGE_RETRY: self.dispatcher.delayed.retry_page,
             EXPIRY_SWEEP: self.expiry.run,
+            QUEUE_EXPIRY: self.policies.expire,
         }
 
     # -- what the runtime and the tests look at -------------------------------------------------
@@ -227,10 +230,9 @@ class Broker:
         return self.control.run(path, frame)
 
     # -- driving --------------------------------------------------------------------------------
-    def recover(self, recovery: Recovery, stale_queues: list[str], definitions: dict[str, Any] | None = None,
-                source: str = "") -> None:
+    def recover(self, recovery: Recovery, stale_queues: list[str]) -> None:
         """Take over what the store recovered; purge ``stale_queues`` (private queues of
-        subscriptions that a crash ended); apply a definitions file's contents."""
+        subscriptions that a crash ended)."""
         self.clock.recovered(recovery.last_seq)
         for name in stale_queues:
             self.dispatcher.purge(name)
@@ -245,9 +247,7 @@ class Broker:
         self.streams.recover(recovery.streams)
         resume_trace(self)
         for record in recovery.queues:
-            self.dispatcher.declare(record.name, QueuePolicy.parse(record.options), save=False)
-        if definitions is not None:
-            apply_definitions(self.router, definitions, source)
+            self.policies.declare(record.name, QueueSettings.parse(record.options), save=False)
         if self.store.durable:
             self.dispatcher.delayed.start()  # the delayed messages due first
             self.expiry.soon()  # what expired while the broker was stopped
@@ -301,6 +301,18 @@ class Broker:
 
     def definitions_changed(self, exchanges: list[ExchangeRecord], bindings: list[BindingRecord]) -> None:
         self.router.load_definitions(exchanges, bindings)
+
+    def declared_queues(self) -> dict[str, dict[str, Any]]:
+        """Every declared queue with its declaration's settings (typed: ``policy_match.typed``)."""
+        return {name: typed(settings.options()) for name, settings in sorted(self.dispatcher.bounds.declared.items())}
+
+    def queue_settings(self, name: str) -> dict[str, dict[str, Any]]:
+        """Queue ``name``'s effective settings: ``{key: {"value", "source", "policy"?}}``."""
+        return self.dispatcher.bounds.effective(name).describe()
+
+    def set_policies(self, policies: Iterable[Policy]) -> None:
+        """The vhost's policies and operator policies now (policy_apply.py: applied at once)."""
+        self.policies.replace(policies)
 
     def set_waker(self, wake: Callable[[], None]) -> None:
         """``wake`` is called when a deadline comes earlier or a store read is queued."""

@@ -18,7 +18,7 @@ from .exchanges import PRIVATE_QUEUE_PREFIX, ROUTING_KEY_HEADER, Exchange, parse
 from .key_exchanges import BUILT_IN, KeyExchange
 from .key_exchanges import TYPES as KEY_TYPES
 from .overflow import BLOCK, DISCONNECT, TopicOverflow
-from .policies import QueueFull
+from .queue_settings import QueueFull
 from .send_headers import user_headers, with_facts
 from .consumer import AckMode
 from .session import Session, Subscription

@@ -37,7 +37,7 @@ from ..protocol.headers import headers_without
 from ..storage.base import StoredMessage
 from .cron import next_fire
 from .errors import ClientError
-from .policies import QueueFull
+from .queue_settings import QueueFull
 from .send_headers import DUE_HEADERS, RECURRING, SCHEDULE_ID, SCHEDULE_LEFT, read_schedule
 
 if TYPE_CHECKING:

@@ -34,6 +34,7 @@ from .browse import BROWSER_HEADER, Browsers, BrowseSubscription
 from .config import BrokerConfig
 from .destinations import Destination, Kind, parse_destination
 from .dispatch import Dispatcher
+from .policy_apply import AppliedPolicies
 from .errors import ClientError
 from .limits import LimitError
 from .destinations import MAX_NAME_BYTES
@@ -73,9 +74,11 @@ SELECTOR_HEADER = "selector"
 
 class Subscriptions:
     def __init__(
-        self, dispatcher: Dispatcher, acks: Acks, router: Router, streams: Streams, config: BrokerConfig
+        self, dispatcher: Dispatcher, acks: Acks, router: Router, streams: Streams, config: BrokerConfig,
+        policies: AppliedPolicies,
     ) -> None:
         self.dispatcher = dispatcher
+        self.policies = policies  # a queue's use starts and ends here (its ``expires``)
         self.streams = streams
         self.acks = acks
         self.router = router
@@ -150,6 +153,7 @@ class Subscriptions:
         sub = Subscription(sub_id, session, dest.raw, mode, prefetch, ack_timeout, queue)
         session.subscriptions[sub_id] = sub
         self.dispatcher.restore(queue, queue.add_subscriber(sub, exclusive))
+        self.policies.used(queue_name)
         self.dispatcher.pump(queue)
 
     def check_queue_name(self, name: str) -> None:
@@ -225,6 +229,8 @@ class Subscriptions:
             self.router.overflow.forget(sub)
             return
         self.dispatcher.restore(queue, queue.remove_subscriber(sub))
+        if not queue.nsubs:
+            self.policies.unused(queue.name)
         if not queue.nsubs and self.router.drop_private(queue.name):
             # an exchange subscription's queue dies with it, its deliveries still in the outbox too
             self.dispatcher.discard_unsent(sub.session, queue)

@@ -24,7 +24,7 @@ from .acks import Acks, AckRun
 from .destinations import Kind, parse_destination
 from .dispatch import DEAD_LETTER_REASON, ORIGINAL_DESTINATION, Dispatcher
 from .errors import ClientError
-from .policies import QueueFull
+from .queue_settings import QueueFull
 from .session import Session, Subscription
 from .subscriptions import Subscriptions
 

@@ -80,6 +80,9 @@ from ..broker import Broker, ClientError
 from ..broker.ages import stream_lags
 from ..broker.control import MAX_PAGE, Deferred
 from ..broker.exchanges import EXCHANGE_TYPE, ROUTING_KEY_HEADER
+from ..broker.key_exchanges import BUILT_IN
+from ..broker.policy_match import header_text, unknown_key
+from ..broker.queue_settings import SETTING_KEYS
 from ..broker.stats import TOTALS
 from ..broker.take import Take
 from ..client import ClientError as ShovelError
@@ -90,6 +93,8 @@ from ..storage.base import StoredMessage, StoreError
 from ..vhost_names import DEFAULT_VHOST, vhost_name_error
 from .connection import Connection
 from .alarms import CHECK_SECONDS
+from .api_definitions import DefinitionsApi
+from .api_policies import PREFIXES as POLICY_PREFIXES, PolicyApi
 from .auth import User, required_permissions
 from .history import Counters, Point, QueueKey, RateHistory
 from .http_listener import serve_bounded
@@ -149,6 +154,8 @@ class ApiRoute:
 
 #: The queue resource's path; its actions are ``QUEUE_PATH/ACTION``.
 QUEUE_PATH = "/api/queues/{vhost}/{name}"
+#: A resource's path under its collection, each segment percent-encoded, routed on the raw path.
+VHOST_NAME, RAW_TAIL = "/{vhost}/{name}", "/{rest:path}"
 #: The ``handler`` of the dashboard's static files (a mount, not a method).
 DASHBOARD_ROUTE = "dashboard"
 _QUEUE_CONFIGURE = ("configure /queue/NAME",)
@@ -166,8 +173,10 @@ ROUTES: tuple[ApiRoute, ...] = (
     ApiRoute("GET", "/api/cluster", "cluster"),
     ApiRoute("GET", "/api/vhosts", "list_vhosts"),
     ApiRoute("PUT", "/api/vhosts/{name:path}", "declare_vhost"),
+    ApiRoute("DELETE", "/api/vhosts/{name:path}", "delete_vhost"),
     ApiRoute("GET", "/api/queues", "list_queues", vhost="query"),
     ApiRoute("GET", QUEUE_PATH, "get_queue", vhost="path"),
+    ApiRoute("PUT", QUEUE_PATH, "declare_queue", _QUEUE_CONFIGURE, "path"),
     ApiRoute("DELETE", QUEUE_PATH, "delete_queue", _QUEUE_CONFIGURE, "path"),
     ApiRoute("POST", QUEUE_PATH + "/purge", "purge_queue", _QUEUE_CONFIGURE, "path"),
     ApiRoute("GET", QUEUE_PATH + "/consumers", "queue_consumers", vhost="path"),
@@ -194,6 +203,12 @@ ROUTES: tuple[ApiRoute, ...] = (
     ApiRoute("GET", "/api/shovels/{name}", "get_shovel"),
     ApiRoute("PUT", "/api/shovels/{name}", "declare_shovel"),
     ApiRoute("DELETE", "/api/shovels/{name}", "delete_shovel"),
+    *(ApiRoute(method, path, "policy_api." + handler) for prefix in POLICY_PREFIXES.values()
+      for method, path, handler in (("GET", prefix, "list_policies"), ("GET", prefix + VHOST_NAME, "get_policy"),
+                                    ("PUT", prefix + VHOST_NAME, "put_policy"),
+                                    ("DELETE", prefix + VHOST_NAME, "delete_policy"))),
+    ApiRoute("GET", "/api/definitions", "definitions_api.export"),
+    ApiRoute("POST", "/api/definitions", "definitions_api.import_"),
     ApiRoute("GET", "/api/connections", "list_connections"),
     ApiRoute("GET", "/api/connections/{id}", "get_connection"),
     ApiRoute("DELETE", "/api/connections/{id}", "close_connection"),
@@ -364,8 +379,10 @@ class ManagementApp:
             (route.path.removeprefix(QUEUE_PATH).removeprefix("/") or None, route.method): attrgetter(route.handler)(self)
             for route in ROUTES if route.path.startswith(QUEUE_PATH)
         }
+        self.policy_api = PolicyApi(runtime)
+        self.definitions_api = DefinitionsApi(runtime, security, settings.users_file)
         routes: list[BaseRoute] = [
-            Route(route.path, attrgetter(route.handler)(self), methods=[route.method])
+            Route(route.path.replace(VHOST_NAME, RAW_TAIL), attrgetter(route.handler)(self), methods=[route.method])
             for route in ROUTES if not route.path.startswith(QUEUE_PATH) and route.handler != DASHBOARD_ROUTE
         ]
         routes.append(Route("/api/queues/{rest:path}", self.queue_resource,
@@ -523,8 +540,11 @@ class ManagementApp:
             if conn.session is not None:
                 by_vhost[conn.vhost] = by_vhost.get(conn.vhost, 0) + 1
         return JSONResponse({"items": [
-            {"name": vhost, "connections": by_vhost.get(vhost, 0), "queues_in_use": len(engine.queue_stats),
-             "queues_active": len(engine.queues), "exchanges": len(engine.exchanges)}
+            {"name": vhost, "connections": by_vhost.get(vhost, 0),
+             "queues": len(engine.queue_stats.keys() | engine.declared_queues().keys()),
+             "queues_declared": len(engine.declared_queues()), "queues_in_use": len(engine.queue_stats),
+             "queues_active": len(engine.queues),
+             "exchanges": len(engine.exchanges) + len(engine.key_exchanges.keys() - BUILT_IN.keys())}
             for vhost, engine in sorted(self.engines.items())
         ]})
 
@@ -537,6 +557,19 @@ class ManagementApp:
         self.runtime.tick()
         self.runtime.declare(name)
         return JSONResponse({"name": name}, status_code=201 if created else 200)
+
+    async def delete_vhost(self, request: Request) -> Response:
+        """Delete a vhost with everything in it (its connections are closed first); not ``/``."""
+        name = request.path_params["name"]
+        if name == DEFAULT_VHOST:
+            raise HTTPException(400, "the default vhost / cannot be deleted")
+        if name not in self.engines:
+            raise HTTPException(404, f"no vhost {name!r}")
+        for conn in list(self.connections.values()):
+            if conn.session is not None and conn.vhost == name:
+                conn.close(f"vhost {name} deleted")
+        self.runtime.delete(name)
+        return JSONResponse({"deleted": name})
 
     # -- queues ---------------------------------------------------------------------------------
     async def list_queues(self, request: Request) -> Response:
@@ -576,9 +609,9 @@ class ManagementApp:
             raise HTTPException(404, f"no vhost {vhost!r} (the queue routes are /api/queues/VHOST/NAME, "
                                      "each percent-encoded, e.g. /api/queues/%2F/orders)")
         counts = await self._queue_counts(engine, name)
-        if counts is None:
+        if counts is None and not (action is None and request.method == "PUT"):  # (a PUT declares it)
             raise HTTPException(404, f"no queue {name!r} in vhost {vhost!r}")
-        return await handler(engine, vhost, name, counts, request)
+        return await handler(engine, vhost, name, counts or (0, 0), request)
 
     async def _queue_counts(self, engine: Broker, name: str) -> tuple[int, int] | None:
         """(ready, unacked) of queue ``name``, or None if there is no such queue: one this broker
@@ -590,7 +623,7 @@ class ManagementApp:
         return ready, unacked
 
     async def get_queue(self, engine: Broker, vhost: str, name: str, counts: tuple[int, int],
-                        request: Request) -> Response:
+                        request: Request, status: int = 200) -> Response:
         stats = engine.queue_stats.get(name)
         queue = engine.queues.get(name)
         oldest_ready, oldest_unacked = await self.answer(engine, engine.queue_ages(name))
@@ -605,7 +638,8 @@ class ManagementApp:
             "broker": self.broker_id,
             **(stats.as_dict() if stats is not None else {}),
             "rates": self.rates.of(vhost, name),
-        })
+            "settings": engine.queue_settings(name),
+        }, status_code=status)
 
     async def purge_queue(self, engine: Broker, vhost: str, name: str, counts: tuple[int, int],
                           request: Request) -> Response:
@@ -614,6 +648,25 @@ class ManagementApp:
         self.change(request, vhost, engine, "purge/queue/" + name)
         log.info("queue %s of vhost %s purged through the management API (%d messages)", name, vhost, counts[0])
         return JSONResponse({"name": name, "vhost": vhost, "purged": counts[0]})
+
+    async def declare_queue(self, engine: Broker, vhost: str, name: str, counts: tuple[int, int],
+                            request: Request) -> Response:
+        """``{"arguments": {KEY: VALUE}}``: declare the queue with these settings (queue_settings.py),
+        replacing an earlier declaration; 201 if it was not declared."""
+        body = await _json_object(request)
+        _only_fields(body, {"arguments"}, "a queue declaration has arguments")
+        arguments = body.get("arguments", {})
+        if not isinstance(arguments, dict):
+            raise HTTPException(400, "arguments must be an object of queue settings, e.g. {\"message-ttl\": 60000}")
+        try:
+            unknown_key(arguments, SETTING_KEYS, "a queue argument")
+        except ClientError as e:
+            raise HTTPException(400, e.message) from None
+        created = name not in engine.declared_queues()
+        self.change(request, vhost, engine, "declare/queue/" + name, {k: header_text(v) for k, v in arguments.items()})
+        log.info("queue %s of vhost %s declared through the management API: %s", name, vhost, arguments)
+        return await self.get_queue(engine, vhost, name, (await self._queue_counts(engine, name)) or counts, request,
+                                    201 if created else 200)
 
     async def delete_queue(self, engine: Broker, vhost: str, name: str, counts: tuple[int, int],
                            request: Request) -> Response:

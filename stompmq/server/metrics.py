@@ -4,13 +4,14 @@ Theory of operation
 -------------------
 Nothing here runs on the hot path: the engine keeps plain integers
 (``broker/stats.py``) and a scrape turns them into metric families with
-prometheus-client's exposition code.  Per-queue series exist only for the
-``--metrics-top-queues`` busiest queues (by messages published plus delivered
-since start), so label cardinality stays bounded however many queues there
-are; the ``*_all_total`` series cover every queue.  A queue's ready/unacked
-gauges need the store (a durable queue's messages are on disk), so the scrape
-reads its counts first, one short read per listed queue, and its ages (``..._oldest_ready_age_seconds``,
-``..._oldest_unacked_age_seconds``: broker/ages.py), a second.  Stream consumer groups' lag
+prometheus-client's exposition code.  Per-queue series exist only for
+``--metrics-top-queues`` queues (the busiest, then those holding the most messages, touched
+since start or not), and the dead-letter queues holding messages besides (metrics_queues.py),
+so label cardinality stays bounded however many queues there are; the ``*_all_total`` series
+cover every queue.  A queue's ready/unacked gauges need the store (a durable queue's messages
+are on disk): the scrape reads the store's queue list, in pages, then each listed queue's ages
+(``..._oldest_ready_age_seconds``, ``..._oldest_unacked_age_seconds``: broker/ages.py), one
+short read each.  Stream consumer groups' lag
 (``stompmq_stream_group_lag``, entries, and ``..._seconds``) has series for the ``--metrics-top-queues`` groups lagging most,
 over every stream and vhost; ``stompmq_stream_group_lag_max`` and ``stompmq_stream_groups`` cover all.  Per-queue and per-exchange series
 carry a ``vhost`` label: the same name in two vhosts is two queues.  prometheus-client's
@@ -45,6 +46,7 @@ from .. import __version__
 from ..protocol import native as native_codec
 from ..broker.ages import group_lags
 from .alarms import RESOURCES
+from .metrics_queues import listed_queues
 
 if TYPE_CHECKING:
     from ..broker import Broker
@@ -115,9 +117,8 @@ class _Scrape(Collector):
 async def scrape(management: Scraped) -> bytes:
     engines = management.engines
     stats = {(vhost, name): s for vhost, engine in engines.items() for name, s in engine.queue_stats.items()}
-    top = heapq.nlargest(
-        management.settings.metrics_top_queues, stats, key=lambda n: stats[n].published + stats[n].delivered
-    )
+    listed = await listed_queues(management, management.settings.metrics_top_queues)
+    top = [(row.vhost, row.name) for row in listed]
     metrics: list[Metric] = []
 
     def gauge(name: str, doc: str, value: float) -> None:
@@ -185,34 +186,33 @@ async def scrape(management: Scraped) -> bytes:
         metrics.append(CounterMetricFamily(f"stompmq_{key}_all", f"Messages {what} in every queue, through "
                                            "this broker", value=total))
         family = CounterMetricFamily(f"stompmq_queue_{key}", f"Messages {what} through this broker, per queue "
-                                     "(busiest queues)", labels=["vhost", "queue", "broker"])
+                                     "(listed queues)", labels=["vhost", "queue", "broker"])
         for queue in top:
-            family.add_metric([*queue, management.broker_id], getattr(stats[queue], key))
+            counters = stats.get(queue)
+            family.add_metric([*queue, management.broker_id], getattr(counters, key) if counters is not None else 0)
         metrics.append(family)
 
-    ready = GaugeMetricFamily("stompmq_queue_ready", "Ready messages, per queue (busiest queues)",
+    ready = GaugeMetricFamily("stompmq_queue_ready", "Ready messages, per queue (listed queues)",
                               labels=["vhost", "queue"])
-    unacked = GaugeMetricFamily("stompmq_queue_unacked", "Unacked messages, per queue (busiest queues)",
+    unacked = GaugeMetricFamily("stompmq_queue_unacked", "Unacked messages, per queue (listed queues)",
                                 labels=["vhost", "queue"])
     consumers = GaugeMetricFamily("stompmq_queue_consumers", "Subscriptions of this broker's connections, per "
-                                  "queue (busiest queues)", labels=["vhost", "queue"])
+                                  "queue (listed queues)", labels=["vhost", "queue"])
     ready_age = GaugeMetricFamily("stompmq_queue_oldest_ready_age_seconds", "Seconds since the oldest ready "
-                                  "message was published, per queue (busiest queues; 0: none ready)",
+                                  "message was published, per queue (listed queues; 0: none ready)",
                                   labels=["vhost", "queue"])
     unacked_age = GaugeMetricFamily("stompmq_queue_oldest_unacked_age_seconds", "Seconds since the oldest "
-                                    "unacked message was published, per queue (busiest queues; 0: none)",
+                                    "unacked message was published, per queue (listed queues; 0: none)",
                                     labels=["vhost", "queue"])
-    for vhost, name in top:
-        engine = engines[vhost]
-        counts = await management.answer(engine, management.administer(engine, "count-msgs/queue/" + name))
-        ready.add_metric([vhost, name], int(counts["num-ready"]))
-        unacked.add_metric([vhost, name], int(counts["num-unacked"]))
-        active = engine.queues.get(name)
-        consumers.add_metric([vhost, name], active.nsubs if active is not None else 0)
-        oldest_ready, oldest_unacked = await management.answer(engine, engine.queue_ages(name))
+    for row in listed:
+        ready.add_metric([row.vhost, row.name], row.ready)
+        unacked.add_metric([row.vhost, row.name], row.unacked)
+        consumers.add_metric([row.vhost, row.name], row.consumers)
+        engine = engines[row.vhost]
+        oldest_ready, oldest_unacked = await management.answer(engine, engine.queue_ages(row.name))
         now = time.time()
-        ready_age.add_metric([vhost, name], age_seconds(oldest_ready, now))
-        unacked_age.add_metric([vhost, name], age_seconds(oldest_unacked, now))
+        ready_age.add_metric([row.vhost, row.name], age_seconds(oldest_ready, now))
+        unacked_age.add_metric([row.vhost, row.name], age_seconds(oldest_unacked, now))
     metrics += [ready, unacked, consumers, ready_age, unacked_age]
 
     now = time.time()

@@ -24,12 +24,12 @@ import bisect
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from ..broker import Broker
-from ..broker.definitions import vhost_definitions
+from ..broker.key_exchanges import BUILT_IN
 from ..broker.dispatch import settling_soon
 from ..broker.events import watch
 from ..broker.exchanges import PRIVATE_QUEUE_PREFIX
@@ -50,6 +50,8 @@ from ..tomlfile import load_definitions
 from ..vhost_names import DEFAULT_VHOST, split_key, vhost_space
 from .alarms import ResourceAlarms
 from .outbox import WriteBatch
+from . import definitions_apply as definitions
+from .policies import Policies
 from .shovels import Shovels
 
 if TYPE_CHECKING:
@@ -102,6 +104,7 @@ class Runtime(StoreEvents):
         #: vhost -> its engine (the default vhost's first)
         self.engines: dict[str, Broker] = {DEFAULT_VHOST: broker}
         self.shovels = Shovels(store)  # run by the server once it listens (app.serve)
+        self.policies = Policies(store, self.engines)
         self._last_seq = 0  # as recovered: where every engine's sequence numbers start
         self._read_turn = 0  # which engine's reads come first next (round-robin)
         self._deadline_changed = trio.Event()
@@ -135,6 +138,25 @@ class Runtime(StoreEvents):
             engine.recover(nothing, [])
             log.info("vhost %s declared", vhost)
         return engine
+
+    def delete(self, vhost: str) -> None:
+        """Delete ``vhost`` (not the default one) with everything in it: streams, exchanges,
+        declared queues, policies, then in the store its messages and the vhost.  The caller
+        closes its connections first."""
+        engine = self.engines[vhost]
+        self.tick()
+        for stream in list(engine.streams_by_name):
+            engine.administer("delete/stream/" + stream)
+        for name in sorted(engine.exchanges.keys() | engine.key_exchanges.keys() - BUILT_IN.keys()):
+            engine.administer("delete/exchange/" + name)
+        for name in engine.declared_queues():
+            engine.administer("delete/queue/" + name)
+        for operator in (False, True):
+            for policy in self.policies.of(vhost, operator):
+                self.policies.delete(vhost, policy.name, operator)
+        self.store.drop_vhost(vhost)
+        del self.engines[vhost]
+        log.info("vhost %s deleted", vhost)
 
     def _add(self, vhost: str, recovery: Recovery) -> Broker:
         view = VhostStore(self.store, vhost, recovery)
@@ -218,6 +240,11 @@ class Runtime(StoreEvents):
             if engine is not None:
                 engine.definitions_changed(ours, bound)
 
+    def policies_changed(self, records: list[dict[str, Any]]) -> None:
+        """Another broker changed the policies: apply all of them again."""
+        self.tick()
+        self.policies.load(records)
+
     def vhosts_changed(self, vhosts: list[str]) -> None:
         """Another broker declared vhosts: serve them too (their exchanges follow at once)."""
         self.tick()
@@ -238,26 +265,26 @@ class Runtime(StoreEvents):
         try:
             path = self.broker.config.definitions
             data = load_definitions(path) if path else {}
-            files = vhost_definitions(data, path) if path else {}
-            self.shovels.recover(recovery.shovels, data.get("shovels", []), path or "")
-            parts = split_recovery(recovery)
-            for vhost in files.keys() - parts.keys():
-                store.save_vhost(vhost)
-                parts[vhost] = Recovery(recovery.last_seq, [], [], [], [vhost])
-            for vhost, part in sorted(parts.items()):
+            self.shovels.recover(recovery.shovels)
+            for vhost, part in sorted(split_recovery(recovery).items()):
                 engine = self.engines.get(vhost) or self._add(vhost, part)
                 # Private queues left by a crash of this broker (on a store several brokers share,
                 # the others' are theirs: only a store of one broker may purge them all).
                 stale = [] if store.shared else await engine.store.queue_names(PRIVATE_QUEUE_PREFIX)
-                definitions, source = files.get(vhost, (None, ""))
                 self.tick()
-                engine.recover(part, stale, definitions, source)
+                engine.recover(part, stale)
                 for name, offsets in engine.streams.marks_wanted():
                     entries = [e for offset in offsets for e in await engine.store.read_stream(name, offset, 1)]
                     self.tick()
                     engine.streams.load_marks(name, entries)
-                # What recovery asked for (bounded queues' sizes, the delayed messages due first) is
-                # read before the first client is served: a SEND must meet a full queue as full.
+            self.tick()
+            self.policies.load(recovery.policies)
+            if path:  # checked whole first: a file with any invalid entry changes nothing
+                definitions.apply(self, definitions.plan(self, data, path, None))
+            for engine in list(self.engines.values()):
+                # What recovery and the file asked for (bounded queues' sizes, the delayed messages
+                # due first) is read before the first client is served: a SEND must meet a full
+                # queue as full.
                 while (read := engine.take_read()) is not None:
                     await self._perform(read, engine)
         except BaseException:

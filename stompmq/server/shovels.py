@@ -33,7 +33,6 @@ from typing import Any
 
 import trio
 
-from ..broker.definitions import DefinitionsError
 from ..client import ClientError, client_error
 from ..shovel import Declaration
 from ..storage.base import Store
@@ -115,25 +114,13 @@ class Shovels:
         self.shovels: dict[str, RunningShovel] = {}
         self._nursery: trio.Nursery | None = None
 
-    def recover(self, stored: dict[str, dict[str, Any]], declared: Any, source: str) -> None:
-        """The shovels the store kept, and those of the definitions file ``source`` (its
-        ``shovels`` list, ``declared``): DefinitionsError naming a bad entry of the file."""
+    def recover(self, stored: dict[str, dict[str, Any]]) -> None:
+        """The shovels the store kept (a definitions file's are declared as it is applied)."""
         for name, fields in sorted(stored.items()):
             try:
                 self.shovels[name] = RunningShovel(Declaration.parse(name, fields))
             except ClientError as e:  # written by another version, say: the others still run
                 log.error("stored shovel %s is not valid and does not run: %s", name, e)
-        if not isinstance(declared, list):
-            raise DefinitionsError(f"{source}: 'shovels' must be a list of tables")
-        for i, entry in enumerate(declared):
-            where = f"{source}: shovels[{i}]"
-            if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
-                raise DefinitionsError(f"{where}: needs a string 'name'")
-            try:
-                declaration = Declaration.parse(entry["name"], {k: v for k, v in entry.items() if k != "name"})
-            except ClientError as e:
-                raise DefinitionsError(f"{where}: {e}") from None
-            self.declare(declaration)
 
     def declare(self, declaration: Declaration) -> None:
         """Store and run ``declaration``, replacing a shovel of its name unless it is the same."""

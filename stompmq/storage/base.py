@@ -313,6 +313,8 @@ class Recovery:
     queues: list[QueueRecord] = field(default_factory=list)  # declared queues, sorted by name
     #: declared shovels: name -> their declaration as stored (server/shovels.py reads it)
     shovels: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: stored policies, as ``save_policy`` was given them (server/policies.py reads them)
+    policies: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -412,6 +414,9 @@ class StoreEvents:
 
     def definitions_changed(self, exchanges: list[ExchangeRecord], bindings: list[BindingRecord]) -> None:
         """Exchanges or bindings changed: the whole current set."""
+
+    def policies_changed(self, records: list[dict[str, Any]]) -> None:
+        """Another broker changed the stored policies: all of them (reported after ``definitions_changed``)."""
 
     def vhosts_changed(self, vhosts: list[str]) -> None:
         """The declared vhosts changed (reported before ``definitions_changed``): all of them."""
@@ -575,6 +580,20 @@ class Store(abc.ABC):
     def save_shovel(self, name: str, declaration: dict[str, Any] | None) -> None:
         """Insert or replace the declaration of shovel ``name`` (None: forget it); it is in
         ``Recovery.shovels`` from then on."""
+
+    def save_policy(self, key: str, record: dict[str, Any] | None) -> None:
+        """Insert or replace policy ``key`` (None: forget it); it is in ``Recovery.policies`` from
+        then on, and a shared store tells every broker (``StoreEvents.policies_changed``)."""
+        raise NotImplementedError(f"{type(self).__name__} stores no policies")
+
+    def drop_vhost(self, name: str) -> None:
+        """Forget vhost ``name`` with its messages, queue declarations, exchanges and bindings
+        (its streams are deleted before, one by one); pending writes of its messages are dropped."""
+        raise NotImplementedError(f"{type(self).__name__} cannot delete vhosts")
+
+    def cap_expiry(self, queue: str, ttl: int) -> None:  # noqa: B027 - a store that keeps nothing caps nothing
+        """Queue ``queue``'s stored messages (pending ones too) expire at most ``ttl`` ms after
+        they were published."""
 
     @abc.abstractmethod
     def delete_stream(self, name: str) -> None:

@@ -142,7 +142,11 @@ from stompmq.storage.groups import (
     SaveBinding,
     SaveExchange,
     SaveQueue,
-    SaveShovel,
+    SaveMeta,
+    CapExpiry,
+    DropVhost,
+    POLICY_PREFIX,
+    SHOVEL_PREFIX,
     DropStream,
     SaveStream,
     SaveVhost,
@@ -382,6 +386,12 @@ class GroupCommitStore(Store):
         self._pending_bytes = _insert_bytes(self._pending)
         self._add_structural(Purge(queue))
 
+    def drop_vhost(self, name: str) -> None:
+        space = vhost_space(name)  # every message operation of the vhost left pending is moot
+        self._pending = {seq: op for seq, op in self._pending.items() if op[1].space != space}
+        self._pending_bytes = _insert_bytes(self._pending)
+        self._add_structural(DropVhost(name))
+
     def release(self, queue: str) -> None:
         if self.shared:
             self._add_structural(Release(queue))
@@ -430,7 +440,18 @@ class GroupCommitStore(Store):
         self._add_structural(SaveQueue(name, None if options is None else dict(options)))
 
     def save_shovel(self, name: str, declaration: dict[str, Any] | None) -> None:
-        self._add_structural(SaveShovel(name, None if declaration is None else dict(declaration)))
+        self._add_structural(SaveMeta(SHOVEL_PREFIX + name, None if declaration is None else dict(declaration)))
+
+    def save_policy(self, key: str, record: dict[str, Any] | None) -> None:
+        self._add_structural(SaveMeta(POLICY_PREFIX + key, None if record is None else dict(record)))
+
+    def cap_expiry(self, queue: str, ttl: int) -> None:
+        for _, msg in self._pending.values():  # inserts not taken yet copy the message's fields
+            if msg.space + msg.queue == queue:
+                cap = msg.timestamp + ttl
+                if msg.expires is None or msg.expires > cap:
+                    msg.expires = cap
+        self._add_structural(CapExpiry(queue, ttl))
 
     def trim_stream(self, name: str, before: int) -> None:
         self._stream_appends = _untrimmed(self._stream_appends, name, before)

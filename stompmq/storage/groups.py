@@ -113,16 +113,46 @@ class SaveQueue:
 
 
 @dataclass(frozen=True, slots=True)
-class SaveShovel:
-    """Insert or replace the declaration of shovel ``name`` (None: forget it): a ``broker_meta``
-    row named ``SHOVEL_PREFIX + name``, JSON text of the declaration."""
+class SaveMeta:
+    """Insert or replace the ``broker_meta`` row ``name``, JSON text of ``value`` (None: delete
+    it): a shovel's declaration (``SHOVEL_PREFIX``) or a policy (``POLICY_PREFIX``)."""
 
     name: str
-    declaration: dict[str, Any] | None
+    value: dict[str, Any] | None
 
+
+@dataclass(frozen=True, slots=True)
+class CapExpiry:
+    """Queue ``queue``'s stored messages expire at most ``ttl`` ms after they were published (a
+    policy's ``message-ttl`` given to messages already waiting)."""
+
+    queue: str
+    ttl: int
+
+
+@dataclass(frozen=True, slots=True)
+class DropVhost:
+    """Forget vhost ``name``: its messages (ready and delayed), queue declarations, exchanges and
+    bindings, and the vhost itself (its streams are deleted one by one before: ``DropStream``)."""
+
+    name: str
+
+
+#: ``DropVhost``'s statements, in order, each with the vhost's name as its one parameter (``?``;
+#: PostgreSQL's driver writes ``%s``).  Queue rows stay (the backends cache their ids), bare.
+DROP_VHOST_SQL = (
+    "DELETE FROM messages WHERE queue_id IN (SELECT id FROM queues WHERE vhost = ?)",
+    "DELETE FROM delayed_messages WHERE queue_id IN (SELECT id FROM queues WHERE vhost = ?)",
+    "UPDATE queues SET options = NULL WHERE vhost = ?",
+    "DELETE FROM bindings WHERE vhost = ?",
+    "DELETE FROM exchanges WHERE vhost = ?",
+    "DELETE FROM vhosts WHERE name = ?",
+)
 
 #: ``broker_meta`` names of the shovels' rows start with it (a shovel name has no '/').
 SHOVEL_PREFIX = "shovel/"
+#: ``broker_meta`` names of the policies' rows start with it (``Store.save_policy``).
+POLICY_PREFIX = "policy/"
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +164,7 @@ class DropStream:
 
 StructuralOp = (
     Purge | SaveExchange | DropExchange | SaveBinding | DropBinding | Release | TopicMessage | SaveStream | TrimStream
-    | SaveVhost | SaveQueue | SaveShovel | DropStream
+    | SaveVhost | SaveQueue | SaveMeta | CapExpiry | DropStream | DropVhost
 )
 
 # -- message rows: one per message, at most one row per seq in a group ------------------------

@@ -24,7 +24,7 @@ from .base import (
     StreamMessage,
     StreamRecord,
 )
-from ..vhost_names import DEFAULT_VHOST
+from ..vhost_names import DEFAULT_VHOST, vhost_space
 
 T = TypeVar("T")
 
@@ -41,6 +41,7 @@ class MemoryStore(Store):
         self._queues: dict[str, dict[str, str]] = {}
         self._groups: dict[str, dict[str, int]] = {}  # stream -> consumer group -> committed offset
         self._shovels: dict[str, dict[str, Any]] = {}
+        self._policies: dict[str, dict[str, Any]] = {}
 
     async def open(self) -> Recovery:
         streams = [StreamRecord(name, options, 0, 0, groups=dict(self._groups.get(name, {})))
@@ -48,7 +49,7 @@ class MemoryStore(Store):
         queues = [QueueRecord(name, options) for name, options in sorted(self._queues.items())]
         return Recovery(
             0, list(self._exchanges.values()), list(self._bindings.values()), streams, sorted(self._vhosts), queues,
-            dict(self._shovels),
+            dict(self._shovels), [self._policies[key] for key in sorted(self._policies)],
         )
 
     async def run(self) -> None:
@@ -109,6 +110,19 @@ class MemoryStore(Store):
             self._shovels.pop(name, None)
         else:
             self._shovels[name] = dict(declaration)
+
+    def drop_vhost(self, name: str) -> None:
+        space = vhost_space(name)
+        self._vhosts.discard(name)
+        self._exchanges = {k: v for k, v in self._exchanges.items() if not k.startswith(space)}
+        self._bindings = {k: v for k, v in self._bindings.items() if not k[0].startswith(space)}
+        self._queues = {k: v for k, v in self._queues.items() if not k.startswith(space)}
+
+    def save_policy(self, key: str, record: dict[str, Any] | None) -> None:
+        if record is None:
+            self._policies.pop(key, None)
+        else:
+            self._policies[key] = dict(record)
 
     def delete_stream(self, name: str) -> None:
         self._streams.pop(name, None)

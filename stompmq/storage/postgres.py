@@ -101,8 +101,11 @@ from stompmq.storage.groups import (
     SaveBinding,
     SaveExchange,
     SaveQueue,
-    SaveShovel,
-    SHOVEL_PREFIX,
+    SaveMeta,
+    CapExpiry,
+    DropVhost,
+    DROP_VHOST_SQL,
+    POLICY_PREFIX,
     DropStream,
     SaveStream,
     SaveVhost,
@@ -125,6 +128,11 @@ CONNECT_TIMEOUT = 5
 QUEUE_ID_CACHE_MAX = 100_000
 #: Seqs handed out per nextval() of message_seq (its INCREMENT BY, set by migration 0003).
 SEQ_BLOCK = 65536
+#: A policy's message-ttl given to the messages waiting (groups.CapExpiry): (ttl, queue id, ttl).
+CAP_EXPIRY_SQL = (
+    "UPDATE messages SET expires = timestamp + %s WHERE queue_id = %s"
+    " AND (expires IS NULL OR expires > timestamp + %s)"
+)
 #: The LISTEN/NOTIFY channel of every broker on the database.
 CHANNEL = "stompmq"
 #: Largest topic body sent inside a notification (PostgreSQL allows 8000 bytes of payload,
@@ -364,9 +372,10 @@ class PostgresBackend:
             with conn.cursor() as cur:
                 streams = self.streams.recover(cur)
             queues, shovels = recovery.declarations(conn)
+            policies = recovery.policies(conn)
         except psycopg.Error as exc:
             raise StoreError(f"cannot recover {self.name}: {_one_line(exc)}") from None
-        return Recovery(0, exchanges, bindings, streams, vhosts, queues, shovels)
+        return Recovery(0, exchanges, bindings, streams, vhosts, queues, shovels, policies)
 
     def close(self) -> None:
         conn, self._conn = self._conn, None
@@ -654,12 +663,23 @@ class PostgresBackend:
                     cur.execute("DELETE FROM messages WHERE queue_id = %s", (queue_id,))
             case TopicMessage(topic=topic, headers=headers, body=body):
                 self._notify_topic(cur, topic, headers, body)
-            case SaveShovel(name=name, declaration=None):
-                cur.execute("DELETE FROM broker_meta WHERE name = %s", (SHOVEL_PREFIX + name,))
-            case SaveShovel(name=name, declaration=declaration):
+            case SaveMeta(name=name, value=None):
+                cur.execute("DELETE FROM broker_meta WHERE name = %s", (name,))
+                if name.startswith(POLICY_PREFIX):
+                    self._notify_definitions(cur)  # every broker applies policies at once
+            case SaveMeta(name=name, value=value):
                 cur.execute("INSERT INTO broker_meta (name, value) VALUES (%s, %s)"
-                            " ON CONFLICT (name) DO UPDATE SET value = excluded.value",
-                            (SHOVEL_PREFIX + name, _dumps(declaration)))
+                            " ON CONFLICT (name) DO UPDATE SET value = excluded.value", (name, _dumps(value)))
+                if name.startswith(POLICY_PREFIX):
+                    self._notify_definitions(cur)
+            case DropVhost(name=name):
+                for statement in DROP_VHOST_SQL:
+                    cur.execute(statement.replace("?", "%s"), (name,))
+                self._notify_definitions(cur)
+            case CapExpiry(queue=name, ttl=ttl):
+                queue_id = self._queue_id(cur, name, create=False)
+                if queue_id is not None:
+                    cur.execute(CAP_EXPIRY_SQL, (ttl, queue_id, ttl))
             case SaveQueue(name=name, options=options):
                 cur.execute(
                     "UPDATE queues SET options = %s WHERE id = %s",
@@ -977,9 +997,10 @@ class PostgresBackend:
                             int(claimed), int(unacked), version, live, {} if counters is None else _loads(counters))
                 for id_, epoch, until, renewed, version, live, counters, claimed, unacked in rows]
 
-    def definitions(self) -> tuple[list[str], list[ExchangeRecord], list[BindingRecord]]:
+    def definitions(self) -> tuple[list[str], list[ExchangeRecord], list[BindingRecord], list[dict[str, Any]]]:
         try:
-            return recovery.definitions(self._connection())
+            conn = self._connection()
+            return (*recovery.definitions(conn), recovery.policies(conn))
         except psycopg.Error as exc:
             raise StoreError(f"cannot read {self.name}: {_one_line(exc)}") from None
 
@@ -1254,8 +1275,9 @@ class PostgresStore(GroupCommitStore):
 
     async def _reload_definitions(self) -> None:
         try:
-            vhosts, exchanges, bindings = await self._call(self._pg.definitions)
+            vhosts, exchanges, bindings, policies = await self._call(self._pg.definitions)
         except StoreError:
             return  # the store is down: its outage is logged once (storage/outage.py)
         self.events.vhosts_changed(vhosts)
         self.events.definitions_changed(exchanges, bindings)
+        self.events.policies_changed(policies)

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from stompmq.storage.base import BindingRecord, ExchangeRecord, QueueRecord
 from stompmq.vhost_names import vhost_space
-from stompmq.storage.groups import SHOVEL_PREFIX
+from stompmq.storage.groups import POLICY_PREFIX, SHOVEL_PREFIX
 from stompmq.storage.jsontext import loads
 
 VHOSTS_SQL = "SELECT name FROM vhosts ORDER BY name"
@@ -28,6 +28,8 @@ QUEUES_SQL = "SELECT vhost, name, options FROM queues WHERE options IS NOT NULL 
 # A literal pattern, not a parameter: the one statement then runs unchanged on both drivers.
 assert "'" not in SHOVEL_PREFIX and "%" not in SHOVEL_PREFIX and "_" not in SHOVEL_PREFIX
 SHOVELS_SQL = f"SELECT name, value FROM broker_meta WHERE name LIKE '{SHOVEL_PREFIX}%' ORDER BY name"
+assert "'" not in POLICY_PREFIX and "%" not in POLICY_PREFIX and "_" not in POLICY_PREFIX
+POLICIES_SQL = f"SELECT value FROM broker_meta WHERE name LIKE '{POLICY_PREFIX}%' ORDER BY name"
 PRODUCERS_SQL = "SELECT stream_id, producer, seq FROM stream_producers"
 GROUPS_SQL = "SELECT stream_id, name, committed FROM stream_groups"
 
@@ -58,6 +60,12 @@ def declarations(conn: Connection) -> tuple[list[QueueRecord], dict[str, dict[st
     queues = [QueueRecord(vhost_space(vhost) + name, loads(options)) for vhost, name, options in conn.execute(QUEUES_SQL)]
     shovels = {name[len(SHOVEL_PREFIX):]: loads(value) for name, value in conn.execute(SHOVELS_SQL)}
     return queues, shovels
+
+
+def policies(conn: Connection) -> list[dict[str, Any]]:
+    """Every stored policy (``Store.save_policy``'s records): at open, and whenever a shared
+    store hears that another broker changed them."""
+    return [loads(value) for (value,) in conn.execute(POLICIES_SQL)]
 
 
 def stream_positions(conn: Connection) -> tuple[dict[int, dict[str, int]], dict[int, dict[str, int]]]:

@@ -181,6 +181,12 @@ class VhostStore(Store):
     def save_shovel(self, name: str, declaration: dict[str, Any] | None) -> None:
         self.store.save_shovel(name, declaration)  # shovels are the broker's, not a vhost's
 
+    def save_policy(self, key: str, record: dict[str, Any] | None) -> None:
+        self.store.save_policy(key, record)  # a policy's record names its vhost
+
+    def cap_expiry(self, queue: str, ttl: int) -> None:
+        self.store.cap_expiry(self.space + queue, ttl)
+
     # -- durability: one buffer for every vhost --------------------------------------------------
     @property
     def committed(self) -> int:

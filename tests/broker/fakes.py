@@ -202,6 +202,13 @@ class DictStore(Store):
         return StoredMessage(m.seq, m.queue, m.priority, m.headers, m.body, m.timestamp, m.ack_timeout,
                              self.rows[m.seq][2], expires=m.expires, deliver_at=m.deliver_at)
 
+    def cap_expiry(self, queue: str, ttl: int) -> None:
+        for seq, (m, delivered, redeliveries) in list(self.rows.items()):
+            if m.queue == queue and (m.expires is None or m.expires > m.timestamp + ttl):
+                capped = StoredMessage(m.seq, m.queue, m.priority, m.headers, m.body, m.timestamp, m.ack_timeout,
+                                       redeliveries, expires=m.timestamp + ttl, deliver_at=m.deliver_at)
+                self.rows[seq] = (capped, delivered, redeliveries)
+
     async def queue_names(self, prefix: str) -> list[str]:
         return sorted({m.queue for m, _, _ in self.rows.values() if m.queue.startswith(prefix)})
 

@@ -29,7 +29,7 @@ from stompmq.server import ServerSettings
 from stompmq.server.runtime import Runtime
 from stompmq.storage.memory import MemoryStore
 from stompmq.server.auth import Permission, User, Users, hash_password
-from stompmq.server.http import DASHBOARD_ROUTE, QUEUE_PATH, ROUTES, ApiRoute, ManagementApp
+from stompmq.server.http import DASHBOARD_ROUTE, QUEUE_PATH, RAW_TAIL, ROUTES, VHOST_NAME, ApiRoute, ManagementApp
 
 from ..support.broker_process import free_port
 from ..support.broker_thread import BrokerThread
@@ -150,6 +150,17 @@ class Walk:
             return f"/api/shovels/s{n}", self.shovel_fields()
         if handler in ("get_connection", "close_connection"):
             return f"/api/connections/{self.connection()}", None
+        if handler.startswith("policy_api."):
+            prefix = route.path.removesuffix(VHOST_NAME)
+            if handler.endswith(("get_policy", "delete_policy")):
+                self.root("PUT", f"{prefix}/%2F/p{n}", {"pattern": "^x$", "definition": {"max-length": 5}})
+            body = {"pattern": "^x$", "definition": {"max-length": 5}} if handler.endswith("put_policy") else None
+            return (f"{prefix}/%2F/p{n}" if route.path.endswith(VHOST_NAME) else prefix), body
+        if handler == "definitions_api.import_":
+            return "/api/definitions", {"queues": [{"name": f"declared{n}"}]}
+        if handler == "delete_vhost":
+            self.root("PUT", f"/api/vhosts/gone{n}")
+            return f"/api/vhosts/gone{n}", None
         if handler == "declare_vhost":
             return f"/api/vhosts/dev{n}", None
         if handler == "schedules.list_schedules":
@@ -203,7 +214,8 @@ def test_every_route_is_in_the_route_list() -> None:
                        for action, method in management.queue_actions}
         else:
             assert isinstance(route, Route)
-            served |= {(method, route.path) for method in route.methods or () if method != "HEAD"}
+            path = route.path.replace(RAW_TAIL, VHOST_NAME)  # routed on the raw path by the handler
+            served |= {(method, path) for method in route.methods or () if method != "HEAD"}
     assert served == {(route.method, route.path) for route in ROUTES}
 
 

@@ -15,9 +15,11 @@ from stompmq.server import ServerSettings
 from stompmq.server.auth import Users, verify_password
 from stompmq.server.users_cli import users_main
 
+from ..support.broker_process import free_port
 from ..support.broker_thread import BrokerThread
 from ..support.stores import make_store_factory
 from ..support.stompclient import BrokerError, Client
+from .test_http import Api
 
 #: What ``rabbitmqctl export_definitions`` writes, with every kind the importer maps and a few it cannot.
 DEFINITIONS = {
@@ -37,8 +39,13 @@ DEFINITIONS = {
     "topic_permissions": [],
     "parameters": [{"value": {"src-uri": "amqp://"}, "vhost": "/", "component": "shovel", "name": "s1"}],
     "global_parameters": [{"name": "cluster_name", "value": "rabbit@old"}],
-    "policies": [{"vhost": "/", "name": "ttl", "pattern": "^q\\.", "apply-to": "queues",
-                  "definition": {"message-ttl": 1000}, "priority": 0}],
+    "policies": [{"vhost": "/", "name": "ttl", "pattern": "^q\\.", "apply-to": "classic_queues",
+                  "definition": {"message-ttl": 600000, "dead-letter-exchange": "dlx", "ha-mode": "all"},
+                  "priority": 1},
+                 {"vhost": "/", "name": "mirrors", "pattern": ".*", "apply-to": "all",
+                  "definition": {"ha-mode": "all"}, "priority": 0}],
+    "operator_policies": [{"vhost": "/", "name": "caps", "pattern": ".*", "apply-to": "queues",
+                           "definition": {"max-length": 100000, "consumer-timeout": 1800000}, "priority": 0}],
     "queues": [
         {"name": "q.eu", "vhost": "/", "durable": True, "auto_delete": False,
          "arguments": {"x-message-ttl": 600000, "x-dead-letter-exchange": "dlx"}},
@@ -106,7 +113,7 @@ def test_plan_lists_everything_it_cannot_map():
     result = plan(DEFINITIONS, {"alice": "s3cret"})
     text = result.text()
     for unmapped in ("type headers", "exchange-to-exchange", "'by-headers' -> 'q.all'", "tag management",
-                     "policy:", "parameter:", "x-stream-max-segment-size-bytes"):
+                     "key ha-mode", "'mirrors' on /: none of its keys", "parameter:", "x-stream-max-segment-size-bytes"):
         assert any(unmapped in line for line in result.unmapped), unmapped
     assert not any("cluster_name" in line for line in result.unmapped)
     assert any("DLQ.q.eu" in line for line in result.differs)
@@ -116,6 +123,12 @@ def test_plan_lists_everything_it_cannot_map():
     assert "/control/declare/exchange/shards hash-header=customer" in text
     assert "/control/bind/exchange/shards queue=/stream/events weight=1" in text
     assert result.vhosts["staging"][0].destination == "/control/declare/vhost/staging"
+    assert [(p.name, p.operator, p.body) for p in result.policies] == [
+        ("ttl", False, {"pattern": "^q\\.", "apply-to": "queues", "priority": 1,
+                        "definition": {"message-ttl": 600000, "dead-letter": True}}),
+        ("caps", True, {"pattern": ".*", "apply-to": "queues", "priority": 0,
+                        "definition": {"max-length": 100000, "ack-timeout": 1800}})]
+    assert any("apply-to classic_queues" in line for line in result.differs)
     assert result.locked == ["bob"] and not verify_password("", LOCKED)
     assert verify_password("s3cret", result.users["alice"].password)
 
@@ -152,9 +165,12 @@ def test_import_routes_every_binding_like_rabbitmq(tmp_path: Path, capsys: pytes
     passwords = tmp_path / "passwords"
     passwords.write_text("alice:s3cret\n")
     users_file = tmp_path / "users.toml"
-    with BrokerThread(make_store_factory("sqlite", tmp_path)).start() as broker:
+    http_port = free_port()
+    settings = ServerSettings(port=0, http_port=http_port)
+    with BrokerThread(make_store_factory("sqlite", tmp_path), settings=settings).start() as broker:
         argv = ["import-rabbitmq", str(definitions), "--broker", f"stomp://127.0.0.1:{broker.port}",
-                "--users-file", str(users_file), "--password-file", str(passwords)]
+                "--users-file", str(users_file), "--password-file", str(passwords),
+                "--url", f"http://127.0.0.1:{http_port}"]
         assert admin_main([*argv, "--dry-run"]) == 0
         assert "not mapped:" in capsys.readouterr().out
         with Client(broker.port) as c:  # the dry run declared nothing
@@ -186,6 +202,9 @@ def test_import_routes_every_binding_like_rabbitmq(tmp_path: Path, capsys: pytes
             p.send_to("/queue/q.small", "2")
             with pytest.raises(BrokerError, match="q.small"):
                 p.send_to("/queue/q.small", "3")  # x-max-length 2, x-overflow reject-publish
+        queue = Api(http_port).get("/api/queues/%2F/q.errors")  # the policies, applied
+        assert queue["settings"]["max-length"] == {"value": 100000, "source": "operator-policy", "policy": "caps"}
+        assert queue["settings"]["dead-letter"] == {"value": True, "source": "policy", "policy": "ttl"}
         s1, s2 = Client(broker.port), Client(broker.port)  # x-single-active-consumer: only the first
         s1.subscribe("/queue/q.us", ack="client")
         s2.subscribe("/queue/q.us", ack="client")
@@ -204,9 +223,9 @@ def test_import_routes_every_binding_like_rabbitmq(tmp_path: Path, capsys: pytes
 
 def test_imported_permissions_guard_the_same_names(tmp_path: Path, make_memory_broker):
     """bob had RabbitMQ write ``^orders$``, read ``^q\\.(eu|us)$``: the broker enforces the same names;
-    alice, an administrator, imports into the secured broker."""
+    alice, an administrator, imports into the secured broker (over STOMP alone: no policies)."""
     definitions = tmp_path / "definitions.json"
-    definitions.write_text(json.dumps(DEFINITIONS))
+    definitions.write_text(json.dumps({k: v for k, v in DEFINITIONS.items() if not k.endswith("policies")}))
     passwords = tmp_path / "passwords"
     passwords.write_text("alice:a1ice\nbob:b0b\n")
     users_file = tmp_path / "users.toml"

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 
 from stompmq.protocol import Frame, FrameParser, Limits, encode_frame
-from stompmq.shovel import REDELIVERED
+from stompmq.shovel import REDELIVERED, source_destination
 
 from ..support.broker_process import ROOT, BrokerProcess, Peer
 from ..support.waiting import wait_until
@@ -181,3 +181,15 @@ def test_bad_urls_and_unreachable_hosts_are_one_line_errors(url, message):
     assert result.returncode == 2
     lines = result.stderr.decode().strip().splitlines()
     assert len(lines) == 1 and message in lines[0], lines
+
+
+@pytest.mark.parametrize(("destination", "server", "subscribed"), [
+    ("/queue/orders", "RabbitMQ/3.13.7", "/amq/queue/orders"),  # not redeclared: its arguments may differ
+    ("/amq/queue/orders", "RabbitMQ/3.13.7", "/amq/queue/orders"),
+    ("/topic/prices", "RabbitMQ/3.13.7", "/topic/prices"),
+    ("/queue/orders", "stompmq/0.1.0", "/queue/orders"),
+    ("/queue/orders", "ActiveMQ/5.18.3", "/queue/orders"),
+])
+def test_a_rabbitmq_source_queue_is_read_without_being_redeclared(destination: str, server: str,
+                                                                  subscribed: str) -> None:
+    assert source_destination(destination, server) == subscribed

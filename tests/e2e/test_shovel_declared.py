@@ -12,12 +12,13 @@ from typing import Any
 
 import pytest
 
-from stompmq.broker import BrokerConfig
+from stompmq.broker import Broker, BrokerConfig
 from stompmq.broker.definitions import DefinitionsError
 from stompmq.cli import main
 from stompmq.server import ServerSettings
 from stompmq.server.auth import Permission, User, Users, hash_password
-from stompmq.server.shovels import Shovels
+from stompmq.server.definitions_apply import plan
+from stompmq.server.runtime import Runtime
 from stompmq.vhost_names import DEFAULT_VHOST
 from stompmq.storage.memory import MemoryStore
 
@@ -174,5 +175,6 @@ def test_the_brokers_definitions_file_declares_shovels_and_a_bad_entry_is_named(
     make_memory_broker(settings=ServerSettings(port=0, http_port=http_port), config=BrokerConfig(definitions=str(path)))
     wait_until(lambda: shovel_state(http_port, "down")["state"] == "failed", "failed", timeout=30)
     assert "cannot connect to 127.0.0.1:1" in shovel_state(http_port, "down")["error"]
+    runtime = Runtime(Broker(MemoryStore(), BrokerConfig()))
     with pytest.raises(DefinitionsError, match=r"defs.toml: shovels\[0\]: a shovel needs 'to'"):
-        Shovels(MemoryStore()).recover({}, [{"name": "x", "from": "stomp://h/queue/a"}], str(path))
+        plan(runtime, {"shovels": [{"name": "x", "from": "stomp://h/queue/a"}]}, str(path), None)

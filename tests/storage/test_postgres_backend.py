@@ -359,7 +359,7 @@ def test_definitions_are_shared_and_recovered(url: str) -> None:
             DropBinding("orders", "q2"),
             SaveQueue("jobs", {"x-max-length": "10"}),
         ]))
-        vhosts, exchanges, bindings = b.definitions()
+        vhosts, exchanges, bindings, _ = b.definitions()
         assert (vhosts, exchanges, bindings) == (["/", "dev"], [hashed], [BindingRecord("orders", "q1", 2)])
     backend = PostgresBackend(url, lease=TEST_LEASE)
     try:

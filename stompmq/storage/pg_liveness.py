@@ -17,6 +17,9 @@ Theory of operation
   for a full lease.  Whatever kept the sweeper from the database (an outage, a restart of the
   server) may have kept the peer from renewing too; once the sweeper has been back a lease, a
   peer that could reach the database has had a lease to renew.
+* A broker that leaves (swept, or stopped cleanly) adds what it counted to the stored totals of
+  the brokers gone before it (``DEPARTED``), in the transaction that deletes its row: the
+  cluster's totals are those plus every registered broker's, cumulative across restarts.
 * Only a sweep takes claims over (it deletes the peer's row and frees its rows in the same
   transaction); a claim read never takes a row whose owner is still registered under that
   epoch.  So a broker whose row is still there when it renews has lost nothing and keeps its
@@ -30,6 +33,8 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
+
+from stompmq.storage import jsontext
 
 #: Seconds between two sweeps for brokers that are gone: the delay of a take-over after a crash.
 SWEEP_EVERY = 0.5
@@ -45,8 +50,10 @@ GONE_SQL = (
     "DELETE FROM brokers AS b WHERE b.id <> %(me)s AND CASE"
     " WHEN b.lease_until < now() AND %(since)s <= now() - make_interval(secs => %(lease)s) THEN true"
     " WHEN b.renewed_at >= pg_postmaster_start_time() THEN pg_try_advisory_xact_lock(" + _KEY.format(id="b.id") + ")"
-    " ELSE false END RETURNING b.id, b.lease_until < now()"
+    " ELSE false END RETURNING b.id, b.lease_until < now(), b.counters"
 )
+#: ``broker_meta`` row of what the brokers that left counted, summed (JSON).
+DEPARTED = "departed_counters"
 
 
 def hold(conn: psycopg.Connection[Any], broker_id: str) -> None:
@@ -59,5 +66,35 @@ def gone(conn: psycopg.Connection[Any], broker_id: str, since: Any, lease: float
     """End the leases of the peers that are gone, in the caller's transaction: (id, lapsed) each,
     lapsed False for a peer whose session ended before its lease.  ``since``: when this broker's
     connection registered, on the database's clock."""
-    return [(id_, bool(lapsed)) for id_, lapsed in
-            conn.execute(GONE_SQL, {"me": broker_id, "since": since, "lease": lease}).fetchall()]
+    rows = conn.execute(GONE_SQL, {"me": broker_id, "since": since, "lease": lease}).fetchall()
+    depart(conn, [counters for _, _, counters in rows])
+    return [(id_, bool(lapsed)) for id_, lapsed, _ in rows]
+
+
+def leave(conn: psycopg.Connection[Any], broker_id: str, counters: dict[str, int] | None) -> None:
+    """A clean stop: delete this broker's row, its ``counters`` (None: those of its last renewal)
+    added to the departed brokers' totals."""
+    row = conn.execute("DELETE FROM brokers WHERE id = %s RETURNING counters", (broker_id,)).fetchone()
+    if row is not None:
+        depart(conn, [row[0] if counters is None else jsontext.dumps(counters)])
+
+
+def depart(conn: psycopg.Connection[Any], counters: list[str | None]) -> None:
+    """Add the counters (JSON text, None: nothing counted) of brokers whose rows are deleted in
+    this transaction to the stored totals of the departed (row locked: sweepers may race)."""
+    counted = [jsontext.loads(text) for text in counters if text]
+    if not counted:
+        return
+    conn.execute("INSERT INTO broker_meta (name, value) VALUES (%s, '{}') ON CONFLICT (name) DO NOTHING", (DEPARTED,))
+    row = conn.execute("SELECT value FROM broker_meta WHERE name = %s FOR UPDATE", (DEPARTED,)).fetchone()
+    totals: dict[str, int] = jsontext.loads(row[0]) if row is not None else {}
+    for each in counted:
+        for key, value in each.items():
+            totals[key] = totals.get(key, 0) + int(value)
+    conn.execute("UPDATE broker_meta SET value = %s WHERE name = %s", (jsontext.dumps(totals), DEPARTED))
+
+
+def departed(conn: psycopg.Connection[Any]) -> dict[str, int]:
+    """What the brokers that left the database counted, summed."""
+    row = conn.execute("SELECT value FROM broker_meta WHERE name = %s", (DEPARTED,)).fetchone()
+    return {} if row is None else {key: int(value) for key, value in jsontext.loads(row[0]).items()}

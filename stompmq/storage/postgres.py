@@ -334,6 +334,8 @@ class PostgresBackend:
         #: when this connection registered, on the database's clock: the sweep ends a peer's lease
         #: by time only a lease after it (storage/pg_liveness.py)
         self._since: Any = None
+        #: what this broker counted, set by the store just before a clean close (None: not known)
+        self.final_counters: dict[str, int] | None = None
         self._demanded: dict[str, float] = {}  # queue -> monotonic time of its last demand notification
 
     @property
@@ -373,7 +375,7 @@ class PostgresBackend:
             with conn.transaction():
                 # A clean stop frees this broker's claims now instead of after its lease.
                 queues = self._free_claims(conn, self.broker_id)
-                conn.execute("DELETE FROM brokers WHERE id = %s", (self.broker_id,))
+                pg_liveness.leave(conn, self.broker_id, self.final_counters)
                 self._notify_queues(conn, queues, "")
         conn.close()
 
@@ -949,15 +951,18 @@ class PostgresBackend:
         space = vhost_space(vhost)
         return [QueueCount(space + name, *counts) for name, *counts in rows]
 
-    def brokers(self) -> list[BrokerLease]:
-        """Every broker on the database with its lease and what it holds under it."""
+    def brokers(self) -> tuple[list[BrokerLease], dict[str, int]]:
+        """Every broker on the database with its lease and what it holds under it, and what the
+        brokers that left it counted."""
         try:
-            rows = self._connection().execute(BROKERS_SQL).fetchall()
+            conn = self._connection()
+            rows = conn.execute(BROKERS_SQL).fetchall()
+            departed = pg_liveness.departed(conn)
         except psycopg.Error as exc:
             raise StoreError(f"cannot read {self.name}: {_one_line(exc)}") from None
         return [BrokerLease(id_, int(epoch), until.timestamp(), None if renewed is None else renewed.timestamp(),
                             int(claimed), int(unacked), version, live, {} if counters is None else _loads(counters))
-                for id_, epoch, until, renewed, version, live, counters, claimed, unacked in rows]
+                for id_, epoch, until, renewed, version, live, counters, claimed, unacked in rows], departed
 
     def definitions(self) -> tuple[list[str], list[ExchangeRecord], list[BindingRecord]]:
         try:
@@ -1071,6 +1076,7 @@ class PostgresStore(GroupCommitStore):
         self._want_block = trio.Event()
         self._listener: Listener | None = None
         self._epoch: int | None = None  # the lease epoch of the claims the engine holds in memory
+        self._departed: dict[str, int] = {}  # what departed brokers counted, as of ``brokers()``
 
     @property
     def node_id(self) -> str:
@@ -1086,7 +1092,11 @@ class PostgresStore(GroupCommitStore):
         return await self._read(self._pg.browse, queue, after, limit)
 
     async def brokers(self) -> list[BrokerLease]:
-        return await self._read(self._pg.brokers)
+        leases, self._departed = await self._read(self._pg.brokers)
+        return leases
+
+    def departed_counters(self) -> dict[str, int]:
+        return self._departed
 
     async def open(self) -> Recovery:
         recovery = await super().open()
@@ -1108,6 +1118,8 @@ class PostgresStore(GroupCommitStore):
         return recovery
 
     async def close(self) -> None:
+        if self._thread is not None:
+            self._pg.final_counters = self.events.own_counters()  # (written by the clean close)
         listener, self._listener = self._listener, None
         if listener is not None:
             await trio.to_thread.run_sync(listener.stop)

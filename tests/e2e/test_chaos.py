@@ -1,15 +1,19 @@
 """Chaos on a cluster: three broker processes on one PostgreSQL database under receipted load,
-with a seeded random schedule of a ``kill -9`` (and a restart), a SIGSTOP held past the lease
-(then SIGCONT) and a PostgreSQL restart.
+with a seeded random schedule of two ``kill -9`` (each followed by a restart of the killed broker
+after a while), a SIGSTOP held past the lease (then SIGCONT) and a PostgreSQL restart.
 
-Producers send with receipts through every broker, consumers on every broker ACK each message
-with a receipt.  The promises checked over the whole history:
+Producers send with receipts through every broker, consumers on every broker hold each message
+for a while (0.5 to 2 s, seeded, as a task queue's workers do) and then ACK it with a receipt.
+The promises checked over the whole history:
 
 * every receipted message is delivered at least once;
 * no message is delivered after its ACK was receipted;
 * no message answered ERROR is ever delivered;
 * every delivery of a message after its first carries ``redelivered:true`` (a delivery's
-  "delivered" mark is written behind, so every row a dead broker held counts a redelivery).
+  "delivered" mark is written behind, so every row a dead broker held counts a redelivery);
+* in particular, never twice at once without ``redelivered``: a delivery made while another
+  delivery of the message is still held (not acked with a receipt, its connection open) is
+  flagged, checked per subscription and per queue.
 
 A failure prints the schedule and the history of the messages concerned.  The run is replayable:
 ``STOMPMQ_CHAOS_SEED=N`` picks the schedule (``scripts/chaos.py`` runs many seeds in a loop).
@@ -17,6 +21,8 @@ A failure prints the schedule and the history of the messages concerned.  The ru
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import os
 import random
 import signal
@@ -36,12 +42,19 @@ pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 SEED = int(os.environ.get("STOMPMQ_CHAOS_SEED", "1"))
 #: Receipted SENDs each producer keeps outstanding; unacked messages each consumer may hold.
 WINDOW, PREFETCH = 20, 50
+#: SENDs per second per producer: within what the consumers, holding each message, can take
+#: (3 x 50 held for 1.25 s on average: 120 a second).
+RATE = 30
 #: Seconds a broker stays stopped: past its lease, so the others take its messages over.
 STOPPED = TEST_LEASE + 2.0
 #: Seconds for every receipted message to be delivered once the chaos is over (lease handovers).
 DRAIN = 3 * TEST_LEASE + 30
 #: Seconds a client waits for one frame before it looks at what else to do.
 TICK = 0.5
+#: Seconds a consumer holds a message before its ACK (the range; each delay is seeded).
+HOLD = (0.5, 2.0)
+#: Seconds a killed broker stays down before it is restarted (the range).
+DOWN = (0.5, 6.0)
 
 Event = tuple[int, float, str, str, str, str]  # (index, seconds since start, kind, broker, body, note)
 Step = tuple[float, str, int, float]  # (seconds after the previous step, what, which broker, how long)
@@ -55,7 +68,7 @@ class History:
     events: list[Event] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def add(self, kind: str, broker: int, body: str = "", note: str = "") -> None:
+    def add(self, kind: str, broker: int | str, body: str = "", note: str = "") -> None:
         with self.lock:
             self.events.append((len(self.events), time.monotonic() - self.start, kind, str(broker), body, note))
 
@@ -83,6 +96,7 @@ def produce(broker: int, port: int, history: History, stop: threading.Event) -> 
     """Receipted SENDs to /queue/chaos through one broker until ``stop``, then wait for the
     answers still outstanding (those on a connection that breaks stay unknown)."""
     n = 0
+    start = time.monotonic()
     while not stop.is_set():
         peer = connect(port, stop)
         if peer is None:
@@ -90,13 +104,14 @@ def produce(broker: int, port: int, history: History, stop: threading.Event) -> 
         outstanding: set[str] = set()
         try:
             while not stop.is_set() or outstanding:
-                while len(outstanding) < WINDOW and not stop.is_set():
+                while (len(outstanding) < WINDOW and not stop.is_set()
+                       and n < RATE * (time.monotonic() - start)):
                     body = f"{broker}-{n}"
                     n += 1
                     peer.frame("SEND", {"destination": "/queue/chaos", "receipt": body}, body.encode())
                     outstanding.add(body)
                 try:
-                    frame = peer.recv(TICK)
+                    frame = peer.recv(1 / RATE)
                 except TimeoutError:
                     continue
                 if frame.command == "RECEIPT":
@@ -113,31 +128,42 @@ def produce(broker: int, port: int, history: History, stop: threading.Event) -> 
 
 
 def consume(broker: int, port: int, history: History, stop: threading.Event) -> None:
-    """A client-individual subscriber of /queue/chaos on one broker, ACKing each message with a
-    receipt, until ``stop``; reconnects when its broker comes back."""
-    while not stop.is_set():
+    """A client-individual subscriber of /queue/chaos on one broker, holding each message for a
+    seeded while (``HOLD``) and then ACKing it with a receipt, until ``stop``; reconnects when its
+    broker comes back.  Each connection's subscription is named ``BROKER.N`` in the history."""
+    rng = random.Random(f"{SEED}-consumer-{broker}")
+    for n in itertools.count():
+        if stop.is_set():
+            return
         peer = connect(port, stop)
         if peer is None:
             return
+        sub = f"{broker}.{n}"
+        held: list[tuple[float, str, str]] = []  # (when to ACK, ack id, body), in ACK order
         try:
             peer.subscribe("/queue/chaos", "c", "client-individual", prefetch=str(PREFETCH))
             while not stop.is_set():
+                now = time.monotonic()
+                while held and held[0][0] <= now:
+                    _, ack_id, body = heapq.heappop(held)
+                    peer.frame("ACK", {"id": ack_id, "receipt": "ack:" + body})
                 try:
-                    frame = peer.recv(TICK)
+                    frame = peer.recv(min(TICK, held[0][0] - now) if held else TICK)
                 except TimeoutError:
                     continue
                 if frame.command == "MESSAGE":
                     body = frame.body.decode()
-                    history.add("delivered", broker, body, frame.headers.get("redelivered", "false"))
-                    peer.frame("ACK", {"id": frame["ack"], "receipt": "ack:" + body})
+                    history.add("delivered", sub, body, frame.headers.get("redelivered", "false"))
+                    heapq.heappush(held, (time.monotonic() + rng.uniform(*HOLD), frame["ack"], body))
                 elif frame.command == "RECEIPT":
-                    history.add("acked", broker, frame["receipt-id"].removeprefix("ack:"))
+                    history.add("acked", sub, frame["receipt-id"].removeprefix("ack:"))
                 else:
-                    history.add("consumer-error", broker, "", frame.headers.get("message", ""))
+                    history.add("consumer-error", sub, "", frame.headers.get("message", ""))
                     break
         except (OSError, EOFError, AssertionError):
             pass
         finally:
+            history.add("closed", sub)  # what it held is no longer held by it
             peer.close()
 
 
@@ -145,10 +171,10 @@ def schedule(seed: int) -> list[Step]:
     """(seconds after the previous step, what, which broker, how long) for one of each disaster,
     in a random order."""
     rng = random.Random(seed)
-    kinds = ["kill", "stop", "postgres"]
+    kinds = ["kill", "kill", "stop", "postgres"]
     rng.shuffle(kinds)
-    lengths = {"kill": rng.uniform(0.5, 2.0), "stop": STOPPED, "postgres": rng.uniform(1.0, 3.0)}
-    return [(rng.uniform(2.0, 5.0), kind, rng.randrange(3), lengths[kind]) for kind in kinds]
+    lengths = {"kill": lambda: rng.uniform(*DOWN), "stop": lambda: STOPPED, "postgres": lambda: rng.uniform(1.0, 3.0)}
+    return [(rng.uniform(2.0, 5.0), kind, rng.randrange(3), lengths[kind]()) for kind in kinds]
 
 
 def unleash(step: Step, brokers: list[BrokerProcess], history: History) -> None:
@@ -206,6 +232,34 @@ def unmarked_duplicates(history: History) -> Problems:
     return [(f"{len(unmarked)} messages delivered again without redelivered:true", unmarked)] if unmarked else []
 
 
+def held_twice_unmarked(history: History) -> Problems:
+    """Deliveries without ``redelivered:true`` made while another delivery of the message was
+    still held (not acked with a receipt, its connection open): on the same subscription, and on
+    any subscription of the queue."""
+    holders: dict[str, set[str]] = {}
+    same: set[str] = set()
+    anywhere: set[str] = set()
+    for _, _, kind, sub, body, note in list(history.events):
+        if kind == "delivered":
+            held_by = holders.setdefault(body, set())
+            if note != "true" and held_by:
+                anywhere.add(body)
+                if sub in held_by:
+                    same.add(body)
+            held_by.add(sub)
+        elif kind == "acked":
+            holders.get(body, set()).discard(sub)
+        elif kind == "closed":
+            for held_by in holders.values():
+                held_by.discard(sub)
+    problems: Problems = []
+    if same:
+        problems.append((f"{len(same)} messages delivered twice at once to one subscription unflagged", same))
+    if anywhere:
+        problems.append((f"{len(anywhere)} messages delivered twice at once in the queue unflagged", anywhere))
+    return problems
+
+
 def report(run: tuple[History, list[Step]], problems: Problems) -> str:
     history, steps = run
     concerned = {body for _, bodies in problems for body in sorted(bodies)[:5]}
@@ -258,4 +312,9 @@ def test_chaos_keeps_the_durability_promises(chaos: tuple[History, list[Step]]) 
 
 def test_chaos_marks_every_duplicate_redelivered(chaos: tuple[History, list[Step]]) -> None:
     problems = unmarked_duplicates(chaos[0])
+    assert not problems, report(chaos, problems)
+
+
+def test_chaos_never_delivers_a_held_message_again_unflagged(chaos: tuple[History, list[Step]]) -> None:
+    problems = held_twice_unmarked(chaos[0])
     assert not problems, report(chaos, problems)

@@ -222,6 +222,24 @@ def test_a_broker_whose_session_ended_is_swept_at_once_whatever_its_lease(url: s
         assert survivor.count_unacked("q") == 0
 
 
+def test_what_departed_brokers_counted_stays_stored(url: str) -> None:
+    """The cluster's totals are cumulative across restarts: a swept broker's counters (as of its
+    last renewal) and a cleanly stopped one's (as of its stop) are added to the stored totals."""
+    with opened(url, lease=60) as survivor:
+        crashed = PostgresBackend(url, lease=60)
+        crashed.open()
+        crashed.renew({"published": 5, "acked": 1})
+        assert crashed._conn is not None
+        crashed._conn.close()
+        wait_for(lambda: survivor.sweep() is None and len(survivor.brokers()[0]) == 1, "the sweep")
+        stopped = PostgresBackend(url, lease=60)
+        stopped.open()
+        stopped.renew({"published": 1})
+        stopped.final_counters = {"published": 2, "acked": 2}
+        stopped.close()
+        assert survivor.brokers()[1] == {"published": 7, "acked": 3}
+
+
 def test_a_broker_that_renews_late_keeps_its_epoch_when_nobody_could_sweep_it(url: str) -> None:
     """A renewal late past the lease (a database outage) keeps the epoch and the claims if no
     broker ended the lease meanwhile: a sweeper judges leases only once it has itself been

@@ -86,6 +86,20 @@ def _just_before(key: OrderKey) -> OrderKey:
     return key[0], key[1] - 1
 
 
+def _place(level: deque[StoredMessage], msg: StoredMessage) -> None:
+    """Put ``msg`` into ``level`` at its place by seq.  Every level must stay in seq order: its
+    last message is the window's end (``boundary``, eviction), and a page read after a boundary
+    taken from a level out of order read again, as a second copy, a message still in memory,
+    which was then delivered twice, both unflagged."""
+    if not level or level[0].seq > msg.seq:
+        level.appendleft(msg)
+    elif level[-1].seq < msg.seq:
+        level.append(msg)
+    else:
+        index = next(i for i, m in enumerate(level) if m.seq > msg.seq)
+        level.insert(index, msg)
+
+
 class ReadyWindow:
     __slots__ = ("capacity", "max_bytes", "levels", "prios", "size", "bytes", "unit", "spilled", "boundary", "epoch",
                  "loading", "skipped", "late", "tail", "tail_bytes", "tail_capacity", "tail_max_bytes", "gapless",
@@ -125,7 +139,9 @@ class ReadyWindow:
 
     # -- adding -------------------------------------------------------------------------------
     def push(self, msg: StoredMessage) -> bool:
-        """A freshly sent message: newest of its priority, so it goes last in its level.
+        """A freshly sent message: newest of its priority, so it goes last in its level, unless
+        the level holds a higher seq (several brokers share the store: each numbers its SENDs from
+        its own block, so another broker's message read into the window may sort after this one).
         False: it lies beyond the boundary and stays in the store only (not even in the tail)."""
         if self.spilled:
             key = msg.order_key
@@ -134,7 +150,10 @@ class ReadyWindow:
         level = self.levels.get(msg.priority)
         if level is None:
             level = self._new_level(msg.priority)
-        level.append(msg)
+        if level and level[-1].seq > msg.seq:
+            _place(level, msg)  # (a level out of order made its last no longer its end, see _place)
+        else:
+            level.append(msg)
         self.size += 1
         self.bytes += len(msg.body) + MESSAGE_OVERHEAD
         if self.capacity is not None and (self.size > self.capacity or self.bytes > self.max_bytes):
@@ -151,13 +170,7 @@ class ReadyWindow:
         level = self.levels.get(msg.priority)
         if level is None:
             level = self._new_level(msg.priority)
-        if not level or level[0].seq > msg.seq:
-            level.appendleft(msg)
-        elif level[-1].seq < msg.seq:
-            level.append(msg)
-        else:
-            index = next(i for i, m in enumerate(level) if m.seq > msg.seq)
-            level.insert(index, msg)
+        _place(level, msg)
         self.size += 1
         self.bytes += len(msg.body) + MESSAGE_OVERHEAD
         if self.capacity is not None and (self.size > self.capacity or self.bytes > self.max_bytes):

@@ -136,6 +136,11 @@ CASES: dict[str, tuple[int | None, bool, list[Step], list[int], bool, tuple[int,
         False),
     "a change noticed during a load keeps the queue spilled": (
         4, True, [("page",), ("changed",), ("loaded", [1])], [1], True, (-4, 1), True),
+    "a SEND numbered below another broker's message in memory goes to its place by seq": (
+        4, True, [("page",), ("loaded", [500]), ("push", 100)], [100, 500], False, None, False),
+    "so a change bounds the window at its true end, and the next page reads nothing twice": (
+        4, True, [("page",), ("loaded", [500]), ("push", 100), ("changed",), ("page",), ("loaded", [600])],
+        [100, 500, 600], False, None, False),
     "a change noticed by an empty window pages from the start": (
         4, False, [("changed",)], [], True, None, True),
     "release keeps the head and moves the boundary back": (

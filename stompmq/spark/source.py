@@ -38,14 +38,16 @@ each task is the producer ``PRODUCERID/PARTITION`` numbering its rows by index (
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 import math
+import os
 import re
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -71,6 +73,7 @@ SCHEMA = (
     " headers map<string,string>, body binary"
 )
 Offsets = dict[str, int]
+T = TypeVar("T")
 
 
 log = logging.getLogger(__name__)
@@ -112,10 +115,28 @@ class Options:
 
 
 def _check_known(options: Mapping[str, str], known: Sequence[str]) -> None:
-    names = {k.lower() for k in known}
+    """Every option is one of ``known``; an unknown one names the nearest known name (Spark
+    lower-cases them, so they are compared lower-cased and suggested as documented)."""
+    names = {k.lower(): k for k in known}
     for key in options:
         if key.lower() not in names:
-            raise StompmqError(f"unknown option {key!r}; the options are {', '.join(known)}")
+            near = difflib.get_close_matches(key.lower(), names, n=1)
+            hint = f"did you mean {names[near[0]]!r}? " if near else ""
+            raise StompmqError(f"unknown option {key!r}; {hint}the options are {', '.join(known)}")
+
+
+def _planned(make: Callable[[], T]) -> T:
+    """``make()`` (a reader or a writer, in the Python worker that plans the query), with an
+    option error shown as its one line: the message used to come after some 2,000 characters
+    of traceback.  The worker formats the exception it dies of after this, reading
+    ``SPARK_HIDE_TRACEBACK`` then (pyspark.util.handle_worker_exception), and exits: setting it
+    here concerns this worker's last exception only.  Without it (another Spark version) the
+    traceback is still cut to the frames from here on."""
+    try:
+        return make()
+    except StompmqError as error:
+        os.environ["SPARK_HIDE_TRACEBACK"] = "1"
+        raise error.with_traceback(None) from None
 
 
 def _positive(options: Mapping[str, str], name: str) -> int | None:
@@ -559,13 +580,13 @@ class StompmqDataSource(DataSource):
         return SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return StompmqBatchReader(_options(self.options, reading=True), self.options)
+        return _planned(lambda: StompmqBatchReader(_options(self.options, reading=True), self.options))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return StompmqStreamReader(_options(self.options, reading=True), self.options)
+        return _planned(lambda: StompmqStreamReader(_options(self.options, reading=True), self.options))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        return StompmqWriter(_options(self.options, reading=False), self.options)
+        return _planned(lambda: StompmqWriter(_options(self.options, reading=False), self.options))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        return StompmqStreamWriter(_options(self.options, reading=False), self.options)
+        return _planned(lambda: StompmqStreamWriter(_options(self.options, reading=False), self.options))

@@ -56,10 +56,19 @@ GONE_SQL = (
 DEPARTED = "departed_counters"
 
 
+#: Seconds ``hold`` waits for the lock: a peer's sweep holds it for a moment; this broker's own
+#: previous session, cut off unseen, until the server notices (then the reconnection is retried).
+HOLD_WAIT = "5s"
+
+
 def hold(conn: psycopg.Connection[Any], broker_id: str) -> None:
     """Take this broker's lock on ``conn`` for the life of its session (waits while a peer's sweep
     holds it: that sweep ends our lease, and the registration after this sees it)."""
-    conn.execute(HOLD_SQL, (broker_id,))
+    conn.execute("SELECT set_config('lock_timeout', %s, false)", (HOLD_WAIT,))
+    try:
+        conn.execute(HOLD_SQL, (broker_id,))
+    finally:
+        conn.execute("SELECT set_config('lock_timeout', '0', false)")
 
 
 def gone(conn: psycopg.Connection[Any], broker_id: str, since: Any, lease: float) -> list[tuple[str, bool]]:

@@ -390,11 +390,15 @@ class PostgresBackend:
             self._conn = None
         if time.monotonic() < self._next_attempt:
             raise StoreError(f"PostgreSQL {self.name} is unreachable (retrying)")
+        conn = None
         try:
             conn = _connect(self.url)
             pg_liveness.hold(conn, self.broker_id)
             self._register(conn, fresh=True)
         except (StoreError, psycopg.Error) as exc:
+            if conn is not None:
+                with contextlib.suppress(psycopg.Error):
+                    conn.close()
             if not self._down:  # the store logs the outage (storage/outage.py)
                 log.debug("PostgreSQL %s is unreachable, retrying: %s", self.name, _one_line(exc))
                 self._down = True

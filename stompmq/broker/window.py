@@ -139,9 +139,8 @@ class ReadyWindow:
 
     # -- adding -------------------------------------------------------------------------------
     def push(self, msg: StoredMessage) -> bool:
-        """A freshly sent message: newest of its priority, so it goes last in its level, unless
-        the level holds a higher seq (several brokers share the store: each numbers its SENDs from
-        its own block, so another broker's message read into the window may sort after this one).
+        """A freshly sent message: newest of its priority, so it goes last in its level (on a
+        store several brokers share, not always: ``SharedReadyWindow``).
         False: it lies beyond the boundary and stays in the store only (not even in the tail)."""
         if self.spilled:
             key = msg.order_key
@@ -150,10 +149,7 @@ class ReadyWindow:
         level = self.levels.get(msg.priority)
         if level is None:
             level = self._new_level(msg.priority)
-        if level and level[-1].seq > msg.seq:
-            _place(level, msg)  # (a level out of order made its last no longer its end, see _place)
-        else:
-            level.append(msg)
+        level.append(msg)
         self.size += 1
         self.bytes += len(msg.body) + MESSAGE_OVERHEAD
         if self.capacity is not None and (self.size > self.capacity or self.bytes > self.max_bytes):
@@ -491,3 +487,19 @@ class ReadyWindow:
             self._in_memory()
         else:  # over budget: the sizes were underestimated, or the part of the tail taken
             self._evict()
+
+
+class SharedReadyWindow(ReadyWindow):
+    """The window of a queue on a store several brokers share.  Each broker numbers its SENDs
+    from its own block of seqs, so a message another broker numbered higher, read into the
+    window, may sort after a fresh SEND of this one: that SEND goes to its place by seq, as a
+    message coming back does (``requeue``).  A subclass, so that a single broker's SENDs pay
+    nothing for the check."""
+
+    __slots__ = ()
+
+    def push(self, msg: StoredMessage) -> bool:
+        level = self.levels.get(msg.priority)
+        if level and level[-1].seq > msg.seq:
+            return self.requeue(msg)
+        return ReadyWindow.push(self, msg)

@@ -136,7 +136,7 @@ class Dispatcher:
             config = self.config
             queue = self.queues[name] = Queue(
                 name, config.window if durable else None, spilled=durable, max_bytes=config.window_bytes,
-                stats=self.queue_stats(name),
+                stats=self.queue_stats(name), shared=self.store.shared,
             )
             policy = self.bounds.policy(name)
             if policy is not None and policy.bounded and policy.overflow == DROP_HEAD:

@@ -49,7 +49,7 @@ from ..storage.base import MESSAGE_OVERHEAD, StoredMessage
 from .consumer import AckMode, Consumer
 from .pacing import Pace
 from .stats import QueueStats
-from .window import ReadyWindow
+from .window import ReadyWindow, SharedReadyWindow
 
 
 def group_of(msg: StoredMessage) -> str | None:
@@ -97,10 +97,11 @@ class Queue(Generic[S]):
         spilled: bool,
         max_bytes: int | None = None,
         stats: QueueStats | None = None,
+        shared: bool = False,
     ) -> None:
         self.name = name
         self.destination = "/queue/" + name
-        self.window = ReadyWindow(capacity, spilled, max_bytes)
+        self.window = (SharedReadyWindow if shared else ReadyWindow)(capacity, spilled, max_bytes)
         self.nsubs = 0  # subscriptions (the round-robin holds those with room)
         self.nacking = 0  # ...of them acknowledging (client, client-individual): pacing.py
         self.ready_subs: deque[S] = deque()

@@ -86,6 +86,20 @@ def _just_before(key: OrderKey) -> OrderKey:
     return key[0], key[1] - 1
 
 
+def _place(level: deque[StoredMessage], msg: StoredMessage) -> None:
+    """Put ``msg`` into ``level`` at its place by seq.  Every level must stay in seq order: its
+    last message is the window's end (``boundary``, eviction), and a page read after a boundary
+    taken from a level out of order read again, as a second copy, a message still in memory,
+    which was then delivered twice, both unflagged."""
+    if not level or level[0].seq > msg.seq:
+        level.appendleft(msg)
+    elif level[-1].seq < msg.seq:
+        level.append(msg)
+    else:
+        index = next(i for i, m in enumerate(level) if m.seq > msg.seq)
+        level.insert(index, msg)
+
+
 class ReadyWindow:
     __slots__ = ("capacity", "max_bytes", "levels", "prios", "size", "bytes", "unit", "spilled", "boundary", "epoch",
                  "loading", "skipped", "late", "tail", "tail_bytes", "tail_capacity", "tail_max_bytes", "gapless",
@@ -125,7 +139,8 @@ class ReadyWindow:
 
     # -- adding -------------------------------------------------------------------------------
     def push(self, msg: StoredMessage) -> bool:
-        """A freshly sent message: newest of its priority, so it goes last in its level.
+        """A freshly sent message: newest of its priority, so it goes last in its level (on a
+        store several brokers share, not always: ``SharedReadyWindow``).
         False: it lies beyond the boundary and stays in the store only (not even in the tail)."""
         if self.spilled:
             key = msg.order_key
@@ -151,13 +166,7 @@ class ReadyWindow:
         level = self.levels.get(msg.priority)
         if level is None:
             level = self._new_level(msg.priority)
-        if not level or level[0].seq > msg.seq:
-            level.appendleft(msg)
-        elif level[-1].seq < msg.seq:
-            level.append(msg)
-        else:
-            index = next(i for i, m in enumerate(level) if m.seq > msg.seq)
-            level.insert(index, msg)
+        _place(level, msg)
         self.size += 1
         self.bytes += len(msg.body) + MESSAGE_OVERHEAD
         if self.capacity is not None and (self.size > self.capacity or self.bytes > self.max_bytes):
@@ -483,3 +492,19 @@ class ReadyWindow:
             self._in_memory()
         else:  # over budget: the sizes were underestimated, or the part of the tail taken
             self._evict()
+
+
+class SharedReadyWindow(ReadyWindow):
+    """The window of a queue on a store several brokers share.  Each broker numbers its SENDs
+    from its own block of seqs, so a message another broker numbered higher, read into the
+    window, may sort after a fresh SEND of this one: that SEND goes to its place by seq, as a
+    message coming back does (``requeue``).  A subclass, so that a single broker's SENDs pay
+    nothing for the check."""
+
+    __slots__ = ()
+
+    def push(self, msg: StoredMessage) -> bool:
+        level = self.levels.get(msg.priority)
+        if level and level[-1].seq > msg.seq:
+            return self.requeue(msg)
+        return ReadyWindow.push(self, msg)

@@ -508,8 +508,9 @@ class ManagementApp:
 
     async def cluster(self, request: Request) -> Response:
         """Every broker on a shared store's database: lease, last renewal, claims, version and the
-        counters it wrote at that renewal; ``totals`` sums those of the brokers whose lease runs (a
-        store of one broker has no cluster: no brokers, no totals).  Ages are on this broker's clock."""
+        counters it wrote at that renewal; ``totals`` sums those of every broker listed and of every
+        broker that left the database before (stored: cumulative across restarts; a store of one
+        broker has no cluster: no brokers, no totals).  Ages are on this broker's clock."""
         store = self.runtime.store
         now = time.time()
         leases = await store.brokers()
@@ -530,7 +531,8 @@ class ManagementApp:
             }
             for lease in leases
         ]
-        totals = {key: sum(lease.counters.get(key, 0) for lease in leases if lease.live) for key in TOTALS}
+        departed = store.departed_counters()
+        totals = {key: departed.get(key, 0) + sum(lease.counters.get(key, 0) for lease in leases) for key in TOTALS}
         return JSONResponse({"shared": store.shared, "brokers": brokers, "totals": totals if store.shared else None})
 
     # -- vhosts ---------------------------------------------------------------------------------

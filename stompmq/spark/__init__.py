@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from typing import Any
@@ -16,16 +17,22 @@ from .source import StompmqDataSource
 
 __all__ = ["StompmqDataSource", "StompmqError", "register"]
 
+log = logging.getLogger(__name__)
+
 
 def register(spark: Any) -> None:
     """Make ``format("stompmq")`` available in ``spark`` (a SparkSession).
 
-    The data source runs in Spark's Python workers, which start ``PYSPARK_PYTHON`` (``python3``
-    on the PATH when unset): an interpreter without stompmq fails every read with ``No module
-    named 'stompmq.spark'``.  In local mode the workers run on this machine, so when
-    ``PYSPARK_PYTHON`` is unset they run this driver's interpreter, which has stompmq.  On a
-    cluster, set ``PYSPARK_PYTHON`` to an interpreter with ``stompmq[spark]`` on every executor."""
+    Spark runs the source in Python workers started with ``PYSPARK_PYTHON`` (or the setting
+    ``spark.pyspark.python``), else ``python3`` from the PATH, which rarely has stompmq and
+    pyarrow installed: every read then failed with ``No module named ...``.  With neither set,
+    a local session's workers run this interpreter (the one stompmq was imported by); other
+    masters' executors may not have it, so they are told, in one line, what to set."""
     context = spark.sparkContext
-    if "PYSPARK_PYTHON" not in os.environ and context.master.startswith("local"):
-        context.pythonExec = sys.executable  # read when the data source is wrapped, below
+    if not os.environ.get("PYSPARK_PYTHON") and not context.getConf().get("spark.pyspark.python"):
+        if context.master.startswith("local"):
+            context.pythonExec = sys.executable  # (what the data source's workers are started with)
+        else:
+            log.warning("stompmq.spark: set PYSPARK_PYTHON (or spark.pyspark.python) to a Python with"
+                        " stompmq[spark] installed on every executor; the workers use %r", context.pythonExec)
     spark.dataSource.register(StompmqDataSource)

@@ -42,6 +42,7 @@ import difflib
 import json
 import logging
 import math
+import os
 import re
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -72,10 +73,10 @@ SCHEMA = (
     " headers map<string,string>, body binary"
 )
 Offsets = dict[str, int]
+T = TypeVar("T")
 
 
 log = logging.getLogger(__name__)
-_T = TypeVar("_T")
 
 #: The options of a read and of a write (Spark hands them over lower-cased).
 READ_OPTIONS = (
@@ -114,14 +115,28 @@ class Options:
 
 
 def _check_known(options: Mapping[str, str], known: Sequence[str]) -> None:
-    """Spark hands the options over lower-cased, so the nearest name is looked for that way
-    and given as the documentation spells it."""
+    """Every option is one of ``known``; an unknown one names the nearest known name (Spark
+    lower-cases them, so they are compared lower-cased and suggested as documented)."""
     names = {k.lower(): k for k in known}
     for key in options:
         if key.lower() not in names:
             near = difflib.get_close_matches(key.lower(), names, n=1)
-            hint = f" (did you mean {names[near[0]]!r}?)" if near else ""
-            raise StompmqError(f"unknown option {key!r}{hint}; the options are {', '.join(known)}")
+            hint = f"did you mean {names[near[0]]!r}? " if near else ""
+            raise StompmqError(f"unknown option {key!r}; {hint}the options are {', '.join(known)}")
+
+
+def _planned(make: Callable[[], T]) -> T:
+    """``make()`` (a reader or a writer, in the Python worker that plans the query), with an
+    option error shown as its one line: the message used to come after some 2,000 characters
+    of traceback.  The worker formats the exception it dies of after this, reading
+    ``SPARK_HIDE_TRACEBACK`` then (pyspark.util.handle_worker_exception), and exits: setting it
+    here concerns this worker's last exception only.  Without it (another Spark version) the
+    traceback is still cut to the frames from here on."""
+    try:
+        return make()
+    except StompmqError as error:
+        os.environ["SPARK_HIDE_TRACEBACK"] = "1"
+        raise error.with_traceback(None) from None
 
 
 def _positive(options: Mapping[str, str], name: str) -> int | None:
@@ -565,24 +580,13 @@ class StompmqDataSource(DataSource):
         return SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return _short_errors(lambda: StompmqBatchReader(_options(self.options, reading=True), self.options))
+        return _planned(lambda: StompmqBatchReader(_options(self.options, reading=True), self.options))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return _short_errors(lambda: StompmqStreamReader(_options(self.options, reading=True), self.options))
+        return _planned(lambda: StompmqStreamReader(_options(self.options, reading=True), self.options))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        return _short_errors(lambda: StompmqWriter(_options(self.options, reading=False), self.options))
+        return _planned(lambda: StompmqWriter(_options(self.options, reading=False), self.options))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        return _short_errors(lambda: StompmqStreamWriter(_options(self.options, reading=False), self.options))
-
-
-def _short_errors(make: Callable[[], _T]) -> _T:
-    """``make()``, with an option error raised afresh outside the frames that found it: Spark
-    puts the worker's whole traceback in its exception and the line that says what is wrong
-    comes last, so the fewer frames the closer to the top it is (five lines, not a screenful)."""
-    try:
-        return make()
-    except StompmqError as e:
-        error = str(e)
-    raise StompmqError(error) from None
+        return _planned(lambda: StompmqStreamWriter(_options(self.options, reading=False), self.options))

@@ -739,6 +739,12 @@ class Store(abc.ABC):
         one broker returns none."""
         return []
 
+    def departed_counters(self) -> dict[str, int]:
+        """What the brokers that left a shared store's database (stopped, or swept after a crash)
+        counted, summed, as of the last ``brokers()``: with the registered brokers' counters,
+        the cluster's totals, cumulative across restarts."""
+        return {}
+
     @abc.abstractmethod
     async def queue_page(self, after: str, limit: int, snapshot: Callable[[], T]) -> tuple[list[QueueCount], T]:
         """Up to ``limit`` queues the store knows, named after ``after``, in name order, with

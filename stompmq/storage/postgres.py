@@ -70,7 +70,7 @@ import trio
 
 from stompmq import __version__
 from stompmq.logs import masked
-from stompmq.storage import jsontext, recovery
+from stompmq.storage import jsontext, pg_liveness, recovery
 from stompmq.storage.ages import NO_AGES, QUEUE_AGES_SQL, QUEUE_UNACKED_AGE_SQL, QueueAges
 from stompmq.storage.base import (
     QUEUE_PAGE_SQL,
@@ -205,14 +205,16 @@ DELETE_SQL = "DELETE FROM messages AS m WHERE m.seq = ANY(%(seqs)s) AND (m.owner
 DELAYED_DELETE_SQL = ("DELETE FROM delayed_messages AS m WHERE m.seq = ANY(%(seqs)s) AND (m.owner IS NULL OR "
                       + MINE + ") RETURNING m.seq")
 #: Rows a broker may claim: not out for delivery, and not held under the current lease epoch of
-#: another broker whose lease is running (free, its own, a lapsed broker's, or claimed under an
-#: epoch that ended).  A row taken from a lapsed claim counts a redelivery, as in ``free_owner``:
-#: its holder may have delivered it with the delivered mark still in its buffer.
+#: another registered broker (free, its own, or claimed under an epoch that ended).  A broker's
+#: lease ends only by a sweep (storage/pg_liveness.py), which frees its rows: a claim read never
+#: judges a lease itself, so a broker whose row is still there has lost nothing.  A row taken from
+#: an ended claim counts a redelivery, as in ``free_owner``: its holder may have delivered it with
+#: the delivered mark still in its buffer.
 #: (A scalar subquery, not NOT EXISTS: the planner makes that an anti-join, which the re-check of a
 #: row another broker claimed while this read ran does not evaluate again, so both took it.)
 UNCLAIMED = (
     "(m.owner IS NULL OR (SELECT b.epoch FROM brokers b WHERE b.id = m.owner"
-    " AND b.lease_until >= now() AND b.id <> %(me)s) IS DISTINCT FROM m.owner_epoch)"
+    " AND b.id <> %(me)s) IS DISTINCT FROM m.owner_epoch)"
 )
 FREE = "m.delivered = false AND " + UNCLAIMED
 #: Rows a claim takes, in delivery order: from the queue's start ({after} = "true"), or after a key.
@@ -266,7 +268,7 @@ EXPIRED_SQL = (
     " FROM messages m JOIN queues q ON q.id = m.queue_id WHERE m.expires IS NOT NULL"
     " AND (m.expires, m.seq) > (%(e)s, %(s)s) AND m.expires < %(now)s"
     " AND NOT m.delivered AND q.vhost = %(vhost)s AND (m.owner IS NULL OR m.owner = %(me)s"
-    " OR m.owner IN (SELECT id FROM brokers WHERE lease_until < now()))"
+    " OR m.owner NOT IN (SELECT id FROM brokers))"
     " ORDER BY m.expires, m.seq LIMIT %(limit)s"
 )
 #: The brokers on the database and their claims (ix_messages_owner: only the claimed rows).
@@ -346,6 +348,11 @@ class PostgresBackend:
         #: trio thread reads both: each is one assignment).
         self.epoch: int | None = None
         self.valid_until = 0.0
+        #: when this connection registered, on the database's clock: the sweep ends a peer's lease
+        #: by time only a lease after it (storage/pg_liveness.py)
+        self._since: Any = None
+        #: what this broker counted, set by the store just before a clean close (None: not known)
+        self.final_counters: dict[str, int] | None = None
         self._demanded: dict[str, float] = {}  # queue -> monotonic time of its last demand notification
 
     @property
@@ -365,9 +372,10 @@ class PostgresBackend:
         except Exception as exc:  # psycopg, alembic and SQLAlchemy errors alike
             raise StoreError(f"cannot migrate {self.name}: {_one_line(exc)}") from None
         try:
-            self._register(conn)
+            pg_liveness.hold(conn, self.broker_id)
+            self._register(conn, fresh=True)
             with conn.transaction():
-                self._free_lapsed(conn)
+                self._free_gone(conn)  # a broker this one restarts after is gone: its claims free now
             vhosts, exchanges, bindings = recovery.definitions(conn)
             with conn.cursor() as cur:
                 streams = self.streams.recover(cur)
@@ -385,7 +393,7 @@ class PostgresBackend:
             with conn.transaction():
                 # A clean stop frees this broker's claims now instead of after its lease.
                 queues = self._free_claims(conn, self.broker_id)
-                conn.execute("DELETE FROM brokers WHERE id = %s", (self.broker_id,))
+                pg_liveness.leave(conn, self.broker_id, self.final_counters)
                 self._notify_queues(conn, queues, "")
         conn.close()
 
@@ -400,10 +408,15 @@ class PostgresBackend:
             self._conn = None
         if time.monotonic() < self._next_attempt:
             raise StoreError(f"PostgreSQL {self.name} is unreachable (retrying)")
+        conn = None
         try:
             conn = _connect(self.url)
-            self._register(conn)
+            pg_liveness.hold(conn, self.broker_id)
+            self._register(conn, fresh=True)
         except (StoreError, psycopg.Error) as exc:
+            if conn is not None:
+                with contextlib.suppress(psycopg.Error):
+                    conn.close()
             if not self._down:  # the store logs the outage (storage/outage.py)
                 log.debug("PostgreSQL %s is unreachable, retrying: %s", self.name, _one_line(exc))
                 self._down = True
@@ -418,26 +431,27 @@ class PostgresBackend:
         self._forget_ids()
         return conn
 
-    def _register(self, conn: psycopg.Connection[Any]) -> None:
+    def _register(self, conn: psycopg.Connection[Any], *, fresh: bool = False) -> None:
         """Hold (or renew) this broker's lease; the database's clock decides when it lapses.
 
-        A lease that lapsed (our row is gone, or still there but past ``lease_until`` while another
-        broker is registered) is not renewed but replaced under a new epoch: what we claimed under
-        the old one may be another broker's by now, so those rows are freed and the store tells
-        the engine to forget them.  A broker alone on the database keeps its epoch: nobody could
-        have taken anything."""
+        A lease another broker ended (our row is gone: a sweep deleted it and freed our rows,
+        storage/pg_liveness.py) is not renewed but replaced under a new epoch: what we claimed
+        under the old one may be another broker's by now, so the store tells the engine to forget
+        it.  A row still there, however late the renewal (a database outage, a pause nobody swept),
+        keeps its epoch: nobody could have taken anything.  ``fresh``: a new connection, from
+        whose registration this broker judges others' leases."""
         start = time.monotonic()
         row = conn.execute(
             "INSERT INTO brokers (id, lease_until, epoch, renewed_at, version) VALUES (%s,"
             " now() + make_interval(secs => %s), nextval('lease_epoch'), now(), %s) ON CONFLICT (id) DO UPDATE"
-            " SET lease_until = excluded.lease_until, renewed_at = excluded.renewed_at,"
-            " epoch = CASE WHEN brokers.lease_until < now() AND EXISTS (SELECT 1 FROM brokers o"
-            " WHERE o.id <> brokers.id) THEN excluded.epoch ELSE brokers.epoch END"
-            " RETURNING epoch",
+            " SET lease_until = excluded.lease_until, renewed_at = excluded.renewed_at"
+            " RETURNING epoch, now()",
             (self.broker_id, self.lease, __version__),
         ).fetchone()
         assert row is not None
         epoch = int(row[0])
+        if fresh:
+            self._since = row[1]
         if self.epoch is not None and epoch != self.epoch:
             log.warning(
                 "this broker's lease on %s lapsed (it could not renew it in %s s): it holds a new one and"
@@ -459,19 +473,28 @@ class PostgresBackend:
             with conn.transaction():
                 self._register(conn)
                 conn.execute("UPDATE brokers SET counters = %s WHERE id = %s", (_dumps(counters), self.broker_id))
-                self._free_lapsed(conn)
+                self._free_gone(conn)
                 conn.execute(
                     "DELETE FROM topic_relay WHERE created < now() - make_interval(secs => %s)", (RELAY_KEEP,)
                 )
         except psycopg.Error as exc:
             raise StoreError(f"cannot renew the lease on {self.name}: {_one_line(exc)}") from None
 
-    def _free_lapsed(self, conn: psycopg.Connection[Any]) -> None:
-        """Free every row of every broker whose lease lapsed, and forget those brokers."""
-        for (dead,) in conn.execute(
-            "DELETE FROM brokers WHERE lease_until < now() RETURNING id"
-        ).fetchall():
-            log.warning("broker %s on %s stopped renewing its lease: its messages are free again", dead, self.name)
+    def sweep(self) -> None:
+        """End the leases of the brokers that are gone and free their claims (between renewals:
+        a crashed broker's messages are taken over within ``pg_liveness.SWEEP_EVERY``)."""
+        conn = self._connection()
+        try:
+            with conn.transaction():
+                self._free_gone(conn)
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot read {self.name}: {_one_line(exc)}") from None
+
+    def _free_gone(self, conn: psycopg.Connection[Any]) -> None:
+        """Free every row of every broker that is gone (storage/pg_liveness.py), and forget them."""
+        for dead, lapsed in pg_liveness.gone(conn, self.broker_id, self._since, self.lease):
+            why = "stopped renewing its lease" if lapsed else "is gone (its database session ended)"
+            log.warning("broker %s on %s %s: its messages are free again", dead, self.name, why)
             self._notify_queues(conn, self._free_claims(conn, dead, died=True), "")  # news for every broker
 
     @staticmethod
@@ -987,15 +1010,18 @@ class PostgresBackend:
         space = vhost_space(vhost)
         return [QueueCount(space + name, *counts) for name, *counts in rows]
 
-    def brokers(self) -> list[BrokerLease]:
-        """Every broker on the database with its lease and what it holds under it."""
+    def brokers(self) -> tuple[list[BrokerLease], dict[str, int]]:
+        """Every broker on the database with its lease and what it holds under it, and what the
+        brokers that left it counted."""
         try:
-            rows = self._connection().execute(BROKERS_SQL).fetchall()
+            conn = self._connection()
+            rows = conn.execute(BROKERS_SQL).fetchall()
+            departed = pg_liveness.departed(conn)
         except psycopg.Error as exc:
             raise StoreError(f"cannot read {self.name}: {_one_line(exc)}") from None
         return [BrokerLease(id_, int(epoch), until.timestamp(), None if renewed is None else renewed.timestamp(),
                             int(claimed), int(unacked), version, live, {} if counters is None else _loads(counters))
-                for id_, epoch, until, renewed, version, live, counters, claimed, unacked in rows]
+                for id_, epoch, until, renewed, version, live, counters, claimed, unacked in rows], departed
 
     def definitions(self) -> tuple[list[str], list[ExchangeRecord], list[BindingRecord], list[dict[str, Any]]]:
         try:
@@ -1110,6 +1136,7 @@ class PostgresStore(GroupCommitStore):
         self._want_block = trio.Event()
         self._listener: Listener | None = None
         self._epoch: int | None = None  # the lease epoch of the claims the engine holds in memory
+        self._departed: dict[str, int] = {}  # what departed brokers counted, as of ``brokers()``
 
     @property
     def node_id(self) -> str:
@@ -1130,7 +1157,11 @@ class PostgresStore(GroupCommitStore):
         return await self._read(self._pg.browse_due, after, limit, vhost)
 
     async def brokers(self) -> list[BrokerLease]:
-        return await self._read(self._pg.brokers)
+        leases, self._departed = await self._read(self._pg.brokers)
+        return leases
+
+    def departed_counters(self) -> dict[str, int]:
+        return self._departed
 
     async def open(self) -> Recovery:
         recovery = await super().open()
@@ -1152,6 +1183,8 @@ class PostgresStore(GroupCommitStore):
         return recovery
 
     async def close(self) -> None:
+        if self._thread is not None:
+            self._pg.final_counters = self.events.own_counters()  # (written by the clean close)
         listener, self._listener = self._listener, None
         if listener is not None:
             await trio.to_thread.run_sync(listener.stop)
@@ -1174,6 +1207,7 @@ class PostgresStore(GroupCommitStore):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(super().run)
             nursery.start_soon(self._renew_leases)
+            nursery.start_soon(self._sweep)
             nursery.start_soon(self._refill_seqs)
             nursery.start_soon(self._poll)
 
@@ -1210,6 +1244,14 @@ class PostgresStore(GroupCommitStore):
                 self.events.claims_renewed(True)
             elif time.monotonic() >= trusted_until:
                 self.events.claims_renewed(False)
+
+    async def _sweep(self) -> None:
+        """Between renewals, look for brokers that are gone (a crash ends their database session at
+        once: storage/pg_liveness.py); one short transaction each time."""
+        while True:
+            await trio.sleep(pg_liveness.SWEEP_EVERY)
+            with contextlib.suppress(StoreError):  # the store's outage record logs it
+                await self._call(self._pg.sweep)
 
     async def _refill_seqs(self) -> None:
         while True:

@@ -114,6 +114,9 @@ class VhostStore(Store):
     async def brokers(self) -> list[BrokerLease]:
         return await self.store.brokers()
 
+    def departed_counters(self) -> dict[str, int]:
+        return self.store.departed_counters()
+
     # -- lifecycle: the shared store's owner opens, runs and closes it --------------------------
     async def open(self) -> Recovery:
         return self._recovery

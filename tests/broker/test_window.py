@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from stompmq.broker.window import PROBE_PAGE, PageRequest, ReadyWindow
+from stompmq.broker.window import PROBE_PAGE, PageRequest, ReadyWindow, SharedReadyWindow
 from stompmq.storage.base import MESSAGE_OVERHEAD, StoredMessage
 
 Step = tuple[Any, ...]
@@ -42,11 +42,12 @@ def contents(window: ReadyWindow) -> list[int]:
 
 
 def run(
-    capacity: int | None, spilled: bool, steps: list[Step], max_kib: int | None = None, sizes: dict[int, int] | None = None
+    capacity: int | None, spilled: bool, steps: list[Step], max_kib: int | None = None, sizes: dict[int, int] | None = None,
+    kind: type[ReadyWindow] = ReadyWindow,
 ) -> tuple[ReadyWindow, list[PageRequest]]:
-    """Apply ``steps``; ``max_kib`` is the byte budget, ``sizes`` the KiB of each seq (default 1 with a
-    budget, an empty body without)."""
-    window = ReadyWindow(capacity, spilled, None if max_kib is None else max_kib * KIB)
+    """Apply ``steps`` to a window of ``kind``; ``max_kib`` is the byte budget, ``sizes`` the KiB of
+    each seq (default 1 with a budget, an empty body without)."""
+    window = kind(capacity, spilled, None if max_kib is None else max_kib * KIB)
     kib_of = dict(sizes or {})
     default_kib = None if max_kib is None else 1
     requests: list[PageRequest] = []
@@ -366,3 +367,15 @@ def test_look_back_during_a_load_is_remembered_for_after_it() -> None:
     window.page_loaded(requests[-1], [m(1)], set())
     window.look_back()
     assert not window.rewind and contents(window) == [] and window.boundary is None and window.wants_page()
+
+
+def test_on_a_shared_store_a_send_numbered_below_another_brokers_message_goes_to_its_place() -> None:
+    """Each broker numbers its SENDs from its own block: a fresh SEND (100) may sort before another
+    broker's message read into the window (500).  Appended after it, the level's last was no longer
+    its end; a change then set the boundary at 100, and the next page read 500 again, a second
+    copy of a message still in memory, delivered twice, both unflagged."""
+    steps: list[Step] = [("page",), ("loaded", [500]), ("push", 100)]
+    window, _ = run(4, True, steps, kind=SharedReadyWindow)
+    assert contents(window) == [100, 500]
+    window, requests = run(4, True, [*steps, ("changed",), ("page",)], kind=SharedReadyWindow)
+    assert window.boundary == (-4, 500) and requests[-1].after == (-4, 500)

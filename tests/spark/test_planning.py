@@ -72,11 +72,11 @@ OK = {"url": "stomp://127.0.0.1:1", "destination": "/stream/a"}
     ("options", "problem"),
     [
         ({"startingOffset": "earliest"},
-         "unknown option 'startingOffset' \\(did you mean 'startingOffsets'\\?\\); the options are url, .*startingOffsets"),
+         "unknown option 'startingOffset'; did you mean 'startingOffsets'\\? the options are url, .*startingOffsets"),
         ({"startingoffsets": "earliest", "maxoffsetspertriger": "5"},  # Spark lower-cases the names
-         "unknown option 'maxoffsetspertriger' \\(did you mean 'maxOffsetsPerTrigger'\\?\\)"),
+         "unknown option 'maxoffsetspertriger'; did you mean 'maxOffsetsPerTrigger'\\?"),
         ({"includeHeaders": "true"}, "unknown option 'includeHeaders'; the options are"),  # (nothing near)
-        ({"startingTimestamps": "1"}, "unknown option 'startingTimestamps' .*; the options are .*startingTimestamp, "
+        ({"startingTimestamps": "1"}, "unknown option 'startingTimestamps'; .*the options are .*startingTimestamp, "
                                       "startingOffsetsByTimestamp, startingOffsetsByTimestampStrategy"),
         ({"minPartitions": "0"}, "option 'minPartitions' must be a positive integer"),
         ({"minPartitions": "many"}, "option 'minPartitions'"),

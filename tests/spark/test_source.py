@@ -63,11 +63,39 @@ def test_empty_ranges_are_no_rows_and_an_end_past_the_stream_is_an_error(spark: 
     assert read(destination="/stream/e", startingOffsets=json.dumps({"e": 3}), endingOffsets=json.dumps({"e": 3})).count() == 0
     with pytest.raises(Exception, match="option 'endingOffsets': 9 is past the end of stream 'e'"):
         read(destination="/stream/e", endingOffsets=json.dumps({"e": 9})).collect()
-    with pytest.raises(Exception, match="unknown option 'startingoffset'") as refused:  # (Spark lower-cases names)
+    with pytest.raises(Exception, match="unknown option 'startingoffset'") as raised:  # (Spark lower-cases names)
         read(destination="/stream/e", startingOffset="earliest").collect()
-    lines = str(refused.value).splitlines()
-    # near the top of Spark's exception: its own line, then a traceback of two frames
-    assert any("(did you mean 'startingOffsets'?)" in line for line in lines[:7]), lines
+    # The nearest name, in one line at the top (not after a 2,000-character traceback).
+    first, *rest = str(raised.value).splitlines()
+    assert "unknown option 'startingoffset'; did you mean 'startingOffsets'?" in first
+    assert "Traceback" not in str(raised.value) and len(rest) <= 1, str(raised.value)
+
+
+#: A driver that sets neither PYSPARK_PYTHON nor spark.pyspark.python: its workers must still run
+#: this interpreter (the one with stompmq and pyarrow), not the PATH's python3.
+DRIVER_WITHOUT_PYSPARK_PYTHON = """
+import sys
+from pyspark.sql import SparkSession
+import stompmq.spark
+spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
+stompmq.spark.register(spark)
+assert spark.sparkContext.pythonExec == sys.executable, spark.sparkContext.pythonExec
+try:
+    spark.read.format("stompmq").option("url", "stomp://127.0.0.1:1").option("destination", "/stream/a") \
+        .option("destinaton", "x").load().collect()
+except Exception as e:
+    print(str(e).splitlines()[0])
+spark.stop()
+"""
+
+
+def test_a_local_session_needs_no_pyspark_python(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "PYSPARK_PYTHON"}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    done = subprocess.run([sys.executable, "-c", DRIVER_WITHOUT_PYSPARK_PYTHON], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "unknown option 'destinaton'; did you mean 'destination'?" in done.stdout, done.stdout + done.stderr[-3000:]
 
 
 def test_min_partitions_splits_a_stream_and_reads_every_entry_once(spark: Any, durable: BrokerThread, tmp_path: Path) -> None:

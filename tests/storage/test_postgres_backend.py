@@ -192,34 +192,88 @@ def test_a_lapsed_lease_frees_the_brokers_claims_at_the_next_renewal(url: str) -
         gone.close()
 
 
-def test_a_row_taken_from_a_lapsed_claim_counts_a_redelivery(url: str) -> None:
-    """Before any renewal frees them, another broker's page read may take a lapsed broker's rows
-    itself: they count a redelivery there too (the holder may have delivered them unmarked)."""
-    with opened(url) as taker:
+def test_a_claim_read_never_ends_a_lease_only_a_sweep_does(url: str) -> None:
+    """A lapsed broker's rows stay its own until a sweep ends its lease (and frees them): a claim
+    read never judges a lease, so a broker whose row is still there has lost nothing."""
+    with opened(url, lease=SHORT_LEASE) as taker:
         gone = PostgresBackend(url, lease=SHORT_LEASE)
         gone.open()
         gone.commit(held(2, [row(1), row(2)]))
-        taken: list[StoredMessage] = []
-
-        def lapsed_and_taken() -> bool:
-            taken[:] = taker.load_ready("q", None, 10)  # no renewal: the claim read itself
-            return len(taken) == 2
-
-        wait_for(lapsed_and_taken, "the lapsed broker's rows")
-        assert [(m.seq, m.redeliveries) for m in taken] == [(1, 1), (2, 1)]
+        time.sleep(SHORT_LEASE * 1.5)
+        assert taker.load_ready("q", None, 10) == []  # lapsed, but nobody swept
+        taker.sweep()
+        assert [(m.seq, m.redeliveries) for m in taker.load_ready("q", None, 10)] == [(1, 1), (2, 1)]
         gone.close()
+
+
+def test_a_broker_whose_session_ended_is_swept_at_once_whatever_its_lease(url: str) -> None:
+    """A crashed broker's database session ends, and its lock with it: the next sweep frees its
+    claims at once, long before its lease would lapse (each counts a redelivery)."""
+    with opened(url, lease=60) as survivor:
+        crashed = PostgresBackend(url, lease=60)
+        crashed.open()
+        crashed.commit(held(2, [row(1, delivered=True), row(2)]))
+        survivor.sweep()
+        assert survivor.load_ready("q", None, 10) == []  # alive: its session holds its lock
+        assert crashed._conn is not None
+        crashed._conn.close()  # as a kill -9 does: no clean close, the session just ends
+        wait_for(lambda: survivor.sweep() is None and len(survivor.load_ready("q", None, 10)) == 2,
+                 "the crashed broker's claims")
+        assert survivor.count_unacked("q") == 0
+
+
+def test_what_departed_brokers_counted_stays_stored(url: str) -> None:
+    """The cluster's totals are cumulative across restarts: a swept broker's counters (as of its
+    last renewal) and a cleanly stopped one's (as of its stop) are added to the stored totals."""
+    with opened(url, lease=60) as survivor:
+        crashed = PostgresBackend(url, lease=60)
+        crashed.open()
+        crashed.renew({"published": 5, "acked": 1})
+        assert crashed._conn is not None
+        crashed._conn.close()
+        wait_for(lambda: survivor.sweep() is None and len(survivor.brokers()[0]) == 1, "the sweep")
+        stopped = PostgresBackend(url, lease=60)
+        stopped.open()
+        stopped.renew({"published": 1})
+        stopped.final_counters = {"published": 2, "acked": 2}
+        stopped.close()
+        assert survivor.brokers()[1] == {"published": 7, "acked": 3}
+
+
+def test_a_broker_that_renews_late_keeps_its_epoch_when_nobody_could_sweep_it(url: str) -> None:
+    """A renewal late past the lease (a database outage) keeps the epoch and the claims if no
+    broker ended the lease meanwhile: a sweeper judges leases only once it has itself been
+    connected for a lease, so one back from the same outage does not end the others'."""
+    late = PostgresBackend(url, lease=SHORT_LEASE)
+    late.open()
+    try:
+        late.commit(held(1, [row(1)]))
+        epoch = late.epoch
+        time.sleep(SHORT_LEASE * 1.5)
+        with opened(url, lease=SHORT_LEASE) as back:  # just (re)connected: judges no lease yet
+            back.sweep()
+            assert back.load_ready("q", None, 10) == []
+            late.renew({})
+            assert late.epoch == epoch
+            time.sleep(SHORT_LEASE * 1.5)
+            late.renew({})
+            back.sweep()  # connected a lease now, but the lease runs again
+            assert back.load_ready("q", None, 10) == []
+    finally:
+        late.close()
 
 
 def test_a_group_taken_under_an_epoch_that_ended_claims_nothing(url: str) -> None:
     """A broker whose lease lapsed while a group was being taken renews under a new epoch; the
     group, taken when the engine still held its rows under the old one, leaves them free for
     every broker (what was out for delivery with a redelivery), not claimed for the new epoch."""
-    with opened(url) as other:
+    with opened(url, lease=SHORT_LEASE) as other:
         lapsed = PostgresBackend(url, lease=SHORT_LEASE)
         lapsed.open()
         old = lapsed.epoch
         time.sleep(SHORT_LEASE * 1.5)
-        lapsed.renew({})  # past its lease with another broker alive: a new epoch
+        other.sweep()  # another broker ended the lapsed lease
+        lapsed.renew({})  # so the renewal holds a new epoch
         assert lapsed.epoch != old
         stale = held(2, [row(1, delivered=True), row(2)])
         stale.claims_epoch = old

@@ -136,6 +136,8 @@ class Dispatcher:
                 name, config.window if durable else None, spilled=durable, max_bytes=config.window_bytes,
                 stats=self.queue_stats(name),
             )
+            if self.store.shared:
+                queue.give_back = []  # the rows its selectors sift out are freed (sift.py)
             policy = self.bounds.policy(name)
             if policy is not None and policy.bounded and policy.overflow == DROP_HEAD:
                 queue.pinned = True  # its head must be in memory to be dropped
@@ -467,6 +469,10 @@ class Dispatcher:
         if not self.store.claims_valid():
             return
         Dispatcher.pump(self, queue)
+        if queue.give_back:  # no subscriber here matches them: free for the other brokers' (sift.py)
+            for msg in queue.give_back:
+                self.store.update(msg)
+            queue.give_back.clear()
         if queue.claim_until:
             self._release_excess(queue)
 
@@ -592,6 +598,7 @@ class Dispatcher:
         if queue is not None:
             queue.window.clear()
             queue.take_parked()
+            queue.aside = None
             # Store.purge deletes the rows of deliveries in flight too: write them back. The
             # store's contract orders a batch's purges before its inserts (storage/backend.py).
             kept = list(queue.inflight.values())

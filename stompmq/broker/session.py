@@ -210,7 +210,7 @@ class Subscription:
         self.unacked: dict[str, StoredMessage] = NO_DELIVERIES  # type: ignore[assignment]
         self.in_ready = False
         self.active = True
-        self.selector = selector  # a topic subscription's JMS selector (selectors.py); None: every message
+        self.selector = selector  # its JMS selector (selectors.py, sift.py); None: every message
 
     def has_room(self) -> bool:
         """May a queue message be delivered now?  Auto-ack is bounded by the socket only."""

@@ -99,12 +99,9 @@ class Subscriptions:
         exclusive = single_active(headers)
         browser = flag(headers, BROWSER_HEADER, False)
         selector = compile_selector(headers.get(SELECTOR_HEADER, ""))
-        if selector is not None and not (
-                dest.kind is Kind.STREAM
-                or dest.kind is Kind.TOPIC and not durable_queue(session.login, session.client_id, headers)):
+        if selector is not None and browser:
             # Refused rather than ignored: a consumer that asked for some messages must not get all.
-            raise ClientError(f"{SELECTOR_HEADER} is supported on streams and non-durable topic subscriptions"
-                              f" only, not on {dest.raw!r} (docs/selectors.md)")
+            raise ClientError(f"{SELECTOR_HEADER} is not supported on browser:true subscriptions (docs/selectors.md)")
         if dest.kind is Kind.QUEUE or dest.kind is Kind.AMQ_QUEUE:
             if dest.name.startswith(PRIVATE_QUEUE_PREFIX):
                 raise ClientError(f"access refused: {dest.raw!r} is the private queue of another subscription or"
@@ -145,7 +142,7 @@ class Subscriptions:
         if dest.kind is not Kind.QUEUE and dest.kind is not Kind.AMQ_QUEUE:
             # a durable or exchange subscriber sees what it subscribed to (RabbitMQ), not its queue
             queue.destination = dest.raw
-        sub = Subscription(sub_id, session, dest.raw, mode, prefetch, ack_timeout, queue)
+        sub = Subscription(sub_id, session, dest.raw, mode, prefetch, ack_timeout, queue, selector)
         session.subscriptions[sub_id] = sub
         self.dispatcher.restore(queue, queue.add_subscriber(sub, exclusive))
         self.dispatcher.pump(queue)

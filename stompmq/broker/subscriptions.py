@@ -101,7 +101,7 @@ class Subscriptions:
         selector = compile_selector(headers.get(SELECTOR_HEADER, ""))
         if selector is not None and browser:
             # Refused rather than ignored: a consumer that asked for some messages must not get all.
-            raise ClientError(f"{SELECTOR_HEADER} is not supported on browser:true subscriptions (docs/selectors.md)")
+            raise ClientError(f"{SELECTOR_HEADER} is not supported on browser subscriptions (docs/selectors.md)")
         if dest.kind is Kind.QUEUE or dest.kind is Kind.AMQ_QUEUE:
             if dest.name.startswith(PRIVATE_QUEUE_PREFIX):
                 raise ClientError(f"access refused: {dest.raw!r} is the private queue of another subscription or"

@@ -175,7 +175,7 @@ def test_a_shared_store_frees_the_rows_nobody_here_matches() -> None:
 def test_a_selector_on_a_browser_is_refused() -> None:
     broker = Broker(MemoryStore())
     session, _ = connect(broker, "b")
-    with pytest.raises(ClientError, match="not supported on browser:true"):
+    with pytest.raises(ClientError, match="not supported on browser subscriptions"):
         handle(broker, session, "SUBSCRIBE", id="s", destination="/queue/q", browser="true", selector="a = 1")
 
 

@@ -90,7 +90,7 @@ class Group(Generic[S]):
 class Queue(Generic[S]):
     __slots__ = ("name", "destination", "window", "nsubs", "ready_subs", "inflight", "avoid", "stats", "pinned",
                  "exclusive", "groups", "idle_groups", "parked", "nparked", "pace", "nacking", "claim_until",
-                 "members", "selective", "aside", "give_back")
+                 "members", "selective", "aside", "give_back", "passed")
 
     def __init__(
         self,
@@ -127,6 +127,7 @@ class Queue(Generic[S]):
         self.aside: deque[StoredMessage] | None = None
         #: a shared store's: messages sifted out since the last pump, whose rows it frees (sift.py)
         self.give_back: list[StoredMessage] | None = None
+        self.passed: set[int] = set()  # ...and the seqs given back so (dispatch.py), until ``rethink``
 
     @property
     def size(self) -> int:
@@ -166,6 +167,7 @@ class Queue(Generic[S]):
         """The subscribers changed: what no selector matched may match now (sift.py).  The window
         reads the store again from its sift floor; the memory store's set-aside messages are
         returned for the caller to put back into the window."""
+        self.passed.clear()  # (the newcomer may match them: the others hear of them again)
         floor = self.window.sift_floor
         if floor is not None:
             self.window.sift_floor = None

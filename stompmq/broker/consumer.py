@@ -45,6 +45,10 @@ class Consumer(Protocol):
     def selector(self) -> Selector | None:
         """Its JMS message selector (None: every message); a queue sifts while any has one."""
 
+    @property
+    def priority(self) -> int:
+        """Its consumer priority (0 unless set): higher ones get messages first while they have room."""
+
     def has_room(self) -> bool:
         """May a queue message be delivered to it now?"""
 

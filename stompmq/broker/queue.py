@@ -90,7 +90,7 @@ class Group(Generic[S]):
 class Queue(Generic[S]):
     __slots__ = ("name", "destination", "window", "nsubs", "ready_subs", "inflight", "avoid", "stats", "pinned",
                  "exclusive", "groups", "idle_groups", "parked", "nparked", "pace", "nacking", "claim_until",
-                 "members", "selective", "aside", "give_back", "passed")
+                 "members", "selective", "picky", "aside", "give_back", "passed")
 
     def __init__(
         self,
@@ -122,7 +122,9 @@ class Queue(Generic[S]):
         #: want it too (dispatch.py).  0: it may keep a full window.
         self.claim_until = 0
         self.members: list[S] = []  # every subscription, oldest first (sift.py asks the busy ones)
-        self.selective = 0  # ...of them with a selector: while any, dispatch sifts (sift.py)
+        self.selective = 0  # ...of them with a selector
+        #: ...with a selector or a consumer priority: while any, dispatch sifts (sift.py)
+        self.picky = 0
         #: the memory store's messages no subscriber's selector matched, in order (sift.py)
         self.aside: deque[StoredMessage] | None = None
         #: a shared store's: messages sifted out since the last pump, whose rows it frees (sift.py)
@@ -154,6 +156,8 @@ class Queue(Generic[S]):
         self.members.append(sub)
         if sub.selector is not None:
             self.selective += 1
+        if sub.selector is not None or sub.priority:
+            self.picky += 1
         self.make_ready(sub)
         back = self.rethink()  # the messages sifted out so far may be the newcomer's
         if not exclusive:
@@ -200,6 +204,8 @@ class Queue(Generic[S]):
         back = []
         if sub.selector is not None:
             self.selective -= 1
+        if sub.selector is not None or sub.priority:
+            self.picky -= 1
         if self.exclusive and sub in self.exclusive:
             self.exclusive.remove(sub)
             back = self.rethink()  # its successor may match what it did not
@@ -251,7 +257,7 @@ class Queue(Generic[S]):
         The caller delivers each pair before asking for the next, so a subscriber's room is
         checked after its previous delivery.
         """
-        if self.selective:
+        if self.picky:
             yield from sift(self, now_ms, expired)
             return
         window = self.window
@@ -315,7 +321,7 @@ class Queue(Generic[S]):
         window = self.window
         headers = msg.headers  # a group header, even an empty one (no group): the window decides
         if (window.size or window.spilled or self.exclusive or self.parked or self.avoid is not None
-                or self.pinned or self.selective or msg.expires is not None
+                or self.pinned or self.picky or msg.expires is not None
                 or headers and ("JMSXGroupID" in headers or "group" in headers)):
             return None
         sub = self.front()

@@ -3,14 +3,17 @@
 Theory of operation
 -------------------
 A queue whose subscribers have no selector never comes here: ``Queue.dispatch`` takes this path
-only while ``Queue.selective`` counts a subscriber with a ``selector`` header, so a plain queue
-pays nothing per message (one test in ``Queue.taker``, which sends a message straight to a
-subscriber only when no selector is involved).
+only while ``Queue.picky`` counts a subscriber with a ``selector`` header or a consumer priority,
+so a plain queue pays nothing per message (one test in ``Queue.taker``, which sends a message
+straight to a subscriber only when neither is involved).
 
 ``sift`` walks the ready window from its head, as the plain dispatch does, and for each message:
 
 * *a taker*: the first subscriber in round-robin order that has room and whose selector matches
   it (no selector matches everything) gets it, and the round-robin moves past that subscriber;
+  with consumer priorities (``activemq.priority``, ``x-priority``), the first such subscriber of
+  the highest priority among them, so a lower one gets messages only while every higher one
+  that matches is full;
 * *a busy match*: no subscriber with room matches, but one without room does: the message is
   parked for it (``Queue.park``, the parking of message groups, bounded by the window's
   capacity), so the messages behind it flow to the others; it goes out first when that
@@ -68,6 +71,7 @@ def sift(queue: Queue[S], now_ms: int, expired: list[StoredMessage]) -> Iterator
     if queue.parked:
         yield from queue.unpark()
     ready_subs = queue.ready_subs
+    prioritized = any(sub.priority for sub in queue.members)
     while window.size:
         if queue.front() is None:
             return  # nobody has room
@@ -76,12 +80,15 @@ def sift(queue: Queue[S], now_ms: int, expired: list[StoredMessage]) -> Iterator
             expired.append(window.pop())
             continue
         taker = None
+        at = 0
         for index, sub in enumerate(ready_subs):
             if sub.active and sub.has_room() and (sub.selector is None or sub.selector.matches(head)):
-                taker = sub
-                ready_subs.rotate(-index - 1)  # the round-robin goes on after the taker
-                break
+                if taker is None or sub.priority > taker.priority:
+                    taker, at = sub, index
+                    if not prioritized:
+                        break
         if taker is not None:
+            ready_subs.rotate(-at - 1)  # the round-robin goes on after the taker
             yield taker, window.pop()
             continue
         owner = _busy_match(queue, head)

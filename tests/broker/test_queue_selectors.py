@@ -202,3 +202,41 @@ def test_every_message_reaches_exactly_one_matching_subscriber(regions, prefetch
     assert sorted(n for seqs in got.values() for n in seqs) == list(range(len(regions)))
     for name in ("a", "b"):
         assert all(regions[n] == name for n in got[name])
+
+
+def test_higher_priority_consumers_get_messages_first_while_they_have_room() -> None:
+    """``x-priority``/``activemq.priority``: the higher one takes everything up to its prefetch,
+    the lower one only the overflow; equal priorities share round-robin."""
+    broker = Broker(MemoryStore())
+    low, out_low = connect(broker, "low")
+    high, out_high = connect(broker, "high")
+    twin, out_twin = connect(broker, "twin")
+    subscribe(broker, low, None, prefetch=10)
+    subscribe(broker, high, None, prefetch=4, **{"x-priority": "5"})
+    subscribe(broker, twin, None, prefetch=4, **{"activemq.priority": "5"})
+    for i in range(12):
+        send(broker, low, str(i))
+    assert received(out_high, broker, high) == ["0", "2", "4", "6"]  # (ACKed: room again)
+    assert received(out_twin) == ["1", "3", "5", "7"]
+    assert received(out_low) == ["8", "9", "10", "11"]
+    send(broker, low, "12")  # the low one has room too: the high one is first
+    assert received(out_high) == ["12"] and received(out_low) == []
+
+
+def test_priority_and_selector_together() -> None:
+    broker = Broker(MemoryStore())
+    low, out_low = connect(broker, "low")
+    high, out_high = connect(broker, "high")
+    subscribe(broker, low, None)
+    subscribe(broker, high, "region = 'eu'", **{"x-priority": "9"})
+    for i, region in enumerate(["eu", "us", "eu"]):
+        send(broker, low, str(i), region=region)
+    assert received(out_high) == ["0", "2"] and received(out_low) == ["1"]
+
+
+@pytest.mark.parametrize("value", ["high", "1.5", "", "99999999999999", "2147483648"])
+def test_a_bad_consumer_priority_is_refused(value: str) -> None:
+    broker = Broker(MemoryStore())
+    session, _ = connect(broker, "b")
+    with pytest.raises(ClientError, match="x-priority must be an integer"):
+        subscribe(broker, session, None, **{"x-priority": value})

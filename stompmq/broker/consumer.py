@@ -11,6 +11,8 @@ from collections.abc import Sized
 from enum import Enum
 from typing import Protocol
 
+from .selectors import Selector
+
 
 class AckMode(Enum):
     AUTO = "auto"
@@ -38,6 +40,14 @@ class Consumer(Protocol):
     @property
     def unacked(self) -> Sized:
         """Its deliveries not yet acknowledged (a queue compares how many)."""
+
+    @property
+    def selector(self) -> Selector | None:
+        """Its JMS message selector (None: every message); a queue sifts while any has one."""
+
+    @property
+    def priority(self) -> int:
+        """Its consumer priority (0 unless set): higher ones get messages first while they have room."""
 
     def has_room(self) -> bool:
         """May a queue message be delivered to it now?"""

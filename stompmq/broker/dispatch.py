@@ -92,6 +92,9 @@ READ_AHEAD = 10
 #: Milliseconds a queue claims on demand after another broker last said it wants it (a broker
 #: says so with its reads of the queue, at most every second).
 CONTENDED_MS = 10_000
+#: Rows a queue on a shared store remembers having given back because no selector here matched
+#: them (``_give_back``), about 70 bytes each.
+PASSED_MAX = 100_000
 #: Queues remembered as wanted before they are active here (beyond it the memory is forgotten).
 WANTED_MAX = 10_000
 
@@ -138,6 +141,8 @@ class Dispatcher:
                 name, config.window if durable else None, spilled=durable, max_bytes=config.window_bytes,
                 stats=self.queue_stats(name), shared=self.store.shared,
             )
+            if self.store.shared:
+                queue.give_back = []  # the rows its selectors sift out are freed (sift.py)
             policy = self.bounds.policy(name)
             if policy is not None and policy.bounded and policy.overflow == DROP_HEAD:
                 queue.pinned = True  # its head must be in memory to be dropped
@@ -308,12 +313,15 @@ class Dispatcher:
                     msg.held = False  # a pending insert of it goes in free
                 self.store.release(queue.name)
 
-    def store_changed(self, name: str, first: OrderKey | None = None) -> None:
+    def store_changed(self, name: str, first: OrderKey | None = None, passed: Sequence[int] | None = None) -> None:
         """Another broker sharing the store made ready messages of queue ``name`` ("*": of any
         queue), ``first`` the lowest key among them (None: unknown): look in the store again if
-        anyone here wants them."""
+        anyone here wants them.  ``passed``: their seqs, rows the other broker's selectors passed
+        over; none is news to a queue that gave each of them back itself (``_give_back``)."""
         queues = self.queues.values() if name == "*" else filter(None, [self.queues.get(name)])
         for queue in list(queues):
+            if passed is not None and queue.passed.issuperset(passed):
+                continue  # (else they would pass between the brokers for ever)
             if queue.nsubs:
                 if queue.claim_until:  # a small window: read from ``first``, below its boundary too
                     queue.window.look_back(first)
@@ -480,8 +488,22 @@ class Dispatcher:
         if not self.store.claims_valid():
             return
         Dispatcher.pump(self, queue)
+        if queue.give_back:
+            self._give_back(queue)
         if queue.claim_until:
             self._release_excess(queue)
+
+    def _give_back(self, queue: Queue[Subscription]) -> None:
+        """Free the rows of a shared store's queue that no selector here matched (sift.py), for
+        the other brokers' subscribers; each is remembered, so news naming only such rows is
+        none here (``store_changed``)."""
+        passed = queue.passed
+        for msg in queue.give_back:  # type: ignore[union-attr]
+            if len(passed) >= PASSED_MAX:
+                passed.clear()  # (forgotten: at worst a row is read once more)
+            passed.add(msg.seq)
+            self.store.pass_over(msg)
+        queue.give_back.clear()  # type: ignore[union-attr]
 
     def promote_due(self) -> None:
         """Delayed messages are due: each becomes a new message of its queue (or expires).  Not
@@ -608,6 +630,7 @@ class Dispatcher:
         if queue is not None:
             queue.window.clear()
             queue.take_parked()
+            queue.aside = None
             # Store.purge deletes the rows of deliveries in flight too: write them back. The
             # store's contract orders a batch's purges before its inserts (storage/backend.py).
             kept = list(queue.inflight.values())

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from functools import partial
 from types import MappingProxyType
 from typing import Any, TypeVar
@@ -279,10 +279,11 @@ class Broker:
             self.dispatcher.unstored(msg)
         self.receipts.rejected(messages, error)
 
-    def store_changed(self, queue: str, first: OrderKey | None = None) -> None:
+    def store_changed(self, queue: str, first: OrderKey | None = None, passed: Sequence[int] | None = None) -> None:
         """Ready messages of ``queue`` ("*": of any queue) appeared in the store, ``first`` the
-        lowest key among them (None: unknown)."""
-        self.dispatcher.store_changed(queue, first)
+        lowest key among them (None: unknown), ``passed`` their seqs if another broker's selectors
+        passed over them (dispatch.py)."""
+        self.dispatcher.store_changed(queue, first, passed)
         if queue == "*":
             self.dispatcher.delayed.store_changed()
 

@@ -48,6 +48,7 @@ from typing import Generic, TypeVar
 from ..storage.base import MESSAGE_OVERHEAD, StoredMessage
 from .consumer import AckMode, Consumer
 from .pacing import Pace
+from .sift import sift
 from .stats import QueueStats
 from .window import ReadyWindow, SharedReadyWindow
 
@@ -88,7 +89,8 @@ class Group(Generic[S]):
 
 class Queue(Generic[S]):
     __slots__ = ("name", "destination", "window", "nsubs", "ready_subs", "inflight", "avoid", "stats", "pinned",
-                 "exclusive", "groups", "idle_groups", "parked", "nparked", "pace", "nacking", "claim_until")
+                 "exclusive", "groups", "idle_groups", "parked", "nparked", "pace", "nacking", "claim_until",
+                 "members", "selective", "picky", "aside", "give_back", "passed")
 
     def __init__(
         self,
@@ -120,11 +122,20 @@ class Queue(Generic[S]):
         #: Wall ms until which it claims on demand: subscribers on another broker sharing the store
         #: want it too (dispatch.py).  0: it may keep a full window.
         self.claim_until = 0
+        self.members: list[S] = []  # every subscription, oldest first (sift.py asks the busy ones)
+        self.selective = 0  # ...of them with a selector
+        #: ...with a selector or a consumer priority: while any, dispatch sifts (sift.py)
+        self.picky = 0
+        #: the memory store's messages no subscriber's selector matched, in order (sift.py)
+        self.aside: deque[StoredMessage] | None = None
+        #: a shared store's: messages sifted out since the last pump, whose rows it frees (sift.py)
+        self.give_back: list[StoredMessage] | None = None
+        self.passed: set[int] = set()  # ...and the seqs given back so (dispatch.py), until ``rethink``
 
     @property
     def size(self) -> int:
-        """Ready messages in memory (in the window, or parked for their group's owner)."""
-        return self.window.size + self.nparked
+        """Ready messages in memory (in the window, parked for a subscriber, or set aside)."""
+        return self.window.size + self.nparked + (len(self.aside) if self.aside else 0)
 
     @property
     def idle(self) -> bool:
@@ -143,13 +154,34 @@ class Queue(Generic[S]):
         self.nsubs += 1
         if sub.ack_mode is not AckMode.AUTO:
             self.nacking += 1
+        self.members.append(sub)
+        if sub.selector is not None:
+            self.selective += 1
+        if sub.selector is not None or sub.priority:
+            self.picky += 1
         self.make_ready(sub)
+        back = self.rethink()  # the messages sifted out so far may be the newcomer's
         if not exclusive:
-            return []
+            return back
         if self.exclusive is None:
             self.exclusive = []
         self.exclusive.append(sub)
-        return self.take_parked()
+        return back + self.take_parked()
+
+    def rethink(self) -> list[StoredMessage]:
+        """The subscribers changed: what no selector matched may match now (sift.py).  The window
+        reads the store again from its sift floor; the memory store's set-aside messages are
+        returned for the caller to put back into the window."""
+        self.passed.clear()  # (the newcomer may match them: the others hear of them again)
+        floor = self.window.sift_floor
+        if floor is not None:
+            self.window.sift_floor = None
+            self.window.look_back(floor)
+        aside = self.aside
+        if not aside:
+            return []
+        self.aside = None
+        return list(aside)
 
     def take_parked(self) -> list[StoredMessage]:
         """Every parked message (their groups' counts drop), for the window or a purge."""
@@ -169,8 +201,17 @@ class Queue(Generic[S]):
         self.nsubs -= 1
         if sub.ack_mode is not AckMode.AUTO:
             self.nacking -= 1
+        self.members.remove(sub)
+        back = []
+        if sub.selector is not None:
+            self.selective -= 1
+        if sub.selector is not None or sub.priority:
+            self.picky -= 1
         if self.exclusive and sub in self.exclusive:
             self.exclusive.remove(sub)
+            back = self.rethink()  # its successor may match what it did not
+        elif self.nsubs and sub.selector is not None and not self.selective:
+            back = self.rethink()  # the subscribers left take everything
         groups = self.groups
         if groups:
             idle = self.idle_groups
@@ -180,9 +221,9 @@ class Queue(Generic[S]):
                     idle.pop(name, None)
         parked = self.parked.pop(sub, None) if self.parked else None
         if parked is None:
-            return []
+            return back
         self.nparked -= len(parked)
-        return list(parked)
+        return back + list(parked)
 
     def parked_seqs(self) -> set[int]:
         """Seqs of the parked messages (in memory, neither ready in the window nor in flight)."""
@@ -217,6 +258,9 @@ class Queue(Generic[S]):
         The caller delivers each pair before asking for the next, so a subscriber's room is
         checked after its previous delivery.
         """
+        if self.picky:
+            yield from sift(self, now_ms, expired)
+            return
         window = self.window
         if self.exclusive:
             single = self.exclusive[0]
@@ -228,10 +272,10 @@ class Queue(Generic[S]):
                 yield single, msg
             return
         if self.parked:
-            yield from self._unpark()
+            yield from self.unpark()
         ready_subs = self.ready_subs
         while window.size:
-            sub = self._front()
+            sub = self.front()
             if sub is None:
                 return
             if self.avoid is not None and self._passes_over(sub):
@@ -278,15 +322,15 @@ class Queue(Generic[S]):
         window = self.window
         headers = msg.headers  # a group header, even an empty one (no group): the window decides
         if (window.size or window.spilled or self.exclusive or self.parked or self.avoid is not None
-                or self.pinned or msg.expires is not None
+                or self.pinned or self.picky or msg.expires is not None
                 or headers and ("JMSXGroupID" in headers or "group" in headers)):
             return None
-        sub = self._front()
+        sub = self.front()
         if sub is not None and len(self.ready_subs) > 1:
             self.ready_subs.rotate(-1)
         return sub
 
-    def _front(self) -> S | None:
+    def front(self) -> S | None:
         """The next subscription of the round-robin with room (those without room leave it)."""
         ready_subs = self.ready_subs
         while ready_subs:
@@ -320,6 +364,15 @@ class Queue(Generic[S]):
     def _park(self, owner: S, name: str, group: Group[S]) -> bool:
         """Set the head message aside for its group's owner, behind what it already has.
         False: parking is full (the window's capacity), nothing moved."""
+        if not self.park(owner):
+            return False
+        self._assign(name, group, self.parked[owner][-1])  # type: ignore[index]
+        return True
+
+    def park(self, owner: S) -> bool:
+        """Set the head message aside for ``owner`` (its group's owner; sift.py: a busy subscriber
+        its selector matched), behind what it already has.  False: parking is full (the window's
+        capacity), nothing moved."""
         capacity = self.window.capacity
         if capacity is not None and self.nparked >= capacity:
             return False
@@ -328,11 +381,22 @@ class Queue(Generic[S]):
         parked = self.parked.get(owner)
         if parked is None:
             parked = self.parked[owner] = deque()
-        msg = self.window.pop()
-        parked.append(msg)
+        parked.append(self.window.pop())
         self.nparked += 1
-        self._assign(name, group, msg)
         return True
+
+    def sift_out(self, msg: StoredMessage) -> None:
+        """No subscriber's selector matches ``msg``, taken from the window: it waits for one that
+        may (sift.py), in the store (the window's sift floor; a shared store frees its row) or, on
+        the memory store, in ``aside``."""
+        if self.window.capacity is None:
+            if self.aside is None:
+                self.aside = deque()
+            self.aside.append(msg)
+            return
+        self.window.sift_out(msg)
+        if self.give_back is not None:
+            self.give_back.append(msg)
 
     def settled(self, msg: StoredMessage) -> None:
         """A delivery of a grouped message settled (or a parked one went back to the window):
@@ -358,7 +422,7 @@ class Queue(Generic[S]):
                     del idle[oldest]
                     del groups[oldest]
 
-    def _unpark(self) -> Iterator[tuple[S, StoredMessage]]:
+    def unpark(self) -> Iterator[tuple[S, StoredMessage]]:
         """Parked messages to their owners while they have room, oldest first."""
         parked = self.parked
         assert parked is not None

@@ -169,12 +169,13 @@ _BOOL, _NUM, _STR, _ANY, _NULL = "boolean", "number", "string", "any", "null"
 class _Node:
     """An expression: ``kind`` is its static type (``_ANY`` for a header, known only per message)."""
 
-    __slots__ = ("kind", "position", "evaluate", "constant")
+    __slots__ = ("kind", "position", "evaluate", "constant", "header")
 
     def __init__(self, kind: str, position: int, evaluate: Eval, constant: Value = None,
-                 is_constant: bool = False) -> None:
+                 is_constant: bool = False, header: str | None = None) -> None:
         self.kind, self.position, self.evaluate = kind, position, evaluate
         self.constant = (constant,) if is_constant else None
+        self.header = header  # the header it reads, if it is one: comparisons read it in place
 
 
 def _literal(value: Value, position: int) -> _Node:
@@ -237,7 +238,7 @@ def _identifier(name: str, position: int) -> _Node:
     fact = _FACTS.get(name)
     if fact is not None:
         return _Node(fact[0], position, fact[1])
-    return _Node(_ANY, position, _header(name))
+    return _Node(_ANY, position, _header(name), header=name)
 
 
 # --- conversions of a header's string when the other side is typed --------------------------------
@@ -338,14 +339,17 @@ def _comparison(op: str, left: _Node, right: _Node, position: int, text: str) ->
         raise SelectorError(text, position, f"{op} does not apply to a {kinds.pop()}; only = and <> do")
     compare = _ORDERINGS[op]
     le, re_ = left.evaluate, right.evaluate
-    # The common shape, a header against a literal, gets a closure of its own: one lookup, one test.
-    if right.constant is not None and left.kind == _ANY:
-        literal = right.constant[0]
+    # The common shape, a header against a literal, gets a closure of its own that reads the header
+    # in place: one lookup, one test (a call less per clause: a fifth of a clause's cost).
+    if right.constant is not None and left.header is not None:
+        literal, name = right.constant[0], left.header
         if isinstance(literal, str):
-            return _Node(_BOOL, position, lambda m: None if (v := le(m)) is None else compare(v, literal))
+            if op == "=":
+                return _Node(_BOOL, position, lambda m: None if (v := m.headers.get(name)) is None else v == literal)
+            return _Node(_BOOL, position, lambda m: None if (v := m.headers.get(name)) is None else compare(v, literal))
         if not isinstance(literal, bool):
             def header_vs_number(m: Any) -> bool | None:
-                v = le(m)
+                v = m.headers.get(name)
                 if v is None or (v := _string_number(v)) is None:
                     return None
                 return compare(v, literal)
@@ -425,6 +429,25 @@ def _junction(dominant: bool, left: _Node, right: _Node, position: int, text: st
     return _Node(_BOOL, position, evaluate)
 
 
+def _junctions(dominant: bool, nodes: list[_Node], positions: list[int], text: str) -> _Node:
+    """``_junction`` of a chain (``a AND b AND c``) in one closure: each side in order until one
+    is the dominant value, as the nested pairs would, at one call for the chain."""
+    if len(nodes) <= 2:
+        return nodes[0] if len(nodes) == 1 else _junction(dominant, nodes[0], nodes[1], positions[0], text)
+    sides = tuple(_condition(node, text) for node in nodes)
+
+    def evaluate(m: Any) -> bool | None:
+        unknown = False
+        for side in sides:
+            v: bool | None = side(m)
+            if v is dominant:
+                return dominant
+            if v is None:
+                unknown = True
+        return None if unknown else not dominant
+    return _Node(_BOOL, positions[0], evaluate)
+
+
 def _not(node: _Node, position: int, text: str) -> _Node:
     inner = _condition(node, text)
     return _Node(_BOOL, position, lambda m: None if (v := inner(m)) is None else not v)
@@ -495,16 +518,18 @@ class _Parser:
 
     # grammar
     def disjunction(self) -> _Node:
-        node = self.conjunction()
+        nodes, positions = [self.conjunction()], []
         while (token := self.accept("OR")) is not None:
-            node = _junction(True, node, self.conjunction(), token.position, self.text)
-        return node
+            nodes.append(self.conjunction())
+            positions.append(token.position)
+        return _junctions(True, nodes, positions, self.text)
 
     def conjunction(self) -> _Node:
-        node = self.negation()
+        nodes, positions = [self.negation()], []
         while (token := self.accept("AND")) is not None:
-            node = _junction(False, node, self.negation(), token.position, self.text)
-        return node
+            nodes.append(self.negation())
+            positions.append(token.position)
+        return _junctions(False, nodes, positions, self.text)
 
     def negation(self) -> _Node:
         token = self.accept("NOT")
@@ -603,6 +628,10 @@ class _Parser:
         inner = left.evaluate
         if all(isinstance(v, str) for v in values):
             members = frozenset(values)
+            if left.header is not None:
+                name = left.header
+                return _Node(_BOOL, token.position,
+                             lambda m: None if (v := m.headers.get(name)) is None else v in members)
             return _Node(_BOOL, token.position, lambda m: None if (v := inner(m)) is None else v in members)
 
         def evaluate(m: Any) -> bool | None:

@@ -189,6 +189,7 @@ class Subscription:
         "in_ready",
         "active",
         "selector",
+        "priority",
     )
 
     def __init__(
@@ -201,6 +202,7 @@ class Subscription:
         ack_timeout: float | None,
         queue: Queue[Subscription] | None = None,
         selector: Selector | None = None,
+        priority: int = 0,
     ) -> None:
         self.id = sub_id
         self.session = session
@@ -212,7 +214,8 @@ class Subscription:
         self.unacked: dict[str, StoredMessage] = NO_DELIVERIES  # type: ignore[assignment]
         self.in_ready = False
         self.active = True
-        self.selector = selector  # a topic subscription's JMS selector (selectors.py); None: every message
+        self.selector = selector  # its JMS selector (selectors.py, sift.py); None: every message
+        self.priority = priority  # its consumer priority on a queue (sift.py); 0: the default
 
     def has_room(self) -> bool:
         """May a queue message be delivered now?  Auto-ack is bounded by the socket only."""

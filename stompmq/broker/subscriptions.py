@@ -70,6 +70,10 @@ EXCLUSIVE_HEADERS = ("activemq.exclusive", "x-single-active-consumer")
 ACTIVEMQ_SUBSCRIPTION = "activemq.subscriptionName"
 #: JMS's message selector on SUBSCRIBE (ActiveMQ's header name).
 SELECTOR_HEADER = "selector"
+#: Consumer priority on SUBSCRIBE (ActiveMQ's, RabbitMQ's): first one present wins.
+PRIORITY_HEADERS = ("activemq.priority", "x-priority")
+#: A consumer priority's range (RabbitMQ's: a signed 32-bit integer; ActiveMQ's 0-127 fits).
+PRIORITY_LIMIT = 2**31
 
 
 class Subscriptions:
@@ -104,12 +108,9 @@ class Subscriptions:
         exclusive = single_active(headers)
         browser = flag(headers, BROWSER_HEADER, False)
         selector = compile_selector(headers.get(SELECTOR_HEADER, ""))
-        if selector is not None and not (
-                dest.kind is Kind.STREAM
-                or dest.kind is Kind.TOPIC and not durable_queue(session.login, session.client_id, headers)):
+        if selector is not None and browser:
             # Refused rather than ignored: a consumer that asked for some messages must not get all.
-            raise ClientError(f"{SELECTOR_HEADER} is supported on streams and non-durable topic subscriptions"
-                              f" only, not on {dest.raw!r} (docs/selectors.md)")
+            raise ClientError(f"{SELECTOR_HEADER} is not supported on browser subscriptions (docs/selectors.md)")
         if dest.kind is Kind.QUEUE or dest.kind is Kind.AMQ_QUEUE:
             if dest.name.startswith(PRIVATE_QUEUE_PREFIX):
                 raise ClientError(f"access refused: {dest.raw!r} is the private queue of another subscription or"
@@ -150,7 +151,8 @@ class Subscriptions:
         if dest.kind is not Kind.QUEUE and dest.kind is not Kind.AMQ_QUEUE:
             # a durable or exchange subscriber sees what it subscribed to (RabbitMQ), not its queue
             queue.destination = dest.raw
-        sub = Subscription(sub_id, session, dest.raw, mode, prefetch, ack_timeout, queue)
+        sub = Subscription(sub_id, session, dest.raw, mode, prefetch, ack_timeout, queue, selector,
+                           consumer_priority(headers))
         session.subscriptions[sub_id] = sub
         self.dispatcher.restore(queue, queue.add_subscriber(sub, exclusive))
         self.policies.used(queue_name)
@@ -237,6 +239,22 @@ class Subscriptions:
             self.dispatcher.purge(queue.name)
         self.dispatcher.pump(queue)
         self.dispatcher.deactivate_if_idle(queue)
+
+
+def consumer_priority(headers: dict[str, str]) -> int:
+    """A queue SUBSCRIBE's consumer priority (``activemq.priority`` or ``x-priority``; 0 if
+    neither): higher ones get messages first while they have room (sift.py)."""
+    for name in PRIORITY_HEADERS:
+        value = headers.get(name)
+        if value is None:
+            continue
+        digits = value[1:] if value[:1] in ("-", "+") else value
+        if not (digits.isascii() and digits.isdigit() and len(digits) < 12) or \
+                not -PRIORITY_LIMIT <= int(value) < PRIORITY_LIMIT:
+            raise ClientError(f"{name} must be an integer from {-PRIORITY_LIMIT} to {PRIORITY_LIMIT - 1},"
+                              f" not {quoted(value)}")
+        return int(value)
+    return 0
 
 
 def single_active(headers: dict[str, str]) -> bool:

@@ -103,7 +103,7 @@ def _place(level: deque[StoredMessage], msg: StoredMessage) -> None:
 class ReadyWindow:
     __slots__ = ("capacity", "max_bytes", "levels", "prios", "size", "bytes", "unit", "spilled", "boundary", "epoch",
                  "loading", "skipped", "late", "tail", "tail_bytes", "tail_capacity", "tail_max_bytes", "gapless",
-                 "tracked", "marks", "rewind", "rewind_first")
+                 "tracked", "marks", "rewind", "rewind_first", "sift_floor")
 
     def __init__(self, capacity: int | None, spilled: bool, max_bytes: int | None = None) -> None:
         self.capacity = capacity  # None: everything stays in memory (non-durable store)
@@ -132,6 +132,9 @@ class ReadyWindow:
         # fills(): (messages, bytes) at which the window fills 1/divisor, by divisor; a publish asks
         # once per SEND (pacing), so the divisions are done once.
         self.marks: dict[int, tuple[int, int]] = {}
+        #: The lowest order key of a ready message taken from the window because no subscriber's
+        #: selector matched it (``sift_out``), since the queue last looked back for them (sift.py).
+        self.sift_floor: OrderKey | None = None
         #: look_back() came while a page was loading: the read after it looks back, to
         #: ``rewind_first`` (the lowest key it was given; None: to the start)
         self.rewind = False
@@ -358,8 +361,18 @@ class ReadyWindow:
         self.spilled = True
         self.epoch += 1
 
+    def sift_out(self, msg: StoredMessage) -> None:
+        """``msg``, popped from the window, waits in the store only: no subscriber's selector
+        matches it (sift.py).  The boundary stays, so the window pages on past it; the sift floor
+        says where a subscriber that may match starts reading again (``look_back``)."""
+        msg.held = False
+        key = msg.order_key
+        if self.sift_floor is None or key < self.sift_floor:
+            self.sift_floor = key
+
     def clear(self) -> None:
         """Forget every ready message held in memory (purge): the store is the truth again."""
+        self.sift_floor = None
         self.levels.clear()
         self.prios.clear()
         self.size = self.bytes = 0

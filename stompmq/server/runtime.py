@@ -196,7 +196,8 @@ class Runtime(StoreEvents):
     def hold_back(self) -> Callable[[StoredMessage], bool]:
         return settling_soon  # one policy for every vhost's engine
 
-    def queue_changed(self, key: str, first: tuple[int, int] | None = None) -> None:
+    def queue_changed(self, key: str, first: tuple[int, int] | None = None,
+                      passed: Sequence[int] | None = None) -> None:
         self.tick()
         if key == "*":
             for each in self.engines.values():
@@ -205,7 +206,7 @@ class Runtime(StoreEvents):
         vhost, name = split_key(key)
         engine = self.engines.get(vhost)
         if engine is not None:
-            engine.store_changed(name, first)
+            engine.store_changed(name, first, passed)
 
     def queue_wanted(self, key: str) -> None:
         self.tick()

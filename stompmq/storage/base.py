@@ -397,9 +397,11 @@ class StoreEvents:
         """A stream's state after a commit, by this broker (before its ticket's ``committed``)
         or another (notified); None: the stream was deleted."""
 
-    def queue_changed(self, queue: str, first: tuple[int, int] | None = None) -> None:
+    def queue_changed(self, queue: str, first: tuple[int, int] | None = None,
+                      passed: Sequence[int] | None = None) -> None:
         """Ready messages of ``queue`` were stored or freed by another broker ("*": any queue),
-        ``first`` the lowest order key (``StoredMessage.order_key``) among them (None: unknown)."""
+        ``first`` the lowest order key (``StoredMessage.order_key``) among them (None: unknown);
+        ``passed``: they are these seqs, which no selector on that broker matched (pass_over)."""
 
     def queue_wanted(self, queue: str) -> None:
         """Subscribers on another broker want messages of ``queue``: keep no more of it than
@@ -518,6 +520,14 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def update(self, msg: StoredMessage) -> None:
         """Persist ``msg.delivered``, ``msg.redeliveries`` and ``msg.priority`` as they are now."""
+
+    def pass_over(self, msg: StoredMessage) -> None:
+        """``update`` for a ready row no selector of this broker matches (broker/sift.py): a store
+        several brokers share frees it with news that names the row (``queue_changed``'s
+        ``passed``), so a broker that passed over each row named already reads none of them
+        again, and two brokers whose subscribers both pass over a row do not hand it back and
+        forth.  A store of one broker has nobody to tell."""
+        self.update(msg)
 
     @abc.abstractmethod
     def delete(self, msg: StoredMessage) -> None:

@@ -256,6 +256,7 @@ class GroupCommitStore(Store):
         self._inflight: _Group | None = None
         self._group_finished = trio.Event()  # set (and replaced) each time a group finishes
         self._held_back: frozenset[int] = frozenset()  # seqs left out of the last timed group (once only)
+        self._passed: set[int] = set()  # seqs freed with news naming each one (pass_over)
         self._promotions: dict[int, int] = {}  # copy seq -> delayed seq, until the copy's insert is taken
         self._committed = 0
         self._next_ticket = 1
@@ -358,6 +359,10 @@ class GroupCommitStore(Store):
         if entry is not None and entry[1] is msg:
             return  # a pending insert or update of it copies its fields when the batch is taken
         self._put(msg.seq, UPDATE if entry is None else entry[0], msg)
+
+    def pass_over(self, msg: StoredMessage) -> None:
+        self._passed.add(msg.seq)  # (cleared at every group: one not in it is news of the usual kind)
+        self.update(msg)
 
     def delete(self, msg: StoredMessage) -> None:
         self.delete_all((msg,))
@@ -595,6 +600,9 @@ class GroupCommitStore(Store):
             self._pending_since = trio.current_time()
             return None
         rows = self._rows(ops, structural, appends)
+        if self._passed:
+            rows.passed = frozenset(self._passed.intersection(ops))
+            self._passed.clear()
         rows.group_offsets = [(name, group, committed) for (name, group), committed in offsets.items()]
         if self._promotions:  # (rare: delayed messages promoted on a shared store)
             promotions = self._promotions

@@ -217,6 +217,9 @@ class GroupRows:
     #: inserts that are promoted delayed messages (a shared store's): copy seq -> delayed seq; a
     #: copy whose delayed row this broker's fenced delete did not remove is not inserted
     promotions: dict[int, int] = field(default_factory=dict)
+    #: seqs of rows freed because no selector of this broker matched them (a shared store's
+    #: ``Store.pass_over``): their news names each one
+    passed: frozenset[int] = frozenset()
     #: consumer groups' committed offsets, written last (the stream row may be made by this group)
     group_offsets: list[GroupOffsetRow] = field(default_factory=list)
     #: filled in by a shared store's backend: each stream the group changed, as committed

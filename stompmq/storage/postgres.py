@@ -138,6 +138,8 @@ CHANNEL = "stompmq"
 #: Largest topic body sent inside a notification (PostgreSQL allows 8000 bytes of payload,
 #: and base64 plus the JSON around it take their share); larger ones go through topic_relay.
 NOTIFY_BODY_MAX = 4000
+#: Order keys one ``x:`` notification names (PostgreSQL takes payloads under 8,000 bytes).
+PASSED_PER_NOTIFY = 250
 #: Seconds a relayed topic message is kept for the listeners to fetch.
 RELAY_KEEP = 60
 #: Seconds the listener waits for notifications before checking whether it must stop.
@@ -528,6 +530,16 @@ class PostgresBackend:
             key = "" if first is None else f"{first[0]}.{first[1]}"
             conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, f"q:{origin}:{key}:{name}"))
 
+    def _notify_passed(self, conn: psycopg.Connection[Any], passed: dict[str, list[tuple[int, int]]]) -> None:
+        """Announce rows freed because no selector here matched them, each named
+        (``x:BROKER:KEY,KEY,...:NAME``, cut to fit a notification), so a broker that passed over
+        every one of them already reads none again (broker/dispatch.py ``store_changed``)."""
+        for name, keys in sorted(passed.items()):
+            keys.sort()
+            for start in range(0, len(keys), PASSED_PER_NOTIFY):
+                listed = ",".join(f"{p}.{s}" for p, s in keys[start:start + PASSED_PER_NOTIFY])
+                conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, f"x:{self.broker_id}:{listed}:{name}"))
+
     # -- sequence numbers ------------------------------------------------------------------------
     def seq_block(self) -> tuple[int, int]:
         """A block [start, end) of seqs that no other broker on this database will use."""
@@ -571,6 +583,7 @@ class PostgresBackend:
         # The epoch the engine held those rows under; an ended one claims nothing (freed below).
         claims = self.epoch if group.claims_epoch is None else group.claims_epoch
         freed: Freed = {}
+        passed: dict[str, list[tuple[int, int]]] = {}  # queue -> keys of the rows freed by pass_over
         group.stream_states = {}  # (a retried attempt reports afresh)
         refused: set[int] = set()  # delayed rows this broker's fenced delete did not remove
         with conn.transaction(), conn.cursor() as cur:
@@ -600,14 +613,18 @@ class PostgresBackend:
                 })
                 for queue_id, kept, priority, seq in cur.fetchall():
                     if not kept:
-                        _note_freed(freed, self._queue_name(cur, queue_id), (-priority, seq))
+                        name = self._queue_name(cur, queue_id)
+                        if seq in group.passed:
+                            passed.setdefault(name, []).append((-priority, seq))
+                        else:
+                            _note_freed(freed, name, (-priority, seq))
             inserts = group.inserts
             if group.promotions and (refused or self._refused_delayed):
                 inserts = self._unpromoted(inserts, group.promotions, refused | self._refused_delayed)
             if inserts:
                 if replace:
                     cur.execute("DELETE FROM messages WHERE seq = ANY(%s)", ([row[0] for row in inserts],))
-                self._copy(cur, inserts, held, freed, claims)
+                self._copy(cur, inserts, held, freed, claims, group.passed, passed)
             delayed = group.delayed
             if delayed and group.promotions and (refused or self._refused_delayed):  # a schedule's next row
                 delayed = self._unpromoted(delayed, group.promotions, refused | self._refused_delayed)
@@ -623,6 +640,7 @@ class PostgresBackend:
                 self.streams.save_groups(cur, group.group_offsets)
             self.streams.finish(cur, counters, group)
             self._notify_queues(conn, freed, self.broker_id)
+            self._notify_passed(conn, passed)
             if claims != self.epoch:  # taken before the engine learned its lease lapsed: free for all
                 stale = self._free_rows(cur, "delivered::int", "owner = %s AND owner_epoch = %s",
                                         (self.broker_id, claims))
@@ -652,7 +670,7 @@ class PostgresBackend:
         return ids
 
     def _copy(self, cur: psycopg.Cursor[Any], rows: list[InsertRow], held: frozenset[int], freed: Freed,
-              epoch: int | None) -> None:
+              epoch: int | None, passing: frozenset[int], passed: dict[str, list[tuple[int, int]]]) -> None:
         ids = self._queue_ids_of(cur, rows)
         me = self.broker_id
         with cur.copy(COPY_SQL) as copy:
@@ -660,7 +678,10 @@ class PostgresBackend:
             for seq, name, prio, hdrs, body, delivered, ack, redel, ts, exp in rows:
                 mine = seq in held
                 if not mine:
-                    _note_freed(freed, name, (-prio, seq))
+                    if seq in passing:
+                        passed.setdefault(name, []).append((-prio, seq))
+                    else:
+                        _note_freed(freed, name, (-prio, seq))
                 copy.write_row(
                     (seq, ids[name], prio, _headers_text(hdrs), body, delivered, ack, redel, ts,
                      me if mine else None, epoch if mine else None, exp)
@@ -1296,6 +1317,12 @@ class PostgresStore(GroupCommitStore):
                 if origin != self._pg.broker_id:
                     priority, _, seq = key.partition(".")
                     self.events.queue_changed(queue, (int(priority), int(seq)) if seq else None)
+            elif kind == "x":
+                origin, _, rest = rest.partition(":")
+                listed, _, queue = rest.partition(":")
+                if origin != self._pg.broker_id:
+                    keys = [(int(p), int(s)) for p, _, s in (key.partition(".") for key in listed.split(","))]
+                    self.events.queue_changed(queue, min(keys), [seq for _, seq in keys])
             elif kind == "w":
                 origin, _, queue = rest.partition(":")
                 if origin != self._pg.broker_id:

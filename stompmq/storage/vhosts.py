@@ -135,6 +135,9 @@ class VhostStore(Store):
     def update(self, msg: StoredMessage) -> None:
         self.store.update(msg)
 
+    def pass_over(self, msg: StoredMessage) -> None:
+        self.store.pass_over(msg)
+
     def delete(self, msg: StoredMessage) -> None:
         self.store.delete(msg)
 

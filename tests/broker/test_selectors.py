@@ -51,6 +51,12 @@ COMPARISONS = [
     ("missing <> 'x'", False), ("missing > 1", False), ("priority = 7", True), ("priority > 4", True),
 ]
 LOGIC = [
+    # chains of three (one closure each): the dominant value anywhere decides, else unknown stays unknown
+    ("region = 'eu' AND count = 12 AND price > 5", True), ("missing = 'x' AND region = 'eu' AND count = 12", False),
+    ("NOT (region = 'eu' AND count = 12 AND missing = 'x')", False),
+    ("NOT (region = 'us' AND missing = 'x' AND count = 12)", True),
+    ("missing = 'x' OR region = 'us' OR count = 12", True), ("NOT (missing = 'x' OR region = 'us' OR count = 13)", False),
+    ("NOT (region = 'us' OR count = 13 OR price < 5)", True),
     ("region = 'eu' AND count = 12", True), ("region = 'eu' AND count = 13", False),
     ("region = 'us' OR count = 12", True), ("region = 'us' OR count = 13", False),
     ("NOT region = 'us'", True), ("NOT region = 'eu'", False), ("NOT missing = 'x'", False),

@@ -249,3 +249,29 @@ def test_bad_consumer_headers_are_errors_naming_them(memory_broker, headers, exp
         c.frame("SUBSCRIBE", {"id": "1", **headers})
         error = c.next()
         assert error.command == "ERROR" and expected in error["message"], error
+
+
+# -- consumer priorities -------------------------------------------------------------------------
+def test_the_higher_priority_consumer_gets_messages_first_while_it_has_room(broker):
+    """``x-priority`` (RabbitMQ) and ``activemq.priority`` (ActiveMQ): the priority-5 consumer
+    takes up to its prefetch, the default one only the overflow; when it has room again the
+    next message is its own."""
+    with Client(broker.port) as low, Client(broker.port) as high:
+        low.subscribe("/queue/prio", ack="client-individual", prefetch="10")
+        high.subscribe("/queue/prio", ack="client-individual", prefetch="3", **{"x-priority": "5"})
+        send_all(broker.port, "/queue/prio", [str(i) for i in range(5)])
+        got_high = high.messages(3)
+        assert [f.body for f in got_high] == [b"0", b"1", b"2"]
+        assert [f.body for f in low.messages(2)] == [b"3", b"4"]
+        ack(high, got_high)
+        high.sync()
+        send_all(broker.port, "/queue/prio", ["5"])
+        assert high.message().body == b"5"
+        low.expect_nothing()
+
+
+def test_a_bad_consumer_priority_is_an_error(memory_broker):
+    with Client(memory_broker.port) as c:
+        c.frame("SUBSCRIBE", {"destination": "/queue/q", "id": "s", "activemq.priority": "high", "receipt": "r"})
+        error = c.next()
+        assert error.command == "ERROR" and "activemq.priority must be an integer" in error["message"]

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from stompmq.broker import BrokerConfig
 from stompmq.server import ServerSettings
 
 from ..support.broker_process import free_port
+from ..support.broker_thread import BrokerThread
+from ..support.stores import make_store_factory
 from ..support.stompclient import Client
 from .test_http import Api
 
@@ -73,14 +76,83 @@ def test_stream_selector_passes_over_what_it_rejects(memory_broker):
         assert len(everything.messages(len(REGIONS))) == len(REGIONS)
 
 
-@pytest.mark.parametrize("destination", ["/queue/jobs", "/exchange/amq.direct/k"])
-def test_selector_where_not_supported_is_refused_not_ignored(memory_broker, destination):
+def test_selector_on_a_browser_is_refused_not_ignored(memory_broker):
     """A consumer that asked for some messages must not get all of them in silence."""
     with Client(memory_broker.port) as c:
-        c.frame("SUBSCRIBE", {"destination": destination, "id": "s", "selector": "region = 'eu'", "receipt": "r"})
+        c.frame("SUBSCRIBE", {"destination": "/queue/jobs", "id": "s", "selector": "region = 'eu'",
+                              "browser": "true", "receipt": "r"})
         error = c.next()
         assert error.command == "ERROR"
-        assert "selector is supported on streams and non-durable topic subscriptions only" in error["message"]
+        assert "selector is not supported on browser subscriptions" in error["message"]
+
+
+@pytest.fixture
+def sqlite_broker(tmp_path):
+    with BrokerThread(make_store_factory("sqlite", tmp_path), config=BrokerConfig(window=50)).start() as thread:
+        yield thread
+
+
+def test_complementary_queue_selectors_split_the_queue(sqlite_broker):
+    """Two consumers of one queue with complementary selectors receive disjoint sets that
+    together are everything sent; what one rejects stays for the other."""
+    port = sqlite_broker.port
+    with Client(port) as eu, Client(port) as other:
+        eu.subscribe("/queue/regions", ack="client-individual", selector="region = 'eu'")
+        other.subscribe("/queue/regions", ack="client-individual", selector="region <> 'eu'")
+        with Client(port) as producer:
+            for i in range(300):
+                producer.send_to("/queue/regions", f"m{i}", receipt=False,
+                                 headers={"region": REGIONS[i % len(REGIONS)]})
+        got_eu, got_other = [], []
+        while len(got_eu) + len(got_other) < 300:  # (both under their prefetch: ACK as they come)
+            for consumer, got in ((eu, got_eu), (other, got_other)):
+                if len(got) < 150:
+                    got.append(consumer.message())
+                    consumer.ack(got[-1], receipt=False)
+        eu.expect_nothing()
+        other.expect_nothing()
+    assert {m["region"] for m in got_eu} == {"eu"} and "eu" not in {m["region"] for m in got_other}
+    assert sorted(int(m.body[1:]) for m in got_eu + got_other) == list(range(300))
+
+
+def test_queue_backlog_nobody_matches_does_not_starve_the_matches(sqlite_broker):
+    """2,000 queued messages, 1 in 100 matching, a window of 50: the matching consumer gets its 20,
+    in order, and the rest stays queued for a consumer without selector."""
+    port = sqlite_broker.port
+    with Client(port) as producer:
+        for i in range(2000):
+            producer.send_to("/queue/backlog", f"m{i}", receipt=False,
+                             headers={"kind": "hit" if i % 100 == 42 else "miss"})
+        producer.sync()
+    with Client(port) as picky:
+        picky.subscribe("/queue/backlog", ack="client-individual", selector="kind = 'hit'")
+        got = picky.messages(20)
+        for m in got:
+            picky.ack(m, receipt=False)
+        picky.expect_nothing()
+    assert [m.body.decode() for m in got] == [f"m{i}" for i in range(42, 2000, 100)]
+    with Client(port) as rest:
+        rest.subscribe("/queue/backlog")
+        assert len(rest.messages(1980)) == 1980
+
+
+def test_durable_and_exchange_subscriptions_take_selectors(sqlite_broker):
+    """A durable topic subscription and an exchange subscription are queues underneath: the
+    selector applies to what their queue collects."""
+    port = sqlite_broker.port
+    with Client(port) as c:
+        c.subscribe("/topic/regions", sub_id="d", durable="true", selector="region = 'us'")
+        c.subscribe("/exchange/amq.direct/k", sub_id="x", selector="region = 'asia'")
+        c.sync()
+        with Client(port) as producer:
+            publish_regions(port, "regions")
+            for region in REGIONS:
+                producer.send_to("/exchange/amq.direct/k", region, headers={"region": region})
+        got = c.messages(3)
+        c.expect_nothing()
+    durable = [m.body.decode() for m in got if m["subscription"] == "d"]
+    exchange = [m.body.decode() for m in got if m["subscription"] == "x"]
+    assert durable == ["m1", "m4"] and exchange == ["asia"]
 
 
 def test_connection_api_shows_the_selector(make_broker):

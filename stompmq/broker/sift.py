@@ -1,0 +1,107 @@
+"""Selectors on a queue: each message to a subscriber whose selector it matches, the rest sifted.
+
+Theory of operation
+-------------------
+A queue whose subscribers have no selector never comes here: ``Queue.dispatch`` takes this path
+only while ``Queue.picky`` counts a subscriber with a ``selector`` header or a consumer priority,
+so a plain queue pays nothing per message (one test in ``Queue.taker``, which sends a message
+straight to a subscriber only when neither is involved).
+
+``sift`` walks the ready window from its head, as the plain dispatch does, and for each message:
+
+* *a taker*: the first subscriber in round-robin order that has room and whose selector matches
+  it (no selector matches everything) gets it, and the round-robin moves past that subscriber;
+  with consumer priorities (``activemq.priority``, ``x-priority``), the first such subscriber of
+  the highest priority among them, so a lower one gets messages only while every higher one
+  that matches is full;
+* *a busy match*: no subscriber with room matches, but one without room does: the message is
+  parked for it (``Queue.park``, the parking of message groups, bounded by the window's
+  capacity), so the messages behind it flow to the others; it goes out first when that
+  subscriber has room again, back to the window if it leaves;
+* *nobody's*: no subscriber of the queue matches it: it is *sifted out* (``Queue.sift_out``) and
+  the walk goes on.  On a durable store it leaves memory (no longer ``held``; on a shared store its
+  row is freed for the brokers whose subscribers may match, ``Dispatcher._pump_shared``) and the
+  window remembers the lowest order key it sifted (``ReadyWindow.sift_floor``); on the memory
+  store, which has nowhere else to keep it, it waits in ``Queue.aside``, in order.
+
+So a backlog that no subscriber matches costs one selector evaluation per message and per
+subscriber once, then lies in the store only: the window pages on past it (it shrank, so it asks
+for the next page), and the matching messages behind it are reached at the speed of page reads
+(a cursor over the store per queue, shared by its selectors: docs/selectors.md has the figures).
+Memory stays within the window's budgets, never more than the same backlog without selectors.
+
+What a subscriber that joins or leaves may change: the sifted messages may match the newcomer
+(or, on leaving, a single active consumer's successor), so the queue looks back (``rethink``): the
+window reads the store again from the sift floor (``ReadyWindow.look_back``), the memory store's
+``aside`` goes back into the window.  Nothing else reads the sifted rows again.
+
+Message groups are not sticky on a queue while it has selector subscribers, nor is a message
+whose ack timeout expired steered to another subscriber: each message goes to the first match
+with room.  A single active consumer gets what its selector matches; the rest is sifted out
+for its successors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from ..storage.base import StoredMessage
+
+if TYPE_CHECKING:
+    from .queue import Queue, S
+
+
+def sift(queue: Queue[S], now_ms: int, expired: list[StoredMessage]) -> Iterator[tuple[S, StoredMessage]]:
+    """``Queue.dispatch`` while the queue has selector subscribers: (subscriber, message) pairs,
+    each message to a subscriber with room that it matches (see the module's docstring)."""
+    window = queue.window
+    if queue.exclusive:
+        single = queue.exclusive[0]
+        selector = single.selector
+        while window.size and single.active and single.has_room():
+            msg = window.pop()
+            if msg.expires is not None and msg.expires < now_ms:
+                expired.append(msg)
+            elif selector is None or selector.matches(msg):
+                yield single, msg
+            else:
+                queue.sift_out(msg)  # the standby subscribers' after a failover (``rethink``)
+        return
+    if queue.parked:
+        yield from queue.unpark()
+    ready_subs = queue.ready_subs
+    prioritized = any(sub.priority for sub in queue.members)
+    while window.size:
+        if queue.front() is None:
+            return  # nobody has room
+        head = window.peek()
+        if head.expires is not None and head.expires < now_ms:
+            expired.append(window.pop())
+            continue
+        taker = None
+        at = 0
+        for index, sub in enumerate(ready_subs):
+            if sub.active and sub.has_room() and (sub.selector is None or sub.selector.matches(head)):
+                if taker is None or sub.priority > taker.priority:
+                    taker, at = sub, index
+                    if not prioritized:
+                        break
+        if taker is not None:
+            ready_subs.rotate(-at - 1)  # the round-robin goes on after the taker
+            yield taker, window.pop()
+            continue
+        owner = _busy_match(queue, head)
+        if owner is None:
+            queue.sift_out(window.pop())
+        elif not queue.park(owner):
+            return  # parking is full: wait for the busy subscribers to take theirs
+
+
+def _busy_match(queue: Queue[S], msg: StoredMessage) -> S | None:
+    """A subscriber without room now whose selector matches ``msg`` (those with room were asked)."""
+    for sub in queue.members:
+        if sub.active and not (sub.in_ready and sub.has_room()) and (sub.selector is None
+                                                                     or sub.selector.matches(msg)):
+            return sub
+    return None

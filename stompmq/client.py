@@ -24,8 +24,8 @@ import trio
 
 from .logs import masked
 from .protocol import Frame, FrameParser, Limits, ProtocolError, encode_frame
+from .stomp_url import BadURL, split_url
 
-DEFAULT_PORT = 61613
 #: Seconds to open a connection and get CONNECTED before the host counts as unreachable.
 CONNECT_TIMEOUT = 10.0
 #: Largest body accepted from a broker (a shovel must carry whatever the source holds).
@@ -57,21 +57,17 @@ class StompUrl:
 
     @classmethod
     def parse(cls, text: str) -> StompUrl:
-        url = urllib.parse.urlsplit(text)
-        shown = masked(text)  # an error never shows the password
-        if url.scheme != "stomp" or not url.hostname:
-            raise ClientError(f"bad URL {shown!r}: expected stomp://[user:password@]host[:port][/destination]")
+        """``stomp://user:password@host:port/destination?vhost=NAME``: the path is a destination
+        here (stomp_url.py says why the blocking clients read it as a vhost instead)."""
         try:
-            port = url.port or DEFAULT_PORT
-        except ValueError:
-            raise ClientError(f"bad URL {shown!r}: the port must be a number from 1 to 65535") from None
-        query = urllib.parse.parse_qs(url.query)
+            parts = split_url(text, "stomp://[user:password@]host[:port][/destination]")
+        except BadURL as e:
+            raise ClientError(str(e)) from None
+        query = urllib.parse.parse_qs(parts.query)
         unknown = set(query) - {"vhost"}
         if unknown:
-            raise ClientError(f"bad URL {shown!r}: unknown parameter {sorted(unknown)[0]!r} (only vhost)")
-        unquote = urllib.parse.unquote
-        return cls(url.hostname, port, None if url.username is None else unquote(url.username),
-                   None if url.password is None else unquote(url.password), unquote(url.path),
+            raise ClientError(f"bad URL {masked(text)!r}: unknown parameter {sorted(unknown)[0]!r} (only vhost)")
+        return cls(parts.host, parts.port, parts.login, parts.passcode, parts.path,
                    query["vhost"][-1] if "vhost" in query else None)
 
     def where(self) -> str:

@@ -295,23 +295,85 @@ def _nearest(name: str, names: list[str]) -> str:
     return f" (did you mean {close[0]}?)" if close else ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Config:
-    values: Mapping[str, Any]
+    """The merged settings, one typed field per option of ``OPTIONS`` (the same key, the type
+    its parser returns, ``| None`` where the default is None): a misspelt ``config.ack_timout``
+    fails mypy.  ``tests/test_config.py`` checks the fields against the table both ways."""
 
-    def __getattr__(self, key: str) -> Any:
-        try:
-            return self.values[key]
-        except KeyError:
-            raise AttributeError(key) from None
+    host: str
+    port: int
+    store: str | None
+    data_dir: str
+    flush_interval: float
+    lease: float
+    login: str | None
+    passcode: str | None
+    max_frame_size: int
+    max_header_bytes: int
+    max_headers: int
+    heart_beat: tuple[int, int]
+    heart_beat_grace: float
+    connect_timeout: float
+    default_prefetch: int
+    max_prefetch: int
+    window: int
+    window_bytes: int
+    queue_pace_timeout: float
+    store_timeout: float
+    max_unflushed_bytes: int
+    max_queue_bytes: int | None
+    disk_free_limit: int | None
+    memory_high_watermark: float | None
+    max_connections: int | None
+    ack_timeout: float
+    max_redeliveries: int | None
+    dlq_prefix: str
+    dead_letter_rejected: bool
+    topic_overflow: str
+    topic_block_timeout: float
+    stream_max_age: float
+    stream_max_bytes: int
+    stream_segment: int
+    definitions: str | None
+    log_level: str
+    log_format: str
+    http_host: str
+    http_port: int
+    max_http_connections: int
+    metrics_top_queues: int
+    tls_port: int | None
+    tls_cert: str | None
+    tls_key: str | None
+    tls_ca: str | None
+    tls_verify_client: bool
+    tls_cert_login: bool
+    ws_port: int | None
+    wss_port: int | None
+    ws_allowed_origins: tuple[str, ...]
+    max_subscriptions: int
+    max_transaction_frames: int
+    max_transaction_bytes: int
+    max_temp_queues: int
+    max_queues: int
+    max_stream_producers: int
+    stream_producer_expiry: float
+    max_connections_per_user: int | None
+    stamp_user_id: bool
+    virtual_topic_prefix: str
+    max_connections_per_address: int | None
+    max_login_bytes: int
+    host_names: tuple[str, ...]
+    oauth_jwks: str | None
+    oauth_resource_server_id: str
+    users_file: str | None
 
     @property
     def store_url(self) -> str:
-        store = self.values["store"]
-        if store:
-            return str(store)
+        if self.store:
+            return self.store
         # Absolute: a broker started from another directory must not open a new, empty store.
-        return "sqlite:///" + str(Path(self.values["data_dir"]).resolve() / "stompmq.db")
+        return "sqlite:///" + str(Path(self.data_dir).resolve() / "stompmq.db")
 
     @property
     def store_shown(self) -> str:
@@ -455,7 +517,7 @@ def load_config(argv: list[str] | None = None, environ: Mapping[str, str] | None
             values[opt.key] = opt.default
     if (values["login"] is None) != (values["passcode"] is None):
         parser.error("--login and --passcode go together")
-    return Config(values)
+    return Config(**values)
 
 
 def _parse(parser: argparse.ArgumentParser, opt: Option, raw: Any, source: str) -> Any:

@@ -1,9 +1,9 @@
 """A blocking STOMP 1.2 client over one socket, for code that runs outside trio.
 
-Spark tasks (``stompmq/spark/``) and task-queue integrations run in threads and processes that
-own no event loop, so they cannot use the trio client (``stompmq/client.py``).  This one speaks
-plain STOMP on a blocking socket and parses with stompmq's own sans-IO parser, so it needs
-nothing beyond this package::
+Spark tasks (``stompmq/spark/``), the task-queue integrations (``stompmq/integrations/``) and
+scripts run in threads and processes that own no event loop, so they cannot use the trio client
+(``stompmq/client.py``).  This one speaks plain STOMP on a blocking socket and parses with
+stompmq's own sans-IO parser, so it needs nothing beyond this package::
 
     with Connection("stomp://127.0.0.1:61613", login, passcode) as conn:
         conn.send("/queue/jobs", b"payload")           # returns once the broker stored it
@@ -11,84 +11,111 @@ nothing beyond this package::
         message = conn.receive(timeout=5.0)            # a MESSAGE frame, or None
         conn.ack(message)
 
-Errors are ``StompmqError`` with a message that names the setting to fix (``url``, ``login``,
-``destination``...), as the constructor's parameters and the Spark source's options call them:
-a task shows the message, and a stack trace helps nobody there.
+The URL is ``stomp://USER:PASS@HOST:PORT[/VHOST]`` (``stomp_url.StompURL``: the path names the
+virtual host); ``login``/``passcode`` given to the constructor win over the URL's.
+
+Threads: any thread may write (``send_frame``, ``send_frames``: a lock keeps frames whole), but
+only one reads (``receive``, ``request``, ``check`` and the calls built on them).  That is how a
+Dramatiq consumer uses it: its consumer thread reads MESSAGEs while the worker threads send their
+ACKs.  Waiting for a frame uses ``select`` with the caller's timeout, so the socket's own timeout
+only bounds a stuck ``sendall``.
+
+Errors are ``StompmqError`` (a ``ValueError``) with a message that names the setting to fix
+(``url``, ``login``, ``destination``...), as the Spark source's options call them: a task shows
+the message, and a stack trace helps nobody there.  ``BrokerRefused`` is an ERROR frame (the
+broker closes the connection after it), ``ConnectionLost`` a socket that failed, ``NoAnswer``
+silence past the timeout.
+
+Closing sends DISCONNECT with a receipt and reads up to it, so every frame sent before reached
+the broker: closing a socket with unread MESSAGEs in its receive buffer makes the kernel answer
+with a reset, and the broker could lose the last ACKs.
 """
 
 from __future__ import annotations
 
 import itertools
+import select
 import socket
+import threading
+import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from dataclasses import replace
 from typing import Self
-from urllib.parse import urlsplit
 
 from .protocol import Frame, FrameParser, Limits, ProtocolError, encode_frame
+from .stomp_url import BadURL, StompmqError, StompURL
 
-__all__ = ["Connection", "NoAnswer", "StompmqError", "parse_url"]
+__all__ = ["BadURL", "BrokerRefused", "Connection", "ConnectionLost", "NoAnswer", "StompURL", "StompmqError"]
 
-#: Seconds a connect or a reply may take before the call fails (the broker answers in ms).
+#: Seconds a connect, a reply or a stuck write may take before the call fails (the broker
+#: answers in milliseconds).
 TIMEOUT = 30.0
+#: Seconds ``close`` waits for the DISCONNECT's receipt.
+CLOSE_TIMEOUT = 5.0
 #: Bytes of SEND frames gathered into one sendall by ``send_all`` (fewer syscalls per message).
 SEND_CHUNK = 256 * 1024
 STREAM_PREFIX = "/stream/"
 
 
-class StompmqError(ValueError):
-    """A problem the user can fix; the message names the setting."""
+class ConnectionLost(StompmqError):
+    """The connection failed or broke; what was sent on it may or may not have arrived."""
 
 
-class NoAnswer(StompmqError):
-    """The broker sent nothing within the socket's timeout."""
+class NoAnswer(ConnectionLost):
+    """The broker sent nothing within the timeout."""
 
 
-def parse_url(url: str | None) -> tuple[str, int]:
-    """(host, port) of ``stomp://host[:port]``."""
-    if not url:
-        raise StompmqError("option 'url' is required (stomp://host:port)")
-    parts = urlsplit(url)
-    if parts.scheme != "stomp" or not parts.hostname:
-        raise StompmqError(f"option 'url' must look like stomp://host:port, not {url!r}")
-    try:
-        port = parts.port or 61613
-    except ValueError:
-        raise StompmqError(f"option 'url' has a bad port: {url!r}") from None
-    return parts.hostname, port
+class BrokerRefused(StompmqError):
+    """The broker answered ERROR (and closed the connection): the message says why."""
+
+
+def _refusal(frame: Frame) -> str:
+    """An ERROR frame's ``message`` header, with its body when that says more."""
+    detail = frame.headers.get("message", "")
+    body = frame.body.decode(errors="replace").strip()
+    return f"{detail}: {body}" if body and body != detail else detail
 
 
 class Connection:
     """One CONNECTed STOMP 1.2 session; use as a context manager.
 
-    Not thread-safe: one thread sends and reads.  Frames that arrive while a call waits for its
-    RECEIPT (MESSAGEs of a subscription) are kept, in order, for ``receive``.
+    Frames that arrive while a call waits for its RECEIPT (MESSAGEs of a subscription) are kept,
+    in order, for ``receive``.
     """
 
-    def __init__(self, url: str | None, login: str | None = None, passcode: str | None = None) -> None:
-        host, port = parse_url(url)
+    def __init__(self, url: str | StompURL | None, login: str | None = None, passcode: str | None = None,
+                 *, timeout: float = TIMEOUT) -> None:
+        if not url:
+            raise BadURL(f"option 'url' is required ({StompURL.FORM})")
+        if isinstance(url, str):
+            try:
+                url = StompURL.parse(url)
+            except BadURL as e:
+                raise BadURL(f"option 'url': {e}") from None
+        if login is not None:
+            url = replace(url, login=login)
+        if passcode is not None:
+            url = replace(url, passcode=passcode)
         self.url = url
+        self.timeout = timeout
         try:
-            self.sock = socket.create_connection((host, port), timeout=TIMEOUT)
+            self.sock = socket.create_connection((url.host, url.port), timeout=timeout)
         except OSError as e:
-            raise StompmqError(f"cannot reach the broker at {url} (option 'url'): {e.strerror or e}") from None
+            raise ConnectionLost(f"cannot reach the broker at {url} (option 'url'): {e.strerror or e}") from None
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.parser = FrameParser(Limits(max_body=1 << 30))
         self.frames: deque[Frame] = deque()
+        self.closed = False
+        self._lock = threading.Lock()
         self._ids = itertools.count()
-        headers = {"accept-version": "1.2", "host": host, "heart-beat": "0,0"}
-        if login is not None:
-            headers["login"] = login
-        if passcode is not None:
-            headers["passcode"] = passcode
-        self.sock.sendall(encode_frame(Frame("CONNECT", headers), "1.2"))
-        reply = self.next()
-        if reply.command == "ERROR":
-            self.close()
-            raise StompmqError(
-                f"the broker at {url} refused the connection (options 'login'/'passcode'): "
-                f"{reply.headers.get('message', '')}"
-            )
+        self.send_frame("CONNECT", url.connect_headers())
+        reply = self._wait_frame(timeout)
+        if reply is None or reply.command != "CONNECTED":
+            self.abort()
+            why = "no answer" if reply is None else _refusal(reply) or reply.command
+            raise BrokerRefused(
+                f"the broker at {url} refused the connection (options 'login'/'passcode'): {why}")
 
     def __enter__(self) -> Self:
         return self
@@ -96,78 +123,142 @@ class Connection:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    # -- writing (any thread) -------------------------------------------------------------------
+    def send_frame(self, command: str, headers: dict[str, str], body: bytes = b"") -> None:
+        """Write one frame, without waiting for anything."""
+        self._write(encode_frame(Frame(command, headers, body), "1.2"))
+
+    def send_frames(self, frames: Iterable[Frame]) -> None:
+        """Frames in one write, in order, none interleaved with another thread's."""
+        self._write(b"".join(encode_frame(frame, "1.2") for frame in frames))
+
+    def _write(self, data: bytes) -> None:
+        with self._lock:
+            if self.closed:
+                raise ConnectionLost(f"the connection to {self.url} is closed")
+            try:
+                self.sock.sendall(data)
+            except OSError as e:
+                self.abort()
+                raise ConnectionLost(f"lost the broker at {self.url} (option 'url'): {e}") from None
+
+    # -- reading (one thread) -------------------------------------------------------------------
+    def receive(self, timeout: float | None = None) -> Frame | None:
+        """The next frame, or None when none completes within ``timeout`` seconds (None: the
+        connection's timeout).  An ERROR frame raises ``BrokerRefused``."""
+        frame = self._wait_frame(self.timeout if timeout is None else timeout)
+        if frame is not None:
+            self._raise_error(frame)
+        return frame
+
+    def next(self) -> Frame:
+        """The next frame; ``NoAnswer`` if none came within the connection's timeout."""
+        frame = self.receive()
+        if frame is None:
+            raise NoAnswer(f"no answer from the broker at {self.url} within {self.timeout} s")
+        return frame
+
+    def request(self, command: str, headers: dict[str, str], body: bytes = b"") -> dict[str, str]:
+        """Send a frame asking for a receipt; return the RECEIPT's headers once it came.  Other
+        frames that arrive meanwhile are kept for ``receive``; an ERROR raises ``BrokerRefused``."""
+        receipt = f"q{next(self._ids)}"
+        self.send_frame(command, {**headers, "receipt": receipt}, body)
+        deadline = time.monotonic() + self.timeout
+        kept: list[Frame] = []
+        try:
+            while True:
+                frame = self._wait_frame(deadline - time.monotonic())
+                if frame is None:
+                    self.abort()
+                    raise NoAnswer(f"no receipt from {self.url} within {self.timeout} s")
+                if frame.command == "RECEIPT" and frame.headers.get("receipt-id") == receipt:
+                    return frame.headers
+                if frame.command == "ERROR":
+                    self.abort()
+                    raise BrokerRefused(
+                        f"the broker refused {headers.get('destination', command)}: {_refusal(frame)}")
+                kept.append(frame)
+        finally:
+            self.frames.extendleft(reversed(kept))
+
+    def check(self) -> None:
+        """Read what has already arrived without waiting: raise if the broker sent an ERROR or
+        closed the connection (a publisher that asks for no receipts learns of it here, before
+        its next SEND, not never)."""
+        if not self.closed and self._wait_readable(0):
+            self._read()
+        for frame in self.frames:
+            self._raise_error(frame)
+
+    def _raise_error(self, frame: Frame) -> None:
+        if frame.command == "ERROR":
+            self.abort()
+            raise BrokerRefused(f"the broker at {self.url} sent an ERROR: {_refusal(frame)}")
+
+    def _wait_frame(self, timeout: float) -> Frame | None:
+        """The next frame of any command (ERROR too), or None after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while not self.frames:
+            left = deadline - time.monotonic()
+            if left <= 0 or not self._wait_readable(left):
+                return None
+            self._read()
+        return self.frames.popleft()
+
+    def _wait_readable(self, timeout: float) -> bool:
+        if self.closed:
+            raise ConnectionLost(f"the connection to {self.url} is closed")
+        try:
+            readable, _, _ = select.select([self.sock], [], [], timeout)
+        except (OSError, ValueError) as e:  # ValueError: closed by another thread meanwhile
+            raise ConnectionLost(f"lost the broker at {self.url}: {e}") from None
+        return bool(readable)
+
+    def _recv(self) -> bytes:
+        """The next bytes from the socket, waiting up to the connection's timeout."""
+        if not self._wait_readable(self.timeout):
+            raise NoAnswer(f"no answer from the broker at {self.url} within {self.timeout} s")
+        try:
+            data = self.sock.recv(1 << 20)
+        except OSError as e:
+            self.abort()
+            raise ConnectionLost(f"lost the broker at {self.url} (option 'url'): {e}") from None
+        if not data:
+            self.abort()
+            raise ConnectionLost(f"the broker at {self.url} closed the connection")
+        return data
+
+    def _read(self) -> None:
+        data = self._recv()
+        try:
+            self.frames.extend(self.parser.feed(data))
+        except ProtocolError as e:
+            self.abort()
+            raise ConnectionLost(f"the broker at {self.url} sent a bad frame: {e}") from None
+
+    # -- closing --------------------------------------------------------------------------------
     def close(self) -> None:
-        """Close the socket (what the broker has acknowledged with a RECEIPT is stored)."""
+        """DISCONNECT, wait for its receipt (so everything sent before was read), close."""
+        if self.closed:
+            return
+        try:
+            receipt = "bye"
+            self.send_frame("DISCONNECT", {"receipt": receipt})
+            deadline = time.monotonic() + CLOSE_TIMEOUT
+            while (frame := self._wait_frame(deadline - time.monotonic())) is not None:
+                if frame.command == "RECEIPT" and frame.headers.get("receipt-id") == receipt:
+                    break
+        except StompmqError:
+            pass
+        self.abort()
+
+    def abort(self) -> None:
+        """Close the socket now (the broker requeues what this connection had unacked)."""
+        self.closed = True
         try:
             self.sock.close()
         except OSError:
             pass
-
-    # -- frames -------------------------------------------------------------------------------
-    def next(self) -> Frame:
-        """The next frame from the broker (blocking, up to ``TIMEOUT`` per read)."""
-        while not self.frames:
-            self._fill()
-        return self.frames.popleft()
-
-    def receive(self, timeout: float | None = None) -> Frame | None:
-        """The next frame, or None when none completes within ``timeout`` seconds (None: wait
-        up to ``TIMEOUT``).  An ERROR frame raises."""
-        if not self.frames:
-            self.sock.settimeout(TIMEOUT if timeout is None else timeout)
-            try:
-                while not self.frames:
-                    self._fill()
-            except NoAnswer:
-                return None
-            finally:
-                self.sock.settimeout(TIMEOUT)
-        frame = self.frames.popleft()
-        if frame.command == "ERROR":
-            raise StompmqError(f"the broker at {self.url} sent an ERROR: {frame.headers.get('message')}")
-        return frame
-
-    def _recv(self, block: bool = True) -> bytes:
-        try:
-            data = self.sock.recv(1 << 20) if block else self.sock.recv(1 << 20, socket.MSG_DONTWAIT)
-        except BlockingIOError:
-            return b""
-        except TimeoutError:
-            raise NoAnswer(f"no answer from the broker at {self.url} within {self.sock.gettimeout()} s") from None
-        except OSError as e:
-            raise StompmqError(f"lost the broker at {self.url} (option 'url'): {e}") from None
-        if not data:
-            raise StompmqError(f"the broker at {self.url} closed the connection")
-        return data
-
-    def _fill(self, block: bool = True) -> None:
-        data = self._recv(block)
-        try:
-            self.frames.extend(self.parser.feed(data))
-        except ProtocolError as e:
-            raise StompmqError(f"the broker at {self.url} sent a bad frame: {e}") from None
-
-    def send_frame(self, command: str, headers: dict[str, str], body: bytes = b"") -> None:
-        """Write one frame, without waiting for anything."""
-        self.sock.sendall(encode_frame(Frame(command, headers, body), "1.2"))
-
-    def request(self, command: str, headers: dict[str, str], body: bytes = b"") -> dict[str, str]:
-        """Send a frame with a receipt and return the RECEIPT's headers (ERROR raises); other
-        frames that arrive meanwhile are kept for ``receive``."""
-        receipt = f"q{next(self._ids)}"
-        self.send_frame(command, {**headers, "receipt": receipt}, body)
-        held: list[Frame] = []
-        try:
-            while True:
-                frame = self.next()
-                if frame.command == "ERROR":
-                    raise StompmqError(
-                        f"the broker refused {headers.get('destination')}: {frame.headers.get('message')}")
-                if frame.command == "RECEIPT" and frame.headers.get("receipt-id") == receipt:
-                    return frame.headers
-                held.append(frame)
-        finally:
-            self.frames.extendleft(reversed(held))
 
     # -- messages -----------------------------------------------------------------------------
     def send(self, destination: str, body: bytes, headers: dict[str, str] | None = None) -> None:
@@ -212,22 +303,24 @@ class Connection:
             size += len(data)
             sent += 1
             if size >= SEND_CHUNK:
-                self.sock.sendall(b"".join(chunk))
+                self._write(b"".join(chunk))
                 chunk, size = [], 0
                 received += self._take_receipts(block=False)
         if chunk:
-            self.sock.sendall(b"".join(chunk))
+            self._write(b"".join(chunk))
         while received < sent:
             received += self._take_receipts(block=True)
         return sent
 
     def _take_receipts(self, block: bool) -> int:
-        self._fill(block)
+        if block or self._wait_readable(0):
+            self._read()
         n = 0
         while self.frames:
             frame = self.frames.popleft()
             if frame.command == "ERROR":
-                raise StompmqError(f"the broker refused a SEND: {frame.headers.get('message')}")
+                self.abort()
+                raise BrokerRefused(f"the broker refused a SEND: {_refusal(frame)}")
             if frame.command == "RECEIPT":
                 n += 1
         return n

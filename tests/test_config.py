@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+import typing
 from pathlib import Path
 
 import pytest
 
-from stompmq.config import load_config
+from stompmq.config import OPTIONS, Config, load_config
 
 
 def test_defaults() -> None:
@@ -153,3 +155,23 @@ def test_resource_alarm_limits(tmp_path: Path, capsys: pytest.CaptureFixture[str
     with pytest.raises(SystemExit) as exit_info:
         load_config(["--memory-high-watermark", "1.5"], {})
     assert exit_info.value.code == 2 and "fraction of RAM" in capsys.readouterr().err
+
+
+def test_every_option_has_a_typed_field_and_every_field_an_option() -> None:
+    """``Config`` is typed per option (so mypy catches ``config.ack_timout``); a field is the
+    type its option's parser returns, ``| None`` where the default is None, and the default fits."""
+    fields = typing.get_type_hints(Config)
+    assert [f.name for f in dataclasses.fields(Config)] == [opt.key for opt in OPTIONS]
+    for opt in OPTIONS:
+        parsed = typing.get_type_hints(opt.type).get("return", opt.type) if not isinstance(opt.type, type) else opt.type
+        expected = parsed | None if opt.default is None and type(None) not in typing.get_args(parsed) else parsed
+        assert fields[opt.key] == expected, opt.key
+        runtime = tuple if typing.get_origin(parsed) is tuple else parsed
+        assert isinstance(opt.default, runtime | None), opt.key
+
+
+def test_a_loaded_config_has_every_value_of_its_field_type() -> None:
+    config = load_config(["--tls-port", "6000", "--host-names", "a,b"], environ={})
+    assert (config.tls_port, config.host_names, config.ws_port) == (6000, ("a", "b"), None)
+    with pytest.raises(AttributeError):
+        _ = config.ack_timout  # type: ignore[attr-defined]  # the typo mypy now refuses

@@ -33,7 +33,7 @@ to what (docs/task-queues/celery.md has the user's view):
 * **The message** is the STOMP body, byte for byte; kombu's headers, properties, content type
   and encoding, exchange and routing key travel as JSON in one STOMP header, ``kombu``.
 
-Threads: one STOMP connection per kombu connection (``blocking.BlockingConnection``).  The
+Threads: one STOMP connection per kombu connection (``sync_client.Connection``).  The
 thread that drains events reads it, and also waits for the receipts of declarations; ACKs come
 from any thread (Celery's thread pool acknowledges in the task's thread), as do the deadline
 extensions of the connection's own thread.  No asyncio.
@@ -55,8 +55,8 @@ from kombu.message import Message
 from kombu.transport import TRANSPORT_ALIASES, base
 
 from ..protocol import Frame
-from .blocking import BlockingConnection, BrokerRefused
-from .url import DEFAULT_PORT, StompmqError, StompURL
+from ..stomp_url import DEFAULT_PORT
+from ..sync_client import BrokerRefused, Connection, StompmqError, StompURL
 
 __all__ = ["Channel", "Transport"]
 
@@ -92,7 +92,7 @@ class Link:
     ones still to subscribe, and the thread that extends the held deliveries' deadlines."""
 
     def __init__(self, url: StompURL, ack_timeout: float) -> None:
-        self.stomp = BlockingConnection(url)
+        self.stomp = Connection(url)
         self.ack_timeout = ack_timeout
         self.consumers: dict[str, Consumer] = {}
         self.pending: list[Consumer] = []
@@ -114,7 +114,7 @@ class Link:
             if not ids:
                 continue
             try:
-                self.stomp.send("SEND", {**headers, "id": ",".join(ids)})
+                self.stomp.send_frame("SEND", {**headers, "id": ",".join(ids)})
             except StompmqError:
                 return  # the connection is gone: so are its deliveries' deadlines
 
@@ -131,7 +131,7 @@ class Link:
                     headers["prefetch"] = str(consumer.channel.prefetch_count)
                 if self.ack_timeout > 0:
                     headers["ack-timeout"] = f"{self.ack_timeout:g}"
-            self.stomp.send("SUBSCRIBE", headers)
+            self.stomp.send_frame("SUBSCRIBE", headers)
             consumer.subscribed = True
 
     def drain(self, timeout: float | None) -> None:
@@ -313,7 +313,7 @@ class Channel(base.StdChannel):
         stomp[ENVELOPE] = json.dumps(
             {"h": headers, "p": properties, "t": message["content_type"], "e": message["content_encoding"],
              "x": exchange, "k": routing_key}, separators=(",", ":"), default=str)
-        self.link.stomp.send("SEND", stomp, message["body"])
+        self.link.stomp.send_frame("SEND", stomp, message["body"])
 
     # -- consuming ------------------------------------------------------------------------------
     def basic_qos(self, prefetch_size: int = 0, prefetch_count: int = 0, apply_global: bool = False) -> None:
@@ -348,11 +348,11 @@ class Channel(base.StdChannel):
 
     def basic_ack(self, delivery_tag: str, multiple: bool = False) -> None:
         for tag in self._settled(delivery_tag, multiple):
-            self.link.stomp.send("ACK", {"id": tag})
+            self.link.stomp.send_frame("ACK", {"id": tag})
 
     def basic_reject(self, delivery_tag: str, requeue: bool = False) -> None:
         self.link.held.pop(delivery_tag, None)
-        self.link.stomp.send("NACK", {"id": delivery_tag, "requeue": "true" if requeue else "false"})
+        self.link.stomp.send_frame("NACK", {"id": delivery_tag, "requeue": "true" if requeue else "false"})
 
     def basic_recover(self, requeue: bool = True) -> None:
         """Give back everything this connection holds unacked (AMQP's recover with requeue)."""

@@ -24,7 +24,7 @@ What maps to what (docs/task-queues/dramatiq.md has the user's view):
 
 Threads: a connection per thread for publishing (Dramatiq's worker threads enqueue retries),
 and one per consumer, read by its consumer thread while worker threads send its ACKs
-(``BlockingConnection``'s rules).  No asyncio.
+(``sync_client.Connection``'s rules).  No asyncio.
 """
 
 from __future__ import annotations
@@ -44,8 +44,7 @@ from dramatiq.message import Message
 from dramatiq.middleware import Middleware
 
 from ..protocol import Frame
-from .blocking import BlockingConnection, BrokerRefused
-from .url import ConnectionLost, StompmqError, StompURL
+from ..sync_client import BrokerRefused, Connection, ConnectionLost, StompmqError, StompURL
 
 __all__ = ["StompmqBroker"]
 
@@ -94,23 +93,23 @@ class StompmqBroker(dramatiq.Broker):
         self._dead_letters_declared: set[str] = set()
         #: Per queue, the latest due time (epoch ms) of a delayed message enqueued here: ``join``.
         self._delayed_until: dict[str, int] = {}
-        self._connections: set[BlockingConnection] = set()
+        self._connections: set[Connection] = set()
         self._lock = threading.Lock()
         self._state = threading.local()
 
     # -- connections -----------------------------------------------------------------------------
     @property
-    def connection(self) -> BlockingConnection:
+    def connection(self) -> Connection:
         """This thread's publishing connection, opened on first use."""
-        conn: BlockingConnection | None = getattr(self._state, "connection", None)
+        conn: Connection | None = getattr(self._state, "connection", None)
         if conn is None or conn.closed:
-            conn = self._state.connection = BlockingConnection(self.url)
+            conn = self._state.connection = Connection(self.url)
             with self._lock:
                 self._connections.add(conn)
         return conn
 
     def _drop_connection(self) -> None:
-        conn: BlockingConnection | None = getattr(self._state, "connection", None)
+        conn: Connection | None = getattr(self._state, "connection", None)
         if conn is not None:
             conn.abort()
             self._state.connection = None
@@ -123,7 +122,7 @@ class StompmqBroker(dramatiq.Broker):
             return self.connection.request("SEND", {"destination": destination, **(headers or {})})
         except BrokerRefused as e:
             self._drop_connection()
-            raise BrokerError(f"stompmq refused {destination}: {e}") from None
+            raise BrokerError(f"stompmq: {e}") from None
         except StompmqError as e:
             self._drop_connection()
             raise ConnectionClosed(e) from None
@@ -209,7 +208,7 @@ class StompmqBroker(dramatiq.Broker):
             self.logger.error("stompmq refused an earlier message sent without confirm_delivery: %s", e)
             self._drop_connection()
             conn = self.connection
-        conn.send("SEND", headers, body)
+        conn.send_frame("SEND", headers, body)
 
     # -- tests' helpers --------------------------------------------------------------------------
     def get_queue_message_counts(self, queue_name: str) -> tuple[int, int]:
@@ -272,22 +271,17 @@ class _StompmqConsumer(dramatiq.Consumer):
         if broker.ack_timeout is not None:
             headers["ack-timeout"] = str(broker.ack_timeout)
         try:
-            self.conn = BlockingConnection(broker.url)
+            self.conn = Connection(broker.url)
             self.conn.request("SUBSCRIBE", headers)
         except StompmqError as e:
             raise ConnectionClosed(e) from None
 
     def __next__(self) -> dramatiq.MessageProxy | None:
         try:
-            frame = self.conn.receive(self.timeout)
+            frame = self.conn.receive(self.timeout)  # an ERROR raises BrokerRefused
         except StompmqError as e:
             raise ConnectionClosed(e) from None
-        if frame is None:
-            return None
-        if frame.command == "ERROR":
-            self.conn.abort()
-            raise ConnectionClosed(frame.headers.get("message", "ERROR from stompmq"))
-        if frame.command != "MESSAGE":
+        if frame is None or frame.command != "MESSAGE":
             return None
         ack_id = frame.headers["ack"]
         try:
@@ -305,7 +299,7 @@ class _StompmqConsumer(dramatiq.Consumer):
         rather than raising, which would make Dramatiq retry an ACK that can never succeed."""
         assert isinstance(message, _StompmqMessage)
         try:
-            self.conn.send("ACK", {"id": message._ack_id})
+            self.conn.send_frame("ACK", {"id": message._ack_id})
         except StompmqError as e:
             self.logger.warning("Could not ack message %r (it will be delivered again): %s", message.message_id, e)
 
@@ -323,7 +317,7 @@ class _StompmqConsumer(dramatiq.Consumer):
 
     def _dead_letter(self, ack_id: str, body: bytes, reason: str) -> None:
         tx = {"transaction": f"x{next(self._transactions)}"}
-        self.conn.send_many([
+        self.conn.send_frames([
             Frame("BEGIN", tx),
             Frame("SEND", {"destination": f"/queue/{xq_name(self.queue_name)}",
                            REASON_HEADER: reason[:REASON_CHARS], **tx}, body),

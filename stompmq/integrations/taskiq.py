@@ -25,7 +25,7 @@ from collections.abc import AsyncGenerator
 from taskiq import AckableMessage, AsyncBroker, BrokerMessage
 
 from ..protocol import Frame, FrameParser, Limits, ProtocolError, encode_frame
-from .url import ConnectionLost, StompmqError, StompURL
+from ..sync_client import ConnectionLost, StompmqError, StompURL
 
 __all__ = ["StompmqBroker"]
 

@@ -33,6 +33,7 @@ from .settings import ServerSettings
 
 if TYPE_CHECKING:
     from ..broker.queue import Queue
+    from ..broker.session import Subscription
 
 #: What the reader waits out between two reads: the last read's reasons, then the next one's.
 BETWEEN_READS = (Hold.TOPIC, Hold.PACE, Hold.ENGINE, Hold.OUTBOX, Hold.STORE)
@@ -132,7 +133,7 @@ class ReadGate:
                     break
                 buffer.holding_since = now  # it keeps pace with its peers: a new stretch starts
 
-    async def _wait_for_consumers(self, queues: set[Queue]) -> None:
+    async def _wait_for_consumers(self, queues: set[Queue[Subscription]]) -> None:
         """Until each backed-up queue drains, or has held its producers back for
         --queue-pace-timeout (broker/pacing.py)."""
         for queue in queues:

@@ -65,9 +65,14 @@ def age_seconds(timestamp_ms: int | None, now: float) -> float:
     return 0.0 if timestamp_ms is None else round(max(0.0, now - timestamp_ms / 1000), 3)
 
 
+#: A bucket bound as Prometheus writes it (``+Inf``, ``1.23456789e+08``); typed here, since
+#: prometheus_client leaves it untyped.
+_go_float: Callable[[float], str] = floatToGoString
+
+
 def histogram(name: str, documentation: str, counts: Histogram) -> HistogramMetricFamily:
     """A histogram family from plain bucket counts (``runtime.Histogram``)."""
-    bounds = [floatToGoString(bound) for bound in (*counts.bounds, math.inf)]
+    bounds = [_go_float(bound) for bound in (*counts.bounds, math.inf)]
     return HistogramMetricFamily(name, documentation, buckets=list(zip(bounds, itertools.accumulate(counts.counts))),
                                  sum_value=counts.total)
 

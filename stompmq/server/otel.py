@@ -143,7 +143,7 @@ class Spans:
         context: Context | None = _PROPAGATOR.extract(
             {"traceparent": traceparent} if tracestate is None else {"traceparent": traceparent, "tracestate": tracestate})
         parent = trace.get_current_span(context).get_span_context()
-        if not parent.is_valid or not self.sampler.should_sample(context, parent.trace_id, "message").decision.is_sampled():
+        if not parent.is_valid or not self.sampler.should_sample(context, parent.trace_id, "message").decision.is_sampled():  # type: ignore[no-untyped-call]
             context = None  # the message's every step is skipped at a dict look-up
         self.contexts[traceparent] = context
         return context

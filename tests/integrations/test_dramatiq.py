@@ -18,7 +18,7 @@ from dramatiq.results import Results
 from dramatiq.results.backends import StubBackend
 
 from stompmq.integrations.dramatiq import StompmqBroker
-from stompmq.integrations.url import StompmqError, StompURL
+from stompmq.stomp_url import StompmqError, StompURL
 
 from ..support.stompclient import Client, control
 from ..support.waiting import wait_until

@@ -18,7 +18,7 @@ import pytest
 from taskiq import AckableMessage, BrokerMessage
 
 from stompmq.integrations.taskiq import StompmqBroker
-from stompmq.integrations.url import StompmqError
+from stompmq.stomp_url import StompmqError
 
 from ..support.broker_process import ROOT, BrokerProcess, Peer
 from ..support.stompclient import control

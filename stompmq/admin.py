@@ -156,7 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="stompmq admin", description=__doc__.splitlines()[0])
     parser.add_argument("--url", default=DEFAULT_URL, help=f"management API [default: {DEFAULT_URL}; env STOMPMQ_ADMIN_URL]")
     parser.add_argument("--json", action="store_true", help="print the API's JSON instead of a table (every command)")
-    parser.add_argument("--vhost", default="/", help="the vhost of queue and exchange commands [default: /]")
+    parser.add_argument("--vhost", help="the vhost of queue and exchange commands; with export and "
+                        "import, that vhost's definitions alone [default: /; export and import: every vhost]")
     parser.add_argument("--user", default=os.environ.get("STOMPMQ_ADMIN_USER"),
                         help="a user of the broker's --users-file [env STOMPMQ_ADMIN_USER]")
     parser.add_argument("--password", default=os.environ.get("STOMPMQ_ADMIN_PASSWORD", ""),
@@ -379,9 +380,12 @@ def run(api: Api, args: argparse.Namespace) -> Any:
         if args.action == "status":
             return api.call("GET", "/api/trace")
         return api.call("PUT", "/api/trace", {"on": args.action == "on", "body_bytes": args.body_bytes})
+    one_vhost = args.vhost is not None  # export and import: that vhost alone, else every vhost
     if command == "export":
         _format(args.file)
         data = api.call("GET", "/api/definitions" + ("?secrets=true" if args.with_secrets else ""), scoped=False)
+        if one_vhost:
+            data = vhost_part(data, api.vhost)
         write_definitions(args.file, data)
         vhosts = [data, *data.get("vhosts", [])]
         return {"exported": args.file, "vhosts": len(vhosts),
@@ -390,6 +394,8 @@ def run(api: Api, args: argparse.Namespace) -> Any:
     assert command == "import"
     _format(args.file)
     data = tomlfile.load_definitions(args.file)
+    if one_vhost:
+        data = into_vhost(data, api.vhost, args.file)
     try:
         answer = api.call("POST", "/api/definitions" + ("?dry_run=true" if args.dry_run else ""), data, scoped=False)
     except ApiError as e:
@@ -398,6 +404,27 @@ def run(api: Api, args: argparse.Namespace) -> Any:
         raise
     return [{"step": step} for step in answer["steps"]] if args.dry_run else {
         "imported": args.file, "steps": len(answer["steps"])}
+
+
+def vhost_part(document: dict[str, Any], vhost: str) -> dict[str, Any]:
+    """One vhost's lists of a whole-broker definitions document, as a file of its own (the default
+    vhost's are at the top, the others' in ``vhosts``); no shovels or users, which are the broker's."""
+    if vhost == "/":
+        return {key: document[key] for key in VHOST_LISTS if key in document}
+    for part in document.get("vhosts", []):
+        if part.get("name") == vhost:
+            return {key: value for key, value in part.items() if key != "name"}
+    raise UsageError(f"--vhost {vhost!r}: the broker has no such vhost")
+
+
+def into_vhost(data: dict[str, Any], vhost: str, file: str) -> dict[str, Any]:
+    """A one-vhost definitions file as the whole-broker document that declares it in ``vhost``
+    (so an export of one vhost can be imported into another); a whole-broker file is refused, as
+    its vhosts, shovels and users name their own places."""
+    broker_wide = sorted(set(data) - set(VHOST_LISTS))
+    if broker_wide:
+        raise UsageError(f"{file}: {', '.join(broker_wide)}: a file for every vhost; import it without --vhost")
+    return data if vhost == "/" else {"vhosts": [{"name": vhost, **data}]}
 
 
 #: How often ``trace tail`` asks for new events when it has read them all.
@@ -462,7 +489,7 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     try:
         _check_url(args.url)
-        result = run(Api.login(args.url, args.vhost, args.user, args.password), args)
+        result = run(Api.login(args.url, args.vhost or "/", args.user, args.password), args)
         if result is not None:  # (trace tail printed its events as they came)
             show(result, COLUMNS.get(args.command), args.json)
         sys.stdout.flush()

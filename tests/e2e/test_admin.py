@@ -111,6 +111,18 @@ def test_export_and_import_round_trip(admin, tmp_path: Path, extension: str) -> 
     assert json.loads(admin("--json", "--vhost", "copy", "list-exchanges")[1]) == before
 
 
+def test_export_without_vhost_is_every_vhost_and_with_one_that_vhost_alone(admin, tmp_path: Path) -> None:
+    assert admin("declare-vhost", "other")[0] == 0
+    assert admin("--vhost", "other", "declare", "only-there")[0] == 0
+    whole, one = tmp_path / "whole.json", tmp_path / "one.json"
+    assert admin("export", str(whole))[0] == 0 and admin("--vhost", "other", "export", str(one))[0] == 0
+    assert [v["name"] for v in json.loads(whole.read_text())["vhosts"]] == ["other"]
+    assert [e["name"] for e in json.loads(one.read_text())["exchanges"]] == ["only-there"]
+    code, _, err = admin("--vhost", "other", "import", str(whole))
+    assert code == 2 and "vhosts" in err and "without --vhost" in err
+    assert admin("--vhost", "nowhere", "export", str(one))[0] == 2
+
+
 def test_a_definitions_file_needs_a_known_extension(admin, tmp_path: Path) -> None:
     code, _, err = admin("export", str(tmp_path / "defs.yaml"))
     assert code == 2 and "defs.yaml" in err and ".toml or .json" in err

@@ -332,7 +332,7 @@ from pyspark.sql import SparkSession
 import stompmq.spark
 spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
 stompmq.spark.register(spark)
-rows = spark.read.format("stompmq").option("url", sys.argv[1]).option("destination", "/stream/w").load().collect()
+rows = spark.read.format("stompmq").option("url", sys.argv[1]).option("destination", "/stream/bare-python").load().collect()
 print("bodies", sorted(row.body.decode() for row in rows))
 spark.stop()
 """
@@ -342,7 +342,7 @@ def test_a_local_driver_reads_without_pyspark_python_set(durable: BrokerThread, 
     """Spark's workers start ``python3`` from the PATH unless ``PYSPARK_PYTHON`` says otherwise;
     here that is an interpreter without stompmq (the base one, outside the test's environment),
     and the read still works: in local mode the workers run the driver's interpreter."""
-    publish(durable.port, "w", ["w0", "w1", "w2"])
+    publish(durable.port, "bare-python", ["w0", "w1", "w2"])
     bare = tmp_path / "bin"
     bare.mkdir()
     (bare / "python3").symlink_to(Path(sys.base_prefix) / "bin" / "python3")

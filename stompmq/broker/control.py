@@ -267,8 +267,13 @@ class Control:
         return {}
 
     def _declare_queue(self, name: str, frame: Frame) -> Answer:
-        """Give the queue a policy (policies.py), replacing any earlier declaration."""
-        self.dispatcher.declare(name, QueuePolicy.parse(frame.headers))
+        """Give the queue a policy (policies.py), replacing any earlier declaration; a new queue
+        counts against ``max_queues`` from now on (limits.py)."""
+        dispatcher = self.dispatcher
+        if name not in dispatcher.bounds.declared:
+            dispatcher.admit_queue(name)
+        dispatcher.declare(name, QueuePolicy.parse(frame.headers))
+        dispatcher.queue_stats(name)
         return {}
 
     def _delete_queue(self, name: str, frame: Frame) -> Answer:

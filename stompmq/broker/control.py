@@ -279,8 +279,12 @@ class Control:
         return {}
 
     def _declare_queue(self, name: str, frame: Frame) -> Answer:
-        """Give the queue a policy (queue_settings.py), replacing any earlier declaration."""
+        """Give the queue a policy (queue_settings.py), replacing any earlier declaration; a new
+        queue counts against ``max_queues`` from now on (limits.py)."""
+        if name not in self.dispatcher.bounds.declared:
+            self.dispatcher.admit_queue(name)
         self.policies.declare(name, QueueSettings.parse(frame.headers))
+        self.dispatcher.queue_stats(name)
         return {}
 
     def _queue_settings(self, name: str, frame: Frame) -> Answer:

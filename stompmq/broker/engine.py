@@ -569,7 +569,7 @@ class Broker:
             if dest.name == EXTEND_ACK:  # the connection's own deliveries, not a resource's
                 return self.acks.extend(session, headers)
             return self.control.run(dest.name, frame)
-        if kind is Kind.QUEUE:
+        if kind is Kind.QUEUE and dest.name not in self.dispatcher.stats:  # (the method only for a new one)
             self.dispatcher.admit_queue(dest.name)
         forwarded = sender_headers(headers, session.login, session.relay, self.config.stamp_user_id)
         if forwarded is not headers:

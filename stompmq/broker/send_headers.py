@@ -135,21 +135,8 @@ def send_options(headers: dict[str, str], now_ms: int) -> SendOptions:
             raise ClientError(f"priority must be an integer from 0 to 9, not {quoted(value)}")
         priority = int(value)
     ack_timeout = seconds(headers, "ack-timeout") if "ack-timeout" in headers else None  # a call less per SEND
-    # No delay nor schedule (a ttl on every SEND is common): one test of the eight headers that
-    # make a message wait, then the two of an expiry (``in`` is cheaper than another set test).
-    if TIMING_HEADERS.isdisjoint(headers):
-        if TTL not in headers and EXPIRES not in headers:
-            return priority, ack_timeout, None, None
-        return priority, ack_timeout, _expires(headers, now_ms), None
-    expires = _expires(headers, now_ms)
-    due = _due(headers, now_ms)
-    if RECURRING.isdisjoint(headers):
-        return priority, ack_timeout, expires, due
-    return priority, ack_timeout, expires, first_firing(headers, now_ms, due)
-
-
-def _expires(headers: dict[str, str], now_ms: int) -> int | None:
-    """When the message expires (epoch ms, None: never): the sooner of ``ttl`` and ``expires``."""
+    if LIFECYCLE_HEADERS.isdisjoint(headers):  # (the usual SEND: one test)
+        return priority, ack_timeout, None, None
     expires = None
     if (value := headers.get(TTL)) is not None:
         expires = now_ms + _relative(TTL, value)
@@ -157,7 +144,12 @@ def _expires(headers: dict[str, str], now_ms: int) -> int | None:
         absolute = _integer(EXPIRES, value)
         if expires is None or absolute < expires:
             expires = absolute
-    return expires
+    if TIMING_HEADERS.isdisjoint(headers):  # an expiry alone: one test for the eight waiting headers
+        return priority, ack_timeout, expires, None
+    due = _due(headers, now_ms)
+    if RECURRING.isdisjoint(headers):
+        return priority, ack_timeout, expires, due
+    return priority, ack_timeout, expires, first_firing(headers, now_ms, due)
 
 
 def _due(headers: dict[str, str], now_ms: int) -> int | None:

@@ -14,7 +14,7 @@ broker passwords; RabbitMQ's OAuth 2 backend is the model, so its tokens and sco
   and ``RS.configure:...`` (``RS`` the resource server id; ``*`` a wildcard in either part, the
   vhost percent-decoded so ``%2F`` is ``/``) allow that action on the resources named NAME of
   any kind (``/queue/NAME``, ``/exchange/NAME``...) in the vhosts matching VHOST;
-  ``RS.tag:administrator`` and ``RS.tag:monitoring`` are tags.  Scopes of other resource
+  ``RS.tag:TAG`` is a tag if a users file knows it (``auth.KNOWN_TAGS``).  Scopes of other resource
   servers are ignored.
 * ``TokenLease`` is the pure timing: the session lasts until the token's ``exp``, counted on the
   server's clock (trio's, so tests run it in virtual time); a fresh token for the same subject

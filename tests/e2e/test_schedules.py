@@ -13,12 +13,15 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from stompmq.cli import main
 from stompmq.server import ServerSettings
 
 from ..support.broker_process import BrokerProcess, Peer, free_port
 from ..support.broker_thread import BrokerThread
 from ..support.stompclient import Client
+from ..support.stores import STORES, make_store_factory
 from ..support.waiting import wait_until
 
 SCHEDULE = {"AMQ_SCHEDULED_DELAY": "1000", "AMQ_SCHEDULED_PERIOD": "500", "AMQ_SCHEDULED_REPEAT": "3"}
@@ -33,10 +36,10 @@ def delayed_rows(db: Path) -> list[str]:
         conn.close()
 
 
-def test_delay_period_repeat_gives_four_deliveries_the_first_after_a_second(
-        make_memory_broker: Callable[..., BrokerThread]) -> None:
-    broker = make_memory_broker()
-    with Client(broker.port) as consumer, Client(broker.port) as producer:
+@pytest.mark.parametrize("store_kind", STORES)
+def test_delay_period_repeat_gives_four_deliveries_the_first_after_a_second(store_kind: str, tmp_path: Path) -> None:
+    with BrokerThread(make_store_factory(store_kind, tmp_path)).start() as broker, \
+            Client(broker.port) as consumer, Client(broker.port) as producer:
         consumer.subscribe("/queue/sched", ack="auto")
         consumer.sync()
         sent = time.monotonic()

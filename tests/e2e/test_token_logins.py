@@ -4,6 +4,8 @@ a session that ends with an ERROR when its token expires unless a fresh one came
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -13,11 +15,13 @@ import pytest
 from stompmq.server import ServerSettings
 from stompmq.server.listeners import listener_port
 
+from ..support.broker_process import BrokerProcess, free_port, port_open
 from ..support.broker_thread import BrokerThread
 from ..support.stompclient import Client
 pytest.importorskip("jwt", reason="token logins need the oauth extra")
 
 from ..support.tokens import RESOURCE_SERVER, Issuer
+from ..support.waiting import wait_until
 from ..support.wsclient import WSClient
 
 ORDERS = f"{RESOURCE_SERVER}.read:*/orders-* {RESOURCE_SERVER}.write:%2F/orders-*"
@@ -130,3 +134,27 @@ def test_a_refresh_without_a_token_login_is_an_error(tmp_path: Path, issuer: Iss
         client.frame("SEND", {"destination": "/control/refresh-token", "receipt": "r"})
         error = client.expect_error()
         assert "/control/refresh-token needs a token login" in error["message"] and error["receipt-id"] == "r"
+
+
+@pytest.mark.parametrize("jwks", ["missing", "not-json"])
+def test_an_unusable_jwks_stops_the_broker_at_start_with_exit_2(tmp_path: Path, jwks: str) -> None:
+    path = tmp_path / "jwks.json"
+    if jwks == "not-json":
+        path.write_text("not json")
+    result = subprocess.run([sys.executable, "-m", "stompmq.cli", "--store", "memory", "--port", str(free_port()),
+                             "--http-port", "0", "--oauth-jwks", str(path)], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"stompmq: --oauth-jwks {path}:"), result.stderr
+
+
+def test_the_command_line_turns_token_logins_on(tmp_path: Path, issuer: Issuer) -> None:
+    jwks = issuer.write_jwks(tmp_path / "jwks.json")
+    with BrokerProcess(tmp_path / "db.sqlite", "--oauth-jwks", str(jwks), "--oauth-resource-server-id", "mq") as broker:
+        broker.spawn()  # (start() waits for an anonymous CONNECT, which token logins refuse)
+        wait_until(lambda: port_open(broker.port), "the broker listening", timeout=30)
+        with Client(broker.port, login="", passcode=issuer.token(aud="mq", scope="mq.write:*/*")) as client:
+            client.send_to("/queue/cli", "x")
+        with Client(broker.port, connect=False) as client:  # the default audience is not this broker's now
+            client.frame("CONNECT", {"accept-version": "1.2", "host": "localhost", "passcode": issuer.token()})
+            assert "bad access token" in client.expect_error()["message"]

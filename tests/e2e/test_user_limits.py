@@ -225,3 +225,13 @@ def test_http_connections_are_bounded_and_refused_with_429(make_memory_broker: C
 
     # (Hypercorn's server of a connection ends up to its keep-alive timeout, 5 s, after the peer left)
     wait_until(api_answers, "the API serving again, the refusal counted", timeout=15)
+
+
+def test_declared_queues_count_against_max_queues(make_memory_broker: Callable[..., BrokerThread]) -> None:
+    broker = make_memory_broker(config=BrokerConfig(max_queues=2))
+    with Client(broker.port) as client:
+        client.send_to("/control/declare/queue/d1", headers={"max-length": "5"})
+        client.send_to("/control/declare/queue/d1", headers={"max-length": "6"})  # a redeclaration: fine
+        client.send_to("/queue/q1", "x")
+        client.frame("SEND", {"destination": "/control/declare/queue/d2", "receipt": "r"})
+        assert "this vhost has 2 queues in use already" in _refused(client, "max-queues")

@@ -25,6 +25,7 @@ from stompmq.server.outbox import HARD_LIMIT, SOFT_LIMIT
 from ..support.broker_thread import BrokerThread
 from ..support.rawclient import RawClient
 from ..support.stompclient import Client
+from ..support.waiting import pace, wait_sessions, wait_until
 
 LIMITS = Limits(max_body=4096, max_header_bytes=1024, max_headers=20)
 BYSTANDER_QUEUE = "/queue/bystander"
@@ -53,10 +54,7 @@ def assert_untouched(broker: BrokerThread, bystander: Client, tag: str) -> None:
     bystander.ack(next(m for m in got if m["subscription"] == "by"))
     bystander.expect_nothing()
     # the offender's session is gone: only the bystander remains
-    deadline = time.monotonic() + 5
-    while broker.call(lambda: len(broker.broker.sessions)) != 1:
-        assert time.monotonic() < deadline, "offending session not closed"
-        time.sleep(0.01)
+    wait_sessions(broker, 1)
 
 
 def connected(port: int, version: str = "1.2") -> RawClient:
@@ -362,7 +360,7 @@ def _poll_outbox(broker: BrokerThread, session_id: str, stop: threading.Event, s
     """Sample a session's outbox size into ``sizes`` (appended as it goes) until ``stop`` is set."""
     while not stop.is_set():
         sizes.append(broker.call(lambda: broker.broker.sessions[session_id].outbox.size))
-        time.sleep(0.005)
+        pace(0.005)  # the sampling rate
     sizes.append(broker.call(lambda: broker.broker.sessions[session_id].outbox.size))
 
 
@@ -420,9 +418,7 @@ def test_slow_topic_subscriber_bounded_and_others_unaffected(make_memory_broker)
             for i in range(count):
                 # keep the fast subscriber within a few messages: on a loaded machine it could
                 # otherwise fall past the hard limit too and (by design) miss messages itself
-                deadline = time.monotonic() + 20
-                while i - len(received) > FAST_LAG and time.monotonic() < deadline:
-                    time.sleep(0.001)
+                wait_until(lambda i=i: i - len(received) <= FAST_LAG, "the fast subscriber", 20, interval=0.001)
                 producer.send_to("/topic/flood", body, receipt=False, headers={"seq": str(i)})
             producer.send_to("/topic/flood", "end")
         consumer.join(30)
@@ -483,9 +479,7 @@ def test_slow_queue_consumer_bounded_and_others_unaffected(broker):
         assert other.message().body == b"hello"
         # the flood may fill the slow consumer's outbox only after "hello" reached the other one
         # (seen on PostgreSQL in CI): wait for it, bounded
-        deadline = time.monotonic() + 20
-        while max(sizes, default=0) < SOFT_LIMIT and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: max(sizes, default=0) >= SOFT_LIMIT, "the flood to back up into the outbox", 20)
     finally:
         stop.set()
         poller.join()

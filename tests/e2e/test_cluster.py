@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import time
 from collections import Counter
 from collections.abc import Iterator
 
@@ -22,7 +21,7 @@ from ..support.broker_process import BrokerProcess, Peer
 from ..support.rawclient import RawFrame
 from ..support.stores import TEST_LEASE, postgres_server
 from ..support.stompclient import BrokerError
-from ..support.waiting import wait_until
+from ..support.waiting import holds_for, wait_until
 
 pytestmark = pytest.mark.postgres
 
@@ -84,7 +83,7 @@ def test_each_message_goes_to_one_subscriber_cluster_wide(brokers: list[BrokerPr
             producer.sync()
     try:
         wait_until(lambda: len(got) >= 300, "300 deliveries", timeout=HANDOVER)
-        time.sleep(0.5)  # a duplicate would arrive now
+        holds_for(lambda: len(got) == 300, "no duplicate delivery", 0.5)
     finally:
         done.set()
         for t in consumers:

@@ -21,20 +21,9 @@ from stompmq.server import ServerSettings
 
 from ..support.rawclient import RawClient
 from ..support.stompclient import BrokerError, Client
+from ..support.waiting import pace, wait_sessions, wait_until
 
 # ---------------------------------------------------------------------------- helpers
-
-
-def wait_for(predicate, timeout: float = 5.0, interval: float = 0.01) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(interval)
-
-
-def session_count(broker) -> int:
-    return broker.call(lambda: len(broker.broker.sessions))
 
 
 def read_raw_frame(c: Client, timeout: float = 5.0) -> bytes:
@@ -191,7 +180,7 @@ def test_s14_no_common_version_error_then_close(memory_broker, accept):
         assert error.command == "ERROR"
         assert set(error["version"].split(",")) == {"1.0", "1.1", "1.2"}
         assert error["message"]
-    wait_for(lambda: session_count(memory_broker) == 0)
+    wait_sessions(memory_broker, 0)
 
 
 def test_s15_connected_has_version_and_server(memory_broker):
@@ -254,7 +243,7 @@ def test_s18_silent_client_closed_after_grace(make_memory_broker):
         c.subscribe("/queue/s18")
         error = c.expect_error(timeout=5)
         assert "heart-beat" in error["message"]
-    wait_for(lambda: session_count(broker) == 0)
+    wait_sessions(broker, 0)
 
 
 def test_s18_an_idle_client_beating_stays_and_falls_silent_after_its_beats(make_memory_broker):
@@ -265,14 +254,14 @@ def test_s18_an_idle_client_beating_stays_and_falls_silent_after_its_beats(make_
         for _ in range(2):
             for _ in range(8):
                 c.sock.sendall(b"\n")
-                time.sleep(0.05)
+                pace(0.05)  # a client beating every 50 ms
             c.sync()
         for _ in range(4):
             c.sock.sendall(b"\r\n")
-            time.sleep(0.05)
+            pace(0.05)
         error = c.expect_error(timeout=5)
         assert "heart-beat" in error["message"]
-    wait_for(lambda: session_count(broker) == 0)
+    wait_sessions(broker, 0)
 
 
 # ---------------------------------------------------------------------------- S19-S23 SEND / SUBSCRIBE
@@ -631,7 +620,7 @@ def test_s26_one_message_held_by_two_subscriptions_of_a_session(memory_broker, v
         c.send_to("/topic/s26o", "y")  # both subscriptions have room again
         assert sorted(m["subscription"] for m in c.messages(2)) == ["exact", "prefix"]
         c.disconnect()  # with two copies unacked: must not upset the broker
-    wait_for(lambda: session_count(memory_broker) == 0)
+    wait_sessions(memory_broker, 0)
     with Client(memory_broker.port) as c:
         c.sync()
 
@@ -645,7 +634,7 @@ def test_s26_close_while_two_subscriptions_hold_one_message(memory_broker, versi
     c.send_to("/topic/s26p", "x")
     c.messages(2)
     c.close()
-    wait_for(lambda: session_count(memory_broker) == 0)
+    wait_sessions(memory_broker, 0)
     with Client(memory_broker.port) as other:
         other.subscribe("/queue/alive")
         other.send_to("/queue/alive", "still serving")
@@ -791,13 +780,23 @@ def test_s29_send_in_unknown_transaction(memory_broker):
 
 
 def test_s29_transaction_ids_per_connection_and_reusable(memory_broker):
-    with Client(memory_broker.port) as a, Client(memory_broker.port) as b:
-        a.request("BEGIN", {"transaction": "same"})
-        b.request("BEGIN", {"transaction": "same"})  # another connection: no clash
-        a.request("COMMIT", {"transaction": "same"})
-        a.request("BEGIN", {"transaction": "same"})  # finished: reusable
-        a.request("ABORT", {"transaction": "same"})
-        b.request("ABORT", {"transaction": "same"})
+    port = memory_broker.port
+    with Client(port) as a, Client(port) as b, Client(port) as consumer:
+        consumer.subscribe("/queue/s29ids")
+        in_same = {"transaction": "same"}
+        a.request("BEGIN", in_same)
+        b.request("BEGIN", in_same)  # another connection: no clash
+        a.send_to("/queue/s29ids", "a1", headers=in_same)
+        b.send_to("/queue/s29ids", "b1", headers=in_same)
+        a.request("COMMIT", in_same)  # a's "same" only: b's SEND is still held
+        assert consumer.message().body == b"a1"
+        consumer.expect_nothing()
+        a.request("BEGIN", in_same)  # finished: reusable
+        a.send_to("/queue/s29ids", "a2", headers=in_same)
+        a.request("ABORT", in_same)
+        b.request("COMMIT", in_same)
+        assert consumer.message().body == b"b1"
+        consumer.expect_nothing()  # a2 went with the abort
 
 
 def test_s30_send_applied_at_commit(broker):
@@ -915,7 +914,7 @@ def test_s31_transaction_aborted_on_connection_loss(broker, how):
             producer.close()
         else:
             producer.abort_connection()
-        wait_for(lambda: session_count(broker) == 1)
+        wait_sessions(broker, 1)
         with Client(broker.port) as marker:
             marker.send_to("/queue/s31b", "marker")
         assert consumer.message().body == b"marker"
@@ -930,7 +929,7 @@ def test_s31_transactional_ack_dropped_on_connection_loss(broker):
     c.request("BEGIN", {"transaction": "t"})
     c.ack(x, transaction="t")
     c.abort_connection()
-    wait_for(lambda: session_count(broker) == 0)
+    wait_sessions(broker, 0)
     assert redelivered_bodies(broker.port, "/queue/s31c", 1) == [(b"x", "true", "1")]
 
 
@@ -998,7 +997,7 @@ def test_s32_disconnect_receipt_then_close(broker):
         receipt = c.recv()
         assert (receipt.command, receipt["receipt-id"]) == ("RECEIPT", "last")
         c.assert_closed()
-    wait_for(lambda: session_count(broker) == 0)
+    wait_sessions(broker, 0)
 
 
 def test_s32_durable_send_receipt_after_commit(broker):
@@ -1116,7 +1115,7 @@ def test_s36_rapid_connect_disconnect(broker):
             c.frame("DISCONNECT", {"receipt": f"d{i}"})
             assert c.recv()["receipt-id"] == f"d{i}"
             c.assert_closed()
-    wait_for(lambda: session_count(broker) == 0)
+    wait_sessions(broker, 0)
     with Client(broker.port) as c:
         c.subscribe("/queue/s36")
         c.send_to("/queue/s36", "still fine")
@@ -1165,7 +1164,7 @@ def test_s37_frames_before_connect_rejected(memory_broker, command, headers):
     with Client(memory_broker.port) as c:
         c.subscribe("/queue/s37")
         c.expect_nothing()  # the pre-CONNECT SEND was not applied
-    wait_for(lambda: session_count(memory_broker) == 0)
+    wait_sessions(memory_broker, 0)
 
 
 @pytest.mark.parametrize("second", ["CONNECT", "STOMP"])
@@ -1174,7 +1173,7 @@ def test_s37_second_connect_rejected(memory_broker, second):
         c.frame(second, {"accept-version": "1.2", "host": "localhost", "receipt": "again"})
         error = c.expect_error()
         assert error["receipt-id"] == "again"
-    wait_for(lambda: session_count(memory_broker) == 0)
+    wait_sessions(memory_broker, 0)
 
 
 def test_s37_bad_credentials_rejected(make_memory_broker):
@@ -1193,7 +1192,7 @@ def test_s37_bad_credentials_rejected(make_memory_broker):
             c.frame("CONNECT", {"accept-version": "1.2", "host": "localhost", "login": "u", "passcode": "p"})
             return c.recv().command == "CONNECTED"
 
-    wait_for(logged_in)
+    wait_until(logged_in, "the back-off after a failed login")
     with Client(broker.port, login="u", passcode="p") as c:
         c.subscribe("/queue/auth")
         c.expect_nothing()
@@ -1343,6 +1342,6 @@ def test_s36_reset_and_bare_connections_cleaned_up(memory_broker):
     c.abort_connection()
     s = socket.create_connection(("127.0.0.1", memory_broker.port))
     s.close()
-    wait_for(lambda: session_count(memory_broker) == 0)
+    wait_sessions(memory_broker, 0)
     assert memory_broker.call(lambda: "s36r" in memory_broker.broker.queues and
                               bool(memory_broker.broker.queues["s36r"].subs)) is False

@@ -21,7 +21,6 @@ import random
 import signal
 import sqlite3
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,6 +29,7 @@ import pytest
 from ..support.broker_process import BrokerProcess, Peer
 from ..support.on_disk import stored, stored_headers
 from ..support.rawclient import RawClient
+from ..support.waiting import pace, wait_until
 
 #: Errors a client sees when the broker process dies under it.
 GONE = (EOFError, ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
@@ -43,14 +43,6 @@ def queue_rows(db: Path) -> set[str]:
         return {name for (name,) in conn.execute("SELECT name FROM queues")}
     finally:
         conn.close()
-
-
-def wait_for(predicate, what: str, timeout: float = 10.0) -> None:
-    """Poll ``predicate`` until true; fail (never hang) after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.005)
 
 
 def first_page_loaded(peer: Peer, queue: str) -> None:
@@ -190,7 +182,7 @@ def test_kill9_rounds_lose_no_receipted_message(tmp_path: Path) -> None:
             ]
             for t in threads:
                 t.start()
-            time.sleep(rng.uniform(0.1, 0.8))
+            pace(rng.uniform(0.1, 0.8))  # the seeded moment of the kill
             assert broker.kill9() == -signal.SIGKILL, broker.stderr
             for t in threads:
                 t.join(10)
@@ -324,7 +316,7 @@ def test_write_behind_acked_before_flush_never_touches_disk(tmp_path: Path) -> N
         # Nobody listens on this one: it is written within the flush interval, with no receipt
         # and no shutdown to force it.
         producer.frame("SEND", {"destination": "/queue/wb-parked", "uid": "p"}, b"parked")
-        wait_for(lambda: len(stored(db, "wb-parked")) == 1, "the write-behind message on disk")
+        wait_until(lambda: len(stored(db, "wb-parked")) == 1, "the write-behind message on disk", 10)
         assert stored(db, "wb-parked")[0][0] == {"uid": "p"}
         assert broker.terminate() == 0, broker.stderr
     # A queue's row is written with its first message and never deleted: no row, no write ever.
@@ -366,7 +358,7 @@ def test_delivered_unacked_message_comes_back_redelivered_after_kill9(tmp_path: 
         msg = consumer.message()
         assert msg["uid"] == "m1" and msg["redelivered"] == "false"
         # The delivered mark is write-behind: wait until it is on disk (no receipt asked for it).
-        wait_for(lambda: [d for _, d, _ in stored(db, "rec")] == [1], "the delivered mark on disk")
+        wait_until(lambda: [d for _, d, _ in stored(db, "rec")] == [1], "the delivered mark on disk", 10)
         assert broker.kill9() == -signal.SIGKILL
         consumer.close()
 

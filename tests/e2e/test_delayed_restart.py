@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from ..support.broker_process import BrokerProcess, Peer
+from ..support.waiting import pace, wait_past, wait_until
 
 #: Seconds after the restarted broker answers CONNECT within which a message that fell due while
 #: it was down reaches a subscriber (as promptly as a plain backlog).
@@ -34,13 +35,6 @@ def rows(db: Path) -> tuple[int, int]:
     finally:
         conn.close()
     return int(ready), int(delayed)
-
-
-def wait_for(predicate, what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
 
 
 def stop(broker: BrokerProcess, how: str) -> None:
@@ -63,7 +57,7 @@ def test_receipted_messages_survive_consuming_a_delayed_queue_after_a_restart(tm
         c.send_to("/queue/due", "due", headers={"delay": "1500"})
         for prio in PRIORITIES:
             c.send_to("/queue/prio", str(prio), headers={"priority": str(prio)})
-        wait_for(lambda: rows(db) == (len(PRIORITIES) + 1, 0), "the delayed message promoted", timeout=15)
+        wait_until(lambda: rows(db) == (len(PRIORITIES) + 1, 0), "the delayed message promoted", timeout=15)
         stop(first, how)
     with broker(db).start() as second:
         c = Peer(second.port)
@@ -118,16 +112,16 @@ def test_delayed_messages_due_while_down_reach_subscribers_that_came_before_or_a
         c.send_to("/queue/down", "down", headers={"delay": "1500"})
         c.send_to("/queue/late", "late", headers={"delay": "1500"})
         c.send_to("/queue/down", "after", headers={"delay": "6000"})
-        time.sleep(0.3)
+        pace(0.3)  # the broker runs a while with them scheduled, as in the report
         stop(first, how)
-    wait_for(lambda: time.time() > sent + 2.0, "the first delays to fall due", timeout=5)
+    wait_past((sent + 2.0) * 1000, "the first delays to fall due")
     with broker(db).start() as second:
         ready = time.monotonic()
         early = Peer(second.port)
         early.subscribe("/queue/down", ack="auto")
         assert early.message(timeout=DUE_AFTER_READY).body == b"down"
         assert time.monotonic() - ready <= DUE_AFTER_READY
-        wait_for(lambda: rows(db)[1] == 1, "the due messages promoted", timeout=DUE_AFTER_READY)
+        wait_until(lambda: rows(db)[1] == 1, "the due messages promoted", timeout=DUE_AFTER_READY)
         with Peer(second.port) as later:
             later.subscribe("/queue/late", ack="auto")
             assert later.message(timeout=DUE_AFTER_READY).body == b"late"

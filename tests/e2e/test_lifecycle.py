@@ -18,7 +18,7 @@ from ..support.broker_process import BrokerProcess
 from ..support.broker_thread import restarting
 from ..support.stompclient import BrokerError, Client, control
 from ..support.stores import TEST_LEASE, postgres_server
-from ..support.waiting import wait_until
+from ..support.waiting import wait_past, wait_until
 
 
 def count(c: Client, queue: str) -> int:
@@ -42,7 +42,7 @@ def test_expired_messages_are_never_delivered(broker):
         c.send_to("/queue/e1", "past", headers={"expires": str(now_ms() - 1)})
         c.send_to("/queue/e1", "never", headers={"expires": "0"})  # JMS: 0 = never expires
         c.send_to("/queue/e1", "long", headers={"ttl": "600000"})
-        time.sleep(0.3)
+        wait_past(now_ms() + 100, "the 100 ms ttl")
         c.subscribe("/queue/e1")
         got = c.messages(2)
         assert bodies(got) == ["never", "long"]
@@ -54,7 +54,7 @@ def test_expired_messages_are_never_delivered(broker):
 def test_the_sooner_of_ttl_and_expires_wins(broker):
     with Client(broker.port) as c:
         c.send_to("/queue/e2", "x", headers={"ttl": "100", "expires": str(now_ms() + 600_000)})
-        time.sleep(0.3)
+        wait_past(now_ms() + 100, "the 100 ms ttl")
         c.subscribe("/queue/e2")
         c.expect_nothing(0.2)
 
@@ -63,7 +63,7 @@ def test_queue_message_ttl_dead_letters_when_declared(broker):
     with Client(broker.port) as c:
         control(c, "declare/queue/e3", **{"message-ttl": "100", "dead-letter": "true"})
         c.send_to("/queue/e3", "old", headers={"keep": "me"})
-        time.sleep(0.3)
+        wait_past(now_ms() + 100, "the queue's 100 ms ttl")
         c.subscribe("/queue/e3")
         c.expect_nothing(0.1)
         c.subscribe("/queue/DLQ.e3")
@@ -93,7 +93,7 @@ def test_expired_messages_are_dropped_at_the_head_while_subscribed(broker):
         first = c.message()
         c.send_to("/queue/e5", "expires", headers={"ttl": "100"})
         c.send_to("/queue/e5", "last")
-        time.sleep(0.3)
+        wait_past(now_ms() + 100, "the 100 ms ttl")
         c.ack(first)
         assert c.message().body == b"last"
         c.unsubscribe(sub)
@@ -169,8 +169,9 @@ def test_delayed_messages_due_while_the_broker_was_down_reach_the_first_subscrib
         for queue in ("dd1", "dd2"):
             c.send_to(f"/queue/{queue}", queue, headers={"delay": "200"})
         c.send_to("/queue/dd1", "not yet", headers={"delay": "600000"})
+        due = now_ms() + 200
         first.kill9() if stop == "sigkill" else first.terminate()
-    time.sleep(0.4)  # both are due now
+    wait_past(due, "both delays")
     with BrokerProcess(database, *lease).start() as second, Client(second.port) as c:
         for queue in ("dd1", "dd2"):
             c.subscribe(f"/queue/{queue}")
@@ -275,7 +276,10 @@ def test_deleting_a_queue_forgets_its_policy(broker):
         c.send_to("/queue/b7", "1")
         control(c, "delete/queue/b7")
         c.send_to("/queue/b7", "1")
-        c.send_to("/queue/b7", "2")
+        c.send_to("/queue/b7", "2")  # accepted: no max-length of 1 any more
+        assert count(c, "b7") == 2  # and both kept: nothing dropped at the head either
+        c.subscribe("/queue/b7")
+        assert bodies(c.messages(2)) == ["1", "2"]
 
 
 # ---------------------------------------------------------------------------- bad input

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import itertools
 import threading
-import time
 from collections.abc import Callable
 
 import pytest
@@ -17,7 +16,7 @@ from ..support.broker_process import free_port
 from ..support.broker_thread import BrokerThread
 from ..support.stompclient import Client
 from .test_http import Api
-from ..support.waiting import wait_until
+from ..support.waiting import pace, wait_until
 
 
 def _produce_past(broker: BrokerThread, destination: str, count: int, subscription: dict[str, str],
@@ -76,7 +75,7 @@ def test_an_auto_ack_consumer_whose_socket_is_behind_paces_the_producer_early(
 
     def take(consumer: Client) -> bytes:
         if next(taken) % 2000 == 0:
-            time.sleep(0.05)  # the socket's buffers fill meanwhile
+            pace(0.05)  # a slow consumer: the socket's buffers fill meanwhile
         return consumer.message().body
 
     _produce_past(broker, "/queue/streamed", 20_000, {"ack": "auto"}, take)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import random
 import sqlite3
-import time
 from pathlib import Path
 
 
@@ -29,6 +28,7 @@ from ..support.broker_process import BrokerProcess, Peer, port_open
 from ..support.on_disk import stored_headers
 from ..support.broker_thread import BrokerThread
 from ..support.unwritable import immutable
+from ..support.waiting import wait_until
 
 #: A broker that hits a start error must be gone well within this (it should take < 1 s).
 START_ERROR_EXIT_TIMEOUT = 20.0
@@ -154,10 +154,8 @@ def test_disk_full_errors_the_sends_that_could_not_be_stored(tmp_path: Path) -> 
         )
         # Let the queue's first (empty) page load finish, so every message sent below stays
         # in its in-memory window: the consumer can then drain it without reading the store.
-        deadline = time.monotonic() + 10
-        while not thread.call(lambda: not thread.broker.queues["full"].window.spilled):
-            assert time.monotonic() < deadline, "the first page of /queue/full never loaded"
-            time.sleep(0.005)
+        wait_until(lambda: thread.call(lambda: not thread.broker.queues["full"].window.spilled),
+                   "the first page of /queue/full", 10, interval=0.005)
 
         # Receipted SENDs, up to 20 outstanding, until the broker answers ERROR.
         receipted: list[str] = []

@@ -14,7 +14,7 @@ from stompmq.broker import BrokerConfig
 from ..support.broker_thread import BrokerThread
 from ..support.stores import make_store_factory
 from ..support.stompclient import Client
-from ..support.waiting import wait_until
+from ..support.waiting import wait_past, wait_until
 
 
 def offsets(c: Client, stream: str) -> dict[str, int]:
@@ -74,9 +74,9 @@ def test_a_subscription_stops_at_its_end(broker: BrokerThread) -> None:
 def test_timestamp_start(broker: BrokerThread) -> None:
     with Client(broker.port) as c:
         publish(c, "t", 3)
-        time.sleep(0.05)
+        wait_past(time.time() * 1000, "a millisecond after the first three")
         cut = time.time()
-        time.sleep(0.05)
+        wait_past(cut * 1000, "a millisecond after the cut")
         publish(c, "t", 2, start=3)
         c.subscribe("/stream/t", x_stream_offset=f"timestamp={cut:.3f}")
         assert read(c, 2) == [(3, "m3"), (4, "m4")]
@@ -97,7 +97,7 @@ def test_offset_at_a_timestamp_is_the_first_entry_that_late(tmp_path: Path, stor
         assert offset_at(c, "ts", 0) == 0  # never written: its end
         for burst in range(6):
             publish(c, "ts", 40, start=burst * 40)
-            time.sleep(0.01)
+            wait_past(time.time() * 1000, "a later timestamp for the next burst")
         c.subscribe("/stream/ts", x_stream_offset="first")
         stamps = [int(m["timestamp"]) for m in c.messages(240)]
         assert stamps == sorted(stamps)  # non-decreasing along a stream

@@ -6,7 +6,14 @@ in broker_thread.py and broker_process.py).  A test never sleeps for a fixed tim
 broker catch up: it polls for the state it needs with a generous deadline
 (``wait_until``, ``wait_sessions``), or uses receipts, which the broker
 releases only once the store has committed everything the connection sent
-before them (``send_all``).
+before them (``send_all``).  What is left of the wall clock has a name here:
+
+* ``wait_past``: a deadline the broker (or the database) keeps on the wall clock itself, a
+  TTL or a lease: the condition *is* the clock having passed it;
+* ``holds_for``: that something does *not* happen (a duplicate, a redelivery) can only be
+  watched for a while; it polls, and fails at the first sign;
+* ``pace``: a pause that is part of a workload (a slow consumer, a task's work, a kill
+  schedule), never a wait for the broker.
 """
 
 from __future__ import annotations
@@ -18,12 +25,38 @@ from .broker_thread import BrokerThread
 from .stompclient import Client
 
 
-def wait_until(check: Callable[[], object], what: str, timeout: float = 5.0) -> None:
+#: Seconds between two polls of a condition.
+POLL = 0.02
+
+
+def wait_until(check: Callable[[], object], what: str, timeout: float = 5.0, *, interval: float = POLL) -> None:
     """Poll ``check`` until it is true; fail naming ``what`` after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while not check():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
+        time.sleep(interval)
+
+
+def wait_past(epoch_ms: float, what: str) -> None:
+    """Until the wall clock (``time.time``, which the broker reads for TTLs and due times) is
+    past ``epoch_ms`` epoch milliseconds, plus one poll for the clocks' granularity."""
+    wait_until(lambda: time.time() * 1000 > epoch_ms + POLL * 1000, what, timeout=max(5.0, epoch_ms / 1000 - time.time() + 5))
+
+
+def holds_for(check: Callable[[], object], what: str, seconds: float) -> None:
+    """``check`` stays true for ``seconds`` (something that must not happen, watched for a
+    while: an absence has no moment to wait for); fails naming ``what`` at the first lapse."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        assert check(), f"{what} did not hold"
+        time.sleep(POLL)
+    assert check(), f"{what} did not hold"
+
+
+def pace(seconds: float) -> None:
+    """A pause that is part of a workload's timing (a slow reader or task, a schedule of
+    restarts), not a wait for the broker: the one wall-clock pause such tests share."""
+    time.sleep(seconds)
 
 
 def wait_sessions(broker: BrokerThread, n: int) -> None:

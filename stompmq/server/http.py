@@ -96,7 +96,7 @@ from .alarms import CHECK_SECONDS
 from .api_definitions import DefinitionsApi
 from .api_policies import PREFIXES as POLICY_PREFIXES, PolicyApi
 from .auth import User, required_permissions
-from .history import Counters, Point, QueueKey, RateHistory
+from .history import COARSE_EVERY, HOUR_RANGE, RANGES, Counters, Point, QueueKey, RateHistory
 from .http_listener import serve_bounded
 from .http_auth import OPEN_PATHS, READ_METHODS, USER_SCOPE, BasicAuth
 from .http_requests import authorise, count_param, queue_resource
@@ -478,8 +478,8 @@ class ManagementApp:
                 "store_bytes": self.runtime.store.disk_bytes(), "open_fds": fds}
 
     async def total_history(self, request: Request) -> Response:
-        """The last hour's rates over every queue (``server/history.py``)."""
-        return _history_json(self.rates.history.of(None))
+        """The rates over every queue, the last ``?range=`` seconds (``server/history.py``)."""
+        return _history_json(*self.rates.history.of(None, _history_range(request)))
 
     # -- resource alarms ------------------------------------------------------------------------
     async def get_alarms(self, request: Request) -> Response:
@@ -767,8 +767,8 @@ class ManagementApp:
 
     async def queue_history(self, engine: Broker, vhost: str, name: str, counts: tuple[int, int],
                             request: Request) -> Response:
-        """The last hour's rates of the queue, if it is one of those with a history."""
-        return _history_json(self.rates.history.of((vhost, name)))
+        """The queue's rates, the last ``?range=`` seconds, if it is one of those with a history."""
+        return _history_json(*self.rates.history.of((vhost, name), _history_range(request)))
 
     async def queue_consumers(self, engine: Broker, vhost: str, name: str, counts: tuple[int, int],
                               request: Request) -> Response:
@@ -975,8 +975,17 @@ def _connection_json(conn: Connection) -> dict[str, Any]:
     }
 
 
-def _history_json(points: list[Point]) -> Response:
-    return JSONResponse({"interval": SAMPLE_SECONDS, "columns": ["time", "publish", "deliver", "ack"],
+def _history_range(request: Request) -> int:
+    """The ``?range=`` of a history request, in seconds (one of ``RANGES``; default an hour)."""
+    text = request.query_params.get("range", str(HOUR_RANGE))
+    if not text.isdigit() or int(text) not in RANGES:
+        raise HTTPException(400, f"range must be one of {', '.join(map(str, RANGES))} seconds, not {text!r}")
+    return int(text)
+
+
+def _history_json(points: list[Point], coarse: bool) -> Response:
+    interval = SAMPLE_SECONDS * COARSE_EVERY if coarse else SAMPLE_SECONDS
+    return JSONResponse({"interval": interval, "columns": ["time", "publish", "deliver", "ack"],
                          "points": points})
 
 

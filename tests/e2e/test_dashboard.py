@@ -135,6 +135,14 @@ def test_dashboard_vhosts_consumers_peek_and_connections(
         assert "ack" in _text(browser, "total-chart") and "deliver" in _text(browser, "total-chart")
         assert browser.execute_script("return Math.max(...state.charts['total-chart'].plot.data[1])") > 0
         wait.until(lambda d: d.execute_script("return state.charts['total-chart'].plot.width") > 1000)  # full width
+        # The range picker (RabbitMQ's chart ranges): the x scale spans what was picked.
+        span = "const x = state.charts['total-chart'].plot.scales.x; return Math.round(x.max - x.min);"
+        assert browser.execute_script(span) == 3600
+        Select(browser.find_element(By.ID, "range")).select_by_value("600")
+        wait.until(lambda d: d.execute_script(span) == 600)
+        assert browser.execute_script("return Math.max(...state.charts['total-chart'].plot.data[1])") > 0
+        Select(browser.find_element(By.ID, "range")).select_by_value("3600")
+        wait.until(lambda d: d.execute_script(span) == 3600)
         browser.execute_script("window.scrollTo(0, 0)")
         browser.save_screenshot(str(SCREENSHOT))
 

@@ -465,6 +465,9 @@ def test_rate_history_of_the_totals_and_of_a_queue(http_broker: tuple[BrokerThre
     assert history["columns"] == ["time", "publish", "deliver", "ack"] and history["interval"] == 5
     assert any(point[1] > 0 for point in history["points"])
     assert api.call("GET", "/api/queues/%2F/nope/history")[0] == 404
+    assert api.get("/api/history?range=28800")["points"] and api.get("/api/history?range=60")["interval"] == 5
+    status, answer = api.call("GET", "/api/history?range=7200")
+    assert status == 400 and "60, 600, 3600, 28800" in answer["error"]
 
 
 def test_cluster_lists_the_brokers_on_the_database(http_broker: tuple[BrokerThread, Api], store_kind: str) -> None:

@@ -7,7 +7,8 @@ const REFRESH_MS = 2000;
 const CHART_HEIGHT = 220;
 const JSON_HEADERS = { "content-type": "application/json" };
 const state = { sortKey: "name", sortDesc: false, after: "", queueRows: [], charts: {},
-                vhost: localStorage.getItem("stompmq.vhost") || "/" };
+                vhost: localStorage.getItem("stompmq.vhost") || "/",
+                range: [60, 600, 3600, 28800].find((r) => r === Number(localStorage.getItem("stompmq.range"))) || 3600 };
 
 const $ = (sel) => document.querySelector(sel);
 // A queue resource: /api/queues/{vhost}/{name}, each one percent-encoded segment.
@@ -120,7 +121,7 @@ const views = {
       ["Open files", n.open_fds ?? "n/a"],
       ["Uptime", duration(o.uptime)],
     ]);
-    drawChart("total-chart", "", (await api("/api/history")).points);
+    drawChart("total-chart", "", (await api("/api/history?range=" + state.range)).points);
   },
   async queues() {
     const page = await api(`/api/queues?limit=1000&${inVhost()}&after=` + encodeURIComponent(state.after));
@@ -143,7 +144,7 @@ const views = {
       (c) => link("#connection/" + encodeURIComponent(c.connection), c.connection), (c) => c.peer, (c) => c.login,
       (c) => c.subscription, (c) => c.ack, (c) => c.prefetch, (c) => c.unacked,
     ]);
-    const history = await api(queuePath(name) + "/history");
+    const history = await api(queuePath(name) + "/history?range=" + state.range);
     drawChart("queue-chart", state.vhost + "\n" + name, history.points);
   },
   async exchanges() {
@@ -222,7 +223,7 @@ function drawChart(id, subject, points) {
   const data = [0, 1, 2, 3].map((i) => points.map((p) => p[i]));
   const existing = state.charts[id];
   const width = Math.max(300, element.clientWidth - 10);  // follows the window, refresh by refresh
-  if (existing && existing.subject === subject) {
+  if (existing && existing.subject === subject && existing.range === state.range) {
     if (existing.plot.width !== width) existing.plot.setSize({ width, height: CHART_HEIGHT });
     existing.plot.setData(data);
     return;
@@ -235,12 +236,12 @@ function drawChart(id, subject, points) {
     width, height: CHART_HEIGHT,
     series: [{ label: "time" }, ...series],
     scales: {
-      x: { time: true, range: () => { const now = Date.now() / 1000; return [now - 3600, now]; } },
+      x: { time: true, range: () => { const now = Date.now() / 1000; return [now - state.range, now]; } },
       y: { range: (u, min, max) => [0, Math.max(1, max * 1.1)] },
     },
     axes: [{}, { label: "messages/s", size: 60 }],
   }, data, element);
-  state.charts[id] = { subject, plot };
+  state.charts[id] = { subject, plot, range: state.range };
 }
 
 // The count field of the message browser: how many to peek or get (1-100).
@@ -304,6 +305,12 @@ document.querySelectorAll("#queues th[data-key]").forEach((th) => th.addEventLis
   renderQueues();
 }));
 $("#filter").addEventListener("input", renderQueues);
+$("#range").value = String(state.range);
+$("#range").addEventListener("change", (e) => {
+  state.range = Number(e.target.value);
+  localStorage.setItem("stompmq.range", e.target.value);
+  refresh();
+});
 $("#vhost").addEventListener("change", (e) => {
   state.vhost = e.target.value;
   localStorage.setItem("stompmq.vhost", state.vhost);

@@ -90,6 +90,7 @@ class Control:
         self._verbs: dict[tuple[str, str], Callable[[str, Frame], Answer]] = {
             ("count-msgs", "queue"): self._count_msgs,
             ("count-subscribers", "queue"): self._count_queue_subscribers,
+            ("list-consumers", "queue"): self._list_consumers,
             ("count-subscribers", "topic"): self._count_topic_subscribers,
             ("stats", "topic"): self._topic_stats,
             ("purge", "queue"): self._purge,
@@ -154,6 +155,23 @@ class Control:
     def _count_queue_subscribers(self, name: str, frame: Frame) -> Answer:
         queue = self.dispatcher.queues.get(name)
         return {"num-subscribers": str(queue.nsubs if queue is not None else 0)}
+
+    def _list_consumers(self, name: str, frame: Frame) -> Answer:
+        """This broker's subscriptions to the queue, oldest first, as ``consumer-N-*`` headers:
+        who they are, how they take messages and what they take (``selector`` when they sift)."""
+        queue = self.dispatcher.queues.get(name)
+        members = queue.members if queue is not None else []
+        headers = {"num-consumers": str(len(members))}
+        for i, sub in enumerate(members):
+            headers[f"consumer-{i}-session"] = sub.session.id
+            headers[f"consumer-{i}-subscription"] = sub.id
+            headers[f"consumer-{i}-ack"] = sub.ack_mode.value
+            headers[f"consumer-{i}-prefetch"] = str(sub.prefetch)
+            headers[f"consumer-{i}-unacked"] = str(len(sub.unacked))
+            headers[f"consumer-{i}-priority"] = str(sub.priority)
+            if sub.selector is not None:
+                headers[f"consumer-{i}-selector"] = sub.selector.text
+        return headers
 
     def _count_topic_subscribers(self, name: str, frame: Frame) -> Answer:
         return {"num-subscribers": str(self.router.topics.count(name))}

@@ -783,7 +783,8 @@ class ManagementApp:
                 if queue is not None and queue.name == name:
                     items.append({"connection": conn.id, "peer": conn.peer, "login": session.login,
                                   "subscription": sub.id, "ack": sub.ack_mode.value, "prefetch": sub.prefetch,
-                                  "unacked": len(sub.unacked)})
+                                  "unacked": len(sub.unacked), "priority": sub.priority,
+                                  "selector": None if sub.selector is None else sub.selector.text})
         return JSONResponse({"items": items})
 
     # -- exchanges ------------------------------------------------------------------------------

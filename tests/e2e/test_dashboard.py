@@ -87,7 +87,7 @@ def test_dashboard_vhosts_consumers_peek_and_connections(
     with Client(broker.port, host="staging") as staging, Client(broker.port, host="staging") as consumer:
         for body in ("first order", "second order"):
             staging.send_to("/queue/invoices", body)
-        consumer.subscribe("/queue/busy", ack="client-individual", prefetch="7")
+        consumer.subscribe("/queue/busy", ack="client-individual", prefetch="7", selector="kind = 'urgent'")
 
         browser.get(base + "/#overview")
         wait.until(lambda d: "Uptime" in _text(d, "overview"))
@@ -104,6 +104,7 @@ def test_dashboard_vhosts_consumers_peek_and_connections(
 
         browser.get(base + "/#queue/busy")  # the selected vhost stays: the queue of staging
         wait.until(lambda d: "7" in _text(d, "consumers"))
+        assert "kind = 'urgent'" in _text(browser, "consumers")  # each consumer's selector
         browser.get(base + "/#queue/invoices")
         wait.until(lambda d: d.find_element(By.ID, "queue-name").text == "invoices")
         browser.find_element(By.ID, "peek").click()

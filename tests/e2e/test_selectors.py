@@ -10,7 +10,7 @@ from stompmq.server import ServerSettings
 from ..support.broker_process import free_port
 from ..support.broker_thread import BrokerThread
 from ..support.stores import make_store_factory
-from ..support.stompclient import Client
+from ..support.stompclient import Client, control
 from .test_http import Api
 
 REGIONS = ["eu", "us", "eu", "asia", "us", "eu"]
@@ -165,6 +165,22 @@ def test_connection_api_shows_the_selector(make_broker):
         [conn] = api.get("/api/connections")["items"]
         subs = {s["id"]: s["selector"] for s in api.get(f"/api/connections/{conn['id']}")["subscriptions"]}
     assert subs == {"s1": "region = 'eu'", "s2": None}
+
+
+def test_queue_consumers_show_their_selector_and_priority_in_the_api_and_control(make_broker):
+    port = free_port()
+    broker = make_broker(settings=ServerSettings(port=0, http_port=port))
+    api = Api(port)
+    with Client(broker.port) as c:
+        c.subscribe("/queue/work", sub_id="eu", selector="region = 'eu'", **{"x-priority": "5"})
+        c.subscribe("/queue/work", sub_id="any")
+        shown = {s["subscription"]: (s["selector"], s["priority"]) for s in api.get("/api/queues/%2F/work/consumers")["items"]}
+        receipt = control(c, "list-consumers/queue/work")
+    assert shown == {"eu": ("region = 'eu'", 5), "any": (None, 0)}
+    assert receipt["num-consumers"] == "2"
+    assert (receipt["consumer-0-subscription"], receipt["consumer-0-selector"], receipt["consumer-0-priority"]) == (
+        "eu", "region = 'eu'", "5")
+    assert receipt["consumer-1-subscription"] == "any" and "consumer-1-selector" not in receipt.headers
 
 
 def test_a_redelivered_message_carries_its_delivery_count(memory_broker):

@@ -142,7 +142,8 @@ const views = {
     const consumers = await api(queuePath(name) + "/consumers");
     fillTable("#consumers", consumers.items, [
       (c) => link("#connection/" + encodeURIComponent(c.connection), c.connection), (c) => c.peer, (c) => c.login,
-      (c) => c.subscription, (c) => c.ack, (c) => c.prefetch, (c) => c.unacked,
+      (c) => c.subscription, (c) => c.ack, (c) => c.prefetch, (c) => c.unacked, (c) => c.priority,
+      (c) => c.selector ?? "",
     ]);
     const history = await api(queuePath(name) + "/history?range=" + state.range);
     drawChart("queue-chart", state.vhost + "\n" + name, history.points);
@@ -183,7 +184,7 @@ const views = {
     fillTable("#subscriptions", c.subscriptions, [
       (s) => s.id, (s) => s.destination,
       (s) => (s.queue == null ? "" : link("#queue/" + encodeURIComponent(s.queue), s.queue)),
-      (s) => s.ack, (s) => s.prefetch, (s) => s.unacked,
+      (s) => s.ack, (s) => s.prefetch, (s) => s.unacked, (s) => s.selector ?? "",
     ]);
   },
 };

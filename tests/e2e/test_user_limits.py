@@ -184,6 +184,74 @@ def test_a_transaction_flood_with_defaults_stays_within_64_mib(tmp_path: Path) -
         assert grown < 64 * 1024 * 1024
 
 
+def _flood_queues(port: int, held: list[Client]) -> str:
+    """SENDs to new queues, pipelined, until the default --max-queues refuses one."""
+    flood = Client(port)
+    held.append(flood)
+    try:
+        for i in range(20_001):
+            flood.frame("SEND", {"destination": f"/queue/flood-{i}"}, b"x")
+    except OSError:
+        pass  # the broker closed the connection at the limit
+    return _refused(flood, "max-queues")
+
+
+def _flood_temp_queues(port: int, held: list[Client]) -> str:
+    """100 connections holding the default 100 temporary queues each, then one more."""
+    for _ in range(100):
+        client = Client(port)
+        held.append(client)
+        for i in range(100):
+            client.frame("SUBSCRIBE", {"destination": f"/temp-queue/t{i}", "id": str(i)})
+        client.sync()
+    held[0].frame("SUBSCRIBE", {"destination": "/temp-queue/one-more", "id": "more"})
+    return _refused(held[0], "max-temp-queues")
+
+
+def _flood_producer_ids(port: int, held: list[Client]) -> str:
+    """New idempotent producers on one stream, pipelined, past the default --max-stream-producers."""
+    flood = Client(port)
+    held.append(flood)
+    try:
+        for i in range(12_000):
+            flood.frame("SEND", {"destination": "/stream/ids", "x-producer-id": f"p{i}", "x-producer-seq": "1"},
+                        b"x")
+    except OSError:
+        pass
+    return _refused(flood, "max-stream-producers")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flood", [_flood_queues, _flood_temp_queues, _flood_producer_ids],
+                         ids=["queues", "temp-queues", "producer-ids"])
+def test_a_flood_up_to_a_default_limit_stays_within_64_mib(tmp_path: Path, flood: Callable[..., str]) -> None:
+    """The figure for the other floods, as for transactions above: one client (or one address's
+    connections) filling a limit with the defaults grows the broker's RSS by less than 64 MiB,
+    and another client's receipted SEND gets its RECEIPT within 1 s while the flood holds it."""
+    with BrokerProcess(tmp_path / "db.sqlite") as broker:
+        broker.start()
+        assert broker.proc is not None
+        pid = broker.proc.pid
+        held: list[Client] = []
+        with Client(broker.port) as other:
+            other.send_to("/queue/warm", "x")
+            before = _rss(pid)
+            try:
+                flood(broker.port, held)
+                peak = _rss(pid)
+                started = time.monotonic()
+                other.send_to("/queue/warm", "meanwhile")  # a queue in use: the vhost's are all taken
+                waited = time.monotonic() - started
+            finally:
+                for client in held:
+                    client.close()
+        grown = peak - before
+        print(f"{flood.__name__}: RSS {before >> 20} -> {peak >> 20} MiB (+{grown / 2**20:.1f} MiB), "
+              f"the other client's RECEIPT after {waited * 1000:.1f} ms")
+        assert grown < 64 * 1024 * 1024
+        assert waited < 1.0
+
+
 def test_producer_ids_per_stream_are_limited_and_expire(make_memory_broker: Callable[..., BrokerThread]) -> None:
     broker = make_memory_broker(config=BrokerConfig(max_stream_producers=2, stream_producer_expiry=0.3))
     with Client(broker.port) as client:

@@ -19,6 +19,8 @@ from ..support.chromium import chromium
 from ..support.stompclient import Client
 from ..support.stores import TEST_LEASE, make_store_factory
 from ..support.waiting import send_all, wait_until
+from .test_stream_groups import group
+from .test_streams import publish
 
 webdriver = pytest.importorskip("selenium.webdriver")
 from selenium.webdriver.common.by import By  # noqa: E402
@@ -248,3 +250,19 @@ def test_dashboard_lists_schedules_and_cancels_one_after_asking(
     wait.until(lambda d: "ticks" not in _text(d, "schedules"))
     assert [s["queue"] for s in _get(base, "/api/schedules/%2F")["items"]] == ["nightly"]
     assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
+
+
+def test_dashboard_lists_streams_with_each_groups_lag(
+    make_memory_broker: Callable[..., BrokerThread], browser: webdriver.Chrome
+) -> None:
+    http_port = free_port()
+    broker = make_memory_broker(settings=ServerSettings(port=0, http_port=http_port, store_shown="memory"))
+    with Client(broker.port) as c:
+        publish(c, "events", 10)
+        group(c, "events", "billing", offset="4")  # 6 entries behind
+    browser.get(f"http://127.0.0.1:{http_port}/#streams")
+    WebDriverWait(browser, 10).until(lambda d: "events" in _text(d, "streams"))
+    [row] = _rows(browser, "#streams tbody")
+    assert row[:3] == ["events", "0", "10"]
+    assert re.fullmatch(r"billing: 6 \(\d+ s\)", row[5]), row[5]
+    assert browser.get_log("browser") == []

@@ -155,6 +155,13 @@ const views = {
       (e) => e.bindings.map((b) => `${b.queue} (${b.weight ?? b.routing_key})`).join(", "), (e) => e.routed,
     ]);
   },
+  async streams() {  // a consumer group's lag in entries, and how long its oldest unread entry has waited
+    const page = await api(`/api/streams?limit=1000&${inVhost()}`);
+    fillTable("#streams", page.items, [
+      (s) => s.name, (s) => s.first_offset, (s) => s.next_offset, (s) => bytes(s.bytes), (s) => s.subscribers,
+      (s) => s.groups.map((g) => `${g.name}: ${g.lag} (${duration(g.lag_seconds)})`).join(", "),
+    ]);
+  },
   async schedules() {  // the first 1000, the next to fire first
     const page = await api(`/api/schedules/${encodeURIComponent(state.vhost)}?limit=1000`);
     fillTable("#schedules", page.items, [

@@ -52,6 +52,16 @@ def test_batch_read_of_offset_ranges(spark: Any, durable: BrokerThread) -> None:
     assert sorted(r.offset for r in part.collect()) == [10, 11, 12, 13, 14]
 
 
+def test_rows_carry_the_trace_context_the_send_had(spark: Any, durable: BrokerThread) -> None:
+    """A producer's W3C trace context reaches the Spark rows, so a pipeline can continue the trace."""
+    traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    with Client(durable.port) as c:
+        c.send_to("/stream/traced", "t", headers={"traceparent": traceparent, "tracestate": "vendor=1"})
+    df = spark.read.format("stompmq").option("url", url(durable)).option("destination", "/stream/traced").load()
+    [row] = df.collect()
+    assert (row.headers["traceparent"], row.headers["tracestate"]) == (traceparent, "vendor=1")
+
+
 def test_empty_ranges_are_no_rows_and_an_end_past_the_stream_is_an_error(spark: Any, durable: BrokerThread) -> None:
     publish(durable.port, "e", [f"m{i}" for i in range(5)])
 

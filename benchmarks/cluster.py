@@ -33,6 +33,7 @@ import multiprocessing as mp
 import os
 import queue
 import signal
+import statistics
 import socket
 import sys
 import time
@@ -271,10 +272,10 @@ def print_rows(rows: list[Row]) -> None:
               f" | {r.clients_us:.1f} | {r.cores:.2f} |")
 
 
-def failover(args: argparse.Namespace, pg: PostgresServer) -> tuple[float, float, float]:
+def failover(args: argparse.Namespace, pg: PostgresServer) -> tuple[float, float, float, float]:
     """One kill -9 of a broker holding ``--held`` unacked messages under load on the two others:
     seconds from the kill to the first and the last held message delivered again, and the
-    survivors' msg/s meanwhile."""
+    survivors' msg/s over the ``--settle`` before the kill and from the kill to the last."""
     dest = f"/queue/failover-{os.getpid()}-{time.monotonic_ns()}"
     with brokers(pg, 3, args.lease) as (victim, *survivors):
         workers = Workers(2, 2)
@@ -290,10 +291,12 @@ def failover(args: argparse.Namespace, pg: PostgresServer) -> tuple[float, float
                 holder.queue(send_frame(dest, b"held-%d " % i))
             holder.flush()
             held = {holder.message()[2].split(b" ", 1)[0] for _ in range(args.held)}  # type: ignore[union-attr]
+            settling, before0 = time.monotonic(), workers.received()
             time.sleep(args.settle)  # the deliveries' claims reach the database (write-behind)
             workers.check()
             received0 = workers.received()
             killed = time.monotonic()
+            before = (received0 - before0) / (killed - settling)
             os.kill(pid(victim), signal.SIGKILL)
             assert victim.proc is not None
             victim.proc.wait(TIMEOUT)
@@ -314,7 +317,7 @@ def failover(args: argparse.Namespace, pg: PostgresServer) -> tuple[float, float
             rate = (workers.received() - received0) / (time.monotonic() - killed)
         finally:
             workers.close()
-    return min(times), max(times), rate
+    return min(times), max(times), before, rate
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -358,11 +361,17 @@ def main(argv: Sequence[str] | None = None) -> None:
                         rows.append(median_run(runs))
             print_rows(rows)
         if "failover" in args.parts:
+            lasts, kept = [], []
             for r in range(args.rounds):
-                first, last, rate = failover(args, pg)
+                first, last, before, rate = failover(args, pg)
+                lasts.append(last)
+                kept.append(rate / before if before else 0.0)
                 print(f"fail-over {r + 1}: kill -9 of a broker holding {args.held} unacked; first taken over after"
-                      f" {first:.2f} s, last after {last:.2f} s (lease {args.lease:g} s); survivors {rate:,.0f} msg/s"
-                      " meanwhile", flush=True)
+                      f" {first:.2f} s, last after {last:.2f} s (lease {args.lease:g} s); survivors {before:,.0f}"
+                      f" msg/s before, {rate:,.0f} meanwhile ({100 * kept[-1]:.0f} %)", flush=True)
+            print(f"{args.rounds} fail-overs: last held message taken over after {min(lasts):.2f}-{max(lasts):.2f} s"
+                  f" (median {statistics.median(lasts):.2f} s); survivors kept {100 * min(kept):.0f}-"
+                  f"{100 * max(kept):.0f} % of their rate (median {100 * statistics.median(kept):.0f} %)", flush=True)
         print(f"load average {os.getloadavg()[0]:.1f}")
     finally:
         pg.stop()

@@ -3,7 +3,7 @@ no-op tasks per second through one worker (threads pool, 4) and enqueue-to-start
 
     python -m benchmarks.celery_vs_rabbitmq [--tasks 5000] [--amqp amqp://guest:guest@127.0.0.1:5672//]
 
-stompmq is a throw-away local broker (``local_broker.LocalBroker``, SQLite); RabbitMQ must be
+stompmq is a throw-away local broker (``tests/support/local_broker.py``, SQLite); RabbitMQ must be
 running (``start-rabbitmq.sh`` of the peers starts it with AMQP on 127.0.0.1:5672).  For each
 broker a worker is started and waits, idle; then the client publishes ``--tasks`` tasks, each
 carrying its send time, as fast as ``send_task`` goes.  Rate: tasks over the time from the first
@@ -30,7 +30,7 @@ from celery import Celery
 
 import stompmq.integrations.celery  # noqa: F401  (registers stompmq://)
 
-from .local_broker import ROOT, LocalBroker
+from tests.support.local_broker import ROOT, LocalBroker
 
 app = Celery("bench", broker=os.environ.get("BENCH_BROKER", "memory://"))
 app.conf.update(task_default_queue=os.environ.get("BENCH_QUEUE", "bench"), task_ignore_result=True,

@@ -14,6 +14,13 @@ callgrind and take the difference, so start-up cancels out:
 
 ``ack`` minus ``plain`` is the cost of a client acknowledgement (the ACK's parse and engine
 work, and what a client-ack delivery tracks that an auto-ack one does not).
+
+The task-queue and selector paths, so their cost per message is visible beside those:
+``selector``: ``plain`` with a subscriber whose three-clause selector every message matches
+(``colour = 'blue' AND size BETWEEN 1 AND 10 AND kind IN ('a', 'b')``); ``celery`` and
+``dramatiq``: the SEND those integrations make for a task ``add(2, 2)`` (the ``kombu`` envelope
+header and Celery's protocol-2 body; Dramatiq's JSON message as the body), to a
+``client-individual`` subscriber that ACKs each, as ``ack`` does.
 """
 
 from __future__ import annotations
@@ -25,6 +32,28 @@ from stompmq.protocol import Frame, FrameParser
 from stompmq.storage.memory import MemoryStore
 
 ACKS_PER_READ = 1000
+#: The messages of the task-queue modes, as the integrations send them (stompmq/integrations/).
+CELERY_ENVELOPE = (
+    '{"h":{"lang":"py","task":"tasks.add","id":"6f1b2c7e-8a7d-4b8e-9f1e-2a3b4c5d6e7f","shadow":null,"eta":null,'
+    '"expires":null,"group":null,"group_index":null,"retries":0,"timelimit":[null,null],'
+    '"root_id":"6f1b2c7e-8a7d-4b8e-9f1e-2a3b4c5d6e7f","parent_id":null,"argsrepr":"(2, 2)","kwargsrepr":"{}",'
+    '"origin":"gen4242@worker-1","ignore_result":false,"replaced_task_nesting":0,"stamped_headers":null,"stamps":{}},'
+    '"p":{"correlation_id":"6f1b2c7e-8a7d-4b8e-9f1e-2a3b4c5d6e7f","reply_to":"0c1d2e3f-4a5b-6c7d-8e9f-a0b1c2d3e4f5",'
+    '"delivery_mode":2,"priority":0},"t":"application/json","e":"utf-8","x":"","k":"celery"}')
+CELERY_BODY = b'[[2, 2], {}, {"callbacks": null, "errbacks": null, "chain": null, "chord": null}]'
+DRAMATIQ_BODY = (b'{"queue_name":"default","actor_name":"add","args":[2,2],"kwargs":{},"options":{},'
+                 b'"message_id":"6f1b2c7e-8a7d-4b8e-9f1e-2a3b4c5d6e7f","message_timestamp":1764720000000}')
+#: mode -> (headers the SEND adds, body, the subscriber ACKs each, its selector)
+MODES: dict[str, tuple[dict[str, str], bytes, bool, str | None]] = {
+    "plain": ({"colour": "blue"}, b"x" * 100, False, None),
+    "ttl": ({"colour": "blue", "ttl": "60000"}, b"x" * 100, False, None),
+    "extra": ({"colour": "blue", "xyz": "60000"}, b"x" * 100, False, None),
+    "ack": ({"colour": "blue"}, b"x" * 100, True, None),
+    "selector": ({"colour": "blue", "size": "5", "kind": "a"}, b"x" * 100, False,
+                 "colour = 'blue' AND size BETWEEN 1 AND 10 AND kind IN ('a', 'b')"),
+    "celery": ({"priority": "0", "kombu": CELERY_ENVELOPE}, CELERY_BODY, True, None),
+    "dramatiq": ({}, DRAMATIQ_BODY, True, None),
+}
 
 
 class CountingOutbox:
@@ -45,22 +74,20 @@ class CountingOutbox:
 
 def main() -> None:
     n, mode = int(sys.argv[1]), sys.argv[2]
+    extra, body, acks, selector = MODES[mode]
     broker = Broker(MemoryStore())
     broker.advance(0.0, 1.7e9)
     outbox = CountingOutbox()
     subscriber = broker.open_session("s", "1.2", outbox)
     subscribe = {"id": "1", "destination": "/queue/q"}
-    if mode == "ack":
+    if acks:
         subscribe.update({"ack": "client-individual", "prefetch": str(ACKS_PER_READ)})
+    if selector is not None:
+        subscribe["selector"] = selector
     broker.handle(subscriber, Frame("SUBSCRIBE", subscribe, b""))
     producer = broker.open_session("p", "1.2", CountingOutbox())
-    headers = {"destination": "/queue/q", "colour": "blue"}
-    if mode == "ttl":
-        headers["ttl"] = "60000"
-    elif mode == "extra":
-        headers["xyz"] = "60000"
-    frame = Frame("SEND", headers, b"x" * 100)
-    if mode != "ack":
+    frame = Frame("SEND", {"destination": "/queue/q", **extra}, body)
+    if not acks:
         for _ in range(n):
             broker.handle(producer, frame)
             broker.written(subscriber, outbox.queued)

@@ -1,5 +1,5 @@
 """Every management route, walked with every kind of user: the tag and the vhost permissions
-each route declares (``stompmq.server.http.ROUTES``) are what the API enforces.
+each route declares (``stompmq.server.api.routes.ROUTES``) are what the API enforces.
 
 The users file is the attacker's (docs/security.md): an administrator with permissions on ``/`` only, a
 ``monitoring`` user with none, ordinary users on ``/`` and on ``secret``; besides them a
@@ -29,7 +29,8 @@ from stompmq.server import ServerSettings
 from stompmq.server.runtime import Runtime
 from stompmq.storage.memory import MemoryStore
 from stompmq.server.auth import Permission, User, Users, hash_password
-from stompmq.server.http import DASHBOARD_ROUTE, QUEUE_PATH, RAW_TAIL, ROUTES, VHOST_NAME, ApiRoute, ManagementApp
+from stompmq.server.api.app import ManagementApp
+from stompmq.server.api.routes import DASHBOARD_ROUTE, QUEUE_PATH, RAW_TAIL, ROUTES, VHOST_NAME, ApiRoute
 
 from ..support.broker_process import free_port
 from ..support.broker_thread import BrokerThread
@@ -127,7 +128,7 @@ class Walk:
         """(path, body) of a call of ``route`` on ``vhost`` that succeeds for a user allowed it."""
         v = _quoted(vhost)
         n = next(self.serial)
-        handler = route.handler
+        handler = route.handler.rpartition(".")[2]  # the method of its resource part
         if route.path.startswith(QUEUE_PATH):
             name = self.queue(vhost)
             action = route.path.removeprefix(QUEUE_PATH)
@@ -150,24 +151,24 @@ class Walk:
             return f"/api/shovels/s{n}", self.shovel_fields()
         if handler in ("get_connection", "close_connection"):
             return f"/api/connections/{self.connection()}", None
-        if handler.startswith("policy_api."):
+        if route.handler.startswith("policy_api."):
             prefix = route.path.removesuffix(VHOST_NAME)
             if handler.endswith(("get_policy", "delete_policy")):
                 self.root("PUT", f"{prefix}/%2F/p{n}", {"pattern": "^x$", "definition": {"max-length": 5}})
             body = {"pattern": "^x$", "definition": {"max-length": 5}} if handler.endswith("put_policy") else None
             return (f"{prefix}/%2F/p{n}" if route.path.endswith(VHOST_NAME) else prefix), body
-        if handler == "definitions_api.import_":
+        if route.handler == "definitions_api.import_":
             return "/api/definitions", {"queues": [{"name": f"declared{n}"}]}
         if handler == "delete_vhost":
             self.root("PUT", f"/api/vhosts/gone{n}")
             return f"/api/vhosts/gone{n}", None
         if handler == "declare_vhost":
             return f"/api/vhosts/dev{n}", None
-        if handler == "schedules.list_schedules":
+        if handler == "list_schedules":
             return f"/api/schedules/{v}", None
-        if handler == "schedules.cancel_schedule":
+        if handler == "cancel_schedule":
             return f"/api/schedules/{v}/{self.schedule(vhost)}", None
-        if handler == "trace.put":
+        if route.handler == "trace_api.put":
             return f"/api/trace?vhost={v}", {"on": False}
         if handler == "set_alarm_limits":
             return "/api/alarms", {}
@@ -211,7 +212,7 @@ def test_every_route_is_in_the_route_list() -> None:
             served.add(("GET", "/{file:path}"))
         elif route.path == "/api/queues/{rest:path}":  # routed on the raw path by queue_resource
             served |= {(method, QUEUE_PATH + (f"/{action}" if action else ""))
-                       for action, method in management.queue_actions}
+                       for action, method in management.queue_api.actions}
         else:
             assert isinstance(route, Route)
             path = route.path.replace(RAW_TAIL, VHOST_NAME)  # routed on the raw path by the handler

@@ -10,16 +10,16 @@ administrators set them (RabbitMQ's ``policymaker`` is not a tag here), monitori
 
 from __future__ import annotations
 
-import urllib.parse
 from typing import Any
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ..broker.errors import ClientError
-from ..broker.policy_match import Policy
-from .runtime import Runtime
+from ...broker.errors import ClientError
+from ...broker.policy_match import Policy
+from ..runtime import Runtime
+from .requests import raw_segments
 
 #: The two collections, by whether they hold operator policies.
 PREFIXES = {False: "/api/policies", True: "/api/operator-policies"}
@@ -44,13 +44,7 @@ class PolicyApi:
     def _target(self, request: Request) -> tuple[bool, str, str]:
         """(operator?, vhost, name) of ``PREFIX/VHOST/NAME``, from the raw path; 404 for no vhost."""
         operator = self._operator(request)
-        prefix = (PREFIXES[operator] + "/").encode()
-        raw = request.scope.get("raw_path") or request.url.path.encode()
-        parts = raw[len(prefix):].split(b"/") if raw.startswith(prefix) else []
-        try:
-            segments = [urllib.parse.unquote(p.decode("ascii"), errors="strict") for p in parts]
-        except UnicodeDecodeError:
-            raise HTTPException(400, "a policy path must be percent-encoded UTF-8") from None
+        segments = raw_segments(request, PREFIXES[operator] + "/", "policy")
         if len(segments) != 2 or not all(segments):
             raise HTTPException(404, f"not a policy path: use {PREFIXES[operator]}/VHOST/NAME with VHOST and NAME "
                                      "percent-encoded (/ is %2F)")

@@ -13,6 +13,7 @@ import socket
 import time
 from operator import attrgetter
 from pathlib import Path
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
@@ -48,18 +49,21 @@ from .messages import MessageApi
 from .policies import PolicyApi
 from .queues import QueueApi
 from .rates import Rates
-from .requests import authorise, query_vhost
-from .routes import DASHBOARD_ROUTE, QUEUE_PATH, RAW_TAIL, ROUTES, VHOST_NAME
+from .requests import authorise, query_vhost, request_user
+from .router import RawRoute
+from .routes import DASHBOARD_ROUTE, QUEUE_PATH, ROUTES, ApiRoute
 from .schedules import ScheduleRoutes
 from .shovels import ShovelApi
 from .streams import StreamApi
 from .trace import TraceApi
+from .users import UserApi
 from .vhosts import VhostApi
 
 log = logging.getLogger("stompmq.server.http")
 
 #: The dashboard's static files (no build step, nothing fetched from outside).
 DASHBOARD = Path(__file__).parents[1] / "dashboard"
+Endpoint = Callable[[Request], Awaitable[Response]]
 #: The ``broker`` of the counters on a store of one broker (which has no node id).
 SINGLE_BROKER = "local"
 
@@ -121,14 +125,16 @@ class ManagementApp:
         self.policy_api = PolicyApi(runtime)
         self.definitions_api = DefinitionsApi(runtime, security, settings.users_file)
         self.connection_api = ConnectionApi(self)
+        self.user_api = UserApi(self)
         self.queue_api.actions_from(ROUTES)
 
         routes: list[BaseRoute] = [
-            Route(route.path.replace(VHOST_NAME, RAW_TAIL), attrgetter(route.handler)(self), methods=[route.method])
+            self._raw_route(route)
             for route in ROUTES if not route.path.startswith(QUEUE_PATH) and route.handler != DASHBOARD_ROUTE
         ]
         routes.append(Route("/api/queues/{rest:path}", self.queue_api.route,
                             methods=sorted({m for _, m in self.queue_api.actions})))
+        routes.append(Route("/api/{rest:path}", _no_route, methods=["GET", "PUT", "POST", "DELETE"]))
         if DASHBOARD.is_dir():
             routes.append(Mount("/", StaticFiles(directory=DASHBOARD, html=True), name=DASHBOARD_ROUTE))
         middleware = [Middleware(_JsonMutationsOnly)]
@@ -144,6 +150,10 @@ class ManagementApp:
                 StoreError: _store_error,  # type: ignore[dict-item]
             },
         )
+
+    def _raw_route(self, route: ApiRoute) -> RawRoute:
+        handler = attrgetter(route.handler)(self)
+        return RawRoute(route.path, _administrators_only(handler) if route.admin else handler, route.method)
 
     def engine(self, request: Request) -> Broker:
         """The engine of the request's ``vhost`` parameter (default ``/``); 404 if there is none."""
@@ -171,6 +181,31 @@ class ManagementApp:
         it needs (``required_permissions``), on ``vhost``, so both surfaces grant the same."""
         authorise(request, vhost, required_permissions("SEND", {**(headers or {}), "destination": "/control/" + path}))
         return self.administer(engine, path, headers)
+
+
+def _administrators_only(handler: Endpoint) -> Endpoint:
+    """``handler`` behind a check that the request's user has the ``administrator`` tag (an
+    ``ApiRoute.admin`` route, read or not); without a users file there is nobody to check."""
+
+    async def checked(request: Request) -> Response:
+        user = request_user(request)
+        if user is not None and "administrator" not in user.tags:
+            log.warning("management API: access refused: %s %s for user %r (not an administrator)", request.method,
+                        request.url.path, user.name)
+            raise HTTPException(403, f"access refused: user {user.name} may not {request.method} {request.url.path} "
+                                     "(needs the administrator tag)")
+        return await handler(request)
+
+    return checked
+
+
+async def _no_route(request: Request) -> Response:
+    """404 for a path under /api that no route has, naming those of its collection."""
+    collection = "/".join(request.url.path.split("/")[:3])
+    shapes = [f"{r.method} {r.path}" for r in ROUTES if r.path == collection or r.path.startswith(collection + "/")]
+    hint = (f": use {', '.join(shapes)}, each name one percent-encoded path segment (/ is %2F)" if shapes
+            else " (docs/operations.md lists the routes)")
+    raise HTTPException(404, f"not a route of {collection}{hint}")
 
 
 async def _http_error(request: Request, exc: HTTPException) -> Response:

@@ -23,26 +23,28 @@ class ApiRoute:
     something needs them as a STOMP frame doing the same would (RabbitMQ's rule, administrators
     included); a route without them shows counts, names and settings, never a message.
     ``vhost`` says where the request names its vhost: ``path``, ``query`` (``?vhost=``,
-    default ``/``) or ``""`` (broker-wide)."""
+    default ``/``) or ``""`` (broker-wide).  ``admin`` routes need ``administrator`` to read
+    too (users and permissions, as in RabbitMQ: ``app.py`` checks it before the handler)."""
 
     method: str
     path: str
     handler: str  # ``part.method``: a method of one of ``ManagementApp``'s resource parts
     needs: tuple[str, ...] = ()
     vhost: str = ""
+    admin: bool = False
 
     @property
     def tag(self) -> str:
         """The tag a caller needs: ``none``, ``monitoring`` (or administrator) or ``administrator``."""
         if self.path in OPEN_PATHS:
             return "none"
-        return "monitoring" if self.method in READ_METHODS else "administrator"
+        return "monitoring" if self.method in READ_METHODS and not self.admin else "administrator"
 
 
 #: The queue resource's path; its actions are ``QUEUE_PATH/ACTION``.
 QUEUE_PATH = "/api/queues/{vhost}/{name}"
-#: A resource's path under its collection, each segment percent-encoded, routed on the raw path.
-VHOST_NAME, RAW_TAIL = "/{vhost}/{name}", "/{rest:path}"
+#: A resource's path under its collection, each segment percent-encoded (``router.py``).
+VHOST_NAME = "/{vhost}/{name}"
 #: The ``handler`` of the dashboard's static files (a mount, not a method).
 DASHBOARD_ROUTE = "dashboard"
 _QUEUE_CONFIGURE = ("configure /queue/NAME",)
@@ -97,6 +99,14 @@ ROUTES: tuple[ApiRoute, ...] = (
                                     ("DELETE", prefix + VHOST_NAME, "delete_policy"))),
     ApiRoute("GET", "/api/definitions", "definitions_api.export"),
     ApiRoute("POST", "/api/definitions", "definitions_api.import_"),
+    ApiRoute("GET", "/api/users", "user_api.list_users", admin=True),
+    ApiRoute("GET", "/api/users/{name}", "user_api.get_user", admin=True),
+    ApiRoute("PUT", "/api/users/{name}", "user_api.put_user", admin=True),
+    ApiRoute("DELETE", "/api/users/{name}", "user_api.delete_user", admin=True),
+    ApiRoute("GET", "/api/permissions", "user_api.list_permissions", admin=True),
+    ApiRoute("GET", "/api/permissions/{vhost}/{user}", "user_api.get_permission", admin=True),
+    ApiRoute("PUT", "/api/permissions/{vhost}/{user}", "user_api.put_permission", admin=True),
+    ApiRoute("DELETE", "/api/permissions/{vhost}/{user}", "user_api.delete_permission", admin=True),
     ApiRoute("GET", "/api/connections", "connection_api.list_connections"),
     ApiRoute("GET", "/api/connections/{id}", "connection_api.get_connection"),
     ApiRoute("DELETE", "/api/connections/{id}", "connection_api.close_connection"),

@@ -105,9 +105,9 @@ class Walk:
 
     def exchange(self, vhost: str, queue: str | None = None) -> str:
         name = f"ex{next(self.serial)}"
-        self.root("PUT", f"/api/exchanges/{name}?vhost={_quoted(vhost)}", {})
+        self.root("PUT", f"/api/exchanges/{_quoted(vhost)}/{name}", {})
         if queue is not None:
-            self.root("POST", f"/api/exchanges/{name}/bindings?vhost={_quoted(vhost)}", {"queue": queue, "weight": 1})
+            self.root("POST", f"/api/exchanges/{_quoted(vhost)}/{name}/bindings", {"queue": queue, "weight": 1})
         return name
 
     def connection(self) -> str:
@@ -135,15 +135,21 @@ class Walk:
             body = {"publish": {"body": MARKER}, "get": {"count": 1}, "move": {"to": name + "-to"}}.get(
                 action.removeprefix("/"))
             return f"{_segment(vhost)}/{name}{action}", body
-        if handler == "declare_exchange":
-            return f"/api/exchanges/ex{n}?vhost={v}", {}
-        if handler in ("get_exchange", "delete_exchange"):
-            return f"/api/exchanges/{self.exchange(vhost)}?vhost={v}", None
-        if handler == "bind":
-            return f"/api/exchanges/{self.exchange(vhost)}/bindings?vhost={v}", {"queue": self.queue(vhost), "weight": 1}
-        if handler == "unbind":
-            queue = self.queue(vhost)
-            return f"/api/exchanges/{self.exchange(vhost, queue)}/bindings/{queue}?vhost={v}", None
+        if route.handler.startswith("exchange_api.") and "{" in route.path:
+            # /api/exchanges/VHOST/NAME..., or the older /api/exchanges/NAME...?vhost=VHOST
+            def at(name: str, tail: str = "") -> str:
+                if route.vhost == "path":
+                    return f"/api/exchanges/{v}/{name}{tail}"
+                return f"/api/exchanges/{name}{tail}?vhost={v}"
+
+            if handler == "declare_exchange":
+                return at(f"ex{n}"), {}
+            if handler in ("get_exchange", "delete_exchange"):
+                return at(self.exchange(vhost)), None
+            if handler == "bind":
+                return at(self.exchange(vhost), "/bindings"), {"queue": self.queue(vhost), "weight": 1}
+            queue = self.queue(vhost)  # unbind
+            return at(self.exchange(vhost, queue), "/bindings/" + queue), None
         if handler in ("get_shovel", "delete_shovel"):
             self.root("PUT", f"/api/shovels/s{n}", self.shovel_fields())
             return f"/api/shovels/s{n}", None

@@ -153,7 +153,11 @@ class ManagementApp:
 
     def _raw_route(self, route: ApiRoute) -> RawRoute:
         handler = attrgetter(route.handler)(self)
-        return RawRoute(route.path, _administrators_only(handler) if route.admin else handler, route.method)
+        if route.admin:
+            handler = _administrators_only(handler)
+        if route.deprecated:
+            handler = _deprecated(handler)
+        return RawRoute(route.path, handler, route.method)
 
     def engine(self, request: Request) -> Broker:
         """The engine of the request's ``vhost`` parameter (default ``/``); 404 if there is none."""
@@ -197,6 +201,17 @@ def _administrators_only(handler: Endpoint) -> Endpoint:
         return await handler(request)
 
     return checked
+
+
+def _deprecated(handler: Endpoint) -> Endpoint:
+    """``handler`` answering ``Deprecation: true`` (RFC 9745): its route has a newer form."""
+
+    async def marked(request: Request) -> Response:
+        response = await handler(request)
+        response.headers["deprecation"] = "true"
+        return response
+
+    return marked
 
 
 async def _no_route(request: Request) -> Response:

@@ -1,4 +1,7 @@
-"""A vhost's exchanges and their bindings: ``/api/exchanges`` (``?vhost=``, default ``/``).
+"""A vhost's exchanges and their bindings: ``/api/exchanges/{vhost}/{name}`` as in RabbitMQ.
+
+The list is ``/api/exchanges?vhost=V`` (default ``/``); the older ``/api/exchanges/{name}?vhost=V``
+forms still work for a release (``ApiRoute.deprecated``).
 
 Consistent-hash exchanges bind with weights; direct, fanout and topic ones with routing keys
 (the built-in ``amq.*`` ones are listed too).  Declare, delete, bind and unbind run the same
@@ -24,6 +27,18 @@ if TYPE_CHECKING:
 class ExchangeApi:
     def __init__(self, app: ManagementApp) -> None:
         self.app = app
+
+    def _target(self, request: Request) -> tuple[str, Broker, str]:
+        """(vhost, its engine, exchange name) of the path form or the older ``?vhost=`` one."""
+        vhost = request.path_params.get("vhost")
+        if vhost is None:
+            vhost = query_vhost(request)
+        elif "vhost" in request.query_params:
+            raise HTTPException(400, "give the vhost in the path (/api/exchanges/VHOST/NAME) or ?vhost=, not both")
+        engine = self.app.engines.get(vhost)
+        if engine is None:
+            raise HTTPException(404, f"no vhost {vhost!r}")
+        return vhost, engine, request.path_params["name"]
 
     def _exchange_json(self, engine: Broker, name: str) -> dict[str, Any]:
         """A consistent-hash exchange (bindings with weights) or a direct, fanout or topic one
@@ -60,25 +75,23 @@ class ExchangeApi:
         })
 
     async def get_exchange(self, request: Request) -> Response:
-        return JSONResponse(self._exchange_json(self.app.engine(request), request.path_params["name"]))
+        _, engine, name = self._target(request)
+        return JSONResponse(self._exchange_json(engine, name))
 
     async def declare_exchange(self, request: Request) -> Response:
-        name = request.path_params["name"]
-        engine = self.app.engine(request)
+        vhost, engine, name = self._target(request)
         options = await json_object(request)
-        self.app.change(request, query_vhost(request), engine, "declare/exchange/" + name,
-                    {k: str(v) for k, v in options.items()})
+        self.app.change(request, vhost, engine, "declare/exchange/" + name, {k: str(v) for k, v in options.items()})
         return JSONResponse(self._exchange_json(engine, name), status_code=201)
 
     async def delete_exchange(self, request: Request) -> Response:
-        name = request.path_params["name"]
-        engine = self.app.engine(request)
+        vhost, engine, name = self._target(request)
         self._exchange_json(engine, name)  # 404 if absent
-        self.app.change(request, query_vhost(request), engine, "delete/exchange/" + name)
+        self.app.change(request, vhost, engine, "delete/exchange/" + name)
         return JSONResponse({"deleted": name})
 
     async def bind(self, request: Request) -> Response:
-        name = request.path_params["name"]
+        vhost, engine, name = self._target(request)
         body = await json_object(request)
         if "queue" not in body:
             raise HTTPException(400, "a binding needs a queue")
@@ -87,17 +100,16 @@ class ExchangeApi:
             headers["weight"] = str(body["weight"])
         if "routing_key" in body:
             headers[ROUTING_KEY_HEADER] = str(body["routing_key"])
-        engine = self.app.engine(request)
         self._exchange_json(engine, name)
-        self.app.change(request, query_vhost(request), engine, "bind/exchange/" + name, headers)
+        self.app.change(request, vhost, engine, "bind/exchange/" + name, headers)
         return JSONResponse(self._exchange_json(engine, name), status_code=201)
 
     async def unbind(self, request: Request) -> Response:
-        name = request.path_params["name"]
-        engine = self.app.engine(request)
+        """``?routing_key=K``: the binding with that key (a direct or topic exchange's)."""
+        vhost, engine, name = self._target(request)
         self._exchange_json(engine, name)
         headers = {"queue": "/queue/" + queue_name(request.path_params["queue"])}
         if "routing_key" in request.query_params:
             headers[ROUTING_KEY_HEADER] = request.query_params["routing_key"]
-        self.app.change(request, query_vhost(request), engine, "unbind/exchange/" + name, headers)
+        self.app.change(request, vhost, engine, "unbind/exchange/" + name, headers)
         return JSONResponse(self._exchange_json(engine, name))

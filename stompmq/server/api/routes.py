@@ -24,7 +24,9 @@ class ApiRoute:
     included); a route without them shows counts, names and settings, never a message.
     ``vhost`` says where the request names its vhost: ``path``, ``query`` (``?vhost=``,
     default ``/``) or ``""`` (broker-wide).  ``admin`` routes need ``administrator`` to read
-    too (users and permissions, as in RabbitMQ: ``app.py`` checks it before the handler)."""
+    too (users and permissions, as in RabbitMQ: ``app.py`` checks it before the handler).
+    A ``deprecated`` route is an older form of another (``?vhost=`` where the path names the
+    vhost now); it answers with ``Deprecation: true`` and goes in the release after next."""
 
     method: str
     path: str
@@ -32,6 +34,7 @@ class ApiRoute:
     needs: tuple[str, ...] = ()
     vhost: str = ""
     admin: bool = False
+    deprecated: bool = False
 
     @property
     def tag(self) -> str:
@@ -45,6 +48,8 @@ class ApiRoute:
 QUEUE_PATH = "/api/queues/{vhost}/{name}"
 #: A resource's path under its collection, each segment percent-encoded (``router.py``).
 VHOST_NAME = "/{vhost}/{name}"
+#: An exchange, as RabbitMQ names it.
+EXCHANGE_PATH = "/api/exchanges" + VHOST_NAME
 #: The ``handler`` of the dashboard's static files (a mount, not a method).
 DASHBOARD_ROUTE = "dashboard"
 _QUEUE_CONFIGURE = ("configure /queue/NAME",)
@@ -76,11 +81,21 @@ ROUTES: tuple[ApiRoute, ...] = (
              "path"),
     ApiRoute("GET", QUEUE_PATH + "/history", "queue_api.queue_history", vhost="path"),
     ApiRoute("GET", "/api/exchanges", "exchange_api.list_exchanges", vhost="query"),
-    ApiRoute("DELETE", "/api/exchanges/{name}/bindings/{queue:path}", "exchange_api.unbind", _BINDING, "query"),
-    ApiRoute("POST", "/api/exchanges/{name}/bindings", "exchange_api.bind", _BINDING, "query"),
-    ApiRoute("GET", "/api/exchanges/{name}", "exchange_api.get_exchange", vhost="query"),
-    ApiRoute("PUT", "/api/exchanges/{name}", "exchange_api.declare_exchange", _EXCHANGE_CONFIGURE, "query"),
-    ApiRoute("DELETE", "/api/exchanges/{name}", "exchange_api.delete_exchange", _EXCHANGE_CONFIGURE, "query"),
+    ApiRoute("GET", EXCHANGE_PATH, "exchange_api.get_exchange", vhost="path"),
+    ApiRoute("PUT", EXCHANGE_PATH, "exchange_api.declare_exchange", _EXCHANGE_CONFIGURE, "path"),
+    ApiRoute("DELETE", EXCHANGE_PATH, "exchange_api.delete_exchange", _EXCHANGE_CONFIGURE, "path"),
+    ApiRoute("POST", EXCHANGE_PATH + "/bindings", "exchange_api.bind", _BINDING, "path"),
+    ApiRoute("DELETE", EXCHANGE_PATH + "/bindings/{queue}", "exchange_api.unbind", _BINDING, "path"),
+    # The ?vhost= forms of before, kept for a release (after the path forms: a path both read,
+    # /api/exchanges/V/bindings/bindings/Q, is the path form's).
+    ApiRoute("DELETE", "/api/exchanges/{name}/bindings/{queue:path}", "exchange_api.unbind", _BINDING, "query",
+             deprecated=True),
+    ApiRoute("POST", "/api/exchanges/{name}/bindings", "exchange_api.bind", _BINDING, "query", deprecated=True),
+    ApiRoute("GET", "/api/exchanges/{name}", "exchange_api.get_exchange", vhost="query", deprecated=True),
+    ApiRoute("PUT", "/api/exchanges/{name}", "exchange_api.declare_exchange", _EXCHANGE_CONFIGURE, "query",
+             deprecated=True),
+    ApiRoute("DELETE", "/api/exchanges/{name}", "exchange_api.delete_exchange", _EXCHANGE_CONFIGURE, "query",
+             deprecated=True),
     ApiRoute("GET", "/api/topics", "stream_api.list_topics", vhost="query"),
     ApiRoute("GET", "/api/streams", "stream_api.list_streams", vhost="query"),
     ApiRoute("GET", "/api/schedules/{vhost:path}", "schedule_api.list_schedules", vhost="path"),

@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ...client import ClientError as ShovelError
-from ...shovel import Declaration
+from ...transfer import Declaration
 from ..shovels import Shovels
 from .requests import json_object
 

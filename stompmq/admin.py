@@ -89,6 +89,11 @@ class Api:
         path = f"/api/queues/{_quoted(self.vhost)}/{_quoted(name.removeprefix('/queue/'))}"
         return self.call(method, path + ("/" + action if action else ""), body, scoped=False)
 
+    def exchange(self, method: str, name: str, tail: str = "", body: Any = None) -> Any:
+        """A request to exchange ``name`` of the vhost: ``/api/exchanges/{vhost}/{name}[tail]``."""
+        path = f"/api/exchanges/{_quoted(self.vhost)}/{_quoted(name)}"
+        return self.call(method, path + tail, body, scoped=False)
+
 
 def _quoted(name: str) -> str:
     return urllib.parse.quote(name, safe="")
@@ -338,14 +343,13 @@ def run(api: Api, args: argparse.Namespace) -> Any:
     if command == "declare-queue":
         return api.queue("PUT", args.queue, body={"arguments": _pairs("--argument", args.argument)})
     if command == "declare":
-        return api.call("PUT", "/api/exchanges/" + _quoted(args.exchange), _pairs("--option", args.option))
+        return api.exchange("PUT", args.exchange, body=_pairs("--option", args.option))
     if command == "bind":
         binding = {"queue": args.queue, "weight": args.weight, "routing_key": args.routing_key}
-        return api.call("POST", f"/api/exchanges/{_quoted(args.exchange)}/bindings",
-                        {k: v for k, v in binding.items() if v is not None})
+        return api.exchange("POST", args.exchange, "/bindings", {k: v for k, v in binding.items() if v is not None})
     if command == "unbind":
         queue = args.queue.removeprefix("/queue/")
-        return api.call("DELETE", f"/api/exchanges/{_quoted(args.exchange)}/bindings/{_quoted(queue)}")
+        return api.exchange("DELETE", args.exchange, "/bindings/" + _quoted(queue))
     if command == "connection":
         return api.call("GET", "/api/connections/" + _quoted(args.id))
     if command == "alarms":

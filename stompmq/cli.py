@@ -62,7 +62,7 @@ def _startup_failure(error: BaseException, host: str, port: int) -> int:
     elif isinstance(error, (DefinitionsError, SecurityError)):
         print(f"stompmq: {error}", file=sys.stderr)
     elif isinstance(error, OSError):
-        where = error.filename or f"{host}:{port}"  # the HTTP listener names itself (server/http.py)
+        where = error.filename or f"{host}:{port}"  # the HTTP listener names itself (server/api/listener.py)
         print(f"stompmq: cannot listen on {where}: {error.strerror or error}", file=sys.stderr)
     else:
         raise error

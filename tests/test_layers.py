@@ -1,5 +1,5 @@
 """The layers' rule about trio, as docs/architecture.md states it: only ``server/``, ``storage/``
-and the trio client tools (``client.py``, ``shovel.py``, ``cli.py``) import trio; ``protocol/``,
+and the trio client tools (``client.py``, ``transfer.py``, ``shovel.py``, ``cli.py``) import trio; ``protocol/``,
 ``broker/``, the blocking client and ``spark/`` never do, so they run where no event loop is."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "stompmq"
 #: Where trio may be imported: whole packages, and single modules of the top level.
 TRIO_PACKAGES = {"server", "storage"}
-TRIO_MODULES = {"client.py", "shovel.py", "cli.py"}
+TRIO_MODULES = {"client.py", "transfer.py", "shovel.py", "cli.py"}
 
 
 def imports_trio(path: Path) -> bool:

@@ -165,7 +165,7 @@ class Broker:
         """Every stream this broker knows (read-only: offsets, subscribers, consumer groups)."""
         return MappingProxyType(self.streams.streams)
 
-    # -- what the management API reads and does (server/http.py) -------------------------------
+    # -- what the management API reads and does (server/api/) -------------------------------
     @property
     def queue_stats(self) -> Mapping[str, QueueStats]:
         """Counters of every queue in use since start (read-only; see stats.py)."""

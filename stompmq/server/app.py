@@ -107,7 +107,7 @@ def max_connections(settings: ServerSettings, open_files: int) -> int:
     """The configured limit, or the open-file limit minus the reserve (at least 1)."""
     if settings.max_connections is not None:
         return settings.max_connections
-    http = settings.max_http_connections if settings.http_port is not None else 0  # http_listener.py's bound
+    http = settings.max_http_connections if settings.http_port is not None else 0  # api/listener.py's bound
     return max(1, open_files - RESERVED_FDS - http)
 
 
@@ -231,7 +231,7 @@ async def serve(
 
 def _http_server() -> Callable[..., Awaitable[None]]:
     """``http.serve_http``, imported on first use (see "Start-up order" in the module docstring)."""
-    from .http import serve_http
+    from .api.app import serve_http
 
     return serve_http
 

@@ -69,6 +69,17 @@ def hash_password(password: str, salt: bytes | None = None) -> str:
     return f"scrypt${SCRYPT_N}${SCRYPT_R}${SCRYPT_P}${salt.hex()}${digest.hex()}"
 
 
+def is_password_hash(text: str) -> bool:
+    """Whether ``text`` has the form ``hash_password`` writes (``scrypt$N$r$p$salt$hash``, hex)."""
+    parts = text.split("$")
+    if len(parts) != 6 or parts[0] != "scrypt" or not all(p.isascii() and p.isdigit() for p in parts[1:4]):
+        return False
+    try:
+        return bool(bytes.fromhex(parts[4])) and bool(bytes.fromhex(parts[5]))
+    except ValueError:
+        return False
+
+
 def verify_password(password: str, hashed: str) -> bool:
     """Whether ``password`` matches ``hashed``; a malformed hash matches nothing."""
     try:

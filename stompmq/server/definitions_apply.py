@@ -31,7 +31,7 @@ from ..broker.routing import STREAM_TARGET
 from ..broker.send_headers import MAX_COUNT, MAX_SECONDS, non_negative
 from ..broker.streams import MAX_AGE, MAX_BYTES
 from ..client import ClientError as ShovelError, StompUrl
-from ..shovel import Declaration
+from ..transfer import Declaration
 from ..vhost_names import DEFAULT_VHOST, vhost_name_error
 from .auth import KNOWN_TAGS, Permission, User, Users
 from .definitions_export import PASSWORD_HASH

@@ -89,7 +89,7 @@ class ScrapedRuntime(Protocol):
 
 
 class Scraped(Protocol):
-    """What a scrape reads: the management API's view of the broker (``http.ManagementApp``)."""
+    """What a scrape reads: the management API's view of the broker (``api.app.ManagementApp``)."""
 
     @property
     def engines(self) -> Mapping[str, Broker]: ...

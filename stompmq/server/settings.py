@@ -32,10 +32,10 @@ class ServerSettings:
     disk_path: str | None = None
     disk_free_limit: int | None = None
     memory_high_watermark: float | None = None
-    #: The management API and /metrics (server/http.py); port None: off.
+    #: The management API and /metrics (server/api/); port None: off.
     http_host: str = "127.0.0.1"
     http_port: int | None = None
-    #: HTTP connections served at once (http_listener.py); more get 429 at once.
+    #: HTTP connections served at once (api/listener.py); more get 429 at once.
     max_http_connections: int = 64
     #: Queues with per-queue series in /metrics (the busiest), bounding its label cardinality.
     metrics_top_queues: int = 100

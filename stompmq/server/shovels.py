@@ -2,11 +2,11 @@
 
 Theory of operation
 -------------------
-A declaration (``shovel.Declaration``: from, to, prefetch) comes from the management API
+A declaration (``transfer.Declaration``: from, to, prefetch) comes from the management API
 (``PUT /api/shovels/{name}``) or a definitions file's ``[[shovels]]``; it is stored as a
 ``broker_meta`` row (``Store.save_shovel``), so a restarted broker runs it again
 (``Recovery.shovels``).  Each runs the very transfer loop of ``stompmq shovel``
-(``shovel.Shovel``): a message is ACKed at the source only after the destination's RECEIPT,
+(``transfer.Shovel``): a message is ACKed at the source only after the destination's RECEIPT,
 and what a broken session left unconfirmed the source delivers again, flagged
 ``shovel-redelivered``.
 
@@ -34,7 +34,7 @@ from typing import Any
 import trio
 
 from ..client import ClientError, client_error
-from ..shovel import Declaration
+from ..transfer import Declaration
 from ..storage.base import Store
 
 log = logging.getLogger(__name__)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import re
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -12,6 +14,7 @@ from typing import Any
 import pytest
 
 from stompmq.server import ServerSettings
+from stompmq.server.auth import Permission, User, Users, hash_password
 
 from ..support.broker_thread import BrokerThread
 from ..support.broker_process import free_port
@@ -266,3 +269,78 @@ def test_dashboard_lists_streams_with_each_groups_lag(
     assert row[:3] == ["events", "0", "10"]
     assert re.fullmatch(r"billing: 6 \(\d+ s\)", row[5]), row[5]
     assert browser.get_log("browser") == []
+
+
+def test_dashboard_declares_a_queue_an_exchange_and_a_user_after_asking(
+    make_memory_broker: Callable[..., BrokerThread], browser: webdriver.Chrome, tmp_path: Path
+) -> None:
+    users_file = tmp_path / "users.toml"
+    Users({"root": User("root", hash_password("pw-root"), ["administrator"], {"/": Permission()})}).save(users_file)
+    http_port = free_port()
+    broker = make_memory_broker(settings=ServerSettings(port=0, http_port=http_port, users_file=str(users_file)))
+    base = f"http://127.0.0.1:{http_port}"
+    token = "Basic " + base64.b64encode(b"root:pw-root").decode()
+    browser.execute_cdp_cmd("Network.enable", {})  # the page's requests carry root's credentials
+    browser.execute_cdp_cmd("Network.setExtraHTTPHeaders", {"headers": {"authorization": token}})
+
+    def as_root(path: str) -> int:
+        request = urllib.request.Request(base + path, headers={"authorization": token})
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return int(response.status)
+        except urllib.error.HTTPError as e:
+            return e.code
+
+    wait = WebDriverWait(browser, 10)
+    browser.get(base + "/#queues")
+    browser.find_element(By.ID, "declare-queue-name").send_keys("declared")
+    browser.find_element(By.ID, "declare-queue-arguments").send_keys("message-ttl=60000")
+    browser.find_element(By.CSS_SELECTOR, "#declare-queue-form button").click()
+    question = wait.until(lambda d: d.switch_to.alert)
+    assert "Declare queue declared in vhost / (message-ttl=60000)" in question.text
+    question.dismiss()  # asked, declined: nothing declared
+    assert as_root("/api/queues/%2F/declared") == 404
+    browser.find_element(By.CSS_SELECTOR, "#declare-queue-form button").click()
+    wait.until(lambda d: d.switch_to.alert).accept()
+    wait.until(lambda d: "declared" in _text(d, "queues"))
+    assert as_root("/api/queues/%2F/declared") == 200
+
+    browser.get(base + "/#queue/declared")
+    wait.until(lambda d: d.find_element(By.ID, "queue-name").text == "declared")
+    browser.find_element(By.ID, "delete").click()
+    wait.until(lambda d: d.switch_to.alert).accept()
+    wait.until(lambda d: d.execute_script("return location.hash") == "#queues")
+    wait_until(lambda: as_root("/api/queues/%2F/declared") == 404, "the queue deleted")
+
+    browser.get(base + "/#exchanges")
+    browser.find_element(By.ID, "declare-exchange-name").send_keys("prices")
+    Select(browser.find_element(By.ID, "declare-exchange-type")).select_by_value("topic")
+    browser.find_element(By.CSS_SELECTOR, "#declare-exchange-form button").click()
+    wait.until(lambda d: d.switch_to.alert).accept()
+    wait.until(lambda d: ["prices", "topic"] in [row[:2] for row in _rows(d, "#exchanges tbody")])
+
+    browser.get(base + "/#users")
+    wait.until(lambda d: "root" in _text(d, "users"))
+    browser.find_element(By.ID, "add-user-name").send_keys("dana")
+    browser.find_element(By.ID, "add-user-password").send_keys("pw-dana")
+    browser.find_element(By.ID, "add-user-monitoring").click()
+    browser.find_element(By.ID, "add-user-grant").click()
+    browser.find_element(By.CSS_SELECTOR, "#add-user-form button").click()
+    question = wait.until(lambda d: d.switch_to.alert)
+    assert "Add user dana (tags monitoring, every permission on vhost /)" in question.text
+    question.accept()
+    wait.until(lambda d: ["dana", "monitoring", "/: .* / .* / .*"] in _rows(d, "#users tbody"))
+    with Client(broker.port, login="dana", passcode="pw-dana") as dana:  # in force at once
+        dana.send_to("/queue/from-dana", "hello")
+    assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
+
+
+def test_dashboard_says_why_it_has_no_users_without_a_users_file(
+    make_memory_broker: Callable[..., BrokerThread], browser: webdriver.Chrome
+) -> None:
+    http_port = free_port()
+    make_memory_broker(settings=ServerSettings(port=0, http_port=http_port))
+    browser.get(f"http://127.0.0.1:{http_port}/#users")
+    wait = WebDriverWait(browser, 10)
+    wait.until(lambda d: "without a users file" in _text(d, "users-note"))
+    assert not browser.find_element(By.ID, "add-user-form").is_displayed()

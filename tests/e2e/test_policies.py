@@ -76,7 +76,7 @@ def test_a_policy_set_over_the_api_expires_stored_messages_and_survives_a_restar
     ("/api/policies/%2F/p", {"pattern": ".*", "definition": {"max-length": "many"}}, 400, "max-length must be"),
     ("/api/operator-policies/%2F/p", {"pattern": ".*", "definition": {"dead-letter": True}}, 400, "cap numbers"),
     ("/api/policies/nowhere/p", {"pattern": ".*", "definition": {"max-length": 1}}, 404, "no vhost"),
-    ("/api/policies/p", {"pattern": ".*", "definition": {"max-length": 1}}, 404, "not a policy path"),
+    ("/api/policies/p", {"pattern": ".*", "definition": {"max-length": 1}}, 404, "not a route of /api/policies: use"),
 ])
 def test_a_bad_policy_is_refused_with_a_reason(make_memory_broker: Callable[..., BrokerThread], path: str,
                                               body: dict[str, Any], status: int, reason: str) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 
 from stompmq.protocol import Frame, FrameParser, Limits, encode_frame
-from stompmq.shovel import REDELIVERED, source_destination
+from stompmq.transfer import REDELIVERED, source_destination
 
 from ..support.broker_process import ROOT, BrokerProcess, Peer
 from ..support.waiting import wait_until

@@ -23,6 +23,10 @@ async function api(path, options) {
 }
 
 const post = (path, body) => api(path, { method: "POST", headers: JSON_HEADERS, body: JSON.stringify(body ?? {}) });
+const put = (path, body) => api(path, { method: "PUT", headers: JSON_HEADERS, body: JSON.stringify(body) });
+// "key=value, key=value" as an object (a queue's arguments, a message's headers).
+const pairs = (text) => Object.fromEntries(text.split(",").map((pair) => pair.trim()).filter(Boolean)
+  .map((pair) => [pair.split("=")[0].trim(), pair.split("=").slice(1).join("=").trim()]));
 
 // "2 h 5 min", "3 d 4 h", "42 s": the two largest units of a number of seconds.
 function duration(seconds) {
@@ -176,6 +180,24 @@ const views = {
       (c) => link("#connection/" + encodeURIComponent(c.id), c.id), (c) => c.peer, (c) => c.login, (c) => c.vhost,
       (c) => c.version, (c) => duration(Date.now() / 1000 - c.since), (c) => c.subscriptions,
       (c) => bytes(c.bytes_in), (c) => bytes(c.bytes_out),
+    ]);
+  },
+  async users() {  // the users file's users, administrators only (409 without a users file)
+    const response = await fetch("/api/users");
+    const answer = await response.json();
+    const disabled = response.status === 409 || response.status === 403;
+    $("#users-note").textContent = disabled ? answer.error : "";
+    $("#add-user-form").hidden = disabled;
+    if (!response.ok) {
+      fillTable("#users", [], []);
+      if (!disabled) throw new Error(answer.error || response.statusText);
+      return;
+    }
+    const { items } = await api("/api/permissions");
+    fillTable("#users", answer.items, [
+      (u) => u.name, (u) => u.tags.join(", "),
+      (u) => items.filter((p) => p.user === u.name).map((p) => `${p.vhost}: ${p.configure} / ${p.write} / ${p.read}`)
+        .join("; "),
     ]);
   },
   async connection(id) {
@@ -362,9 +384,45 @@ $("#delete").addEventListener("click", () => {
 $("#publish-form").addEventListener("submit", (e) => {
   e.preventDefault();
   const name = $("#queue-name").textContent;
-  const headers = Object.fromEntries($("#publish-headers").value.split(",").map((pair) => pair.trim())
-    .filter(Boolean).map((pair) => [pair.split("=")[0].trim(), pair.split("=").slice(1).join("=").trim()]));
-  act(null, () => post(queuePath(name) + "/publish", { body: $("#publish-body").value, headers }));
+  act(null, () => post(queuePath(name) + "/publish", { body: $("#publish-body").value,
+                                                      headers: pairs($("#publish-headers").value) }));
+});
+// Each declaration says what it will do and asks first.
+$("#declare-queue-form").addEventListener("submit", (e) => {
+  e.preventDefault();
+  const name = $("#declare-queue-name").value.trim();
+  const args = pairs($("#declare-queue-arguments").value);
+  const shown = Object.entries(args).map(([k, v]) => `${k}=${v}`).join(", ") || "no arguments";
+  act(`Declare queue ${name} in vhost ${state.vhost} (${shown})? An existing declaration is replaced.`, async () => {
+    await put(queuePath(name), { arguments: args });
+    $("#declare-queue-form").reset();
+  });
+});
+$("#declare-exchange-form").addEventListener("submit", (e) => {
+  e.preventDefault();
+  const name = $("#declare-exchange-name").value.trim();
+  const type = $("#declare-exchange-type").value;
+  act(`Declare ${type} exchange ${name} in vhost ${state.vhost}?`, async () => {
+    const path = "/api/exchanges/" + encodeURIComponent(state.vhost) + "/" + encodeURIComponent(name);
+    await put(path, type === "consistent-hash" ? {} : { type });
+    $("#declare-exchange-form").reset();
+  });
+});
+$("#add-user-form").addEventListener("submit", (e) => {
+  e.preventDefault();
+  const name = $("#add-user-name").value.trim();
+  const tags = ["administrator", "monitoring"].filter((tag) => $("#add-user-" + tag).checked);
+  const grant = $("#add-user-grant").checked;
+  const what = (tags.length ? `tags ${tags.join(", ")}` : "no tags") +
+    (grant ? `, every permission on vhost ${state.vhost}` : ", no permissions");
+  act(`Add user ${name} (${what})? An existing user of that name gets this password and these tags.`, async () => {
+    await put("/api/users/" + encodeURIComponent(name), { password: $("#add-user-password").value, tags });
+    if (grant) {
+      await put(`/api/permissions/${encodeURIComponent(state.vhost)}/${encodeURIComponent(name)}`,
+        { configure: ".*", write: ".*", read: ".*" });
+    }
+    $("#add-user-form").reset();
+  });
 });
 $("#close-connection").addEventListener("click", () => {
   const id = location.hash.split("/")[1];

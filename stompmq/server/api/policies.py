@@ -3,23 +3,21 @@
 ``/api/policies`` and ``/api/operator-policies`` list them (``?vhost=`` for one vhost's);
 ``/api/policies/{vhost}/{name}`` is one: ``GET``, ``PUT`` with a JSON body of RabbitMQ's
 fields (``pattern``, ``apply-to``, ``priority``, ``definition``), ``DELETE``.  The vhost and
-the name are each one percent-encoded path segment (``/`` is ``%2F``), read from the raw path
-as the queue routes are.  Policies are the broker's configuration, not a vhost's resources:
-administrators set them (RabbitMQ's ``policymaker`` is not a tag here), monitoring users read them.
+the name are each one percent-encoded path segment (``/`` is ``%2F``, ``router.py``).
+Policies are the broker's configuration, not a vhost's resources: administrators set them (RabbitMQ's ``policymaker`` is not a tag here), monitoring users read them.
 """
 
 from __future__ import annotations
 
-import urllib.parse
 from typing import Any
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ..broker.errors import ClientError
-from ..broker.policy_match import Policy
-from .runtime import Runtime
+from ...broker.errors import ClientError
+from ...broker.policy_match import Policy
+from ..runtime import Runtime
 
 #: The two collections, by whether they hold operator policies.
 PREFIXES = {False: "/api/policies", True: "/api/operator-policies"}
@@ -42,21 +40,11 @@ class PolicyApi:
         return request.url.path.startswith(PREFIXES[True])
 
     def _target(self, request: Request) -> tuple[bool, str, str]:
-        """(operator?, vhost, name) of ``PREFIX/VHOST/NAME``, from the raw path; 404 for no vhost."""
-        operator = self._operator(request)
-        prefix = (PREFIXES[operator] + "/").encode()
-        raw = request.scope.get("raw_path") or request.url.path.encode()
-        parts = raw[len(prefix):].split(b"/") if raw.startswith(prefix) else []
-        try:
-            segments = [urllib.parse.unquote(p.decode("ascii"), errors="strict") for p in parts]
-        except UnicodeDecodeError:
-            raise HTTPException(400, "a policy path must be percent-encoded UTF-8") from None
-        if len(segments) != 2 or not all(segments):
-            raise HTTPException(404, f"not a policy path: use {PREFIXES[operator]}/VHOST/NAME with VHOST and NAME "
-                                     "percent-encoded (/ is %2F)")
-        if segments[0] not in self.engines:
-            raise HTTPException(404, f"no vhost {segments[0]!r}")
-        return operator, segments[0], segments[1]
+        """(operator?, vhost, name) of ``PREFIX/VHOST/NAME``; 404 for no vhost."""
+        vhost, name = request.path_params["vhost"], request.path_params["name"]
+        if vhost not in self.engines:
+            raise HTTPException(404, f"no vhost {vhost!r}")
+        return self._operator(request), vhost, name
 
     async def list_policies(self, request: Request) -> Response:
         """Every policy (of ``?vhost=`` if given), by vhost and name."""

@@ -17,14 +17,14 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ..broker import Broker
-from ..broker.control import MAX_PAGE
-from ..broker.delays import Key
-from ..broker.schedule_listing import CANCELLED, MISSING, ScheduleRow
-from .http_requests import authorise, count_param, queue_resource
+from ...broker import Broker
+from ...broker.control import MAX_PAGE
+from ...broker.delays import Key
+from ...broker.schedule_listing import CANCELLED, MISSING, ScheduleRow
+from .requests import authorise, count_param, queue_resource
 
 if TYPE_CHECKING:
-    from .http import ManagementApp
+    from .app import ManagementApp
 
 log = logging.getLogger("stompmq.server.http")
 #: Schedules in a page when the client does not say.

@@ -31,8 +31,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp
 
-from .auth import User, Users
-from .security import LoginThrottled, Security
+from ..auth import User, Users
+from ..security import LoginThrottled, Security
 
 log = logging.getLogger(__name__)
 

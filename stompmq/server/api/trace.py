@@ -16,11 +16,11 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ..broker.tracestream import MAX_BODY_BYTES, TRACE_STREAM, TraceState, set_trace, trace_entries, trace_state
-from .http_requests import authorise
+from ...broker.tracestream import MAX_BODY_BYTES, TRACE_STREAM, TraceState, set_trace, trace_entries, trace_state
+from .requests import authorise
 
 if TYPE_CHECKING:
-    from .http import ManagementApp
+    from .app import ManagementApp
 
 #: The trace stream as a permission names it.
 TRACE_RESOURCE = "/stream/" + TRACE_STREAM

@@ -15,13 +15,13 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ..broker.definitions import DefinitionsError
-from . import definitions_apply
-from .auth import User
-from .definitions_export import export_definitions
-from .http_auth import USER_SCOPE
-from .runtime import Runtime
-from .security import Security
+from ...broker.definitions import DefinitionsError
+from .. import definitions_apply
+from ..auth import User
+from ..definitions_export import export_definitions
+from .basic_auth import USER_SCOPE
+from ..runtime import Runtime
+from ..security import Security
 
 
 def _flag(request: Request, name: str) -> bool:

@@ -221,11 +221,11 @@ class StompmqBroker(dramatiq.Broker):
         return int(self._request(f"/control/count-msgs/queue/{queue_name}")["num-messages"])
 
     def flush(self, queue_name: str) -> None:
-        """Drop the ready messages of ``Q`` and ``Q.XQ`` (delayed messages not yet due stay:
-        stompmq's purge does not reach them)."""
+        """Drop every message of ``Q`` and ``Q.XQ``: ready ones, and delayed ones not yet due
+        (retries in backoff included), as RabbitMQ's broker purges ``Q``, ``Q.DQ`` and ``Q.XQ``."""
         name = q_name(queue_name)
         for target in (name, xq_name(name)):
-            self._request(f"/control/purge/queue/{target}")
+            self._request(f"/control/purge/queue/{target}", {"delayed": "true"})
         self._delayed_until.pop(name, None)
 
     def flush_all(self) -> None:

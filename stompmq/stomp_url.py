@@ -90,9 +90,10 @@ class StompURL:
         parts = split_url(url, cls.FORM)
         return cls(parts.host, parts.port, parts.login, parts.passcode, parts.path.strip("/") or parts.host)
 
-    def connect_headers(self) -> dict[str, str]:
-        """CONNECT's headers: STOMP 1.2, no heart-beats, the login if the URL has one."""
-        headers = {"accept-version": "1.2", "host": self.vhost, "heart-beat": "0,0"}
+    def connect_headers(self, heart_beat_ms: int = 0) -> dict[str, str]:
+        """CONNECT's headers: STOMP 1.2, heart-beats each way every ``heart_beat_ms`` (0: none),
+        the login if the URL has one."""
+        headers = {"accept-version": "1.2", "host": self.vhost, "heart-beat": f"{heart_beat_ms},{heart_beat_ms}"}
         if self.login is not None:
             headers["login"] = self.login
         if self.passcode is not None:

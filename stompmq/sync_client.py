@@ -26,6 +26,15 @@ the message, and a stack trace helps nobody there.  ``BrokerRefused`` is an ERRO
 broker closes the connection after it), ``ConnectionLost`` a socket that failed, ``NoAnswer``
 silence past the timeout.
 
+Heart-beats: a connection offers ``heart_beat`` seconds each way (10 s) and keeps what the broker
+agrees to, so an idle connection is not dropped by a NAT or a firewall, nor by a broker that
+requires beats, and a broker that vanished without closing the socket is noticed.  One daemon
+thread per process (``_Beats``) writes the beats of every connection that wrote nothing for its
+interval, so they go on while the caller is busy (a worker running a long task, a publisher
+between sends); it never blocks on a socket (a write under way is traffic already, a full send
+buffer means the broker reads nothing).  The reading calls count the broker's silence: past
+``BEAT_GRACE`` of its intervals they raise ``ConnectionLost``.
+
 Closing sends DISCONNECT with a receipt and reads up to it, so every frame sent before reached
 the broker: closing a socket with unread MESSAGEs in its receive buffer makes the kernel answer
 with a reset, and the broker could lose the last ACKs.
@@ -34,16 +43,19 @@ with a reset, and the broker could lose the last ACKs.
 from __future__ import annotations
 
 import itertools
+import os
 import select
 import socket
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from typing import Self
 
 from .protocol import Frame, FrameParser, Limits, ProtocolError, encode_frame
+from .protocol.negotiation import heart_beat_intervals, parse_heart_beat
 from .stomp_url import BadURL, StompmqError, StompURL
 
 __all__ = ["BadURL", "BrokerRefused", "Connection", "ConnectionLost", "NoAnswer", "StompURL", "StompmqError"]
@@ -56,6 +68,13 @@ CLOSE_TIMEOUT = 5.0
 #: Bytes of SEND frames gathered into one sendall by ``send_all`` (fewer syscalls per message).
 SEND_CHUNK = 256 * 1024
 STREAM_PREFIX = "/stream/"
+#: Seconds between heart-beats a connection offers each way (the broker may ask for longer).
+HEART_BEAT = 10.0
+#: Intervals the broker may be late with its heart-beats before the connection counts as lost
+#: (the broker's own ``--heart-beat-grace`` for its clients).
+BEAT_GRACE = 2.0
+#: Seconds the heart-beat thread sleeps at least (a connection whose beat could not go out now).
+MIN_BEAT_WAIT = 0.05
 
 
 class ConnectionLost(StompmqError):
@@ -85,7 +104,7 @@ class Connection:
     """
 
     def __init__(self, url: str | StompURL | None, login: str | None = None, passcode: str | None = None,
-                 *, timeout: float = TIMEOUT) -> None:
+                 *, timeout: float = TIMEOUT, heart_beat: float = HEART_BEAT) -> None:
         if not url:
             raise BadURL(f"option 'url' is required ({StompURL.FORM})")
         if isinstance(url, str):
@@ -109,13 +128,26 @@ class Connection:
         self.closed = False
         self._lock = threading.Lock()
         self._ids = itertools.count()
-        self.send_frame("CONNECT", url.connect_headers())
+        #: seconds between the heart-beats this end sends and those it expects (0: none)
+        self.send_every = self.expect_every = 0.0
+        self.last_send = self.last_recv = time.monotonic()
+        beat_ms = round(heart_beat * 1000)
+        self.send_frame("CONNECT", url.connect_headers(beat_ms))
         reply = self._wait_frame(timeout)
         if reply is None or reply.command != "CONNECTED":
             self.abort()
             why = "no answer" if reply is None else _refusal(reply) or reply.command
             raise BrokerRefused(
                 f"the broker at {url} refused the connection (options 'login'/'passcode'): {why}")
+        try:
+            server = parse_heart_beat(reply.headers.get("heart-beat"))
+        except ProtocolError as e:
+            self.abort()
+            raise ConnectionLost(f"the broker at {url} answered a bad CONNECTED: {e}") from None
+        broker_sends, broker_expects = heart_beat_intervals((beat_ms, beat_ms), server)
+        self.send_every, self.expect_every = broker_expects / 1000, broker_sends / 1000
+        if self.send_every:
+            _beats.watch(self)
 
     def __enter__(self) -> Self:
         return self
@@ -141,6 +173,26 @@ class Connection:
             except OSError as e:
                 self.abort()
                 raise ConnectionLost(f"lost the broker at {self.url} (option 'url'): {e}") from None
+            self.last_send = time.monotonic()
+
+    def beat(self) -> None:
+        """Send a heart-beat if nothing was written for ``send_every`` (``_Beats``' call): never
+        waiting, for the lock (a write under way is traffic) or for room in the socket."""
+        if not self._lock.acquire(blocking=False):
+            return
+        try:
+            if self.closed or time.monotonic() - self.last_send < self.send_every:
+                return
+            try:
+                self.sock.send(b"\n", socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                return  # the broker reads nothing: a beat would not reach it either
+            except OSError:
+                self.abort()  # (the reading thread hears of it)
+                return
+            self.last_send = time.monotonic()
+        finally:
+            self._lock.release()
 
     # -- reading (one thread) -------------------------------------------------------------------
     def receive(self, timeout: float | None = None) -> Frame | None:
@@ -206,13 +258,28 @@ class Connection:
         return self.frames.popleft()
 
     def _wait_readable(self, timeout: float) -> bool:
-        if self.closed:
-            raise ConnectionLost(f"the connection to {self.url} is closed")
-        try:
-            readable, _, _ = select.select([self.sock], [], [], timeout)
-        except (OSError, ValueError) as e:  # ValueError: closed by another thread meanwhile
-            raise ConnectionLost(f"lost the broker at {self.url}: {e}") from None
-        return bool(readable)
+        """Is there something to read within ``timeout`` seconds?  ``ConnectionLost`` once the
+        broker, which agreed to heart-beats, has been silent for ``BEAT_GRACE`` of them."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.closed:
+                raise ConnectionLost(f"the connection to {self.url} is closed")
+            now = time.monotonic()
+            wait = deadline - now
+            if self.expect_every:
+                wait = min(wait, self.last_recv + self.expect_every * BEAT_GRACE - now)
+            try:
+                readable, _, _ = select.select([self.sock], [], [], max(0.0, wait))
+            except (OSError, ValueError) as e:  # ValueError: closed by another thread meanwhile
+                raise ConnectionLost(f"lost the broker at {self.url}: {e}") from None
+            if readable:
+                return True
+            now = time.monotonic()
+            if self.expect_every and now - self.last_recv >= self.expect_every * BEAT_GRACE:
+                self.abort()
+                raise ConnectionLost(f"no heart-beat from the broker at {self.url} for {now - self.last_recv:.1f} s")
+            if now >= deadline:
+                return False
 
     def _recv(self) -> bytes:
         """The next bytes from the socket, waiting up to the connection's timeout."""
@@ -226,6 +293,7 @@ class Connection:
         if not data:
             self.abort()
             raise ConnectionLost(f"the broker at {self.url} closed the connection")
+        self.last_recv = time.monotonic()
         return data
 
     def _read(self) -> None:
@@ -354,3 +422,50 @@ class Connection:
         if not streams:
             raise StompmqError(f"option 'exchange': no stream is bound to exchange {exchange!r}")
         return streams
+
+
+class _Beats:
+    """The thread that writes every connection's heart-beats (see the module's docstring): it
+    sleeps until the next connection is due, beats those that are, and forgets closed ones."""
+
+    def __init__(self) -> None:
+        self.wake = threading.Condition()
+        self.connections: weakref.WeakSet[Connection] = weakref.WeakSet()
+        self.changed = False  # a connection came since the thread last looked
+        self.thread: threading.Thread | None = None
+
+    def watch(self, conn: Connection) -> None:
+        with self.wake:
+            self.connections.add(conn)
+            self.changed = True
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._run, name="stompmq heart-beats", daemon=True)
+                self.thread.start()
+            self.wake.notify()
+
+    def _run(self) -> None:
+        due: float | None = None
+        while True:
+            with self.wake:
+                if not self.changed:
+                    self.wake.wait(None if due is None else max(MIN_BEAT_WAIT, due - time.monotonic()))
+                self.changed = False
+                for conn in [c for c in self.connections if c.closed]:
+                    self.connections.discard(conn)
+                watched = list(self.connections)
+            for conn in watched:
+                conn.beat()
+            due = min((conn.last_send + conn.send_every for conn in watched if not conn.closed), default=None)
+
+
+_beats = _Beats()
+
+
+def _forget_beats() -> None:
+    """In a forked child: the parent's thread and lock are not this process's (a fork copies no
+    threads), and its connections are the parent's to beat."""
+    global _beats
+    _beats = _Beats()
+
+
+os.register_at_fork(after_in_child=_forget_beats)

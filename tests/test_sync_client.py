@@ -3,6 +3,8 @@ owns no event loop does with it (send, subscribe, receive, ACK/NACK), and its er
 
 from __future__ import annotations
 
+import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,9 +14,9 @@ from stompmq.protocol import Frame, encode_frame
 from stompmq.server import ServerSettings
 from stompmq.server.auth import Permission
 from stompmq.storage.memory import MemoryStore
-from stompmq.sync_client import Connection, NoAnswer, StompmqError
+from stompmq.sync_client import Connection, ConnectionLost, NoAnswer, StompmqError
 
-from .support.broker_process import free_port
+from .support.broker_process import BrokerProcess, free_port
 from .support.broker_thread import BrokerThread
 from .support.users import write_users
 
@@ -146,3 +148,70 @@ def test_a_silent_broker_is_no_answer_not_a_hang(memory_broker: BrokerThread) ->
         conn.timeout = 0.2  # TIMEOUT, shortened: the broker owes this connection nothing
         with pytest.raises(NoAnswer, match="no answer from the broker"):
             conn.next()
+
+
+# ---------------------------------------------------------------------------- heart-beats
+
+#: The broker's heart-beat requirement in these tests, ms each way: short, so a connection that
+#: sends none is closed within BEAT_GRACE of it (0.4 s) and an idle period of IDLE is many of them.
+BEATS_MS = 200
+IDLE = 2.0
+
+
+@pytest.fixture
+def beating() -> Iterator[BrokerThread]:
+    settings = ServerSettings(port=0, heart_beat=(BEATS_MS, BEATS_MS))
+    with BrokerThread(MemoryStore, settings=settings).start() as thread:
+        yield thread
+
+
+def test_an_idle_connection_keeps_its_heart_beats(beating: BrokerThread) -> None:
+    """Neither side writes anything for ten heart-beat intervals: the client's beats keep the
+    broker from closing it, the broker's keep the client from counting it lost; then it works."""
+    with Connection(url(beating), heart_beat=BEATS_MS / 1000) as conn:
+        assert (conn.send_every, conn.expect_every) == (BEATS_MS / 1000, BEATS_MS / 1000)
+        conn.subscribe("/queue/idle", ack="client-individual")
+        assert conn.receive(timeout=IDLE) is None  # (nothing comes: the wait is the test)
+        with Connection(url(beating), heart_beat=0) as producer:
+            producer.send("/queue/idle", b"after the idle period")
+        message = conn.receive(timeout=DEADLINE)
+        assert message is not None and message.body == b"after the idle period"
+        conn.ack(message)
+
+
+def test_a_publisher_that_never_reads_keeps_its_heart_beats(beating: BrokerThread) -> None:
+    """A publisher between sends neither writes nor reads: the heart-beat thread beats for it."""
+    with Connection(url(beating), heart_beat=BEATS_MS / 1000) as conn:
+        conn.send("/queue/pub", b"one")
+        time.sleep(IDLE)  # (idle on purpose: the heart-beat thread alone keeps it open)
+        conn.check()
+        conn.send("/queue/pub", b"two")
+
+
+def test_the_broker_asks_for_longer_intervals_and_they_are_kept(beating: BrokerThread) -> None:
+    with Connection(url(beating), heart_beat=0.05) as conn:
+        assert (conn.send_every, conn.expect_every) == (BEATS_MS / 1000, BEATS_MS / 1000)
+
+
+def test_no_heart_beats_when_the_client_offers_none(beating: BrokerThread) -> None:
+    with Connection(url(beating), heart_beat=0) as conn:
+        assert (conn.send_every, conn.expect_every) == (0.0, 0.0)
+        assert conn.receive(timeout=IDLE / 2) is None  # the broker wants none from it either
+        conn.send("/queue/none", b"still open")
+
+
+def test_a_broker_gone_silent_is_noticed_within_its_grace(tmp_path: Path) -> None:
+    """A broker that stops (SIGSTOP: its socket stays open, nothing comes) is a lost connection
+    after BEAT_GRACE of its intervals, not a receive that waits for ever."""
+    with BrokerProcess(tmp_path / "broker.db", "--heart-beat", f"{BEATS_MS},{BEATS_MS}").start() as broker:
+        assert broker.proc is not None
+        with Connection(f"stomp://127.0.0.1:{broker.port}", heart_beat=BEATS_MS / 1000) as conn:
+            conn.subscribe("/queue/q")
+            broker.proc.send_signal(signal.SIGSTOP)
+            try:
+                started = time.monotonic()
+                with pytest.raises(ConnectionLost, match="no heart-beat from the broker"):
+                    conn.receive(timeout=DEADLINE)
+                assert time.monotonic() - started < DEADLINE / 2
+            finally:
+                broker.proc.send_signal(signal.SIGCONT)

@@ -293,8 +293,24 @@ class Control:
         return Deferred(fetch, lambda rows: [msg for msg in rows if msg.seq not in unsettled()][:count])
 
     def _purge(self, name: str, frame: Frame) -> Answer:
-        self.dispatcher.purge(name)
-        return {}
+        """Drop the queue's ready messages; with ``delayed:true`` its delayed messages not yet
+        due too (every schedule of the queue: a walk over the vhost's delayed messages), their
+        count in the RECEIPT's ``delayed`` (Dramatiq's ``flush``, RabbitMQ's purge of ``Q.DQ``)."""
+        delayed = frame.headers.get("delayed", "false")
+        if delayed not in ("true", "false"):
+            raise ClientError(f"delayed must be true or false, not {delayed!r}")
+        if delayed == "false":
+            self.dispatcher.purge(name)
+            return {}
+
+        def answer(rows: list[StoredMessage]) -> Headers:
+            # The ready ones first: what fell due since the walk is among them, and a store's
+            # purge drops the operations on the queue's rows buffered before it, the deletes of
+            # the delayed rows too, so those must come after it.
+            self.dispatcher.purge(name)
+            return {"delayed": str(self.dispatcher.delayed.withdraw_all(rows))}
+
+        return Deferred(self.dispatcher.delayed.of_queue(name), answer)
 
     def _declare_queue(self, name: str, frame: Frame) -> Answer:
         """Give the queue a policy (queue_settings.py), replacing any earlier declaration; a new

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import heapq
 import logging
-from collections.abc import Awaitable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 
@@ -42,6 +42,8 @@ DELAY_DUE = "delay-due"
 DELAY_PAGE_RETRY = "delay-page-retry"
 #: Seconds before a failed page read of delayed messages is retried.
 PAGE_RETRY_SECONDS = 0.1
+#: Delayed messages one read of a walk over them all takes (``due_pages``).
+WALK_PAGE = 1000
 
 Key = tuple[int, int]  # (deliver_at, seq)
 
@@ -149,21 +151,34 @@ class Delayed:
         """Cancel the delayed message ``row`` (a listing read it from the store): delete it, and
         take it out of memory if it is there.  False if it is no longer waiting: memory covers
         its due time but does not hold it, so it was promoted (or withdrawn) since."""
-        assert row.deliver_at is not None
-        for index, (_, seq, msg) in enumerate(self.heap):
-            if seq == row.seq:
-                self.heap[index] = self.heap[-1]
-                self.heap.pop()
-                heapq.heapify(self.heap)
-                msg.held = False
-                self.store.delete(msg)
-                return True
-        if not self.spilled or (self.boundary is not None and (row.deliver_at, row.seq) <= self.boundary):
-            return False
-        if self.loading:  # the read in flight may hold it (it was asked for before the delete)
-            self.withdrawn.add(row.seq)
-        self.store.delete(row)
-        return True
+        return self.withdraw_all([row]) == 1
+
+    def withdraw_all(self, rows: Sequence[StoredMessage]) -> int:
+        """``withdraw`` each of ``rows`` (a purge of their queue), with one pass over memory:
+        how many were still waiting."""
+        wanted = {row.seq: row for row in rows}
+        kept = []
+        withdrawn = 0
+        for entry in self.heap:
+            msg = entry[2]
+            if wanted.pop(msg.seq, None) is None:
+                kept.append(entry)
+                continue
+            msg.held = False
+            self.store.delete(msg)
+            withdrawn += 1
+        if withdrawn:
+            heapq.heapify(kept)
+            self.heap[:] = kept  # (the deadline armed for one of them finds nothing due, re-arms)
+        for row in wanted.values():
+            assert row.deliver_at is not None
+            if not self.spilled or (self.boundary is not None and (row.deliver_at, row.seq) <= self.boundary):
+                continue  # memory covers it and holds it no more: promoted (or withdrawn) since
+            if self.loading:  # the read in flight may hold it (it was asked for before the delete)
+                self.withdrawn.add(row.seq)
+            self.store.delete(row)
+            withdrawn += 1
+        return withdrawn
 
     def deferred(self) -> None:
         """The deadline fired, but the engine promotes nothing now: ``rearm`` arms it again."""
@@ -189,6 +204,19 @@ class Delayed:
         boundary too (a dead broker's): read the earliest again (the 5 s poll calls this)."""
         if self.capacity is not None and not self.loading:
             self._read(DuePage(None, self.capacity, self.epoch, self.skipped, rescan=True))
+
+    def of_queue(self, queue: str) -> Callable[[Store], Awaitable[list[StoredMessage]]]:
+        """A read of every delayed message of ``queue`` (a purge's), for ``withdraw_all``: the
+        store's rows in due order (a walk over every queue's: ``due_pages``), or, on a store
+        that keeps nothing, those in memory."""
+        if self.capacity is None:
+            held = [msg for _, _, msg in self.heap if msg.queue == queue]
+            return lambda store: _now(held)
+
+        async def fetch(store: Store) -> list[StoredMessage]:
+            return [msg async for rows in due_pages(store) for msg in rows if msg.queue == queue]
+
+        return fetch
 
     # -- paging -------------------------------------------------------------------------------
     def _page_if_wanted(self) -> None:
@@ -269,3 +297,21 @@ class Delayed:
     def retry_page(self) -> None:
         self.loading = False
         self._page_if_wanted()
+
+
+async def due_pages(store: Store, page: int = WALK_PAGE) -> AsyncGenerator[Sequence[StoredMessage], None]:
+    """Every delayed message of the store's vhost in due order, ``page`` rows a read, claiming
+    nothing (``Store.browse_due``): the walks of a listing's cancel and of a purge."""
+    after: Key | None = None
+    while True:
+        rows = await store.browse_due(after, page)
+        yield rows
+        if len(rows) < page:
+            return
+        last = rows[-1]
+        assert last.deliver_at is not None
+        after = (last.deliver_at, last.seq)
+
+
+async def _now(rows: list[StoredMessage]) -> list[StoredMessage]:
+    return rows

@@ -74,6 +74,9 @@ log = logging.getLogger(__name__)
 
 #: Why a message left its queue unconsumed (its ``dead-letter-reason`` if dead-lettered).
 EXPIRED, MAXLEN = "expired", "maxlen"
+#: Deadline kind: drop the expired messages of a queue's ``aside`` (the memory store's messages
+#: no selector matched, sift.py), which no dispatch reaches.
+ASIDE_SWEEP = "aside-sweep"
 #: The headers a dead letter gets: why it died, and where.
 DEAD_LETTER_REASON, ORIGINAL_DESTINATION = "dead-letter-reason", "original-destination"
 #: ``StoredMessage.expires`` of a message withdrawn because its SEND was answered "not stored"
@@ -113,6 +116,8 @@ class Dispatcher:
         self.bounds = QueueBounds(store, reads, config.max_queue_bytes, self._counted)  # policies, sizes
         self.expiry = ExpirySweep(self.clock, deadlines, reads, store.durable, self._expire_stored, self.holds)
         self._expired: list[StoredMessage] = []  # what Queue.dispatch set aside in this pump
+        #: queue -> (wall ms, deadline) of the sweep of its ``aside`` (the memory store's sifted messages)
+        self.aside_sweeps: dict[Queue[Subscription], tuple[int, Timer]] = {}
         #: the message publish made last: a frame that changed it published it (its RECEIPT waits
         #: for it, receipts.py)
         self.published: StoredMessage | None = None
@@ -248,13 +253,54 @@ class Dispatcher:
 
     def _expire_stored(self, msg: StoredMessage) -> None:
         """The expiry sweep found ``msg`` expired in the store: it leaves its queue."""
+        queue = self.queues.get(msg.queue)
+        if queue is not None and queue.sifted:
+            queue.sifted.discard(msg.seq)
         self.discard(msg, EXPIRED, self.queue_stats(msg.queue))
+
+    def _arm_aside_sweep(self, queue: Queue[Subscription], expires: int) -> None:
+        """The memory store's sifted messages (``Queue.aside``) expire as the store's do: swept a
+        second after the earliest expiry among them, so at most about once a second."""
+        at = max(expires, self.clock.wall_ms) + SWEEP_MS
+        armed = self.aside_sweeps.get(queue)
+        if armed is not None:
+            if armed[0] <= at:
+                return
+            self.deadlines.cancel(armed[1])
+        timer = self.deadlines.arm((at - self.clock.wall_ms) / 1000, ASIDE_SWEEP, queue)
+        self.aside_sweeps[queue] = (at, timer)
+
+    def sweep_aside(self, queue: Queue[Subscription]) -> None:
+        """The ASIDE_SWEEP deadline: the expired messages no selector matched leave ``queue``."""
+        del self.aside_sweeps[queue]
+        aside = queue.aside
+        if not aside or self.queues.get(queue.name) is not queue:
+            return
+        now = self.clock.wall_ms
+        kept: deque[StoredMessage] = deque()
+        expired = []
+        later = None
+        for msg in aside:
+            expires = msg.expires
+            if expires is not None and expires < now:
+                expired.append(msg)
+                continue
+            kept.append(msg)
+            if expires is not None and (later is None or expires < later):
+                later = expires
+        queue.aside, queue.aside_expires = kept or None, later
+        for msg in expired:
+            self.discard(msg, EXPIRED, queue.stats)
+        if later is not None:
+            self._arm_aside_sweep(queue, later)
 
     def holds(self, msg: StoredMessage) -> bool:
         """Does this broker hold the message in memory (so dispatch, not the sweep, drops it)?"""
         queue = self.queues.get(msg.queue)
         if queue is None:
             return False
+        if queue.sifted and msg.seq in queue.sifted:
+            return False  # no selector here matched it: it waits in the store only (sift.py)
         return msg.seq in queue.inflight or queue.window.holds(msg)
 
     def _expired_at_head(self, queue: Queue[Subscription]) -> None:
@@ -466,6 +512,8 @@ class Dispatcher:
                 self.deliver(queue, sub, msg)
             if expired:
                 self._expired_at_head(queue)
+            if queue.aside_expires is not None:
+                self._arm_aside_sweep(queue, queue.aside_expires)
             if queue.pinned:
                 policy = self.bounds.policy(queue.name)
                 if policy is not None:
@@ -630,7 +678,7 @@ class Dispatcher:
         if queue is not None:
             queue.window.clear()
             queue.take_parked()
-            queue.aside = None
+            queue.aside = queue.aside_expires = queue.sifted = None
             # Store.purge deletes the rows of deliveries in flight too: write them back. The
             # store's contract orders a batch's purges before its inserts (storage/backend.py).
             kept = list(queue.inflight.values())

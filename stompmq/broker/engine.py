@@ -56,7 +56,7 @@ from .control import Control, Deferred, QueuePage
 from .delivery import BROKER_HEADERS
 from .destinations import Kind, parse_destination
 from .delays import DELAY_DUE, DELAY_PAGE_RETRY
-from .dispatch import ACK_TIMEOUT, PAGE_RETRY, Dispatcher
+from .dispatch import ACK_TIMEOUT, ASIDE_SWEEP, PAGE_RETRY, Dispatcher
 from .errors import ClientError
 from .events import MessageEvents
 from .tracestream import resume as resume_trace
@@ -139,6 +139,7 @@ class Broker:
             DELAY_DUE: self.dispatcher.promote_due,
             DELAY_PAGE_RETRY: self.dispatcher.delayed.retry_page,
             EXPIRY_SWEEP: self.expiry.run,
+            ASIDE_SWEEP: self.dispatcher.sweep_aside,
             QUEUE_EXPIRY: self.policies.expire,
         }
 

@@ -68,6 +68,9 @@ CLOSING_SEQ = "-1"
 #: recently used is forgotten and its next message picks an owner afresh.  A group costs about
 #: 200 bytes, so a flood of one-message groups costs a queue at most about 20 MB.
 IDLE_GROUPS_MAX = 100_000
+#: Sifted messages with an expiry a queue on a durable store remembers (``sifted``), about 70
+#: bytes each: beyond it one expires when a subscriber change reads it again (``rethink``).
+SIFTED_MAX = 100_000
 
 
 #: The kind of subscriber a queue serves (session.py's ``Subscription``): a queue hands back
@@ -90,7 +93,7 @@ class Group(Generic[S]):
 class Queue(Generic[S]):
     __slots__ = ("name", "destination", "window", "nsubs", "ready_subs", "inflight", "avoid", "stats", "pinned",
                  "exclusive", "groups", "idle_groups", "parked", "nparked", "pace", "nacking", "claim_until",
-                 "members", "selective", "picky", "aside", "give_back", "passed")
+                 "members", "selective", "picky", "aside", "aside_expires", "sifted", "give_back", "passed")
 
     def __init__(
         self,
@@ -128,6 +131,11 @@ class Queue(Generic[S]):
         self.picky = 0
         #: the memory store's messages no subscriber's selector matched, in order (sift.py)
         self.aside: deque[StoredMessage] | None = None
+        self.aside_expires: int | None = None  # ...the earliest expiry among them (the dispatcher drops them)
+        #: a durable store's: seqs of the messages with an expiry sifted out to the store, until
+        #: ``rethink`` (up to ``SIFTED_MAX``): the window no longer holds them, the expiry sweep
+        #: removes them (dispatch.py, ``holds``)
+        self.sifted: set[int] | None = None
         #: a shared store's: messages sifted out since the last pump, whose rows it frees (sift.py)
         self.give_back: list[StoredMessage] | None = None
         self.passed: set[int] = set()  # ...and the seqs given back so (dispatch.py), until ``rethink``
@@ -173,6 +181,7 @@ class Queue(Generic[S]):
         reads the store again from its sift floor; the memory store's set-aside messages are
         returned for the caller to put back into the window."""
         self.passed.clear()  # (the newcomer may match them: the others hear of them again)
+        self.sifted = None  # (read again, they are the window's)
         floor = self.window.sift_floor
         if floor is not None:
             self.window.sift_floor = None
@@ -180,7 +189,7 @@ class Queue(Generic[S]):
         aside = self.aside
         if not aside:
             return []
-        self.aside = None
+        self.aside = self.aside_expires = None
         return list(aside)
 
     def take_parked(self) -> list[StoredMessage]:
@@ -388,13 +397,22 @@ class Queue(Generic[S]):
     def sift_out(self, msg: StoredMessage) -> None:
         """No subscriber's selector matches ``msg``, taken from the window: it waits for one that
         may (sift.py), in the store (the window's sift floor; a shared store frees its row) or, on
-        the memory store, in ``aside``."""
+        the memory store, in ``aside``.  Either way it still expires on time: the store's expiry
+        sweep is told it is not in memory (``sifted``), the dispatcher sweeps ``aside``."""
+        expires = msg.expires
         if self.window.capacity is None:
             if self.aside is None:
                 self.aside = deque()
             self.aside.append(msg)
+            if expires is not None and (self.aside_expires is None or expires < self.aside_expires):
+                self.aside_expires = expires
             return
         self.window.sift_out(msg)
+        if expires is not None:
+            if self.sifted is None:
+                self.sifted = set()
+            if len(self.sifted) < SIFTED_MAX:
+                self.sifted.add(msg.seq)
         if self.give_back is not None:
             self.give_back.append(msg)
 

@@ -21,12 +21,13 @@ again.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
+from contextlib import aclosing
 from dataclasses import dataclass
 from functools import partial
 
 from ..storage.base import Store, StoredMessage
 from .control import Deferred
-from .delays import Delayed, Key
+from .delays import Delayed, Key, due_pages
 from .send_headers import CRON, PERIOD, SCHEDULE_ID, SCHEDULE_LEFT
 
 #: A cancel's answers: done; no schedule has the id; it fired meanwhile (look again).
@@ -103,17 +104,15 @@ class Schedules:
             return Deferred(lambda store: _now(found), lambda row: row)
 
         async def fetch(store: Store) -> StoredMessage | None:
-            after: Key | None = None
-            for _ in range(SCAN_LIMIT // SCAN_PAGE):
-                rows = await store.browse_due(after, SCAN_PAGE)
-                for msg in rows:
-                    if schedule_id(msg) == wanted:
-                        return msg
-                if len(rows) < SCAN_PAGE:
-                    return None
-                last = rows[-1]
-                assert last.deliver_at is not None
-                after = (last.deliver_at, last.seq)
+            read = 0
+            async with aclosing(due_pages(store, SCAN_PAGE)) as pages:
+                async for rows in pages:
+                    for msg in rows:
+                        if schedule_id(msg) == wanted:
+                            return msg
+                    read += len(rows)
+                    if read >= SCAN_LIMIT:
+                        break
             return None
 
         return Deferred(fetch, lambda row: row)

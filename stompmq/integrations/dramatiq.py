@@ -22,6 +22,10 @@ What maps to what (docs/task-queues/dramatiq.md has the user's view):
 * ``requeue`` does nothing: closing the consumer's connection makes the broker requeue what it
   had unacked (so does a worker killed with SIGKILL), marked ``redelivered``.
 
+Heart-beats (``heart_beat``, 10 s each way by default) are ``sync_client``'s: a thread of their
+own writes them, so a worker busy with a long task keeps its connections, and a broker that
+vanished is noticed by the consumer thread within twice the broker's interval.
+
 Threads: a connection per thread for publishing (Dramatiq's worker threads enqueue retries),
 and one per consumer, read by its consumer thread while worker threads send its ACKs
 (``sync_client.Connection``'s rules).  No asyncio.
@@ -44,7 +48,7 @@ from dramatiq.message import Message
 from dramatiq.middleware import Middleware
 
 from ..protocol import Frame
-from ..sync_client import BrokerRefused, Connection, ConnectionLost, StompmqError, StompURL
+from ..sync_client import HEART_BEAT, BrokerRefused, Connection, ConnectionLost, StompmqError, StompURL
 
 __all__ = ["StompmqBroker"]
 
@@ -71,6 +75,8 @@ class StompmqBroker(dramatiq.Broker):
       ack_timeout: seconds a consumer may hold a message unacked before the broker gives it to
         another (the SUBSCRIBE's ``ack-timeout``); None leaves the broker's ``--ack-timeout``.
       dead_message_ttl: milliseconds a rejected message is kept in ``Q.XQ``.
+      heart_beat: seconds between heart-beats each way that every connection offers (0: none;
+        the broker may ask for longer); they go on while a worker runs a long task.
       middleware: as for every Dramatiq broker.
     """
 
@@ -81,10 +87,12 @@ class StompmqBroker(dramatiq.Broker):
         confirm_delivery: bool = False,
         ack_timeout: float | None = None,
         dead_message_ttl: int = DEAD_MESSAGE_TTL,
+        heart_beat: float = HEART_BEAT,
         middleware: list[Middleware] | None = None,
     ) -> None:
         super().__init__(middleware=middleware)
         self.url = StompURL.parse(url)
+        self.heart_beat = heart_beat
         self.confirm_delivery = confirm_delivery
         self.ack_timeout = ack_timeout
         self.dead_message_ttl = dead_message_ttl
@@ -103,7 +111,7 @@ class StompmqBroker(dramatiq.Broker):
         """This thread's publishing connection, opened on first use."""
         conn: Connection | None = getattr(self._state, "connection", None)
         if conn is None or conn.closed:
-            conn = self._state.connection = Connection(self.url)
+            conn = self._state.connection = Connection(self.url, heart_beat=self.heart_beat)
             with self._lock:
                 self._connections.add(conn)
         return conn
@@ -221,11 +229,11 @@ class StompmqBroker(dramatiq.Broker):
         return int(self._request(f"/control/count-msgs/queue/{queue_name}")["num-messages"])
 
     def flush(self, queue_name: str) -> None:
-        """Drop the ready messages of ``Q`` and ``Q.XQ`` (delayed messages not yet due stay:
-        stompmq's purge does not reach them)."""
+        """Drop every message of ``Q`` and ``Q.XQ``: ready ones, and delayed ones not yet due
+        (retries in backoff included), as RabbitMQ's broker purges ``Q``, ``Q.DQ`` and ``Q.XQ``."""
         name = q_name(queue_name)
         for target in (name, xq_name(name)):
-            self._request(f"/control/purge/queue/{target}")
+            self._request(f"/control/purge/queue/{target}", {"delayed": "true"})
         self._delayed_until.pop(name, None)
 
     def flush_all(self) -> None:
@@ -271,7 +279,7 @@ class _StompmqConsumer(dramatiq.Consumer):
         if broker.ack_timeout is not None:
             headers["ack-timeout"] = str(broker.ack_timeout)
         try:
-            self.conn = Connection(broker.url)
+            self.conn = Connection(broker.url, heart_beat=broker.heart_beat)
             self.conn.request("SUBSCRIBE", headers)
         except StompmqError as e:
             raise ConnectionClosed(e) from None

@@ -13,6 +13,10 @@ encoder (``_Connection``).  What maps to what (docs/task-queues/taskiq.md has th
   ``--max-async-tasks``) yielding ``AckableMessage``s whose ``ack`` is an ACK, so Taskiq's
   ``--ack-type`` (when received, executed, saved) decides when the broker forgets a task.  A
   task unacked when its worker dies or disconnects goes back to the queue, ``redelivered``.
+* Heart-beats (``heart_beat``, 10 s each way by default; the broker may ask for longer): a task
+  of each connection (``_beat``) writes one whenever nothing was written for the interval, so an
+  idle worker keeps its connection through NATs and a broker that requires beats, and the reader
+  counts the broker's silence: past ``BEAT_GRACE`` of its intervals the connection is lost.
 """
 
 from __future__ import annotations
@@ -25,7 +29,8 @@ from collections.abc import AsyncGenerator
 from taskiq import AckableMessage, AsyncBroker, BrokerMessage
 
 from ..protocol import Frame, FrameParser, Limits, ProtocolError, encode_frame
-from ..sync_client import ConnectionLost, StompmqError, StompURL
+from ..protocol.negotiation import heart_beat_intervals, parse_heart_beat
+from ..sync_client import BEAT_GRACE, HEART_BEAT, ConnectionLost, StompmqError, StompURL
 
 __all__ = ["StompmqBroker"]
 
@@ -47,12 +52,15 @@ class StompmqBroker(AsyncBroker):
       confirm_delivery: ``kick`` waits for the broker's RECEIPT (message stored).
       ack_timeout: seconds a worker may hold a task unacked before the broker gives it to
         another (the SUBSCRIBE's ``ack-timeout``); None leaves the broker's ``--ack-timeout``.
+      heart_beat: seconds between heart-beats each way that a connection offers (0: none).
     """
 
     def __init__(self, url: str = "stomp://127.0.0.1:61613", *, queue: str = "taskiq", prefetch: int = 100,
-                 confirm_delivery: bool = True, ack_timeout: float | None = None) -> None:
+                 confirm_delivery: bool = True, ack_timeout: float | None = None,
+                 heart_beat: float = HEART_BEAT) -> None:
         super().__init__()
         self.url = StompURL.parse(url)
+        self.heart_beat = heart_beat
         self.queue = queue
         self.prefetch = prefetch
         self.confirm_delivery = confirm_delivery
@@ -67,7 +75,7 @@ class StompmqBroker(AsyncBroker):
             self._opening = asyncio.Lock()
         async with self._opening:
             if self._publisher is None or self._publisher.closed:
-                self._publisher = await _Connection.open(self.url)
+                self._publisher = await _Connection.open(self.url, self.heart_beat)
             return self._publisher
 
     async def kick(self, message: BrokerMessage) -> None:
@@ -88,7 +96,7 @@ class StompmqBroker(AsyncBroker):
             await conn.send("SEND", headers, message.message)
 
     async def listen(self) -> AsyncGenerator[bytes | AckableMessage, None]:
-        conn = await _Connection.open(self.url)
+        conn = await _Connection.open(self.url, self.heart_beat)
         self._consumers.add(conn)
         headers = {"destination": f"/queue/{self.queue}", "id": "0", "ack": "client-individual",
                    "prefetch": str(self.prefetch)}
@@ -154,29 +162,58 @@ class _Connection:
         self.closed = False
         self.error: StompmqError | None = None
         self.connected: asyncio.Future[Frame] = asyncio.get_running_loop().create_future()
+        #: seconds between the heart-beats this end sends and those it expects (0: none)
+        self.send_every = self.expect_every = 0.0
+        self.last_send = asyncio.get_running_loop().time()
         self.task = asyncio.get_running_loop().create_task(self._read())
+        self.beats: asyncio.Task[None] | None = None
 
     @classmethod
-    async def open(cls, url: StompURL) -> _Connection:
+    async def open(cls, url: StompURL, heart_beat: float = HEART_BEAT) -> _Connection:
         try:
             reader, writer = await asyncio.wait_for(asyncio.open_connection(url.host, url.port), TIMEOUT)
         except (OSError, asyncio.TimeoutError) as e:
             raise ConnectionLost(f"cannot reach the broker at {url}: {e}") from None
         conn = cls(url, reader, writer)
-        await conn.send("CONNECT", url.connect_headers())
+        beat_ms = round(heart_beat * 1000)
+        await conn.send("CONNECT", url.connect_headers(beat_ms))
         try:
-            await asyncio.wait_for(conn.connected, TIMEOUT)
+            connected = await asyncio.wait_for(conn.connected, TIMEOUT)
+            server = parse_heart_beat(connected.headers.get("heart-beat"))
+        except ProtocolError as e:
+            await conn.close()
+            raise ConnectionLost(f"the broker at {url} answered a bad CONNECTED: {e}") from None
         except StompmqError as e:
             raise StompmqError(f"the broker at {url} refused the connection: {e}") from None
         except asyncio.TimeoutError:
             await conn.close()
             raise ConnectionLost(f"no CONNECTED from {url} within {TIMEOUT} s") from None
+        broker_sends, broker_expects = heart_beat_intervals((beat_ms, beat_ms), server)
+        conn.send_every, conn.expect_every = broker_expects / 1000, broker_sends / 1000
+        if conn.send_every:
+            conn.beats = asyncio.get_running_loop().create_task(conn._beat())
         return conn
+
+    async def _beat(self) -> None:
+        """Write a heart-beat whenever nothing was written for ``send_every``."""
+        loop = asyncio.get_running_loop()
+        while not self.closed:
+            await asyncio.sleep(max(0.0, self.last_send + self.send_every - loop.time()))
+            if not self.closed and loop.time() - self.last_send >= self.send_every:
+                self.writer.write(b"\n")  # (no drain: a full buffer would hold back no beat of use)
+                self.last_send = loop.time()
 
     async def _read(self) -> None:
         try:
             while True:
-                data = await self.reader.read(1 << 20)
+                if self.expect_every:  # (set once CONNECTED came: the broker's silence counts from then)
+                    try:
+                        data = await asyncio.wait_for(self.reader.read(1 << 20), self.expect_every * BEAT_GRACE)
+                    except asyncio.TimeoutError:
+                        raise ConnectionLost(f"no heart-beat from the broker at {self.url} for "
+                                             f"{self.expect_every * BEAT_GRACE:.1f} s") from None
+                else:
+                    data = await self.reader.read(1 << 20)
                 if not data:
                     raise ConnectionLost(f"the broker at {self.url} closed the connection")
                 for frame in self.parser.feed(data):
@@ -207,12 +244,15 @@ class _Connection:
                 waiter.set_exception(error)
         self.receipts.clear()
         self.messages.put_nowait(None)
+        if self.beats is not None:
+            self.beats.cancel()
         self.writer.close()
 
     async def send(self, command: str, headers: dict[str, str], body: bytes = b"") -> None:
         if self.closed:
             raise self.error or ConnectionLost(f"the connection to {self.url} is closed")
         self.writer.write(encode_frame(Frame(command, headers, body), "1.2"))
+        self.last_send = asyncio.get_running_loop().time()
         try:
             await self.writer.drain()
         except OSError as e:
@@ -239,6 +279,8 @@ class _Connection:
             pass
         self.closed = True
         self.task.cancel()
+        if self.beats is not None:
+            self.beats.cancel()
         self.writer.close()
         try:
             await self.writer.wait_closed()

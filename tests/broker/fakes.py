@@ -85,7 +85,9 @@ class DictStore(Store):
 
     def purge(self, queue: str) -> None:
         self.purged.append(queue)
-        self.rows = {seq: row for seq, row in self.rows.items() if row[0].queue != queue}
+        # (ready messages only, as the SQL stores' ``DELETE FROM messages``: delayed ones stay)
+        self.rows = {seq: row for seq, row in self.rows.items()
+                     if row[0].queue != queue or row[0].deliver_at is not None}
 
     def save_vhost(self, name: str) -> None:
         pass

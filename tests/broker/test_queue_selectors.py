@@ -240,3 +240,76 @@ def test_a_bad_consumer_priority_is_refused(value: str) -> None:
     session, _ = connect(broker, "b")
     with pytest.raises(ClientError, match="x-priority must be an integer"):
         subscribe(broker, session, None, **{"x-priority": value})
+
+
+# ------------------------------------------------------------------ sifted messages still expire
+
+WALL = 1_700_000_000.0  # seconds: the wall clock at time 0
+NOW = 500.0  # the monotonic clock at the same moment
+
+
+def run_at(broker: Broker, seconds: float) -> None:
+    """Move the engine's clocks to ``seconds`` after time 0 and do everything due then."""
+    broker.advance(NOW + seconds, WALL + seconds)
+    broker.run_due()
+    while run_reads(broker):
+        broker.run_due()
+
+
+def waiting(broker: Broker) -> list[bytes]:
+    """The bodies the queue still holds: in memory on the memory store, in the store otherwise."""
+    store = broker.store
+    if isinstance(store, DictStore):
+        return sorted(row[0].body for row in store.rows.values())
+    return sorted(m.body for m in broker.queues["q"].aside or ())
+
+
+@pytest.mark.parametrize("make_store", STORES)
+def test_a_message_no_selector_matches_still_expires_at_its_ttl(make_store) -> None:
+    broker = Broker(make_store(), BrokerConfig(window=16))
+    run_at(broker, 0.0)
+    eu, out_eu = connect(broker, "eu")
+    subscribe(broker, eu, "region = 'eu'")
+    send(broker, eu, "late", ttl="100", region="us")
+    send(broker, eu, "kept", ttl="60000", region="us")
+    assert waiting(broker) == [b"kept", b"late"]
+    run_at(broker, 2.0)
+    assert broker.queue_stats["q"].expired == 1
+    assert waiting(broker) == [b"kept"]
+    run_at(broker, 62.0)
+    assert broker.queue_stats["q"].expired == 2
+    assert waiting(broker) == [] and broker.queues["q"].size == 0
+    assert received(out_eu) == []
+
+
+@pytest.mark.parametrize("make_store", STORES)
+def test_a_sifted_message_that_expires_is_dead_lettered_when_declared(make_store) -> None:
+    broker = Broker(make_store(), BrokerConfig(window=16))
+    run_at(broker, 0.0)
+    broker.administer("declare/queue/q", {"dead-letter": "true"})
+    eu, _ = connect(broker, "eu")
+    subscribe(broker, eu, "region = 'eu'")
+    send(broker, eu, "old", ttl="100", region="us")
+    run_at(broker, 2.0)
+    dlq, out_dlq = connect(broker, "dlq")
+    handle(broker, dlq, "SUBSCRIBE", id="d", destination="/queue/DLQ.q")
+    (dead,) = out_dlq.take("MESSAGE")
+    assert (dead.body, dead.headers["dead-letter-reason"], dead.headers["region"]) == (b"old", "expired", "us")
+
+
+def test_a_sifted_message_read_again_is_left_to_dispatch() -> None:
+    """A subscriber that may match joins: the sifted message is the window's again, so the
+    sweep leaves it (dispatch drops it when it reaches it, once)."""
+    store = DictStore()
+    broker = Broker(store, BrokerConfig(window=16))
+    run_at(broker, 0.0)
+    eu, _ = connect(broker, "eu")
+    subscribe(broker, eu, "region = 'eu'")
+    send(broker, eu, "old", ttl="100", region="us")
+    assert broker.queues["q"].sifted == {1}
+    us, out_us = connect(broker, "us")
+    subscribe(broker, us, "region = 'us'", prefetch=1)
+    assert received(out_us) == ["old"]  # delivered before its expiry, in flight
+    run_at(broker, 2.0)
+    assert broker.expiry.removed == 0 and broker.queue_stats["q"].expired == 0
+    assert len(store.rows) == 1

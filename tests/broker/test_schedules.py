@@ -342,3 +342,62 @@ def test_a_copy_a_full_queue_refuses_is_dead_lettered_and_the_schedule_goes_on()
     assert [m.body for m, _, _ in store.rows.values() if m.queue == "full"] == [b"first"]
     assert all(SCHEDULE_LEFT not in m.headers and "AMQ_SCHEDULED_PERIOD" not in m.headers for m in dead)
     assert delayed_rows(store) == []
+
+
+# ------------------------------------------------------------------------- purging delayed messages
+
+
+def memory_broker() -> object:
+    from stompmq.broker import Broker, BrokerConfig
+    from stompmq.storage.base import Recovery
+    from stompmq.storage.memory import MemoryStore
+
+    broker = Broker(MemoryStore(), BrokerConfig())
+    at(broker, T0)
+    broker.recover(Recovery(0, [], []), [])
+    return broker
+
+
+@pytest.mark.parametrize("store", ["durable", "memory"])
+def test_a_purge_with_delayed_cancels_the_queues_delayed_messages_too(store: str) -> None:
+    """``/control/purge/queue/q`` with ``delayed:true``: q's ready messages, its delayed ones in
+    memory and in the store only (a window of 4), and its schedules are gone; another queue's
+    stay.  Without the header, delayed messages stay (the purge of ready messages alone)."""
+    broker = memory_broker() if store == "memory" else started(window=4)[0]
+    send(broker, "q", "ready")
+    for i in range(6):
+        send(broker, "q", f"q{i}", delay=str(1000 + 100 * i))
+        send(broker, "other", f"o{i}", delay=str(1000 + 100 * i))
+    send(broker, "q", "tick", AMQ_SCHEDULED_PERIOD="1000", AMQ_SCHEDULED_REPEAT="-1", AMQ_SCHEDULED_DELAY="500")
+    assert broker.administer("purge/queue/q") == {}  # type: ignore[attr-defined]
+    assert len(resolve(broker, broker.schedules.page(None, 100)).rows) == 13  # type: ignore[attr-defined]
+    answer = resolve(broker, broker.administer("purge/queue/q", {"delayed": "true"}))  # type: ignore[attr-defined]
+    assert answer == {"delayed": "7"}
+    rows = resolve(broker, broker.schedules.page(None, 100)).rows  # type: ignore[attr-defined]
+    assert {r.queue for r in rows} == {"other"} and len(rows) == 6
+    q, other = subscribe(broker, "q"), subscribe(broker, "other")
+    for step in range(40):
+        run(broker, T0 + 0.1 * step)
+    assert bodies(q) == []
+    assert sorted(bodies(other)) == [f"o{i}" for i in range(6)]
+
+
+def test_a_purge_with_delayed_takes_what_fell_due_meanwhile() -> None:
+    """A delayed message promoted between the walk and its answer is ready by then: the purge
+    of the ready messages, which comes after, takes it."""
+    broker, _ = started()
+    send(broker, "q", "soon", delay="100")
+    deferred = broker.administer("purge/queue/q", {"delayed": "true"})
+    assert isinstance(deferred, Deferred)
+    found = complete(deferred.fetch(broker.store))
+    run(broker, T0 + 0.2)  # promoted before the answer
+    assert deferred.answer(found) == {"delayed": "0"}
+    out = subscribe(broker, "q")
+    run(broker, T0 + 1.0)
+    assert bodies(out) == []
+
+
+def test_a_purge_refuses_a_bad_delayed_value() -> None:
+    broker, _ = started()
+    with pytest.raises(ClientError, match="delayed must be true or false"):
+        broker.administer("purge/queue/q", {"delayed": "yes"})

@@ -8,9 +8,10 @@ from stompmq.broker import BrokerConfig
 from stompmq.server import ServerSettings
 
 from ..support.broker_process import free_port
-from ..support.broker_thread import BrokerThread
+from ..support.broker_thread import BrokerThread, restarting
 from ..support.stores import make_store_factory
 from ..support.stompclient import Client, control
+from ..support.waiting import wait_until
 from .test_http import Api
 
 REGIONS = ["eu", "us", "eu", "asia", "us", "eu"]
@@ -196,3 +197,35 @@ def test_a_redelivered_message_carries_its_delivery_count(memory_broker):
         assert (second["redelivery-count"], second["JMSXDeliveryCount"]) == ("1", "2")
         c.nack(second)
         assert c.message()["JMSXDeliveryCount"] == "3"
+
+
+def count(c: Client, queue: str) -> int:
+    return int(control(c, f"count-msgs/queue/{queue}")["num-messages"])
+
+
+def test_a_queue_message_no_selector_matches_still_expires(broker):
+    """Sifted out (no subscriber's selector matches it), a message still expires at its TTL and
+    leaves the queue, as any other does."""
+    with Client(broker.port) as c:
+        c.subscribe("/queue/sifted", ack="client-individual", selector="region = 'eu'")
+        c.send_to("/queue/sifted", "late", headers={"region": "us", "ttl": "100"})
+        c.send_to("/queue/sifted", "stays", headers={"region": "us", "ttl": "600000"})
+        wait_until(lambda: count(c, "sifted") == 1, "the expired message left the queue")
+        assert broker.call(lambda: broker.broker.queue_stats["sifted"].expired) == 1
+        c.expect_nothing(0.1)
+
+
+@pytest.mark.parametrize("store_kind", ["sqlite"])
+def test_a_sifted_message_expires_after_a_restart(store_kind, tmp_path):
+    with restarting(store_kind, tmp_path) as start:
+        with Client(start().port) as c:
+            c.subscribe("/queue/sifted", ack="client-individual", selector="region = 'eu'")
+            c.send_to("/queue/sifted", "late", headers={"region": "us", "ttl": "1500"})
+            c.send_to("/queue/sifted", "stays", headers={"region": "us"})
+        broker = start()
+        with Client(broker.port) as c:
+            c.subscribe("/queue/sifted", ack="client-individual", selector="region = 'eu'")
+            wait_until(lambda: count(c, "sifted") == 1, "the expired message left the queue")
+            c.expect_nothing(0.1)
+            c.subscribe("/queue/sifted", ack="auto")
+            assert c.message().body == b"stays"

@@ -1,8 +1,8 @@
 """The Dramatiq app the worker tests run with the real ``dramatiq`` command: a StompmqBroker on
 ``STOMPMQ_URL`` and actors that append what they do to ``RECORD_FILE``, one line per event
 (appends of one short line are atomic, so the worker's threads and processes never mix lines).
-``SLOW_SECONDS`` is how long ``slow`` works (the kill -9 test starts a worker with 60, its
-replacement with 0)."""
+``SLOW_SECONDS`` is how long ``slow`` and ``hold`` work (the kill -9 test starts a worker with 60,
+its replacement with 0); ``HEART_BEAT`` the broker's ``heart_beat``."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import dramatiq
 
 from stompmq.integrations.dramatiq import StompmqBroker
 
-broker = StompmqBroker(url=os.environ["STOMPMQ_URL"])
+broker = StompmqBroker(url=os.environ["STOMPMQ_URL"], heart_beat=float(os.environ.get("HEART_BEAT", "10")))
 dramatiq.set_broker(broker)
 
 
@@ -41,3 +41,14 @@ def slow(key: str) -> None:
 def fail(key: str) -> None:
     note(f"fail {key}")
     raise ValueError(f"{key} always fails")
+
+
+@dramatiq.actor(time_limit=120_000)
+def hold(key: str) -> None:
+    """Keep this worker thread's publishing connection idle for ``SLOW_SECONDS``, then publish on
+    it: whether it is the same connection says if its heart-beats kept it open meanwhile."""
+    conn = broker.connection
+    note(f"beats {key} {conn.send_every} {conn.expect_every}")
+    time.sleep(float(os.environ.get("SLOW_SECONDS", "0")))
+    record.send(key)
+    note(f"kept {key} {broker.connection is conn}")

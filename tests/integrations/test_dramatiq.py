@@ -195,6 +195,36 @@ def test_flush_and_flush_all(broker):
     assert broker.get_queue_message_counts("f2") == (0, 0)
 
 
+def test_flush_drops_delayed_messages_not_yet_due(make_broker):
+    """Retries in backoff and ``delay`` messages are flushed too (RabbitMQ's broker purges
+    ``Q.DQ``); the queue not flushed gets its delayed messages when due, the sign that the flushed
+    ones would have come by then."""
+    thread = make_broker()
+    broker = StompmqBroker(url=f"stomp://127.0.0.1:{thread.port}", confirm_delivery=True)
+    try:
+        @dramatiq.actor(broker=broker, queue_name="fd1")
+        def one() -> None:
+            pass
+
+        @dramatiq.actor(broker=broker, queue_name="fd2")
+        def two() -> None:
+            pass
+
+        for _ in range(3):
+            one.send_with_options(delay=300)
+            two.send_with_options(delay=300)
+        one.send()
+        broker.flush("fd1")
+        wait_until(lambda: broker.get_queue_message_counts("fd2") == (3, 0), "fd2's delayed messages are due")
+        assert broker.get_queue_message_counts("fd1") == (0, 0)
+        two.send_with_options(delay=300)
+        broker.flush_all()
+        time.sleep(0.6)  # (nothing to wait on: the flushed message must not come once due)
+        assert broker.get_queue_message_counts("fd2") == (0, 0)
+    finally:
+        broker.close()
+
+
 def test_retries_middleware_uses_broker_delays(broker, worker):
     attempts: list[int] = []
 

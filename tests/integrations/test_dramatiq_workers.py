@@ -56,9 +56,15 @@ class Workers:
         self.log.close()
 
 
+#: A broker that wants heart-beats every second (it closes a client silent for 2 s), for workers
+#: that offer the same.
+BEATING = ("--heart-beat", "1000,1000")
+
+
 @pytest.fixture
-def stompmq(tmp_path: Path) -> Iterator[BrokerProcess]:
-    with BrokerProcess(tmp_path / "stompmq.db").start() as process:
+def stompmq(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BrokerProcess]:
+    """The broker; a test may give it options (``indirect`` parametrisation)."""
+    with BrokerProcess(tmp_path / "stompmq.db", *getattr(request, "param", ())).start() as process:
         yield process
 
 
@@ -143,3 +149,21 @@ def test_rejected_message_lands_in_the_dead_letter_queue(workers, producer, reco
     dead = first_message(stompmq.port, "default.XQ")
     assert dramatiq.Message.decode(dead.body).message_id == message.message_id
     assert dead.headers["dramatiq-reason"] == "ValueError: x always fails"
+
+
+@pytest.mark.parametrize("stompmq", [BEATING], indirect=True)
+def test_heart_beats_keep_a_workers_connections_through_idle_time_and_a_long_task(workers, producer, record,
+                                                                                   stompmq):
+    """Against a broker that closes a client silent for 2 s, a worker with 1 s heart-beats idles
+    4 s, then runs a 4 s task that holds a publishing connection idle: the consumer's connection
+    stays (the task's ACK lands: it runs once), and so does the publishing one."""
+    workers(HEART_BEAT="1", SLOW_SECONDS="4")
+    time.sleep(4)  # (idle on purpose: only heart-beats cross the connections meanwhile)
+    assert subscribers(stompmq.port, "default") == 1
+    send(producer, "hold", "long")
+    wait_until(lambda: lines(record, "kept long"), "the long task", timeout=60)
+    wait_until(lambda: lines(record, "ran long"), "the task it published", timeout=30)
+    wait_until(lambda: producer.get_queue_message_counts("default") == (0, 0), "every message acked", timeout=30)
+    assert lines(record, "beats long") == ["beats long 1.0 1.0"]  # negotiated, and ran once
+    assert lines(record, "kept long") == ["kept long True"]
+    assert subscribers(stompmq.port, "default") == 1

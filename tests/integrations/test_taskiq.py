@@ -30,8 +30,9 @@ TASKIQ = str(Path(sys.executable).with_name("taskiq"))
 
 
 @pytest.fixture
-def stompmq(tmp_path: Path) -> Iterator[BrokerProcess]:
-    with BrokerProcess(tmp_path / "stompmq.db").start() as process:
+def stompmq(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BrokerProcess]:
+    """The broker; a test may give it options (``indirect`` parametrisation)."""
+    with BrokerProcess(tmp_path / "stompmq.db", *getattr(request, "param", ())).start() as process:
         yield process
 
 
@@ -43,13 +44,13 @@ def record(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def worker(stompmq: BrokerProcess, record: Path, tmp_path: Path) -> Iterator[Callable[[], subprocess.Popen[bytes]]]:
+def worker(stompmq: BrokerProcess, record: Path, tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
     procs: list[subprocess.Popen[bytes]] = []
     log = (tmp_path / "worker.log").open("ab")
 
-    def start() -> subprocess.Popen[bytes]:
+    def start(**extra: str) -> subprocess.Popen[bytes]:
         env = {**os.environ, "PYTHONPATH": str(ROOT), "STOMPMQ_URL": f"stomp://127.0.0.1:{stompmq.port}",
-               "RECORD_FILE": str(record)}
+               "RECORD_FILE": str(record), **extra}
         procs.append(subprocess.Popen(
             [TASKIQ, "worker", "tests.integrations.taskiq_app:broker", "--workers", "1"],
             cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True))
@@ -131,6 +132,32 @@ def test_idle_worker_stops_on_sigterm(stompmq, worker):
     os.killpg(proc.pid, signal.SIGTERM)
     proc.wait(15)
     wait_until(lambda: counts(stompmq.port, "taskiq", "count-subscribers", "num-subscribers") == 0, "no subscriber")
+
+
+@pytest.mark.parametrize("stompmq", [("--heart-beat", "1000,1000")], indirect=True)
+def test_heart_beats_keep_an_idle_workers_connection(stompmq, worker, record):
+    """Against a broker that closes a client silent for 2 s, a worker with 1 s heart-beats idles
+    4 s, then runs a blocking 2 s task: its subscription stays and the task runs once, acked."""
+    worker(HEART_BEAT="1")
+    time.sleep(4)  # (idle on purpose: only heart-beats cross the connection meanwhile)
+    assert counts(stompmq.port, "taskiq", "count-subscribers", "num-subscribers") == 1
+
+    async def kick() -> None:
+        broker = client(stompmq.port)
+
+        @broker.task(task_name="hold")
+        def hold(key: str, seconds: float) -> None:
+            raise AssertionError("runs in the worker")
+
+        await broker.startup()
+        await hold.kiq("long", 2.0)
+        await broker.shutdown()
+
+    asyncio.run(kick())
+    wait_until(lambda: lines(record), "the task", timeout=30)
+    wait_until(lambda: counts(stompmq.port, "taskiq") == 0, "the task acked", timeout=30)
+    assert lines(record) == ["held long 1.0,1.0"]
+    assert counts(stompmq.port, "taskiq", "count-subscribers", "num-subscribers") == 1
 
 
 def test_priority_label_and_acks(stompmq):

@@ -159,7 +159,10 @@ class Shovel:
                 self.outstanding[self.forwarded] = _ack(frame, source.version)
                 body = frame.body
                 out.append(send % (self.forwarded, encode_header_block(headers.items(), version)))
-                out.append(b"content-length:%d\n\n%s\0" % (len(body), body))
+                if "content-length" in frame.headers:
+                    out.append(b"content-length:%d\n\n%s\0" % (len(body), body))
+                else:  # a text message (ActiveMQ's convention), which stays one: its body has no NUL
+                    out.append(b"\n%s\0" % body)
             self.last_message = trio.current_time()
             if out:
                 await target.send_bytes(b"".join(out))

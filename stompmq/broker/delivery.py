@@ -15,7 +15,14 @@ the frame (the server sends them with one ``sendmsg``).
 
 from __future__ import annotations
 
-from ..protocol.encoder import LARGE_BODY, encode_message, encode_message_tail, encode_message_tail_headers, escape
+from ..protocol.encoder import (
+    LARGE_BODY,
+    encode_message,
+    encode_message_tail,
+    encode_message_tail_headers,
+    encode_text_tail_headers,
+    escape,
+)
 from ..storage.base import StoredMessage, StreamMessage
 from .session import Outbox
 
@@ -40,6 +47,11 @@ BROKER_HEADERS = frozenset(
 )
 
 
+#: ActiveMQ's header naming a message's JMS type, ``text`` or ``bytes``: a text message's MESSAGE
+#: carries no ``content-length`` (ActiveMQ's and Artemis' convention), so a consumer can tell.
+MESSAGE_TYPE, TEXT = "amq-msg-type", "text"
+
+
 def message_tail(msg: StoredMessage, version: str) -> bytes:
     """The part of a MESSAGE frame shared by all its deliveries for ``version`` (a large body's
     without the body: ``write_frame``)."""
@@ -48,6 +60,9 @@ def message_tail(msg: StoredMessage, version: str) -> bytes:
 
 def _tail(priority: int, timestamp: int, expires: int | None, headers: dict[str, str], body: bytes,
           version: str) -> bytes:
+    if headers.get(MESSAGE_TYPE) == TEXT and b"\0" not in body:  # (a NUL in its body needs content-length)
+        head = encode_text_tail_headers(priority, timestamp, expires, headers, version)
+        return head if len(body) >= LARGE_BODY else b"%s%s\x00" % (head, body)
     if len(body) >= LARGE_BODY:
         return encode_message_tail_headers(priority, timestamp, expires, headers, len(body), version)
     return encode_message_tail(priority, timestamp, expires, headers, body, version)

@@ -46,14 +46,12 @@ from types import MappingProxyType
 from typing import Any, TypeVar
 
 from ..protocol import Frame
-from ..protocol.headers import headers_without
 from ..storage.ages import QueueAges
 from ..storage.base import BindingRecord, ExchangeRecord, Recovery, Store, StoredMessage, StoreError
 from .acks import EXTEND_ACK, LATE, Acks, AckRun
 from .browse import BrowseSubscription
 from .config import BrokerConfig
 from .control import Control, Deferred, QueuePage
-from .delivery import BROKER_HEADERS
 from .destinations import Kind, parse_destination
 from .delays import DELAY_DUE, DELAY_PAGE_RETRY
 from .dispatch import ACK_TIMEOUT, ASIDE_SWEEP, PAGE_RETRY, Dispatcher
@@ -478,9 +476,7 @@ class Broker:
                         # _on_send and Router.route would do, without either.
                         if dest.name not in in_use:
                             dispatcher.admit_queue(dest.name)
-                        msg: StoredMessage | None = publish(
-                            dest.name, headers_without(headers, BROKER_HEADERS), frame.body  # user_headers
-                        )
+                        msg: StoredMessage | None = publish(dest.name, user_headers(headers), frame.body)
                         answer = None
                     else:
                         before = dispatcher.published  # (a publish replaces it with what it made)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from ..protocol.headers import headers_without
 from .cron import Cron, CronError, next_fire, parse_cron
-from .delivery import BROKER_HEADERS
+from .delivery import BROKER_HEADERS, MESSAGE_TYPE, TEXT
 from .errors import ClientError
 
 #: Priority of a SEND that names none (the JMS convention).
@@ -92,8 +92,14 @@ def sender_headers(headers: dict[str, str], login: str | None, relay: bool, stam
 
 
 def user_headers(headers: dict[str, str]) -> dict[str, str]:
-    """The SEND headers a MESSAGE forwards: all but the broker's own (``BROKER_HEADERS``)."""
-    return headers_without(headers, BROKER_HEADERS)
+    """The SEND headers a MESSAGE forwards: all but the broker's own (``BROKER_HEADERS``).  A
+    SEND without ``content-length`` is a text message by ActiveMQ's convention: it is kept as
+    ``amq-msg-type:text`` (ActiveMQ's own header for it), unless the SEND named its type itself,
+    so its MESSAGE goes without ``content-length`` too (delivery.py; docs/decisions/text-messages.md)."""
+    forwarded = headers_without(headers, BROKER_HEADERS)
+    if "content-length" not in headers and MESSAGE_TYPE not in headers:
+        forwarded[MESSAGE_TYPE] = TEXT
+    return forwarded
 
 
 def with_facts(headers: dict[str, str], priority: int, expires: int | None) -> dict[str, str]:

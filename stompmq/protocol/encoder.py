@@ -202,6 +202,17 @@ def _message_tail_headers(
         priority, timestamp, length, _user_header_block(headers, version))
 
 
+def encode_text_tail_headers(
+    priority: int, timestamp: int, expires: int | None, headers: dict[str, str], version: str
+) -> bytes:
+    """``_message_tail_headers`` without ``content-length``, for a text message (ActiveMQ's
+    convention: a MESSAGE without it is a TextMessage) whose body has no NUL: the NUL ends it."""
+    if expires is not None:
+        return b"priority:%d\ntimestamp:%d\nexpires:%d\n%s\n" % (
+            priority, timestamp, expires, _user_header_block(headers, version))
+    return b"priority:%d\ntimestamp:%d\n%s\n" % (priority, timestamp, _user_header_block(headers, version))
+
+
 def _message_tail(
     priority: int, timestamp: int, expires: int | None, headers: dict[str, str], body: bytes, version: str
 ) -> bytes:

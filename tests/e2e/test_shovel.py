@@ -193,3 +193,18 @@ def test_bad_urls_and_unreachable_hosts_are_one_line_errors(url, message):
 def test_a_rabbitmq_source_queue_is_read_without_being_redeclared(destination: str, server: str,
                                                                   subscribed: str) -> None:
     assert source_destination(destination, server) == subscribed
+
+
+def test_a_text_message_stays_text_through_the_shovel(brokers):
+    """A SEND without content-length (ActiveMQ's TextMessage) is delivered without one at the far
+    end, one with it with it (docs/decisions/text-messages.md)."""
+    old, new = brokers
+    with Peer(old.port) as p:
+        p.send(b"SEND\ndestination:/queue/kinds\nkind:text\n\ntext\x00")
+        p.send(b"SEND\ndestination:/queue/kinds\nkind:bytes\ncontent-length:5\nreceipt:r\n\nbytes\x00")
+        p.wait_receipt("r")
+    proc = shovel(old, new, "kinds", "--until-empty", "2")
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    got = {m.headers["kind"]: (m.body, m.headers.get("content-length")) for m in drain(new.port, "kinds")}
+    assert got == {"text": (b"text", None), "bytes": (b"bytes", "5")}

@@ -200,3 +200,15 @@ def test_message_tail_leaves_out_what_a_version_cannot_carry(tail, version: str,
     if char in _CARRIED[version]:
         expected[f"special-{char}"] = _ESCAPES[char]
     assert {k: v for k, v in frame.headers.items() if k in headers} == expected
+
+
+@pytest.mark.parametrize("expires", [None, 1_700_000_000_000])
+def test_a_text_tail_is_the_tail_without_content_length(expires: int | None) -> None:
+    """What a text message's MESSAGE ends with (docs/decisions/text-messages.md): the bytes tail's
+    headers but ``content-length``, and it parses back, the NUL ending the body."""
+    headers = {"amq-msg-type": "text", "k": "v:1"}
+    text = encoder.encode_text_tail_headers(4, 17, expires, headers, "1.2")
+    with_length = encoder.encode_message_tail_headers(4, 17, expires, headers, 3, "1.2")
+    assert text == with_length.replace(b"content-length:3\n", b"")
+    (frame,) = FrameParser().feed(b"MESSAGE\nmessage-id:1\n" + text + b"abc\x00")
+    assert "content-length" not in frame.headers and frame.body == b"abc" and frame.headers["k"] == "v:1"

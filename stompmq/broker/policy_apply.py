@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from functools import partial
 
 from ..storage.base import Store, StoreError
+from ..storage.rows import CapExpiry
 from .dispatch import Dispatcher
 from .expiry import SWEEP_MS
 from .policy_match import Policy
@@ -94,7 +95,7 @@ class AppliedPolicies:
                 if msg.expires is None or msg.expires > cap:
                     msg.expires = cap
             dispatcher.pump(queue)
-        dispatcher.store.cap_expiry(name, ttl)
+        dispatcher.store.write(CapExpiry(name, ttl))
         dispatcher.expiry.arm(dispatcher.clock.wall_ms + SWEEP_MS // 2)  # after the next flush, likely
 
     # -- expires: unused queues ---------------------------------------------------------------------

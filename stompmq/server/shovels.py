@@ -36,6 +36,7 @@ import trio
 from ..client import ClientError, client_error
 from ..shovel import Declaration
 from ..storage.base import Store
+from ..storage.rows import SaveShovel
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +129,7 @@ class Shovels:
         running = self.shovels.get(name)
         if running is not None and running.declaration == declaration:
             return
-        self.store.save_shovel(name, declaration.stored())
+        self.store.write(SaveShovel(name, declaration.stored()))
         if running is not None:
             running.scope.cancel()
         self.shovels[name] = running = RunningShovel(declaration)
@@ -142,7 +143,7 @@ class Shovels:
         if running is None:
             return False
         running.scope.cancel()
-        self.store.save_shovel(name, None)
+        self.store.write(SaveShovel(name, None))
         log.info("shovel %s deleted", name)
         return True
 

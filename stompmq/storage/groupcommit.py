@@ -12,7 +12,7 @@ Theory of operation
   ``redeliveries``, ``priority``) are copied into plain tuples when the batch
   is taken, so a group commits the state of that moment and the database thread
   never reads objects the broker keeps mutating.
-* Purges, exchange and binding changes are rare and kept in order in
+* Structural rows (``write``: purges, exchange and binding changes) are rare and kept in order in
   ``_structural``.  A purge drops the pending operations of its queue's
   messages, so every message operation left in a batch was issued after the
   batch's purges: that is why a backend runs the structural operations first
@@ -115,9 +115,7 @@ from stompmq.storage.ages import QueueAges
 from stompmq.storage.backend import Backend, ConcurrentReads
 from stompmq.storage.base import (
     MESSAGE_OVERHEAD,
-    BindingRecord,
     CommitInDoubt,
-    ExchangeRecord,
     QueueCount,
     Recovery,
     Store,
@@ -133,29 +131,14 @@ from stompmq.storage.groups import (
     ROW_LISTS,
     DelayedRow,
     DeleteRow,
-    DropBinding,
-    DropExchange,
     GroupRows,
     InsertRow,
-    Purge,
-    Release,
-    SaveBinding,
-    SaveExchange,
-    SaveQueue,
-    SaveMeta,
-    CapExpiry,
-    DropVhost,
-    POLICY_PREFIX,
-    SHOVEL_PREFIX,
-    DropStream,
-    SaveStream,
-    SaveVhost,
     StreamRow,
     StructuralOp,
     TopicMessage,
-    TrimStream,
     UpdateRow,
 )
+from stompmq.storage.rows import CapExpiry, DropStream, DropVhost, Purge, Release, Row, TrimStream
 from stompmq.storage.outage import Outage
 from stompmq.storage.thread import DatabaseThread, Job
 
@@ -385,45 +368,41 @@ class GroupCommitStore(Store):
         if len(pending) >= self._max_group and not self._urgent:
             self._hurry()
 
-    def purge(self, queue: str) -> None:
-        # Every message operation left pending after this was issued after the purge.
-        self._pending = {seq: op for seq, op in self._pending.items() if op[1].space + op[1].queue != queue}
-        self._pending_bytes = _insert_bytes(self._pending)
-        self._add_structural(Purge(queue))
-
-    def drop_vhost(self, name: str) -> None:
-        space = vhost_space(name)  # every message operation of the vhost left pending is moot
-        self._pending = {seq: op for seq, op in self._pending.items() if op[1].space != space}
-        self._pending_bytes = _insert_bytes(self._pending)
-        self._add_structural(DropVhost(name))
-
-    def release(self, queue: str) -> None:
-        if self.shared:
-            self._add_structural(Release(queue))
-
     def promoted(self, delayed: int, copy: int) -> None:
         if self.shared:
             self._promotions[copy] = delayed
+
+    def write(self, row: Row) -> None:
+        """Buffer ``row`` in order with the other structural rows; first, what it does to the
+        writes buffered before it (a purge or a drop makes its messages' older operations moot,
+        so every message operation left in a batch was issued after the batch's rows)."""
+        match row:
+            case Purge(queue=queue):
+                self._pending = {seq: op for seq, op in self._pending.items() if op[1].space + op[1].queue != queue}
+                self._pending_bytes = _insert_bytes(self._pending)
+            case DropVhost(name=name):
+                space = vhost_space(name)
+                self._pending = {seq: op for seq, op in self._pending.items() if op[1].space != space}
+                self._pending_bytes = _insert_bytes(self._pending)
+            case CapExpiry(queue=queue, ttl=ttl):
+                for _, msg in self._pending.values():  # inserts not taken yet copy the message's fields
+                    if msg.space + msg.queue == queue:
+                        cap = msg.timestamp + ttl
+                        if msg.expires is None or msg.expires > cap:
+                            msg.expires = cap
+            case TrimStream(name=name, before=before):
+                self._stream_appends = _untrimmed(self._stream_appends, name, before)
+            case DropStream(name=name):
+                self._stream_appends = [m for m in self._stream_appends if m.space + m.queue != name]
+                self._group_offsets = {key: v for key, v in self._group_offsets.items() if key[0] != name}
+            case Release() if not self.shared:
+                return  # a store of one broker claims no rows, so it has none to free
+        self._add_structural(row)
 
     def publish_topic(self, topic: str, headers: dict[str, str], body: bytes) -> None:
         if self.shared:
             self._add_structural(TopicMessage(topic, headers, body))
             self._hurry()  # a topic message is for now, not for the next flush
-
-    def save_exchange(self, exchange: ExchangeRecord) -> None:
-        self._add_structural(SaveExchange(exchange))
-
-    def save_vhost(self, name: str) -> None:
-        self._add_structural(SaveVhost(name))
-
-    def delete_exchange(self, name: str) -> None:
-        self._add_structural(DropExchange(name))
-
-    def save_binding(self, binding: BindingRecord) -> None:
-        self._add_structural(SaveBinding(binding))
-
-    def delete_binding(self, exchange: str, queue: str, routing_key: str = "") -> None:
-        self._add_structural(DropBinding(exchange, queue, routing_key))
 
     def append_stream(self, msg: StreamMessage) -> None:
         if not self._has_pending():
@@ -433,39 +412,10 @@ class GroupCommitStore(Store):
         if len(appends) + len(self._pending) >= self._max_group and not self._urgent:
             self._hurry()
 
-    def save_stream(self, name: str, options: dict[str, str]) -> None:
-        self._add_structural(SaveStream(name, dict(options)))
-
     def save_stream_group(self, name: str, group: str, committed: int | None) -> None:
         if not self._has_pending():
             self._batch_started()
         self._group_offsets[name, group] = committed
-
-    def save_queue(self, name: str, options: dict[str, str] | None) -> None:
-        self._add_structural(SaveQueue(name, None if options is None else dict(options)))
-
-    def save_shovel(self, name: str, declaration: dict[str, Any] | None) -> None:
-        self._add_structural(SaveMeta(SHOVEL_PREFIX + name, None if declaration is None else dict(declaration)))
-
-    def save_policy(self, key: str, record: dict[str, Any] | None) -> None:
-        self._add_structural(SaveMeta(POLICY_PREFIX + key, None if record is None else dict(record)))
-
-    def cap_expiry(self, queue: str, ttl: int) -> None:
-        for _, msg in self._pending.values():  # inserts not taken yet copy the message's fields
-            if msg.space + msg.queue == queue:
-                cap = msg.timestamp + ttl
-                if msg.expires is None or msg.expires > cap:
-                    msg.expires = cap
-        self._add_structural(CapExpiry(queue, ttl))
-
-    def trim_stream(self, name: str, before: int) -> None:
-        self._stream_appends = _untrimmed(self._stream_appends, name, before)
-        self._add_structural(TrimStream(name, before))
-
-    def delete_stream(self, name: str) -> None:
-        self._stream_appends = [m for m in self._stream_appends if m.space + m.queue != name]
-        self._group_offsets = {key: v for key, v in self._group_offsets.items() if key[0] != name}
-        self._add_structural(DropStream(name))
 
     def _put(self, seq: int, kind: int, msg: StoredMessage) -> None:
         pending = self._pending

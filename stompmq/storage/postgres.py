@@ -90,27 +90,22 @@ from stompmq.storage.base import (
 )
 from stompmq.vhost_names import DEFAULT_VHOST, split_key, vhost_space
 from stompmq.storage.groupcommit import FLUSH_INTERVAL, MAX_BACKLOG_BYTES, MAX_GROUP, GroupCommitStore
-from stompmq.storage.groups import (
-    DelayedRow,
+from stompmq.storage.groups import DROP_VHOST_SQL, DelayedRow, GroupRows, InsertRow, StructuralOp, TopicMessage
+from stompmq.storage.rows import (
+    CapExpiry,
     DropBinding,
     DropExchange,
-    GroupRows,
-    InsertRow,
+    DropStream,
+    DropVhost,
     Purge,
     Release,
     SaveBinding,
     SaveExchange,
+    SavePolicy,
     SaveQueue,
-    SaveMeta,
-    CapExpiry,
-    DropVhost,
-    DROP_VHOST_SQL,
-    POLICY_PREFIX,
-    DropStream,
+    SaveShovel,
     SaveStream,
     SaveVhost,
-    StructuralOp,
-    TopicMessage,
     TrimStream,
 )
 from stompmq.storage.migrate import VERSION_SQL, is_current, upgrade_to_head
@@ -707,15 +702,15 @@ class PostgresBackend:
                     cur.execute("DELETE FROM messages WHERE queue_id = %s", (queue_id,))
             case TopicMessage(topic=topic, headers=headers, body=body):
                 self._notify_topic(cur, topic, headers, body)
-            case SaveMeta(name=name, value=None):
-                cur.execute("DELETE FROM broker_meta WHERE name = %s", (name,))
-                if name.startswith(POLICY_PREFIX):
+            case SaveShovel() | SavePolicy():
+                name, value = op.meta
+                if value is None:
+                    cur.execute("DELETE FROM broker_meta WHERE name = %s", (name,))
+                else:
+                    cur.execute("INSERT INTO broker_meta (name, value) VALUES (%s, %s)"
+                                " ON CONFLICT (name) DO UPDATE SET value = excluded.value", (name, _dumps(value)))
+                if isinstance(op, SavePolicy):
                     self._notify_definitions(cur)  # every broker applies policies at once
-            case SaveMeta(name=name, value=value):
-                cur.execute("INSERT INTO broker_meta (name, value) VALUES (%s, %s)"
-                            " ON CONFLICT (name) DO UPDATE SET value = excluded.value", (name, _dumps(value)))
-                if name.startswith(POLICY_PREFIX):
-                    self._notify_definitions(cur)
             case DropVhost(name=name):
                 for statement in DROP_VHOST_SQL:
                     cur.execute(statement.replace("?", "%s"), (name,))

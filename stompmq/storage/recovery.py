@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from stompmq.storage.base import BindingRecord, ExchangeRecord, QueueRecord
 from stompmq.vhost_names import vhost_space
-from stompmq.storage.groups import POLICY_PREFIX, SHOVEL_PREFIX
+from stompmq.storage.rows import POLICY_PREFIX, SHOVEL_PREFIX
 from stompmq.storage.jsontext import loads
 
 VHOSTS_SQL = "SELECT name FROM vhosts ORDER BY name"

@@ -53,27 +53,30 @@ from stompmq.storage.base import (
 from stompmq.vhost_names import split_key, vhost_space
 from stompmq.storage.groupcommit import FLUSH_INTERVAL, MAX_BACKLOG_BYTES, MAX_GROUP, GroupCommitStore
 from stompmq.storage.groups import (
+    DROP_VHOST_SQL,
     DelayedRow,
-    DropBinding,
-    DropExchange,
-    DropStream,
     GroupOffsetRow,
     GroupRows,
     InsertRow,
+    StreamRow,
+    StructuralOp,
+    TopicMessage,
+)
+from stompmq.storage.rows import (
+    CapExpiry,
+    DropBinding,
+    DropExchange,
+    DropStream,
+    DropVhost,
     Purge,
     Release,
     SaveBinding,
     SaveExchange,
+    SavePolicy,
     SaveQueue,
-    SaveMeta,
-    CapExpiry,
-    DropVhost,
-    DROP_VHOST_SQL,
+    SaveShovel,
     SaveStream,
     SaveVhost,
-    StreamRow,
-    StructuralOp,
-    TopicMessage,
     TrimStream,
 )
 from stompmq.storage.migrate import VERSION_SQL, is_current, upgrade_to_head
@@ -461,10 +464,12 @@ class SQLiteBackend:
                     "UPDATE queues SET options = ? WHERE id = ?",
                     (None if options is None else _dumps(options), queue_id),
                 )
-            case SaveMeta(name=name, value=None):
-                conn.execute("DELETE FROM broker_meta WHERE name = ?", (name,))
-            case SaveMeta(name=name, value=value):
-                conn.execute("INSERT OR REPLACE INTO broker_meta (name, value) VALUES (?, ?)", (name, _dumps(value)))
+            case SaveShovel() | SavePolicy():
+                name, value = op.meta
+                if value is None:
+                    conn.execute("DELETE FROM broker_meta WHERE name = ?", (name,))
+                else:
+                    conn.execute("INSERT OR REPLACE INTO broker_meta (name, value) VALUES (?, ?)", (name, _dumps(value)))
             case DropVhost(name=name):
                 for statement in DROP_VHOST_SQL:
                     conn.execute(statement, (name,))

@@ -19,16 +19,10 @@ import pytest
 from stompmq.storage.base import UNNUMBERED, BindingRecord, ExchangeRecord, StoredMessage, StoreError
 from stompmq.storage.groups import (
     DelayedRow,
-    DropBinding,
-    DropExchange,
     GroupRows,
     InsertRow,
-    Release,
-    SaveBinding,
-    SaveExchange,
-    SaveQueue,
-    SaveVhost,
 )
+from stompmq.storage.rows import DropBinding, DropExchange, Release, SaveBinding, SaveExchange, SaveQueue, SaveVhost
 
 from ..support.stores import NO_PSYCOPG, TEST_LEASE, postgres_server
 from .test_backend import group, row

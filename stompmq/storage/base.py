@@ -350,22 +350,6 @@ class QueueCount:
     oldest_unacked_ms: int | None  # that of its oldest delivered-unacked one
 
 
-#: SQL for ``Backend.queue_page`` (placeholders ``vhost``/``after``/``limit`` are the backend's to adapt):
-#: it walks the unique index on queues.name and counts each listed queue through
-#: ix_messages_queue_order, so a page costs its own queues, never the whole table.  A queue
-#: row without messages or a declaration is left out: such a queue was deleted, or is known
-#: only to a broker that uses it (which lists it itself).
-QUEUE_PAGE_SQL = """
-SELECT q.name,
-       (SELECT COUNT(*) FROM messages m WHERE m.queue_id = q.id),
-       (SELECT COUNT(*) FROM messages m WHERE m.queue_id = q.id AND m.delivered = {true}),
-       (SELECT MIN(m.timestamp) FROM messages m WHERE m.queue_id = q.id AND m.delivered = {false}),
-       (SELECT MIN(m.timestamp) FROM messages m WHERE m.queue_id = q.id AND m.delivered = {true})
-FROM queues q WHERE q.vhost = {vhost} AND q.name > {after}
-  AND (q.options IS NOT NULL OR EXISTS (SELECT 1 FROM messages m WHERE m.queue_id = q.id))
-ORDER BY q.name LIMIT {limit}
-"""
-
 #: The highest sequence number a message can have (a signed 64-bit column).
 SEQ_LIMIT = 2**63 - 1
 #: Sequence numbers per ``seq_block`` of a store of one broker: each vhost's engine takes its

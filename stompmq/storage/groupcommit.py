@@ -39,15 +39,8 @@ Theory of operation
   drops a buffered insert certainly not on disk (never tried, or its group
   failed for sure), on the trio thread and so in the same step as the
   decision to answer ERROR: no commit can take it afterwards.
-* A group the database refuses for what it carries, not for an outage (``StoreRejected``: a
-  value SQLite's INTEGER cannot hold, a broken constraint) would fail the same way forever and
-  stop every client's writes behind it.  So the database thread commits the rest without the
-  rows refused (``_commit_isolating``): it bisects the group, in the order a backend applies
-  its rows (``ROW_LISTS``: any prefix commits on its own), committing each half that goes
-  through, down to the single rows that do not (about 2 log2 n commits for one bad row in n).
-  The group then counts as committed; the refused messages go to ``events.rejected`` before
-  its ``committed`` (their SENDs get an ERROR, nobody gets them later) and are logged once per
-  group.  An outage during the bisection leaves the group in doubt (part of it is on disk).
+* A group the database refuses for what it carries (``StoreRejected``) commits without the rows
+  refused, which are reported (``storage/refusals.py``).
 * Stream entries are append-only: they never coalesce, so they wait in a plain
   list (``_stream_appends``) and travel with the group as ``stream_rows``.  A
   trim (retention) drops the pending entries it covers, like a purge, so the
@@ -104,10 +97,9 @@ Theory of operation
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar, TypeVarTuple, overload
+from typing import TypeVar, TypeVarTuple, overload
 
 import trio
 
@@ -121,14 +113,12 @@ from stompmq.storage.base import (
     Store,
     StoredMessage,
     StoreError,
-    StoreRejected,
     StreamMessage,
     StreamState,
     by_order,
 )
 from stompmq.vhost_names import DEFAULT_VHOST, split_key, vhost_space
 from stompmq.storage.groups import (
-    ROW_LISTS,
     DelayedRow,
     DeleteRow,
     GroupRows,
@@ -140,9 +130,8 @@ from stompmq.storage.groups import (
 )
 from stompmq.storage.rows import CapExpiry, DropStream, DropVhost, Purge, Release, Row, TrimStream
 from stompmq.storage.outage import Outage
+from stompmq.storage.refusals import commit_isolating, report_rejected
 from stompmq.storage.thread import DatabaseThread, Job
-
-log = logging.getLogger(__name__)
 
 # Longest a buffered write waits for its group when nobody asks for a ticket: bounds what a
 # crash loses of unreceipted SENDs while letting bursts share one fsync.
@@ -560,7 +549,7 @@ class GroupCommitStore(Store):
                                if (op := ops.get(seq)) is not None and op[0] == INSERT}
             # an insert taken now, or cancelled by its delete, needs its link no more
             self._promotions = {seq: delayed for seq, delayed in promotions.items() if seq in kept}
-        job = self._thread.submit(self._commit_isolating, rows)
+        job = self._thread.submit(commit_isolating, self._backend, rows)
         group = self._inflight = _Group(self._next_ticket, ops, structural, appends, offsets, job, rows)
         self._next_ticket += 1
         self._pending, self._structural, self._stream_appends, self._urgent = kept, [], [], False
@@ -608,56 +597,6 @@ class GroupCommitStore(Store):
         return GroupRows(structural, inserts, updates, deletes, self._last_seq, held, self.claims_epoch(),
                          stream_rows, delayed, delayed_deletes)
 
-    def _commit_isolating(self, rows: GroupRows) -> None:
-        """On the database thread: commit ``rows``; if the database refuses some of them
-        (``StoreRejected``), commit the others and list the refused ones in ``rows.rejected``
-        (see the module docstring).  Any other failure during the bisection is CommitInDoubt:
-        the halves committed before it are on disk."""
-        try:
-            self._backend.commit(rows)
-            return
-        except StoreRejected as error:
-            refused = error
-        try:
-            self._bisect(rows, [(name, row) for name in ROW_LISTS for row in getattr(rows, name)], refused)
-        except Exception as error:
-            raise CommitInDoubt(f"{error} (while committing a group without the rows it refused)") from error
-
-    def _bisect(self, rows: GroupRows, items: list[tuple[str, Any]], error: StoreRejected) -> None:
-        """``items`` of ``rows`` were refused together (``error``): commit each half that the
-        database takes, look into each half it does not, and list the single rows it refuses."""
-        if len(items) <= 1:
-            rows.rejected.extend((name, row, error) for name, row in items)
-            return
-        half = len(items) // 2
-        for chunk in (items[:half], items[half:]):
-            part = GroupRows([], [], [], [], rows.last_seq, rows.held, rows.claims_epoch)
-            for name, row in chunk:
-                getattr(part, name).append(row)
-            inserted = {row[0] for row in part.inserts}
-            part.promotions = {seq: delayed for seq, delayed in rows.promotions.items() if seq in inserted}
-            try:
-                self._backend.commit(part)
-            except StoreRejected as refused:
-                self._bisect(rows, chunk, refused)
-            else:
-                rows.stream_states.update(part.stream_states)
-
-    def _report_rejected(self, group: _Group) -> None:
-        """The rows of ``group`` the database refused: logged once, the messages among them
-        reported (``events.rejected``), before the group's ``committed``."""
-        rejected = group.rows.rejected
-        messages: list[StoredMessage] = []
-        for name, row, _ in rejected:
-            if name in ("inserts", "delayed") and (op := group.ops.get(row[0])) is not None:
-                messages.append(op[1])
-        error = rejected[0][2]
-        log.error("store %s refused %d of the %d operations of a commit group; they are not stored, the"
-                  " others are (first refused: %s %s): %s", self._backend.name, len(rejected), len(group),
-                  rejected[0][0], _row_shown(rejected[0][1]), error)
-        if messages:
-            self.events.rejected(messages, error)
-
     def claims_epoch(self) -> int | None:
         """The lease epoch the engine's claims are held under now; None: a store of one broker,
         which has no leases (a shared store's subclass answers)."""
@@ -676,7 +615,7 @@ class GroupCommitStore(Store):
                 self._in_doubt.clear()  # the group after a doubtful one carries all of its writes
                 self._committed = group.ticket
                 if group.rows.rejected:
-                    self._report_rejected(group)
+                    report_rejected(self._backend.name, group.rows, group.ops, len(group), self.events)
                 self.events.group_committed(trio.current_time() - group.submitted, len(group))
                 for name, state in group.rows.stream_states.items():
                     self.events.stream_changed(name, state)
@@ -916,10 +855,3 @@ def _split_in_flight(
 def _insert_bytes(ops: dict[int, PendingOp]) -> int:
     """What the inserts among ``ops`` count against ``max_backlog_bytes``."""
     return sum(len(msg.body) + MESSAGE_OVERHEAD for kind, msg in ops.values() if kind == INSERT)
-
-
-def _row_shown(row: Any) -> str:
-    """A refused row as the log names it: its seq or name and its numbers, never a body."""
-    if isinstance(row, tuple):
-        return repr(tuple(v for v in row if isinstance(v, int | float | str) and not isinstance(v, bool))[:6])[:200]
-    return repr(row)[:200]

@@ -73,7 +73,6 @@ from stompmq.logs import masked
 from stompmq.storage import jsontext, pg_liveness, recovery
 from stompmq.storage.ages import NO_AGES, QUEUE_AGES_SQL, QUEUE_UNACKED_AGE_SQL, QueueAges
 from stompmq.storage.base import (
-    QUEUE_PAGE_SQL,
     BindingRecord,
     CommitInDoubt,
     BrokerLease,
@@ -89,6 +88,7 @@ from stompmq.storage.base import (
     StreamState,
 )
 from stompmq.vhost_names import DEFAULT_VHOST, split_key, vhost_space
+from stompmq.storage.backend import QUEUE_PAGE_SQL
 from stompmq.storage.groupcommit import FLUSH_INTERVAL, MAX_BACKLOG_BYTES, MAX_GROUP, GroupCommitStore
 from stompmq.storage.groups import DROP_VHOST_SQL, DelayedRow, GroupRows, InsertRow, StructuralOp, TopicMessage
 from stompmq.storage.rows import (

@@ -38,7 +38,6 @@ from typing import Any
 from stompmq.storage import jsontext, recovery
 from stompmq.storage.ages import NO_AGES, QUEUE_AGES_SQL, QUEUE_UNACKED_AGE_SQL, QueueAges
 from stompmq.storage.base import (
-    QUEUE_PAGE_SQL,
     CommitInDoubt,
     QueueCount,
     Recovery,
@@ -51,6 +50,7 @@ from stompmq.storage.base import (
     producer_positions,
 )
 from stompmq.vhost_names import split_key, vhost_space
+from stompmq.storage.backend import QUEUE_PAGE_SQL
 from stompmq.storage.groupcommit import FLUSH_INTERVAL, MAX_BACKLOG_BYTES, MAX_GROUP, GroupCommitStore
 from stompmq.storage.groups import (
     DROP_VHOST_SQL,

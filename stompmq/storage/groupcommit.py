@@ -85,14 +85,8 @@ Theory of operation
 * Every group that finishes, committed or failed, sets one ``trio.Event``:
   ``wait_for_room`` and the wait for the group in flight sleep on it, so
   nothing here polls.
-* Reads run on the database thread behind the pending batch (handed over as a
-  group first), so they see every write buffered before them.  If that group
-  fails, the read raises StoreError rather than answer without those writes.
-  Page reads (``load_ready``) are the exception when the backend offers
-  ``ConcurrentReads`` (SQLite) and the store is not shared: they run at once on
-  a second thread and connection, beside the commits, with every write not
-  known to be on the disk laid over what they find (``_read_through``), as long
-  as that scan of the buffer is cheaper than waiting for its commit.
+* Reads run behind the pending batch, or beside it for SQLite's page reads
+  (``storage/groupreads.py``).
 """
 
 from __future__ import annotations
@@ -103,22 +97,21 @@ from typing import TypeVar, TypeVarTuple, overload
 
 import trio
 
-from stompmq.storage.ages import QueueAges
 from stompmq.storage.backend import Backend, ConcurrentReads
 from stompmq.storage.base import (
     MESSAGE_OVERHEAD,
     CommitInDoubt,
-    QueueCount,
     Recovery,
-    Store,
     StoredMessage,
     StoreError,
     StreamMessage,
-    StreamState,
-    by_order,
 )
-from stompmq.vhost_names import DEFAULT_VHOST, split_key, vhost_space
+from stompmq.vhost_names import vhost_space
 from stompmq.storage.groups import (
+    DELETE,
+    INSERT,
+    UPDATE,
+    PendingOp,
     DelayedRow,
     DeleteRow,
     GroupRows,
@@ -129,6 +122,7 @@ from stompmq.storage.groups import (
     UpdateRow,
 )
 from stompmq.storage.rows import CapExpiry, DropStream, DropVhost, Purge, Release, Row, TrimStream
+from stompmq.storage.groupreads import GroupReads
 from stompmq.storage.outage import Outage
 from stompmq.storage.refusals import commit_isolating, report_rejected
 from stompmq.storage.thread import DatabaseThread, Job
@@ -144,21 +138,9 @@ MAX_BACKLOG = 200_000
 # Bytes of inserted messages buffered or in flight before the server stops reading its clients:
 # without it 40,000 SENDs of 64 KiB took 2.5 GB while the disk fell behind.
 MAX_BACKLOG_BYTES = 64 * 1024 * 1024
-# A page read lays the buffer over the disk only while the buffer (and the group in flight) holds
-# at most this many operations plus two per message asked for, or at least this many bytes of
-# inserted messages per operation: the overlay is a scan of the buffer on the engine's thread,
-# which must stay small per message paged, and waiting behind the batch costs little when it is
-# many small rows (quick to commit) and much when it is large bodies (a 64 KiB row spans 16
-# overflow pages; 64 MiB of backlog is only ~1,000 operations).
-READ_THROUGH_OPS = 1024
-READ_THROUGH_BYTES_PER_OP = 4096
 # After a failed group, wait this long before the next try: a full disk is not fixed in a loop.
 RETRY_BACKOFF = 0.1
 
-# Kinds of pending message operations.
-INSERT, UPDATE, DELETE = 0, 1, 2
-
-PendingOp = tuple[int, StoredMessage]
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
 
@@ -191,7 +173,7 @@ class _Group:
         return len(self.ops) + len(self.structural) + len(self.appends) + len(self.offsets)
 
 
-class GroupCommitStore(Store):
+class GroupCommitStore(GroupReads):
     """A durable store: group commits of coalesced writes to ``backend`` on its own thread."""
 
     def __init__(
@@ -680,156 +662,6 @@ class GroupCommitStore(Store):
         # the failed ticket's promise: receipts wait for it now instead of failing.
         self._hurry()
 
-    # -- reads -------------------------------------------------------------------------------
-    async def load_ready(
-        self, queue: str, after: tuple[int, int] | None, limit: int
-    ) -> Sequence[StoredMessage]:
-        if self._reader is None or not self._worth_reading_through(limit) or self._purging(queue):
-            # A purge empties the disk view in a way the buffer cannot replay: read behind it.
-            return await self._read(self._backend.load_ready, queue, after, limit)
-        try:
-            page = await self._read_through(*self._reader, queue, after, limit)
-        except StoreError as e:
-            self._outage.failed(e)
-            raise
-        self._outage.succeeded()
-        return page
-
-    def _worth_reading_through(self, limit: int) -> bool:
-        """Is laying the buffer over the disk cheaper than waiting for its commit?  The overlay
-        scans every buffered operation on the engine's thread; the wait grows with the bytes to
-        write.  So: a small buffer, or one of large messages (see READ_THROUGH_OPS)."""
-        ops = len(self._pending) + (len(self._inflight.ops) if self._inflight is not None else 0)
-        return (ops <= READ_THROUGH_OPS + 2 * limit
-                or self._pending_bytes + self._inflight_bytes >= ops * READ_THROUGH_BYTES_PER_OP)
-
-    def _purging(self, queue: str) -> bool:
-        """A purge of ``queue`` is buffered or being committed."""
-        structural = self._structural if self._inflight is None else self._inflight.structural + self._structural
-        return any(isinstance(op, Purge) and op.queue == queue for op in structural)
-
-    async def _read_through(
-        self, reader: DatabaseThread, backend: ConcurrentReads, queue: str, after: tuple[int, int] | None,
-        limit: int,
-    ) -> list[StoredMessage]:
-        """A page of ``queue`` read beside the commits, with the writes not yet on disk laid over it.
-
-        Why: a page read behind the pending batch waited for the group in flight and then for
-        that batch's commit, and when a queue's backlog outruns its window the batch is mostly
-        the queue's own newest messages: with 64 KiB bodies every page waited ~120 ms of fsync
-        and the consumer got one window per commit (docs/architecture.md, "Performance
-        design").  Here the read runs at once on the reader thread's own
-        connection (``ConcurrentReads``) and sees some committed state, and every operation not
-        known to be on the disk, in the group in flight and in the buffer, as it is at this
-        instant (no await before the submission), wins over it: a buffered insert comes from
-        memory (settled before its flush, it never touches the disk), a buffered delete, update
-        or delivery hides its row.  The backend refills past the hidden rows, so a page
-        shorter than ``limit`` still proves the queue exhausted.  What the read may see that
-        the snapshot did not (writes after it) is what a read behind the batch could miss too:
-        the window's ``late`` key covers it.
-        """
-        overlay: dict[int, PendingOp] = {}
-        vhost, name = split_key(queue)
-        space = vhost_space(vhost)
-        if self._inflight is not None:
-            _ops_of(self._inflight.ops, space, name, overlay)
-        _ops_of(self._pending, space, name, overlay)
-        buffered = [m for kind, m in overlay.values() if kind != DELETE and not m.delivered]
-        if after is not None:
-            buffered = [m for m in buffered if m.order_key > after]
-        rows, more = await reader.call(backend.read_ready, queue, after, limit, frozenset(overlay))
-        if not buffered:
-            return rows
-        if more and rows:  # the disk may hold rows after its last one: nothing beyond it yet
-            last = rows[-1].order_key
-            buffered = [m for m in buffered if m.order_key < last]
-        page = rows + buffered
-        page.sort(key=by_order)
-        del page[limit:]
-        return page
-
-    async def count(self, queue: str) -> int:
-        return await self._read(self._backend.count, queue)
-
-    async def load_due(
-        self, after: tuple[int, int] | None, limit: int, vhost: str = DEFAULT_VHOST
-    ) -> Sequence[StoredMessage]:
-        return await self._read(self._backend.load_due, after, limit, vhost)
-
-    async def load_expired(
-        self, now_ms: int, after: tuple[int, int] | None, limit: int, vhost: str = DEFAULT_VHOST
-    ) -> tuple[Sequence[StoredMessage], int | None]:
-        return await self._read(self._backend.load_expired, now_ms, after, limit, vhost)
-
-    async def queue_size(self, queue: str, snapshot: Callable[[], T]) -> tuple[int, int, T]:
-        taken: list[T] = []
-        count, size = await self._read(self._backend.queue_size, queue, before=lambda: taken.append(snapshot()))
-        return count, size, taken[0]
-
-    async def count_unacked(self, queue: str) -> int:
-        return await self._read(self._backend.count_unacked, queue)
-
-    async def queue_ages(self, queue: str) -> QueueAges:
-        return await self._read(self._backend.queue_ages, queue)
-
-    async def read_stream(self, name: str, start: int, limit: int) -> Sequence[StreamMessage]:
-        return await self._read(self._backend.read_stream, name, start, limit)
-
-    async def stream_state(self, name: str) -> StreamState | None:
-        return await self._read(self._backend.stream_state, name)
-
-    async def stream_groups(self, name: str) -> dict[str, int] | None:
-        return await self._read(self._backend.stream_groups, name)
-
-    async def queue_names(self, prefix: str) -> list[str]:
-        return await self._read(self._backend.queue_names, prefix)
-
-    async def queue_exists(self, name: str) -> bool:
-        return await self._read(self._backend.queue_exists, name)
-
-    async def queue_page(self, after: str, limit: int, snapshot: Callable[[], T]) -> tuple[list[QueueCount], T]:
-        taken: list[T] = []
-        rows = await self._read(self._backend.queue_page, after, limit, before=lambda: taken.append(snapshot()))
-        return rows, taken[0]
-
-    async def _read(self, fn: Callable[[*Ts], T], *args: *Ts, before: Callable[[], None] | None = None) -> T:
-        """Run a read on the database thread behind every write buffered so far.
-
-        A read that cannot see them (their group failed) raises instead of answering
-        from a disk that lacks them: a pager would step over the missing messages.
-        ``before`` is called at the instant the read's view is fixed: with no await between it
-        and the submission, every write buffered before it is seen and none after it.
-        """
-        thread = self._thread
-        if thread is None:
-            raise StoreError(f"{self._backend.name} is not open")
-        await self._wait_idle()  # a failed group in flight is pending again afterwards
-        if before is not None:
-            before()
-        if not self._has_pending():
-            read = thread.submit(fn, *args)
-        else:
-            group = self._submit_group()
-            read = thread.submit(fn, *args)  # FIFO: right behind the group
-            error = await self._await_group(group)
-            if error is not None:
-                raise StoreError(f"read refused until buffered writes commit: {error}")
-        try:
-            result = await read.result()
-        except StoreError as e:
-            self._outage.failed(e)
-            raise
-        self._outage.succeeded()
-        return result
-
-
-def _ops_of(ops: dict[int, PendingOp], space: str, name: str, into: dict[int, PendingOp]) -> None:
-    """Copy into ``into`` the operations of queue ``name``'s messages (not delayed ones) in the
-    vhost of key prefix ``space``."""
-    for seq, op in ops.items():
-        m = op[1]
-        if m.queue == name and m.space == space and m.deliver_at is None:
-            into[seq] = op
 
 
 def _untrimmed(appends: list[StreamMessage], name: str, before: int) -> list[StreamMessage]:

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from stompmq.storage.base import StoreRejected, StreamState
+from stompmq.storage.base import StoredMessage, StoreRejected, StreamState
 from stompmq.storage.rows import Row
 
 
@@ -51,6 +51,11 @@ DROP_VHOST_SQL = (
 )
 
 StructuralOp = Row | TopicMessage
+
+# -- the group commit's write buffer: per seq, the kind of operation and the broker's message --
+INSERT, UPDATE, DELETE = 0, 1, 2
+
+PendingOp = tuple[int, StoredMessage]
 
 # -- message rows: one per message, at most one row per seq in a group ------------------------
 # (seq, queue, priority, headers, body, delivered, ack_timeout, redeliveries, timestamp, expires)

@@ -42,7 +42,7 @@ from stompmq.storage.rows import DropStream, SaveStream, TrimStream
 _dumps, _loads = jsontext.dumps, jsontext.loads
 _headers, _headers_text = jsontext.headers, jsontext.headers_text
 
-#: The LISTEN/NOTIFY channel (postgres.CHANNEL: one channel for every kind of news).
+#: The LISTEN/NOTIFY channel (pg_sql.CHANNEL: one channel for every kind of news).
 CHANNEL = "stompmq"
 STATE_COLUMNS = "id, first_offset, next_offset, end_bytes, last_ts, options"
 COPY_SQL = (

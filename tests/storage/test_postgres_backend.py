@@ -29,7 +29,7 @@ from .test_backend import group, row
 
 psycopg = pytest.importorskip("psycopg", reason=NO_PSYCOPG)
 
-from stompmq.storage.postgres import PostgresBackend  # noqa: E402  (it imports psycopg)
+from stompmq.storage.pg_backend import PostgresBackend  # noqa: E402  (it imports psycopg)
 
 pytestmark = pytest.mark.postgres
 

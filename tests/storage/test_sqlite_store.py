@@ -35,16 +35,13 @@ from stompmq.storage.base import (
     StoredMessage,
     StoreError,
 )
-from stompmq.storage.groupcommit import (
-    READ_THROUGH_BYTES_PER_OP,
-    READ_THROUGH_OPS,
-    RETRY_BACKOFF,
-    GroupCommitStore,
-)
+from stompmq.storage.groupcommit import RETRY_BACKOFF, GroupCommitStore
+from stompmq.storage.groupreads import READ_THROUGH_BYTES_PER_OP, READ_THROUGH_OPS
 from stompmq.storage.groups import GroupRows
 from stompmq.storage.memory import MemoryStore
-from stompmq.storage import sqlite as sqlite_module
-from stompmq.storage.sqlite import REQUEUE_DELIVERED_SQL, SQLiteBackend, SQLiteStore
+from stompmq.storage import sqlite_file
+from stompmq.storage.sqlite import SQLiteBackend, SQLiteStore
+from stompmq.storage.sqlite_sql import REQUEUE_DELIVERED_SQL
 from stompmq.storage.rows import DropBinding, DropExchange, DropStream, Purge, SaveBinding, SaveExchange
 
 from ..support.stores import Reports
@@ -641,14 +638,14 @@ async def test_open_checks_only_the_schema_of_a_large_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """quick_check would read every page of a large backlog before the first delivery."""
-    monkeypatch.setattr(sqlite_module, "CHECK_WHOLE_BYTES", 0)
+    monkeypatch.setattr(sqlite_file, "CHECK_WHOLE_BYTES", 0)
     path = tmp_path / "s.db"
     async with running(path) as store:
         store.insert(msg(1))
     checks: list[str] = []
     conn = sqlite3.connect(path)
     conn.set_trace_callback(checks.append)
-    assert sqlite_module._quick_check(conn, str(path)) == ["ok"]
+    assert sqlite_file.quick_check(conn, str(path)) == ["ok"]
     conn.close()
     assert not any("quick_check" in sql for sql in checks)
     async with running(path) as store:

@@ -632,7 +632,7 @@ class Dispatcher:
             queue.window.clear()
             queue.take_parked()
             queue.aside = None
-            # Store.purge deletes the rows of deliveries in flight too: write them back. The
+            # A Purge row deletes the rows of deliveries in flight too: write them back. The
             # store's contract orders a batch's purges before its inserts (storage/backend.py).
             kept = list(queue.inflight.values())
             for msg in kept:

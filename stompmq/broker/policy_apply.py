@@ -7,7 +7,7 @@ looked at again without being redeclared:
 
 * its bounds, pinning and pump (``Dispatcher.settings_changed``), as a declaration would;
 * a ``message-ttl`` is given to the messages already waiting, counted from when each was
-  published (those in memory here, and in the store through ``Store.cap_expiry``), and the
+  published (those in memory here, and in the store through a ``CapExpiry`` row), and the
   expiry sweep looks at once: what is older than the TTL goes within a sweep (about a second);
   new messages take the TTL as they come (``QueueBounds.admit``).  A TTL removed or raised
   stops applying to new messages; those already given an expiry keep it.

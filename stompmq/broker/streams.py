@@ -22,7 +22,7 @@ redelivers (re-read by subscribing again at an offset).
 Retention drops whole segments from the front.  A segment starts at every
 offset that is a multiple of ``stream_segment``; its mark records (first
 offset, first timestamp, bytes before it), so deciding what to drop looks at
-marks only and the store deletes an offset range (``Store.trim_stream``): no
+marks only and the store deletes an offset range (a ``TrimStream`` row): no
 scan of the stream, ever.  The newest segment is never dropped.  Timestamps are
 kept non-decreasing within a stream, so ``timestamp=`` subscriptions find their
 start from the marks too.  After a restart the marks are re-read from the store

@@ -1,6 +1,6 @@
 """Every vhost's policies and operator policies: stored, and handed to each vhost's engine.
 
-A policy is a ``broker_meta`` row (``Store.save_policy``), its record naming its vhost and
+A policy is a ``broker_meta`` row (a ``SavePolicy`` row, ``Store.write``), its record naming its vhost and
 whether it is an operator policy, so a restart applies it again.  A change is applied to the
 vhost's engine at once (broker/policy_apply.py) and stored with the next commit group; on
 PostgreSQL the commit notifies every broker sharing the database, which reads all the policies

@@ -76,7 +76,7 @@ class Backend(Protocol):
         The order inside the transaction is part of the contract:
 
         1. ``group.structural`` first, in the order given (purges, exchange and binding
-           changes).  The engine relies on it: ``Store.purge`` drops every older pending
+           changes).  The engine relies on it: a ``Purge`` row drops every older pending
            operation of the queue's messages, so each message row left in a group was issued
            *after* the group's purges and must survive them.  ``Broker.purge_queue`` counts on
            exactly that when it writes its deliveries in flight back as inserts right after

@@ -63,7 +63,7 @@ def declarations(conn: Connection) -> tuple[list[QueueRecord], dict[str, dict[st
 
 
 def policies(conn: Connection) -> list[dict[str, Any]]:
-    """Every stored policy (``Store.save_policy``'s records): at open, and whenever a shared
+    """Every stored policy (the records of ``SavePolicy`` rows): at open, and whenever a shared
     store hears that another broker changed them."""
     return [loads(value) for (value,) in conn.execute(POLICIES_SQL)]
 

@@ -276,7 +276,7 @@ class GroupCommitStore(GroupReads):
         try:
             while self._has_pending() or self._inflight is not None:
                 await self._wait_idle()
-                if self._has_pending() and not await self._commit_group():
+                if self._has_pending() and await self._await_group(self._submit_group()) is not None:
                     raise StoreError(
                         f"{self.backlog()} operations could not be committed to"
                         f" {self._backend.name} at shutdown"
@@ -296,7 +296,7 @@ class GroupCommitStore(GroupReads):
     # -- buffered writes ---------------------------------------------------------------------
     def insert(self, msg: StoredMessage) -> None:
         seq = msg.seq
-        pending = self._pending  # _put, spelled out: once per message published
+        pending = self._pending  # (update's steps, spelled out: once per message published)
         if not pending and not self._has_pending():
             self._batch_started()
         pending[seq] = (INSERT, msg)
@@ -312,7 +312,12 @@ class GroupCommitStore(GroupReads):
         entry = self._pending.get(msg.seq)
         if entry is not None and entry[1] is msg:
             return  # a pending insert or update of it copies its fields when the batch is taken
-        self._put(msg.seq, UPDATE if entry is None else entry[0], msg)
+        pending = self._pending
+        if not pending and not self._has_pending():  # (the first test settles most calls)
+            self._batch_started()
+        pending[msg.seq] = (UPDATE if entry is None else entry[0], msg)
+        if len(pending) >= self._max_group and not self._urgent:
+            self._hurry()
 
     def pass_over(self, msg: StoredMessage) -> None:
         self._passed.add(msg.seq)  # (cleared at every group: one not in it is news of the usual kind)
@@ -387,14 +392,6 @@ class GroupCommitStore(GroupReads):
         if not self._has_pending():
             self._batch_started()
         self._group_offsets[name, group] = committed
-
-    def _put(self, seq: int, kind: int, msg: StoredMessage) -> None:
-        pending = self._pending
-        if not pending and not self._has_pending():  # (the first test settles most calls)
-            self._batch_started()
-        pending[seq] = (kind, msg)
-        if len(pending) >= self._max_group and not self._urgent:
-            self._hurry()
 
     def _add_structural(self, op: StructuralOp) -> None:
         if not self._has_pending():
@@ -613,9 +610,6 @@ class GroupCommitStore(GroupReads):
         finally:
             finished, self._group_finished = self._group_finished, trio.Event()
             finished.set()
-
-    async def _commit_group(self) -> bool:
-        return await self._await_group(self._submit_group()) is None
 
     def _merge_back(self, group: _Group, in_doubt: bool) -> None:
         """Make a failed group's operations pending again, under the newer ones.  If the group

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 
 from ..storage.base import Store, StoredMessage, StoreError
+from ..storage.rows import SaveQueue
 from .policy_match import Effective, Policy, resolve
 from .queue_settings import REJECT_PUBLISH, QueueFull, QueueSettings, QueueSize
 from .reads import Reads, StoreRead
@@ -102,7 +103,7 @@ class QueueBounds:
             self.declared[name] = policy
         self.resolved.pop(name, None)
         if save:
-            self.store.save_queue(name, None if policy is None else policy.options())
+            self.store.write(SaveQueue(name, None if policy is None else policy.options()))
         return self.refresh(name)
 
     def refresh(self, name: str) -> QueueSettings | None:

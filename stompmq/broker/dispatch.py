@@ -51,6 +51,7 @@ from functools import partial
 
 from ..protocol.encoder import LARGE_BODY, encode_message, encode_message_tail
 from ..storage.base import Store, StoredMessage, StoreError
+from ..storage.rows import Purge, Release
 from .bounds import QueueBounds
 from .clock import Clock
 from .config import BrokerConfig
@@ -357,7 +358,7 @@ class Dispatcher:
             if self.store.shared:
                 for msg in queue.window.messages():
                     msg.held = False  # a pending insert of it goes in free
-                self.store.release(queue.name)
+                self.store.write(Release(queue.name))
 
     def store_changed(self, name: str, first: OrderKey | None = None, passed: Sequence[int] | None = None) -> None:
         """Another broker sharing the store made ready messages of queue ``name`` ("*": of any
@@ -670,14 +671,14 @@ class Dispatcher:
 
     def purge(self, name: str) -> None:
         """Drop every ready message of a queue; deliveries in flight stay with their consumers."""
-        self.store.purge(name)
+        self.store.write(Purge(name))
         queue = self.queues.get(name)
         kept: list[StoredMessage] = []
         if queue is not None:
             queue.window.clear()
             queue.take_parked()
             queue.aside = queue.aside_expires = queue.sifted = None
-            # Store.purge deletes the rows of deliveries in flight too: write them back. The
+            # A Purge row deletes the rows of deliveries in flight too: write them back. The
             # store's contract orders a batch's purges before its inserts (storage/backend.py).
             kept = list(queue.inflight.values())
             for msg in kept:

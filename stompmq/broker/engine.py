@@ -48,6 +48,7 @@ from typing import Any, TypeVar
 from ..protocol import Frame
 from ..storage.ages import QueueAges
 from ..storage.base import BindingRecord, ExchangeRecord, Recovery, Store, StoredMessage, StoreError
+from ..storage.rows import DropBinding, SaveExchange
 from .acks import EXTEND_ACK, LATE, Acks, AckRun
 from .browse import BrowseSubscription
 from .config import BrokerConfig
@@ -238,10 +239,10 @@ class Broker:
         recovered = {record.name for record in recovery.exchanges}
         for name, kind in BUILT_IN.items():
             if name not in recovered:  # stored so that bindings to it have their parent row
-                self.store.save_exchange(ExchangeRecord(name, kind, {}))
+                self.store.write(SaveExchange(ExchangeRecord(name, kind, {})))
         bindings, legacy = split_legacy_bindings(recovery.bindings)
         for binding in legacy:
-            self.store.delete_binding(binding.exchange, binding.queue, binding.routing_key)
+            self.store.write(DropBinding(binding.exchange, binding.queue, binding.routing_key))
         self.router.load_definitions(recovery.exchanges, bindings)
         self.streams.recover(recovery.streams)
         resume_trace(self)

@@ -7,7 +7,7 @@ looked at again without being redeclared:
 
 * its bounds, pinning and pump (``Dispatcher.settings_changed``), as a declaration would;
 * a ``message-ttl`` is given to the messages already waiting, counted from when each was
-  published (those in memory here, and in the store through ``Store.cap_expiry``), and the
+  published (those in memory here, and in the store through a ``CapExpiry`` row), and the
   expiry sweep looks at once: what is older than the TTL goes within a sweep (about a second);
   new messages take the TTL as they come (``QueueBounds.admit``).  A TTL removed or raised
   stops applying to new messages; those already given an expiry keep it.
@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from functools import partial
 
 from ..storage.base import Store, StoreError
+from ..storage.rows import CapExpiry
 from .dispatch import Dispatcher
 from .expiry import SWEEP_MS
 from .policy_match import Policy
@@ -94,7 +95,7 @@ class AppliedPolicies:
                 if msg.expires is None or msg.expires > cap:
                     msg.expires = cap
             dispatcher.pump(queue)
-        dispatcher.store.cap_expiry(name, ttl)
+        dispatcher.store.write(CapExpiry(name, ttl))
         dispatcher.expiry.arm(dispatcher.clock.wall_ms + SWEEP_MS // 2)  # after the next flush, likely
 
     # -- expires: unused queues ---------------------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ..protocol import Frame
 from ..storage.base import BindingRecord, ExchangeRecord
+from ..storage.rows import DropBinding, DropExchange, SaveBinding, SaveExchange
 from .delivery import message_frame, message_tail, write_frame
 from .destinations import Destination, Kind
 from .dispatch import Dispatcher
@@ -274,21 +275,21 @@ class Router:
                 raise ClientError(f"exchange {name!r} exists with type {exchange.type}")
             return
         self.key_exchanges[name] = KeyExchange(name, kind)
-        self.store.save_exchange(ExchangeRecord(name, kind, {}))
+        self.store.write(SaveExchange(ExchangeRecord(name, kind, {})))
 
     def bind_key(self, exchange_name: str, queue: str, key: str) -> None:
         exchange = self.key_exchange(exchange_name)
         if queue in exchange.private:
             raise ClientError(f"queue {queue!r} is a subscription's private queue")
         exchange.bind(queue, key)
-        self.store.save_binding(BindingRecord(exchange_name, queue, 1, key))
+        self.store.write(SaveBinding(BindingRecord(exchange_name, queue, 1, key)))
 
     def unbind_key(self, exchange_name: str, queue: str, key: str) -> None:
         exchange = self.key_exchange(exchange_name)
         if (queue, key) not in exchange.bindings or queue in exchange.private:
             raise ClientError(f"queue {queue!r} is not bound to exchange {exchange_name!r} with key {key!r}")
         exchange.unbind(queue, key)
-        self.store.delete_binding(exchange_name, queue, key)
+        self.store.write(DropBinding(exchange_name, queue, key))
 
     def declare_exchange(self, name: str, options: dict[str, str]) -> None:
         """Declare (idempotently) an exchange; redeclaring with other options is an error."""
@@ -300,7 +301,7 @@ class Router:
                 raise ClientError(f"exchange {name!r} exists with other options: {exchange.options}")
             return
         exchange = self.exchanges[name] = Exchange(name, options)
-        self.store.save_exchange(exchange.record)
+        self.store.write(SaveExchange(exchange.record))
 
     def delete_exchange(self, name: str) -> None:
         if name in BUILT_IN:
@@ -308,7 +309,7 @@ class Router:
         if self.key_exchanges.pop(name, None) is None:
             self.exchange(name)
             del self.exchanges[name]
-        self.store.delete_exchange(name)
+        self.store.write(DropExchange(name))
 
     def bind(self, exchange_name: str, queue: str, weight: int) -> None:
         """Bind a queue (or update its weight) and persist the binding."""
@@ -316,25 +317,25 @@ class Router:
         if queue in exchange.private:
             raise ClientError(f"queue {queue!r} is a subscription's private queue")
         exchange.bind(queue, weight)
-        self.store.save_binding(BindingRecord(exchange_name, queue, weight))
+        self.store.write(SaveBinding(BindingRecord(exchange_name, queue, weight)))
 
     def unbind(self, exchange_name: str, queue: str) -> None:
         exchange = self.exchange(exchange_name)
         if queue not in exchange.bindings or queue in exchange.private:
             raise ClientError(f"queue {queue!r} is not bound to exchange {exchange_name!r}")
         exchange.unbind(queue)
-        self.store.delete_binding(exchange_name, queue)
+        self.store.write(DropBinding(exchange_name, queue))
 
     def unbind_everywhere(self, queue: str) -> None:
         """A deleted queue leaves every exchange it was bound to."""
         for exchange in self.exchanges.values():
             if queue in exchange.bindings:
                 exchange.unbind(queue)
-                self.store.delete_binding(exchange.name, queue)
+                self.store.write(DropBinding(exchange.name, queue))
         for keyed in self.key_exchanges.values():
             for key in keyed.keys_of(queue):
                 keyed.unbind(queue, key)
-                self.store.delete_binding(keyed.name, queue, key)
+                self.store.write(DropBinding(keyed.name, queue, key))
 
     def is_bound(self, queue: str) -> bool:
         """Is ``queue`` bound to any exchange (declared or private bindings alike)?"""
@@ -377,10 +378,10 @@ class Router:
         for key in exchange.keys_of(queue):
             if key != pattern:
                 exchange.unbind(queue, key)
-                self.store.delete_binding(exchange.name, queue, key)
+                self.store.write(DropBinding(exchange.name, queue, key))
         if (queue, pattern) not in exchange.bindings:
             exchange.bind(queue, pattern)
-            self.store.save_binding(BindingRecord(exchange.name, queue, 1, pattern))
+            self.store.write(SaveBinding(BindingRecord(exchange.name, queue, 1, pattern)))
 
 
 def _appended(new: bool) -> dict[str, str] | None:

@@ -22,7 +22,7 @@ redelivers (re-read by subscribing again at an offset).
 Retention drops whole segments from the front.  A segment starts at every
 offset that is a multiple of ``stream_segment``; its mark records (first
 offset, first timestamp, bytes before it), so deciding what to drop looks at
-marks only and the store deletes an offset range (``Store.trim_stream``): no
+marks only and the store deletes an offset range (a ``TrimStream`` row): no
 scan of the stream, ever.  The newest segment is never dropped.  Timestamps are
 kept non-decreasing within a stream, so ``timestamp=`` subscriptions find their
 start from the marks too.  After a restart the marks are re-read from the store
@@ -98,6 +98,7 @@ from ..storage.base import (
     StreamRecord,
     StreamState,
 )
+from ..storage.rows import DropStream, SaveStream, TrimStream
 from .config import BrokerConfig
 from .limits import admit_producer
 from .delivery import stream_head, stream_tail, write_frame
@@ -234,7 +235,7 @@ class Streams:
         if stream is None:
             stream = self.streams[name] = self._new(name)
             if not self.shared:  # (shared: the first append makes the row; {} here would undo a declaration)
-                self.store.save_stream(name, {})
+                self.store.write(SaveStream(name, {}))
         return stream
 
     def _new(self, name: str, first: int = 0, next_offset: int = 0) -> Stream:
@@ -256,7 +257,7 @@ class Streams:
     def set_options(self, stream: Stream, options: dict[str, str]) -> None:
         """Give ``stream`` these stored options (retention, and what KEPT_OPTIONS name)."""
         self._configure(stream, options)
-        self.store.save_stream(stream.name, options)
+        self.store.write(SaveStream(stream.name, options))
         self.enforce(stream)
 
     def _configure(self, stream: Stream, options: dict[str, str]) -> None:
@@ -308,11 +309,11 @@ class Streams:
         stream.marks.clear()
         stream.tail.clear()
         if self.shared:  # to the committed end, whatever it is then; the counter row keeps it
-            self.store.trim_stream(name, TRIM_ALL)
+            self.store.write(TrimStream(name, TRIM_ALL))
         else:
             stream.options = {**stream.options, FLOOR: str(stream.next)}
-            self.store.trim_stream(name, stream.next)
-            self.store.save_stream(name, stream.options)
+            self.store.write(TrimStream(name, stream.next))
+            self.store.write(SaveStream(name, stream.options))
         self._arm_age(stream)
 
     def delete(self, name: str) -> None:
@@ -327,7 +328,7 @@ class Streams:
         del self.streams[name]
         if stream.timer is not None:
             self.deadlines.cancel(stream.timer)
-        self.store.delete_stream(name)
+        self.store.write(DropStream(name))
 
     # -- appending ----------------------------------------------------------------------------
     def append(self, name: str, headers: dict[str, str], body: bytes, priority: int) -> bool:
@@ -540,7 +541,7 @@ class Streams:
             cut = marks[0][0]
         if cut is not None:
             stream.first = cut
-            self.store.trim_stream(stream.name, cut)
+            self.store.write(TrimStream(stream.name, cut))
             tail = stream.tail
             while tail and tail[0].offset < cut:
                 tail.popleft()

@@ -1,6 +1,6 @@
 """Every vhost's policies and operator policies: stored, and handed to each vhost's engine.
 
-A policy is a ``broker_meta`` row (``Store.save_policy``), its record naming its vhost and
+A policy is a ``broker_meta`` row (a ``SavePolicy`` row, ``Store.write``), its record naming its vhost and
 whether it is an operator policy, so a restart applies it again.  A change is applied to the
 vhost's engine at once (broker/policy_apply.py) and stored with the next commit group; on
 PostgreSQL the commit notifies every broker sharing the database, which reads all the policies
@@ -19,6 +19,7 @@ from ..broker import Broker
 from ..broker.errors import ClientError
 from ..broker.policy_match import Policy
 from ..storage.base import Store
+from ..storage.rows import SavePolicy
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +78,7 @@ class Policies:
         key = (operator, vhost, name)
         created = key not in self.policies
         self.policies[key] = policy
-        self.store.save_policy(stored_key(key), {**policy.record(), "vhost": vhost, "operator": operator})
+        self.store.write(SavePolicy(stored_key(key), {**policy.record(), "vhost": vhost, "operator": operator}))
         log.info("%s %s of vhost %s set: pattern %r, %s", "operator policy" if operator else "policy", name, vhost,
                  policy.pattern, dict(policy.definition))
         self.apply(vhost)
@@ -88,7 +89,7 @@ class Policies:
         key = (operator, vhost, name)
         if self.policies.pop(key, None) is None:
             return False
-        self.store.save_policy(stored_key(key), None)
+        self.store.write(SavePolicy(stored_key(key), None))
         log.info("%s %s of vhost %s cleared", "operator policy" if operator else "policy", name, vhost)
         self.apply(vhost)
         return True

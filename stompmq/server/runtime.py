@@ -45,6 +45,7 @@ from ..storage.base import (
     StoreRejected,
     StreamState,
 )
+from ..storage.rows import DropVhost, SaveVhost
 from ..storage.vhosts import VhostStore, split_definitions, split_recovery
 from ..tomlfile import load_definitions
 from ..vhost_names import DEFAULT_VHOST, split_key, vhost_space
@@ -131,7 +132,7 @@ class Runtime(StoreEvents):
         The caller checks the name (``vhost_name_error``)."""
         engine = self.engines.get(vhost)
         if engine is None:
-            self.store.save_vhost(vhost)
+            self.store.write(SaveVhost(vhost))
             nothing = Recovery(self._last_seq, [], [], [], [vhost])
             engine = self._add(vhost, nothing)
             self.tick()
@@ -154,7 +155,7 @@ class Runtime(StoreEvents):
         for operator in (False, True):
             for policy in self.policies.of(vhost, operator):
                 self.policies.delete(vhost, policy.name, operator)
-        self.store.drop_vhost(vhost)
+        self.store.write(DropVhost(vhost))
         del self.engines[vhost]
         log.info("vhost %s deleted", vhost)
 

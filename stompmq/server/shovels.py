@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 A declaration (``transfer.Declaration``: from, to, prefetch) comes from the management API
 (``PUT /api/shovels/{name}``) or a definitions file's ``[[shovels]]``; it is stored as a
-``broker_meta`` row (``Store.save_shovel``), so a restarted broker runs it again
+``broker_meta`` row (a ``SaveShovel`` row, ``Store.write``), so a restarted broker runs it again
 (``Recovery.shovels``).  Each runs the very transfer loop of ``stompmq shovel``
 (``transfer.Shovel``): a message is ACKed at the source only after the destination's RECEIPT,
 and what a broken session left unconfirmed the source delivers again, flagged
@@ -36,6 +36,7 @@ import trio
 from ..client import ClientError, client_error
 from ..transfer import Declaration
 from ..storage.base import Store
+from ..storage.rows import SaveShovel
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +129,7 @@ class Shovels:
         running = self.shovels.get(name)
         if running is not None and running.declaration == declaration:
             return
-        self.store.save_shovel(name, declaration.stored())
+        self.store.write(SaveShovel(name, declaration.stored()))
         if running is not None:
             running.scope.cancel()
         self.shovels[name] = running = RunningShovel(declaration)
@@ -142,7 +143,7 @@ class Shovels:
         if running is None:
             return False
         running.scope.cancel()
-        self.store.save_shovel(name, None)
+        self.store.write(SaveShovel(name, None))
         log.info("shovel %s deleted", name)
         return True
 

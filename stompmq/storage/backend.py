@@ -31,6 +31,23 @@ from stompmq.storage.base import QueueCount, Recovery, StoredMessage, StreamMess
 from stompmq.storage.groups import GroupRows
 
 
+#: SQL for ``Backend.queue_page`` (placeholders ``vhost``/``after``/``limit`` are the backend's to adapt):
+#: it walks the unique index on queues.name and counts each listed queue through
+#: ix_messages_queue_order, so a page costs its own queues, never the whole table.  A queue
+#: row without messages or a declaration is left out: such a queue was deleted, or is known
+#: only to a broker that uses it (which lists it itself).
+QUEUE_PAGE_SQL = """
+SELECT q.name,
+       (SELECT COUNT(*) FROM messages m WHERE m.queue_id = q.id),
+       (SELECT COUNT(*) FROM messages m WHERE m.queue_id = q.id AND m.delivered = {true}),
+       (SELECT MIN(m.timestamp) FROM messages m WHERE m.queue_id = q.id AND m.delivered = {false}),
+       (SELECT MIN(m.timestamp) FROM messages m WHERE m.queue_id = q.id AND m.delivered = {true})
+FROM queues q WHERE q.vhost = {vhost} AND q.name > {after}
+  AND (q.options IS NOT NULL OR EXISTS (SELECT 1 FROM messages m WHERE m.queue_id = q.id))
+ORDER BY q.name LIMIT {limit}
+"""
+
+
 class Backend(Protocol):
     """A database as the group-commit engine's thread sees it; every method blocks."""
 
@@ -59,7 +76,7 @@ class Backend(Protocol):
         The order inside the transaction is part of the contract:
 
         1. ``group.structural`` first, in the order given (purges, exchange and binding
-           changes).  The engine relies on it: ``Store.purge`` drops every older pending
+           changes).  The engine relies on it: a ``Purge`` row drops every older pending
            operation of the queue's messages, so each message row left in a group was issued
            *after* the group's purges and must survive them.  ``Broker.purge_queue`` counts on
            exactly that when it writes its deliveries in flight back as inserts right after
@@ -125,7 +142,7 @@ class Backend(Protocol):
         """Does queue ``name`` have a row (it was used once and not forgotten)?"""
 
     def queue_page(self, after: str, limit: int) -> list[QueueCount]:
-        """See ``Store.queue_page`` (``base.QUEUE_PAGE_SQL`` is the query)."""
+        """See ``Store.queue_page`` (``QUEUE_PAGE_SQL`` is the query)."""
 
     def close(self) -> None:
         """Release the connection and any lock.  Called exactly once, last, also after a

@@ -7,7 +7,9 @@ So the write side of a store is *buffered and synchronous*: ``insert``,
 ``update`` and ``delete`` only record the operation in the store's pending
 batch and return at once.  Operations on the same message coalesce inside a
 batch (insert + delete = nothing reaches the disk, which is how a message acked
-before its flush never touches the disk).
+before its flush never touches the disk).  Structural facts (declarations, purges,
+retention cuts) are buffered the same way through one verb, ``write(row)``, over the row
+types of ``storage/rows.py``.
 
 Durability is asked for with tickets.  ``sync_ticket()`` returns the number of
 the commit group that will hold everything buffered so far (or the last
@@ -35,7 +37,7 @@ for it through ``StoreEvents`` (the write-behind's ``hold_back``).
 
 Several brokers may share one store (``shared``: the PostgreSQL store).  Then a
 message row belongs to the broker holding it in memory (``StoredMessage.held``),
-sequence numbers come from the store in blocks (``seq_block``), ``release``
+sequence numbers come from the store in blocks (``seq_block``), a ``Release`` row
 frees the rows of a queue that left this broker's memory, ``publish_topic``
 carries a topic message to the other brokers, and the store tells the runtime
 what the others did through its ``StoreEvents`` (``queue_changed``, ``topic``,
@@ -62,10 +64,13 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from ..vhost_names import DEFAULT_VHOST
 from .ages import NO_AGES, QueueAges
+
+if TYPE_CHECKING:
+    from .rows import Row
 
 T = TypeVar("T")
 
@@ -241,7 +246,7 @@ class StreamMessage(StoredMessage):
 #: numbered in the commit (``StreamState``), after every offset known before it, so only a trim
 #: to the end (``TRIM_ALL``) covers a pending one.
 UNNUMBERED = 2**63 - 2
-#: ``trim_stream``'s ``before`` for a purge: every entry appended so far, pending ones included.
+#: ``TrimStream``'s ``before`` for a purge: every entry appended so far, pending ones included.
 TRIM_ALL = 2**63 - 1
 
 
@@ -276,6 +281,7 @@ class StreamRecord:
 class ExchangeRecord:
     """A declared exchange: ``consistent-hash``, ``direct``, ``fanout`` or ``topic``."""
 
+    KEYS: ClassVar[tuple[str, ...]] = ("name",)  # its store keys (``rows.in_space``)
     name: str
     type: str
     # Declaration options (hash-header, hash-property, on-missing, ...), kept as given.
@@ -286,6 +292,7 @@ class ExchangeRecord:
 class BindingRecord:
     """A queue bound to an exchange: with a weight (consistent-hash) or a routing key (direct, topic)."""
 
+    KEYS: ClassVar[tuple[str, ...]] = ("exchange", "queue")  # its store keys (``rows.in_space``)
     exchange: str
     queue: str
     weight: int
@@ -313,7 +320,7 @@ class Recovery:
     queues: list[QueueRecord] = field(default_factory=list)  # declared queues, sorted by name
     #: declared shovels: name -> their declaration as stored (server/shovels.py reads it)
     shovels: dict[str, dict[str, Any]] = field(default_factory=dict)
-    #: stored policies, as ``save_policy`` was given them (server/policies.py reads them)
+    #: stored policies, as ``SavePolicy`` rows gave them (server/policies.py reads them)
     policies: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -342,22 +349,6 @@ class QueueCount:
     oldest_ready_ms: int | None  # the timestamp of its oldest ready message, None when none
     oldest_unacked_ms: int | None  # that of its oldest delivered-unacked one
 
-
-#: SQL for ``Backend.queue_page`` (placeholders ``vhost``/``after``/``limit`` are the backend's to adapt):
-#: it walks the unique index on queues.name and counts each listed queue through
-#: ix_messages_queue_order, so a page costs its own queues, never the whole table.  A queue
-#: row without messages or a declaration is left out: such a queue was deleted, or is known
-#: only to a broker that uses it (which lists it itself).
-QUEUE_PAGE_SQL = """
-SELECT q.name,
-       (SELECT COUNT(*) FROM messages m WHERE m.queue_id = q.id),
-       (SELECT COUNT(*) FROM messages m WHERE m.queue_id = q.id AND m.delivered = {true}),
-       (SELECT MIN(m.timestamp) FROM messages m WHERE m.queue_id = q.id AND m.delivered = {false}),
-       (SELECT MIN(m.timestamp) FROM messages m WHERE m.queue_id = q.id AND m.delivered = {true})
-FROM queues q WHERE q.vhost = {vhost} AND q.name > {after}
-  AND (q.options IS NOT NULL OR EXISTS (SELECT 1 FROM messages m WHERE m.queue_id = q.id))
-ORDER BY q.name LIMIT {limit}
-"""
 
 #: The highest sequence number a message can have (a signed 64-bit column).
 SEQ_LIMIT = 2**63 - 1
@@ -487,10 +478,6 @@ class Store(abc.ABC):
         store of one broker holds no lease: its claims are always its own."""
         return True
 
-    def release(self, queue: str) -> None:  # noqa: B027 - a store of one broker has nothing to do
-        """This broker no longer holds any ready message of ``queue`` in memory (a store of one
-        broker claims no rows, so it has none to free)."""
-
     def promoted(self, delayed: int, copy: int) -> None:  # noqa: B027 - a store of one broker fences nothing
         """The delayed message numbered ``delayed`` was published anew as ``copy``.  On a store
         several brokers share, ``copy`` is stored only if the delete of ``delayed``'s row takes
@@ -539,27 +526,12 @@ class Store(abc.ABC):
         for msg in messages:
             self.delete(msg)
 
+    # -- structural writes: one verb over the stored facts' rows ---------------------------
     @abc.abstractmethod
-    def purge(self, queue: str) -> None:
-        """Delete every message of ``queue`` (messages the broker holds in memory included)."""
-
-    @abc.abstractmethod
-    def save_exchange(self, exchange: ExchangeRecord) -> None: ...
-
-    @abc.abstractmethod
-    def save_vhost(self, name: str) -> None:
-        """Declare the vhost ``name`` (idempotent); it is in ``Recovery.vhosts`` from then on."""
-
-    @abc.abstractmethod
-    def delete_exchange(self, name: str) -> None:
-        """Drop the exchange and its bindings."""
-
-    @abc.abstractmethod
-    def save_binding(self, binding: BindingRecord) -> None:
-        """Insert or replace the binding of (exchange, queue, routing_key)."""
-
-    @abc.abstractmethod
-    def delete_binding(self, exchange: str, queue: str, routing_key: str = "") -> None: ...
+    def write(self, row: Row) -> None:
+        """Buffer the structural fact ``row`` (storage/rows.py: a declaration, its removal, a
+        purge, a retention cut), applied in the order written, before the message writes of
+        its commit group; a store applies every row type in one ``match``."""
 
     # -- streams: append-only logs, written in the same groups as the messages --------------
     @abc.abstractmethod
@@ -568,47 +540,9 @@ class Store(abc.ABC):
         store unnumbered, ``offset`` = ``UNNUMBERED``: the commit numbers them, in order)."""
 
     @abc.abstractmethod
-    def save_stream(self, name: str, options: dict[str, str]) -> None:
-        """Insert or replace the stream's declaration (retention options)."""
-
-    @abc.abstractmethod
-    def trim_stream(self, name: str, before: int) -> None:
-        """Delete the stream's entries with offset < ``before`` (retention): a range delete,
-        never a scan; pending appends below ``before`` are dropped too."""
-
-    @abc.abstractmethod
     def save_stream_group(self, name: str, group: str, committed: int | None) -> None:
         """Buffer consumer group ``group``'s committed offset on stream ``name`` (None: forget
         the group); writes of one group coalesce, the newest wins, in the next commit group."""
-
-    # -- queue declarations, delayed and expired messages ------------------------------------
-    @abc.abstractmethod
-    def save_queue(self, name: str, options: dict[str, str] | None) -> None:
-        """Insert or replace the declaration of queue ``name`` (None: forget it)."""
-
-    @abc.abstractmethod
-    def save_shovel(self, name: str, declaration: dict[str, Any] | None) -> None:
-        """Insert or replace the declaration of shovel ``name`` (None: forget it); it is in
-        ``Recovery.shovels`` from then on."""
-
-    def save_policy(self, key: str, record: dict[str, Any] | None) -> None:
-        """Insert or replace policy ``key`` (None: forget it); it is in ``Recovery.policies`` from
-        then on, and a shared store tells every broker (``StoreEvents.policies_changed``)."""
-        raise NotImplementedError(f"{type(self).__name__} stores no policies")
-
-    def drop_vhost(self, name: str) -> None:
-        """Forget vhost ``name`` with its messages, queue declarations, exchanges and bindings
-        (its streams are deleted before, one by one); pending writes of its messages are dropped."""
-        raise NotImplementedError(f"{type(self).__name__} cannot delete vhosts")
-
-    def cap_expiry(self, queue: str, ttl: int) -> None:  # noqa: B027 - a store that keeps nothing caps nothing
-        """Queue ``queue``'s stored messages (pending ones too) expire at most ``ttl`` ms after
-        they were published."""
-
-    @abc.abstractmethod
-    def delete_stream(self, name: str) -> None:
-        """Delete the stream's entries and its declaration; pending appends of it are dropped
-        (appends after this call make it anew)."""
 
     # -- durability ----------------------------------------------------------
     @property

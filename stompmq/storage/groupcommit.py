@@ -12,7 +12,7 @@ Theory of operation
   ``redeliveries``, ``priority``) are copied into plain tuples when the batch
   is taken, so a group commits the state of that moment and the database thread
   never reads objects the broker keeps mutating.
-* Purges, exchange and binding changes are rare and kept in order in
+* Structural rows (``write``: purges, exchange and binding changes) are rare and kept in order in
   ``_structural``.  A purge drops the pending operations of its queue's
   messages, so every message operation left in a batch was issued after the
   batch's purges: that is why a backend runs the structural operations first
@@ -39,15 +39,8 @@ Theory of operation
   drops a buffered insert certainly not on disk (never tried, or its group
   failed for sure), on the trio thread and so in the same step as the
   decision to answer ERROR: no commit can take it afterwards.
-* A group the database refuses for what it carries, not for an outage (``StoreRejected``: a
-  value SQLite's INTEGER cannot hold, a broken constraint) would fail the same way forever and
-  stop every client's writes behind it.  So the database thread commits the rest without the
-  rows refused (``_commit_isolating``): it bisects the group, in the order a backend applies
-  its rows (``ROW_LISTS``: any prefix commits on its own), committing each half that goes
-  through, down to the single rows that do not (about 2 log2 n commits for one bad row in n).
-  The group then counts as committed; the refused messages go to ``events.rejected`` before
-  its ``committed`` (their SENDs get an ERROR, nobody gets them later) and are logged once per
-  group.  An outage during the bisection leaves the group in doubt (part of it is on disk).
+* A group the database refuses for what it carries (``StoreRejected``) commits without the rows
+  refused, which are reported (``storage/refusals.py``).
 * Stream entries are append-only: they never coalesce, so they wait in a plain
   list (``_stream_appends``) and travel with the group as ``stream_rows``.  A
   trim (retention) drops the pending entries it covers, like a purge, so the
@@ -92,74 +85,47 @@ Theory of operation
 * Every group that finishes, committed or failed, sets one ``trio.Event``:
   ``wait_for_room`` and the wait for the group in flight sleep on it, so
   nothing here polls.
-* Reads run on the database thread behind the pending batch (handed over as a
-  group first), so they see every write buffered before them.  If that group
-  fails, the read raises StoreError rather than answer without those writes.
-  Page reads (``load_ready``) are the exception when the backend offers
-  ``ConcurrentReads`` (SQLite) and the store is not shared: they run at once on
-  a second thread and connection, beside the commits, with every write not
-  known to be on the disk laid over what they find (``_read_through``), as long
-  as that scan of the buffer is cheaper than waiting for its commit.
+* Reads run behind the pending batch, or beside it for SQLite's page reads
+  (``storage/groupreads.py``).
 """
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar, TypeVarTuple, overload
+from typing import TypeVar, TypeVarTuple, overload
 
 import trio
 
-from stompmq.storage.ages import QueueAges
 from stompmq.storage.backend import Backend, ConcurrentReads
 from stompmq.storage.base import (
     MESSAGE_OVERHEAD,
-    BindingRecord,
     CommitInDoubt,
-    ExchangeRecord,
-    QueueCount,
     Recovery,
-    Store,
     StoredMessage,
     StoreError,
-    StoreRejected,
     StreamMessage,
-    StreamState,
-    by_order,
 )
-from stompmq.vhost_names import DEFAULT_VHOST, split_key, vhost_space
+from stompmq.vhost_names import vhost_space
 from stompmq.storage.groups import (
-    ROW_LISTS,
+    DELETE,
+    INSERT,
+    UPDATE,
+    PendingOp,
     DelayedRow,
     DeleteRow,
-    DropBinding,
-    DropExchange,
     GroupRows,
     InsertRow,
-    Purge,
-    Release,
-    SaveBinding,
-    SaveExchange,
-    SaveQueue,
-    SaveMeta,
-    CapExpiry,
-    DropVhost,
-    POLICY_PREFIX,
-    SHOVEL_PREFIX,
-    DropStream,
-    SaveStream,
-    SaveVhost,
     StreamRow,
     StructuralOp,
     TopicMessage,
-    TrimStream,
     UpdateRow,
 )
+from stompmq.storage.rows import CapExpiry, DropStream, DropVhost, Purge, Release, Row, TrimStream
+from stompmq.storage.groupreads import GroupReads
 from stompmq.storage.outage import Outage
+from stompmq.storage.refusals import commit_isolating, report_rejected
 from stompmq.storage.thread import DatabaseThread, Job
-
-log = logging.getLogger(__name__)
 
 # Longest a buffered write waits for its group when nobody asks for a ticket: bounds what a
 # crash loses of unreceipted SENDs while letting bursts share one fsync.
@@ -172,21 +138,9 @@ MAX_BACKLOG = 200_000
 # Bytes of inserted messages buffered or in flight before the server stops reading its clients:
 # without it 40,000 SENDs of 64 KiB took 2.5 GB while the disk fell behind.
 MAX_BACKLOG_BYTES = 64 * 1024 * 1024
-# A page read lays the buffer over the disk only while the buffer (and the group in flight) holds
-# at most this many operations plus two per message asked for, or at least this many bytes of
-# inserted messages per operation: the overlay is a scan of the buffer on the engine's thread,
-# which must stay small per message paged, and waiting behind the batch costs little when it is
-# many small rows (quick to commit) and much when it is large bodies (a 64 KiB row spans 16
-# overflow pages; 64 MiB of backlog is only ~1,000 operations).
-READ_THROUGH_OPS = 1024
-READ_THROUGH_BYTES_PER_OP = 4096
 # After a failed group, wait this long before the next try: a full disk is not fixed in a loop.
 RETRY_BACKOFF = 0.1
 
-# Kinds of pending message operations.
-INSERT, UPDATE, DELETE = 0, 1, 2
-
-PendingOp = tuple[int, StoredMessage]
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
 
@@ -219,7 +173,7 @@ class _Group:
         return len(self.ops) + len(self.structural) + len(self.appends) + len(self.offsets)
 
 
-class GroupCommitStore(Store):
+class GroupCommitStore(GroupReads):
     """A durable store: group commits of coalesced writes to ``backend`` on its own thread."""
 
     def __init__(
@@ -322,7 +276,7 @@ class GroupCommitStore(Store):
         try:
             while self._has_pending() or self._inflight is not None:
                 await self._wait_idle()
-                if self._has_pending() and not await self._commit_group():
+                if self._has_pending() and await self._await_group(self._submit_group()) is not None:
                     raise StoreError(
                         f"{self.backlog()} operations could not be committed to"
                         f" {self._backend.name} at shutdown"
@@ -342,7 +296,7 @@ class GroupCommitStore(Store):
     # -- buffered writes ---------------------------------------------------------------------
     def insert(self, msg: StoredMessage) -> None:
         seq = msg.seq
-        pending = self._pending  # _put, spelled out: once per message published
+        pending = self._pending  # (update's steps, spelled out: once per message published)
         if not pending and not self._has_pending():
             self._batch_started()
         pending[seq] = (INSERT, msg)
@@ -358,7 +312,12 @@ class GroupCommitStore(Store):
         entry = self._pending.get(msg.seq)
         if entry is not None and entry[1] is msg:
             return  # a pending insert or update of it copies its fields when the batch is taken
-        self._put(msg.seq, UPDATE if entry is None else entry[0], msg)
+        pending = self._pending
+        if not pending and not self._has_pending():  # (the first test settles most calls)
+            self._batch_started()
+        pending[msg.seq] = (UPDATE if entry is None else entry[0], msg)
+        if len(pending) >= self._max_group and not self._urgent:
+            self._hurry()
 
     def pass_over(self, msg: StoredMessage) -> None:
         self._passed.add(msg.seq)  # (cleared at every group: one not in it is news of the usual kind)
@@ -385,45 +344,41 @@ class GroupCommitStore(Store):
         if len(pending) >= self._max_group and not self._urgent:
             self._hurry()
 
-    def purge(self, queue: str) -> None:
-        # Every message operation left pending after this was issued after the purge.
-        self._pending = {seq: op for seq, op in self._pending.items() if op[1].space + op[1].queue != queue}
-        self._pending_bytes = _insert_bytes(self._pending)
-        self._add_structural(Purge(queue))
-
-    def drop_vhost(self, name: str) -> None:
-        space = vhost_space(name)  # every message operation of the vhost left pending is moot
-        self._pending = {seq: op for seq, op in self._pending.items() if op[1].space != space}
-        self._pending_bytes = _insert_bytes(self._pending)
-        self._add_structural(DropVhost(name))
-
-    def release(self, queue: str) -> None:
-        if self.shared:
-            self._add_structural(Release(queue))
-
     def promoted(self, delayed: int, copy: int) -> None:
         if self.shared:
             self._promotions[copy] = delayed
+
+    def write(self, row: Row) -> None:
+        """Buffer ``row`` in order with the other structural rows; first, what it does to the
+        writes buffered before it (a purge or a drop makes its messages' older operations moot,
+        so every message operation left in a batch was issued after the batch's rows)."""
+        match row:
+            case Purge(queue=queue):
+                self._pending = {seq: op for seq, op in self._pending.items() if op[1].space + op[1].queue != queue}
+                self._pending_bytes = _insert_bytes(self._pending)
+            case DropVhost(name=name):
+                space = vhost_space(name)
+                self._pending = {seq: op for seq, op in self._pending.items() if op[1].space != space}
+                self._pending_bytes = _insert_bytes(self._pending)
+            case CapExpiry(queue=queue, ttl=ttl):
+                for _, msg in self._pending.values():  # inserts not taken yet copy the message's fields
+                    if msg.space + msg.queue == queue:
+                        cap = msg.timestamp + ttl
+                        if msg.expires is None or msg.expires > cap:
+                            msg.expires = cap
+            case TrimStream(name=name, before=before):
+                self._stream_appends = _untrimmed(self._stream_appends, name, before)
+            case DropStream(name=name):
+                self._stream_appends = [m for m in self._stream_appends if m.space + m.queue != name]
+                self._group_offsets = {key: v for key, v in self._group_offsets.items() if key[0] != name}
+            case Release() if not self.shared:
+                return  # a store of one broker claims no rows, so it has none to free
+        self._add_structural(row)
 
     def publish_topic(self, topic: str, headers: dict[str, str], body: bytes) -> None:
         if self.shared:
             self._add_structural(TopicMessage(topic, headers, body))
             self._hurry()  # a topic message is for now, not for the next flush
-
-    def save_exchange(self, exchange: ExchangeRecord) -> None:
-        self._add_structural(SaveExchange(exchange))
-
-    def save_vhost(self, name: str) -> None:
-        self._add_structural(SaveVhost(name))
-
-    def delete_exchange(self, name: str) -> None:
-        self._add_structural(DropExchange(name))
-
-    def save_binding(self, binding: BindingRecord) -> None:
-        self._add_structural(SaveBinding(binding))
-
-    def delete_binding(self, exchange: str, queue: str, routing_key: str = "") -> None:
-        self._add_structural(DropBinding(exchange, queue, routing_key))
 
     def append_stream(self, msg: StreamMessage) -> None:
         if not self._has_pending():
@@ -433,47 +388,10 @@ class GroupCommitStore(Store):
         if len(appends) + len(self._pending) >= self._max_group and not self._urgent:
             self._hurry()
 
-    def save_stream(self, name: str, options: dict[str, str]) -> None:
-        self._add_structural(SaveStream(name, dict(options)))
-
     def save_stream_group(self, name: str, group: str, committed: int | None) -> None:
         if not self._has_pending():
             self._batch_started()
         self._group_offsets[name, group] = committed
-
-    def save_queue(self, name: str, options: dict[str, str] | None) -> None:
-        self._add_structural(SaveQueue(name, None if options is None else dict(options)))
-
-    def save_shovel(self, name: str, declaration: dict[str, Any] | None) -> None:
-        self._add_structural(SaveMeta(SHOVEL_PREFIX + name, None if declaration is None else dict(declaration)))
-
-    def save_policy(self, key: str, record: dict[str, Any] | None) -> None:
-        self._add_structural(SaveMeta(POLICY_PREFIX + key, None if record is None else dict(record)))
-
-    def cap_expiry(self, queue: str, ttl: int) -> None:
-        for _, msg in self._pending.values():  # inserts not taken yet copy the message's fields
-            if msg.space + msg.queue == queue:
-                cap = msg.timestamp + ttl
-                if msg.expires is None or msg.expires > cap:
-                    msg.expires = cap
-        self._add_structural(CapExpiry(queue, ttl))
-
-    def trim_stream(self, name: str, before: int) -> None:
-        self._stream_appends = _untrimmed(self._stream_appends, name, before)
-        self._add_structural(TrimStream(name, before))
-
-    def delete_stream(self, name: str) -> None:
-        self._stream_appends = [m for m in self._stream_appends if m.space + m.queue != name]
-        self._group_offsets = {key: v for key, v in self._group_offsets.items() if key[0] != name}
-        self._add_structural(DropStream(name))
-
-    def _put(self, seq: int, kind: int, msg: StoredMessage) -> None:
-        pending = self._pending
-        if not pending and not self._has_pending():  # (the first test settles most calls)
-            self._batch_started()
-        pending[seq] = (kind, msg)
-        if len(pending) >= self._max_group and not self._urgent:
-            self._hurry()
 
     def _add_structural(self, op: StructuralOp) -> None:
         if not self._has_pending():
@@ -610,7 +528,7 @@ class GroupCommitStore(Store):
                                if (op := ops.get(seq)) is not None and op[0] == INSERT}
             # an insert taken now, or cancelled by its delete, needs its link no more
             self._promotions = {seq: delayed for seq, delayed in promotions.items() if seq in kept}
-        job = self._thread.submit(self._commit_isolating, rows)
+        job = self._thread.submit(commit_isolating, self._backend, rows)
         group = self._inflight = _Group(self._next_ticket, ops, structural, appends, offsets, job, rows)
         self._next_ticket += 1
         self._pending, self._structural, self._stream_appends, self._urgent = kept, [], [], False
@@ -658,56 +576,6 @@ class GroupCommitStore(Store):
         return GroupRows(structural, inserts, updates, deletes, self._last_seq, held, self.claims_epoch(),
                          stream_rows, delayed, delayed_deletes)
 
-    def _commit_isolating(self, rows: GroupRows) -> None:
-        """On the database thread: commit ``rows``; if the database refuses some of them
-        (``StoreRejected``), commit the others and list the refused ones in ``rows.rejected``
-        (see the module docstring).  Any other failure during the bisection is CommitInDoubt:
-        the halves committed before it are on disk."""
-        try:
-            self._backend.commit(rows)
-            return
-        except StoreRejected as error:
-            refused = error
-        try:
-            self._bisect(rows, [(name, row) for name in ROW_LISTS for row in getattr(rows, name)], refused)
-        except Exception as error:
-            raise CommitInDoubt(f"{error} (while committing a group without the rows it refused)") from error
-
-    def _bisect(self, rows: GroupRows, items: list[tuple[str, Any]], error: StoreRejected) -> None:
-        """``items`` of ``rows`` were refused together (``error``): commit each half that the
-        database takes, look into each half it does not, and list the single rows it refuses."""
-        if len(items) <= 1:
-            rows.rejected.extend((name, row, error) for name, row in items)
-            return
-        half = len(items) // 2
-        for chunk in (items[:half], items[half:]):
-            part = GroupRows([], [], [], [], rows.last_seq, rows.held, rows.claims_epoch)
-            for name, row in chunk:
-                getattr(part, name).append(row)
-            inserted = {row[0] for row in part.inserts}
-            part.promotions = {seq: delayed for seq, delayed in rows.promotions.items() if seq in inserted}
-            try:
-                self._backend.commit(part)
-            except StoreRejected as refused:
-                self._bisect(rows, chunk, refused)
-            else:
-                rows.stream_states.update(part.stream_states)
-
-    def _report_rejected(self, group: _Group) -> None:
-        """The rows of ``group`` the database refused: logged once, the messages among them
-        reported (``events.rejected``), before the group's ``committed``."""
-        rejected = group.rows.rejected
-        messages: list[StoredMessage] = []
-        for name, row, _ in rejected:
-            if name in ("inserts", "delayed") and (op := group.ops.get(row[0])) is not None:
-                messages.append(op[1])
-        error = rejected[0][2]
-        log.error("store %s refused %d of the %d operations of a commit group; they are not stored, the"
-                  " others are (first refused: %s %s): %s", self._backend.name, len(rejected), len(group),
-                  rejected[0][0], _row_shown(rejected[0][1]), error)
-        if messages:
-            self.events.rejected(messages, error)
-
     def claims_epoch(self) -> int | None:
         """The lease epoch the engine's claims are held under now; None: a store of one broker,
         which has no leases (a shared store's subclass answers)."""
@@ -726,7 +594,7 @@ class GroupCommitStore(Store):
                 self._in_doubt.clear()  # the group after a doubtful one carries all of its writes
                 self._committed = group.ticket
                 if group.rows.rejected:
-                    self._report_rejected(group)
+                    report_rejected(self._backend.name, group.rows, group.ops, len(group), self.events)
                 self.events.group_committed(trio.current_time() - group.submitted, len(group))
                 for name, state in group.rows.stream_states.items():
                     self.events.stream_changed(name, state)
@@ -742,9 +610,6 @@ class GroupCommitStore(Store):
         finally:
             finished, self._group_finished = self._group_finished, trio.Event()
             finished.set()
-
-    async def _commit_group(self) -> bool:
-        return await self._await_group(self._submit_group()) is None
 
     def _merge_back(self, group: _Group, in_doubt: bool) -> None:
         """Make a failed group's operations pending again, under the newer ones.  If the group
@@ -791,156 +656,6 @@ class GroupCommitStore(Store):
         # the failed ticket's promise: receipts wait for it now instead of failing.
         self._hurry()
 
-    # -- reads -------------------------------------------------------------------------------
-    async def load_ready(
-        self, queue: str, after: tuple[int, int] | None, limit: int
-    ) -> Sequence[StoredMessage]:
-        if self._reader is None or not self._worth_reading_through(limit) or self._purging(queue):
-            # A purge empties the disk view in a way the buffer cannot replay: read behind it.
-            return await self._read(self._backend.load_ready, queue, after, limit)
-        try:
-            page = await self._read_through(*self._reader, queue, after, limit)
-        except StoreError as e:
-            self._outage.failed(e)
-            raise
-        self._outage.succeeded()
-        return page
-
-    def _worth_reading_through(self, limit: int) -> bool:
-        """Is laying the buffer over the disk cheaper than waiting for its commit?  The overlay
-        scans every buffered operation on the engine's thread; the wait grows with the bytes to
-        write.  So: a small buffer, or one of large messages (see READ_THROUGH_OPS)."""
-        ops = len(self._pending) + (len(self._inflight.ops) if self._inflight is not None else 0)
-        return (ops <= READ_THROUGH_OPS + 2 * limit
-                or self._pending_bytes + self._inflight_bytes >= ops * READ_THROUGH_BYTES_PER_OP)
-
-    def _purging(self, queue: str) -> bool:
-        """A purge of ``queue`` is buffered or being committed."""
-        structural = self._structural if self._inflight is None else self._inflight.structural + self._structural
-        return any(isinstance(op, Purge) and op.queue == queue for op in structural)
-
-    async def _read_through(
-        self, reader: DatabaseThread, backend: ConcurrentReads, queue: str, after: tuple[int, int] | None,
-        limit: int,
-    ) -> list[StoredMessage]:
-        """A page of ``queue`` read beside the commits, with the writes not yet on disk laid over it.
-
-        Why: a page read behind the pending batch waited for the group in flight and then for
-        that batch's commit, and when a queue's backlog outruns its window the batch is mostly
-        the queue's own newest messages: with 64 KiB bodies every page waited ~120 ms of fsync
-        and the consumer got one window per commit (docs/architecture.md, "Performance
-        design").  Here the read runs at once on the reader thread's own
-        connection (``ConcurrentReads``) and sees some committed state, and every operation not
-        known to be on the disk, in the group in flight and in the buffer, as it is at this
-        instant (no await before the submission), wins over it: a buffered insert comes from
-        memory (settled before its flush, it never touches the disk), a buffered delete, update
-        or delivery hides its row.  The backend refills past the hidden rows, so a page
-        shorter than ``limit`` still proves the queue exhausted.  What the read may see that
-        the snapshot did not (writes after it) is what a read behind the batch could miss too:
-        the window's ``late`` key covers it.
-        """
-        overlay: dict[int, PendingOp] = {}
-        vhost, name = split_key(queue)
-        space = vhost_space(vhost)
-        if self._inflight is not None:
-            _ops_of(self._inflight.ops, space, name, overlay)
-        _ops_of(self._pending, space, name, overlay)
-        buffered = [m for kind, m in overlay.values() if kind != DELETE and not m.delivered]
-        if after is not None:
-            buffered = [m for m in buffered if m.order_key > after]
-        rows, more = await reader.call(backend.read_ready, queue, after, limit, frozenset(overlay))
-        if not buffered:
-            return rows
-        if more and rows:  # the disk may hold rows after its last one: nothing beyond it yet
-            last = rows[-1].order_key
-            buffered = [m for m in buffered if m.order_key < last]
-        page = rows + buffered
-        page.sort(key=by_order)
-        del page[limit:]
-        return page
-
-    async def count(self, queue: str) -> int:
-        return await self._read(self._backend.count, queue)
-
-    async def load_due(
-        self, after: tuple[int, int] | None, limit: int, vhost: str = DEFAULT_VHOST
-    ) -> Sequence[StoredMessage]:
-        return await self._read(self._backend.load_due, after, limit, vhost)
-
-    async def load_expired(
-        self, now_ms: int, after: tuple[int, int] | None, limit: int, vhost: str = DEFAULT_VHOST
-    ) -> tuple[Sequence[StoredMessage], int | None]:
-        return await self._read(self._backend.load_expired, now_ms, after, limit, vhost)
-
-    async def queue_size(self, queue: str, snapshot: Callable[[], T]) -> tuple[int, int, T]:
-        taken: list[T] = []
-        count, size = await self._read(self._backend.queue_size, queue, before=lambda: taken.append(snapshot()))
-        return count, size, taken[0]
-
-    async def count_unacked(self, queue: str) -> int:
-        return await self._read(self._backend.count_unacked, queue)
-
-    async def queue_ages(self, queue: str) -> QueueAges:
-        return await self._read(self._backend.queue_ages, queue)
-
-    async def read_stream(self, name: str, start: int, limit: int) -> Sequence[StreamMessage]:
-        return await self._read(self._backend.read_stream, name, start, limit)
-
-    async def stream_state(self, name: str) -> StreamState | None:
-        return await self._read(self._backend.stream_state, name)
-
-    async def stream_groups(self, name: str) -> dict[str, int] | None:
-        return await self._read(self._backend.stream_groups, name)
-
-    async def queue_names(self, prefix: str) -> list[str]:
-        return await self._read(self._backend.queue_names, prefix)
-
-    async def queue_exists(self, name: str) -> bool:
-        return await self._read(self._backend.queue_exists, name)
-
-    async def queue_page(self, after: str, limit: int, snapshot: Callable[[], T]) -> tuple[list[QueueCount], T]:
-        taken: list[T] = []
-        rows = await self._read(self._backend.queue_page, after, limit, before=lambda: taken.append(snapshot()))
-        return rows, taken[0]
-
-    async def _read(self, fn: Callable[[*Ts], T], *args: *Ts, before: Callable[[], None] | None = None) -> T:
-        """Run a read on the database thread behind every write buffered so far.
-
-        A read that cannot see them (their group failed) raises instead of answering
-        from a disk that lacks them: a pager would step over the missing messages.
-        ``before`` is called at the instant the read's view is fixed: with no await between it
-        and the submission, every write buffered before it is seen and none after it.
-        """
-        thread = self._thread
-        if thread is None:
-            raise StoreError(f"{self._backend.name} is not open")
-        await self._wait_idle()  # a failed group in flight is pending again afterwards
-        if before is not None:
-            before()
-        if not self._has_pending():
-            read = thread.submit(fn, *args)
-        else:
-            group = self._submit_group()
-            read = thread.submit(fn, *args)  # FIFO: right behind the group
-            error = await self._await_group(group)
-            if error is not None:
-                raise StoreError(f"read refused until buffered writes commit: {error}")
-        try:
-            result = await read.result()
-        except StoreError as e:
-            self._outage.failed(e)
-            raise
-        self._outage.succeeded()
-        return result
-
-
-def _ops_of(ops: dict[int, PendingOp], space: str, name: str, into: dict[int, PendingOp]) -> None:
-    """Copy into ``into`` the operations of queue ``name``'s messages (not delayed ones) in the
-    vhost of key prefix ``space``."""
-    for seq, op in ops.items():
-        m = op[1]
-        if m.queue == name and m.space == space and m.deliver_at is None:
-            into[seq] = op
 
 
 def _untrimmed(appends: list[StreamMessage], name: str, before: int) -> list[StreamMessage]:
@@ -966,10 +681,3 @@ def _split_in_flight(
 def _insert_bytes(ops: dict[int, PendingOp]) -> int:
     """What the inserts among ``ops`` count against ``max_backlog_bytes``."""
     return sum(len(msg.body) + MESSAGE_OVERHEAD for kind, msg in ops.values() if kind == INSERT)
-
-
-def _row_shown(row: Any) -> str:
-    """A refused row as the log names it: its seq or name and its numbers, never a body."""
-    if isinstance(row, tuple):
-        return repr(tuple(v for v in row if isinstance(v, int | float | str) and not isinstance(v, bool))[:6])[:200]
-    return repr(row)[:200]

@@ -23,55 +23,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from stompmq.storage.base import BindingRecord, ExchangeRecord, StoreRejected, StreamState
+from stompmq.storage.base import StoredMessage, StoreRejected, StreamState
+from stompmq.storage.rows import Row
 
 
 # -- structural operations: rare, kept in the order the broker issued them ------------------
-@dataclass(frozen=True, slots=True)
-class Purge:
-    """Delete every stored message of ``queue``."""
-
-    queue: str
-
-
-@dataclass(frozen=True, slots=True)
-class SaveExchange:
-    """Insert or replace the exchange of that name."""
-
-    exchange: ExchangeRecord
-
-
-@dataclass(frozen=True, slots=True)
-class DropExchange:
-    """Delete the exchange and its bindings."""
-
-    name: str
-
-
-@dataclass(frozen=True, slots=True)
-class SaveBinding:
-    """Insert or replace the binding of (exchange, queue, routing key)."""
-
-    binding: BindingRecord
-
-
-@dataclass(frozen=True, slots=True)
-class DropBinding:
-    """Delete the binding of (exchange, queue, routing key)."""
-
-    exchange: str
-    queue: str
-    routing_key: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class Release:
-    """This broker holds no ready message of ``queue`` in memory any more: on a database that
-    several brokers share, its rows of that queue not out for delivery become free."""
-
-    queue: str
-
-
+# The stored facts (``Store.write``'s rows) are in storage/rows.py; a group also carries the topic
+# messages of a shared store, which are never stored.
 @dataclass(frozen=True, slots=True)
 class TopicMessage:
     """A topic message for the other brokers sharing the database (never stored)."""
@@ -79,63 +37,6 @@ class TopicMessage:
     topic: str
     headers: dict[str, str]
     body: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class SaveStream:
-    """Insert or replace the declaration of stream ``name``."""
-
-    name: str
-    options: dict[str, str]
-
-
-@dataclass(frozen=True, slots=True)
-class TrimStream:
-    """Delete the entries of stream ``name`` with offset < ``before`` (a range, not a scan)."""
-
-    name: str
-    before: int
-
-
-@dataclass(frozen=True, slots=True)
-class SaveVhost:
-    """Declare the vhost ``name`` (nothing happens if it exists)."""
-
-    name: str
-
-
-@dataclass(frozen=True, slots=True)
-class SaveQueue:
-    """Insert or replace the declaration of queue ``name`` (None: forget it)."""
-
-    name: str
-    options: dict[str, str] | None
-
-
-@dataclass(frozen=True, slots=True)
-class SaveMeta:
-    """Insert or replace the ``broker_meta`` row ``name``, JSON text of ``value`` (None: delete
-    it): a shovel's declaration (``SHOVEL_PREFIX``) or a policy (``POLICY_PREFIX``)."""
-
-    name: str
-    value: dict[str, Any] | None
-
-
-@dataclass(frozen=True, slots=True)
-class CapExpiry:
-    """Queue ``queue``'s stored messages expire at most ``ttl`` ms after they were published (a
-    policy's ``message-ttl`` given to messages already waiting)."""
-
-    queue: str
-    ttl: int
-
-
-@dataclass(frozen=True, slots=True)
-class DropVhost:
-    """Forget vhost ``name``: its messages (ready and delayed), queue declarations, exchanges and
-    bindings, and the vhost itself (its streams are deleted one by one before: ``DropStream``)."""
-
-    name: str
 
 
 #: ``DropVhost``'s statements, in order, each with the vhost's name as its one parameter (``?``;
@@ -149,23 +50,12 @@ DROP_VHOST_SQL = (
     "DELETE FROM vhosts WHERE name = ?",
 )
 
-#: ``broker_meta`` names of the shovels' rows start with it (a shovel name has no '/').
-SHOVEL_PREFIX = "shovel/"
-#: ``broker_meta`` names of the policies' rows start with it (``Store.save_policy``).
-POLICY_PREFIX = "policy/"
+StructuralOp = Row | TopicMessage
 
+# -- the group commit's write buffer: per seq, the kind of operation and the broker's message --
+INSERT, UPDATE, DELETE = 0, 1, 2
 
-@dataclass(frozen=True, slots=True)
-class DropStream:
-    """Delete stream ``name``: its entries and its declaration."""
-
-    name: str
-
-
-StructuralOp = (
-    Purge | SaveExchange | DropExchange | SaveBinding | DropBinding | Release | TopicMessage | SaveStream | TrimStream
-    | SaveVhost | SaveQueue | SaveMeta | CapExpiry | DropStream | DropVhost
-)
+PendingOp = tuple[int, StoredMessage]
 
 # -- message rows: one per message, at most one row per seq in a group ------------------------
 # (seq, queue, priority, headers, body, delivered, ack_timeout, redeliveries, timestamp, expires)

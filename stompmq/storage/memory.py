@@ -9,7 +9,7 @@ write is already "committed" when it is made.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, assert_never
 
 import trio
 
@@ -24,9 +24,36 @@ from .base import (
     StreamMessage,
     StreamRecord,
 )
+from .rows import (
+    CapExpiry,
+    DropBinding,
+    DropExchange,
+    DropStream,
+    DropVhost,
+    Purge,
+    Release,
+    Row,
+    SaveBinding,
+    SaveExchange,
+    SavePolicy,
+    SaveQueue,
+    SaveShovel,
+    SaveStream,
+    SaveVhost,
+    TrimStream,
+)
 from ..vhost_names import DEFAULT_VHOST, vhost_space
 
 T = TypeVar("T")
+V = TypeVar("V")
+
+
+def _put(declared: dict[str, V], name: str, value: V | None) -> None:
+    """Declare ``name`` as ``value`` in ``declared`` (None: forget it)."""
+    if value is None:
+        declared.pop(name, None)
+    else:
+        declared[name] = value
 
 
 class MemoryStore(Store):
@@ -70,70 +97,48 @@ class MemoryStore(Store):
     def delete_all(self, messages: Sequence[StoredMessage]) -> None:
         pass
 
-    def purge(self, queue: str) -> None:
-        pass
-
-    def save_exchange(self, exchange: ExchangeRecord) -> None:
-        self._exchanges[exchange.name] = exchange
-
-    def save_vhost(self, name: str) -> None:
-        self._vhosts.add(name)
-
-    def delete_exchange(self, name: str) -> None:
-        self._exchanges.pop(name, None)
-        for key in [k for k in self._bindings if k[0] == name]:
-            del self._bindings[key]
-
-    def save_binding(self, binding: BindingRecord) -> None:
-        self._bindings[(binding.exchange, binding.queue, binding.routing_key)] = binding
-
-    def delete_binding(self, exchange: str, queue: str, routing_key: str = "") -> None:
-        self._bindings.pop((exchange, queue, routing_key), None)
-
     def append_stream(self, msg: StreamMessage) -> None:
         pass
 
-    def save_stream(self, name: str, options: dict[str, str]) -> None:
-        self._streams[name] = dict(options)
-
-    def trim_stream(self, name: str, before: int) -> None:
-        pass
-
-    def save_queue(self, name: str, options: dict[str, str] | None) -> None:
-        if options is None:
-            self._queues.pop(name, None)
-        else:
-            self._queues[name] = dict(options)
-
-    def save_shovel(self, name: str, declaration: dict[str, Any] | None) -> None:
-        if declaration is None:
-            self._shovels.pop(name, None)
-        else:
-            self._shovels[name] = dict(declaration)
-
-    def drop_vhost(self, name: str) -> None:
-        space = vhost_space(name)
-        self._vhosts.discard(name)
-        self._exchanges = {k: v for k, v in self._exchanges.items() if not k.startswith(space)}
-        self._bindings = {k: v for k, v in self._bindings.items() if not k[0].startswith(space)}
-        self._queues = {k: v for k, v in self._queues.items() if not k.startswith(space)}
-
-    def save_policy(self, key: str, record: dict[str, Any] | None) -> None:
-        if record is None:
-            self._policies.pop(key, None)
-        else:
-            self._policies[key] = dict(record)
-
-    def delete_stream(self, name: str) -> None:
-        self._streams.pop(name, None)
-        self._groups.pop(name, None)
+    def write(self, row: Row) -> None:
+        """Keep the declarations; the broker holds every message itself, so a row about them
+        has nothing here to change."""
+        match row:
+            case SaveExchange(exchange=exchange):
+                self._exchanges[exchange.name] = exchange
+            case DropExchange(name=name):
+                self._exchanges.pop(name, None)
+                self._bindings = {k: v for k, v in self._bindings.items() if k[0] != name}
+            case SaveBinding(binding=b):
+                self._bindings[(b.exchange, b.queue, b.routing_key)] = b
+            case DropBinding(exchange=exchange, queue=queue, routing_key=key):
+                self._bindings.pop((exchange, queue, key), None)
+            case SaveStream(name=name, options=options):
+                self._streams[name] = options
+            case DropStream(name=name):
+                self._streams.pop(name, None)
+                self._groups.pop(name, None)
+            case SaveVhost(name=name):
+                self._vhosts.add(name)
+            case DropVhost(name=name):
+                space = vhost_space(name)
+                self._vhosts.discard(name)
+                self._exchanges = {k: v for k, v in self._exchanges.items() if not k.startswith(space)}
+                self._bindings = {k: v for k, v in self._bindings.items() if not k[0].startswith(space)}
+                self._queues = {k: v for k, v in self._queues.items() if not k.startswith(space)}
+            case SaveQueue(name=name, options=options):
+                _put(self._queues, name, options)
+            case SaveShovel(name=name, declaration=declaration):
+                _put(self._shovels, name, declaration)
+            case SavePolicy(key=key, record=record):
+                _put(self._policies, key, record)
+            case Purge() | TrimStream() | CapExpiry() | Release():
+                pass  # messages and stream entries: the broker's own
+            case _:
+                assert_never(row)
 
     def save_stream_group(self, name: str, group: str, committed: int | None) -> None:
-        groups = self._groups.setdefault(name, {})
-        if committed is None:
-            groups.pop(group, None)
-        else:
-            groups[group] = committed
+        _put(self._groups.setdefault(name, {}), group, committed)
 
     @property
     def committed(self) -> int:

@@ -36,20 +36,13 @@ import psycopg
 from stompmq.storage import jsontext, recovery
 from stompmq.storage.base import StreamMessage, StreamRecord, StreamState, producer_positions
 from stompmq.vhost_names import split_key, vhost_space
-from stompmq.storage.groups import (
-    DropStream,
-    GroupOffsetRow,
-    GroupRows,
-    SaveStream,
-    StreamRow,
-    StructuralOp,
-    TrimStream,
-)
+from stompmq.storage.groups import GroupOffsetRow, GroupRows, StreamRow, StructuralOp
+from stompmq.storage.rows import DropStream, SaveStream, TrimStream
 
 _dumps, _loads = jsontext.dumps, jsontext.loads
 _headers, _headers_text = jsontext.headers, jsontext.headers_text
 
-#: The LISTEN/NOTIFY channel (postgres.CHANNEL: one channel for every kind of news).
+#: The LISTEN/NOTIFY channel (pg_sql.CHANNEL: one channel for every kind of news).
 CHANNEL = "stompmq"
 STATE_COLUMNS = "id, first_offset, next_offset, end_bytes, last_ts, options"
 COPY_SQL = (

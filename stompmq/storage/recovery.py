@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from stompmq.storage.base import BindingRecord, ExchangeRecord, QueueRecord
 from stompmq.vhost_names import vhost_space
-from stompmq.storage.groups import POLICY_PREFIX, SHOVEL_PREFIX
+from stompmq.storage.rows import POLICY_PREFIX, SHOVEL_PREFIX
 from stompmq.storage.jsontext import loads
 
 VHOSTS_SQL = "SELECT name FROM vhosts ORDER BY name"
@@ -63,7 +63,7 @@ def declarations(conn: Connection) -> tuple[list[QueueRecord], dict[str, dict[st
 
 
 def policies(conn: Connection) -> list[dict[str, Any]]:
-    """Every stored policy (``Store.save_policy``'s records): at open, and whenever a shared
+    """Every stored policy (the records of ``SavePolicy`` rows): at open, and whenever a shared
     store hears that another broker changed them."""
     return [loads(value) for (value,) in conn.execute(POLICIES_SQL)]
 

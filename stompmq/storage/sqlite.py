@@ -6,7 +6,9 @@ Everything about buffering, tickets and retries is the engine's
 (:mod:`stompmq.storage.groupcommit`); this module holds only what is SQLite's,
 in :class:`SQLiteBackend`, which runs on the engine's database thread and
 blocks: the open sequence (directory, file lock, integrity check, PRAGMAs,
-migrations, crash recovery), the group commit, and the paging reads.
+migrations, crash recovery), the group commit, and the paging reads.  Opening the
+file (lock, PRAGMAs, check) is ``storage/sqlite_file.py``; the statements are
+``storage/sqlite_sql.py``.
 
 * One file, WAL journal, ``synchronous = FULL``: a commit is one fsync of the
   WAL, and an outside ``sqlite3`` reader does not hold up the broker's commits.
@@ -27,18 +29,14 @@ migrations, crash recovery), the group commit, and the paging reads.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 
 import os
 import sqlite3
-from collections.abc import Iterator, Sequence
-from itertools import chain
-from typing import Any
+from collections.abc import Iterator
 
 from stompmq.storage import jsontext, recovery
 from stompmq.storage.ages import NO_AGES, QUEUE_AGES_SQL, QUEUE_UNACKED_AGE_SQL, QueueAges
 from stompmq.storage.base import (
-    QUEUE_PAGE_SQL,
     CommitInDoubt,
     QueueCount,
     Recovery,
@@ -51,55 +49,67 @@ from stompmq.storage.base import (
     producer_positions,
 )
 from stompmq.vhost_names import split_key, vhost_space
+from stompmq.storage.backend import QUEUE_PAGE_SQL
 from stompmq.storage.groupcommit import FLUSH_INTERVAL, MAX_BACKLOG_BYTES, MAX_GROUP, GroupCommitStore
 from stompmq.storage.groups import (
+    DROP_VHOST_SQL,
     DelayedRow,
-    DropBinding,
-    DropExchange,
-    DropStream,
     GroupOffsetRow,
     GroupRows,
     InsertRow,
+    StreamRow,
+    StructuralOp,
+    TopicMessage,
+)
+from stompmq.storage.rows import (
+    CapExpiry,
+    DropBinding,
+    DropExchange,
+    DropStream,
+    DropVhost,
     Purge,
     Release,
     SaveBinding,
     SaveExchange,
+    SavePolicy,
     SaveQueue,
-    SaveMeta,
-    CapExpiry,
-    DropVhost,
-    DROP_VHOST_SQL,
+    SaveShovel,
     SaveStream,
     SaveVhost,
-    StreamRow,
-    StructuralOp,
-    TopicMessage,
     TrimStream,
+)
+from stompmq.storage.sqlite_file import BUSY_TIMEOUT_MS, check_paths, connect, lock
+from stompmq.storage.sqlite_sql import (
+    BLOB_COPY_BELOW,
+    CAP_EXPIRY_SQL,
+    DELAYED_DELETE_SQL,
+    DELAYED_INSERT_SQL,
+    DUE_AFTER_SQL,
+    DUE_FIRST_SQL,
+    DelayedParams,
+    EXPIRED_SQL,
+    GROUP_UPSERT_SQL,
+    INSERT_PLAIN_SQL,
+    INSERT_SQL,
+    InsertParams,
+    InsertPlainParams,
+    NEXT_EXPIRY_SQL,
+    PRODUCER_UPSERT_SQL,
+    READY_FIRST_SQL,
+    READY_LOWER_PRIORITY_SQL,
+    READY_SAME_PRIORITY_SQL,
+    REQUEUE_DELIVERED_SQL,
+    STREAM_INSERT_SQL,
+    STREAM_READ_SQL,
+    UPDATE_SQL,
+    delete_rows,
+    insert_rows,
 )
 from stompmq.storage.migrate import VERSION_SQL, is_current, upgrade_to_head
 
-# ``PRAGMA quick_check`` reads every page of the file: seconds for a backlog of millions of
-# messages, all before the first delivery.  A file up to this size is checked whole at open (well
-# under a second); a larger one only has its header and schema read, and a damaged page fails the
-# read or commit that meets it with a store error (``PRAGMA integrity_check`` in the sqlite3
-# shell checks it whole, off the start-up path).
-CHECK_WHOLE_BYTES = 64 * 1024**2
-# Page cache of the connection, in KiB: keeps the paging index and recent pages hot while
-# bounding RSS (the broker must hold 1M queued messages under 150 MB).
-CACHE_SIZE_KIB = 16 * 1024
 # The reader thread's page cache: page reads scan rows just written (mostly in the OS cache), so
 # it only keeps the paging index's upper pages, and RSS stays bounded.
 READER_CACHE_SIZE_KIB = 2 * 1024
-# After open, wait this long for a lock held by an outside reader (sqlite3 shell, backup)
-# instead of failing a whole commit group; open itself uses 0 to fail fast.
-BUSY_TIMEOUT_MS = 2000
-# Debian's SQLite is built with SECURE_DELETE on: every deleted row's pages are zeroed and written
-# again, so a 64 KiB message inserted and deleted cost its body's bytes twice in the WAL (and 150 us
-# of CPU per delete commit).  FAST still zeroes deleted cells on the b-tree pages a delete writes
-# anyway, but not freed overflow pages: a deleted body may linger in free pages until reused.
-SECURE_DELETE = "FAST"
-# Truncate the WAL file back to this size after a checkpoint so a burst does not pin disk space.
-JOURNAL_SIZE_LIMIT = 64 * 1024 * 1024
 # Queue name -> id cache bound: millions of queues must not mean millions of cached entries.
 QUEUE_ID_CACHE_MAX = 100_000
 # Name of the high-water mark row in broker_meta.
@@ -107,106 +117,6 @@ LAST_SEQ = "last_seq"
 
 _dumps, _loads = jsontext.dumps, jsontext.loads
 _headers, _headers_text = jsontext.headers, jsontext.headers_text
-
-# An insert as its SQL parameters: InsertRow with the queue id and the headers as JSON, for
-# INSERT_SQL (with an ack timeout or an expiry) or INSERT_PLAIN_SQL (neither: nearly every message).
-InsertParams = tuple[int, int, int, str, bytes | bytearray, int, float | None, int, int, int | None]
-InsertPlainParams = tuple[int, int, int, str, bytes | bytearray, int, int, int]
-# A delayed insert as its SQL parameters: DelayedRow with the queue id and the headers as JSON.
-DelayedParams = tuple[int, int, int, str, bytes, float | None, int, int | None, int]
-
-INSERT_SQL = (
-    "INSERT OR REPLACE INTO messages (seq, queue_id, priority, headers, body, delivered,"
-    " ack_timeout, redeliveries, timestamp, expires) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
-INSERT_PLAIN_SQL = (
-    "INSERT OR REPLACE INTO messages (seq, queue_id, priority, headers, body, delivered,"
-    " redeliveries, timestamp) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-)
-# sqlite3 binds int, float, str and bytearray directly but looks every other parameter up in its
-# adapter registry first (bytes, bool, None: ~0.5-0.8 us each, a third of a small row's insert),
-# so inserts bind bodies up to this size as a bytearray copy, ``delivered`` as an int, and leave
-# a NULL ack timeout and expiry out of the statement.
-BLOB_COPY_BELOW = 8192
-DELAYED_INSERT_SQL = (
-    "INSERT OR REPLACE INTO delayed_messages (seq, queue_id, priority, headers, body, ack_timeout,"
-    " timestamp, expires, deliver_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
-DELAYED_DELETE_SQL = "DELETE FROM delayed_messages WHERE seq = ?"
-# A range scan of ix_delayed_messages_deliver_at from the key after which the broker has them all.
-DUE_COLUMNS = "d.seq, q.name, d.priority, d.headers, d.body, d.timestamp, d.ack_timeout, d.expires, d.deliver_at"
-# Only the asking vhost's rows (``q.vhost``): each vhost's engine pages its own delayed messages.
-DUE_FIRST_SQL = (
-    f"SELECT {DUE_COLUMNS} FROM delayed_messages d JOIN queues q ON q.id = d.queue_id"
-    " WHERE q.vhost = ? ORDER BY d.deliver_at, d.seq LIMIT ?"
-)
-DUE_AFTER_SQL = (
-    f"SELECT {DUE_COLUMNS} FROM delayed_messages d JOIN queues q ON q.id = d.queue_id"
-    " WHERE q.vhost = ? AND (d.deliver_at, d.seq) > (?, ?) ORDER BY d.deliver_at, d.seq LIMIT ?"
-)
-# A range scan of the partial ix_messages_expires (expires, seq) after a key.
-EXPIRED_SQL = (
-    "SELECT m.seq, q.name, m.priority, m.headers, m.body, m.timestamp, m.ack_timeout, m.redeliveries, m.expires"
-    " FROM messages m JOIN queues q ON q.id = m.queue_id"
-    " WHERE m.expires IS NOT NULL AND (m.expires, m.seq) > (?, ?) AND m.expires < ? AND m.delivered = 0"
-    " AND q.vhost = ?"
-    " ORDER BY m.expires, m.seq LIMIT ?"
-)
-# Over every vhost (a MIN over the expiry index, no join): another vhost's earlier expiry only wakes
-# the asking engine once more, early.
-NEXT_EXPIRY_SQL = "SELECT MIN(expires) FROM messages WHERE expires IS NOT NULL AND expires >= ?"
-# Start-up makes the rows out for delivery at a crash ready again: a walk of the partial
-# ix_messages_delivered (those rows only), not a scan of the backlog.
-REQUEUE_DELIVERED_SQL = "UPDATE messages SET delivered = 0, redeliveries = redeliveries + 1 WHERE delivered = 1"
-# Parameters in the order of groups.UpdateRow.
-UPDATE_SQL = "UPDATE messages SET delivered = ?, redeliveries = ?, priority = ? WHERE seq = ?"
-DELETE_SQL = "DELETE FROM messages WHERE seq = ?"
-# A policy's message-ttl given to the messages waiting (groups.CapExpiry): (ttl, queue id, ttl).
-CAP_EXPIRY_SQL = (
-    "UPDATE messages SET expires = timestamp + ? WHERE queue_id = ? AND (expires IS NULL OR expires > timestamp + ?)"
-)
-# Acknowledgements mostly settle runs of consecutive seqs: one statement deletes a run (1.1 against
-# 2.2 us per row, 200,000 rows of 100 bytes).
-DELETE_RUN_SQL = "DELETE FROM messages WHERE seq BETWEEN ? AND ?"
-# Rows per multi-row INSERT: a statement of one row costs about as much again as the row (2.9
-# against 1.4 us per 100-byte row, 200,000 rows); 64 rows of at most ten parameters stay below
-# the oldest SQLite limit on bound parameters (999).
-INSERT_ROWS = 64
-READY_COLUMNS = "seq, priority, headers, body, timestamp, ack_timeout, redeliveries, expires"
-# Three range scans of ix_messages_queue_order, none needs a sort: from the start,
-# the rest of the key's priority, then the lower priorities.
-READY_FIRST_SQL = (
-    f"SELECT {READY_COLUMNS} FROM messages WHERE queue_id = ? AND delivered = 0"
-    " ORDER BY priority DESC, seq LIMIT ?"
-)
-READY_SAME_PRIORITY_SQL = (
-    f"SELECT {READY_COLUMNS} FROM messages WHERE queue_id = ? AND priority = ? AND seq > ?"
-    " AND delivered = 0 ORDER BY seq LIMIT ?"
-)
-READY_LOWER_PRIORITY_SQL = (
-    f"SELECT {READY_COLUMNS} FROM messages WHERE queue_id = ? AND priority < ?"
-    " AND delivered = 0 ORDER BY priority DESC, seq LIMIT ?"
-)
-
-
-#: A producer's position only moves up (a group has one row per producer and stream).
-PRODUCER_UPSERT_SQL = (
-    "INSERT INTO stream_producers (stream_id, producer, seq) VALUES (?, ?, ?)"
-    " ON CONFLICT (stream_id, producer) DO UPDATE SET seq = excluded.seq WHERE excluded.seq > stream_producers.seq"
-)
-GROUP_UPSERT_SQL = (
-    "INSERT INTO stream_groups (stream_id, name, committed) VALUES (?, ?, ?)"
-    " ON CONFLICT (stream_id, name) DO UPDATE SET committed = excluded.committed"
-)
-STREAM_INSERT_SQL = (
-    "INSERT OR REPLACE INTO stream_messages (stream_id, position, seq, priority, timestamp, headers,"
-    " body, bytes_before) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-)
-STREAM_READ_SQL = (
-    "SELECT position, seq, priority, timestamp, headers, body, bytes_before FROM stream_messages"
-    " WHERE stream_id = ? AND position >= ? ORDER BY position LIMIT ?"
-)
-
 
 #: What a commit catches, and among it what the rows caused (StoreRejected), not the disk.
 _COMMIT_ERRORS: tuple[type[Exception], ...] = (sqlite3.Error, CommitInDoubt, *REFUSED_VALUES)
@@ -235,9 +145,9 @@ class SQLiteBackend:
     # -- open / close ------------------------------------------------------------------------
     def open(self) -> Recovery:
         """Check, lock, migrate and recover the database; raise StoreError saying what is wrong."""
-        self._check_paths()
-        self._lock()
-        self._conn = self._connect()
+        check_paths(self.path)
+        self._lock_fd = lock(self.path)
+        self._conn = connect(self.path, self._max_page_count)
         if not is_current(self._stored_revisions(self._conn)):
             try:
                 upgrade_to_head(f"sqlite:///{self.path}")
@@ -265,73 +175,6 @@ class SQLiteBackend:
             if self._lock_fd is not None:
                 os.close(self._lock_fd)  # releases the flock
                 self._lock_fd = None
-
-    def _check_paths(self) -> None:
-        directory = os.path.dirname(self.path)
-        try:
-            os.makedirs(directory, exist_ok=True)
-        except OSError as exc:
-            raise StoreError(f"cannot create directory {directory}: {exc.strerror}") from exc
-        if not os.access(directory, os.W_OK | os.X_OK):
-            raise StoreError(f"cannot use {self.path}: directory {directory} is not writable")
-        if os.path.isdir(self.path):
-            raise StoreError(f"cannot use {self.path}: it is a directory")
-        if os.path.exists(self.path) and not os.access(self.path, os.R_OK | os.W_OK):
-            raise StoreError(f"cannot use {self.path}: the file is not writable")
-
-    def _lock(self) -> None:
-        """Hold an exclusive flock on PATH.lock for the broker's lifetime."""
-        lock_path = self.path + ".lock"
-        try:
-            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as exc:
-            raise StoreError(f"cannot create lock file {lock_path}: {exc.strerror}") from exc
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-            os.close(fd)
-            raise StoreError(
-                f"{self.path} is locked by another process (pid {holder}):"
-                " is another broker running on it?"
-            ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        self._lock_fd = fd
-
-    def _connect(self) -> sqlite3.Connection:
-        try:
-            # timeout=0: an outside process holding the database fails the open at once.
-            conn = sqlite3.connect(self.path, timeout=0, isolation_level=None)
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot open {self.path}: {exc}") from exc
-        try:
-            problems = _quick_check(conn, self.path)
-            if problems != ["ok"]:
-                # One row may hold many lines ("*** in database main ***\nPage 8: ..."): the
-                # message must stay one line for the operator and for ERROR headers.
-                lines = [
-                    line.strip()
-                    for problem in problems
-                    for line in str(problem).splitlines()
-                    if line.strip() and not line.startswith("***")
-                ]
-                raise StoreError(f"{self.path} is corrupt (quick_check: {'; '.join(lines[:3])})")
-            conn.execute("PRAGMA journal_mode = WAL").fetchall()
-            conn.execute("PRAGMA synchronous = FULL")
-            conn.execute(f"PRAGMA cache_size = -{CACHE_SIZE_KIB}")
-            conn.execute(f"PRAGMA secure_delete = {SECURE_DELETE}").fetchall()
-            conn.execute(f"PRAGMA journal_size_limit = {JOURNAL_SIZE_LIMIT}").fetchall()
-            if self._max_page_count is not None:
-                conn.execute(f"PRAGMA max_page_count = {int(self._max_page_count)}").fetchall()
-            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}").fetchall()
-        except sqlite3.Error as exc:
-            conn.close()
-            raise StoreError(_explain_open_error(self.path, exc)) from exc
-        except BaseException:
-            conn.close()
-            raise
-        return conn
 
     def _recover(self) -> Recovery:
         conn = self._connection()
@@ -386,7 +229,7 @@ class SQLiteBackend:
                 for op in group.structural:
                     self._apply(conn, op, created)
                 if group.deletes:
-                    _delete(conn, group.deletes)
+                    delete_rows(conn, group.deletes)
                 if group.delayed_deletes:
                     conn.executemany(DELAYED_DELETE_SQL, group.delayed_deletes)
                 if group.updates:
@@ -394,9 +237,9 @@ class SQLiteBackend:
                 if group.inserts:
                     full, plain = self._insert_params(conn, group.inserts, created)
                     if plain:
-                        _insert(conn, INSERT_PLAIN_SQL, plain)
+                        insert_rows(conn, INSERT_PLAIN_SQL, plain)
                     if full:
-                        _insert(conn, INSERT_SQL, full)
+                        insert_rows(conn, INSERT_SQL, full)
                 if group.delayed:
                     conn.executemany(DELAYED_INSERT_SQL, self._delayed_params(conn, group.delayed, created))
                 if group.stream_rows:
@@ -461,10 +304,12 @@ class SQLiteBackend:
                     "UPDATE queues SET options = ? WHERE id = ?",
                     (None if options is None else _dumps(options), queue_id),
                 )
-            case SaveMeta(name=name, value=None):
-                conn.execute("DELETE FROM broker_meta WHERE name = ?", (name,))
-            case SaveMeta(name=name, value=value):
-                conn.execute("INSERT OR REPLACE INTO broker_meta (name, value) VALUES (?, ?)", (name, _dumps(value)))
+            case SaveShovel() | SavePolicy():
+                name, value = op.meta
+                if value is None:
+                    conn.execute("DELETE FROM broker_meta WHERE name = ?", (name,))
+                else:
+                    conn.execute("INSERT OR REPLACE INTO broker_meta (name, value) VALUES (?, ?)", (name, _dumps(value)))
             case DropVhost(name=name):
                 for statement in DROP_VHOST_SQL:
                     conn.execute(statement, (name,))
@@ -788,15 +633,6 @@ def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
         raise
 
 
-def _quick_check(conn: sqlite3.Connection, path: str) -> list[str]:
-    """``PRAGMA quick_check``'s problems (["ok"]: none) for a file up to CHECK_WHOLE_BYTES;
-    for a larger one, reading the schema ("not a database" raises)."""
-    if not os.path.exists(path) or os.path.getsize(path) <= CHECK_WHOLE_BYTES:
-        return [row[0] for row in conn.execute("PRAGMA quick_check").fetchall()]
-    conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
-    return ["ok"]
-
-
 def _remember(ids: dict[str, int], name: str, queue_id: int) -> int:
     if len(ids) >= QUEUE_ID_CACHE_MAX:
         ids.clear()
@@ -807,17 +643,6 @@ def _remember(ids: dict[str, int], name: str, queue_id: int) -> int:
 def _one_line(exc: Exception) -> str:
     """The first line of an error: SQLAlchemy appends the SQL and a link on later lines."""
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-
-
-def _explain_open_error(path: str, exc: sqlite3.Error) -> str:
-    text = str(exc)
-    if "not a database" in text or "malformed" in text or "corrupt" in text:
-        return f"{path} is not a SQLite database or is corrupt ({text})"
-    if "locked" in text or "busy" in text:
-        return f"{path} is locked by another process ({text})"
-    if "readonly" in text or "read-only" in text:
-        return f"cannot use {path}: the file is not writable ({text})"
-    return f"cannot open {path}: {text}"
 
 
 class SQLiteStore(GroupCommitStore):
@@ -847,44 +672,3 @@ class SQLiteStore(GroupCommitStore):
             with contextlib.suppress(FileNotFoundError):
                 total += os.stat(name).st_size
         return total
-
-
-def _many_rows(sql: str, rows: int) -> str:
-    """``sql`` (an INSERT of one row of parameters) inserting ``rows`` rows."""
-    values = sql[sql.rindex("(") :]
-    return sql + (", " + values) * (rows - 1)
-
-
-_BATCHED = {sql: _many_rows(sql, INSERT_ROWS) for sql in (INSERT_SQL, INSERT_PLAIN_SQL)}
-
-
-def _insert(conn: sqlite3.Connection, sql: str, rows: Sequence[tuple[Any, ...]]) -> None:
-    """Insert ``rows`` INSERT_ROWS to a statement, the rest one by one (one SQL text each, so
-    the statement cache keeps them prepared)."""
-    whole = len(rows) - len(rows) % INSERT_ROWS
-    batched = _BATCHED[sql]
-    for start in range(0, whole, INSERT_ROWS):
-        conn.execute(batched, list(chain.from_iterable(rows[start : start + INSERT_ROWS])))
-    if whole < len(rows):
-        conn.executemany(sql, rows[whole:])
-
-
-def _delete(conn: sqlite3.Connection, deletes: Sequence[tuple[int]]) -> None:
-    """Delete the rows of these seqs, each run of consecutive seqs in one statement."""
-    seqs = sorted(seq for (seq,) in deletes)  # distinct: a group holds one operation per seq
-    singles: list[tuple[int]] = []
-    runs: list[tuple[int, int]] = []
-    start = end = seqs[0]
-    for seq in seqs[1:] + [-1]:  # -1 continues no run: it closes the last one
-        if seq == end + 1:
-            end = seq
-            continue
-        if end > start:
-            runs.append((start, end))
-        else:
-            singles.append((start,))
-        start = end = seq
-    if runs:
-        conn.executemany(DELETE_RUN_SQL, runs)
-    if singles:
-        conn.executemany(DELETE_SQL, singles)

@@ -8,7 +8,8 @@ uses the store itself, whose names are its names.  Any other vhost's engine gets
 ``VhostStore``: every name going down gets the vhost's prefix (``vhost_space``: the store key
 of ``storage/base.py``), every name coming back loses it, and every message written through it
 is stamped with the prefix (``StoredMessage.space``) so the group commit files it under the
-vhost.  Writes keyed by seq (update, delete), tickets and back-pressure go straight through:
+vhost.  A structural row gets the prefix on the fields its type names as store keys
+(``rows.in_space``), in one place for every row type.  Writes keyed by seq (update, delete), tickets and back-pressure go straight through:
 all vhosts share one write buffer, one commit group, one database thread.  The reads that
 span queues (``load_due``, ``load_expired``) name the view's vhost, and the backends select
 only its rows in SQL, so a vhost's engine never sees (or claims) another's messages; the
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import trio
 
@@ -38,6 +39,7 @@ from .base import (
     StreamMessage,
     StreamState,
 )
+from .rows import Row, in_space
 from ..vhost_names import DEFAULT_VHOST, split_key, vhost_space
 
 T = TypeVar("T")
@@ -102,9 +104,6 @@ class VhostStore(Store):
     def claims_valid(self) -> bool:
         return self.store.claims_valid()
 
-    def release(self, queue: str) -> None:
-        self.store.release(self.space + queue)
-
     def promoted(self, delayed: int, copy: int) -> None:
         self.store.promoted(delayed, copy)
 
@@ -144,54 +143,15 @@ class VhostStore(Store):
     def delete_all(self, messages: Sequence[StoredMessage]) -> None:
         self.store.delete_all(messages)
 
-    def purge(self, queue: str) -> None:
-        self.store.purge(self.space + queue)
-
-    def save_exchange(self, exchange: ExchangeRecord) -> None:
-        self.store.save_exchange(dataclasses.replace(exchange, name=self.space + exchange.name))
-
-    def save_vhost(self, name: str) -> None:
-        self.store.save_vhost(name)
-
-    def delete_exchange(self, name: str) -> None:
-        self.store.delete_exchange(self.space + name)
-
-    def save_binding(self, binding: BindingRecord) -> None:
-        space = self.space
-        self.store.save_binding(
-            dataclasses.replace(binding, exchange=space + binding.exchange, queue=space + binding.queue)
-        )
-
-    def delete_binding(self, exchange: str, queue: str, routing_key: str = "") -> None:
-        self.store.delete_binding(self.space + exchange, self.space + queue, routing_key)
+    def write(self, row: Row) -> None:
+        self.store.write(in_space(row, self.space))  # a vhost, a shovel or a policy has no key
 
     def append_stream(self, msg: StreamMessage) -> None:
         msg.space = self.space
         self.store.append_stream(msg)
 
-    def save_stream(self, name: str, options: dict[str, str]) -> None:
-        self.store.save_stream(self.space + name, options)
-
-    def trim_stream(self, name: str, before: int) -> None:
-        self.store.trim_stream(self.space + name, before)
-
-    def delete_stream(self, name: str) -> None:
-        self.store.delete_stream(self.space + name)
-
     def save_stream_group(self, name: str, group: str, committed: int | None) -> None:
         self.store.save_stream_group(self.space + name, group, committed)
-
-    def save_queue(self, name: str, options: dict[str, str] | None) -> None:
-        self.store.save_queue(self.space + name, options)
-
-    def save_shovel(self, name: str, declaration: dict[str, Any] | None) -> None:
-        self.store.save_shovel(name, declaration)  # shovels are the broker's, not a vhost's
-
-    def save_policy(self, key: str, record: dict[str, Any] | None) -> None:
-        self.store.save_policy(key, record)  # a policy's record names its vhost
-
-    def cap_expiry(self, queue: str, ttl: int) -> None:
-        self.store.cap_expiry(self.space + queue, ttl)
 
     # -- durability: one buffer for every vhost --------------------------------------------------
     @property

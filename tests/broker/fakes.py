@@ -9,14 +9,13 @@ from typing import Any, TypeVar
 from stompmq.broker import Broker
 from stompmq.protocol import Frame, FrameParser
 from stompmq.storage.base import (
-    BindingRecord,
-    ExchangeRecord,
     QueueCount,
     Recovery,
     Store,
     StoredMessage,
     StreamMessage,
 )
+from stompmq.storage.rows import CapExpiry, DropStream, Purge, Row, SaveStream, TrimStream
 
 
 #: What a ``FakeOutbox`` with room says its socket's buffer can still take: a connection's soft limit.
@@ -83,46 +82,31 @@ class DictStore(Store):
     def delete(self, msg: StoredMessage) -> None:
         self.rows.pop(msg.seq, None)
 
-    def purge(self, queue: str) -> None:
-        self.purged.append(queue)
-        # (ready messages only, as the SQL stores' ``DELETE FROM messages``: delayed ones stay)
-        self.rows = {seq: row for seq, row in self.rows.items()
-                     if row[0].queue != queue or row[0].deliver_at is not None}
-
-    def save_vhost(self, name: str) -> None:
-        pass
-
-    def save_exchange(self, exchange: ExchangeRecord) -> None:
-        pass
-
-    def delete_exchange(self, name: str) -> None:
-        pass
-
-    def save_binding(self, binding: BindingRecord) -> None:
-        pass
-
-    def delete_binding(self, exchange: str, queue: str, routing_key: str = "") -> None:
-        pass
+    def write(self, row: Row) -> None:
+        """The rows about messages and stream entries change the dicts; declarations are kept
+        nowhere (the engine tests read them from the engine)."""
+        match row:
+            case Purge(queue=queue):
+                self.purged.append(queue)
+                # (ready messages only, as the SQL stores' ``DELETE FROM messages``: delayed ones stay)
+                self.rows = {seq: r for seq, r in self.rows.items()
+                             if r[0].queue != queue or r[0].deliver_at is not None}
+            case SaveStream(name=name):
+                self.streams.setdefault(name, {})
+            case DropStream(name=name):
+                self.streams.pop(name, None)
+            case TrimStream(name=name, before=before):
+                entries = self.streams.get(name, {})
+                for offset in [o for o in entries if o < before]:
+                    del entries[offset]
+            case CapExpiry(queue=queue, ttl=ttl):
+                self._cap_expiry(queue, ttl)
 
     def append_stream(self, msg: StreamMessage) -> None:
         self.streams.setdefault(msg.queue, {})[msg.offset] = msg
 
-    def save_stream(self, name: str, options: dict[str, str]) -> None:
-        self.streams.setdefault(name, {})
-
-    def save_queue(self, name: str, options: dict[str, str] | None) -> None:
-        pass
-
     def save_stream_group(self, name: str, group: str, committed: int | None) -> None:
         pass
-
-    def delete_stream(self, name: str) -> None:
-        self.streams.pop(name, None)
-
-    def trim_stream(self, name: str, before: int) -> None:
-        entries = self.streams.get(name, {})
-        for offset in [o for o in entries if o < before]:
-            del entries[offset]
 
     async def read_stream(self, name: str, start: int, limit: int) -> Sequence[StreamMessage]:
         entries = self.streams.get(name, {})
@@ -158,9 +142,6 @@ class DictStore(Store):
 
     def disk_bytes(self) -> None:
         return None
-
-    def save_shovel(self, name: str, declaration: dict[str, Any] | None) -> None:
-        pass
 
     async def queue_exists(self, name: str) -> bool:
         return any(m.queue == name for m, _, _ in self.rows.values())
@@ -204,7 +185,7 @@ class DictStore(Store):
         return StoredMessage(m.seq, m.queue, m.priority, m.headers, m.body, m.timestamp, m.ack_timeout,
                              self.rows[m.seq][2], expires=m.expires, deliver_at=m.deliver_at)
 
-    def cap_expiry(self, queue: str, ttl: int) -> None:
+    def _cap_expiry(self, queue: str, ttl: int) -> None:
         for seq, (m, delivered, redeliveries) in list(self.rows.items()):
             if m.queue == queue and (m.expires is None or m.expires > m.timestamp + ttl):
                 capped = StoredMessage(m.seq, m.queue, m.priority, m.headers, m.body, m.timestamp, m.ack_timeout,

@@ -17,18 +17,13 @@ from stompmq.storage.backend import Backend
 from stompmq.storage.base import BindingRecord, ExchangeRecord, Recovery
 from stompmq.storage.groups import (
     DeleteRow,
-    DropBinding,
-    DropExchange,
-    DropStream,
     GroupRows,
     InsertRow,
-    Purge,
-    SaveBinding,
-    SaveExchange,
     StreamRow,
     StructuralOp,
     UpdateRow,
 )
+from stompmq.storage.rows import DropBinding, DropExchange, DropStream, Purge, SaveBinding, SaveExchange
 from stompmq.storage.sqlite import SQLiteBackend
 
 # Each backend, made on a database in a given (empty at first) directory.

@@ -16,6 +16,7 @@ import pytest
 import trio
 
 from stompmq.storage.base import QueueRecord, Recovery, Store, StoredMessage
+from stompmq.storage.rows import SaveQueue, SaveShovel
 
 from ..support.stores import STORES, make_store_factory
 
@@ -114,15 +115,15 @@ async def test_queue_size_counts_what_was_buffered_before_its_snapshot(make_stor
 async def test_queue_declarations_are_recovered(make_store: Callable[[], Store]) -> None:
     store = make_store()
     if not store.durable:  # the memory store forgets at exit, but recovers while it lives
-        store.save_queue("a", {"max-length": "3"})
+        store.write(SaveQueue("a", {"max-length": "3"}))
         assert (await store.open()).queues == [QueueRecord("a", {"max-length": "3"})]
         return
     async with opened(make_store) as (store, recovery):
         assert recovery.queues == []
-        store.save_queue("b", {"message-ttl": "5"})
-        store.save_queue("a", {"max-length": "3"})
-        store.save_queue("c", {"overflow": "drop-head"})
-        store.save_queue("c", None)  # forgotten again
+        store.write(SaveQueue("b", {"message-ttl": "5"}))
+        store.write(SaveQueue("a", {"max-length": "3"}))
+        store.write(SaveQueue("c", {"overflow": "drop-head"}))
+        store.write(SaveQueue("c", None))  # forgotten again
     async with opened(make_store) as (_, recovery):
         assert recovery.queues == [QueueRecord("a", {"max-length": "3"}), QueueRecord("b", {"message-ttl": "5"})]
 
@@ -131,14 +132,14 @@ async def test_shovel_declarations_are_recovered(make_store: Callable[[], Store]
     declaration = {"from": "stomp://u:p@h/queue/a", "to": "stomp://h/queue/b", "prefetch": 5, "ack_mode": "on-confirm"}
     store = make_store()
     if not store.durable:
-        store.save_shovel("s", declaration)
+        store.write(SaveShovel("s", declaration))
         assert (await store.open()).shovels == {"s": declaration}
         return
     async with opened(make_store) as (store, recovery):
         assert recovery.shovels == {}
-        store.save_shovel("s", declaration)
-        store.save_shovel("t", {**declaration, "prefetch": 1})
-        store.save_shovel("t", None)  # forgotten again
-        store.save_shovel("s", {**declaration, "prefetch": 7})  # replaced
+        store.write(SaveShovel("s", declaration))
+        store.write(SaveShovel("t", {**declaration, "prefetch": 1}))
+        store.write(SaveShovel("t", None))  # forgotten again
+        store.write(SaveShovel("s", {**declaration, "prefetch": 7}))  # replaced
     async with opened(make_store) as (_, recovery):
         assert recovery.shovels == {"s": {**declaration, "prefetch": 7}}

@@ -19,23 +19,17 @@ import pytest
 from stompmq.storage.base import UNNUMBERED, BindingRecord, ExchangeRecord, StoredMessage, StoreError
 from stompmq.storage.groups import (
     DelayedRow,
-    DropBinding,
-    DropExchange,
     GroupRows,
     InsertRow,
-    Release,
-    SaveBinding,
-    SaveExchange,
-    SaveQueue,
-    SaveVhost,
 )
+from stompmq.storage.rows import DropBinding, DropExchange, Release, SaveBinding, SaveExchange, SaveQueue, SaveVhost
 
 from ..support.stores import NO_PSYCOPG, TEST_LEASE, postgres_server
 from .test_backend import group, row
 
 psycopg = pytest.importorskip("psycopg", reason=NO_PSYCOPG)
 
-from stompmq.storage.postgres import PostgresBackend  # noqa: E402  (it imports psycopg)
+from stompmq.storage.pg_backend import PostgresBackend  # noqa: E402  (it imports psycopg)
 
 pytestmark = pytest.mark.postgres
 

@@ -59,7 +59,7 @@ async def test_the_refused_rows_are_left_out_and_the_rest_commits(tmp_path: Path
                 store.insert(msg(seq, expires=HUGE))
             else:
                 store.insert(msg(seq, deliver_at=HUGE))  # a delayed message
-        with caplog.at_level(logging.ERROR, logger="stompmq.storage.groupcommit"):
+        with caplog.at_level(logging.ERROR, logger="stompmq.storage.refusals"):
             ticket = store.sync_ticket()
             await committed(store, ticket)
         assert on_disk(path) == set(range(1, 201)) - set(bad)

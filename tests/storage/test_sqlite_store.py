@@ -35,16 +35,14 @@ from stompmq.storage.base import (
     StoredMessage,
     StoreError,
 )
-from stompmq.storage.groupcommit import (
-    READ_THROUGH_BYTES_PER_OP,
-    READ_THROUGH_OPS,
-    RETRY_BACKOFF,
-    GroupCommitStore,
-)
+from stompmq.storage.groupcommit import RETRY_BACKOFF, GroupCommitStore
+from stompmq.storage.groupreads import READ_THROUGH_BYTES_PER_OP, READ_THROUGH_OPS
 from stompmq.storage.groups import GroupRows
 from stompmq.storage.memory import MemoryStore
-from stompmq.storage import sqlite as sqlite_module
-from stompmq.storage.sqlite import REQUEUE_DELIVERED_SQL, SQLiteBackend, SQLiteStore
+from stompmq.storage import sqlite_file
+from stompmq.storage.sqlite import SQLiteBackend, SQLiteStore
+from stompmq.storage.sqlite_sql import REQUEUE_DELIVERED_SQL
+from stompmq.storage.rows import DropBinding, DropExchange, DropStream, Purge, SaveBinding, SaveExchange
 
 from ..support.stores import Reports
 from ..support.unwritable import immutable
@@ -408,7 +406,7 @@ async def test_close_commits_everything_pending(tmp_path: Path) -> None:
     store = SQLiteStore(str(tmp_path / "s.db"), flush_interval=NEVER)
     await store.open()
     store.insert(msg(1))
-    store.save_exchange(ExchangeRecord("ex", "consistent-hash"))
+    store.write(SaveExchange(ExchangeRecord("ex", "consistent-hash")))
     await store.close()  # run() never ran
     assert seqs_on_disk(store.path) == {1}
     await store.close()  # twice is fine
@@ -568,13 +566,13 @@ async def test_restart_recovers_unacked_messages_exchanges_bindings_and_last_seq
         out = msg(3)
         out.delivered = True
         store.update(out)
-        store.save_exchange(ExchangeRecord("ex", "consistent-hash", {"hash-header": "k"}))
-        store.save_exchange(ExchangeRecord("gone", "consistent-hash"))
-        store.save_binding(BindingRecord("ex", "a", 10))
-        store.save_binding(BindingRecord("ex", "b", 20))
-        store.save_binding(BindingRecord("ex", "b", 30))  # replaces
-        store.save_binding(BindingRecord("gone", "a", 1))
-        store.delete_exchange("gone")  # takes its bindings along
+        store.write(SaveExchange(ExchangeRecord("ex", "consistent-hash", {"hash-header": "k"})))
+        store.write(SaveExchange(ExchangeRecord("gone", "consistent-hash")))
+        store.write(SaveBinding(BindingRecord("ex", "a", 10)))
+        store.write(SaveBinding(BindingRecord("ex", "b", 20)))
+        store.write(SaveBinding(BindingRecord("ex", "b", 30)))  # replaces
+        store.write(SaveBinding(BindingRecord("gone", "a", 1)))
+        store.write(DropExchange("gone"))  # takes its bindings along
         store.insert(msg(7))
         store.delete(msg(7))  # acked before any flush: never on disk, yet seq 7 was used
         store.delete(msg(5))
@@ -588,7 +586,7 @@ async def test_restart_recovers_unacked_messages_exchanges_bindings_and_last_seq
         ready = await store.load_ready("q", None, 100)
         assert [m.seq for m in ready] == [1, 2, 3, 4]
         assert {m.seq: m.redeliveries for m in ready} == {1: 0, 2: 0, 3: 1, 4: 0}
-        store.delete_binding("ex", "a")
+        store.write(DropBinding("ex", "a"))
     finally:
         await store.close()
     assert rows_on_disk(str(path))[3][2:4] == (0, 1)
@@ -640,14 +638,14 @@ async def test_open_checks_only_the_schema_of_a_large_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """quick_check would read every page of a large backlog before the first delivery."""
-    monkeypatch.setattr(sqlite_module, "CHECK_WHOLE_BYTES", 0)
+    monkeypatch.setattr(sqlite_file, "CHECK_WHOLE_BYTES", 0)
     path = tmp_path / "s.db"
     async with running(path) as store:
         store.insert(msg(1))
     checks: list[str] = []
     conn = sqlite3.connect(path)
     conn.set_trace_callback(checks.append)
-    assert sqlite_module._quick_check(conn, str(path)) == ["ok"]
+    assert sqlite_file.quick_check(conn, str(path)) == ["ok"]
     conn.close()
     assert not any("quick_check" in sql for sql in checks)
     async with running(path) as store:
@@ -663,7 +661,7 @@ async def test_purge_cancels_pending_inserts_and_deletes_stored_ones(tmp_path: P
         store.insert(msg(2, queue="other"))
         await committed(store, store.sync_ticket())
         store.insert(msg(3))
-        store.purge("q")
+        store.write(Purge("q"))
         assert store.backlog() == 1  # msg 3 is gone from the batch, the purge is in
         store.insert(msg(4))  # after the purge: survives it
         await committed(store, store.sync_ticket())
@@ -684,7 +682,7 @@ async def test_purge_then_insert_in_one_batch_survives_the_commit_and_a_restart(
         await committed(store, store.sync_ticket())
         in_flight.delivered = True
         store.update(in_flight)
-        store.purge("q")
+        store.write(Purge("q"))
         store.insert(in_flight)  # written back after the purge, as Broker.purge_queue does
         store.insert(msg(3))  # a SEND after the purge
         assert store.backlog() == 3  # one batch: the purge and two inserts
@@ -704,7 +702,7 @@ async def test_insert_then_purge_before_the_flush_stores_nothing(tmp_path: Path)
     path = tmp_path / "s.db"
     async with running(path, flush_interval=NEVER) as store:
         store.insert(msg(1, body=b"PURGED-BEFORE-FLUSH" * 8))
-        store.purge("q")
+        store.write(Purge("q"))
         assert store.backlog() == 1  # the purge alone
         await committed(store, store.sync_ticket())
         assert seqs_on_disk(store.path) == set()
@@ -736,7 +734,7 @@ async def test_failed_group_merged_back_under_a_newer_purge_is_not_resurrected(
         backend.hold, backend.failures = True, 1
         ticket = store.sync_ticket()
         await backend.entered()  # the group (update 1, insert 2, insert 3) is in flight
-        store.purge("q")  # newer than the group: its ops on q must not come back after it
+        store.write(Purge("q"))  # newer than the group: its ops on q must not come back after it
         store.insert(msg(4))  # after the purge: survives it
         backend.hold = False
         backend.release()
@@ -982,7 +980,7 @@ async def test_store_matches_a_model(script: list[tuple[Any, ...]]) -> None:
                     store.delete(model.pop(live[op[1] % len(live)]))
                 elif op[0] == "purge":
                     model = {s: m for s, m in model.items() if m.queue != op[1]}
-                    store.purge(op[1])
+                    store.write(Purge(op[1]))
                 elif op[0] == "sync":
                     store.sync_ticket()
                 elif op[0] == "wait":
@@ -1028,8 +1026,8 @@ async def test_group_offsets_coalesce_to_one_row_per_group_and_are_recovered(tmp
         await committed(store, store.sync_ticket())
         store.save_stream_group("s", "gone", None)
         store.save_stream_group("dropped", "g", 4)
-        store.delete_stream("dropped")
-        store.delete_stream("other")
+        store.write(DropStream("dropped"))
+        store.write(DropStream("other"))
         store.save_stream_group("other", "g", 9)
     store = SQLiteStore(str(tmp_path / "s.db"))
     recovery = await store.open()

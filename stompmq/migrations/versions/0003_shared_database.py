@@ -26,7 +26,7 @@ down_revision: str | None = "0002"
 branch_labels: str | None = None
 depends_on: str | None = None
 
-#: Seqs per nextval() of message_seq (stompmq.storage.postgres.SEQ_BLOCK).
+#: Seqs per nextval() of message_seq (stompmq.storage.pg_sql.SEQ_BLOCK).
 SEQ_BLOCK = 65536
 
 

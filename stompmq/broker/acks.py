@@ -30,7 +30,8 @@ from .queue import Queue
 from .consumer import AckMode
 from .send_headers import seconds
 from .session import EXPIRED_KEPT, Session, Subscription
-from .streams import Streams, StreamSubscription
+from .stream_log import StreamSubscription
+from .streams import Streams
 
 
 #: ``/control/extend-ack``: a delivery's new ack deadline (``Acks.extend``), the connection's own.

@@ -20,7 +20,8 @@ from typing import Any, NamedTuple
 from ..storage.ages import NO_AGES, QueueAges, older
 from ..storage.base import Store
 from .queue import Queue
-from .streams import Stream, Streams
+from .stream_log import Stream
+from .streams import Streams
 
 #: What a store read needs: ``answer(await fetch(store))`` (control.Deferred's two halves).
 AgesRead = tuple[Callable[[Store], Awaitable[QueueAges]], Callable[[QueueAges], QueueAges]]

@@ -31,7 +31,7 @@ from ..protocol import Frame
 from ..storage.ages import QueueAges, older
 from ..storage.base import QueueCount, Store, StoredMessage, by_order
 from .ages import ages_here, queue_ages
-from .destinations import Kind, parse_destination
+from .destinations import Destination, parse_destination
 from .dispatch import Dispatcher
 from .errors import ClientError
 from .exchanges import ROUTING_KEY_HEADER, declaration_options, parse_weight
@@ -41,6 +41,7 @@ from .policy_match import header_text
 from .queue_settings import QueueSettings
 from .routing import STREAM_TARGET, Router
 from .stats import QueueStats
+from .stream_control import StreamControl
 from .streams import Streams
 from .temp_queues import TEMP_QUEUE_PREFIX
 
@@ -82,10 +83,14 @@ class QueuePage:
 
 
 class Control:
-    def __init__(self, dispatcher: Dispatcher, router: Router, streams: Streams, policies: AppliedPolicies) -> None:
+    def __init__(self, dispatcher: Dispatcher, router: Router, streams: Streams, policies: AppliedPolicies,
+                 bind_target: Callable[[Destination], str]) -> None:
+        #: the name a binding to a destination is stored under, by its kind (kinds/registry.py)
+        self.bind_target = bind_target
         self.policies = policies  # a declaration takes effect through it (with the policies' settings)
         self.dispatcher = dispatcher
         self.streams = streams
+        self.stream_control = StreamControl(streams)
         self.router = router
         self._verbs: dict[tuple[str, str], Callable[[str, Frame], Answer]] = {
             ("count-msgs", "queue"): self._count_msgs,
@@ -362,7 +367,7 @@ class Control:
         ``timestamp: MS`` it also names the first offset at or after MS (``timestamp-offset``)."""
         timestamp = frame.headers.get("timestamp")
         if timestamp is not None:
-            found = self.streams.offset_at(name, timestamp)
+            found = self.stream_control.offset_at(name, timestamp)
             return found if isinstance(found, dict) else Deferred(*found)
         if self.dispatcher.store.shared:
             return Deferred(*self.streams.offsets_read(name))
@@ -371,10 +376,10 @@ class Control:
     def _stream_group(self, name: str, frame: Frame) -> Answer:
         """A consumer group's committed offset and lag; with ``offset`` (or ``forget:true``) it
         sets (or forgets) it first.  Needs ``read`` on the stream, as a group's ACKs do."""
-        group = self.streams.set_group(name, frame.headers)
+        group = self.stream_control.set_group(name, frame.headers)
         if self.dispatcher.store.shared:
-            return Deferred(*self.streams.group_read(name, group))
-        return self.streams.group_answer(name, group)
+            return Deferred(*self.stream_control.group_read(name, group))
+        return self.stream_control.group_answer(name, group)
 
     # -- exchanges ----------------------------------------------------------------------------
     def _declare_exchange(self, name: str, frame: Frame) -> Answer:
@@ -394,19 +399,19 @@ class Control:
     def _bind(self, name: str, frame: Frame) -> Answer:
         """Bind a queue; binding an already bound queue again updates its weight."""
         if name in self.router.key_exchanges:
-            self.router.bind_key(name, _bind_target(frame), frame.headers.get(ROUTING_KEY_HEADER, ""))
+            self.router.bind_key(name, self._bound(frame), frame.headers.get(ROUTING_KEY_HEADER, ""))
             return {}
         self.router.exchange(name)
-        queue = _bind_target(frame)
+        queue = self._bound(frame)
         self.router.bind(name, queue, parse_weight(frame.headers.get("weight")))
         return {}
 
     def _unbind(self, name: str, frame: Frame) -> Answer:
         if name in self.router.key_exchanges:
-            self.router.unbind_key(name, _bind_target(frame), frame.headers.get(ROUTING_KEY_HEADER, ""))
+            self.router.unbind_key(name, self._bound(frame), frame.headers.get(ROUTING_KEY_HEADER, ""))
             return {}
         self.router.exchange(name)
-        self.router.unbind(name, _bind_target(frame))
+        self.router.unbind(name, self._bound(frame))
         return {}
 
     def _list_bindings(self, name: str, frame: Frame) -> Answer:
@@ -440,19 +445,13 @@ class Control:
             "num-unhashed": str(exchange.unhashed),
         }
 
-
-def _bind_target(frame: Frame) -> str:
-    """The bound name: a queue's bare name, or a stream's destination (``STREAM_TARGET``)."""
-    if "queue" not in frame.headers:
-        raise ClientError(f"{frame.headers['destination']} needs a queue header naming /queue/NAME or /stream/NAME")
-    dest = parse_destination(frame.headers["queue"])
-    if dest.kind is Kind.STREAM:
-        return STREAM_TARGET + dest.name
-    if dest.kind is not Kind.QUEUE:
-        raise ClientError(f"only queues and streams can be bound to an exchange, not {dest.raw!r}")
-    if dest.name.startswith("/"):
-        raise ClientError(f"queue names bound to an exchange must not start with '/': {dest.raw!r}")
-    return dest.name
+    def _bound(self, frame: Frame) -> str:
+        """The bound name of a bind or unbind: a queue's bare name, or a stream's destination
+        (``STREAM_TARGET``)."""
+        if "queue" not in frame.headers:
+            raise ClientError(f"{frame.headers['destination']} needs a queue header naming /queue/NAME or"
+                              " /stream/NAME")
+        return self.bind_target(parse_destination(frame.headers["queue"]))
 
 
 async def _ready(rows: list[StoredMessage]) -> list[StoredMessage]:

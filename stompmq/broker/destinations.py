@@ -79,6 +79,15 @@ def parse_destination(raw: str | None) -> Destination:
     return dest
 
 
+def is_queue_name(name: str) -> bool:
+    """Is ``name`` usable as ``/queue/NAME`` (non-empty, short enough, no NUL, CR or LF)?"""
+    try:
+        parse_destination("/queue/" + name)
+    except ClientError:
+        return False
+    return True
+
+
 def _utf8_length(raw: str) -> int:
     # Frames are strictly decoded UTF-8, but a JSON definitions file can hold a lone surrogate.
     try:

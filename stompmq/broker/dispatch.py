@@ -13,9 +13,8 @@ settles: a client-ack one is tracked as unacked with its ack timeout armed; an
 auto-ack one waits in ``Session.unsent`` until its bytes reach the socket
 (``written`` deletes it), or goes back to its queue if the connection closes
 first (``take_unsent``), so no message is lost in a connection's outbox.  When a queue's ready
-window runs low, ``pump`` asks the runtime for a page (``Reads``) and
-``page_loaded`` merges it.  Deadlines are armed with a kind (``ACK_TIMEOUT``,
-``PAGE_RETRY``) that the engine maps to its handlers, so nothing here calls
+window runs low, ``pump`` asks the runtime for a page (paging.py).  Deadlines are armed with a kind (``ACK_TIMEOUT``,
+``paging.PAGE_RETRY``) that the engine maps to its handlers, so nothing here calls
 back into the modules above it.
 
 On a store several brokers share, a message row belongs to the broker holding
@@ -46,11 +45,10 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
-from functools import partial
+from collections.abc import Callable, Sequence
 
 from ..protocol.encoder import LARGE_BODY, encode_message, encode_message_tail
-from ..storage.base import Store, StoredMessage, StoreError
+from ..storage.base import Store, StoredMessage
 from ..storage.rows import Purge, Release
 from .bounds import QueueBounds
 from .clock import Clock
@@ -59,17 +57,18 @@ from .consumer import AckMode
 from .delays import Delayed
 from .delivery import MESSAGE_TYPE, message_frame, message_tail, write_frame
 from .expiry import SWEEP_MS, ExpirySweep
-from .pacing import PACE_AT, RESUME_AT, SOCKET_PACE_AT, Pace
+from .pacing import PACE_AT, SOCKET_PACE_AT, Pace
+from .paging import READ_AHEAD, Paging
 from .limits import LimitError
 from .queue_settings import DROP_HEAD, QueueFull, QueueSettings
 from .queue import Queue
-from .reads import Reads, StoreRead
+from .reads import Reads
 from .schedules import fire, started
 from .send_headers import DEFAULT_PRIORITY, RECURRING, SCHEDULE_LEFT
 from .session import NO_DELIVERIES, Session, Subscription
 from .stats import QueueStats
 from .timers import Deadlines, Timer
-from .window import OrderKey, PageRequest
+from .window import OrderKey
 
 log = logging.getLogger(__name__)
 
@@ -84,15 +83,8 @@ DEAD_LETTER_REASON, ORIGINAL_DESTINATION = "dead-letter-reason", "original-desti
 #: (``Dispatcher.withdraw``): it sorts as long expired, so dispatch sets it aside at the head.
 WITHDRAWN = -1
 
-#: Deadline kinds: an unacked delivery's ack timeout; a failed page read's retry.
+#: The deadline kind of an unacked delivery's ack timeout (a failed page read's: paging.py).
 ACK_TIMEOUT = "ack-timeout"
-PAGE_RETRY = "page-retry"
-#: Seconds before a failed page read is retried (a full disk refuses reads until writes commit).
-PAGE_RETRY_SECONDS = 0.1
-#: Ready messages a queue keeps claimed beyond its subscribers' room while another broker's
-#: subscribers want it too: a subscriber refills without a read per message, and no broker
-#: builds a backlog of its own.
-READ_AHEAD = 10
 #: Milliseconds a queue claims on demand after another broker last said it wants it (a broker
 #: says so with its reads of the queue, at most every second).
 CONTENDED_MS = 10_000
@@ -111,7 +103,6 @@ class Dispatcher:
         self.reads = reads
         self.queues: dict[str, Queue[Subscription]] = {}
         self.stats: dict[str, QueueStats] = {}  # every queue name in use (stats.py)
-        self.page_reads = 0  # pages asked of the store
         self.clock = Clock(store)  # wall time and sequence numbers (the engine advances it)
         self.delayed = Delayed(store, self.clock, deadlines, reads, config.window if store.durable else None)
         self.bounds = QueueBounds(store, reads, config.max_queue_bytes, self._counted)  # policies, sizes
@@ -128,6 +119,8 @@ class Dispatcher:
         self.wanted: dict[str, int] = {}
         if store.shared:  # (a store of one broker keeps the plain pump: nothing added to its path)
             self.pump = self._pump_shared  # type: ignore[method-assign]
+        #: page reads of the queues' ready messages (paging.py)
+        self.paging = Paging(reads, deadlines, self.queues, lambda queue: self.pump(queue), self.deactivate_if_idle)
         #: seqs in flight when this broker's lease lapsed: another broker has them now, so they
         #: never come back into a window here (``Acks.requeue``)
         self.forfeited: set[int] = set()
@@ -470,7 +463,7 @@ class Dispatcher:
             self.store.insert(msg)
             self.deliver(queue, taker, msg)
             if queue.pace is not None:
-                self._check_pace(queue)
+                queue.check_pace()
             return msg
         # Into the window (or beyond its boundary, to the store only), and a pump if one could
         # deliver; a queue it backs up paces its producer.  (Not a method: every message that
@@ -523,12 +516,12 @@ class Dispatcher:
             if not (window.spilled and queue.wants_page()):
                 break
             if not window.gapless:
-                self._request_page(queue)
+                self.paging.request(queue)
                 break
             if not window.refill():
                 break
         if queue.pace is not None:
-            self._check_pace(queue)
+            queue.check_pace()
 
     def _pump_shared(self, queue: Queue[Subscription]) -> None:
         """``pump`` on a store several brokers share: nothing claimed goes out while this broker's
@@ -699,7 +692,7 @@ class Dispatcher:
         (it drained, or it held producers back for --queue-pace-timeout in this episode and its
         backlog may spill now); else ``wake`` is called when it drains, and the time returned
         (``now``'s clock) is when to ask again at the latest."""
-        if self.queues.get(queue.name) is not queue or not self._backed_up(queue):
+        if self.queues.get(queue.name) is not queue or not queue.backed_up():
             return None
         pace = queue.pace
         if pace is None:
@@ -719,70 +712,6 @@ class Dispatcher:
         pace.wake()
         return None
 
-    def _backed_up(self, queue: Queue[Subscription]) -> bool:
-        """Does ``queue`` still hold its producers back (not yet drained to ``RESUME_AT``, or
-        with no subscriber that acknowledges, not yet empty)?"""
-        if not queue.nsubs:
-            return False
-        window = queue.window
-        if queue.nacking:
-            return window.fills(RESUME_AT)
-        return bool(window.size or window.tail)
-
-    def _check_pace(self, queue: Queue[Subscription]) -> None:
-        """After a pump: wake the producers of a queue that drained; forget an episode that gave
-        up once the queue has drained all in memory again."""
-        pace = queue.pace
-        assert pace is not None
-        if self._backed_up(queue) or (pace.off and queue.window.spilled):
-            return
-        queue.pace = None
-        pace.wake()
-
-    # -- paging -------------------------------------------------------------------------------
-    def _request_page(self, queue: Queue[Subscription]) -> None:
-        most = None
-        if queue.claim_until:  # claim on demand: what the subscribers can take, and the read-ahead
-            # (the tail not deducted: only a read that reaches it, or finds nothing before it,
-            # brings it into the window; what it claims beyond the room the next pump gives back)
-            most = READ_AHEAD + queue.room() - queue.window.size
-            if most < READ_AHEAD // 2 or most <= 0:
-                return  # (not a read per message: once half the read-ahead is gone)
-        request = queue.window.start_page(most)
-        name = queue.name
-        self.page_reads += 1
-
-        def fetch(store: Store) -> Awaitable[Sequence[StoredMessage]]:
-            return store.load_ready(name, request.after, request.limit)
-
-        self.reads.submit(StoreRead(fetch, partial(self._page_loaded, queue, request), partial(self._page_failed, queue)))
-
-    def _page_loaded(self, queue: Queue[Subscription], request: PageRequest, rows: Sequence[StoredMessage]) -> None:
-        # (a read from the start finds parked messages too: they are in memory already)
-        queue.window.page_loaded(request, rows, queue.inflight if not queue.parked else
-                                 queue.parked_seqs().union(queue.inflight), bool(queue.claim_until))
-        if self.queues.get(queue.name) is queue:
-            # Another broker freed rows while this page was read: look back now, before the pump
-            # asks for the next page.  After it, the look back found that read in flight and was
-            # put off again, behind every read while the subscribers had room: none read the
-            # freed rows, and each counted a skip that kept the queue out of memory for good.
-            if queue.window.rewind:
-                queue.window.look_back(queue.window.rewind_first)
-            self.pump(queue)
-            self.deactivate_if_idle(queue)
-
-    def _page_failed(self, queue: Queue[Subscription], error: StoreError) -> None:
-        # The window stays "loading" until the retry, so no pump asks again meanwhile: a store
-        # that refuses reads (a full disk, until the buffered writes commit) is not hammered.
-        # The store logs its outage once (storage/outage.py): each retry here is only debug.
-        log.debug("paging queue %s failed, retrying: %s", queue.name, error)
-        self.deadlines.arm(PAGE_RETRY_SECONDS, PAGE_RETRY, queue)
-
-    def retry_page(self, queue: Queue[Subscription]) -> None:
-        queue.window.page_failed()
-        if self.queues.get(queue.name) is queue:
-            self.pump(queue)  # asks again while the page is still wanted
-            self.deactivate_if_idle(queue)
 
 
 def settling_soon(msg: StoredMessage) -> bool:

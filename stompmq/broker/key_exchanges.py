@@ -12,6 +12,8 @@ key, once per queue however many of its bindings match:
   ``#`` zero or more.  Patterns live in a trie of words, so routing costs the
   branches the key can take, not the number of bindings.
 
+Each type is its own small class over ``KeyExchange`` (``DirectExchange``, ``FanoutExchange``,
+``TopicExchange``, made by ``new_key_exchange``), keeping the index it routes by.
 ``amq.direct``, ``amq.fanout`` and ``amq.topic`` always exist (``BUILT_IN``).
 A message no binding matches is dropped and counted (``unroutable``), as
 RabbitMQ drops an unroutable message published without ``mandatory``.
@@ -20,6 +22,7 @@ RabbitMQ drops an unroutable message published without ``mandatory``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 DIRECT = "direct"
 FANOUT = "fanout"
@@ -85,51 +88,114 @@ def _match(node: _Node, words: list[str], i: int, out: dict[str, None]) -> None:
 
 @dataclass
 class KeyExchange:
+    """What the three types share: the bindings, the subscriptions' private queues, the counters;
+    each type keeps the index it routes by (``_add``, ``_remove``, ``_match``)."""
+
+    type: ClassVar[str]
     name: str
-    type: str
     #: (queue, binding key) pairs, stored and private alike
     bindings: dict[tuple[str, str], None] = field(default_factory=dict)
     #: queues bound by a SUBSCRIBE /exchange/NAME/KEY: never stored, gone with the subscription
     private: set[str] = field(default_factory=set)
     routed: int = 0
     unroutable: int = 0
-    _direct: dict[str, dict[str, None]] = field(default_factory=dict)
-    _trie: TopicTrie = field(default_factory=TopicTrie)
 
     def bind(self, queue: str, key: str) -> None:
         if (queue, key) in self.bindings:
             return
         self.bindings[(queue, key)] = None
-        if self.type == TOPIC:
-            self._trie.add(key, queue)
-        else:
-            self._direct.setdefault(key if self.type == DIRECT else "", {})[queue] = None
+        self._add(queue, key)
 
     def unbind(self, queue: str, key: str) -> None:
         if (queue, key) not in self.bindings:
             return
         del self.bindings[(queue, key)]
-        if self.type == TOPIC:
-            self._trie.remove(key, queue)
-            return
-        slot = key if self.type == DIRECT else ""
-        queues = self._direct[slot]
-        if self.type == DIRECT or not any(q == queue for q, _ in self.bindings):
-            queues.pop(queue, None)
-        if not queues:
-            del self._direct[slot]
+        self._remove(queue, key)
 
     def keys_of(self, queue: str) -> list[str]:
         return [key for q, key in self.bindings if q == queue]
 
     def route(self, key: str) -> list[str]:
         """Every queue the message goes to (counted as unroutable when none)."""
-        if self.type == TOPIC:
-            queues = list(self._trie.match(key)) if self.bindings else []
-        else:
-            queues = list(self._direct.get(key if self.type == DIRECT else "", ()))
+        queues = self._match(key)
         if queues:
             self.routed += 1
         else:
             self.unroutable += 1
         return queues
+
+    def _add(self, queue: str, key: str) -> None:
+        raise NotImplementedError
+
+    def _remove(self, queue: str, key: str) -> None:
+        """``(queue, key)`` has left ``bindings``: drop it from the index."""
+        raise NotImplementedError
+
+    def _match(self, key: str) -> list[str]:
+        raise NotImplementedError
+
+
+@dataclass
+class DirectExchange(KeyExchange):
+    """The binding key equals the routing key: a dict lookup."""
+
+    type: ClassVar[str] = DIRECT
+    _by_key: dict[str, dict[str, None]] = field(default_factory=dict)
+
+    def _add(self, queue: str, key: str) -> None:
+        self._by_key.setdefault(key, {})[queue] = None
+
+    def _remove(self, queue: str, key: str) -> None:
+        queues = self._by_key[key]
+        queues.pop(queue, None)
+        if not queues:
+            del self._by_key[key]
+
+    def _match(self, key: str) -> list[str]:
+        return list(self._by_key.get(key, ()))
+
+
+@dataclass
+class FanoutExchange(KeyExchange):
+    """Every bound queue, whatever the key (a queue bound with several keys gets one copy)."""
+
+    type: ClassVar[str] = FANOUT
+    _queues: dict[str, None] = field(default_factory=dict)
+
+    def _add(self, queue: str, key: str) -> None:
+        self._queues[queue] = None
+
+    def _remove(self, queue: str, key: str) -> None:
+        if not any(q == queue for q, _ in self.bindings):
+            self._queues.pop(queue, None)
+
+    def _match(self, key: str) -> list[str]:
+        return list(self._queues)
+
+
+@dataclass
+class TopicExchange(KeyExchange):
+    """AMQP topic patterns, in a trie of words."""
+
+    type: ClassVar[str] = TOPIC
+    _trie: TopicTrie = field(default_factory=TopicTrie)
+
+    def _add(self, queue: str, key: str) -> None:
+        self._trie.add(key, queue)
+
+    def _remove(self, queue: str, key: str) -> None:
+        self._trie.remove(key, queue)
+
+    def _match(self, key: str) -> list[str]:
+        return list(self._trie.match(key)) if self.bindings else []
+
+
+#: Each type's class, by the name a declaration gives (``type:direct``).
+EXCHANGE_TYPES: dict[str, type[KeyExchange]] = {
+    DIRECT: DirectExchange, FANOUT: FanoutExchange, TOPIC: TopicExchange,
+}
+
+
+def new_key_exchange(name: str, kind: str) -> KeyExchange:
+    """A new exchange ``name`` of type ``kind`` (one of ``TYPES``)."""
+    return EXCHANGE_TYPES[kind](name)

@@ -47,7 +47,7 @@ from typing import Generic, TypeVar
 
 from ..storage.base import MESSAGE_OVERHEAD, StoredMessage
 from .consumer import AckMode, Consumer
-from .pacing import Pace
+from .pacing import RESUME_AT, Pace
 from .sift import sift
 from .stats import QueueStats
 from .window import ReadyWindow, SharedReadyWindow
@@ -259,6 +259,26 @@ class Queue(Generic[S]):
         if not sub.in_ready and sub.active:
             sub.in_ready = True
             self.ready_subs.append(sub)
+
+    def backed_up(self) -> bool:
+        """Does the queue still hold its producers back (not yet drained to ``RESUME_AT``, or
+        with no subscriber that acknowledges, not yet empty)?  (pacing.py)"""
+        if not self.nsubs:
+            return False
+        window = self.window
+        if self.nacking:
+            return window.fills(RESUME_AT)
+        return bool(window.size or window.tail)
+
+    def check_pace(self) -> None:
+        """After a pump: wake the producers of a queue that drained; forget an episode that gave
+        up once the queue has drained all in memory again."""
+        pace = self.pace
+        assert pace is not None
+        if self.backed_up() or (pace.off and self.window.spilled):
+            return
+        self.pace = None
+        pace.wake()
 
     def dispatch(self, now_ms: int, expired: list[StoredMessage]) -> Iterator[tuple[S, StoredMessage]]:
         """Ready messages paired round-robin with subscribers that have room; messages that

@@ -37,6 +37,14 @@ UNANSWERED = sys.maxsize
 Headers = dict[str, str]
 
 
+class Held:
+    """What a frame's handler returns for a frame that gets no RECEIPT yet: a transaction holds
+    it, or it waits for a store read (``Session.waiting``)."""
+
+
+HELD = Held()
+
+
 def receipt_frame(receipt_id: str, headers: Headers | None, version: str) -> bytes:
     if not headers:
         return b"RECEIPT\nreceipt-id:%s\n\n\x00" % escape(receipt_id, version).encode()

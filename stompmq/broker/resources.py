@@ -30,36 +30,12 @@ never with a key.  The queue of a durable topic subscription is resolved by
 
 from __future__ import annotations
 
-from .destinations import Destination, Kind
-from .exchanges import ROUTING_KEY_HEADER
-from .temp_queues import REPLY_DESTINATION, TEMP_QUEUE_PREFIX
-
-#: The exchange whose routing keys are topic names (``/topic/X`` is ``/exchange/amq.topic/X``).
-TOPIC_EXCHANGE = "amq.topic"
-#: The namespaces a ``/control/VERB/KIND/NAME`` may name, to their kinds.
-_CONTROL_KINDS = {"queue": Kind.QUEUE, "topic": Kind.TOPIC, "exchange": Kind.EXCHANGE, "stream": Kind.STREAM}
+from .destinations import Destination
+from .kinds.registry import KINDS
 
 
 def resource(dest: Destination, send_headers: dict[str, str] | None = None) -> str:
     """The resource ``dest`` acts on; ``send_headers``: the SEND's headers (an exchange SEND
-    may carry its routing key in a header), None for SUBSCRIBE and ``/control`` targets."""
-    kind, name = dest.kind, dest.name
-    if kind is Kind.QUEUE or kind is Kind.AMQ_QUEUE:
-        if name.startswith(TEMP_QUEUE_PREFIX):
-            return REPLY_DESTINATION + name[len(TEMP_QUEUE_PREFIX):]
-        return "/queue/" + name
-    if kind is Kind.EXCHANGE:
-        key = dest.key
-        if not key and send_headers is not None:
-            key = send_headers.get(ROUTING_KEY_HEADER, "")
-        if name == TOPIC_EXCHANGE and key:
-            return "/topic/" + key
-        return "/exchange/" + name
-    if kind is Kind.CONTROL:
-        verb, _, target = name.partition("/")
-        space, _, target_name = target.partition("/")
-        target_kind = _CONTROL_KINDS.get(space)
-        if target_kind is None:  # list-queues, or a verb the engine refuses: the namespace itself
-            return "/" + target
-        return resource(Destination(target_kind, target_name, f"/{space}/{target_name}"))
-    return f"/{kind}/{name}"  # topic, stream, temp-queue, reply-queue: named as written
+    may carry its routing key in a header), None for SUBSCRIBE and ``/control`` targets.
+    Each kind resolves its own (``DestinationKind.resource``)."""
+    return KINDS[dest.kind].resource(dest, send_headers)

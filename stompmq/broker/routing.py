@@ -1,6 +1,6 @@
-"""Where a SEND goes: a queue, a stream, a topic's subscribers, or what an exchange picks.
+"""What SENDs are routed through: the exchanges, the topics' subscribers, the temporary queues.
 
-The router also owns the exchanges (declare, bind, unbind, delete, persisted
+Each destination kind routes its own SENDs (kinds/); the router owns the exchanges (declare, bind, unbind, delete, persisted
 through the store) and the topic subscriptions.  Topic messages are never
 stored: what happens when a subscriber cannot keep up is the topic overflow
 policy (overflow.py).
@@ -12,11 +12,11 @@ from ..protocol import Frame
 from ..storage.base import BindingRecord, ExchangeRecord
 from ..storage.rows import DropBinding, DropExchange, SaveBinding, SaveExchange
 from .delivery import message_frame, message_tail, write_frame
-from .destinations import Destination, Kind
+from .destinations import Destination
 from .dispatch import Dispatcher
 from .errors import ClientError
-from .exchanges import PRIVATE_QUEUE_PREFIX, ROUTING_KEY_HEADER, Exchange, parse_weight
-from .key_exchanges import BUILT_IN, KeyExchange
+from .exchanges import PRIVATE_QUEUE_PREFIX, Exchange, parse_weight
+from .key_exchanges import BUILT_IN, KeyExchange, new_key_exchange
 from .key_exchanges import TYPES as KEY_TYPES
 from .overflow import BLOCK, DISCONNECT, TopicOverflow
 from .queue_settings import QueueFull
@@ -32,8 +32,6 @@ SLOW_SUBSCRIBER = "slow topic subscriber: its unsent output exceeded the limit (
 #: An exchange binding whose target starts with this is a stream (``/stream/NAME``), stored under
 #: that destination; queue bindings are stored under the bare queue name.
 STREAM_TARGET = "/stream/"
-#: The RECEIPT headers of a SEND that an idempotent stream producer repeated (nothing appended).
-DUPLICATE: dict[str, str] = {"duplicate": "true"}
 
 
 class Router:
@@ -46,7 +44,7 @@ class Router:
         self.exchanges: dict[str, Exchange] = {}
         #: direct, fanout and topic exchanges (the amq.* ones always exist); ``/topic/X`` SENDs
         #: also go through amq.topic with key X, which is how durable topic subscriptions get them
-        self.key_exchanges = {name: KeyExchange(name, kind) for name, kind in BUILT_IN.items()}
+        self.key_exchanges = {name: new_key_exchange(name, kind) for name, kind in BUILT_IN.items()}
         self.amq_topic = self.key_exchanges["amq.topic"]
         self.private: dict[str, str] = {}  # private queue of an exchange subscription -> exchange
         self.temps = TempQueues(dispatcher)
@@ -56,62 +54,8 @@ class Router:
         """Topic deliveries missed by subscribers that could not take them (any policy)."""
         return self.overflow.total_dropped
 
-    # -- SEND ---------------------------------------------------------------------------------
-    def route(
-        self, dest: Destination, frame: Frame, priority: int, ack_timeout: float | None, expires: int | None,
-        deliver_at: int | None, publisher: Session,
-    ) -> dict[str, str] | None:
-        """Publish a SEND; QueueFull (after every other target queue got its copy) if a full
-        ``reject-publish`` queue refused it.  The RECEIPT's headers: ``duplicate:true`` for an
-        idempotent producer's repeat to a stream (dropped), else none."""
-        kind = dest.kind
-        if kind is Kind.QUEUE:
-            self.dispatcher.publish(
-                dest.name, user_headers(frame.headers), frame.body, priority, ack_timeout, expires, deliver_at
-            )
-        elif kind is Kind.EXCHANGE:
-            keyed = self.key_exchanges.get(dest.name)
-            if keyed is None:
-                queue = self.exchange_queue(dest, frame)
-                if queue is None:
-                    return None
-                if queue[0] == "/":  # only a stream target starts with a slash: see STREAM_TARGET
-                    name = queue[len(STREAM_TARGET) :]
-                    return _appended(self.streams.append(name, user_headers(frame.headers), frame.body, priority))
-                self.dispatcher.publish(
-                    queue, user_headers(frame.headers), frame.body, priority, ack_timeout, expires, deliver_at
-                )
-                return None
-            key = dest.key or frame.headers.get(ROUTING_KEY_HEADER, "")
-            if keyed is self.amq_topic and key:  # /exchange/amq.topic/X is /topic/X
-                self.publish_topic(Destination(Kind.TOPIC, key, "/topic/" + key), frame, publisher, priority, expires)
-            self._publish_bound(keyed, key, frame, priority, ack_timeout, expires, deliver_at)
-        elif kind is Kind.STREAM:
-            return _appended(self.streams.append(dest.name, user_headers(frame.headers), frame.body, priority))
-        elif kind is Kind.TOPIC:
-            self.publish_topic(dest, frame, publisher, priority, expires)
-            if self.amq_topic.bindings:
-                self._publish_bound(self.amq_topic, dest.name, frame, priority, ack_timeout, expires, deliver_at)
-        elif kind is Kind.TEMP_QUEUE or kind is Kind.REPLY_QUEUE or kind is Kind.AMQ_QUEUE:
-            queue = self.queue_of(dest, publisher)
-            if queue is not None:
-                self.dispatcher.publish(
-                    queue, user_headers(frame.headers), frame.body, priority, ack_timeout, expires, deliver_at
-                )
-        else:
-            raise ClientError(f"SEND to {dest.raw!r} is not supported")
-        return None
-
-    def queue_of(self, dest: Destination, session: Session) -> str | None:
-        """The stored queue a temp-queue, reply-queue or /amq/queue destination names for
-        ``session`` (None: a reply queue that is gone)."""
-        if dest.kind is Kind.TEMP_QUEUE:
-            return self.temps.resolve(session, dest.name)
-        if dest.kind is Kind.REPLY_QUEUE:
-            return self.temps.reply_target(dest.name)
-        return dest.name
-
-    def _publish_bound(
+    # -- SEND (the kinds route: kinds/) -----------------------------------------------------
+    def publish_bound(
         self, exchange: KeyExchange, key: str, frame: Frame, priority: int, ack_timeout: float | None,
         expires: int | None, deliver_at: int | None,
     ) -> None:
@@ -239,7 +183,7 @@ class Router:
         for name, kind in keyed.items():
             key_exchange = self.key_exchanges.get(name)
             if key_exchange is None or key_exchange.type != kind:
-                replaced_keyed = KeyExchange(name, kind)
+                replaced_keyed = new_key_exchange(name, kind)
                 if key_exchange is not None:
                     replaced_keyed.private = key_exchange.private
                     for queue, key in key_exchange.bindings:
@@ -274,7 +218,7 @@ class Router:
             if exchange.type != kind:
                 raise ClientError(f"exchange {name!r} exists with type {exchange.type}")
             return
-        self.key_exchanges[name] = KeyExchange(name, kind)
+        self.key_exchanges[name] = new_key_exchange(name, kind)
         self.store.write(SaveExchange(ExchangeRecord(name, kind, {})))
 
     def bind_key(self, exchange_name: str, queue: str, key: str) -> None:
@@ -382,11 +326,6 @@ class Router:
         if (queue, pattern) not in exchange.bindings:
             exchange.bind(queue, pattern)
             self.store.write(SaveBinding(BindingRecord(exchange.name, queue, 1, pattern)))
-
-
-def _appended(new: bool) -> dict[str, str] | None:
-    """The RECEIPT headers of a stream append: none, or ``duplicate:true`` for a repeat."""
-    return None if new else DUPLICATE
 
 
 def private_queue_name(exchange: str, node: str, session_id: str, sub_id: str) -> str:

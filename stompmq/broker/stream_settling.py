@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from ..storage.base import Store
 
 if TYPE_CHECKING:
-    from .streams import Stream
+    from .stream_log import Stream
 
 
 class Settling:

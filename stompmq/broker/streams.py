@@ -62,30 +62,17 @@ Plain appends pay two dict lookups.
 
 Consumer groups
 ---------------
-A SUBSCRIBE with ``x-stream-group:NAME`` (client or client-individual acks) reads for a named
-group: without ``x-stream-offset`` it starts at the group's committed offset (the subscription's
-default, ``next``, when the group has none), and each ACK commits the acked entry's offset + 1
-(the last ACK wins; a NACK commits nothing).  The engine keeps every stream's groups
-(``Stream.groups``, recovered at open) and buffers each commit in the store
-(``Store.save_stream_group``), where commits between two flushes coalesce to one row per
-group: an ACK adds no write of its own.  ``/control/stream-group`` reads, sets or forgets a
-group (refused while this broker has subscribers reading for it), and a stream keeps at most
-``MAX_GROUPS`` groups, which bounds the memory and the lag series.  On a shared store other
-brokers commit too, so a group SUBSCRIBE without an offset and ``/control/stream-group``
-read the stored groups first (behind this broker's buffered commits); a listing shows the
-groups as this broker last wrote or read them.
+See stream_control.py: a group's offset is committed by its ACKs, read and set by
+``/control/stream-group``.
 """
 
 from __future__ import annotations
 
 import logging
-from bisect import bisect_left
-from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 
 from ..storage.base import (
-    GROUP_NAME_LENGTH,
     PRODUCER_HEADER,
     PRODUCER_ID_LENGTH,
     PRODUCER_SEQ_HEADER,
@@ -101,119 +88,36 @@ from ..storage.base import (
 from ..storage.rows import DropStream, SaveStream, TrimStream
 from .config import BrokerConfig
 from .limits import admit_producer
-from .delivery import stream_head, stream_tail, write_frame
+from .delivery import stream_tail, write_frame
 from .dispatch import Dispatcher
 from .errors import ClientError
 from .reads import StoreRead
 from .send_headers import MAX_COUNT, MAX_SECONDS, non_negative
 from .consumer import AckMode
-from .session import Session, Subscription
+from .session import Session
 from .stream_settling import Settling
 from .selectors import Selector
-from .timers import Timer
+from .stream_log import (
+    END_HEADER,
+    FLOOR,
+    GROUP_HEADER,
+    KEPT_OPTIONS,
+    MAX_AGE,
+    MAX_BYTES,
+    OFFSET_HEADER,
+    READ_AHEAD,
+    READ_BATCH,
+    READ_RETRY_SECONDS,
+    STREAM_FOLLOW_RETRY,
+    STREAM_READ_RETRY,
+    STREAM_RETENTION,
+    WAITING,
+    Stream,
+    StreamSubscription,
+    check_group,
+)
 
 log = logging.getLogger(__name__)
-
-#: Deadline kinds: a stream's oldest segment ages out; a failed stream read (a subscriber's, or a
-#: stream's follow read on a shared store) is retried.
-STREAM_RETENTION = "stream-retention"
-STREAM_READ_RETRY = "stream-read-retry"
-STREAM_FOLLOW_RETRY = "stream-follow-retry"
-#: The SUBSCRIBE header choosing where to start, and the MESSAGE header carrying the offset.
-OFFSET_HEADER = "x-stream-offset"
-#: The SUBSCRIBE header naming the offset where the subscription stops (exclusive): a reader of
-#: a range (a Spark task) is not sent the entries after it, which it would only throw away.
-END_HEADER = "x-stream-end"
-#: A subscription without ``x-stream-end`` (past every offset).
-NO_END = 2**63
-#: The SUBSCRIBE header naming the consumer group a subscription reads (and commits) for.
-GROUP_HEADER = "x-stream-group"
-#: Most consumer groups a stream keeps: bounds memory and the per-group series of /metrics.
-MAX_GROUPS = 100
-#: Characters of a group name besides ASCII letters and digits (it is a /metrics label value).
-GROUP_PUNCTUATION = frozenset("._-:")
-#: A subscription waiting for its group's stored offset (shared store): nothing is delivered.
-WAITING = NO_END
-#: Entries one store read asks for: enough to amortise the thread round trip, few enough to bound
-#: a subscriber's buffer.
-READ_BATCH = 1000
-#: Entries left in a subscriber's buffer when the next read is asked for: the store reads the
-#: next batch while these are delivered (a read after the buffer ran dry left the socket idle
-#: for a store round trip every READ_BATCH entries).
-READ_AHEAD = READ_BATCH // 2
-#: Seconds before a failed stream read is retried (as a queue's page read).
-READ_RETRY_SECONDS = 0.1
-#: Declaration headers of /control/declare/stream/NAME (also the stored option names).
-MAX_AGE, MAX_BYTES = "max-age", "max-bytes"
-#: The stored option keeping a purged stream's next offset: a purge empties the stream, and
-#: offsets must not start again at 0 after a restart (a reader's checkpoint would re-read them).
-FLOOR = "first-offset"
-#: The stored options of a vhost's trace stream (tracestream.py): tracing on, body bytes kept.
-TRACING, BODY_BYTES = "x-trace", "x-trace-body-bytes"
-#: Stored options a declaration keeps (it sets retention only).
-KEPT_OPTIONS = (FLOOR, TRACING, BODY_BYTES)
-
-#: A segment mark: [first offset, first timestamp (ms), stream bytes before it].
-Mark = tuple[int, int, int]
-
-
-class Stream:
-    __slots__ = (
-        "name", "destination", "options", "max_age_ms", "max_bytes", "first", "next",
-        "end_bytes", "last_ts", "marks", "tail", "tail_end", "capacity", "subscribers", "timer",
-        "row", "following", "producers", "producers_seen", "duplicates", "groups", "visible",
-    )
-
-    def __init__(self, name: str, capacity: int | None, first: int = 0, next_offset: int = 0) -> None:
-        self.name = name
-        self.destination = "/stream/" + name
-        self.options: dict[str, str] = {}
-        self.max_age_ms: int | None = None
-        self.max_bytes: int | None = None
-        self.first = first
-        self.next = next_offset
-        self.end_bytes = 0  # body bytes appended since offset 0
-        self.last_ts = 0
-        self.marks: deque[Mark] = deque()
-        self.tail: deque[StreamMessage] = deque()  # the newest entries in memory, up to ``tail_end``
-        self.tail_end = next_offset  # == next, except on a shared store (entries not read yet)
-        self.capacity = capacity  # None: the tail holds every retained entry (memory store)
-        self.subscribers: list[StreamSubscription] = []
-        self.timer: Timer | None = None
-        self.row: int | None = None  # a shared store's row (StreamState.id), once known
-        self.following = False  # a shared store's follow read is queued
-        self.producers: dict[str, int] = {}  # idempotent producer -> highest seq appended
-        self.producers_seen: dict[str, int] = {}  # producer -> wall ms of its last append (limits.py)
-        self.duplicates = 0  # appends dropped as a producer's repeat, since the broker started
-        self.groups: dict[str, int] = {}  # consumer group -> committed offset (the next to read)
-        self.visible = next_offset  # entries below it are committed (stream_settling.py)
-
-    @property
-    def tail_first(self) -> int:
-        """The offset of the oldest entry in memory."""
-        return self.tail_end - len(self.tail)
-
-    @property
-    def size(self) -> int:
-        """Body bytes retained."""
-        return self.end_bytes - (self.marks[0][2] if self.marks else self.end_bytes)
-
-
-class StreamSubscription(Subscription):
-    """A subscription to a stream: a cursor over its offsets."""
-
-    __slots__ = ("stream", "position", "buffer", "reading", "min_ts", "head", "end", "group")
-
-    def __init__(self, sub_id: str, session: Session, stream: Stream, ack_mode: AckMode, prefetch: int) -> None:
-        super().__init__(sub_id, session, stream.destination, ack_mode, prefetch, None)
-        self.stream = stream
-        self.position = stream.next  # the next offset to deliver
-        self.buffer: deque[StreamMessage] = deque()  # entries read from the store, from position on
-        self.reading = False
-        self.min_ts: int | None = None  # a timestamp= start: skip older entries until one is newer
-        self.head = stream_head(sub_id, stream.destination, session.version)
-        self.end = NO_END  # x-stream-end: nothing at or after it is delivered
-        self.group: str | None = None  # x-stream-group: ACKs commit its offset
 
 
 class Streams:
@@ -578,7 +482,7 @@ class Streams:
             if mode is AckMode.AUTO:
                 raise ClientError(f"{GROUP_HEADER} needs the client or client-individual ack mode (an ACK"
                                   " commits the group's offset)")
-            _check_group(stream, group)
+            check_group(stream, group)
             sub.group = group
         stream.subscribers.append(sub)
         session.subscriptions[sub_id] = sub
@@ -703,110 +607,6 @@ class Streams:
         sub.reading = False
         self.pump(sub)
 
-    # -- consumer groups ----------------------------------------------------------------------
-    def set_group(self, name: str, headers: dict[str, str]) -> str:
-        """``/control/stream-group/stream/NAME``: set the ``group``'s offset (``offset``) or forget
-        it (``forget:true``), if asked; the group's name, for ``group_answer``."""
-        group = headers.get("group")
-        if group is None:
-            raise ClientError("/control/stream-group needs a group header")
-        offset, forget = headers.get("offset"), headers.get("forget") == "true"
-        if offset is None and not forget:
-            return group
-        stream = self.stream(name)
-        _check_group(stream, group)
-        readers = sum(1 for sub in stream.subscribers if sub.group == group and sub.active)
-        if readers:
-            raise ClientError(f"group {group!r} of stream {name!r} has {readers} subscriber(s) on this broker;"
-                              " unsubscribe them before moving its offset")
-        if forget:
-            stream.groups.pop(group, None)
-            self.store.save_stream_group(name, group, None)
-            return group
-        if not (offset is not None and offset.isascii() and offset.isdigit()) or len(offset) > 18:
-            raise ClientError(f"offset must be a whole number >= 0, not {offset!r}")
-        stream.groups[group] = int(offset)
-        self.store.save_stream_group(name, group, int(offset))
-        return group
-
-    def group_answer(self, name: str, group: str) -> dict[str, str]:
-        """The RECEIPT of ``/control/stream-group``: the committed offset and the lag, when the
-        group has one, and the stream's end."""
-        stream = self.streams.get(name)
-        nxt = stream.next if stream is not None else 0
-        answer = {"group": group, "next-offset": str(nxt)}
-        committed = stream.groups.get(group) if stream is not None else None
-        if committed is not None:
-            answer["committed-offset"] = str(committed)
-            answer["lag"] = str(max(0, nxt - committed))
-        return answer
-
-    def group_read(self, name: str, group: str) -> tuple[
-        Callable[[Store], Awaitable[tuple[dict[str, int] | None, StreamState | None]]],
-        Callable[[tuple[dict[str, int] | None, StreamState | None]], dict[str, str]],
-    ]:
-        """``/control/stream-group`` on a shared store: the stored groups and counter row, read
-        behind every buffered write (this broker learns both)."""
-
-        async def fetch(store: Store) -> tuple[dict[str, int] | None, StreamState | None]:
-            return await store.stream_groups(name), await store.stream_state(name)
-
-        def answer(read: tuple[dict[str, int] | None, StreamState | None]) -> dict[str, str]:
-            groups, state = read
-            self.changed(name, state)
-            stream = self.streams.get(name)
-            if stream is not None and groups is not None:
-                stream.groups = groups
-            return self.group_answer(name, group)
-
-        return fetch, answer
-
-    # -- introspection ------------------------------------------------------------------------
-    def offset_at(self, name: str, value: str) -> dict[str, str] | tuple[
-        Callable[[Store], Awaitable[tuple[StreamState | None, int]]],
-        Callable[[tuple[StreamState | None, int]], dict[str, str]],
-    ]:
-        """``/control/stream-offsets`` with ``timestamp: MS``: ``offsets`` and the first offset
-        whose entry's timestamp is >= MS (``next-offset`` if none is that late) as
-        ``timestamp-offset``; or, when the store must be read, (fetch, answer).
-
-        Timestamps never decrease along a stream (``append``; on a shared store, the commit), so
-        the offsets at or after MS are a suffix.  The marks and the tail narrow it down in memory
-        (the memory store's tail is the whole stream); what is left, at most a segment unless
-        other brokers appended, is a binary search of primary-key point reads behind every
-        buffered append."""
-        if not (value.isascii() and value.isdigit()) or len(value) > 18:
-            raise ClientError(f"timestamp must be epoch milliseconds (a whole number >= 0), not {value!r}")
-        ms = int(value)
-        stream = self.streams.get(name)
-        lo, found = _narrow(stream, ms) if stream is not None else (0, None)
-        shared = self.shared
-
-        def answer(read: tuple[StreamState | None, int]) -> dict[str, str]:
-            state, offset = read
-            if shared:
-                self.changed(name, state)
-            now = self.streams.get(name)
-            if now is not None:  # (retention may have moved the first offset since)
-                offset = min(max(offset, now.first), now.next)
-            return {**self.offsets(name), "timestamp-offset": str(offset)}
-
-        if not shared:
-            end = found if found is not None else stream.next if stream is not None else 0
-            if lo >= end:
-                return answer((None, end))
-
-        async def fetch(store: Store) -> tuple[StreamState | None, int]:
-            state = await store.stream_state(name) if shared else None
-            low, high = lo, found
-            if high is None:  # no entry in memory is that late: up to the (committed) end
-                high = state.next if state is not None else stream.next if stream is not None else 0
-            if state is not None:
-                low = max(low, state.first)
-            return state, await _search(store, name, ms, low, high)
-
-        return fetch, answer
-
     def offsets(self, name: str) -> dict[str, str]:
         """``/control/stream-offsets``: the retained range (last-offset -1: never written)."""
         stream = self.streams.get(name)
@@ -821,19 +621,6 @@ class Streams:
             "duplicates": str(stream.duplicates if stream is not None else 0),
         }
 
-
-def _check_group(stream: Stream, group: str) -> None:
-    """ClientError unless ``group`` is a valid name that ``stream`` has or has room for."""
-    if not 0 < len(group) <= GROUP_NAME_LENGTH or not all(
-        (c.isascii() and c.isalnum()) or c in GROUP_PUNCTUATION for c in group
-    ):
-        raise ClientError(f"{GROUP_HEADER} must be 1 to {GROUP_NAME_LENGTH} ASCII letters, digits and . _ - :,"
-                          f" not {group!r}")
-    if group not in stream.groups and len(stream.groups) >= MAX_GROUPS:
-        raise ClientError(f"stream {stream.name!r} has {MAX_GROUPS} consumer groups already (the most it keeps);"
-                          " forget one with /control/stream-group first")
-
-
 def _producer(headers: dict[str, str]) -> tuple[str, int]:
     """An idempotent append's (producer id, seq), validated and taken off ``headers``: the
     position is stored in the entry's commit, so the entry need not carry them."""
@@ -845,47 +632,6 @@ def _producer(headers: dict[str, str]) -> tuple[str, int]:
     if not (value.isascii() and value.isdigit()) or len(value) > 18:
         raise ClientError(f"{PRODUCER_SEQ_HEADER} must be a whole number >= 0 (at most 18 digits), not {value!r}")
     return producer, int(value)
-
-
-def _narrow(stream: Stream, ms: int) -> tuple[int, int | None]:
-    """What memory tells of the first offset at or after ``ms``: it is at least the first value
-    and, if the second is not None, at most it (an entry in memory that late)."""
-    lo, found = stream.first, None
-    for offset, timestamp, _ in stream.marks:
-        if timestamp >= ms:
-            found = offset
-            break
-        lo = max(lo, offset + 1)
-    tail, first = stream.tail, stream.tail_first
-    if tail and (found is None or found > first):
-        i = bisect_left(tail, ms, key=lambda e: e.timestamp)
-        if i == 0:
-            found = first
-        else:
-            lo = max(lo, first + i)
-            if i < len(tail):
-                found = first + i
-    return lo, found
-
-
-async def _search(store: Store, name: str, ms: int, lo: int, hi: int) -> int:
-    """The first offset in [lo, hi) whose entry is at or after ``ms``, else ``hi``: a binary
-    search of point reads.  An entry read past the probe means retention removed everything
-    below it (it drops from the front only)."""
-    while lo < hi:
-        mid = (lo + hi) // 2
-        entries = await store.read_stream(name, mid, 1)
-        if not entries or entries[0].offset >= hi:
-            return hi
-        entry = entries[0]
-        if entry.offset > mid:
-            lo = entry.offset
-        if entry.timestamp >= ms:
-            hi = entry.offset
-        else:
-            lo = entry.offset + 1
-    return hi
-
 
 def _start(stream: Stream, value: str | None) -> tuple[int, int | None]:
     """The first offset a SUBSCRIBE's ``x-stream-offset`` names, and a minimum timestamp."""

@@ -26,26 +26,28 @@ held unacked.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from urllib.parse import quote
 
 from ..storage.base import BindingRecord
 from .acks import Acks
 from .browse import BROWSER_HEADER, Browsers, BrowseSubscription
 from .config import BrokerConfig
-from .destinations import Destination, Kind, parse_destination
+from .destinations import Destination, is_queue_name
 from .dispatch import Dispatcher
 from .policy_apply import AppliedPolicies
 from .errors import ClientError
 from .limits import LimitError
 from .destinations import MAX_NAME_BYTES
 from .exchanges import PRIVATE_QUEUE_PREFIX
-from .routing import Router, private_queue_name
-from .selectors import compile_selector
+from .routing import Router
+from .selectors import Selector, compile_selector
 from .virtual_topics import virtual_topic
 from .send_headers import flag, quoted, seconds
 from .consumer import AckMode
 from .session import Session, Subscription
-from .streams import END_HEADER, GROUP_HEADER, OFFSET_HEADER, Streams, StreamSubscription
+from .stream_log import StreamSubscription
+from .streams import Streams
 
 #: ActiveMQ's prefetch header; 0 there means the consumer pulls (STOMP's nearest: prefetch 1).
 ACTIVEMQ_PREFETCH = "activemq.prefetchSize"
@@ -76,6 +78,27 @@ PRIORITY_HEADERS = ("activemq.priority", "x-priority")
 PRIORITY_LIMIT = 2**31
 
 
+@dataclass(slots=True)
+class SubscribeRequest:
+    """A SUBSCRIBE, checked: what its destination's kind needs to start it."""
+
+    session: Session
+    dest: Destination
+    headers: dict[str, str]
+    sub_id: str
+    mode: AckMode
+    prefetch: int
+    ack_timeout: float | None
+    exclusive: bool
+    browser: bool
+    selector: Selector | None
+
+    def refuse_browser(self) -> None:
+        """ClientError if this is a ``browser:true`` SUBSCRIBE: only queues can be browsed."""
+        if self.browser:
+            raise ClientError(f"browser:true needs a queue destination, not {self.dest.raw!r}")
+
+
 class Subscriptions:
     def __init__(
         self, dispatcher: Dispatcher, acks: Acks, router: Router, streams: Streams, config: BrokerConfig,
@@ -89,7 +112,9 @@ class Subscriptions:
         self.config = config
         self.browsers = Browsers(dispatcher)
 
-    def subscribe(self, session: Session, dest: Destination, headers: dict[str, str]) -> None:
+    def request(self, session: Session, dest: Destination, headers: dict[str, str]) -> SubscribeRequest:
+        """What a SUBSCRIBE asks for, checked (ClientError or LimitError naming the problem);
+        its destination's kind then starts it (kinds/)."""
         sub_id = headers.get("id")
         if sub_id is None:
             if session.version != "1.0":
@@ -111,52 +136,40 @@ class Subscriptions:
         if selector is not None and browser:
             # Refused rather than ignored: a consumer that asked for some messages must not get all.
             raise ClientError(f"{SELECTOR_HEADER} is not supported on browser subscriptions (docs/selectors.md)")
-        if dest.kind is Kind.QUEUE or dest.kind is Kind.AMQ_QUEUE:
-            if dest.name.startswith(PRIVATE_QUEUE_PREFIX):
-                raise ClientError(f"access refused: {dest.raw!r} is the private queue of another subscription or"
-                                  " connection (only its own can consume it)")
-            queue_name = dest.name
-            topic = virtual_topic(queue_name, self.config.virtual_topic_prefix)
-            if topic is not None:
-                self.router.bind_durable(queue_name, topic)
-        elif dest.kind is Kind.TEMP_QUEUE:
-            queue_name = self.router.temps.resolve(session, dest.name)
-        elif browser:
-            raise ClientError(f"browser:true needs a queue destination, not {dest.raw!r}")
-        elif dest.kind is Kind.EXCHANGE:
-            queue_name = headers.get(QUEUE_NAME_HEADER) or private_queue_name(
-                dest.name, self.dispatcher.store.node_id, session.id, sub_id
-            )
-            self.router.bind_private(dest.name, queue_name, dest.key)
-        elif dest.kind is Kind.TOPIC and (durable := durable_queue(session.login, session.client_id, headers)):
-            queue_name = durable
-            self.router.bind_durable(queue_name, _durable_pattern(dest))
-        elif dest.kind is Kind.TOPIC:
-            sub = Subscription(sub_id, session, dest.raw, mode, prefetch, ack_timeout, selector=selector)
-            session.subscriptions[sub_id] = sub
-            self.router.topics.add(dest.name, sub)
-            return
-        elif dest.kind is Kind.STREAM:
-            self.streams.subscribe(session, dest.name, sub_id, mode, prefetch, headers.get(OFFSET_HEADER),
-                                   headers.get(END_HEADER), headers.get(GROUP_HEADER), selector)
-            return
-        else:
-            raise ClientError(f"cannot SUBSCRIBE to {dest.raw!r}")
-        if browser:
+        return SubscribeRequest(session, dest, headers, sub_id, mode, prefetch, ack_timeout, exclusive, browser,
+                                selector)
+
+    def consume(self, request: SubscribeRequest, queue_name: str, *, shows_queue: bool = False) -> None:
+        """Subscribe ``request`` to stored queue ``queue_name`` (or browse it).  ``shows_queue``:
+        its MESSAGEs name the queue; else what was subscribed to (a durable, exchange or
+        temporary queue's subscriber sees that, as in RabbitMQ)."""
+        session, dest, sub_id = request.session, request.dest, request.sub_id
+        if request.browser:
             self.browsers.subscribe(session, sub_id, dest.raw, queue_name)
             return
         queue = self.dispatcher.activate(queue_name)
         declared = self.dispatcher.bounds.declared.get(queue_name)
-        exclusive = exclusive or (declared is not None and declared.single_active)
-        if dest.kind is not Kind.QUEUE and dest.kind is not Kind.AMQ_QUEUE:
-            # a durable or exchange subscriber sees what it subscribed to (RabbitMQ), not its queue
+        exclusive = request.exclusive or (declared is not None and declared.single_active)
+        if not shows_queue:
             queue.destination = dest.raw
-        sub = Subscription(sub_id, session, dest.raw, mode, prefetch, ack_timeout, queue, selector,
-                           consumer_priority(headers))
+        sub = Subscription(sub_id, session, dest.raw, request.mode, request.prefetch, request.ack_timeout, queue,
+                           request.selector, consumer_priority(request.headers))
         session.subscriptions[sub_id] = sub
         self.dispatcher.restore(queue, queue.add_subscriber(sub, exclusive))
         self.policies.used(queue_name)
         self.dispatcher.pump(queue)
+
+    def subscribe_queue(self, request: SubscribeRequest) -> None:
+        """SUBSCRIBE ``/queue/NAME`` (or ``/amq/queue/NAME``): a consumer of the stored queue,
+        unless it is someone's private queue; a virtual topic's consumer queue is bound first."""
+        name = request.dest.name
+        if name.startswith(PRIVATE_QUEUE_PREFIX):
+            raise ClientError(f"access refused: {request.dest.raw!r} is the private queue of another subscription"
+                              " or connection (only its own can consume it)")
+        topic = virtual_topic(name, self.config.virtual_topic_prefix)
+        if topic is not None:
+            self.router.bind_durable(name, topic)
+        self.consume(request, name, shows_queue=True)
 
     def check_queue_name(self, name: str) -> None:
         """ClientError unless ``x-queue-name`` ``name`` may name an exchange subscription's
@@ -164,8 +177,7 @@ class Subscriptions:
         the generated, durable and temporary queues live there) that this broker knows nobody
         uses (declared, bound, subscribed, holding messages in memory), since the subscription's
         end deletes it.  The engine asks the store whether it holds messages."""
-        dest = parse_destination("/queue/" + name)
-        if dest.kind is not Kind.QUEUE or dest.name != name:
+        if not is_queue_name(name):
             raise ClientError(f"{QUEUE_NAME_HEADER} {name!r} is not a queue name")
         if name.startswith(RESERVED_QUEUE_PREFIX):
             raise ClientError(f"{QUEUE_NAME_HEADER} {name!r}: queue names starting with "
@@ -285,7 +297,7 @@ def durable_queue(login: str | None, client_id: str | None, headers: dict[str, s
     return queue
 
 
-def _durable_pattern(dest: Destination) -> str:
+def durable_pattern(dest: Destination) -> str:
     """A durable subscription binds its topic to amq.topic as an AMQP pattern (as RabbitMQ does):
     ``*`` is one word and ``#`` any number, so the ``PREFIX*`` form has no durable equivalent."""
     last = dest.name.rsplit(".", 1)[-1]

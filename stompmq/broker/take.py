@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from ..storage.base import StoredMessage
 from .acks import Acks, AckRun
-from .destinations import Kind, parse_destination
+from .destinations import is_queue_name, parse_destination
 from .dispatch import DEAD_LETTER_REASON, ORIGINAL_DESTINATION, Dispatcher
 from .errors import ClientError
 from .queue_settings import QueueFull
@@ -64,8 +64,8 @@ class Take:
         self.name = name
         self.session = session = Session(session_id, "1.2", _Discard())
         # ack-timeout 0: the wait is the server's, bounded; no --ack-timeout requeues meanwhile
-        subscriptions.subscribe(session, parse_destination("/queue/" + name),
-                                {"id": TAKE_ID, "ack": "client-individual", "prefetch": str(count), "ack-timeout": "0"})
+        headers = {"id": TAKE_ID, "ack": "client-individual", "prefetch": str(count), "ack-timeout": "0"}
+        subscriptions.subscribe_queue(subscriptions.request(session, parse_destination("/queue/" + name), headers))
         self.subscriptions = subscriptions
         self.sub: Subscription = session.subscriptions[TAKE_ID]
 
@@ -93,8 +93,7 @@ class Take:
 
         A dead letter moved back to the queue it died in is live again: its dead-letter headers
         go (it gets them afresh if it dies again); moved anywhere else it keeps them."""
-        dest = parse_destination("/queue/" + target)
-        if dest.kind is not Kind.QUEUE or dest.name != target or not target:
+        if not is_queue_name(target):
             raise ClientError(f"{target!r} is not a queue name")
         if target == self.name:
             raise ClientError("a queue's messages cannot move to the queue itself")

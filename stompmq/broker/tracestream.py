@@ -36,7 +36,8 @@ from .control import Deferred
 from .errors import ClientError
 from .events import unwatch, watch
 from .session import Subscription
-from .streams import BODY_BYTES, TRACING, Streams
+from .stream_log import BODY_BYTES, TRACING
+from .streams import Streams
 
 if TYPE_CHECKING:
     from .engine import Broker

@@ -21,19 +21,14 @@ from __future__ import annotations
 from ..protocol import Frame
 from .acks import Acks
 from .config import BrokerConfig
-from .destinations import Kind, parse_destination
+from .destinations import parse_destination
 from .errors import ClientError
 from .limits import LimitError, frame_cost
-from .routing import Router
-from .send_headers import flag, send_options, user_headers
+from .kinds.base import Parts, Planned
+from .kinds.registry import kind_of
+from .receipts import HELD, Held
+from .send_headers import flag, send_options
 from .session import Session
-
-
-class Held:
-    """What the engine's handler returns for a frame a transaction holds: no RECEIPT yet."""
-
-
-HELD = Held()
 
 
 def requeue_wanted(headers: dict[str, str]) -> bool:
@@ -42,8 +37,7 @@ def requeue_wanted(headers: dict[str, str]) -> bool:
 
 
 class Transactions:
-    def __init__(self, router: Router, acks: Acks, config: BrokerConfig) -> None:
-        self.router = router
+    def __init__(self, acks: Acks, config: BrokerConfig) -> None:
         self.acks = acks
         self.config = config
 
@@ -90,31 +84,28 @@ class Transactions:
         self._ended(session, frames)
         return frames
 
-    def commit(self, session: Session, frame: Frame) -> list[Frame]:
-        """Apply the transaction's frames in one synchronous step and return them."""
+    def commit(self, session: Session, frame: Frame, parts: Parts) -> list[Frame]:
+        """Apply the transaction's frames in one synchronous step and return them; their SENDs
+        are planned by their kinds first (``DestinationKind.plan``), so one that cannot be
+        routed fails the COMMIT before anything is applied."""
         tx = _tx_id(frame)
         frames = session.transactions.pop(tx, None)
         if frames is None:
             raise ClientError(f"no transaction {tx!r} in progress")
         self._ended(session, frames)
-        router, acks = self.router, self.acks
-        routed: dict[int, str | None] = {}
+        acks = self.acks
+        planned: dict[int, Planned] = {}
         for i, f in enumerate(frames):
             if f.command != "SEND":
                 acks.target(session, f.headers)
             else:
                 dest = parse_destination(f.headers["destination"])
-                if dest.kind is Kind.EXCHANGE and dest.name not in router.key_exchanges:
-                    routed[i] = router.exchange_queue(dest, f)
-        now_ms = router.dispatcher.clock.wall_ms
+                planned[i] = kind_of(dest).plan(parts, session, dest, f)
+        now_ms = parts.dispatcher.clock.wall_ms
         for i, f in enumerate(frames):
             headers = f.headers
             if f.command == "SEND":
-                options = send_options(headers, now_ms)
-                if i not in routed:
-                    router.route(parse_destination(headers["destination"]), f, *options, session)
-                elif (target := routed[i]) is not None:
-                    router.dispatcher.publish(target, user_headers(headers), f.body, *options)
+                planned[i](*send_options(headers, now_ms))
                 continue
             try:
                 held = acks.target(session, headers)

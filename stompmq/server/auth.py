@@ -42,10 +42,8 @@ from pathlib import Path
 from typing import Any
 
 from ..broker import ClientError
-from ..broker.acks import EXTEND_ACK
-from ..broker.destinations import Kind, parse_destination
-from ..broker.resources import resource
-from ..broker.subscriptions import durable_queue
+from ..broker.destinations import parse_destination
+from ..broker.kinds.registry import kind_of
 from ..vhost_names import DEFAULT_VHOST
 
 #: scrypt cost: N=2**14, r=8, p=1 is 16 MiB of memory per hash (the interactive-login setting).
@@ -55,7 +53,6 @@ SCRYPT_N, SCRYPT_R, SCRYPT_P = 2**14, 8, 1
 IMPERSONATOR = "impersonator"
 KNOWN_TAGS = frozenset({"administrator", "monitoring", IMPERSONATOR})
 #: ``/control`` verbs that change the broker (``configure``); every other verb only reads.
-CONFIGURE_VERBS = frozenset({"purge", "delete", "declare", "bind", "unbind"})
 
 
 class UsersFileError(Exception):
@@ -206,8 +203,9 @@ def required_permissions(
 ) -> list[tuple[str, str]]:
     """The (action, resource) pairs a SEND or SUBSCRIBE needs, all of them; [] for other frames.
 
-    Destinations are resolved to the resources they act on first (``broker.resources``), so
-    every alias of a queue or topic meets the same patterns.  A ``/control/VERB/KIND/NAME``
+    Each destination kind says what its frames need (``DestinationKind.send_needs`` and
+    ``subscribe_needs``, broker/kinds/), over the resources destinations resolve to
+    (``broker.resources``), so every alias of a queue or topic meets the same patterns.  A ``/control/VERB/KIND/NAME``
     SEND needs ``configure`` or ``read`` on ``/KIND/NAME``'s resource; binding or unbinding
     also changes the queue of its ``queue`` header, so it needs ``configure`` on that queue
     too.  An ``/exchange/`` SUBSCRIBE with ``x-queue-name:NAME`` also needs ``configure`` on
@@ -220,31 +218,10 @@ def required_permissions(
         dest = parse_destination(headers.get("destination"))
     except ClientError:
         return []  # the engine reports the bad destination
+    kind = kind_of(dest)
     if command == "SUBSCRIBE":
-        needs = [("read", resource(dest))]
-        try:
-            durable = durable_queue(login, client_id, headers) if dest.kind is Kind.TOPIC else None
-        except ClientError:
-            durable = None  # the engine reports the bad durable header
-        if durable is not None:
-            needs.append(("read", "/queue/" + durable))
-        named = headers.get("x-queue-name") if dest.kind is Kind.EXCHANGE else None
-        if named:
-            needs.append(("configure", "/queue/" + named))
-        return needs
-    if dest.kind is not Kind.CONTROL:
-        return [("write", resource(dest, headers))]
-    if dest.name == EXTEND_ACK:
-        return []  # it names only deliveries the connection holds, which ``read`` let it take
-    verb = dest.name.partition("/")[0]
-    needs = [("configure" if verb in CONFIGURE_VERBS else "read", resource(dest))]
-    queue = headers.get("queue")
-    if verb in ("bind", "unbind") and queue is not None:
-        try:
-            needs.append(("configure", resource(parse_destination(queue))))
-        except ClientError:
-            pass  # the engine reports the bad queue header
-    return needs
+        return kind.subscribe_needs(dest, headers, login, client_id)
+    return kind.send_needs(dest, headers)
 
 
 @dataclass(slots=True)

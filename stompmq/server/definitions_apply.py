@@ -29,7 +29,7 @@ from ..broker.policy_match import FIELDS, Policy, header_text
 from ..broker.queue_settings import SETTING_KEYS, QueueSettings
 from ..broker.routing import STREAM_TARGET
 from ..broker.send_headers import MAX_COUNT, MAX_SECONDS, non_negative
-from ..broker.streams import MAX_AGE, MAX_BYTES
+from ..broker.stream_log import MAX_AGE, MAX_BYTES
 from ..client import ClientError as ShovelError, StompUrl
 from ..transfer import Declaration
 from ..vhost_names import DEFAULT_VHOST, vhost_name_error

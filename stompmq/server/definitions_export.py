@@ -17,7 +17,7 @@ from ..broker import Broker
 from ..broker.exchanges import EXCHANGE_TYPE
 from ..broker.key_exchanges import BUILT_IN
 from ..broker.routing import STREAM_TARGET
-from ..broker.streams import MAX_AGE, MAX_BYTES
+from ..broker.stream_log import MAX_AGE, MAX_BYTES
 from ..logs import masked
 from ..vhost_names import DEFAULT_VHOST
 from .auth import Users

@@ -7,7 +7,8 @@ The store is the dict store of fakes.py marked shared, with a lease the test tur
 from __future__ import annotations
 
 from stompmq.broker import Broker, BrokerConfig
-from stompmq.broker.dispatch import CONTENDED_MS, READ_AHEAD
+from stompmq.broker.dispatch import CONTENDED_MS
+from stompmq.broker.paging import READ_AHEAD
 from stompmq.broker.send_headers import DEFAULT_PRIORITY
 from stompmq.broker.session import Session
 from stompmq.protocol import Frame

@@ -202,6 +202,21 @@ def test_an_exchange_subscription_takes_its_unsent_deliveries_with_its_queue() -
     assert store.rows == {} and broker.queues == {}
 
 
+def test_a_transactions_send_through_a_consistent_hash_exchange_reaches_its_bound_stream() -> None:
+    """The exchange picks at the COMMIT's check (its plan); a stream it picks gets the entry,
+    not a queue named after the stream."""
+    broker = Broker(MemoryStore())
+    session, outbox = connect(broker)
+    send(broker, session, "/control/declare/exchange/x", type="consistent-hash")
+    send(broker, session, "/control/bind/exchange/x", queue="/stream/log")
+    broker.handle(session, frame("BEGIN", transaction="t"))  # type: ignore[arg-type]
+    send(broker, session, "/exchange/x/k", b"in-tx", transaction="t")
+    broker.handle(session, frame("COMMIT", transaction="t"))  # type: ignore[arg-type]
+    broker.handle(session, frame("SUBSCRIBE", id="r", destination="/stream/log", x_stream_offset="first"))  # type: ignore[arg-type]
+    assert [m.body for m in outbox.take("MESSAGE")] == [b"in-tx"]
+    assert "/stream/log" not in broker.queue_stats
+
+
 def test_an_idempotent_producers_repeat_is_not_appended_and_its_receipt_says_so() -> None:
     broker = Broker(MemoryStore())
     session, outbox = connect(broker)

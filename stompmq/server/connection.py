@@ -36,8 +36,7 @@ import time
 
 import trio
 
-from ..broker import Session
-from ..broker.flow import Hold
+from ..broker import Hold, Session
 from ..protocol import Frame, ProtocolError
 from .flow import AT_DISCONNECT, AT_SEND, BETWEEN_READS, ReadGate
 from .heartbeats import HeartBeats

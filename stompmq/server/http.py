@@ -77,10 +77,8 @@ from starlette.types import ASGIApp
 
 from .. import __version__
 from ..broker import Broker, ClientError
-from ..broker.ages import stream_lags
 from ..broker.control import MAX_PAGE, Deferred
 from ..broker.exchanges import EXCHANGE_TYPE, ROUTING_KEY_HEADER
-from ..broker.key_exchanges import BUILT_IN
 from ..broker.policy_match import header_text, unknown_key
 from ..broker.queue_settings import SETTING_KEYS
 from ..broker.stats import TOTALS
@@ -546,7 +544,7 @@ class ManagementApp:
              "queues": len(engine.queue_stats.keys() | engine.declared_queues().keys()),
              "queues_declared": len(engine.declared_queues()), "queues_in_use": len(engine.queue_stats),
              "queues_active": len(engine.queues),
-             "exchanges": len(engine.exchanges) + len(engine.key_exchanges.keys() - BUILT_IN.keys())}
+             "exchanges": len(engine.exchange_names())}
             for vhost, engine in sorted(self.engines.items())
         ]})
 
@@ -627,7 +625,6 @@ class ManagementApp:
     async def get_queue(self, engine: Broker, vhost: str, name: str, counts: tuple[int, int],
                         request: Request, status: int = 200) -> Response:
         stats = engine.queue_stats.get(name)
-        queue = engine.queues.get(name)
         oldest_ready, oldest_unacked = await self.answer(engine, engine.queue_ages(name))
         return JSONResponse({
             "name": name,
@@ -636,7 +633,7 @@ class ManagementApp:
             "unacked": counts[1],
             "oldest_ready_age": _age(oldest_ready),
             "oldest_unacked_age": _age(oldest_unacked),
-            "consumers": queue.nsubs if queue is not None else 0,
+            "consumers": engine.consumer_count(name),
             "broker": self.broker_id,
             **(stats.as_dict() if stats is not None else {}),
             "rates": self.rates.of(vhost, name),
@@ -878,7 +875,7 @@ class ManagementApp:
         """Streams by name with their offsets and consumer groups (committed offset, lag = the
         stream's next offset - the committed one, lag_seconds: broker/ages.py)."""
         after, limit = _page_args(request)
-        streams = self.engine(request).streams_by_name
+        streams = (engine := self.engine(request)).streams_by_name
         names = sorted(name for name in streams if name > after)[:limit]
         items = []
         for name in names:
@@ -887,7 +884,7 @@ class ManagementApp:
                 "name": name, "first_offset": stream.first, "next_offset": stream.next, "bytes": stream.size,
                 "subscribers": len(stream.subscribers),
                 "groups": [{"name": lag.group, "committed_offset": lag.committed, "lag": lag.entries,
-                            "lag_seconds": _age(lag.oldest_ms) or 0.0} for lag in stream_lags(stream)],
+                            "lag_seconds": _age(lag.oldest_ms) or 0.0} for lag in engine.stream_group_lags(name)],
             })
         return JSONResponse({"items": items, "next_after": names[-1] if len(names) == limit else None})
     # -- shovels -------------------------------------------------------------------------------

@@ -38,9 +38,7 @@ from typing import NoReturn
 import trio
 
 from .. import __version__
-from ..broker import ClientError, Session
-from ..broker.flow import Hold
-from ..broker.limits import LimitError
+from ..broker import ClientError, Hold, LimitError, Session
 from ..client import RELAY_HEADER
 from ..protocol import (
     Frame,

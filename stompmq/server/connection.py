@@ -77,9 +77,8 @@ class Connection:
     ) -> None:
         self.id = str(next(_ids))
         self.transport = transport = Transport(stream, runtime, self.id, parking)
-        self.client = client = ClientSession(transport, runtime, settings, security, admission,
-                                             peer_address(stream), heart_beats)
-        transport.fail = client.fail
+        self.client = ClientSession(transport, runtime, settings, security, admission, peer_address(stream),
+                                    heart_beats)
         self.frames_in = 0
 
     # -- what an operator sees (the management API, logs.CONNECTION) --------------------

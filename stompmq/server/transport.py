@@ -96,7 +96,7 @@ class Transport:
 
     # Slots: an idle connection is mostly its objects' attributes (``Connection``'s comment).
     __slots__ = (
-        "broken", "broker", "bytes_in", "bytes_out", "fail", "fd", "id", "last_recv", "last_send",
+        "broken", "broker", "bytes_in", "bytes_out", "fd", "id", "last_recv", "last_send",
         "listening", "nursery", "outbox", "parking", "peer", "read_scope", "runtime", "session", "since", "stream",
         "writing",
     )
@@ -121,9 +121,8 @@ class Transport:
         self.broken = False  # the socket failed: nothing more can be sent
         #: The reader's scope: cancelled when the socket breaks under the writer, or the session fails.
         self.read_scope = trio.CancelScope()
-        #: What ends the connection with an ERROR (the session's ``fail``, set by the connection).
-        self.fail: Callable[[str, str | None], None] | None = None
-        #: The engine session whose auto-ack deliveries a send settles, and its engine (CONNECT sets them).
+        #: The engine session whose auto-ack deliveries a send settles, and its engine (CONNECT sets
+        #: them); its ``fail`` ends the connection with an ERROR (``ClientSession.fail``).
         self.session: Session | None = None
         self.broker: Broker = runtime.broker
         self.last_recv = trio.current_time()
@@ -194,8 +193,10 @@ class Transport:
             self.sent(done, now)
         except Exception:  # in another connection's reader: this connection's failure only
             log.exception("connection %s: settling what it sent failed", self.id)
-            if self.fail is not None:
-                self.fail("internal error", None)
+            if self.session is not None:
+                self.session.fail("internal error", None)
+            else:  # nothing to settle before CONNECT: its own bookkeeping failed; close
+                self._broke()
 
     def beat(self, now: float) -> None:
         """Send a heart-beat: on plain TCP with one write(2) here (the outbox is empty and no

@@ -1,6 +1,6 @@
 """The documentation describes the tree as it is, and cites nothing a reader cannot see.
 
-* The module map of docs/architecture.md names every module of ``stompmq/`` exactly once and
+* The module map of docs/modules.md names every module of ``stompmq/`` exactly once and
   no module that does not exist.  Left out on purpose, as the map says: the packages'
   ``__init__.py`` (re-exports) and the migration revisions (``migrations/versions/``, one per
   schema change).  The C extensions are modules too and are listed.
@@ -32,7 +32,7 @@ def _root() -> Path:
 ROOT = _root()
 PACKAGE = ROOT / "stompmq"
 DOCS = ROOT / "docs"
-ARCHITECTURE = DOCS / "architecture.md"
+MODULES = DOCS / "modules.md"
 DOCUMENTS = sorted(DOCS.rglob("*.md")) + [ROOT / "README.md"]
 
 MAX_LINES = {"architecture.md": 700, "benchmarks.md": 500}
@@ -52,9 +52,9 @@ HEADING = re.compile(r"^#{1,6} (.+?)\s*$", re.MULTILINE)
 
 def module_map() -> list[tuple[str, str]]:
     """(path, role) for each line of the code block under "## Module map"."""
-    text = ARCHITECTURE.read_text(encoding="utf-8")
+    text = MODULES.read_text(encoding="utf-8")
     _, found, rest = text.partition("\n## Module map\n")
-    assert found, "docs/architecture.md has no '## Module map' section"
+    assert found, "docs/modules.md has no '## Module map' section"
     section = rest.split("\n## ", 1)[0]
     blocks = section.split("```")
     assert len(blocks) >= 3, "the module map is not a code block"

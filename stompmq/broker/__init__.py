@@ -3,6 +3,8 @@
 from .config import BrokerConfig
 from .engine import Broker
 from .errors import ClientError
-from .session import Outbox, Session
+from .flow import Hold
+from .limits import LimitError, LimitHits
+from .session import Outbox, Session, Subscription
 
-__all__ = ["Broker", "BrokerConfig", "ClientError", "Outbox", "Session"]
+__all__ = ["Broker", "BrokerConfig", "ClientError", "Hold", "LimitError", "LimitHits", "Outbox", "Session", "Subscription"]

@@ -42,16 +42,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any
 
 from ..protocol import Frame
-from ..storage.ages import QueueAges
 from ..storage.base import BindingRecord, ExchangeRecord, Recovery, Store, StoredMessage, StoreError
+from ..storage.base import StreamMessage, StreamState
 from ..storage.rows import DropBinding, SaveExchange
 from .acks import Acks
 from .browse import BrowseSubscription
 from .config import BrokerConfig
-from .control import Control, Deferred, QueuePage
+from .control import Control, Deferred
 from .delays import DELAY_DUE, DELAY_PAGE_RETRY
 from .dispatch import ACK_TIMEOUT, ASIDE_SWEEP, Dispatcher
 from .paging import PAGE_RETRY
@@ -72,9 +71,9 @@ from .send_headers import send_options, sender_headers, user_headers, without_fa
 from .session import Outbox, Session, Subscription
 from .stream_log import STREAM_FOLLOW_RETRY, STREAM_READ_RETRY, STREAM_RETENTION, Stream, StreamSubscription
 from .streams import Streams
-from .stats import QueueStats
 from .policy_apply import QUEUE_EXPIRY, AppliedPolicies
-from .policy_match import Policy, typed
+from .policy_match import Policy
+from .queries import Queries
 from .subscriptions import Subscriptions, split_legacy_bindings
 from .take import Take
 from .timers import Deadlines
@@ -83,7 +82,9 @@ from .topics import TopicRouter
 from .transactions import Transactions
 
 
-class Broker:
+class Broker(Queries):
+    """One vhost's engine: frames in, deliveries out (the queries the server reads: queries.py)."""
+
     def __init__(self, store: Store, config: BrokerConfig | None = None) -> None:
         self.store = store
         self.config = config = config or BrokerConfig()
@@ -147,50 +148,7 @@ class Broker:
         """Every stream this broker knows (read-only: offsets, subscribers, consumer groups)."""
         return MappingProxyType(self.streams.streams)
 
-    # -- what the management API reads and does (server/api/) -------------------------------
-    @property
-    def queue_stats(self) -> Mapping[str, QueueStats]:
-        """Counters of every queue in use since start (read-only; see stats.py)."""
-        return MappingProxyType(self.dispatcher.stats)
-
-    @property
-    def page_reads(self) -> int:
-        """Pages of ready messages asked of the store since start."""
-        return self.dispatcher.paging.page_reads
-
-    @property
-    def topic_drops(self) -> int:
-        """Topic deliveries missed by slow or full subscribers since start (never stored)."""
-        return self.router.topic_drops
-
-    @property
-    def topic_lagging(self) -> int:
-        """Topic subscribers singled out as slow by --topic-block-timeout since start."""
-        return self.router.overflow.total_lagging
-
-    @property
-    def reply_drops(self) -> int:
-        """SENDs to reply queues of this broker that were gone (dropped, as RabbitMQ does)."""
-        return self.router.temps.dropped
-
-    def knows_queue(self, name: str) -> bool:
-        """Is queue ``name`` in use here (active, used since start) or declared?  Any other queue
-        exists only while the store holds messages of it (``/control/count-msgs``)."""
-        dispatcher = self.dispatcher
-        return name in dispatcher.stats or name in dispatcher.queues or name in dispatcher.bounds.declared
-
-    def list_queues(self, after: str, limit: int) -> Deferred[QueuePage]:
-        """A page of queues named after ``after``: ``answer(await fetch(store))``."""
-        return self.control.list_queues(after, limit)
-
-    def queue_ages(self, queue: str) -> Deferred[QueueAges]:
-        """The timestamps of ``queue``'s oldest ready and oldest unacked message: ``answer(await fetch(store))``."""
-        return self.control.queue_ages(queue)
-
-    def peek(self, queue: str, count: int) -> Deferred[list[StoredMessage]]:
-        """Up to ``count`` ready messages of ``queue``, consuming none: ``answer(await fetch(store))``."""
-        return self.control.peek(queue, count)
-
+    # -- what the management API does (its queries: queries.py) -------------------------------
     def take(self, queue: str, count: int) -> Take:
         """Start taking up to ``count`` ready messages of ``queue`` for an administrator (take.py):
         once ``complete``, ``ack`` or ``move`` them; ``close`` puts back what is left."""
@@ -254,6 +212,10 @@ class Broker:
         self.receipts.committed(ticket)
         self.streams.committed(ticket)
 
+    def commit_failed(self, ticket: int, error: StoreError) -> None:
+        """``StoreEvents.commit_failed``: a commit attempt failed (its writes wait for the next)."""
+        self.receipts.failed(ticket, error)
+
     def store_rejected(self, messages: list[StoredMessage], error: StoreError) -> None:
         """``StoreEvents.rejected`` for this engine's messages: none is delivered from now on,
         and the SEND that stored one is answered ERROR (before its group's receipts go out)."""
@@ -268,6 +230,18 @@ class Broker:
         self.dispatcher.store_changed(queue, first, passed)
         if queue == "*":
             self.dispatcher.delayed.store_changed()
+
+    def stream_changed(self, name: str, state: StreamState | None) -> None:
+        """A stream as committed, by this broker or another (None: deleted; streams.py)."""
+        self.streams.changed(name, state)
+
+    def stream_marks_wanted(self) -> list[tuple[str, list[int]]]:
+        """After ``recover``: per stream, the offsets whose entries rebuild its marks (streams.py)."""
+        return self.streams.marks_wanted()
+
+    def load_stream_marks(self, name: str, entries: Sequence[StreamMessage]) -> None:
+        """The entries ``stream_marks_wanted`` asked for, read from the store, in order."""
+        self.streams.load_marks(name, entries)
 
     def queue_wanted(self, queue: str) -> None:
         """Subscribers on another broker sharing the store want ``queue`` (claim on demand)."""
@@ -284,14 +258,6 @@ class Broker:
 
     def definitions_changed(self, exchanges: list[ExchangeRecord], bindings: list[BindingRecord]) -> None:
         self.router.load_definitions(exchanges, bindings)
-
-    def declared_queues(self) -> dict[str, dict[str, Any]]:
-        """Every declared queue with its declaration's settings (typed: ``policy_match.typed``)."""
-        return {name: typed(settings.options()) for name, settings in sorted(self.dispatcher.bounds.declared.items())}
-
-    def queue_settings(self, name: str) -> dict[str, dict[str, Any]]:
-        """Queue ``name``'s effective settings: ``{key: {"value", "source", "policy"?}}``."""
-        return self.dispatcher.bounds.effective(name).describe()
 
     def set_policies(self, policies: Iterable[Policy]) -> None:
         """The vhost's policies and operator policies now (policy_apply.py: applied at once)."""
@@ -375,8 +341,3 @@ class Broker:
         None: go on.  Else ``wake`` is called when the queue drains, and the server's time
         returned is when to ask again at the latest (--queue-pace-timeout)."""
         return self.dispatcher.pace(queue, wake, self.deadlines.now)
-
-    @property
-    def pace_timeouts(self) -> int:
-        """Queues that held their producers back for --queue-pace-timeout, since start."""
-        return self.dispatcher.pace_timeouts

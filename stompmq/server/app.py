@@ -50,7 +50,7 @@ from ..broker.hashring import NATIVE
 from ..logs import CONNECTION
 from ..protocol import native as native_codec
 from .alarms import ResourceAlarms
-from .connection import Connection, refuse
+from .connection import Connection
 from .heartbeats import HeartBeats, tick_for
 from .listeners import bind_socket, listener_port, open_secure_listeners
 from .parking import Parking
@@ -58,6 +58,7 @@ from .runtime import Runtime
 from .security import Security, peer_address
 from .settings import ServerSettings
 from .tracing import tracing_from_environment
+from .transport import refuse
 from .vhosts import machine_names
 
 if TYPE_CHECKING:

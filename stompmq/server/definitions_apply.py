@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..broker import ClientError
 from ..broker.definitions import TOP_LEVEL, VHOST_KEYS, VHOST_LISTS, DefinitionsError, known_keys
-from ..broker.errors import ClientError
 from ..broker.exchanges import EXCHANGE_TYPE, ROUTING_KEY_HEADER, declaration_options, parse_weight
 from ..broker.key_exchanges import BUILT_IN, TYPES as KEY_TYPES
 from ..broker.policy_match import FIELDS, Policy, header_text

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, cast
 
 import trio
 
-from ..broker import Broker, Outbox, Session
+from ..broker import Broker, Outbox, Session, Subscription
 from ..broker.flow import Hold, held_by, holds, take_queues, take_subscribers
 from .outbox import ConnectionOutbox
 from .runtime import Runtime
@@ -33,7 +33,6 @@ from .settings import ServerSettings
 
 if TYPE_CHECKING:
     from ..broker.queue import Queue
-    from ..broker.session import Subscription
 
 #: What the reader waits out between two reads: the last read's reasons, then the next one's.
 BETWEEN_READS = (Hold.TOPIC, Hold.PACE, Hold.ENGINE, Hold.OUTBOX, Hold.STORE)

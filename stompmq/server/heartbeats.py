@@ -13,7 +13,7 @@ beat owed or deadline that may be missed, not per frame.
 
 A visit asked for at ``when`` comes at the end of its slot, at most one tick late: the CONNECT
 deadline and a silent peer's grace run out up to a tick late, and a connection asks for its
-heart-beat a tick early (``Connection.check``; beating early is allowed: "at least every n ms").
+heart-beat a tick early (``ClientSession.check``; beating early is allowed: "at least every n ms").
 Spread over 9 s, 15,000 connections' beats are one pass per tick, not a wake-up of this task per
 beat, and a slot is a list: no heap of 15,000 entries to sift per beat.  The tick is at most a
 quarter of the server's own heart-beat interval (``tick_for``), as the interval a connection

@@ -44,7 +44,6 @@ from starlette.responses import Response
 
 from .. import __version__
 from ..protocol import native as native_codec
-from ..broker.ages import group_lags
 from .alarms import RESOURCES
 from .metrics_queues import listed_queues
 
@@ -151,7 +150,7 @@ async def scrape(management: Scraped) -> bytes:
           "(protocol/_frames.c), 0 in pure Python", int(native_codec.NATIVE))
     gauge("stompmq_connections", "Open client connections", len(management.connections))
     gauge("stompmq_subscriptions", "Subscriptions of open connections",
-          sum(len(s.subscriptions) for engine in engines.values() for s in engine.sessions.values()))
+          sum(engine.subscription_count() for engine in engines.values()))
     gauge("stompmq_vhosts", "Declared virtual hosts", len(engines))
     gauge("stompmq_queues_in_use", "Queues published to or consumed from since start", len(stats))
     gauge("stompmq_queues_active", "Queues in memory (with consumers or deliveries in flight)",
@@ -173,8 +172,8 @@ async def scrape(management: Scraped) -> bytes:
             "after which their backlog could spill to the store", lambda engine: engine.pace_timeouts)
     counter("stompmq_page_reads", "Pages of ready messages read from the store", lambda engine: engine.page_reads)
     gauge("stompmq_delayed_in_memory", "Delayed messages held in memory (the ones due first)",
-          sum(len(engine.dispatcher.delayed) for engine in engines.values()))
-    counter("stompmq_expiry_sweeps", "Store reads looking for expired messages", lambda engine: engine.expiry.sweeps)
+          sum(engine.delayed_in_memory() for engine in engines.values()))
+    counter("stompmq_expiry_sweeps", "Store reads looking for expired messages", lambda engine: engine.expiry_sweeps)
 
     totals = [0] * len(QUEUE_COUNTERS)
     for s in stats.values():  # one pass: with many queues this loop is most of a scrape
@@ -222,7 +221,7 @@ async def scrape(management: Scraped) -> bytes:
 
     now = time.time()
     lags = [(lag.entries, age_seconds(lag.oldest_ms, now), vhost, lag.stream, lag.group)
-            for vhost, engine in engines.items() for lag in group_lags(engine.streams)]
+            for vhost, engine in engines.items() for lag in engine.stream_group_lags()]
     gauge("stompmq_stream_groups", "Consumer groups of streams (x-stream-group)", len(lags))
     gauge("stompmq_stream_group_lag_max", "The largest lag of any stream consumer group (entries)",
           max((lag[0] for lag in lags), default=0))

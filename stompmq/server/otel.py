@@ -45,7 +45,7 @@ from opentelemetry.trace import SpanKind
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from .. import __version__
-from ..broker.session import Subscription
+from ..broker import Subscription
 from ..storage.base import StoredMessage
 
 log = logging.getLogger(__name__)

@@ -39,7 +39,7 @@ its publisher is held back keeps the rate it showed when it was busy.
 
 On plain TCP a write to an empty outbox does not wake a writer: the outbox joins the
 runtime's ``WriteBatch``, and the batch hands it to its ``flush`` (the connection sends what
-the socket takes at once, ``Connection._flush``, and starts a writer only for what is left),
+the socket takes at once, ``Transport.flush``, and starts a writer only for what is left),
 at the end of the reader's engine call that wrote it (the batch is open meanwhile) or at the
 batch task's next turn.  At a few thousand msg/s each message is a read of its own, and
 waking the consumer's writer for it cost a turn of trio's loop and a task switch per message;

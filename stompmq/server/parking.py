@@ -18,7 +18,7 @@ A lone beat does not even wake the watcher.  Independent clients' beats arrive o
 reading it: trio re-arms the epoll, switches to the task and back, and the process leaves and
 re-enters the CPU (tens of microseconds of CPU each on a virtual machine).  So a parked socket's
 ``SO_RCVLOWAT`` is 2 bytes: a single ``\\n`` waits in the kernel until the heart-beat timer next
-visits the connection (``drain``, from ``Connection.check``: it visits anyway to send the server's
+visits the connection (``drain``, from ``ClientSession.check``: it visits anyway to send the server's
 own beat), or until more bytes come.  A frame, a second beat, the end of the stream or an error
 wakes the watcher at once (every STOMP frame is longer than a byte, and the kernel reports the end
 of the stream and errors whatever the low-water mark).  The price: a parked peer's silence counts
@@ -27,7 +27,7 @@ the server's own beat interval), and a parked socket may hold one beat's buffer 
 
 Only plain TCP parks: TLS records and WebSocket messages must be decoded by their stream
 before anyone can tell a heart-beat, so those connections keep reading through trio.
-A parked task is cancelled as any waiting task is (``Connection.fail``, shutdown); the
+A parked task is cancelled as any waiting task is (``ClientSession.fail``, shutdown); the
 abort takes its socket out of the epoll before the connection closes it.
 """
 

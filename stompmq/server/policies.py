@@ -15,8 +15,7 @@ import urllib.parse
 from collections.abc import Mapping
 from typing import Any
 
-from ..broker import Broker
-from ..broker.errors import ClientError
+from ..broker import Broker, ClientError
 from ..broker.policy_match import Policy
 from ..storage.base import Store
 from ..storage.rows import SavePolicy

@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from ..broker import Broker
-from ..broker.key_exchanges import BUILT_IN
 from ..broker.dispatch import settling_soon
 from ..broker.events import watch
 from ..broker.exchanges import PRIVATE_QUEUE_PREFIX
@@ -148,7 +147,7 @@ class Runtime(StoreEvents):
         self.tick()
         for stream in list(engine.streams_by_name):
             engine.administer("delete/stream/" + stream)
-        for name in sorted(engine.exchanges.keys() | engine.key_exchanges.keys() - BUILT_IN.keys()):
+        for name in engine.exchange_names():
             engine.administer("delete/exchange/" + name)
         for name in engine.declared_queues():
             engine.administer("delete/queue/" + name)
@@ -178,7 +177,7 @@ class Runtime(StoreEvents):
     def commit_failed(self, ticket: int, error: StoreError) -> None:
         self.tick()  # receipts measure how long they waited (--store-timeout)
         for engine in list(self.engines.values()):
-            engine.receipts.failed(ticket, error)
+            engine.commit_failed(ticket, error)
 
     def rejected(self, messages: list[StoredMessage], error: StoreRejected) -> None:
         self.tick()
@@ -233,7 +232,7 @@ class Runtime(StoreEvents):
         vhost, name = split_key(key)
         engine = self.engines.get(vhost)
         if engine is not None:
-            engine.streams.changed(name, state)
+            engine.stream_changed(name, state)
 
     def definitions_changed(self, exchanges: list[ExchangeRecord], bindings: list[BindingRecord]) -> None:
         self.tick()
@@ -275,10 +274,10 @@ class Runtime(StoreEvents):
                 stale = [] if store.shared else await engine.store.queue_names(PRIVATE_QUEUE_PREFIX)
                 self.tick()
                 engine.recover(part, stale)
-                for name, offsets in engine.streams.marks_wanted():
+                for name, offsets in engine.stream_marks_wanted():
                     entries = [e for offset in offsets for e in await engine.store.read_stream(name, offset, 1)]
                     self.tick()
-                    engine.streams.load_marks(name, entries)
+                    engine.load_stream_marks(name, entries)
             self.tick()
             self.policies.load(recovery.policies)
             if path:  # checked whole first: a file with any invalid entry changes nothing

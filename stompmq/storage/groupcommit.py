@@ -62,7 +62,7 @@ Theory of operation
   either bound ``wait_for_room`` holds the server's readers (producers stop
   being read, receipts stay in order behind their tickets; a reader is held
   between reads, so the read that filled the budget goes past it: up to 256 KiB,
-  ``server/connection.py``), and a batch of
+  ``server/transport.py``), and a batch of
   ``max_backlog_bytes / 4`` starts a group at once, so big messages never wait
   for the flush interval while the budget fills.
 * Messages about to be consumed wait one flush: a group taken by the flush

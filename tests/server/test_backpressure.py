@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stompmq.server.connection import RECEIVE_BYTES
+from stompmq.server.transport import RECEIVE_BYTES
 from stompmq.storage.base import MESSAGE_OVERHEAD, StoredMessage
 from stompmq.storage.sqlite import SQLiteStore
 

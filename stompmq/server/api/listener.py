@@ -26,7 +26,7 @@ from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import ConnectionState
 from hypercorn.utils import wrap_app
 
-from ...broker.limits import LimitError, LimitHits
+from ...broker import LimitError, LimitHits
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ...broker.errors import ClientError
+from ...broker import ClientError
 from ...broker.policy_match import Policy
 from ..runtime import Runtime
 

@@ -124,7 +124,6 @@ class QueueApi:
     async def get_queue(self, engine: Broker, vhost: str, name: str, counts: tuple[int, int],
                         request: Request, status: int = 200) -> Response:
         stats = engine.queue_stats.get(name)
-        queue = engine.queues.get(name)
         oldest_ready, oldest_unacked = await self.app.answer(engine, engine.queue_ages(name))
         return JSONResponse({
             "name": name,
@@ -133,7 +132,7 @@ class QueueApi:
             "unacked": counts[1],
             "oldest_ready_age": age(oldest_ready),
             "oldest_unacked_age": age(oldest_unacked),
-            "consumers": queue.nsubs if queue is not None else 0,
+            "consumers": engine.consumer_count(name),
             "broker": self.app.broker_id,
             **(stats.as_dict() if stats is not None else {}),
             "rates": self.app.rates.of(vhost, name),

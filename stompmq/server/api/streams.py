@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ...broker.ages import stream_lags
 from .requests import age, page_args
 
 if TYPE_CHECKING:
@@ -31,7 +30,7 @@ class StreamApi:
         """Streams by name with their offsets and consumer groups (committed offset, lag = the
         stream's next offset - the committed one, lag_seconds: broker/ages.py)."""
         after, limit = page_args(request)
-        streams = self.app.engine(request).streams_by_name
+        streams = (engine := self.app.engine(request)).streams_by_name
         names = sorted(name for name in streams if name > after)[:limit]
         items = []
         for name in names:
@@ -40,6 +39,6 @@ class StreamApi:
                 "name": name, "first_offset": stream.first, "next_offset": stream.next, "bytes": stream.size,
                 "subscribers": len(stream.subscribers),
                 "groups": [{"name": lag.group, "committed_offset": lag.committed, "lag": lag.entries,
-                            "lag_seconds": age(lag.oldest_ms) or 0.0} for lag in stream_lags(stream)],
+                            "lag_seconds": age(lag.oldest_ms) or 0.0} for lag in engine.stream_group_lags(name)],
             })
         return JSONResponse({"items": items, "next_after": names[-1] if len(names) == limit else None})

@@ -8,7 +8,6 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ...broker.key_exchanges import BUILT_IN
 from ...vhost_names import DEFAULT_VHOST, vhost_name_error
 
 if TYPE_CHECKING:
@@ -29,7 +28,7 @@ class VhostApi:
              "queues": len(engine.queue_stats.keys() | engine.declared_queues().keys()),
              "queues_declared": len(engine.declared_queues()), "queues_in_use": len(engine.queue_stats),
              "queues_active": len(engine.queues),
-             "exchanges": len(engine.exchanges) + len(engine.key_exchanges.keys() - BUILT_IN.keys())}
+             "exchanges": len(engine.exchange_names())}
             for vhost, engine in sorted(self.app.engines.items())
         ]})
 

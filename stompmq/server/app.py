@@ -112,25 +112,29 @@ def max_connections(settings: ServerSettings, open_files: int) -> int:
 
 
 async def _accept(listener: trio.SocketListener, nursery: trio.Nursery, handle: Handler) -> None:
-    """Accept clients forever; a lack of descriptors pauses accepting with one warning."""
+    """Accept clients until cancelled, then close the listening socket; a lack of descriptors
+    pauses accepting with one warning."""
     failures = 0
     where = listener.socket.getsockname()
-    while True:
-        try:
-            stream = await listener.accept()
-        except OSError as e:
-            if e.errno not in ACCEPT_CAPACITY_ERRNOS:
-                raise
-            if not failures:
-                log.warning("cannot accept connections on %s: %s; retrying every %.1f s",
-                            where, e.strerror or e, ACCEPT_RETRY_SECONDS)
-            failures += 1
-            await trio.sleep(ACCEPT_RETRY_SECONDS)
-            continue
-        if failures:
-            log.warning("accepting connections on %s again after %d failed attempts", where, failures)
-            failures = 0
-        nursery.start_soon(handle, stream)
+    try:
+        while True:
+            try:
+                stream = await listener.accept()
+            except OSError as e:
+                if e.errno not in ACCEPT_CAPACITY_ERRNOS:
+                    raise
+                if not failures:
+                    log.warning("cannot accept connections on %s: %s; retrying every %.1f s",
+                                where, e.strerror or e, ACCEPT_RETRY_SECONDS)
+                failures += 1
+                await trio.sleep(ACCEPT_RETRY_SECONDS)
+                continue
+            if failures:
+                log.warning("accepting connections on %s again after %d failed attempts", where, failures)
+                failures = 0
+            nursery.start_soon(handle, stream)
+    finally:
+        listener.socket.close()  # cancelled at shutdown: the port is free again at once
 
 
 async def serve(

@@ -39,6 +39,7 @@ import gc
 import logging
 import resource
 import signal
+import socket
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -159,6 +160,7 @@ async def serve(
     runtime = Runtime(broker, alarms, tracing if tracing is not None else tracing_from_environment())
     await runtime.open()
     parking = Parking()
+    http_socket: socket.socket | None = None  # closed here at the end: serve_http only serves on it
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(runtime.run)
@@ -226,6 +228,8 @@ async def serve(
                 await trio.sleep_forever()
     finally:
         parking.close()
+        if http_socket is not None:
+            http_socket.close()
         with trio.CancelScope(shield=True):
             await runtime.close()
             log.info("store closed")

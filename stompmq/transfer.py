@@ -133,8 +133,9 @@ class Shovel:
             await target.close()
         finally:
             self.connected = False
-            await source.stream.aclose()
-            await target.stream.aclose()
+            with trio.CancelScope(shield=True):  # cancelled, the first aclose raises: close both
+                await source.stream.aclose()
+                await target.stream.aclose()
 
     def _done(self) -> bool:
         return self.max is not None and self.forwarded >= self.max

@@ -20,6 +20,7 @@ from stompmq.storage.base import Store
 from stompmq.storage.memory import MemoryStore
 
 from .support.broker_thread import BrokerThread
+from .support.rawclient import close_left_open
 from .support.stores import STORES, make_store_factory, stop_postgres_server
 
 # Broker subprocesses run side by side: none takes the default management port.
@@ -35,6 +36,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         callspec = getattr(item, "callspec", None)
         if callspec is not None and callspec.params.get("store_kind") == "postgres":
             item.add_marker(pytest.mark.postgres)
+
+
+@pytest.fixture(autouse=True)
+def close_clients() -> Iterator[None]:
+    """The test clients a test left open are closed when it ends (so a test needs no ``with``
+    for every client it drops)."""
+    yield
+    close_left_open()
 
 
 @pytest.fixture(params=STORES)

@@ -39,6 +39,7 @@ import gc
 import logging
 import resource
 import signal
+import socket
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -113,25 +114,29 @@ def max_connections(settings: ServerSettings, open_files: int) -> int:
 
 
 async def _accept(listener: trio.SocketListener, nursery: trio.Nursery, handle: Handler) -> None:
-    """Accept clients forever; a lack of descriptors pauses accepting with one warning."""
+    """Accept clients until cancelled, then close the listening socket; a lack of descriptors
+    pauses accepting with one warning."""
     failures = 0
     where = listener.socket.getsockname()
-    while True:
-        try:
-            stream = await listener.accept()
-        except OSError as e:
-            if e.errno not in ACCEPT_CAPACITY_ERRNOS:
-                raise
-            if not failures:
-                log.warning("cannot accept connections on %s: %s; retrying every %.1f s",
-                            where, e.strerror or e, ACCEPT_RETRY_SECONDS)
-            failures += 1
-            await trio.sleep(ACCEPT_RETRY_SECONDS)
-            continue
-        if failures:
-            log.warning("accepting connections on %s again after %d failed attempts", where, failures)
-            failures = 0
-        nursery.start_soon(handle, stream)
+    try:
+        while True:
+            try:
+                stream = await listener.accept()
+            except OSError as e:
+                if e.errno not in ACCEPT_CAPACITY_ERRNOS:
+                    raise
+                if not failures:
+                    log.warning("cannot accept connections on %s: %s; retrying every %.1f s",
+                                where, e.strerror or e, ACCEPT_RETRY_SECONDS)
+                failures += 1
+                await trio.sleep(ACCEPT_RETRY_SECONDS)
+                continue
+            if failures:
+                log.warning("accepting connections on %s again after %d failed attempts", where, failures)
+                failures = 0
+            nursery.start_soon(handle, stream)
+    finally:
+        listener.socket.close()  # cancelled at shutdown: the port is free again at once
 
 
 async def serve(
@@ -156,6 +161,7 @@ async def serve(
     runtime = Runtime(broker, alarms, tracing if tracing is not None else tracing_from_environment())
     await runtime.open()
     parking = Parking()
+    http_socket: socket.socket | None = None  # closed here at the end: serve_http only serves on it
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(runtime.run)
@@ -223,6 +229,8 @@ async def serve(
                 await trio.sleep_forever()
     finally:
         parking.close()
+        if http_socket is not None:
+            http_socket.close()
         with trio.CancelScope(shield=True):
             await runtime.close()
             log.info("store closed")

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..support.broker_process import ROOT, BrokerProcess
 from ..support.stompclient import Client
+from ..support.waiting import wait_until
 import pytest
 
 from stompmq.cli import main
@@ -32,8 +33,7 @@ def test_backup_under_load_keeps_every_receipted_message(tmp_path: Path) -> None
     producer = threading.Thread(target=produce)
     try:
         producer.start()
-        while len(receipted) < 200:
-            threading.Event().wait(0.01)
+        wait_until(lambda: len(receipted) >= 200, "200 receipted messages", 60)
         before = len(receipted)  # every one of these was receipted before the backup began
         copy = tmp_path / "copy.db"
         done = subprocess.run(
@@ -45,6 +45,7 @@ def test_backup_under_load_keeps_every_receipted_message(tmp_path: Path) -> None
         stop.set()
         producer.join(30)
         broker.terminate()
+        broker.close()
 
     restored = BrokerProcess(copy).start()
     try:
@@ -54,6 +55,7 @@ def test_backup_under_load_keeps_every_receipted_message(tmp_path: Path) -> None
         assert bodies >= set(range(before))
     finally:
         restored.terminate()
+        restored.close()
 
 
 def test_backup_refuses_other_stores(tmp_path: Path) -> None:

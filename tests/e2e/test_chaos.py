@@ -36,6 +36,7 @@ import pytest
 
 from ..support.broker_process import BrokerProcess, Peer
 from ..support.stores import TEST_LEASE, postgres_server
+from ..support.waiting import pace, poll
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -186,12 +187,12 @@ def unleash(step: Step, brokers: list[BrokerProcess], history: History) -> None:
     history.add("chaos", victim, "", f"{kind} for {seconds:.1f} s")
     if kind == "kill":
         broker.kill9()
-        time.sleep(seconds)
+        pace(seconds)  # the schedule's downtime: how long it is *is* the disaster
         broker.start()
     elif kind == "stop":
         assert broker.proc is not None
         broker.proc.send_signal(signal.SIGSTOP)
-        time.sleep(seconds)
+        pace(seconds)  # the schedule's stop: how long it is *is* the disaster
         broker.proc.send_signal(signal.SIGCONT)
     else:
         postgres_server().restart("fast", down=seconds)
@@ -323,13 +324,12 @@ def chaos() -> Iterator[tuple[History, list[Step]]]:
         for t in threads:
             t.start()
         for step in steps:
-            time.sleep(step[0])
+            pace(step[0])  # the seeded schedule: the load runs this long before the next disaster
             unleash(step, brokers, history)
-        time.sleep(3.0)
+        pace(3.0)  # the load runs on a while after the last disaster, as after the others
         stop_producing.set()
-        deadline = time.monotonic() + DRAIN
-        while time.monotonic() < deadline and not history.bodies("receipted") <= history.bodies("acked"):
-            time.sleep(0.5)
+        # Not asserted here: the tests below name what is missing, with its history.
+        poll(lambda: history.bodies("receipted") <= history.bodies("acked"), DRAIN, interval=0.5)
     finally:
         stop_producing.set()
         stop_consuming.set()

@@ -20,7 +20,7 @@ import pytest
 
 from ..support.broker_process import BrokerProcess, Peer
 from ..support.stores import NO_PSYCOPG, TEST_LEASE, postgres_server
-from ..support.waiting import wait_until
+from ..support.waiting import pace, wait_until
 
 psycopg = pytest.importorskip("psycopg", reason=NO_PSYCOPG)
 
@@ -93,7 +93,7 @@ class Consumer:
                 return  # its broker was killed
             self.got.append((msg.body.decode(), msg["redelivered"] == "true", time.monotonic()))
             if self.busy:
-                time.sleep(self.busy)
+                pace(self.busy)  # a consumer's work per message: part of the load
             if self.ack:
                 try:
                     self.peer.ack(msg, receipt=False)
@@ -172,7 +172,7 @@ def test_kill9_under_load_hands_over_what_the_dead_broker_held_within_its_lease(
             while not stop.is_set():
                 producer.send_to("/queue/load", f"{n}-{sent[n]}", receipt=False)
                 sent[n] += 1
-                time.sleep(0.002)
+                pace(0.002)  # the load's publishing rate
 
     producers = [threading.Thread(target=produce, args=(n, b), daemon=True) for n, b in enumerate((survivor, other))]
     for t in producers:
@@ -275,11 +275,13 @@ def test_a_renewal_that_comes_back_after_the_trust_ran_out_pumps_again(database:
                 # 0.92 lease after the last: past b's trust (0.8 lease), before its lease lapses.
                 locker.execute("SELECT 1 FROM brokers WHERE id = %s FOR UPDATE", (b_id,))
                 renewed = time.monotonic() - since_renewal(locker, b_id)
-                time.sleep(max(0.0, renewed + 0.85 * lease - time.monotonic()))
+                # Past b's trust, which b counts on its own clock and does not expose: the
+                # wall clock passing that point is the condition.
+                pace(max(0.0, renewed + 0.85 * lease - time.monotonic()))
                 for i in range(20):
                     producer.send_to("/queue/woken", str(i), receipt=False)
                 producer.sync()
-                time.sleep(max(0.0, renewed + 0.92 * lease - time.monotonic()))
+                pace(max(0.0, renewed + 0.92 * lease - time.monotonic()))  # the lock held to 0.92 lease
                 locker.rollback()
         wait_until(lambda: len(consumer.got) == 21, "b's subscriber to get what was sent meanwhile", timeout=lease / 6)
     finally:

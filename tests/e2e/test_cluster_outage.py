@@ -10,14 +10,16 @@ them.
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 
 import pytest
 
 from ..support.broker_process import BrokerProcess, Peer
-from ..support.stores import postgres_server
+from ..support.stores import NO_PSYCOPG, postgres_server
 from ..support.waiting import wait_until
+
+psycopg = pytest.importorskip("psycopg", reason=NO_PSYCOPG)
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -26,6 +28,18 @@ LEASE = 5.0
 OUTAGE = 20.0
 #: Messages each consumer holds through the outage.
 HELD = 10
+
+
+def renewing_a_lease(database: str, since: dict[str, datetime]) -> bool:
+    """Both brokers renewed more than a lease (and a renewal period) after their first renewal
+    once the database came back (``since``, filled in as this polls; on the database's clock)."""
+    with psycopg.connect(database, autocommit=True) as conn:
+        rows = conn.execute("SELECT id, renewed_at, pg_postmaster_start_time() FROM brokers").fetchall()
+    for broker, renewed, back in rows:
+        if renewed > back:
+            since.setdefault(broker, renewed)
+    judged = timedelta(seconds=LEASE * 4 / 3)
+    return len(since) == 2 and all(renewed - since.get(broker, renewed) > judged for broker, renewed, _ in rows)
 
 
 @pytest.fixture
@@ -52,9 +66,12 @@ def test_an_outage_longer_than_the_lease_causes_no_redelivery(brokers: list[Brok
                 producer.send_to("/queue/outage", str(i))
         held = [[consumer.message(timeout=30) for _ in range(HELD)] for consumer in consumers]
         assert all(msg["redelivered"] == "false" for msgs in held for msg in msgs)
+        since: dict[str, datetime] = {}
         postgres_server().restart("fast", down=OUTAGE)
-        # Every broker back, and renewed under its lease (a lease judged at last), before the ACKs.
-        time.sleep(3 * LEASE)
+        # Every broker back and renewing for more than a lease since (so its sweeps judge leases
+        # at last, and would end the others' if the outage had), before the ACKs.
+        wait_until(lambda: renewing_a_lease(brokers[0].args[brokers[0].args.index("--store") + 1], since),
+                   "every broker renewing for a lease after the outage", timeout=10 * LEASE)
         for consumer in consumers:
             consumer.expect_nothing(0.5)  # nothing held comes again, flagged or not
         for consumer, msgs in zip(consumers, held, strict=True):

@@ -258,7 +258,7 @@ def test_s18_an_idle_client_beating_stays_and_falls_silent_after_its_beats(make_
             c.sync()
         for _ in range(4):
             c.sock.sendall(b"\r\n")
-            pace(0.05)
+            pace(0.05)  # the same client's beats, then silence
         error = c.expect_error(timeout=5)
         assert "heart-beat" in error["message"]
     wait_sessions(broker, 0)

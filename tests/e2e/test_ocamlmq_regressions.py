@@ -233,15 +233,23 @@ class PageGateStore(SQLiteStore):
 
     def __init__(self, path: str) -> None:
         super().__init__(path, flush_interval=0.01)
-        self.hold = False
+        self.gate: trio.Event | None = None  # a page read's answer waits while it is not set
         self.reads_held = 0
+
+    def hold(self) -> None:
+        """Hold back the answers of page reads from now on (on the broker's thread)."""
+        self.gate = trio.Event()
+
+    def release(self) -> None:
+        """Let the held answers go (on the broker's thread)."""
+        assert self.gate is not None
+        self.gate.set()
 
     async def load_ready(self, queue, after, limit):
         rows = await super().load_ready(queue, after, limit)
-        if self.hold:
+        if self.gate is not None and not self.gate.is_set():
             self.reads_held += 1
-            while self.hold:
-                await trio.sleep(0.005)
+            await self.gate.wait()
         return rows
 
 
@@ -253,13 +261,13 @@ def test_message_sent_during_a_page_read_is_not_left_behind(tmp_path: Path):
     store = PageGateStore(str(tmp_path / "gate.db"))
     with BrokerThread(lambda: store, config=BrokerConfig(window=5)).start() as broker:
         send_all(broker.port, "/queue/gate", [f"old-{i}" for i in range(10)], receipt=False)  # priority 4
-        broker.call(lambda: setattr(store, "hold", True))
+        broker.call(store.hold)
         with Client(broker.port) as c:
             c.subscribe("/queue/gate", ack="client-individual", prefetch="1")
             wait_until(lambda: broker.call(lambda: store.reads_held) == 1, "the page read")
             # the page (old-0..old-4) is read; now a higher priority message arrives
             send_all(broker.port, "/queue/gate", ["urgent"], lambda i: {"priority": "5"}, receipt=False)
-            broker.call(lambda: setattr(store, "hold", False))
+            broker.call(store.release)
             got = []
             for _ in range(11):
                 m = c.message()
@@ -304,11 +312,11 @@ def test_fresh_send_never_overtakes_an_older_ready_message(make_broker, store_ki
                     got.append(m)
                     c.ack(m, receipt=False)
             elif durable_only and where == "page-read":
-                broker.call(lambda: setattr(store, "hold", True))
+                broker.call(store.hold)
                 c.subscribe("/queue/fifo", ack="auto")
                 wait_until(lambda: broker.call(lambda: store.reads_held) == 1, "the page read")
                 send_all(broker.port, "/queue/fifo", ["fresh"], receipt=False)  # while the first page is read
-                broker.call(lambda: setattr(store, "hold", False))
+                broker.call(store.release)
                 got = c.messages(31)
             else:
                 # SUBSCRIBE and SEND in one write: the SEND arrives while the queue is

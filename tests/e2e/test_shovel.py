@@ -131,7 +131,7 @@ def test_kill_9_of_the_shovel_leaves_only_flagged_duplicates(brokers):
     with Peer(new.port) as p:
         wait_until(lambda: p.count("k") >= n // 4, "a quarter moved", timeout=120)
     proc.send_signal(signal.SIGKILL)
-    proc.wait(30)
+    proc.communicate(timeout=30)  # (reads its stderr to the end, and closes it)
     with Peer(new.port) as p:
         assert p.count("k") < n  # killed mid-way
     proc = shovel(old, new, "k", "--until-empty")

@@ -97,7 +97,7 @@ def test_rpc_example_runs(broker):
         assert client.stdout.splitlines() == ["alpha -> ALPHA", "beta -> BETA"]
     finally:
         worker.terminate()
-        worker.wait(10)
+        worker.communicate(timeout=10)  # reads its stdout to the end, and closes it
     wait_sessions(broker, 0)
     assert broker.call(lambda: broker.broker.router.temps.owners) == {}  # the client's temp queue went with it
 

@@ -19,6 +19,7 @@ from ..support.broker_process import ROOT
 from ..support.broker_thread import BrokerThread, restarting
 from ..support.rawclient import RawFrame
 from ..support.stompclient import Client, control
+from ..support.waiting import wait_past
 
 TRACE = {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
          "tracestate": "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE"}
@@ -57,8 +58,9 @@ def test_a_delay_and_a_dead_letter_keep_it(make_broker: Callable[..., BrokerThre
         assert dead["dead-letter-reason"].startswith("rejected with NACK")
         assert_traced(dead)
         control(c, "declare/queue/tc.old", **{"message-ttl": "50", "dead-letter": "true"})
+        sent = time.time() * 1000
         c.send_to("/queue/tc.old", "old", headers=TRACE)
-        time.sleep(0.1)  # past its TTL: it dies when the queue is next looked at
+        wait_past(sent + 50, "its 50 ms TTL")  # it dies when the queue is next looked at
         c.subscribe("/queue/tc.old")
         c.subscribe("/queue/DLQ.tc.old")
         expired = c.message()

@@ -15,6 +15,8 @@ from celery import Celery
 
 import stompmq.integrations.celery  # noqa: F401  (registers stompmq://)
 
+from ..support.waiting import pace
+
 
 def make_app(url: str, ack_timeout: float = 60.0) -> Celery:
     app = Celery("celery_app", broker=url, backend="rpc://")
@@ -46,7 +48,7 @@ def record(key: str) -> None:
 @app.task(name="slow", acks_late=True, ignore_result=True)
 def slow(key: str) -> None:
     note(f"start {key} {time.time():.6f}")
-    time.sleep(float(os.environ.get("SLOW_SECONDS", "0")))
+    pace(float(os.environ.get("SLOW_SECONDS", "0")))  # the task's work: its length is what is tested
     note(f"done {key} {time.time():.6f}")
 
 

@@ -13,6 +13,8 @@ import dramatiq
 
 from stompmq.integrations.dramatiq import StompmqBroker
 
+from ..support.waiting import pace
+
 broker = StompmqBroker(url=os.environ["STOMPMQ_URL"], heart_beat=float(os.environ.get("HEART_BEAT", "10")))
 dramatiq.set_broker(broker)
 
@@ -33,7 +35,7 @@ def record(key: str) -> None:
 @dramatiq.actor(time_limit=120_000)
 def slow(key: str) -> None:
     note(f"start {key}")
-    time.sleep(float(os.environ.get("SLOW_SECONDS", "0")))
+    pace(float(os.environ.get("SLOW_SECONDS", "0")))  # the task's work: its length is what is tested
     note(f"done {key}")
 
 

@@ -23,7 +23,7 @@ import pytest
 
 from ..support.broker_process import ROOT, BrokerProcess, free_port
 from ..support.chromium import chromium
-from ..support.waiting import wait_until
+from ..support.waiting import holds_for, wait_until
 
 pytest.importorskip("celery")
 from .celery_app import make_app  # noqa: E402  (after the skip: the celery extra)
@@ -32,6 +32,13 @@ pytestmark = pytest.mark.celery
 
 #: Seconds a worker gets to connect and say it is ready (imports, a first connection).
 START = 60.0
+
+
+def logging_to(log: Path, args: list[str], *, cwd: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """``args`` started with their output (stdout and stderr) in ``log``: the child holds the
+    file open, our copy closes at once."""
+    with log.open("wb") as out:
+        return subprocess.Popen(args, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
 
 
 class Run:
@@ -56,11 +63,11 @@ class Run:
         """``celery worker`` (threads pool), started and ready."""
         self._logs += 1
         log = self.tmp / f"worker{self._logs}.log"
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "tests.integrations.celery_app", "worker", "--pool", "threads",
-             "-c", str(concurrency), "-l", "INFO", "-n", f"w{self._logs}@%h", "--without-gossip",
-             "--without-mingle", *args],
-            cwd=ROOT, env=self.env(**env), stdin=subprocess.DEVNULL, stdout=log.open("wb"), stderr=subprocess.STDOUT,
+        proc = logging_to(
+            log, [sys.executable, "-m", "celery", "-A", "tests.integrations.celery_app", "worker", "--pool", "threads",
+                  "-c", str(concurrency), "-l", "INFO", "-n", f"w{self._logs}@%h", "--without-gossip",
+                  "--without-mingle", *args],
+            cwd=ROOT, env=self.env(**env),
         )
         self.workers.append(proc)
         wait_until(lambda: " ready." in log.read_text() or proc.poll() is not None, "the worker's start", START)
@@ -109,7 +116,7 @@ def test_two_thousand_tasks_run_exactly_once_through_one_worker(run: Run) -> Non
             app.send_task("record", (str(i),))
         wait_until(lambda: len(run.lines("ran")) >= 2000, "2,000 tasks run", 120)
         took = time.monotonic() - started
-    time.sleep(1.0)  # quiet period: nothing runs twice late
+    holds_for(lambda: len(run.lines("ran")) == 2000, "no task run twice, late", 1.0)
     ran = Counter(key for key, _ in run.lines("ran"))
     assert len(ran) == 2000 and set(ran.values()) == {1}
     print(f"2,000 tasks in {took:.2f} s: {2000 / took:.0f} tasks/s")
@@ -166,7 +173,7 @@ def test_an_acks_late_task_whose_worker_is_killed_runs_again_once(run: Run) -> N
         doomed.wait(10)
         run.worker(SLOW_SECONDS="0")
         wait_until(lambda: len(run.lines("done")) == 1, "the task run again", 60)
-    time.sleep(1.0)
+    holds_for(lambda: len(run.lines("start")) == 2, "no third start", 1.0)
     assert [key for key, _ in run.lines("start")] == ["k", "k"]
     assert [key for key, _ in run.lines("done")] == ["k"]
 
@@ -182,28 +189,32 @@ def test_a_task_three_times_longer_than_the_ack_timeout_runs_once(tmp_path: Path
         with client(run) as app:
             app.send_task("slow", ("long",))
             wait_until(lambda: len(run.lines("done")) >= 1, "the task's end", 30)
-        time.sleep(2.0)  # two more timeouts: a redelivery would start it again
-        starts = len(run.lines("start"))
-        assert starts == 1 if extended else starts > 1
+        if extended:  # two more timeouts: a redelivery would start it again
+            holds_for(lambda: len(run.lines("start")) == 1, "a single start", 2.0)
+        else:
+            wait_until(lambda: len(run.lines("start")) > 1, "a redelivery starting it again", 30)
     finally:
         run.close()
 
 
 def test_celery_events_sees_the_workers_task_events(run: Run) -> None:
     run.worker("-E")
-    dump = (run.tmp / "events.txt").open("wb")
-    events = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "tests.integrations.celery_app", "events", "--dump"],
-        cwd=ROOT, env=run.env(), stdin=subprocess.DEVNULL, stdout=dump, stderr=subprocess.STDOUT,
+    events = logging_to(
+        run.tmp / "events.txt", [sys.executable, "-m", "celery", "-A", "tests.integrations.celery_app", "events",
+                                 "--dump"], cwd=ROOT, env=run.env(),
     )
     try:
         with client(run) as app:
-            deadline = time.monotonic() + 60
-            while "task succeeded" not in (run.tmp / "events.txt").read_text():
-                # `celery events` binds its queue once it has started: send until it sees one
-                assert time.monotonic() < deadline, (run.tmp / "events.txt").read_text()
+
+            def succeeded() -> bool:
+                """`celery events` binds its queue once it has started: a task is sent at each
+                poll until it sees one succeed."""
+                if "task succeeded" in (run.tmp / "events.txt").read_text():
+                    return True
                 app.send_task("record", ("seen",))
-                time.sleep(0.5)
+                return False
+
+            wait_until(succeeded, "`celery events` to see a task succeed", 60, interval=0.5)
     finally:
         events.terminate()
         events.wait(30)
@@ -214,9 +225,9 @@ def test_the_example_runs_as_its_docstring_says(run: Run) -> None:
     """examples/celery_tasks.py: its worker command, then the example as a script."""
     env = {**run.env(), "STOMPMQ_URL": run.url}
     log = run.tmp / "example-worker.log"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "examples.celery_tasks", "worker", "--pool", "threads", "-c", "4",
-         "-l", "INFO"], cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log.open("wb"), stderr=subprocess.STDOUT,
+    proc = logging_to(
+        log, [sys.executable, "-m", "celery", "-A", "examples.celery_tasks", "worker", "--pool", "threads", "-c", "4",
+              "-l", "INFO"], cwd=ROOT, env=env,
     )
     run.workers.append(proc)
     out = subprocess.run([sys.executable, "-m", "examples.celery_tasks"], cwd=ROOT, env=env, capture_output=True,
@@ -235,10 +246,9 @@ def test_flower_lists_the_workers_tasks_in_chromium(run: Run) -> None:
     run.worker("-E")
     port = free_port()
     log = run.tmp / "flower.log"
-    flower = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "tests.integrations.celery_app", "flower", f"--port={port}",
-         "--address=127.0.0.1"],
-        cwd=ROOT, env=run.env(), stdin=subprocess.DEVNULL, stdout=log.open("wb"), stderr=subprocess.STDOUT,
+    flower = logging_to(
+        log, [sys.executable, "-m", "celery", "-A", "tests.integrations.celery_app", "flower", f"--port={port}",
+              "--address=127.0.0.1"], cwd=ROOT, env=run.env(),
     )
     run.workers.append(flower)
     wait_until(lambda: "Connected to stompmq://" in log.read_text() or flower.poll() is not None, "Flower's start", START)

@@ -21,7 +21,7 @@ from stompmq.integrations.dramatiq import StompmqBroker
 from stompmq.stomp_url import StompmqError, StompURL
 
 from ..support.stompclient import Client, control
-from ..support.waiting import wait_until
+from ..support.waiting import pace, wait_until
 from .reading import first_message
 
 pytestmark = pytest.mark.dramatiq
@@ -245,8 +245,8 @@ def test_retries_middleware_uses_broker_delays(broker, worker):
 def test_time_limit_rejects_into_the_dead_letter_queue(broker, worker):
     @dramatiq.actor(broker=broker, queue_name="slow", time_limit=200, max_retries=0)
     def slow() -> None:
-        for _ in range(100):
-            time.sleep(0.05)
+        for _ in range(100):  # 5 s of work in steps: Dramatiq's time limit interrupts between them
+            pace(0.05)
 
     worker()
     message = slow.send()

@@ -19,6 +19,7 @@ from stompmq.server.parking import Parking, heart_beats_only
 from stompmq.server.settings import ServerSettings
 
 from ..support.pair import BrokerPair, PeerClient, broker_pair
+from ..support.waiting import until
 
 
 class Heard:
@@ -61,21 +62,17 @@ async def test_the_watcher_counts_heart_beats_and_hands_over_anything_else() -> 
             await nursery.start(parking.run)
             nursery.start_soon(parked)
             await trio.testing.wait_all_tasks_blocked()
-            for beat in (b"\n\n", b"\r\n"):
+            for n, beat in enumerate((b"\n\n", b"\r\n"), 1):
                 theirs.send(beat)
-                await trio.sleep(0.01)  # the watcher reads it (real time: a real socket)
+                await until(lambda n=n: len(heard.beats) == n, f"the watcher to read beat pair {n}", 5)
             assert [n for n, _ in heard.beats] == [2, 2] and not got and len(parking) == 1
             theirs.send(b"SEND\n")
-            with trio.fail_after(5):
-                while not got:
-                    await trio.sleep(0.01)
+            await until(lambda: got, "the frame handed over", 5)
             assert got == [b"SEND\n"] and len(parking) == 0
             nursery.start_soon(parked)  # parks again; the end of the stream wakes it with b""
             await trio.testing.wait_all_tasks_blocked()
             theirs.close()
-            with trio.fail_after(5):
-                while len(got) < 2:
-                    await trio.sleep(0.01)
+            await until(lambda: len(got) == 2, "the end of the stream handed over", 5)
             assert got[1] == b""
             nursery.cancel_scope.cancel()
     finally:
@@ -181,8 +178,8 @@ async def test_a_parked_connection_keeps_heart_beat_semantics(autojump_clock: tr
             await trio.testing.wait_all_tasks_blocked()
             assert len(parking) == 1
             await client.stream.send_all(b"SEND\ndestination:/queue/p")
-            await trio.sleep(0.05)
-            assert len(parking) == 0
+            # a real socket: the bytes come in real time (the virtual clock stands still meanwhile)
+            await until(lambda: len(parking) == 0, "half a frame to wake the connection", 5, interval=0)
             await client.stream.send_all(b"\nreceipt:r\n\nbody\x00")
             reply = await client.receive()
             assert (reply.command, reply.headers["receipt-id"]) == ("RECEIPT", "r")
@@ -195,6 +192,7 @@ async def test_a_parked_connection_keeps_heart_beat_semantics(autojump_clock: tr
             assert 0.2 <= trio.current_time() - silent <= 0.2 + 0.09 + 0.05 + 0.01  # grace, a beat of ours, a tick
             await trio.testing.wait_all_tasks_blocked()
             assert len(parking) == 0
+            await client.stream.aclose()
             pair.nursery.cancel_scope.cancel()
         finally:
             parking.close()

@@ -9,7 +9,6 @@ file holds).
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -23,6 +22,7 @@ from stompmq.storage.groupcommit import GroupCommitStore
 
 from ..support.stores import make_store_factory
 from ..support.pair import PeerClient, broker_pair
+from ..support.waiting import committed
 
 #: The conftest stores' --flush-interval.
 FLUSH = 0.01
@@ -41,14 +41,6 @@ def spy_inserts(store: GroupCommitStore) -> list[bytes]:
 
     backend.commit = counted
     return inserted
-
-
-async def until_committed(store: GroupCommitStore, ticket: int) -> None:
-    """Wait for the database thread (real time; the virtual clock stands still meanwhile)."""
-    give_up = time.monotonic() + 10
-    while store.committed < ticket:
-        assert time.monotonic() < give_up, "the commit never came"
-        await trio.sleep(0)
 
 
 @asynccontextmanager
@@ -108,8 +100,8 @@ async def test_unsettled_messages_in_a_consumer_window_are_on_disk_at_the_second
         assert (await consumer.receive()).body == b"in-flight"
         ticket = store.committed
         mock_clock.jump(FLUSH)
-        await until_committed(store, ticket + 1)
+        await committed(store, ticket + 1, interval=0)  # the virtual clock stands still meanwhile
         assert inserted == [b"unconsumed"]
         mock_clock.jump(FLUSH)
-        await until_committed(store, ticket + 2)
+        await committed(store, ticket + 2, interval=0)
         assert sorted(inserted) == [b"in-flight", b"in-window", b"unconsumed"]

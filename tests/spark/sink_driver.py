@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from collections.abc import Iterator
 
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
 import stompmq.spark
+
+from ..support.waiting import pace
 
 #: Rows per Arrow batch between the steps, and seconds each small batch is held back.
 SLICE, PAUSE = 25, 0.02
@@ -25,7 +26,7 @@ def slowly(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """The rows unchanged and in order (a replay must send the same rows), a slice at a time."""
     for batch in batches:
         for start in range(0, batch.num_rows, SLICE):
-            time.sleep(PAUSE)
+            pace(PAUSE)  # the slowness is the point: a SIGKILL must land mid-write
             yield batch.slice(start, SLICE)
 
 

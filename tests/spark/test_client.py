@@ -17,6 +17,7 @@ from stompmq.spark.client import Connection, StompmqError
 from stompmq.spark.source import _batch
 
 from ..support.broker_thread import BrokerThread
+from ..support.waiting import wait_past
 
 pytestmark = pytest.mark.spark
 
@@ -87,7 +88,7 @@ def test_timestamp_options_start_at_the_first_entry_that_late(memory_broker: Bro
         for _ in range(3):
             for i in range(4):
                 conn.request("SEND", {"destination": "/stream/a"}, b"%d" % i)
-            time.sleep(0.01)
+            wait_past(time.time() * 1000, "a later timestamp for the next burst")
         conn.request("SEND", {"destination": "/stream/b"}, b"b")
         conn.send_frame("SUBSCRIBE", {"destination": "/stream/a", "id": "0", "x-stream-offset": "first"})
         stamps = [int(conn.next().headers["timestamp"]) for _ in range(12)]

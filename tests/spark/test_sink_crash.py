@@ -38,11 +38,12 @@ def count(port: int, stream: str) -> tuple[int, int]:
 def driver(port: int, checkpoint: Path, log: Path) -> subprocess.Popen[bytes]:
     """The query's driver (and, under it, Spark's JVM and Python workers) in a session of its own."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.spark.sink_driver", f"stomp://127.0.0.1:{port}", "/stream/in0,/stream/in1",
-         "/stream/out", str(checkpoint)],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log.open("ab"), start_new_session=True,
-    )
+    with log.open("ab") as err:  # the driver holds it open; our copy closes
+        return subprocess.Popen(
+            [sys.executable, "-m", "tests.spark.sink_driver", f"stomp://127.0.0.1:{port}", "/stream/in0,/stream/in1",
+             "/stream/out", str(checkpoint)],
+            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True,
+        )
 
 
 def group_alive(pgid: int) -> bool:

@@ -25,6 +25,7 @@ from stompmq.storage.groups import (
 from stompmq.storage.rows import DropBinding, DropExchange, Release, SaveBinding, SaveExchange, SaveQueue, SaveVhost
 
 from ..support.stores import NO_PSYCOPG, TEST_LEASE, postgres_server
+from ..support.waiting import pace, wait_until
 from .test_backend import group, row
 
 psycopg = pytest.importorskip("psycopg", reason=NO_PSYCOPG)
@@ -70,12 +71,15 @@ def held(last_seq: int, inserts: list[InsertRow]) -> GroupRows:
     return rows_group
 
 
-def wait_for(check: Callable[[], bool], what: str) -> None:
-    """Poll ``check()`` until it is true; fail naming ``what`` after ``DEADLINE`` seconds."""
-    deadline = time.monotonic() + DEADLINE
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
+def wait_for(check: Callable[[], object], what: str) -> None:
+    """``wait_until`` with this module's generous deadline."""
+    wait_until(check, what, timeout=DEADLINE)
+
+
+def lease_lapsed(observer: PostgresBackend, broker: PostgresBackend) -> bool:
+    """``broker``'s lease has run out as ``observer`` reads it: on the database's clock, which
+    judges leases (so a test waits for this, not for its own clock to pass the lease)."""
+    return not any(lease.live for lease in observer.brokers()[0] if lease.id == broker.broker_id)
 
 
 # -- commit groups ----------------------------------------------------------------------------
@@ -193,7 +197,7 @@ def test_a_claim_read_never_ends_a_lease_only_a_sweep_does(url: str) -> None:
         gone = PostgresBackend(url, lease=SHORT_LEASE)
         gone.open()
         gone.commit(held(2, [row(1), row(2)]))
-        time.sleep(SHORT_LEASE * 1.5)
+        wait_for(lambda: lease_lapsed(taker, gone), "the lease to lapse")
         assert taker.load_ready("q", None, 10) == []  # lapsed, but nobody swept
         taker.sweep()
         assert [(m.seq, m.redeliveries) for m in taker.load_ready("q", None, 10)] == [(1, 1), (2, 1)]
@@ -243,13 +247,16 @@ def test_a_broker_that_renews_late_keeps_its_epoch_when_nobody_could_sweep_it(ur
     try:
         late.commit(held(1, [row(1)]))
         epoch = late.epoch
-        time.sleep(SHORT_LEASE * 1.5)
+        with opened(url, lease=SHORT_LEASE) as observer:
+            wait_for(lambda: lease_lapsed(observer, late), "the late broker's lease to lapse")
         with opened(url, lease=SHORT_LEASE) as back:  # just (re)connected: judges no lease yet
             back.sweep()
             assert back.load_ready("q", None, 10) == []
             late.renew({})
             assert late.epoch == epoch
-            time.sleep(SHORT_LEASE * 1.5)
+            # Lapsed again a lease after a renewal made after ``back`` registered: so ``back``
+            # has been connected a lease, and now judges leases.
+            wait_for(lambda: lease_lapsed(back, late), "the late broker's lease to lapse again")
             late.renew({})
             back.sweep()  # connected a lease now, but the lease runs again
             assert back.load_ready("q", None, 10) == []
@@ -265,7 +272,7 @@ def test_a_group_taken_under_an_epoch_that_ended_claims_nothing(url: str) -> Non
         lapsed = PostgresBackend(url, lease=SHORT_LEASE)
         lapsed.open()
         old = lapsed.epoch
-        time.sleep(SHORT_LEASE * 1.5)
+        wait_for(lambda: lease_lapsed(other, lapsed), "the lease to lapse")
         other.sweep()  # another broker ended the lapsed lease
         lapsed.renew({})  # so the renewal holds a new epoch
         assert lapsed.epoch != old
@@ -379,7 +386,7 @@ def test_renewing_keeps_a_live_brokers_claims(url: str) -> None:
             if time.monotonic() - renewed >= TEST_LEASE:
                 pytest.skip("the machine stalled longer than a lease between a renewal and the check")
             assert taken == []
-            time.sleep(0.2)
+            pace(0.2)  # the renewal period under test: a workload's timing, nothing to wait for
 
 
 # -- sequence numbers and definitions ---------------------------------------------------------

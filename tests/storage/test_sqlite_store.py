@@ -13,7 +13,6 @@ import os
 import sqlite3
 import tempfile
 import threading
-import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -46,6 +45,7 @@ from stompmq.storage.rows import DropBinding, DropExchange, DropStream, Purge, S
 
 from ..support.stores import Reports
 from ..support.unwritable import immutable
+from ..support.waiting import committed, until
 
 # Long enough that nothing is flushed by the timer during a test that means to flush by hand.
 NEVER = 3600.0
@@ -116,20 +116,6 @@ def rows_on_disk(path: str) -> dict[int, tuple[Any, ...]]:
 
 def seqs_on_disk(path: str) -> set[int]:
     return set(rows_on_disk(path))
-
-
-async def until(check: Callable[[], object], what: str, seconds: float = 60.0) -> None:
-    """Poll ``check`` in virtual time, failing after ``seconds`` of *real* time: the database
-    thread's work takes real time, during which the autojumping clock runs ahead to the next
-    deadline, so a virtual deadline here would fail whenever a commit is slow."""
-    deadline = time.monotonic() + seconds
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await trio.sleep(0.002)
-
-
-async def committed(store: GroupCommitStore, ticket: int) -> None:
-    await until(lambda: store.committed >= ticket, f"ticket {ticket} committed")
 
 
 @asynccontextmanager

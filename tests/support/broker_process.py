@@ -22,11 +22,11 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from .rawclient import RawFrame
 from .stompclient import Client
+from .waiting import poll
 
 #: Seconds a broker gets to open its store and listen (imports + migrations + recovery).
 START_TIMEOUT = 30.0
@@ -118,15 +118,11 @@ class BrokerProcess:
         for attempt in range(3):
             self.spawn()
             assert self.proc is not None
-            deadline = time.monotonic() + timeout
-            while not stomp_ready(self.port):
-                if self.proc.poll() is not None:
-                    break
-                if time.monotonic() > deadline:
-                    self.kill9()
-                    raise RuntimeError(f"broker did not listen within {timeout} s:\n{self.stderr}")
-                time.sleep(0.02)
-            else:
+            proc = self.proc
+            if not poll(lambda proc=proc, port=self.port: stomp_ready(port) or proc.poll() is not None, timeout):
+                self.kill9()
+                raise RuntimeError(f"broker did not listen within {timeout} s:\n{self.stderr}")
+            if proc.poll() is None:
                 return self
             if self._auto_port and "cannot listen" in self.stderr and attempt < 2:
                 # Someone took the free port between our probe and the broker's bind: retry.

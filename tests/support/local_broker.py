@@ -13,13 +13,13 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from types import TracebackType
 
 from stompmq.sync_client import Connection, StompmqError
 
 from .broker_process import ROOT, free_port
+from .waiting import poll
 
 #: Seconds the broker gets to listen (imports, migrations) and to exit on SIGTERM.
 START_TIMEOUT = STOP_TIMEOUT = 30.0
@@ -57,16 +57,19 @@ class LocalBroker:
                 stdout=subprocess.DEVNULL, stderr=log, env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd=str(ROOT),
             )
         url = f"stomp://127.0.0.1:{self.port}"
-        deadline = time.monotonic() + START_TIMEOUT
-        while True:
+        proc = self.proc
+
+        def answers() -> bool:
             try:
                 Connection(url).close()
-                return url
             except StompmqError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    self.stop()
-                    raise SystemExit("the local broker did not start:\n" + self.log_text) from None
-                time.sleep(0.1)
+                return False
+            return True
+
+        if poll(lambda: answers() or proc.poll() is not None, START_TIMEOUT, interval=0.1) and proc.poll() is None:
+            return url
+        self.stop()
+        raise SystemExit("the local broker did not start:\n" + self.log_text)
 
     def stop(self) -> None:
         """SIGTERM (SIGKILL after ``STOP_TIMEOUT``); keeps the log in ``log_text``; removes the data."""

@@ -20,12 +20,12 @@ import pwd
 import shutil
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 from stompmq.storage.migrate import upgrade_to_head
 
 from .broker_process import free_port
+from .waiting import pace
 
 #: The role the broker logs in as, and its password (the masking tests look for it).
 USER = "stompmq"
@@ -112,7 +112,7 @@ class PostgresServer:
         assert self.owned and self.directory is not None, "only a server the tests started can be restarted"
         data = str(self.directory / "data")
         self._pg("pg_ctl", "-D", data, "-m", mode, "-w", "stop")
-        time.sleep(down)
+        pace(down)  # the outage asked for: its length is the point
         self._pg("pg_ctl", "-D", data, "-l", str(self.directory / "log"), "-w", "-t", str(PG_CTL_WAIT), "start")
 
     def postmaster_pid(self) -> int | None:

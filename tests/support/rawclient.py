@@ -14,6 +14,17 @@ from dataclasses import dataclass
 
 TIMEOUT = 5.0
 
+#: Every client socket opened since the last ``close_left_open()``, held so that one a test
+#: drops without closing is closed at the test's end (tests/conftest.py), not found unclosed by
+#: the garbage collector (a ResourceWarning, an error under the suite's filterwarnings).
+_OPENED: list[socket.socket] = []
+
+
+def close_left_open() -> None:
+    """Close the client sockets opened so far (closing one twice is harmless)."""
+    while _OPENED:
+        _OPENED.pop().close()
+
 
 @dataclass
 class RawFrame:
@@ -29,6 +40,16 @@ class RawClient:
     def __init__(self, port: int, host: str = "127.0.0.1") -> None:
         self.sock = socket.create_connection((host, port), timeout=TIMEOUT)
         self.buffer = b""
+
+    @property
+    def sock(self) -> socket.socket:
+        return self._sock
+
+    @sock.setter
+    def sock(self, sock: socket.socket) -> None:
+        """Every socket a client is given is closed at the end of the test at the latest."""
+        self._sock = sock
+        _OPENED.append(sock)
 
     def close(self) -> None:
         self.sock.close()

@@ -24,6 +24,7 @@ from pathlib import Path
 from .broker_process import BrokerProcess, Peer
 from .rawclient import RawFrame
 from .restart_history import CLIENT_MODES, Event, Facts, History, Violation, violations
+from .waiting import pace, poll
 
 #: Errors a client sees when the broker goes away under it.
 GONE = (OSError, EOFError, AssertionError)
@@ -308,14 +309,14 @@ class Run:
 
     def unleash(self, step: Step) -> None:
         """One step of the schedule: stop the broker as it says, and start it again."""
-        time.sleep(step.wait)
+        pace(step.wait)  # the seeded schedule: the load runs this long before the stop
         self.history.add("stop", how=step.how)
         rc = self.broker.terminate() if step.how == "term" else self.broker.kill9()
         self.history.add("stopped", how=step.how, rc=rc)
-        time.sleep(step.down)
+        pace(step.down)  # the schedule's downtime: how long it is *is* the step
         if step.how == "kill-starting":
             self.broker.spawn()
-            time.sleep(step.early)
+            pace(step.early)  # the moment into start-up at which the schedule kills it
             self.history.add("stop", how="kill-starting")
             self.history.add("stopped", how="kill-starting", rc=self.broker.kill9())
         self.broker.start()
@@ -355,15 +356,18 @@ class Run:
                 t.start()
             for step in steps:
                 self.unleash(step)
-            time.sleep(2.0)
+            pace(2.0)  # the load runs on a while after the last restart, as after the others
             self.stop_producing.set()
             self.draining.set()
-            deadline = time.monotonic() + DRAIN
-            while left := self.left():
-                if time.monotonic() > deadline:
-                    self.history.add("drain-timeout", what=f"not drained within {DRAIN} s", left=left)
-                    break
-                time.sleep(0.5)
+            left: dict[str, object] = {}
+
+            def drained() -> bool:
+                nonlocal left
+                left = self.left()
+                return not left
+
+            if not poll(drained, DRAIN, interval=0.5):  # the history says what was left
+                self.history.add("drain-timeout", what=f"not drained within {DRAIN} s", left=left)
             if not self.broker.running:
                 self.history.add("broker-gone", rc=self.broker.returncode, stderr=self.broker.stderr[-2000:])
         except (RuntimeError, AssertionError) as e:  # the broker did not start again

@@ -4,7 +4,7 @@ One copy of the waiting helpers the end-to-end suites share (the clients are in
 rawclient.py and stompclient.py, with ``control`` for /control/ requests; brokers
 in broker_thread.py and broker_process.py).  A test never sleeps for a fixed time to let the
 broker catch up: it polls for the state it needs with a generous deadline
-(``wait_until``, ``wait_sessions``), or uses receipts, which the broker
+(``wait_until``, ``wait_sessions``; ``until`` inside trio), or uses receipts, which the broker
 releases only once the store has committed everything the connection sent
 before them (``send_all``).  What is left of the wall clock has a name here:
 
@@ -20,21 +20,56 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
-from .broker_thread import BrokerThread
+import trio
+
 from .stompclient import Client
+
+if TYPE_CHECKING:
+    from stompmq.storage.groupcommit import GroupCommitStore
+
+    from .broker_thread import BrokerThread
 
 
 #: Seconds between two polls of a condition.
 POLL = 0.02
 
 
+def poll(check: Callable[[], object], timeout: float, *, interval: float = POLL) -> bool:
+    """Poll ``check`` until it is true (True) or ``timeout`` seconds have passed (False): the
+    one polling loop, for a caller that reports a timeout itself; tests use ``wait_until``."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(interval)  # the poll's period: what is polled has no event to wait on
+    return True
+
+
 def wait_until(check: Callable[[], object], what: str, timeout: float = 5.0, *, interval: float = POLL) -> None:
     """Poll ``check`` until it is true; fail naming ``what`` after ``timeout`` seconds."""
+    assert poll(check, timeout, interval=interval), f"timed out waiting for {what}"
+
+
+async def until(check: Callable[[], object], what: str, timeout: float = 60.0, *, interval: float = 0.002) -> None:
+    """``wait_until`` inside trio, for what a thread does (the store's database thread).
+
+    Polls ``check`` every ``interval`` seconds of trio's clock, so a virtual clock runs on
+    meanwhile (a group commit may wait for a deadline); 0 (a bare checkpoint) keeps an
+    autojumping clock still.  Fails after ``timeout`` seconds of *real* time: the thread's
+    work takes real time, during which a virtual clock would jump to the next deadline, so a
+    virtual deadline would fail whenever a commit is slow.
+    """
     deadline = time.monotonic() + timeout
     while not check():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(interval)
+        await trio.sleep(interval)
+
+
+async def committed(store: GroupCommitStore, ticket: int, *, interval: float = 0.002) -> None:
+    """Until ``store`` has committed ``ticket`` (``until``'s ``interval``)."""
+    await until(lambda: store.committed >= ticket, f"ticket {ticket} committed", interval=interval)
 
 
 def wait_past(epoch_ms: float, what: str) -> None:
@@ -46,17 +81,15 @@ def wait_past(epoch_ms: float, what: str) -> None:
 def holds_for(check: Callable[[], object], what: str, seconds: float) -> None:
     """``check`` stays true for ``seconds`` (something that must not happen, watched for a
     while: an absence has no moment to wait for); fails naming ``what`` at the first lapse."""
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        assert check(), f"{what} did not hold"
-        time.sleep(POLL)
+    assert not poll(lambda: not check(), seconds), f"{what} did not hold"
     assert check(), f"{what} did not hold"
 
 
 def pace(seconds: float) -> None:
     """A pause that is part of a workload's timing (a slow reader or task, a schedule of
-    restarts), not a wait for the broker: the one wall-clock pause such tests share."""
-    time.sleep(seconds)
+    restarts), not a wait for the broker: the one wall-clock pause such tests share.  Every
+    caller says in a comment what the pause stands for."""
+    time.sleep(seconds)  # a workload's own timing: there is no condition, the time is the point
 
 
 def wait_sessions(broker: BrokerThread, n: int) -> None:

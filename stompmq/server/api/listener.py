@@ -52,6 +52,7 @@ async def serve_bounded(app: Any, config: HypercornConfig, sock: socket.socket, 
             await TCPServer(wrapped, config, context, ConnectionState({}), stream)  # type: ignore[arg-type]
         finally:
             open_now -= 1
+            stream.socket.close()  # hypercorn leaves it open when cancelled (the broker stopping)
 
     async with trio.open_nursery() as nursery:
         task_status.started()

@@ -19,6 +19,7 @@ from stompmq.sync_client import Connection, ConnectionLost, NoAnswer, StompmqErr
 from .support.broker_process import BrokerProcess, free_port
 from .support.broker_thread import BrokerThread
 from .support.users import write_users
+from .support.waiting import pace
 
 #: Seconds a test waits for a frame that must come (generous: the machine may be busy).
 DEADLINE = 30.0
@@ -183,7 +184,7 @@ def test_a_publisher_that_never_reads_keeps_its_heart_beats(beating: BrokerThrea
     """A publisher between sends neither writes nor reads: the heart-beat thread beats for it."""
     with Connection(url(beating), heart_beat=BEATS_MS / 1000) as conn:
         conn.send("/queue/pub", b"one")
-        time.sleep(IDLE)  # (idle on purpose: the heart-beat thread alone keeps it open)
+        pace(IDLE)  # (idle on purpose: the heart-beat thread alone keeps it open)
         conn.check()
         conn.send("/queue/pub", b"two")
 

@@ -9,6 +9,8 @@ import time
 
 from stompmq.integrations.taskiq import StompmqBroker
 
+from ..support.waiting import pace
+
 broker = StompmqBroker(os.environ.get("STOMPMQ_URL", "stomp://127.0.0.1:61613"),
                        heart_beat=float(os.environ.get("HEART_BEAT", "10")))
 
@@ -29,5 +31,5 @@ async def record(key: str) -> None:
 @broker.task(task_name="hold")
 def hold(key: str, seconds: float) -> None:
     """A blocking task (Taskiq runs it in a thread) that notes its worker's heart-beat intervals."""
-    time.sleep(seconds)
+    pace(seconds)  # the task's work: its length is what is tested
     note(f"held {key} " + " ".join(f"{c.send_every},{c.expect_every}" for c in broker._consumers))

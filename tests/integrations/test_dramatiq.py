@@ -219,7 +219,7 @@ def test_flush_drops_delayed_messages_not_yet_due(make_broker):
         assert broker.get_queue_message_counts("fd1") == (0, 0)
         two.send_with_options(delay=300)
         broker.flush_all()
-        time.sleep(0.6)  # (nothing to wait on: the flushed message must not come once due)
+        pace(0.6)  # (nothing to wait on: the flushed message must not come once due)
         assert broker.get_queue_message_counts("fd2") == (0, 0)
     finally:
         broker.close()

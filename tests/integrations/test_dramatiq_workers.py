@@ -19,7 +19,7 @@ from stompmq.integrations.dramatiq import StompmqBroker
 
 from ..support.broker_process import ROOT, BrokerProcess, Peer
 from ..support.stompclient import control
-from ..support.waiting import wait_until
+from ..support.waiting import pace, wait_until
 from .reading import first_message
 
 pytestmark = pytest.mark.dramatiq
@@ -158,7 +158,7 @@ def test_heart_beats_keep_a_workers_connections_through_idle_time_and_a_long_tas
     4 s, then runs a 4 s task that holds a publishing connection idle: the consumer's connection
     stays (the task's ACK lands: it runs once), and so does the publishing one."""
     workers(HEART_BEAT="1", SLOW_SECONDS="4")
-    time.sleep(4)  # (idle on purpose: only heart-beats cross the connections meanwhile)
+    pace(4)  # (idle on purpose: only heart-beats cross the connections meanwhile)
     assert subscribers(stompmq.port, "default") == 1
     send(producer, "hold", "long")
     wait_until(lambda: lines(record, "kept long"), "the long task", timeout=60)

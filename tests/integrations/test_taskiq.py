@@ -22,7 +22,7 @@ from stompmq.stomp_url import StompmqError
 
 from ..support.broker_process import ROOT, BrokerProcess, Peer
 from ..support.stompclient import control
-from ..support.waiting import wait_until
+from ..support.waiting import pace, wait_until
 
 pytestmark = pytest.mark.taskiq
 
@@ -139,7 +139,7 @@ def test_heart_beats_keep_an_idle_workers_connection(stompmq, worker, record):
     """Against a broker that closes a client silent for 2 s, a worker with 1 s heart-beats idles
     4 s, then runs a blocking 2 s task: its subscription stays and the task runs once, acked."""
     worker(HEART_BEAT="1")
-    time.sleep(4)  # (idle on purpose: only heart-beats cross the connection meanwhile)
+    pace(4)  # (idle on purpose: only heart-beats cross the connection meanwhile)
     assert counts(stompmq.port, "taskiq", "count-subscribers", "num-subscribers") == 1
 
     async def kick() -> None:

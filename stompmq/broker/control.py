@@ -25,7 +25,7 @@ import dataclasses
 import heapq
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 from ..protocol import Frame
 from ..storage.ages import QueueAges, older
@@ -50,13 +50,18 @@ R = TypeVar("R")
 MAX_PAGE = 1000
 
 
-@dataclass(frozen=True, slots=True)
 class Deferred(Generic[R]):
     """An answer that needs a store read: ``answer(await fetch(store))`` gives the headers
-    (or, for the management API, the result)."""
+    (or, for the management API, the result).
 
-    fetch: Callable[[Store], Awaitable[Any]]
-    answer: Callable[[Any], R]
+    A plain class rather than a frozen dataclass: mypyc (setup.py's compiled engine) cannot
+    build a generic dataclass; ``Final`` keeps the fields read-only for mypy."""
+
+    __slots__ = ("fetch", "answer")
+
+    def __init__(self, fetch: Callable[[Store], Awaitable[Any]], answer: Callable[[Any], R]) -> None:
+        self.fetch: Final = fetch
+        self.answer: Final = answer
 
 
 Answer = Headers | Deferred[Headers]

@@ -56,7 +56,7 @@ from .control import Control, Deferred, QueuePage
 from .delivery import BROKER_HEADERS
 from .destinations import Kind, parse_destination
 from .delays import DELAY_DUE, DELAY_PAGE_RETRY
-from .dispatch import ACK_TIMEOUT, PAGE_RETRY, Dispatcher
+from .dispatch import ACK_TIMEOUT, PAGE_RETRY, Dispatcher, SharedDispatcher
 from .errors import ClientError
 from .events import MessageEvents
 from .tracestream import resume as resume_trace
@@ -103,7 +103,7 @@ class Broker:
         self.sessions: dict[str, Session] = {}
         self.deadlines = Deadlines()
         self.reads = Reads()
-        self.dispatcher = Dispatcher(store, config, self.deadlines, self.reads)
+        self.dispatcher = (SharedDispatcher if store.shared else Dispatcher)(store, config, self.deadlines, self.reads)
         self.receipts = Receipts(store, self.deadlines, self.dispatcher.withdraw, config.store_timeout)
         self.streams = Streams(self.dispatcher, config)
         self.acks = Acks(self.dispatcher, self.streams)

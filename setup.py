@@ -49,9 +49,11 @@ def _compiled_engine() -> list[Extension]:
               file=sys.stderr)
         return []
     modules = sorted(glob.glob("stompmq/broker/*.py"))
-    # multi_file: one C file per module, so the compiler's memory and a rebuild stay per module.
-    # The project's mypy configuration (pyproject.toml) applies; its sections for other packages are unused here.
-    return list(mypycify(["--no-warn-unused-configs", *modules], opt_level="3", multi_file=True))
+    # The project's mypy configuration (pyproject.toml) applies; its sections for other packages
+    # are unused here.  multi_file: a C file per module, so a rebuild recompiles the changed ones;
+    # group_name: the shared library of them all is stompmq_engine__mypyc, not a hash.
+    return list(mypycify(["--no-warn-unused-configs", *modules], opt_level="3", multi_file=True,
+                         group_name="stompmq_engine"))
 
 
 setup(

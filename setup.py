@@ -6,7 +6,7 @@ encodes frames in pure Python (same answers, slower).
 
 ``STOMPMQ_MYPYC=1`` in the environment also compiles the engine, every module of
 ``stompmq/broker/`` (a glob: a new module is compiled without a list to edit),
-with mypyc, which ships with mypy: about half the instructions per message
+with mypyc, which ships with mypy: a third fewer instructions per message
 (docs/decisions/compiled-engine.md).  It is asked for, not the default, because
 the pure-Python engine is the reference and an in-place build (an editable
 install, ``build_ext --inplace``) puts the compiled modules beside the sources,

@@ -187,8 +187,8 @@ class Control:
         limit = _page_limit(frame.headers.get("limit"))
         listing = self.list_queues(frame.headers.get("after", ""), limit)
 
-        def answer(store_rows: list[QueueCount]) -> Headers:
-            page = listing.answer(store_rows)
+        def answer(fetched: tuple[list[QueueCount], dict[str, QueueRow]]) -> Headers:
+            page = listing.answer(fetched)
             # A reply queue's name is what lets a client write to it: not for every client to list.
             rows = [row for row in page.rows if not row.name.startswith(TEMP_QUEUE_PREFIX)]
             headers = {"num-queues": str(len(rows))}

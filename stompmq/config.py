@@ -282,6 +282,8 @@ OTHER_VARIABLES = {
     "STOMPMQ_ADMIN_PASSWORD": "stompmq admin --password",
     "STOMPMQ_PURE_PYTHON_CODEC": "1: the Python frame codec instead of the C one (read at import)",
     "STOMPMQ_STORE_URL": "the store alembic migrates when run by hand (alembic.ini)",
+    "STOMPMQ_MYPYC": "1: setup.py compiles the engine with mypyc (read at build time)",
+    "STOMPMQ_EXPECT_ENGINE": "the test suite: the engine build the run must import, pure or compiled",
     "STOMPMQ_TEST_POSTGRES_URL": "the test suite: a PostgreSQL server to use instead of starting one",
     "STOMPMQ_FUZZ_EXAMPLES": "the test suite: examples of the frame codec fuzz tests",
     "STOMPMQ_CRASH_SEED": "the test suite: replays one run of the kill -9 test",

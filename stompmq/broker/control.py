@@ -25,7 +25,7 @@ import dataclasses
 import heapq
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 from ..protocol import Frame
 from ..storage.ages import QueueAges, older
@@ -51,13 +51,18 @@ R = TypeVar("R")
 MAX_PAGE = 1000
 
 
-@dataclass(frozen=True, slots=True)
 class Deferred(Generic[R]):
     """An answer that needs a store read: ``answer(await fetch(store))`` gives the headers
-    (or, for the management API, the result)."""
+    (or, for the management API, the result).
 
-    fetch: Callable[[Store], Awaitable[Any]]
-    answer: Callable[[Any], R]
+    A plain class rather than a frozen dataclass: mypyc (setup.py's compiled engine) cannot
+    build a generic dataclass; ``Final`` keeps the fields read-only for mypy."""
+
+    __slots__ = ("fetch", "answer")
+
+    def __init__(self, fetch: Callable[[Store], Awaitable[Any]], answer: Callable[[Any], R]) -> None:
+        self.fetch: Final = fetch
+        self.answer: Final = answer
 
 
 Answer = Headers | Deferred[Headers]
@@ -205,8 +210,8 @@ class Control:
         limit = _page_limit(frame.headers.get("limit"))
         listing = self.list_queues(frame.headers.get("after", ""), limit)
 
-        def answer(store_rows: list[QueueCount]) -> Headers:
-            page = listing.answer(store_rows)
+        def answer(fetched: tuple[list[QueueCount], dict[str, QueueRow]]) -> Headers:
+            page = listing.answer(fetched)
             # A reply queue's name is what lets a client write to it: not for every client to list.
             rows = [row for row in page.rows if not row.name.startswith(TEMP_QUEUE_PREFIX)]
             headers = {"num-queues": str(len(rows))}

@@ -117,8 +117,6 @@ class Dispatcher:
         self.pace_timeouts = 0  # pacing episodes that ended in a spill
         #: queue -> wall ms until which another broker wants it, for queues not active here yet
         self.wanted: dict[str, int] = {}
-        if store.shared:  # (a store of one broker keeps the plain pump: nothing added to its path)
-            self.pump = self._pump_shared  # type: ignore[method-assign]
         #: page reads of the queues' ready messages (paging.py)
         self.paging = Paging(reads, deadlines, self.queues, lambda queue: self.pump(queue), self.deactivate_if_idle)
         #: seqs in flight when this broker's lease lapsed: another broker has them now, so they
@@ -720,3 +718,13 @@ def settling_soon(msg: StoredMessage) -> bool:
     ready window, waits a flush.  Most settle within a flush interval, and their delete then
     cancels the insert; one nobody here holds has no consumer coming and goes to disk at once."""
     return msg.delivered or msg.held
+
+
+class SharedDispatcher(Dispatcher):
+    """The dispatcher on a store several brokers share (``Store.shared``): its pump is
+    ``_pump_shared``, and a store of one broker keeps the plain pump, nothing added to its path.
+    A subclass rather than ``self.pump = self._pump_shared`` per instance: the classes of the
+    compiled engine (setup.py, mypyc) have fixed methods."""
+
+    def pump(self, queue: Queue[Subscription]) -> None:
+        self._pump_shared(queue)

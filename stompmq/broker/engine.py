@@ -52,7 +52,7 @@ from .browse import BrowseSubscription
 from .config import BrokerConfig
 from .control import Control, Deferred
 from .delays import DELAY_DUE, DELAY_PAGE_RETRY
-from .dispatch import ACK_TIMEOUT, ASIDE_SWEEP, Dispatcher
+from .dispatch import ACK_TIMEOUT, ASIDE_SWEEP, Dispatcher, SharedDispatcher
 from .paging import PAGE_RETRY
 from .events import MessageEvents
 from .frames import Frames
@@ -91,7 +91,7 @@ class Broker(Queries):
         self.sessions: dict[str, Session] = {}
         self.deadlines = Deadlines()
         self.reads = Reads()
-        self.dispatcher = Dispatcher(store, config, self.deadlines, self.reads)
+        self.dispatcher = (SharedDispatcher if store.shared else Dispatcher)(store, config, self.deadlines, self.reads)
         self.receipts = Receipts(store, self.deadlines, self.dispatcher.withdraw, config.store_timeout)
         self.streams = Streams(self.dispatcher, config)
         self.acks = Acks(self.dispatcher, self.streams)

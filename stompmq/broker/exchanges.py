@@ -86,6 +86,8 @@ class Exchange:
             self._hash_header = self.options["hash-header"]
         elif "hash-property" in self.options:
             self._hash_header = HASH_PROPERTIES[self.options["hash-property"]]
+        else:  # as the default says: the compiled engine (mypyc) leaves init=False fields unset
+            self._hash_header = None
         self.rebuild()
 
     @property

@@ -114,7 +114,7 @@ import math
 import struct
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
     from . import _rendezvous
@@ -169,13 +169,14 @@ def _queue_seed(exchange: bytes, queue: str) -> int:
     return int.from_bytes(digest, "little")
 
 
-def _check_binding(queue: object, weight: object) -> None:
+def _check_binding(queue: object, weight: object) -> tuple[str, int]:
     if not isinstance(queue, str) or not queue:
         raise ValueError(f"queue name must be a non-empty str, got {queue!r}")
     if isinstance(weight, bool) or not isinstance(weight, int):
         raise ValueError(f"weight of queue {queue!r} must be an int, got {weight!r}")
     if not 1 <= weight <= MAX_WEIGHT:
         raise ValueError(f"weight of queue {queue!r} must be in 1..{MAX_WEIGHT}, got {weight}")
+    return queue, weight
 
 
 class _LaneRouter:
@@ -269,17 +270,19 @@ class HashRing:
 
     __slots__ = ("_exchange", "_weights", "_native", "route")
 
-    def __init__(self, exchange: str, bindings: Iterable[tuple[str, int]] = (), *, native: bool = NATIVE) -> None:
+    def __init__(self, exchange: object, bindings: Iterable[tuple[str, int]] = (), *, native: bool = NATIVE) -> None:
+        # ``exchange: object`` and the bindings read as objects: whatever they are, a bad one is
+        # a ValueError, also in the compiled engine (mypyc checks declared types, with TypeError).
         if not isinstance(exchange, str):
             raise ValueError(f"exchange name must be a str, got {exchange!r}")
         exchange_bytes = _utf8(exchange, "exchange name")
         weights: dict[str, int] = {}
-        for binding in bindings:
+        for binding in cast("Iterable[object]", bindings):
             try:
-                queue, weight = binding
+                pair_queue, pair_weight = cast("Iterable[object]", binding)
             except (TypeError, ValueError):
                 raise ValueError(f"a binding must be a (queue, weight) pair, got {binding!r}") from None
-            _check_binding(queue, weight)
+            queue, weight = _check_binding(pair_queue, pair_weight)
             if queue in weights:
                 raise ValueError(f"queue {queue!r} is bound twice")
             weights[queue] = weight

@@ -19,8 +19,7 @@ in one module.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Mapping
-from types import MappingProxyType
+from collections.abc import Callable
 from typing import Protocol
 
 from ..protocol import Frame
@@ -162,9 +161,11 @@ class Session:
         return f"Session({self.id})"
 
 
-#: Shared read-only stand-in for a subscription that has no unacked delivery yet: a million
-#: auto-ack subscriptions should not each carry an empty dict.
-NO_DELIVERIES: Mapping[str, StoredMessage] = MappingProxyType({})
+#: Shared stand-in for a subscription that has no unacked delivery yet: a million auto-ack
+#: subscriptions should not each carry an empty dict.  Never written: ``Dispatcher.track``
+#: gives a subscription a dict of its own before its first entry.  A dict, not a read-only
+#: MappingProxyType: mypyc (the compiled engine, setup.py) checks ``unacked``'s declared type.
+NO_DELIVERIES: dict[str, StoredMessage] = {}
 
 
 class Subscription:
@@ -211,7 +212,7 @@ class Subscription:
         self.ack_mode = ack_mode
         self.prefetch = prefetch
         self.ack_timeout = ack_timeout
-        self.unacked: dict[str, StoredMessage] = NO_DELIVERIES  # type: ignore[assignment]
+        self.unacked: dict[str, StoredMessage] = NO_DELIVERIES
         self.in_ready = False
         self.active = True
         self.selector = selector  # its JMS selector (selectors.py, sift.py); None: every message

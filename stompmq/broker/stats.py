@@ -18,12 +18,14 @@ from collections.abc import Iterable
 #: The counters summed over a broker's queues: /api/overview's totals, and what a broker on a
 #: shared database writes with each lease renewal (/api/cluster's totals).
 TOTALS = ("published", "delivered", "acked", "redelivered", "dead_lettered")
+#: Every counter of a queue, in ``QueueStats.as_dict``'s order.
+COUNTERS = (*TOTALS, "expired", "dropped", "rejected")
 
 
 class QueueStats:
     """What happened to one queue's messages since the broker started."""
 
-    __slots__ = ("published", "delivered", "acked", "redelivered", "dead_lettered", "expired", "dropped", "rejected")
+    __slots__ = COUNTERS
 
     def __init__(self) -> None:
         self.published = 0
@@ -36,7 +38,8 @@ class QueueStats:
         self.rejected = 0  # SENDs refused by a full reject-publish queue
 
     def as_dict(self) -> dict[str, int]:
-        return {name: getattr(self, name) for name in self.__slots__}
+        # By name, not through __slots__: the compiled engine's classes (mypyc) have no __slots__.
+        return {name: getattr(self, name) for name in COUNTERS}
 
 
 def totals(stats: Iterable[QueueStats]) -> dict[str, int]:

@@ -47,6 +47,7 @@ import trio
 
 from .. import __version__
 from ..broker import Broker
+from ..broker import build as engine_build
 from ..broker.hashring import NATIVE
 from ..logs import CONNECTION
 from ..protocol import native as native_codec
@@ -217,8 +218,9 @@ async def serve(
                     await connections.start(serve_http, runtime, settings, open_connections, http_socket, security)
                 # Shown even at --log-level WARNING: an operator always learns what runs where.
                 log.log(max(logging.INFO, log.getEffectiveLevel()),
-                        "stompmq %s ready: store %s, listening on %s, frame codec %s",
-                        __version__, settings.store_shown or "?", ", ".join(shown), native_codec.describe())
+                        "stompmq %s ready: store %s, listening on %s, frame codec %s, engine %s",
+                        __version__, settings.store_shown or "?", ", ".join(shown), native_codec.describe(),
+                        engine_build.describe())
                 if not NATIVE:
                     log.warning(
                         "the native router (stompmq.broker._rendezvous) is not built: consistent-hash "

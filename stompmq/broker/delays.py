@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import heapq
 import logging
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 
@@ -42,7 +42,7 @@ DELAY_DUE = "delay-due"
 DELAY_PAGE_RETRY = "delay-page-retry"
 #: Seconds before a failed page read of delayed messages is retried.
 PAGE_RETRY_SECONDS = 0.1
-#: Delayed messages one read of a walk over them all takes (``due_pages``).
+#: Delayed messages one read of a walk over them all takes (``DueWalk``).
 WALK_PAGE = 1000
 
 Key = tuple[int, int]  # (deliver_at, seq)
@@ -207,14 +207,17 @@ class Delayed:
 
     def of_queue(self, queue: str) -> Callable[[Store], Awaitable[list[StoredMessage]]]:
         """A read of every delayed message of ``queue`` (a purge's), for ``withdraw_all``: the
-        store's rows in due order (a walk over every queue's: ``due_pages``), or, on a store
+        store's rows in due order (a walk over every queue's: ``DueWalk``), or, on a store
         that keeps nothing, those in memory."""
         if self.capacity is None:
             held = [msg for _, _, msg in self.heap if msg.queue == queue]
             return lambda store: _now(held)
 
         async def fetch(store: Store) -> list[StoredMessage]:
-            return [msg async for rows in due_pages(store) for msg in rows if msg.queue == queue]
+            walk, found = DueWalk(store), []
+            while not walk.done:
+                found += [msg for msg in await walk.next_page() if msg.queue == queue]
+            return found
 
         return fetch
 
@@ -299,18 +302,26 @@ class Delayed:
         self._page_if_wanted()
 
 
-async def due_pages(store: Store, page: int = WALK_PAGE) -> AsyncGenerator[Sequence[StoredMessage], None]:
-    """Every delayed message of the store's vhost in due order, ``page`` rows a read, claiming
-    nothing (``Store.browse_due``): the walks of a listing's cancel and of a purge."""
-    after: Key | None = None
-    while True:
-        rows = await store.browse_due(after, page)
-        yield rows
-        if len(rows) < page:
-            return
-        last = rows[-1]
-        assert last.deliver_at is not None
-        after = (last.deliver_at, last.seq)
+class DueWalk:
+    """A walk over every delayed message of the store's vhost in due order, ``page`` rows a
+    read, claiming nothing (``Store.browse_due``): the walks of a listing's cancel and of a
+    purge.  A class rather than an async generator, which the compiled engine cannot have."""
+
+    def __init__(self, store: Store, page: int = WALK_PAGE) -> None:
+        self.store = store
+        self.page = page
+        self.after: Key | None = None
+        self.done = False  # the last read came back short: nothing is left
+
+    async def next_page(self) -> Sequence[StoredMessage]:
+        rows = await self.store.browse_due(self.after, self.page)
+        if len(rows) < self.page:
+            self.done = True
+        else:
+            last = rows[-1]
+            assert last.deliver_at is not None
+            self.after = (last.deliver_at, last.seq)
+        return rows
 
 
 async def _now(rows: list[StoredMessage]) -> list[StoredMessage]:

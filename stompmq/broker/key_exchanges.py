@@ -21,8 +21,7 @@ RabbitMQ drops an unroutable message published without ``mandatory``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import ClassVar
+from collections.abc import Callable
 
 DIRECT = "direct"
 FANOUT = "fanout"
@@ -86,19 +85,20 @@ def _match(node: _Node, words: list[str], i: int, out: dict[str, None]) -> None:
             _match(child, words, i + 1, out)
 
 
-@dataclass
 class KeyExchange:
     """What the three types share: the bindings, the subscriptions' private queues, the counters;
-    each type keeps the index it routes by (``_add``, ``_remove``, ``_match``)."""
+    each type keeps the index it routes by (``_add``, ``_remove``, ``_match``).  Plain classes,
+    not dataclasses: the compiled engine's dataclasses cannot tell a subclass's type from a field."""
 
-    type: ClassVar[str]
-    name: str
-    #: (queue, binding key) pairs, stored and private alike
-    bindings: dict[tuple[str, str], None] = field(default_factory=dict)
-    #: queues bound by a SUBSCRIBE /exchange/NAME/KEY: never stored, gone with the subscription
-    private: set[str] = field(default_factory=set)
-    routed: int = 0
-    unroutable: int = 0
+    def __init__(self, name: str, type: str) -> None:
+        self.name = name
+        self.type = type
+        #: (queue, binding key) pairs, stored and private alike
+        self.bindings: dict[tuple[str, str], None] = {}
+        #: queues bound by a SUBSCRIBE /exchange/NAME/KEY: never stored, gone with the subscription
+        self.private: set[str] = set()
+        self.routed = 0
+        self.unroutable = 0
 
     def bind(self, queue: str, key: str) -> None:
         if (queue, key) in self.bindings:
@@ -135,12 +135,12 @@ class KeyExchange:
         raise NotImplementedError
 
 
-@dataclass
 class DirectExchange(KeyExchange):
     """The binding key equals the routing key: a dict lookup."""
 
-    type: ClassVar[str] = DIRECT
-    _by_key: dict[str, dict[str, None]] = field(default_factory=dict)
+    def __init__(self, name: str) -> None:
+        super().__init__(name, DIRECT)
+        self._by_key: dict[str, dict[str, None]] = {}
 
     def _add(self, queue: str, key: str) -> None:
         self._by_key.setdefault(key, {})[queue] = None
@@ -155,12 +155,12 @@ class DirectExchange(KeyExchange):
         return list(self._by_key.get(key, ()))
 
 
-@dataclass
 class FanoutExchange(KeyExchange):
     """Every bound queue, whatever the key (a queue bound with several keys gets one copy)."""
 
-    type: ClassVar[str] = FANOUT
-    _queues: dict[str, None] = field(default_factory=dict)
+    def __init__(self, name: str) -> None:
+        super().__init__(name, FANOUT)
+        self._queues: dict[str, None] = {}
 
     def _add(self, queue: str, key: str) -> None:
         self._queues[queue] = None
@@ -173,12 +173,12 @@ class FanoutExchange(KeyExchange):
         return list(self._queues)
 
 
-@dataclass
 class TopicExchange(KeyExchange):
     """AMQP topic patterns, in a trie of words."""
 
-    type: ClassVar[str] = TOPIC
-    _trie: TopicTrie = field(default_factory=TopicTrie)
+    def __init__(self, name: str) -> None:
+        super().__init__(name, TOPIC)
+        self._trie: TopicTrie = TopicTrie()
 
     def _add(self, queue: str, key: str) -> None:
         self._trie.add(key, queue)
@@ -191,7 +191,7 @@ class TopicExchange(KeyExchange):
 
 
 #: Each type's class, by the name a declaration gives (``type:direct``).
-EXCHANGE_TYPES: dict[str, type[KeyExchange]] = {
+EXCHANGE_TYPES: dict[str, Callable[[str], KeyExchange]] = {
     DIRECT: DirectExchange, FANOUT: FanoutExchange, TOPIC: TopicExchange,
 }
 

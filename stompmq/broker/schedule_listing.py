@@ -21,13 +21,12 @@ again.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from contextlib import aclosing
 from dataclasses import dataclass
 from functools import partial
 
 from ..storage.base import Store, StoredMessage
 from .control import Deferred
-from .delays import Delayed, Key, due_pages
+from .delays import Delayed, DueWalk, Key
 from .send_headers import CRON, PERIOD, SCHEDULE_ID, SCHEDULE_LEFT
 
 #: A cancel's answers: done; no schedule has the id; it fired meanwhile (look again).
@@ -104,15 +103,13 @@ class Schedules:
             return Deferred(lambda store: _now(found), lambda row: row)
 
         async def fetch(store: Store) -> StoredMessage | None:
-            read = 0
-            async with aclosing(due_pages(store, SCAN_PAGE)) as pages:
-                async for rows in pages:
-                    for msg in rows:
-                        if schedule_id(msg) == wanted:
-                            return msg
-                    read += len(rows)
-                    if read >= SCAN_LIMIT:
-                        break
+            walk, read = DueWalk(store, SCAN_PAGE), 0
+            while not walk.done and read < SCAN_LIMIT:
+                rows = await walk.next_page()
+                for msg in rows:
+                    if schedule_id(msg) == wanted:
+                        return msg
+                read += len(rows)
             return None
 
         return Deferred(fetch, lambda row: row)

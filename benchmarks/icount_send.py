@@ -20,7 +20,8 @@ The task-queue and selector paths, so their cost per message is visible beside t
 (``colour = 'blue' AND size BETWEEN 1 AND 10 AND kind IN ('a', 'b')``); ``celery`` and
 ``dramatiq``: the SEND those integrations make for a task ``add(2, 2)`` (the ``kombu`` envelope
 header and Celery's protocol-2 body; Dramatiq's JSON message as the body), to a
-``client-individual`` subscriber that ACKs each, as ``ack`` does.
+``client-individual`` subscriber that ACKs each, as ``ack`` does.  ``text``: ``plain`` without
+``content-length`` (a text message); every other mode's SEND has it, as clients send it.
 """
 
 from __future__ import annotations
@@ -53,7 +54,12 @@ MODES: dict[str, tuple[dict[str, str], bytes, bool, str | None]] = {
                  "colour = 'blue' AND size BETWEEN 1 AND 10 AND kind IN ('a', 'b')"),
     "celery": ({"priority": "0", "kombu": CELERY_ENVELOPE}, CELERY_BODY, True, None),
     "dramatiq": ({}, DRAMATIQ_BODY, True, None),
+    "text": ({"colour": "blue"}, b"x" * 100, False, None),
 }
+#: Every mode's SEND carries content-length, as stomp.py and stompmq's own clients send it,
+#: but ``text``'s: a SEND without it is a text message, delivered without one
+#: (docs/decisions/text-messages.md), which takes the MESSAGE path of its own.
+TEXT_MODES = {"text"}
 
 
 class CountingOutbox:
@@ -86,7 +92,8 @@ def main() -> None:
         subscribe["selector"] = selector
     broker.handle(subscriber, Frame("SUBSCRIBE", subscribe, b""))
     producer = broker.open_session("p", "1.2", CountingOutbox())
-    frame = Frame("SEND", {"destination": "/queue/q", **extra}, body)
+    length = {} if mode in TEXT_MODES else {"content-length": str(len(body))}
+    frame = Frame("SEND", {"destination": "/queue/q", **length, **extra}, body)
     if not acks:
         for _ in range(n):
             broker.handle(producer, frame)

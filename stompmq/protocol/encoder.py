@@ -202,17 +202,6 @@ def _message_tail_headers(
         priority, timestamp, length, _user_header_block(headers, version))
 
 
-def encode_text_tail_headers(
-    priority: int, timestamp: int, expires: int | None, headers: dict[str, str], version: str
-) -> bytes:
-    """``_message_tail_headers`` without ``content-length``, for a text message (ActiveMQ's
-    convention: a MESSAGE without it is a TextMessage) whose body has no NUL: the NUL ends it."""
-    if expires is not None:
-        return b"priority:%d\ntimestamp:%d\nexpires:%d\n%s\n" % (
-            priority, timestamp, expires, _user_header_block(headers, version))
-    return b"priority:%d\ntimestamp:%d\n%s\n" % (priority, timestamp, _user_header_block(headers, version))
-
-
 def _message_tail(
     priority: int, timestamp: int, expires: int | None, headers: dict[str, str], body: bytes, version: str
 ) -> bytes:
@@ -226,3 +215,14 @@ encode_message_tail = _native.encode_message_tail if _native is not None else _m
 encode_message_tail_headers = (
     _native.encode_message_tail_headers if _native is not None else _message_tail_headers
 )
+
+
+def encode_text_tail_headers(
+    priority: int, timestamp: int, expires: int | None, headers: dict[str, str], version: str
+) -> bytes:
+    """``encode_message_tail_headers`` without ``content-length``, for a text message (ActiveMQ's
+    convention: a MESSAGE without it is a TextMessage) whose body has no NUL: the NUL ends it.
+    The length's line comes before the user headers, so the first one is the broker's; cutting
+    it keeps the native encoder's escaping (a Celery header is JSON, full of colons)."""
+    return encode_message_tail_headers(priority, timestamp, expires, headers, 0, version).replace(
+        b"content-length:0\n", b"", 1)

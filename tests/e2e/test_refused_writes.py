@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from stompmq.broker import BrokerConfig
-from stompmq.broker import engine as engine_module
+from stompmq.broker.kinds import base as kinds_base
 from stompmq.broker.send_headers import SendOptions
 from stompmq.server.settings import ServerSettings
 from stompmq.storage.groupcommit import GroupCommitStore
@@ -28,7 +28,7 @@ from ..support.stompclient import Client, control
 from ..support.waiting import wait_until
 from .test_http import Api
 
-real_send_options = engine_module.send_options
+real_send_options = kinds_base.send_options
 POISON = {"x-poison": "1", "ttl": "60000"}
 
 
@@ -39,7 +39,7 @@ def poisoned_send_options(headers: dict[str, str], now_ms: int) -> SendOptions:
 
 @pytest.fixture
 def poisonable(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(engine_module, "send_options", poisoned_send_options)
+    monkeypatch.setattr(kinds_base, "send_options", poisoned_send_options)  # a SEND's options (kinds/)
 
 
 def test_a_refused_send_gets_an_error_and_the_others_their_receipts(poisonable, tmp_path: Path) -> None:

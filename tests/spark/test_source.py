@@ -46,7 +46,7 @@ def test_batch_read_of_offset_ranges(spark: Any, durable: BrokerThread) -> None:
     df = spark.read.format("stompmq").option("url", url(durable)).option("destination", "/stream/b").load()
     rows = sorted(df.collect(), key=lambda r: r.offset)
     assert [(r.offset, r.body) for r in rows] == [(i, f"m{i}".encode()) for i in range(30)]
-    assert rows[0].destination == "/stream/b" and rows[0].headers == {"k": "0"} and rows[0].priority == 4
+    assert rows[0].destination == "/stream/b" and rows[0].headers == {"k": "0", "amq-msg-type": "text"}  # (sent as text: no content-length) and rows[0].priority == 4
     part = (spark.read.format("stompmq").option("url", url(durable)).option("destination", "/stream/b")
             .option("startingOffsets", json.dumps({"b": 10})).option("endingOffsets", json.dumps({"b": 15})).load())
     assert sorted(r.offset for r in part.collect()) == [10, 11, 12, 13, 14]

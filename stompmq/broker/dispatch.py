@@ -50,6 +50,7 @@ from collections.abc import Callable, Sequence
 from ..protocol.encoder import LARGE_BODY, encode_message, encode_message_tail
 from ..storage.base import Store, StoredMessage
 from ..storage.rows import Purge, Release
+from .aside_sweep import AsideSweeps
 from .bounds import QueueBounds
 from .clock import Clock
 from .config import BrokerConfig
@@ -74,9 +75,6 @@ log = logging.getLogger(__name__)
 
 #: Why a message left its queue unconsumed (its ``dead-letter-reason`` if dead-lettered).
 EXPIRED, MAXLEN = "expired", "maxlen"
-#: Deadline kind: drop the expired messages of a queue's ``aside`` (the memory store's messages
-#: no selector matched, sift.py), which no dispatch reaches.
-ASIDE_SWEEP = "aside-sweep"
 #: The headers a dead letter gets: why it died, and where.
 DEAD_LETTER_REASON, ORIGINAL_DESTINATION = "dead-letter-reason", "original-destination"
 #: ``StoredMessage.expires`` of a message withdrawn because its SEND was answered "not stored"
@@ -108,8 +106,9 @@ class Dispatcher:
         self.bounds = QueueBounds(store, reads, config.max_queue_bytes, self._counted)  # policies, sizes
         self.expiry = ExpirySweep(self.clock, deadlines, reads, store.durable, self._expire_stored, self.holds)
         self._expired: list[StoredMessage] = []  # what Queue.dispatch set aside in this pump
-        #: queue -> (wall ms, deadline) of the sweep of its ``aside`` (the memory store's sifted messages)
-        self.aside_sweeps: dict[Queue[Subscription], tuple[int, Timer]] = {}
+        #: the expiry of the memory store's messages no selector matched (``Queue.aside``)
+        self.aside = AsideSweeps(self.clock, deadlines, self.queues,
+                                 lambda queue, msg: self.discard(msg, EXPIRED, queue.stats))
         #: the message publish made last: a frame that changed it published it (its RECEIPT waits
         #: for it, receipts.py)
         self.published: StoredMessage | None = None
@@ -249,42 +248,6 @@ class Dispatcher:
         if queue is not None and queue.sifted:
             queue.sifted.discard(msg.seq)
         self.discard(msg, EXPIRED, self.queue_stats(msg.queue))
-
-    def _arm_aside_sweep(self, queue: Queue[Subscription], expires: int) -> None:
-        """The memory store's sifted messages (``Queue.aside``) expire as the store's do: swept a
-        second after the earliest expiry among them, so at most about once a second."""
-        at = max(expires, self.clock.wall_ms) + SWEEP_MS
-        armed = self.aside_sweeps.get(queue)
-        if armed is not None:
-            if armed[0] <= at:
-                return
-            self.deadlines.cancel(armed[1])
-        timer = self.deadlines.arm((at - self.clock.wall_ms) / 1000, ASIDE_SWEEP, queue)
-        self.aside_sweeps[queue] = (at, timer)
-
-    def sweep_aside(self, queue: Queue[Subscription]) -> None:
-        """The ASIDE_SWEEP deadline: the expired messages no selector matched leave ``queue``."""
-        del self.aside_sweeps[queue]
-        aside = queue.aside
-        if not aside or self.queues.get(queue.name) is not queue:
-            return
-        now = self.clock.wall_ms
-        kept: deque[StoredMessage] = deque()
-        expired = []
-        later = None
-        for msg in aside:
-            expires = msg.expires
-            if expires is not None and expires < now:
-                expired.append(msg)
-                continue
-            kept.append(msg)
-            if expires is not None and (later is None or expires < later):
-                later = expires
-        queue.aside, queue.aside_expires = kept or None, later
-        for msg in expired:
-            self.discard(msg, EXPIRED, queue.stats)
-        if later is not None:
-            self._arm_aside_sweep(queue, later)
 
     def holds(self, msg: StoredMessage) -> bool:
         """Does this broker hold the message in memory (so dispatch, not the sweep, drops it)?"""
@@ -505,7 +468,7 @@ class Dispatcher:
             if expired:
                 self._expired_at_head(queue)
             if queue.aside_expires is not None:
-                self._arm_aside_sweep(queue, queue.aside_expires)
+                self.aside.arm(queue, queue.aside_expires)
             if queue.pinned:
                 policy = self.bounds.policy(queue.name)
                 if policy is not None:

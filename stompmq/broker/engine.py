@@ -52,7 +52,8 @@ from .browse import BrowseSubscription
 from .config import BrokerConfig
 from .control import Control, Deferred
 from .delays import DELAY_DUE, DELAY_PAGE_RETRY
-from .dispatch import ACK_TIMEOUT, ASIDE_SWEEP, Dispatcher, SharedDispatcher
+from .aside_sweep import ASIDE_SWEEP
+from .dispatch import ACK_TIMEOUT, Dispatcher, SharedDispatcher
 from .paging import PAGE_RETRY
 from .events import MessageEvents
 from .frames import Frames
@@ -121,7 +122,7 @@ class Broker(Queries):
             DELAY_DUE: self.dispatcher.promote_due,
             DELAY_PAGE_RETRY: self.dispatcher.delayed.retry_page,
             EXPIRY_SWEEP: self.expiry.run,
-            ASIDE_SWEEP: self.dispatcher.sweep_aside,
+            ASIDE_SWEEP: self.dispatcher.aside.sweep,
             QUEUE_EXPIRY: self.policies.expire,
         }
 

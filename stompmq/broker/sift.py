@@ -24,7 +24,7 @@ straight to a subscriber only when neither is involved).
   window remembers the lowest order key it sifted (``ReadyWindow.sift_floor``); on the memory
   store, which has nowhere else to keep it, it waits in ``Queue.aside``, in order.  Either way it
   still expires on time: the store's expiry sweep is told it is not in memory (``Queue.sifted``),
-  and the memory store's ``aside`` is swept (``Dispatcher.sweep_aside``).
+  and the memory store's ``aside`` is swept (``aside_sweep.py``).
 
 So a backlog that no subscriber matches costs one selector evaluation per message and per
 subscriber once, then lies in the store only: the window pages on past it (it shrank, so it asks

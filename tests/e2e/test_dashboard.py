@@ -6,6 +6,7 @@ import base64
 import json
 import re
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,6 +23,7 @@ from ..support.chromium import chromium
 from ..support.stompclient import Client
 from ..support.stores import TEST_LEASE, make_store_factory
 from ..support.waiting import send_all, wait_until
+from .test_http import Api
 from .test_stream_groups import group
 from .test_streams import publish
 
@@ -344,3 +346,41 @@ def test_dashboard_says_why_it_has_no_users_without_a_users_file(
     wait = WebDriverWait(browser, 10)
     wait.until(lambda d: "without a users file" in _text(d, "users-note"))
     assert not browser.find_element(By.ID, "add-user-form").is_displayed()
+
+
+#: A policy name the page must show as text: as markup it would add an image whose error handler runs.
+HOSTILE = "<img src=x onerror=window.injected=1>"
+
+
+def test_dashboard_shows_a_queues_settings_with_their_sources_and_the_policies(
+    make_memory_broker: Callable[..., BrokerThread], browser: webdriver.Chrome
+) -> None:
+    http_port = free_port()
+    broker = make_memory_broker(settings=ServerSettings(port=0, http_port=http_port))
+    base, api = f"http://127.0.0.1:{http_port}", Api(http_port)
+    assert api.call("PUT", "/api/queues/%2F/orders.eu", {"arguments": {"max-length": 1000}})[0] == 201
+    policy = {"pattern": "^orders\\.", "apply-to": "queues", "priority": 1,
+              "definition": {"message-ttl": 60000, "max-length": 5}}  # the declared max-length wins
+    assert api.call("PUT", "/api/policies/%2F/" + urllib.parse.quote(HOSTILE, safe=""), policy)[0] == 201
+    caps = {"pattern": "\\.eu$", "definition": {"delivery-limit": 3}}
+    assert api.call("PUT", "/api/operator-policies/%2F/caps", caps)[0] == 201
+    send_all(broker.port, "/queue/plain", ["x"])  # a queue of no settings at all
+    wait = WebDriverWait(browser, 10)
+
+    browser.get(base + "/#queue/orders.eu")
+    expected = [["delivery-limit", "3", "operator policy caps"], ["max-length", "1000", "declared"],
+                ["message-ttl", "60000", "policy " + HOSTILE]]
+    wait.until(lambda d: _rows(d, "#settings tbody") == expected)
+    assert not browser.find_element(By.ID, "settings-empty").is_displayed()
+    link = browser.find_element(By.LINK_TEXT, HOSTILE)  # the policy's name, as text, leads to the policies
+    link.click()
+    wait.until(lambda d: _rows(d, "#policies tbody") == [[HOSTILE, "^orders\\.", "queues", "1",
+                                                          "max-length=5, message-ttl=60000"]])
+    assert _rows(browser, "#operator-policies tbody") == [["caps", "\\.eu$", "all", "0", "delivery-limit=3"]]
+
+    browser.get(base + "/#queue/plain")
+    wait.until(lambda d: d.find_element(By.ID, "settings-empty").is_displayed())
+    assert _rows(browser, "#settings tbody") == []
+    assert browser.execute_script("return document.getElementsByTagName('img').length") == 0
+    assert browser.execute_script("return window.injected") is None  # no handler ran
+    assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []

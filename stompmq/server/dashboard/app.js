@@ -103,6 +103,22 @@ function showCluster(cluster) {
   $("#cluster tfoot").replaceChildren(...(cluster.brokers.length ? [total] : []));
 }
 
+// Where a queue's effective setting came from (the engine's queue_settings): its declaration, or
+// the policy or operator policy of that name, linked to the policies view that lists it.
+function settingSource(setting) {
+  if (setting.source === "declaration") return "declared";
+  const shown = document.createDocumentFragment();
+  shown.append(setting.source === "operator-policy" ? "operator policy " : "policy ",
+               link("#policies", setting.policy));
+  return shown;
+}
+
+// A policy's columns, the same in both tables: its definition as "key=value, key=value".
+const POLICY_COLUMNS = [
+  (p) => p.name, (p) => p.pattern, (p) => p["apply-to"], (p) => p.priority,
+  (p) => Object.entries(p.definition).map(([k, v]) => `${k}=${v}`).join(", "),
+];
+
 const views = {
   async overview() {
     const [o, cluster] = await Promise.all([api("/api/overview"), api("/api/cluster")]);
@@ -143,6 +159,9 @@ const views = {
       ["Published", q.published ?? 0], ["Delivered", q.delivered ?? 0], ["Acked", q.acked ?? 0],
       ["Redelivered", q.redelivered ?? 0], ["Dead-lettered", q.dead_lettered ?? 0],
     ]);
+    const settings = Object.entries(q.settings);
+    $("#settings-empty").hidden = settings.length > 0;
+    fillTable("#settings", settings, [([key]) => key, ([, s]) => String(s.value), ([, s]) => settingSource(s)]);
     const consumers = await api(queuePath(name) + "/consumers");
     fillTable("#consumers", consumers.items, [
       (c) => link("#connection/" + encodeURIComponent(c.connection), c.connection), (c) => c.peer, (c) => c.login,
@@ -158,6 +177,12 @@ const views = {
       (e) => e.name, (e) => e.type,
       (e) => e.bindings.map((b) => `${b.queue} (${b.weight ?? b.routing_key})`).join(", "), (e) => e.routed,
     ]);
+  },
+  async policies() {  // the vhost's policies and operator policies, as the queues' settings name them
+    const [policies, operator] = await Promise.all([
+      api("/api/policies?" + inVhost()), api("/api/operator-policies?" + inVhost())]);
+    fillTable("#policies", policies.items, POLICY_COLUMNS);
+    fillTable("#operator-policies", operator.items, POLICY_COLUMNS);
   },
   async streams() {  // a consumer group's lag in entries, and how long its oldest unread entry has waited
     const page = await api(`/api/streams?limit=1000&${inVhost()}`);

@@ -21,7 +21,6 @@ from starlette.responses import JSONResponse, Response
 from ...broker import Broker, ClientError
 from ...broker.policy_match import header_text, unknown_key
 from ...broker.queue_settings import SETTING_KEYS
-from ...storage.ages import older
 from ...vhost_names import DEFAULT_VHOST
 from .rates import history_json, history_range
 from .requests import age, json_object, log, only_fields, page_args, query_vhost, raw_segments
@@ -78,14 +77,16 @@ class QueueApi:
         page = await self.app.answer(engine, engine.list_queues(after, limit))
         items = []
         for row in page.rows:
+            # One age of each, so that oldest_age is exactly the older of the two it reports.
+            ready_age, unacked_age = age(row.oldest_ready_ms), age(row.oldest_unacked_ms)
             item = {
                 "name": row.name,
                 "ready": row.ready,
                 "unacked": row.unacked,
                 "consumers": row.consumers,
-                "oldest_age": age(older(row.oldest_ready_ms, row.oldest_unacked_ms)),
-                "oldest_ready_age": age(row.oldest_ready_ms),
-                "oldest_unacked_age": age(row.oldest_unacked_ms),
+                "oldest_age": max((a for a in (ready_age, unacked_age) if a is not None), default=None),
+                "oldest_ready_age": ready_age,
+                "oldest_unacked_age": unacked_age,
                 "broker": self.app.broker_id,
             }
             item.update(row.stats.as_dict() if row.stats is not None else {})

@@ -268,7 +268,7 @@ class Connection:
             if transport.broken:
                 return
             # Each released RECEIPT is written to the outbox, so wait for writes, not for time.
-            while session is not None and session.pending_receipts and not client.errored:
+            while session is not None and session.pending_receipts and not client.errored and not transport.broken:
                 await transport.outbox.wait_written()
             await transport.outbox.wait_drained()
         if client.errored:

@@ -238,8 +238,11 @@ class Transport:
             self.writing = False
 
     def _broke(self) -> None:
-        """The socket failed under the writer: nothing more goes out, and the reader stops."""
+        """The socket failed under the writer: nothing more goes out (the outbox closes, so a
+        closing connection does not wait for it to drain, nor a topic publisher for its room),
+        and the reader stops."""
         self.broken = True
+        self.outbox.close()
         self.read_scope.cancel()
 
     async def _write(self) -> None:

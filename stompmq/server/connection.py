@@ -180,8 +180,8 @@ class Connection:
                 room = RECEIVE_BYTES
             transport.last_recv = trio.current_time()  # silence is measured from here (``listening``)
             transport.listening = True
-            if fd < 0:
-                data = await stream.receive_some(room)
+            if fd < 0:  # (what a held reader's peer watch read first: ``Transport._read_rest``)
+                data = transport.take_unread() or await stream.receive_some(room)
             elif idle and parking is not None and sock is not None:
                 frame, run = None, []  # an idle connection keeps no frame alive (the CONNECT, say)
                 data = await parking.park(sock, transport)
@@ -245,10 +245,11 @@ class Connection:
     async def _wait(self, reasons: tuple[Hold, ...]) -> None:
         """Read nothing from the peer while any of ``reasons`` holds (``ReadGate.wait``); end the
         connection if it failed meanwhile, or if its peer went away (looked at every
-        ``PEER_CHECK_SECONDS`` on a plain TCP socket): its session then closes, releasing its
-        transactions and unacked messages, instead of waiting for a hold that may never end."""
+        ``PEER_CHECK_SECONDS``, through TLS and WebSocket too: ``Transport.watching_peer``): its
+        session then closes, releasing its transactions and unacked messages, instead of waiting
+        for a hold that may never end."""
         transport, client = self.transport, self.client
-        if transport.fd < 0 or reasons is AT_DISCONNECT:  # (a peer may half-close after its DISCONNECT)
+        if transport.socket_fd < 0 or reasons is AT_DISCONNECT:  # (a peer may half-close after its DISCONNECT)
             waited: bool | None = await client.gate.wait(reasons)
         else:
             waited = await transport.watching_peer(lambda: client.gate.wait(reasons))
@@ -268,7 +269,7 @@ class Connection:
             if transport.broken:
                 return
             # Each released RECEIPT is written to the outbox, so wait for writes, not for time.
-            while session is not None and session.pending_receipts and not client.errored:
+            while session is not None and session.pending_receipts and not client.errored and not transport.broken:
                 await transport.outbox.wait_written()
             await transport.outbox.wait_drained()
         if client.errored:

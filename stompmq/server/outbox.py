@@ -293,7 +293,8 @@ class ConnectionOutbox:
         await self._written.wait()
 
     async def wait_drained(self) -> None:
-        while self.size:
+        """Wait until everything queued was sent, or nothing can be any more (``close``)."""
+        while self.size and not self.closed:
             self._drained = trio.Event()
             await self._drained.wait()
 
@@ -306,8 +307,10 @@ class ConnectionOutbox:
             await self._room.wait()
 
     def close(self) -> None:
-        """The connection ended: nothing will drain this buffer, release whoever waits on it."""
+        """The connection ended, or its socket broke: nothing will drain this buffer, release
+        whoever waits on it (for room, for it to drain, for a write)."""
         self.closed = True
-        if self._room is not None:
-            self._room.set()
-            self._room = None
+        for event in (self._room, self._drained, self._written):
+            if event is not None:
+                event.set()
+        self._room = self._drained = self._written = None

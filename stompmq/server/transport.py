@@ -21,7 +21,9 @@ asks it for reads and hands what it parses to the STOMP session (``server/sessio
   set at CONNECT).
 * Closing: after an ERROR the transport half-closes and lingers briefly (``linger``) so the
   peer reads the ERROR before the close; while the reader is held it still looks whether the
-  peer went away (``watching_peer``).
+  peer went away (``watching_peer``): on plain TCP by polling the socket; under TLS or
+  WebSocket by polling the TCP socket beneath and, once its peer closed, reading the rest of
+  the stream (``_read_rest``) to see whether any of it could still be a frame.
 """
 
 from __future__ import annotations
@@ -97,8 +99,8 @@ class Transport:
     # Slots: an idle connection is mostly its objects' attributes (``Connection``'s comment).
     __slots__ = (
         "broken", "broker", "bytes_in", "bytes_out", "fd", "id", "last_recv", "last_send",
-        "listening", "nursery", "outbox", "parking", "peer", "read_scope", "runtime", "session", "since", "stream",
-        "writing",
+        "listening", "nursery", "outbox", "parking", "peer", "read_scope", "runtime", "session", "since",
+        "socket_fd", "stream", "unread", "writing",
     )
 
     def __init__(self, stream: trio.abc.Stream, runtime: Runtime, connection_id: str,
@@ -111,6 +113,13 @@ class Transport:
         #: ``WriteBatch``), and a writer task runs only while the socket does not take them all;
         #: -1: TLS or WebSocket, always through the stream, by a writer task for the connection's life.
         self.fd = stream.socket.fileno() if type(stream) is trio.SocketStream else -1
+        #: The TCP socket beneath any TLS or WebSocket layers (-1: a stream without one, as in
+        #: tests): a held reader polls it for its peer's close (``watching_peer``).
+        sock = stream_socket(stream)
+        self.socket_fd = sock.fileno() if sock is not None else -1
+        #: What ``_read_rest`` read from a TLS or WebSocket stream whose peer closed while the
+        #: reader was held: the reader's next read (``take_unread``).
+        self.unread = b""
         self.outbox = ConnectionOutbox(batch=runtime.writes if self.fd >= 0 else None)
         if self.fd >= 0:
             self.outbox.flush = self.flush
@@ -148,9 +157,14 @@ class Transport:
 
     async def watching_peer(self, wait: Callable[[], Awaitable[bool]]) -> bool | None:
         """What ``wait()`` (the read gate's wait) says when it ends, looking every
-        ``PEER_CHECK_SECONDS`` whether the peer of this plain TCP socket went away meanwhile:
-        then None, at once, instead of waiting for a hold that may never end."""
-        fd = self.fd
+        ``PEER_CHECK_SECONDS`` whether the peer went away meanwhile: then None, at once, instead
+        of waiting for a hold that may never end.  On plain TCP the socket says so itself
+        (``_peer_gone``).  Under TLS or WebSocket what waits unread may be in the layers' buffers
+        or be their own close (a close_notify, a Close frame), so once the TCP socket beneath
+        says its peer closed (``_peer_closed``), the rest of the stream is read (``_read_rest``):
+        the peer went away if none of it can be a frame; else it is kept for the reader, as on
+        TCP, and stored once the hold ends."""
+        fd, wrapped = self.socket_fd, self.fd < 0
         gone = False
         async with trio.open_nursery() as nursery:
 
@@ -158,13 +172,41 @@ class Transport:
                 nonlocal gone
                 while not gone:
                     await trio.sleep(PEER_CHECK_SECONDS)
-                    gone = _peer_gone(fd)
+                    if not wrapped:
+                        gone = _peer_gone(fd)
+                    elif _peer_closed(fd):
+                        gone = await self._read_rest()
+                        if not gone:  # frames wait: nothing more to watch for
+                            return
                 nursery.cancel_scope.cancel()
 
             nursery.start_soon(watch)
             waited = await wait()
             nursery.cancel_scope.cancel()
         return None if gone else waited
+
+    async def _read_rest(self) -> bool:
+        """The peer of this TLS or WebSocket stream closed: read what it sent before into
+        ``unread``; True if none of it can complete a frame (no NUL: heart-beats at most) or the
+        stream broke (what was unread is lost anyway).  Shielded, so the hold ending meanwhile
+        does not cut a TLS record in half, and bounded: it stops at the first NUL or past
+        ``RECEIVE_BYTES`` (frames wait: that is all it needs to know), and after
+        ``LINGER_SECONDS`` (a peer that neither sends nor reads its Close's answer is gone)."""
+        with trio.CancelScope(shield=True), trio.move_on_after(LINGER_SECONDS) as late:
+            try:
+                while b"\0" not in self.unread and len(self.unread) <= RECEIVE_BYTES:
+                    data = await self.stream.receive_some(RECEIVE_BYTES)
+                    if not data:
+                        return True
+                    self.unread += data
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return True
+        return late.cancelled_caught
+
+    def take_unread(self) -> bytes:
+        """What ``_read_rest`` read for the reader (once), or b"": then it reads the stream."""
+        data, self.unread = self.unread, b""
+        return data
 
     # -- writing ------------------------------------------------------------------
     def flush(self) -> None:
@@ -238,8 +280,11 @@ class Transport:
             self.writing = False
 
     def _broke(self) -> None:
-        """The socket failed under the writer: nothing more goes out, and the reader stops."""
+        """The socket failed under the writer: nothing more goes out (the outbox closes, so a
+        closing connection does not wait for it to drain, nor a topic publisher for its room),
+        and the reader stops."""
         self.broken = True
+        self.outbox.close()
         self.read_scope.cancel()
 
     async def _write(self) -> None:
@@ -345,14 +390,22 @@ def _write_now(fd: int, data: bytes | memoryview) -> int:
         return 0
 
 
-def _peer_gone(fd: int) -> bool:
-    """Has the peer of the TCP socket ``fd`` reset it, or closed it with nothing left unread?"""
+def _peer_events(fd: int) -> int:
+    """What the TCP socket ``fd`` says now of its peer: a mask of ``_BROKEN_EVENTS``,
+    ``_CLOSED_EVENTS`` and POLLNVAL (0: nothing happened; -1, no socket: nothing can)."""
+    if fd < 0:
+        return 0
     poller = select.poll()
     poller.register(fd, _BROKEN_EVENTS | _CLOSED_EVENTS)
     events = poller.poll(0)
-    if not events:
+    return events[0][1] if events else 0
+
+
+def _peer_gone(fd: int) -> bool:
+    """Has the peer of the TCP socket ``fd`` reset it, or closed it with nothing left unread?"""
+    mask = _peer_events(fd)
+    if not mask:
         return False
-    mask = events[0][1]
     if mask & (_BROKEN_EVENTS | select.POLLNVAL):
         return True
     unread = bytearray(4)
@@ -360,13 +413,25 @@ def _peer_gone(fd: int) -> bool:
     return int.from_bytes(unread, "little") == 0
 
 
-def peer_name(stream: trio.abc.Stream) -> str:
-    """``host:port`` of the client, through TLS and WebSocket wrappers ("" for a stream
-    without a socket, as in tests)."""
+def _peer_closed(fd: int) -> bool:
+    """Has the peer of the TCP socket ``fd`` closed it (for writing, at least) or reset it?
+    Under TLS or WebSocket what it left unread is for ``Transport._read_rest`` to judge."""
+    return _peer_events(fd) != 0
+
+
+def stream_socket(stream: trio.abc.Stream) -> trio.socket.SocketType | None:
+    """The TCP socket under ``stream``, through TLS and WebSocket wrappers (None for a stream
+    without one, as in tests)."""
     layer: trio.abc.Stream | None = stream
     while layer is not None and getattr(layer, "socket", None) is None:
         layer = getattr(layer, "transport_stream", None)
-    sock = getattr(layer, "socket", None)
+    return getattr(layer, "socket", None)
+
+
+def peer_name(stream: trio.abc.Stream) -> str:
+    """``host:port`` of the client, through TLS and WebSocket wrappers ("" for a stream
+    without a socket, as in tests)."""
+    sock = stream_socket(stream)
     try:
         host, port = sock.getpeername()[:2] if sock is not None else ("", "")
     except OSError:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import socket
 import ssl
 import time
+from collections import deque
 
 from wsproto import ConnectionType, WSConnection
 from wsproto.events import (
@@ -26,6 +27,7 @@ from wsproto.events import (
 )
 
 from .rawclient import TIMEOUT, RawClient
+from .stompclient import Client
 
 
 class WSClient(RawClient):
@@ -100,3 +102,13 @@ class WSClient(RawClient):
         close = self._next_event((CloseConnection,))
         assert isinstance(close, CloseConnection)
         return close.code
+
+
+class WSStompClient(WSClient, Client):
+    """``Client``'s conveniences (receipts, subscriptions, acks) over a WebSocket, logged in."""
+
+    def __init__(self, port: int, *, context: ssl.SSLContext | None = None) -> None:
+        WSClient.__init__(self, port, context=context)
+        self.stash = deque()
+        self.version = "1.2"
+        self.connected = self.connect()

@@ -11,92 +11,24 @@ broker refused (its error is printed), 2 usage or connection errors.
 from __future__ import annotations
 
 import argparse
-import base64
-import dataclasses
 import json
 import os
 import sys
 import time
 import urllib.error
 import urllib.parse
-import urllib.request
-from collections.abc import Iterator
 from typing import Any
 
 from . import tomlfile
+from .admin_api import DEFAULT_URL, Api, ApiError, quoted
 from .broker.definitions import VHOST_LISTS, DefinitionsError
-from .config import DEFAULT_HTTP_PORT
 
-#: An empty STOMPMQ_ADMIN_URL counts as unset.
-DEFAULT_URL = os.environ.get("STOMPMQ_ADMIN_URL") or f"http://127.0.0.1:{DEFAULT_HTTP_PORT}"
-PAGE = 1000
 #: Definitions file formats, by file name extension (both ways: export writes what import reads).
 FORMATS = (".toml", ".json")
 
 
 class UsageError(Exception):
     """A bad argument: one line on stderr, exit code 2."""
-
-
-class ApiError(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-@dataclasses.dataclass
-class Api:
-    url: str
-    vhost: str = "/"  # the vhost of the queue, exchange and topic routes
-    headers: dict[str, str] = dataclasses.field(default_factory=lambda: {"content-type": "application/json"})
-
-    @classmethod
-    def login(cls, url: str, vhost: str, user: str | None, password: str) -> Api:
-        """The API at ``url``, with HTTP basic credentials of a broker user (--users-file) if given."""
-        api = cls(url.rstrip("/"), vhost)
-        if user is not None:
-            api.headers["authorization"] = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
-        return api
-
-    def call(self, method: str, path: str, body: Any = None, *, scoped: bool = True) -> Any:
-        """One request; ``scoped``: the route takes the vhost as ``?vhost=`` (a queue's path
-        names its vhost itself: ``queue``)."""
-        data = json.dumps(body).encode() if body is not None else None
-        if scoped and self.vhost != "/":
-            path += ("&" if "?" in path else "?") + "vhost=" + _quoted(self.vhost)
-        request = urllib.request.Request(self.url + path, data=data, method=method, headers=self.headers)
-        try:
-            with urllib.request.urlopen(request, timeout=30) as response:
-                return json.loads(response.read())
-        except urllib.error.HTTPError as e:
-            try:
-                message = json.loads(e.read()).get("error", e.reason)
-            except ValueError:
-                message = e.reason
-            raise ApiError(e.code, str(message)) from None
-
-    def pages(self, path: str, *, scoped: bool = True) -> Iterator[dict[str, Any]]:
-        after = ""
-        while True:
-            page = self.call("GET", f"{path}?limit={PAGE}&after={urllib.parse.quote(after)}", scoped=scoped)
-            yield from page["items"]
-            if page["next_after"] is None:
-                return
-            after = page["next_after"]
-
-    def queue(self, method: str, name: str, action: str = "", body: Any = None) -> Any:
-        """A request to queue ``name`` of the vhost: ``/api/queues/{vhost}/{name}[/action]``."""
-        path = f"/api/queues/{_quoted(self.vhost)}/{_quoted(name.removeprefix('/queue/'))}"
-        return self.call(method, path + ("/" + action if action else ""), body, scoped=False)
-
-    def exchange(self, method: str, name: str, tail: str = "", body: Any = None) -> Any:
-        """A request to exchange ``name`` of the vhost: ``/api/exchanges/{vhost}/{name}[tail]``."""
-        path = f"/api/exchanges/{_quoted(self.vhost)}/{_quoted(name)}"
-        return self.call(method, path + tail, body, scoped=False)
-
-
-def _quoted(name: str) -> str:
-    return urllib.parse.quote(name, safe="")
 
 
 def _pairs(flag: str, items: list[str]) -> dict[str, str]:
@@ -295,9 +227,9 @@ def run(api: Api, args: argparse.Namespace) -> Any:
     if command == "list-vhosts":
         return api.call("GET", "/api/vhosts")["items"]
     if command == "declare-vhost":
-        return api.call("PUT", "/api/vhosts/" + _quoted(args.name))
+        return api.call("PUT", "/api/vhosts/" + quoted(args.name))
     if command == "delete-vhost":
-        return api.call("DELETE", "/api/vhosts/" + _quoted(args.name))
+        return api.call("DELETE", "/api/vhosts/" + quoted(args.name))
     if command == "list-queues":
         rows = list(api.pages("/api/queues"))
         for row in rows:
@@ -311,9 +243,9 @@ def run(api: Api, args: argparse.Namespace) -> Any:
             row["bindings"] = ",".join(f"{b['queue']}:{b.get('weight', b.get('routing_key'))}" for b in row["bindings"])
         return rows
     if command == "list-schedules":
-        return list(api.pages("/api/schedules/" + _quoted(api.vhost), scoped=False))
+        return list(api.pages("/api/schedules/" + quoted(api.vhost), scoped=False))
     if command == "cancel-schedule":
-        return api.call("DELETE", f"/api/schedules/{_quoted(api.vhost)}/{_quoted(args.id)}", scoped=False)
+        return api.call("DELETE", f"/api/schedules/{quoted(api.vhost)}/{quoted(args.id)}", scoped=False)
     if command == "purge":
         return api.queue("POST", args.queue, "purge")
     if command == "delete":
@@ -349,9 +281,9 @@ def run(api: Api, args: argparse.Namespace) -> Any:
         return api.exchange("POST", args.exchange, "/bindings", {k: v for k, v in binding.items() if v is not None})
     if command == "unbind":
         queue = args.queue.removeprefix("/queue/")
-        return api.exchange("DELETE", args.exchange, "/bindings/" + _quoted(queue))
+        return api.exchange("DELETE", args.exchange, "/bindings/" + quoted(queue))
     if command == "connection":
-        return api.call("GET", "/api/connections/" + _quoted(args.id))
+        return api.call("GET", "/api/connections/" + quoted(args.id))
     if command == "alarms":
         return api.call("GET", "/api/alarms")
     if command == "set-limits":
@@ -364,20 +296,20 @@ def run(api: Api, args: argparse.Namespace) -> Any:
         return api.call("GET", "/api/shovels", scoped=False)["items"]
     if command == "declare-shovel":
         body = {"from": args.source, "to": args.target, **({"prefetch": args.prefetch} if "prefetch" in args else {})}
-        return api.call("PUT", "/api/shovels/" + _quoted(args.name), body, scoped=False)
+        return api.call("PUT", "/api/shovels/" + quoted(args.name), body, scoped=False)
     if command == "delete-shovel":
-        return api.call("DELETE", "/api/shovels/" + _quoted(args.name), scoped=False)
+        return api.call("DELETE", "/api/shovels/" + quoted(args.name), scoped=False)
     if command in ("set-policy", "clear-policy", "list-policies"):
         collection = "/api/operator-policies" if args.operator else "/api/policies"
         if command == "list-policies":
-            return api.call("GET", f"{collection}?vhost={_quoted(api.vhost)}", scoped=False)["items"]
-        path = f"{collection}/{_quoted(api.vhost)}/{_quoted(args.name)}"
+            return api.call("GET", f"{collection}?vhost={quoted(api.vhost)}", scoped=False)["items"]
+        path = f"{collection}/{quoted(api.vhost)}/{quoted(args.name)}"
         if command == "clear-policy":
             return api.call("DELETE", path, scoped=False)
         return api.call("PUT", path, {"pattern": args.pattern, "apply-to": args.apply_to, "priority": args.priority,
                                       "definition": _pairs("--definition", args.definition)}, scoped=False)
     if command == "close-connection":
-        return api.call("DELETE", "/api/connections/" + _quoted(args.id))
+        return api.call("DELETE", "/api/connections/" + quoted(args.id))
     if command == "trace":
         if args.action == "tail":
             return trace_tail(api, args.start, args.count, args.json)

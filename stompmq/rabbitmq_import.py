@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .admin_api import DEFAULT_URL, Api, ApiError
 from .client import ClientError, Refused, StompConnection, StompUrl, run_client
 from .server.auth import KNOWN_TAGS, Permission, User, Users, UsersFileError, hash_password
 from .vhost_names import DEFAULT_VHOST
@@ -431,8 +432,6 @@ async def apply(result: Plan, broker: StompUrl) -> None:
 
 def set_policies(result: Plan, url: str, broker: StompUrl) -> None:
     """Set the plan's policies through the management API at ``url``, as ``broker``'s user."""
-    from .admin import Api, ApiError  # (admin runs this module's main: imported when used)
-
     api = Api.login(url, DEFAULT_VHOST, broker.login, broker.passcode or "")
     for step in result.policies:
         collection = "/api/operator-policies/" if step.operator else "/api/policies/"
@@ -489,8 +488,6 @@ def main(argv: list[str]) -> int:
             users.save(path)
         run_client(apply, result, broker)
         if result.policies:
-            from .admin import DEFAULT_URL
-
             set_policies(result, args.url or DEFAULT_URL, broker)
     except (ClientError, UsersFileError) as e:
         print(f"stompmq admin: {e}", file=sys.stderr)

@@ -31,17 +31,16 @@ broker's local time zone (``cron.py``).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ..protocol.headers import headers_without
-from ..storage.base import StoredMessage
+from ..storage.base import Store, StoredMessage
+from .clock import Clock
 from .cron import next_fire
 from .errors import ClientError
 from .queue_settings import QueueFull
 from .send_headers import DUE_HEADERS, RECURRING, SCHEDULE_ID, SCHEDULE_LEFT, read_schedule
-
-if TYPE_CHECKING:
-    from .dispatch import Dispatcher
+from .stats import QueueStats
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +77,30 @@ def next_firing(row: StoredMessage, now_ms: int) -> tuple[int, dict[str, str]] |
     return at, {**headers, SCHEDULE_LEFT: str(left)}
 
 
-def fire(dispatcher: Dispatcher, row: StoredMessage) -> None:
+class Publisher(Protocol):
+    """What a firing needs of the dispatcher (``dispatch.Dispatcher`` is one): the store and
+    clock, publishing into a queue, and discarding a copy that a full queue drops."""
+
+    store: Store
+    clock: Clock
+
+    def publish(
+        self,
+        queue_name: str,
+        headers: dict[str, str],
+        body: bytes,
+        priority: int = ...,
+        ack_timeout: float | None = None,
+        expires: int | None = None,
+        deliver_at: int | None = None,
+    ) -> StoredMessage: ...
+
+    def discard(self, msg: StoredMessage, reason: str, stats: QueueStats) -> None: ...
+
+    def queue_stats(self, name: str) -> QueueStats: ...
+
+
+def fire(dispatcher: Publisher, row: StoredMessage) -> None:
     """``row`` of a schedule is due: its copy into the queue and the next row, in this step."""
     store = dispatcher.store
     store.delete(row)

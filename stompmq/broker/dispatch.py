@@ -65,6 +65,7 @@ from .queue_settings import DROP_HEAD, QueueFull, QueueSettings
 from .queue import Queue
 from .reads import Reads
 from .schedules import fire, started
+from .sift import sift
 from .send_headers import DEFAULT_PRIORITY, RECURRING, SCHEDULE_LEFT
 from .session import NO_DELIVERIES, Session, Subscription
 from .stats import QueueStats
@@ -463,7 +464,9 @@ class Dispatcher:
         tail or ask for a page."""
         expired = self._expired
         while True:
-            for sub, msg in queue.dispatch(self.clock.wall_ms, expired):
+            now_ms = self.clock.wall_ms
+            pairs = sift(queue, now_ms, expired) if queue.picky else queue.dispatch(now_ms, expired)
+            for sub, msg in pairs:
                 self.deliver(queue, sub, msg)
             if expired:
                 self._expired_at_head(queue)

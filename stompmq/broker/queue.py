@@ -48,7 +48,6 @@ from typing import Generic, TypeVar
 from ..storage.base import MESSAGE_OVERHEAD, StoredMessage
 from .consumer import AckMode, Consumer
 from .pacing import RESUME_AT, Pace
-from .sift import sift
 from .stats import QueueStats
 from .window import ReadyWindow, SharedReadyWindow
 
@@ -282,14 +281,12 @@ class Queue(Generic[S]):
 
     def dispatch(self, now_ms: int, expired: list[StoredMessage]) -> Iterator[tuple[S, StoredMessage]]:
         """Ready messages paired round-robin with subscribers that have room; messages that
-        expired before ``now_ms`` go to ``expired`` instead.
+        expired before ``now_ms`` go to ``expired`` instead.  A ``picky`` queue is sifted
+        instead (``sift.sift``, which the dispatcher calls for it).
 
         The caller delivers each pair before asking for the next, so a subscriber's room is
         checked after its previous delivery.
         """
-        if self.picky:
-            yield from sift(self, now_ms, expired)
-            return
         window = self.window
         if self.exclusive:
             single = self.exclusive[0]

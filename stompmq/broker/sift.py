@@ -2,10 +2,11 @@
 
 Theory of operation
 -------------------
-A queue whose subscribers have no selector never comes here: ``Queue.dispatch`` takes this path
-only while ``Queue.picky`` counts a subscriber with a ``selector`` header or a consumer priority,
-so a plain queue pays nothing per message (one test in ``Queue.taker``, which sends a message
-straight to a subscriber only when neither is involved).
+A queue whose subscribers have no selector never comes here: the dispatcher
+(``Dispatcher.pump``) takes this path instead of ``Queue.dispatch`` only while ``Queue.picky``
+counts a subscriber with a ``selector`` header or a consumer priority, so a plain queue pays
+nothing per message (one test in ``Queue.taker``, which sends a message straight to a
+subscriber only when neither is involved).
 
 ``sift`` walks the ready window from its head, as the plain dispatch does, and for each message:
 
@@ -46,16 +47,13 @@ for its successors.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 from ..storage.base import StoredMessage
-
-if TYPE_CHECKING:
-    from .queue import Queue, S
+from .queue import Queue, S
 
 
 def sift(queue: Queue[S], now_ms: int, expired: list[StoredMessage]) -> Iterator[tuple[S, StoredMessage]]:
-    """``Queue.dispatch`` while the queue has selector subscribers: (subscriber, message) pairs,
+    """``Queue.dispatch`` for a queue with selector subscribers: (subscriber, message) pairs,
     each message to a subscriber with room that it matches (see the module's docstring)."""
     window = queue.window
     if queue.exclusive:

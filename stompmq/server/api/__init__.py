@@ -12,7 +12,8 @@ store go through the store's own database thread, like the engine's.
 One module per resource (``queues.py``, ``messages.py``, ``exchanges.py``, ``streams.py``,
 ``shovels.py``, ``connections.py``, ``vhosts.py``, ``policies.py``, ``schedules.py``,
 ``cluster.py``, ``alarms.py``, ``definitions.py``, ``trace.py``, ``health.py``), each a class
-of handlers over the ``ManagementApp`` (``app.py``) they share.  ``routes.py``'s ``ROUTES``
+of handlers over the ``Management`` they share (``management.py``; the app that builds and
+routes to them, ``app.ManagementApp``, is one, so no part imports the app).  ``routes.py``'s ``ROUTES``
 is every route with the handler it runs and what a caller needs: with a users file, a tag
 (``basic_auth.py``) and, for a route that shows or moves messages or changes something in a
 vhost, the user's permissions there, whatever its tag, resolved as resources like a STOMP
@@ -32,6 +33,6 @@ listeners.
 
 Whose numbers: a queue's counters (published, delivered, ...) and the rates are this broker's
 own, since it started, so every counter answer names the broker (``broker``: its node id, or
-``SINGLE_BROKER`` on a store of one broker); ready and unacked come from the store, which on
+``management.SINGLE_BROKER`` on a store of one broker); ready and unacked come from the store, which on
 PostgreSQL is every broker's.  Rates are derived from samples (``rates.py``).
 """

@@ -11,11 +11,11 @@ from starlette.responses import JSONResponse, Response
 from .requests import json_object, log
 
 if TYPE_CHECKING:
-    from .app import ManagementApp
+    from .management import Management
 
 
 class AlarmApi:
-    def __init__(self, app: ManagementApp) -> None:
+    def __init__(self, app: Management) -> None:
         self.app = app
 
     async def get_alarms(self, request: Request) -> Response:

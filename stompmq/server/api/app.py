@@ -1,20 +1,17 @@
 """The management API's Starlette app: its resource parts, the guards around them, serving.
 
-``ManagementApp`` is what every resource part (``queues.py``, ``exchanges.py``, ...) shares:
-the engines, the runtime, the open connections, the rates, and the three ways a handler acts
-on an engine (``answer``, ``administer``, ``change``).  The app is built from ``ROUTES``
-(``routes.py``) alone: each entry names its handler as ``part.method``.
+``ManagementApp`` is the ``Management`` (``management.py``) that every resource part
+(``queues.py``, ``exchanges.py``, ...) is built over, and the routes to those parts.  The app is
+built from ``ROUTES`` (``routes.py``) alone: each entry names its handler as ``part.method``.
 """
 
 from __future__ import annotations
 
 import logging
 import socket
-import time
 from operator import attrgetter
 from pathlib import Path
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import trio
 from hypercorn.config import Config as HypercornConfig
@@ -28,10 +25,8 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
-from ...broker import Broker, ClientError
-from ...broker.control import Deferred
+from ...broker import ClientError
 from ...storage.base import StoreError
-from ..auth import required_permissions
 from ..connection import Connection
 from ..runtime import Runtime
 from ..security import Security
@@ -45,11 +40,11 @@ from .definitions import DefinitionsApi
 from .exchanges import ExchangeApi
 from .health import HealthApi, OverviewApi
 from .listener import serve_bounded
+from .management import Management
 from .messages import MessageApi
 from .policies import PolicyApi
 from .queues import QueueApi
-from .rates import Rates
-from .requests import authorise, query_vhost, request_user
+from .requests import request_user
 from .router import RawRoute
 from .routes import DASHBOARD_ROUTE, QUEUE_PATH, ROUTES, ApiRoute
 from .schedules import ScheduleRoutes
@@ -64,8 +59,6 @@ log = logging.getLogger("stompmq.server.http")
 #: The dashboard's static files (no build step, nothing fetched from outside).
 DASHBOARD = Path(__file__).parents[1] / "dashboard"
 Endpoint = Callable[[Request], Awaitable[Response]]
-#: The ``broker`` of the counters on a store of one broker (which has no node id).
-SINGLE_BROKER = "local"
 
 
 class _JsonMutationsOnly(BaseHTTPMiddleware):
@@ -94,21 +87,12 @@ class _OwnHostOnly(BaseHTTPMiddleware):
         return await call_next(request)
 
 
-class ManagementApp:
+class ManagementApp(Management):
     """The routes, over one broker and the server's open connections."""
 
     def __init__(self, runtime: Runtime, settings: ServerSettings, connections: dict[str, Connection],
                  security: Security | None = None) -> None:
-        self.runtime = runtime
-        self.engines = runtime.engines
-        self.settings = settings
-        self.connections = connections
-        self.security = security
-        self.rates = Rates(self.engines, connections)
-        self.started = time.time()
-        #: whose counters this API and /metrics show (see the package docstring)
-        self.broker_id = runtime.store.node_id or SINGLE_BROKER
-        self.store_metrics = runtime.store_metrics
+        super().__init__(runtime, settings, connections, security)
         # The resource parts ROUTES names its handlers in.
         self.health_api = HealthApi(self)
         self.overview_api = OverviewApi(self)
@@ -158,33 +142,6 @@ class ManagementApp:
         if route.deprecated:
             handler = _deprecated(handler)
         return RawRoute(route.path, handler, route.method)
-
-    def engine(self, request: Request) -> Broker:
-        """The engine of the request's ``vhost`` parameter (default ``/``); 404 if there is none."""
-        vhost = query_vhost(request)
-        engine = self.engines.get(vhost)
-        if engine is None:
-            raise HTTPException(404, f"no vhost {vhost!r}")
-        return engine
-
-    async def answer(self, engine: Broker, answer: Any) -> Any:
-        """The value of an engine answer, reading the store first when it is ``Deferred``."""
-        if isinstance(answer, Deferred):
-            result = await answer.fetch(engine.store)
-            return answer.answer(result)
-        return answer
-
-    def administer(self, engine: Broker, path: str, headers: dict[str, str] | None = None) -> Any:
-        """Run ``/control/PATH`` unchecked: the counts every route may show."""
-        self.runtime.tick()
-        return engine.administer(path, headers)
-
-    def change(self, request: Request, vhost: str, engine: Broker, path: str,
-               headers: dict[str, str] | None = None) -> Any:
-        """Run ``/control/PATH`` if the request's user may: the permissions a STOMP client's SEND to
-        it needs (``required_permissions``), on ``vhost``, so both surfaces grant the same."""
-        authorise(request, vhost, required_permissions("SEND", {**(headers or {}), "destination": "/control/" + path}))
-        return self.administer(engine, path, headers)
 
 
 def _administrators_only(handler: Endpoint) -> Endpoint:

@@ -12,11 +12,11 @@ from starlette.responses import JSONResponse, Response
 from ...broker.stats import TOTALS
 
 if TYPE_CHECKING:
-    from .app import ManagementApp
+    from .management import Management
 
 
 class ClusterApi:
-    def __init__(self, app: ManagementApp) -> None:
+    def __init__(self, app: Management) -> None:
         self.app = app
 
     async def cluster(self, request: Request) -> Response:

@@ -12,11 +12,11 @@ from ..connection import Connection
 from .requests import log, page_args
 
 if TYPE_CHECKING:
-    from .app import ManagementApp
+    from .management import Management
 
 
 class ConnectionApi:
-    def __init__(self, app: ManagementApp) -> None:
+    def __init__(self, app: Management) -> None:
         self.app = app
 
     async def list_connections(self, request: Request) -> Response:

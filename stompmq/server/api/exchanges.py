@@ -5,7 +5,7 @@ forms still work for a release (``ApiRoute.deprecated``).
 
 Consistent-hash exchanges bind with weights; direct, fanout and topic ones with routing keys
 (the built-in ``amq.*`` ones are listed too).  Declare, delete, bind and unbind run the same
-``/control`` verbs a STOMP client can send (``ManagementApp.change``).
+``/control`` verbs a STOMP client can send (``Management.change``).
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from ...broker.exchanges import EXCHANGE_TYPE, ROUTING_KEY_HEADER
 from .requests import json_object, page_args, query_vhost, queue_name
 
 if TYPE_CHECKING:
-    from .app import ManagementApp
+    from .management import Management
 
 
 class ExchangeApi:
-    def __init__(self, app: ManagementApp) -> None:
+    def __init__(self, app: Management) -> None:
         self.app = app
 
     def _target(self, request: Request) -> tuple[str, Broker, str]:

@@ -19,13 +19,13 @@ from ..metrics import metrics_route
 from .rates import history_json, history_range
 
 if TYPE_CHECKING:
-    from .app import ManagementApp
+    from .management import Management
 
 
 class HealthApi:
     """Liveness, readiness and the Prometheus scrape."""
 
-    def __init__(self, app: ManagementApp) -> None:
+    def __init__(self, app: Management) -> None:
         self.app = app
         self.metrics = metrics_route(app)
 
@@ -48,7 +48,7 @@ class HealthApi:
 class OverviewApi:
     """``/api/overview`` and ``/api/history`` (the rates over every queue)."""
 
-    def __init__(self, app: ManagementApp) -> None:
+    def __init__(self, app: Management) -> None:
         self.app = app
 
     async def overview(self, request: Request) -> Response:

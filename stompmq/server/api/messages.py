@@ -27,7 +27,7 @@ from .requests import (age, authorise, count_param, json_count, json_object, log
                        queue_resource, request_user)
 
 if TYPE_CHECKING:
-    from .app import ManagementApp
+    from .management import Management
 
 T = TypeVar("T")
 
@@ -43,7 +43,7 @@ _BAD_HEADER = re.compile("[\r\n\0]")
 
 
 class MessageApi:
-    def __init__(self, app: ManagementApp) -> None:
+    def __init__(self, app: Management) -> None:
         self.app = app
 
     async def peek_messages(self, engine: Broker, vhost: str, name: str, counts: tuple[int, int],

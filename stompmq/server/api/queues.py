@@ -4,7 +4,7 @@ A queue is a resource at ``/api/queues/{vhost}/{name}`` (each one percent-encode
 segment; ``queue_target``), with ``/purge``, ``/consumers``, ``/history`` and the message
 actions of ``messages.py`` under it; anything unknown (a vhost, a queue, an action) is a 404
 with a reason, never an empty success.  Declare, delete and purge run the same ``/control``
-verbs a STOMP client can send (``ManagementApp.change``), so both surfaces behave identically.
+verbs a STOMP client can send (``Management.change``), so both surfaces behave identically.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from .requests import age, json_object, log, only_fields, page_args, query_vhost
 from .routes import QUEUE_PATH, ApiRoute
 
 if TYPE_CHECKING:
-    from .app import ManagementApp
+    from .management import Management
 
 QueueHandler = Callable[[Broker, str, str, tuple[int, int], Request], Awaitable[Response]]
 
@@ -57,7 +57,7 @@ def queue_target(request: Request, actions: set[str]) -> tuple[str, str, str | N
 class QueueApi:
     """The queue routes; ``route`` dispatches ``/api/queues/...`` on the raw path to ``actions``."""
 
-    def __init__(self, app: ManagementApp) -> None:
+    def __init__(self, app: Management) -> None:
         self.app = app
         #: (action after the queue's path or None, method) -> handler (``actions_from``)
         self.actions: dict[tuple[str | None, str], QueueHandler] = {}

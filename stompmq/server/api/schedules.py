@@ -24,7 +24,7 @@ from ...broker.schedule_listing import CANCELLED, MISSING, ScheduleRow
 from .requests import authorise, count_param, queue_resource
 
 if TYPE_CHECKING:
-    from .app import ManagementApp
+    from .management import Management
 
 log = logging.getLogger("stompmq.server.http")
 #: Schedules in a page when the client does not say.
@@ -36,7 +36,7 @@ CANCEL_TRIES = 5
 class ScheduleRoutes:
     """The handlers, over the management app's engines and runtime."""
 
-    def __init__(self, app: ManagementApp) -> None:
+    def __init__(self, app: Management) -> None:
         self.app = app
 
     def _engine(self, request: Request) -> tuple[str, Broker]:

@@ -18,11 +18,11 @@ from ..shovels import Shovels
 from .requests import json_object
 
 if TYPE_CHECKING:
-    from .app import ManagementApp
+    from .management import Management
 
 
 class ShovelApi:
-    def __init__(self, app: ManagementApp) -> None:
+    def __init__(self, app: Management) -> None:
         self.app = app
 
     @property

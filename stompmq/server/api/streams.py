@@ -10,11 +10,11 @@ from starlette.responses import JSONResponse, Response
 from .requests import age, page_args
 
 if TYPE_CHECKING:
-    from .app import ManagementApp
+    from .management import Management
 
 
 class StreamApi:
-    def __init__(self, app: ManagementApp) -> None:
+    def __init__(self, app: Management) -> None:
         self.app = app
 
     async def list_topics(self, request: Request) -> Response:

@@ -20,7 +20,7 @@ from ...broker.tracestream import MAX_BODY_BYTES, TRACE_STREAM, TraceState, set_
 from .requests import authorise
 
 if TYPE_CHECKING:
-    from .app import ManagementApp
+    from .management import Management
 
 #: The trace stream as a permission names it.
 TRACE_RESOURCE = "/stream/" + TRACE_STREAM
@@ -28,7 +28,7 @@ MAX_EVENTS = 1000
 
 
 class TraceApi:
-    def __init__(self, management: ManagementApp) -> None:
+    def __init__(self, management: Management) -> None:
         self.management = management
 
     async def get(self, request: Request) -> Response:

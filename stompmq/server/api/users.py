@@ -31,7 +31,7 @@ from ..auth import KNOWN_TAGS, Permission, User, Users, UsersFileError, hash_pas
 from .requests import json_object, log, only_fields
 
 if TYPE_CHECKING:
-    from .app import ManagementApp
+    from .management import Management
 
 ACTIONS = ("configure", "write", "read")
 
@@ -59,7 +59,7 @@ def _tags(value: Any) -> list[str]:
 
 
 class UserApi:
-    def __init__(self, app: ManagementApp) -> None:
+    def __init__(self, app: Management) -> None:
         self.app = app
 
     def _path(self) -> Path:

@@ -11,11 +11,11 @@ from starlette.responses import JSONResponse, Response
 from ...vhost_names import DEFAULT_VHOST, vhost_name_error
 
 if TYPE_CHECKING:
-    from .app import ManagementApp
+    from .management import Management
 
 
 class VhostApi:
-    def __init__(self, app: ManagementApp) -> None:
+    def __init__(self, app: Management) -> None:
         self.app = app
 
     async def list_vhosts(self, request: Request) -> Response:

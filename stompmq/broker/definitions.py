@@ -58,6 +58,8 @@ VHOST_LISTS = ("exchanges", "queues", "streams", "bindings", "policies", "operat
 #: The keys of a ``[[vhosts]]`` entry, and of the file itself.
 VHOST_KEYS = ("name", *VHOST_LISTS)
 TOP_LEVEL = (*VHOST_LISTS, "vhosts", "shovels", "users")
+#: A user's password hash in a definitions file (exported only when asked for).
+PASSWORD_HASH = "password-hash"
 
 
 class DefinitionsError(ValueError):

@@ -19,10 +19,12 @@ from collections.abc import Callable
 from functools import partial
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from ..broker import ClientError
-from ..broker.definitions import TOP_LEVEL, VHOST_KEYS, VHOST_LISTS, DefinitionsError, known_keys
+from ..broker import Broker, ClientError
+from ..broker.definitions import (
+    PASSWORD_HASH, TOP_LEVEL, VHOST_KEYS, VHOST_LISTS, DefinitionsError, known_keys,
+)
 from ..broker.exchanges import EXCHANGE_TYPE, ROUTING_KEY_HEADER, declaration_options, parse_weight
 from ..broker.key_exchanges import BUILT_IN, TYPES as KEY_TYPES
 from ..broker.policy_match import FIELDS, Policy, header_text
@@ -34,10 +36,8 @@ from ..client import ClientError as ShovelError, StompUrl
 from ..transfer import Declaration
 from ..vhost_names import DEFAULT_VHOST, vhost_name_error
 from .auth import KNOWN_TAGS, Permission, User, Users
-from .definitions_export import PASSWORD_HASH
-
-if TYPE_CHECKING:
-    from .runtime import Runtime
+from .policies import Policies
+from .shovels import Shovels
 
 #: The password hash of a user imported without one: it matches no password.
 LOCKED = "locked: no password yet, set one with stompmq users passwd"
@@ -47,13 +47,26 @@ MASK = "***"
 USER_KEYS = ("name", "tags", PASSWORD_HASH, "permissions")
 
 
+class Target(Protocol):
+    """The running broker a document is applied to (``runtime.Runtime`` is one): its vhosts'
+    engines, declaring a vhost, giving the engines the time, its policies and its shovels."""
+
+    engines: dict[str, Broker]
+    policies: Policies
+    shovels: Shovels
+
+    def declare(self, vhost: str) -> Broker: ...
+
+    def tick(self) -> None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Step:
     what: str
     run: Callable[[], object]
 
 
-def plan(runtime: Runtime, data: Any, source: str, users_file: str | None) -> list[Step]:
+def plan(runtime: Target, data: Any, source: str, users_file: str | None) -> list[Step]:
     """The steps that apply ``data``; DefinitionsError naming the first entry that is wrong."""
     if not isinstance(data, dict):
         raise DefinitionsError(f"{source}: expected a table of lists ({', '.join(TOP_LEVEL)})")
@@ -89,13 +102,13 @@ def plan(runtime: Runtime, data: Any, source: str, users_file: str | None) -> li
     return steps
 
 
-def apply(runtime: Runtime, steps: list[Step]) -> None:
+def apply(runtime: Target, steps: list[Step]) -> None:
     runtime.tick()
     for step in steps:
         step.run()
 
 
-def _vhost_steps(runtime: Runtime, vhost: str, part: dict[str, Any], source: str) -> list[Step]:
+def _vhost_steps(runtime: Target, vhost: str, part: dict[str, Any], source: str) -> list[Step]:
     engine = runtime.engines.get(vhost)
     steps: list[Step] = []
 
@@ -184,7 +197,7 @@ def _vhost_steps(runtime: Runtime, vhost: str, part: dict[str, Any], source: str
     return steps
 
 
-def _shovel(runtime: Runtime, entry: dict[str, Any], where: str) -> Step:
+def _shovel(runtime: Target, entry: dict[str, Any], where: str) -> Step:
     name = _text(entry, "name", where)
     fields = {k: v for k, v in entry.items() if k != "name"}
     try:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..broker import Broker
+from ..broker.definitions import PASSWORD_HASH
 from ..broker.exchanges import EXCHANGE_TYPE
 from ..broker.key_exchanges import BUILT_IN
 from ..broker.routing import STREAM_TARGET
@@ -25,9 +26,6 @@ from .policies import Policies
 
 if TYPE_CHECKING:
     from .runtime import Runtime
-
-#: A user's password hash in a definitions file (exported only when asked for).
-PASSWORD_HASH = "password-hash"
 
 
 def export_definitions(runtime: Runtime, users: Users | None, secrets: bool) -> dict[str, Any]:

@@ -88,7 +88,7 @@ class ScrapedRuntime(Protocol):
 
 
 class Scraped(Protocol):
-    """What a scrape reads: the management API's view of the broker (``api.app.ManagementApp``)."""
+    """What a scrape reads: the management API's view of the broker (``api.management.Management``)."""
 
     @property
     def engines(self) -> Mapping[str, Broker]: ...
@@ -121,7 +121,7 @@ class _Scrape(Collector):
 async def scrape(management: Scraped) -> bytes:
     engines = management.engines
     stats = {(vhost, name): s for vhost, engine in engines.items() for name, s in engine.queue_stats.items()}
-    listed = await listed_queues(management, management.settings.metrics_top_queues)
+    listed = await listed_queues(management.engines, management.answer, management.settings.metrics_top_queues)
     top = [(row.vhost, row.name) for row in listed]
     metrics: list[Metric] = []
 

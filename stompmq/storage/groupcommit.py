@@ -122,10 +122,11 @@ from stompmq.storage.groups import (
     UpdateRow,
 )
 from stompmq.storage.rows import CapExpiry, DropStream, DropVhost, Purge, Release, Row, TrimStream
+from stompmq.storage.commit_group import CommitGroup
 from stompmq.storage.groupreads import GroupReads
 from stompmq.storage.outage import Outage
 from stompmq.storage.refusals import commit_isolating, report_rejected
-from stompmq.storage.thread import DatabaseThread, Job
+from stompmq.storage.thread import DatabaseThread
 
 # Longest a buffered write waits for its group when nobody asks for a ticket: bounds what a
 # crash loses of unreceipted SENDs while letting bursts share one fsync.
@@ -143,34 +144,6 @@ RETRY_BACKOFF = 0.1
 
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
-
-
-class _Group:
-    """One commit group handed to the database thread."""
-
-    __slots__ = ("ticket", "submitted", "ops", "structural", "appends", "offsets", "job", "rows")
-
-    def __init__(
-        self,
-        ticket: int,
-        ops: dict[int, PendingOp],
-        structural: list[StructuralOp],
-        appends: list[StreamMessage],
-        offsets: dict[tuple[str, str], int | None],
-        job: Job[None],
-        rows: GroupRows,
-    ) -> None:
-        self.ticket = ticket
-        self.submitted = trio.current_time()
-        self.ops = ops  # kept (with the broker's objects) to merge back if the group fails
-        self.structural = structural
-        self.appends = appends
-        self.offsets = offsets
-        self.job = job  # the database thread's reply
-        self.rows = rows  # what the backend commits (and the stream states it reports)
-
-    def __len__(self) -> int:
-        return len(self.ops) + len(self.structural) + len(self.appends) + len(self.offsets)
 
 
 class GroupCommitStore(GroupReads):
@@ -207,7 +180,7 @@ class GroupCommitStore(GroupReads):
         self._kick = trio.Event()  # wakes the commit loop
         #: The commit loop's sleep while it sleeps (its deadline: the flush due, inf: none).
         self._sleep: trio.CancelScope | None = None
-        self._inflight: _Group | None = None
+        self._inflight: CommitGroup | None = None
         self._group_finished = trio.Event()  # set (and replaced) each time a group finishes
         self._held_back: frozenset[int] = frozenset()  # seqs left out of the last timed group (once only)
         self._passed: set[int] = set()  # seqs freed with news naming each one (pass_over)
@@ -496,11 +469,11 @@ class GroupCommitStore(GroupReads):
             await self._group_finished.wait()
 
     @overload
-    def _submit_group(self) -> _Group: ...
+    def _submit_group(self) -> CommitGroup: ...
     @overload
-    def _submit_group(self, hold_back: bool) -> _Group | None: ...
+    def _submit_group(self, hold_back: bool) -> CommitGroup | None: ...
 
-    def _submit_group(self, hold_back: bool = False) -> _Group | None:
+    def _submit_group(self, hold_back: bool = False) -> CommitGroup | None:
         """Take the pending batch as the next group and queue it on the database thread.
 
         With ``hold_back`` (a timed flush) the inserts of messages about to be consumed stay pending,
@@ -529,7 +502,7 @@ class GroupCommitStore(GroupReads):
             # an insert taken now, or cancelled by its delete, needs its link no more
             self._promotions = {seq: delayed for seq, delayed in promotions.items() if seq in kept}
         job = self._thread.submit(commit_isolating, self._backend, rows)
-        group = self._inflight = _Group(self._next_ticket, ops, structural, appends, offsets, job, rows)
+        group = self._inflight = CommitGroup(self._next_ticket, ops, structural, appends, offsets, job, rows)
         self._next_ticket += 1
         self._pending, self._structural, self._stream_appends, self._urgent = kept, [], [], False
         self._group_offsets = {}
@@ -581,7 +554,7 @@ class GroupCommitStore(GroupReads):
         which has no leases (a shared store's subclass answers)."""
         return None
 
-    async def _await_group(self, group: _Group) -> StoreError | None:
+    async def _await_group(self, group: CommitGroup) -> StoreError | None:
         """Wait for ``group`` to commit or fail and account for it; return its error, if any."""
         try:
             # Shielded: a group's outcome must be accounted for even if our caller is cancelled.
@@ -611,7 +584,7 @@ class GroupCommitStore(GroupReads):
             finished, self._group_finished = self._group_finished, trio.Event()
             finished.set()
 
-    def _merge_back(self, group: _Group, in_doubt: bool) -> None:
+    def _merge_back(self, group: CommitGroup, in_doubt: bool) -> None:
         """Make a failed group's operations pending again, under the newer ones.  If the group
         is ``in_doubt`` its inserts may be on disk: a newer delete stays (it deletes the row if
         it is there) and the inserts are never withdrawn until a commit settles them."""

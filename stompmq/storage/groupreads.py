@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, TypeVar, TypeVarTuple
 
 from stompmq.storage.ages import QueueAges
 from stompmq.storage.backend import Backend, ConcurrentReads
+from stompmq.storage.commit_group import CommitGroup
 from stompmq.storage.base import (
     QueueCount,
     Store,
@@ -38,9 +39,6 @@ from stompmq.storage.groups import (
 from stompmq.storage.rows import Purge
 from stompmq.storage.outage import Outage
 from stompmq.storage.thread import DatabaseThread
-
-if TYPE_CHECKING:
-    from stompmq.storage.groupcommit import _Group
 
 # A page read lays the buffer over the disk only while the buffer (and the group in flight) holds
 # at most this many operations plus two per message asked for, or at least this many bytes of
@@ -64,7 +62,7 @@ class GroupReads(Store):
     _thread: DatabaseThread | None
     _pending: dict[int, PendingOp]
     _structural: list[StructuralOp]
-    _inflight: _Group | None
+    _inflight: CommitGroup | None
     _pending_bytes: int
     _inflight_bytes: int
     _outage: Outage
@@ -72,8 +70,8 @@ class GroupReads(Store):
     if TYPE_CHECKING:  # the store's, declared for the type checker
         async def _wait_idle(self) -> None: ...
         def _has_pending(self) -> bool: ...
-        def _submit_group(self) -> _Group: ...
-        async def _await_group(self, group: _Group) -> StoreError | None: ...
+        def _submit_group(self) -> CommitGroup: ...
+        async def _await_group(self, group: CommitGroup) -> StoreError | None: ...
 
     async def load_ready(
         self, queue: str, after: tuple[int, int] | None, limit: int

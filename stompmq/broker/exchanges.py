@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..storage.base import ExchangeRecord
+from ..storage.records import ExchangeRecord
 from .errors import ClientError
 from .hashring import MAX_WEIGHT, HashRing
 

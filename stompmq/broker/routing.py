@@ -9,7 +9,7 @@ policy (overflow.py).
 from __future__ import annotations
 
 from ..protocol import Frame
-from ..storage.base import BindingRecord, ExchangeRecord
+from ..storage.records import BindingRecord, ExchangeRecord
 from ..storage.rows import DropBinding, DropExchange, SaveBinding, SaveExchange
 from .delivery import message_frame, message_tail, write_frame
 from .destinations import Destination

@@ -29,7 +29,7 @@ import logging
 from dataclasses import dataclass
 from urllib.parse import quote
 
-from ..storage.base import BindingRecord
+from ..storage.records import BindingRecord
 from .acks import Acks
 from .browse import BROWSER_HEADER, Browsers, BrowseSubscription
 from .config import BrokerConfig

@@ -35,8 +35,6 @@ from ..broker.exchanges import PRIVATE_QUEUE_PREFIX
 from ..broker.reads import StoreRead
 from ..broker.stats import totals
 from ..storage.base import (
-    BindingRecord,
-    ExchangeRecord,
     Recovery,
     StoredMessage,
     StoreError,
@@ -44,6 +42,7 @@ from ..storage.base import (
     StoreRejected,
     StreamState,
 )
+from ..storage.records import BindingRecord, ExchangeRecord
 from ..storage.rows import DropVhost, SaveVhost
 from ..storage.vhosts import VhostStore, split_definitions, split_recovery
 from ..tomlfile import load_definitions

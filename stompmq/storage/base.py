@@ -64,10 +64,12 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..vhost_names import DEFAULT_VHOST
 from .ages import NO_AGES, QueueAges
+# The engine (broker/engine.py) names the two records with the rest of the interface: handed on.
+from .records import BindingRecord as BindingRecord, ExchangeRecord as ExchangeRecord, QueueRecord
 
 if TYPE_CHECKING:
     from .rows import Row
@@ -275,37 +277,6 @@ class StreamRecord:
     row: int | None = None  # a shared store's row id (``StreamState.id``)
     producers: dict[str, int] = field(default_factory=dict)  # idempotent producers' highest seq
     groups: dict[str, int] = field(default_factory=dict)  # consumer groups' committed offsets
-
-
-@dataclass(frozen=True, slots=True)
-class ExchangeRecord:
-    """A declared exchange: ``consistent-hash``, ``direct``, ``fanout`` or ``topic``."""
-
-    KEYS: ClassVar[tuple[str, ...]] = ("name",)  # its store keys (``rows.in_space``)
-    name: str
-    type: str
-    # Declaration options (hash-header, hash-property, on-missing, ...), kept as given.
-    options: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class BindingRecord:
-    """A queue bound to an exchange: with a weight (consistent-hash) or a routing key (direct, topic)."""
-
-    KEYS: ClassVar[tuple[str, ...]] = ("exchange", "queue")  # its store keys (``rows.in_space``)
-    exchange: str
-    queue: str
-    weight: int
-    #: the binding key of a direct/fanout/topic exchange ("" for consistent-hash)
-    routing_key: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class QueueRecord:
-    """A declared queue: its options as declared (message-ttl, max-length, overflow ...)."""
-
-    name: str
-    options: dict[str, str]
 
 
 @dataclass(slots=True)

@@ -14,16 +14,14 @@ from typing import Any, TypeVar, assert_never
 import trio
 
 from .base import (
-    BindingRecord,
-    ExchangeRecord,
     QueueCount,
-    QueueRecord,
     Recovery,
     Store,
     StoredMessage,
     StreamMessage,
     StreamRecord,
 )
+from .records import BindingRecord, ExchangeRecord, QueueRecord
 from .rows import (
     CapExpiry,
     DropBinding,

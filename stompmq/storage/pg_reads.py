@@ -16,15 +16,14 @@ import psycopg
 from stompmq.storage import jsontext, pg_liveness, recovery
 from stompmq.storage.ages import NO_AGES, QUEUE_AGES_SQL, QUEUE_UNACKED_AGE_SQL, QueueAges
 from stompmq.storage.base import (
-    BindingRecord,
     BrokerLease,
-    ExchangeRecord,
     QueueCount,
     StoredMessage,
     StoreError,
     StreamMessage,
     StreamState,
 )
+from stompmq.storage.records import BindingRecord, ExchangeRecord
 from stompmq.vhost_names import split_key, vhost_space
 from stompmq.storage.backend import QUEUE_PAGE_SQL
 from stompmq.storage.pg_streams import SharedStreams

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-from stompmq.storage.base import BindingRecord, ExchangeRecord, QueueRecord
+from stompmq.storage.records import BindingRecord, ExchangeRecord, QueueRecord
 from stompmq.vhost_names import vhost_space
 from stompmq.storage.rows import POLICY_PREFIX, SHOVEL_PREFIX
 from stompmq.storage.jsontext import loads

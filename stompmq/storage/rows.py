@@ -22,7 +22,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
-from stompmq.storage.base import BindingRecord, ExchangeRecord
+from stompmq.storage.records import BindingRecord, ExchangeRecord
 
 #: ``broker_meta`` names of the shovels' rows start with it (a shovel name has no '/').
 SHOVEL_PREFIX = "shovel/"

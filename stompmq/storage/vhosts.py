@@ -29,9 +29,7 @@ import trio
 
 from .ages import QueueAges
 from .base import (
-    BindingRecord,
     BrokerLease,
-    ExchangeRecord,
     QueueCount,
     Recovery,
     Store,
@@ -39,6 +37,7 @@ from .base import (
     StreamMessage,
     StreamState,
 )
+from .records import BindingRecord, ExchangeRecord
 from .rows import Row, in_space
 from ..vhost_names import DEFAULT_VHOST, split_key, vhost_space
 

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from stompmq.storage.backend import Backend
-from stompmq.storage.base import BindingRecord, ExchangeRecord, Recovery
+from stompmq.storage.base import Recovery
+from stompmq.storage.records import BindingRecord, ExchangeRecord
 from stompmq.storage.groups import (
     DeleteRow,
     GroupRows,

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from stompmq.storage.base import QueueRecord, Recovery, Store, StoredMessage
+from stompmq.storage.base import Recovery, Store, StoredMessage
+from stompmq.storage.records import QueueRecord
 from stompmq.storage.rows import SaveQueue, SaveShovel
 
 from ..support.stores import STORES, make_store_factory

@@ -16,7 +16,8 @@ from contextlib import contextmanager
 
 import pytest
 
-from stompmq.storage.base import UNNUMBERED, BindingRecord, ExchangeRecord, StoredMessage, StoreError
+from stompmq.storage.base import UNNUMBERED, StoredMessage, StoreError
+from stompmq.storage.records import BindingRecord, ExchangeRecord
 from stompmq.storage.groups import (
     DelayedRow,
     GroupRows,

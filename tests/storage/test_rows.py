@@ -17,14 +17,12 @@ import pytest
 
 from stompmq.storage.base import (
     UNNUMBERED,
-    BindingRecord,
-    ExchangeRecord,
-    QueueRecord,
     Recovery,
     Store,
     StoredMessage,
     StreamMessage,
 )
+from stompmq.storage.records import BindingRecord, ExchangeRecord, QueueRecord
 from stompmq.storage.rows import (
     ROW_TYPES,
     CapExpiry,

@@ -27,13 +27,12 @@ from hypothesis import strategies as st
 from stompmq.storage.base import (
     StoreEvents,
     MESSAGE_OVERHEAD,
-    BindingRecord,
     CommitInDoubt,
-    ExchangeRecord,
     Recovery,
     StoredMessage,
     StoreError,
 )
+from stompmq.storage.records import BindingRecord, ExchangeRecord
 from stompmq.storage.groupcommit import RETRY_BACKOFF, GroupCommitStore
 from stompmq.storage.groupreads import READ_THROUGH_BYTES_PER_OP, READ_THROUGH_OPS
 from stompmq.storage.groups import GroupRows

@@ -70,6 +70,7 @@ DIFFERENCES: dict[str, tuple[str, str]] = {
     'price > 5': ('match', 'no'),
     'price BETWEEN 5 AND 10': ('match', 'no'),
     'price NOT BETWEEN 6 AND 10': ('match', 'no'),
+    "region = 'eu' AND count = 12 AND price > 5": ('match', 'no'),
     'sci / 10 = 100': ('match', 'send-error'),
     'sci = 1000': ('match', 'no'),
     'sci BETWEEN 999 AND 1001': ('match', 'no'),

@@ -59,6 +59,9 @@ CONTEXTS_KEPT = 4096
 OTLP_PROTOCOLS = {"http/protobuf": "otlp_proto_http", "grpc": "otlp_proto_grpc"}
 
 _PROPAGATOR = TraceContextTextMapPropagator()
+#: The last hex digit of a ``traceparent`` whose sampled flag (the flags' lowest bit) is set:
+#: tested without parsing the flags (a malformed header is the propagator's to refuse).
+_ODD_HEX = frozenset("13579bdf")
 
 
 class Tracing:
@@ -136,7 +139,7 @@ class Spans:
         decide = self.decide
         if decide is not None and len(traceparent) == 55 and traceparent.startswith("00-"):
             try:  # a standard sampler decides from the header alone, before anything is parsed
-                if not decide(int(traceparent[53:55], 16) & 1, int(traceparent[19:35], 16)):
+                if not decide(traceparent[54] in _ODD_HEX, int(traceparent[19:35], 16)):
                     return None
             except ValueError:
                 pass  # malformed: the propagator below says so

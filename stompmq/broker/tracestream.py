@@ -81,6 +81,9 @@ class TraceStream:
             headers["x-trace-body-size"] = str(len(msg.body))
         self.streams.append(TRACE_STREAM, headers, body, msg.priority)
 
+    def follows(self, msg: StoredMessage) -> bool:
+        return True  # every queue message
+
     def published(self, msg: StoredMessage) -> None:
         self._append("publish", msg, None if msg.deliver_at is None else {"x-trace-deliver-at": str(msg.deliver_at)})
 

@@ -17,14 +17,16 @@ dead-letter Q INTERNAL        settle               reason (its publish to DLQ.Q 
 expire Q      INTERNAL        settle
 ============  ==============  ===================  =========================================
 
-The broker continues traces and starts none: a message without ``traceparent`` costs a
-dict look-up per step and makes no span (a span per step of an untraced message would be a
-trace of its own, which nobody could follow).  The parsed parent contexts are cached by
-``traceparent`` (bounded), with the sampler's decision, taken once per message at its first
-step: a message not sampled then costs each later step a dict look-up, and its steps are
-sampled all or none.  Spans are ended
-at once, with ``BatchSpanProcessor`` exporting them on its own thread: the engine's thread
-only appends to its queue.
+The broker continues traces and starts none: a message without ``traceparent`` makes no span
+(a span per step of an untraced message would be a trace of its own, which nobody could
+follow).  Whether a message is traced is decided once, at its first step (``follows``, which
+the engine asks once per message and remembers, broker/events.py): a standard sampler decides
+from the header's sampled flag and trace id alone (``decider``), without parsing a context, and
+the later steps of a message not sampled are never told, so they cost the engine an identity
+test.  A sampled message's parent context is cached by ``traceparent`` (bounded) for its
+other steps, which are sampled all or none.  Spans are ended at once, with
+``BatchSpanProcessor`` exporting them on its own thread: the engine's thread only appends to
+its queue.
 """
 
 from __future__ import annotations
@@ -57,6 +59,9 @@ CONTEXTS_KEPT = 4096
 OTLP_PROTOCOLS = {"http/protobuf": "otlp_proto_http", "grpc": "otlp_proto_grpc"}
 
 _PROPAGATOR = TraceContextTextMapPropagator()
+#: The last hex digit of a ``traceparent`` whose sampled flag (the flags' lowest bit) is set:
+#: tested without parsing the flags (a malformed header is the propagator's to refuse).
+_ODD_HEX = frozenset("13579bdf")
 
 
 class Tracing:
@@ -116,42 +121,44 @@ class Spans:
         self.sampler = sampler
         self.decide = decider(sampler)
         self.vhost = vhost
-        #: traceparent -> the parent context of a sampled message's spans, None for one not
-        #: sampled (or a malformed header): decided once per message, at its first step
-        self.contexts: dict[str, Context | None] = {}
+        #: traceparent -> the parent context of a sampled message's spans (those not sampled
+        #: are not kept: the engine remembers that nobody follows them)
+        self.contexts: dict[str, Context] = {}
 
-    def _parent(self, headers: dict[str, str]) -> Context | None:
-        traceparent = headers.get("traceparent")
-        if traceparent is None:
-            return None
-        try:
-            return self.contexts[traceparent]
-        except KeyError:
-            pass
-        if len(self.contexts) >= CONTEXTS_KEPT:
-            self.contexts.clear()
+    def follows(self, msg: StoredMessage) -> bool:
+        """Spans are made of a message whose ``traceparent`` the sampler samples."""
+        traceparent = msg.headers.get("traceparent")
+        return traceparent is not None and self._parent(traceparent, msg.headers) is not None
+
+    def _parent(self, traceparent: str, headers: dict[str, str]) -> Context | None:
+        """The parent context of the spans of a message with ``traceparent``, None when the
+        message is not sampled (or the header is malformed)."""
+        context = self.contexts.get(traceparent)
+        if context is not None:
+            return context
         decide = self.decide
         if decide is not None and len(traceparent) == 55 and traceparent.startswith("00-"):
             try:  # a standard sampler decides from the header alone, before anything is parsed
-                sampled = decide(int(traceparent[53:55], 16) & 1, int(traceparent[19:35], 16))
+                if not decide(traceparent[54] in _ODD_HEX, int(traceparent[19:35], 16)):
+                    return None
             except ValueError:
-                sampled = True  # malformed: the propagator below says so
-            if not sampled:
-                self.contexts[traceparent] = None
-                return None
+                pass  # malformed: the propagator below says so
         tracestate = headers.get("tracestate")
-        context: Context | None = _PROPAGATOR.extract(
+        extracted = _PROPAGATOR.extract(
             {"traceparent": traceparent} if tracestate is None else {"traceparent": traceparent, "tracestate": tracestate})
-        parent = trace.get_current_span(context).get_span_context()
-        if not parent.is_valid or not self.sampler.should_sample(context, parent.trace_id, "message").decision.is_sampled():  # type: ignore[no-untyped-call]
-            context = None  # the message's every step is skipped at a dict look-up
-        self.contexts[traceparent] = context
-        return context
+        parent = trace.get_current_span(extracted).get_span_context()
+        if not parent.is_valid or not self.sampler.should_sample(extracted, parent.trace_id, "message").decision.is_sampled():  # type: ignore[no-untyped-call]
+            return None
+        if len(self.contexts) >= CONTEXTS_KEPT:
+            self.contexts.clear()
+        self.contexts[traceparent] = extracted
+        return extracted
 
     def _start(self, operation: str, kind: SpanKind, msg: StoredMessage) -> trace.Span | None:
-        """The span of one step, None when the message is not traced or the span not sampled
-        (then no attribute is even built: most of a span's cost is its attributes)."""
-        parent = self._parent(msg.headers)
+        """The span of one step of a message the engine was told this observer follows (None
+        if the span is not recorded: then no attribute is even built, most of a span's cost)."""
+        headers = msg.headers
+        parent = self._parent(headers["traceparent"], headers)
         if parent is None:
             return None
         span = self.tracer.start_span(f"{operation} /queue/{msg.queue}", parent, kind)
@@ -172,8 +179,6 @@ class Spans:
         span.end()
 
     def published(self, msg: StoredMessage) -> None:
-        if "traceparent" not in msg.headers:  # (most messages: no call further)
-            return
         span = self._start("publish", SpanKind.CONSUMER, msg)
         if span is None:
             return
@@ -186,8 +191,6 @@ class Spans:
         self._end(span, "publish", "receive", msg, attributes)
 
     def delivered(self, msg: StoredMessage, sub: Subscription) -> None:
-        if "traceparent" not in msg.headers:  # (most messages: no call further)
-            return
         span = self._start("deliver", SpanKind.PRODUCER, msg)
         if span is not None:
             self._end(span, "deliver", "send", msg, {
@@ -196,29 +199,21 @@ class Spans:
             })
 
     def acked(self, msg: StoredMessage, sub: Subscription) -> None:
-        if "traceparent" not in msg.headers:  # (most messages: no call further)
-            return
         span = self._start("ack", SpanKind.SERVER, msg)
         if span is not None:
             self._end(span, "ack", "settle", msg, _consumer(sub))
 
     def nacked(self, msg: StoredMessage, sub: Subscription, requeue: bool) -> None:
-        if "traceparent" not in msg.headers:  # (most messages: no call further)
-            return
         span = self._start("nack", SpanKind.SERVER, msg)
         if span is not None:
             self._end(span, "nack", "settle", msg, {**_consumer(sub), "stompmq.requeue": requeue})
 
     def dead_lettered(self, msg: StoredMessage, reason: str) -> None:
-        if "traceparent" not in msg.headers:  # (most messages: no call further)
-            return
         span = self._start("dead-letter", SpanKind.INTERNAL, msg)
         if span is not None:
             self._end(span, "dead-letter", "settle", msg, {"stompmq.dead_letter.reason": reason})
 
     def expired(self, msg: StoredMessage) -> None:
-        if "traceparent" not in msg.headers:  # (most messages: no call further)
-            return
         span = self._start("expire", SpanKind.INTERNAL, msg)
         if span is not None:
             self._end(span, "expire", "settle", msg, {})

@@ -157,6 +157,7 @@ class StoredMessage:
         "space",
         "expires",
         "deliver_at",
+        "watchers",
     )
 
     def __init__(
@@ -197,6 +198,10 @@ class StoredMessage:
         #: Epoch milliseconds before which it is not ready (None: ready at once).  A delayed
         #: message is stored apart (``delayed_messages``) and published anew when due.
         self.deliver_at = deliver_at
+        #: Which observers of a watched engine follow the message's steps, decided at its first
+        #: step (broker/events.py); None: not decided, as for every message of an engine nobody
+        #: watches.  Memory only, like ``held``: a message read back from the store is decided anew.
+        self.watchers: Any = None
 
     @property
     def order_key(self) -> tuple[int, int]:

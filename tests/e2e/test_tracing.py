@@ -9,6 +9,7 @@ import http.server
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 from pathlib import Path
 
 import pytest
@@ -20,11 +21,14 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider  # noqa: E402
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
+from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased  # noqa: E402
+from opentelemetry.trace import SpanKind  # noqa: E402
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator  # noqa: E402
 
 from stompmq.broker import BrokerConfig  # noqa: E402
 from stompmq.broker.ages import ages_here  # noqa: E402
-from stompmq.server.otel import Tracing  # noqa: E402
+from stompmq.server.otel import Spans, Tracing  # noqa: E402
+from stompmq.storage.base import StoredMessage  # noqa: E402
 
 from ..support.broker_thread import BrokerThread  # noqa: E402
 from ..support.stompclient import Client  # noqa: E402
@@ -182,3 +186,68 @@ def test_an_expiry_is_a_span_of_the_message(exported: tuple[InMemorySpanExporter
                        "the expire span")
     names = [s.name for s in exporter.get_finished_spans()]
     assert names == ["publish /queue/brief", "expire /queue/brief"]
+
+
+class _Told(Spans):
+    """The broker's spans, recording which messages it was asked about and the steps it began
+    a span for (the bodies name the messages)."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.asked: list[bytes] = []
+        self.started: list[tuple[str, bytes]] = []
+
+    def follows(self, msg: StoredMessage) -> bool:
+        self.asked.append(msg.body)
+        return super().follows(msg)
+
+    def _start(self, operation: str, kind: SpanKind, msg: StoredMessage) -> trace.Span | None:
+        self.started.append((operation, msg.body))
+        return super()._start(operation, kind, msg)
+
+
+class _ToldTracing(Tracing):
+    told: _Told | None = None
+
+    def spans(self, vhost: str) -> Spans:
+        self.told = _Told(self.tracer, self.provider.sampler, vhost)
+        return self.told
+
+
+def test_a_message_not_sampled_never_reaches_the_spans(tmp_path: Path) -> None:
+    """Sampling is decided once per message, at its publish: the later steps of a message not
+    sampled (by its parent's flag, by the trace-id ratio, or untraced) never reach the code
+    that makes spans, while a sampled one gets all of its spans."""
+    exporter = InMemorySpanExporter()
+    # The trace-id ratio samples a parent-sampled trace whose id's low 64 bits are under 2**63.
+    provider = TracerProvider(sampler=ParentBased(TraceIdRatioBased(0.5),
+                                                  remote_parent_sampled=TraceIdRatioBased(0.5)))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing = _ToldTracing(provider)
+    sampled = "00-4bf92f3577b34da6" + "0000000000000001" + "-00f067aa0ba902b7-01"
+    messages = {
+        b"sampled": sampled,
+        b"parent not sampled": sampled[:-2] + "00",
+        b"ratio not sampled": "00-4bf92f3577b34da6" + "f000000000000001" + "-00f067aa0ba902b7-01",
+        b"untraced": None,
+    }
+    steps = ["publish", "deliver", "nack", "deliver", "ack"]
+    try:
+        with BrokerThread(make_store_factory("memory", tmp_path), tracing=tracing).start() as broker:
+            with Client(broker.port) as c:
+                for body, traceparent in messages.items():
+                    c.send_to("/queue/followed", body, headers={} if traceparent is None else {"traceparent": traceparent})
+                c.subscribe("/queue/followed", ack="client-individual")
+                for msg in c.messages(len(messages)):
+                    c.nack(msg, requeue="true")  # each is delivered again, then acked
+                for msg in c.messages(len(messages)):
+                    c.ack(msg)
+                wait_until(lambda: len(exporter.get_finished_spans()) == len(steps), "the sampled message's spans")
+    finally:
+        provider.shutdown()
+    told = tracing.told
+    assert told is not None
+    assert sorted(told.asked) == sorted(messages)  # once each
+    assert told.started == [(step, b"sampled") for step in steps]
+    assert [s.name.split()[0] for s in exporter.get_finished_spans()] == steps
+    assert {s.context.trace_id for s in exporter.get_finished_spans()} == {int(sampled[3:35], 16)}

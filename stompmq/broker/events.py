@@ -30,8 +30,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..storage.base import StoredMessage
 from .acks import AckRun, acked_ids
+from .build import COMPILED
 from .consumer import AckMode
 from .dispatch import EXPIRED
+from .errors import ClientError
 from .queue import Queue
 from .session import Subscription
 from .stats import QueueStats
@@ -78,8 +80,17 @@ _Memo = tuple[object, tuple[MessageEvents, ...]]
 _Delivery = tuple[StoredMessage, Subscription, tuple[MessageEvents, ...]]
 
 
+#: Why nothing can watch a compiled engine: its classes' methods are fixed, so the steps cannot
+#: be swapped for watched ones (docs/decisions/compiled-engine.md).
+COMPILED_REFUSAL = ("message tracing needs the pure-Python engine: this broker's engine is compiled "
+                    "(build without STOMPMQ_MYPYC to trace)")
+
+
 def watch(engine: Broker, observer: MessageEvents) -> None:
-    """Report ``engine``'s queue messages to ``observer`` too (from the next step on)."""
+    """Report ``engine``'s queue messages to ``observer`` too (from the next step on); refused
+    (ClientError) on the compiled engine."""
+    if COMPILED:
+        raise ClientError(COMPILED_REFUSAL)
     observers = engine.observers
     if observer in observers:
         return

@@ -89,9 +89,9 @@ class Publisher(Protocol):
         queue_name: str,
         headers: dict[str, str],
         body: bytes,
-        priority: int = ...,
-        ack_timeout: float | None = None,
-        expires: int | None = None,
+        priority: int,
+        ack_timeout: float | None,
+        expires: int | None,
         deliver_at: int | None = None,
     ) -> StoredMessage: ...
 

@@ -27,6 +27,8 @@ broker's own, and a stream would take them for a producer's repeats.
 
 from __future__ import annotations
 
+import logging
+
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -34,10 +36,13 @@ from typing import TYPE_CHECKING
 from ..storage.base import PRODUCER_HEADER, PRODUCER_SEQ_HEADER, Store, StoredMessage, StreamMessage
 from .control import Deferred
 from .errors import ClientError
-from .events import unwatch, watch
+from .build import COMPILED
+from .events import COMPILED_REFUSAL, unwatch, watch
 from .session import Subscription
 from .stream_log import BODY_BYTES, TRACING
 from .streams import Streams
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from .engine import Broker
@@ -133,6 +138,9 @@ def resume(engine: Broker) -> None:
     """After recovery: trace again if the stored trace stream says so."""
     stream = engine.streams.streams.get(TRACE_STREAM)
     if stream is not None and stream.options.get(TRACING) == "on" and _tracer(engine) is None:
+        if COMPILED:  # (set_trace refuses it here; a store traced by a pure broker says so once)
+            log.warning("the trace stream says tracing is on, but %s: not traced", COMPILED_REFUSAL)
+            return
         watch(engine, TraceStream(engine.streams, int(stream.options.get(BODY_BYTES, "0"))))
 
 

@@ -14,6 +14,9 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from ..broker.build import COMPILED
+from ..broker.events import COMPILED_REFUSAL
+
 if TYPE_CHECKING:
     from .otel import Tracing
 
@@ -25,6 +28,9 @@ def tracing_from_environment(environ: Mapping[str, str] = os.environ) -> Tracing
     extra, which is logged)."""
     names = [name.strip() for name in environ.get("OTEL_TRACES_EXPORTER", "").split(",") if name.strip()]
     if not names or names == ["none"]:
+        return None
+    if COMPILED:
+        log.warning("OTEL_TRACES_EXPORTER is %s but %s: no traces", ",".join(names), COMPILED_REFUSAL)
         return None
     try:
         from .otel import Tracing

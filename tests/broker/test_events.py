@@ -4,14 +4,20 @@ and one come hears the steps of messages already in flight."""
 
 from __future__ import annotations
 
-from stompmq.broker import Broker
-from stompmq.broker.events import unwatch, watch
+import pytest
+
+from stompmq.broker import Broker, ClientError
+from stompmq.broker.build import COMPILED
+from stompmq.broker.events import COMPILED_REFUSAL, unwatch, watch
 from stompmq.broker.session import Subscription
 from stompmq.protocol import Frame
 from stompmq.storage.base import StoredMessage
 from stompmq.storage.memory import MemoryStore
 
 from .fakes import FakeOutbox
+
+#: The compiled engine cannot be watched: it refuses (the last test), and these need a watch.
+needs_watch = pytest.mark.skipif(COMPILED, reason=COMPILED_REFUSAL)
 
 
 class Recorder:
@@ -50,6 +56,7 @@ def send(broker: Broker, body: bytes) -> None:
     broker.handle(producer, Frame("SEND", {"destination": "/queue/q"}, body))
 
 
+@needs_watch
 def test_a_message_is_asked_about_once_and_told_to_its_followers_only() -> None:
     broker = Broker(MemoryStore())
     traced = Recorder(b"t")
@@ -65,6 +72,7 @@ def test_a_message_is_asked_about_once_and_told_to_its_followers_only() -> None:
                            ("ack", b"t1"), ("ack", b"t2")]
 
 
+@needs_watch
 def test_a_change_of_observers_asks_again() -> None:
     broker = Broker(MemoryStore())
     traced, everything = Recorder(b"t"), Recorder(b"")
@@ -81,3 +89,12 @@ def test_a_change_of_observers_asks_again() -> None:
     assert everything.told == [("deliver", b"t1"), ("deliver", b"u1"), ("ack", b"t1"), ("ack", b"u1")]
     unwatch(broker, everything)
     assert "deliver" not in vars(broker.dispatcher) and "settle_ack" not in vars(broker.acks)
+
+
+@pytest.mark.skipif(not COMPILED, reason="the pure engine can be watched")
+def test_a_compiled_engine_refuses_to_be_watched_with_a_reason() -> None:
+    """Its classes' methods are fixed: a watch would fail half-way, so it is refused whole."""
+    engine = Broker(MemoryStore())
+    with pytest.raises(ClientError, match="pure-Python engine"):
+        watch(engine, object())  # type: ignore[arg-type]
+    assert engine.observers == []

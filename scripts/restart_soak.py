@@ -9,6 +9,7 @@ messages concerned.
 
   scripts/restart_soak.py --seeds 20              # seeds 1..20, 10 restarts each
   scripts/restart_soak.py --seed 7 --restarts 6   # replay one; --history FILE writes every event
+  scripts/restart_soak.py --seeds 4 --keep DIR    # each seed's database stays in DIR/seed-N
 
 Exit status 1 if any seed broke a promise; the failing seeds are listed at the end.
 """
@@ -27,9 +28,14 @@ sys.path.insert(0, str(ROOT))
 from tests.support.restart_workload import Outcome, run  # noqa: E402
 
 
-def one(seed: int, restarts: int, history: Path | None) -> Outcome:
-    with tempfile.TemporaryDirectory(prefix="restart-soak-") as workdir:
-        outcome = run(seed, restarts, Path(workdir))
+def one(seed: int, restarts: int, history: Path | None, keep: Path | None) -> Outcome:
+    if keep is not None:  # the broker's database stays, to be read with sqlite3 afterwards
+        workdir = keep / f"seed-{seed}"
+        workdir.mkdir(parents=True, exist_ok=True)
+        outcome = run(seed, restarts, workdir)
+    else:
+        with tempfile.TemporaryDirectory(prefix="restart-soak-") as tmp:
+            outcome = run(seed, restarts, Path(tmp))
     status = "ok" if not outcome.violations else "FAILED"
     print(f"{status} {outcome.report()}", flush=True)
     if history is not None:
@@ -45,12 +51,13 @@ def main() -> int:
     parser.add_argument("--first", type=int, default=1, help="the first seed of --seeds (default 1)")
     parser.add_argument("--restarts", type=int, default=10, help="stops and restarts per seed (default 10)")
     parser.add_argument("--history", type=Path, help="with --seed: write its whole history to this file")
+    parser.add_argument("--keep", type=Path, help="keep each seed's database in DIR/seed-N (else a temporary directory)")
     args = parser.parse_args()
     seeds = [args.seed] if args.seed is not None else list(range(args.first, args.first + args.seeds))
     began = time.monotonic()
     failed, restarts = [], 0
     for seed in seeds:
-        outcome = one(seed, args.restarts, args.history if args.seed is not None else None)
+        outcome = one(seed, args.restarts, args.history if args.seed is not None else None, args.keep)
         restarts += outcome.restarts
         if outcome.violations:
             failed.append(seed)

@@ -333,8 +333,24 @@ class Broker(Queries):
                 self.dispatcher.pump(queue)
 
     def receipt(self, session: Session, receipt_id: str) -> None:
-        """A RECEIPT that only waits for what is buffered now (DISCONNECT's)."""
+        """A RECEIPT that only waits for what is buffered now (a vhost declaration's, a token refresh's)."""
         self.receipts.send(session, receipt_id)
+
+    def disconnect(self, session: Session, receipt_id: str | None) -> None:
+        """DISCONNECT: its subscriptions end here, then its RECEIPT (if asked for) is queued.
+
+        A client closes once that RECEIPT comes (STOMP 1.2's graceful disconnect) and reads
+        nothing after it, while the connection still flushes its outbox before it closes and
+        ``close_session`` runs: a delivery made meanwhile would follow the RECEIPT unread, and an
+        auto-ack one, settled as its socket takes it, would be lost.  So the subscriptions are
+        dropped now (what they hold unacked goes back, another consumer gets what comes next);
+        auto-ack deliveries already in the outbox go out before the RECEIPT and settle as usual.
+        """
+        for sub in list(session.subscriptions.values()):
+            self.subscriptions.drop(sub)
+        session.subscriptions.clear()
+        if receipt_id is not None:
+            self.receipts.send(session, receipt_id)
 
     # -- frames (frames.py) ---------------------------------------------------------------------
     def pace(self, queue: Queue[Subscription], wake: Callable[[], None]) -> float | None:

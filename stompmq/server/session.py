@@ -152,9 +152,8 @@ class ClientSession:
                 self._authorise(frame)  # a frame the user's permissions refuse: ERROR
                 self.on_run([frame])
         elif command == "DISCONNECT":
-            receipt = frame.headers.get("receipt")
-            if receipt is not None:
-                self.broker.receipt(session, receipt)
+            self.runtime.tick()
+            self.broker.disconnect(session, frame.headers.get("receipt"))
             raise Close
         elif command in ("CONNECT", "STOMP"):
             self.error("already connected", frame.headers.get("receipt"))

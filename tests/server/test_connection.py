@@ -181,6 +181,31 @@ async def test_disconnect_receipt_waits_for_the_commit_and_closes(autojump_clock
             pass
 
 
+async def test_nothing_is_delivered_after_the_receipt_of_a_disconnect(autojump_clock: trio.abc.Clock) -> None:
+    """A client closes once its DISCONNECT's RECEIPT came and reads nothing after it, while the
+    broker still flushes the connection's outbox before closing it: a message sent meanwhile
+    must go to the next subscriber, not after the RECEIPT, where an auto-ack delivery is lost
+    (seen in the restart contract: an exclusive consumer's DISCONNECT, a SEND right after)."""
+    async with broker_pair() as pair:
+        leaving = await pair.connected(lockstep=True)  # its outbox drains only as it reads
+        await leaving.send("SUBSCRIBE", {"id": "1", "destination": "/queue/q", "ack": "auto", "receipt": "sub"})
+        assert (await leaving.receive()).headers["receipt-id"] == "sub"
+        await leaving.send("DISCONNECT", {"receipt": "bye"})
+        await trio.testing.wait_all_tasks_blocked()  # the RECEIPT waits in the outbox
+        producer = await pair.connected()
+        await producer.send("SEND", {"destination": "/queue/q", "receipt": "s"}, b"after the DISCONNECT")
+        assert (await producer.receive()).headers["receipt-id"] == "s"
+        after = []
+        with pytest.raises(EOFError):
+            while True:
+                after.append(await leaving.receive())
+        assert [(f.command, f.headers.get("receipt-id")) for f in after] == [("RECEIPT", "bye")]
+        staying = await pair.connected()
+        await staying.send("SUBSCRIBE", {"id": "1", "destination": "/queue/q", "ack": "auto"})
+        msg = await staying.receive()
+        assert (msg.body, msg.headers["redelivered"]) == (b"after the DISCONNECT", "false")
+
+
 async def test_a_stalled_auto_ack_subscriber_loses_nothing(autojump_clock: trio.abc.Clock) -> None:
     """What never reached the socket of a closed auto-ack subscriber goes to the next
     one, in order, marked redelivered; what reached it counts as delivered; nothing is lost."""

@@ -30,6 +30,9 @@ from .waiting import pace, poll
 GONE = (OSError, EOFError, AssertionError)
 #: Seconds a client waits for a frame before it looks at what else to do.
 TICK = 0.2
+#: Seconds a dropping client waits for its socket to have more, once its buffer is empty
+#: (``Subscription.take_arrived``): what the broker wrote is there already, on loopback.
+ARRIVED = 0.001
 #: Seconds the drain may take once the schedule is over (delays of a few seconds, redeliveries).
 DRAIN = 60.0
 #: Mean seconds between a producer's SENDs.
@@ -483,10 +486,12 @@ class Subscription:
     def leave(self) -> None:
         """DISCONNECT (waiting for its RECEIPT), UNSUBSCRIBE first, or drop the connection."""
         how = self.rng.choices(["disconnect", "unsubscribe", "drop"], [5, 3, 2])[0]
-        self.close(how)
         if how == "drop":
+            self.take_arrived()
+            self.close(how)
             self.peer.abort_connection()
             return
+        self.close(how)
         if how == "unsubscribe":
             self.peer.frame("UNSUBSCRIBE", {"id": self.kind.sub_id or self.sub, "receipt": "unsub"})
         self.peer.frame("DISCONNECT", {"receipt": "bye"})
@@ -499,6 +504,18 @@ class Subscription:
             self.handle(frame)
             if frame.command == "RECEIPT" and frame["receipt-id"] == "bye":
                 return
+
+    def take_arrived(self) -> None:
+        """Record every frame that has reached this client: those its reader has buffered (it
+        parses one frame per ``recv``) and those in its socket.  The broker counts an auto-ack
+        delivery as done once the socket took it, so a drop must not throw away what the
+        client already has (seen: two MESSAGEs read with the one before them, then dropped)."""
+        while True:
+            try:
+                frame = self.peer.recv(ARRIVED)
+            except (TimeoutError, EOFError):
+                return
+            self.handle(frame)
 
     def close(self, why: str) -> None:
         if not self.closed:

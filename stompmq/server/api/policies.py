@@ -18,6 +18,7 @@ from starlette.responses import JSONResponse, Response
 from ...broker import ClientError
 from ...broker.policy_match import Policy
 from ..runtime import Runtime
+from .requests import json_object
 
 #: The two collections, by whether they hold operator policies.
 PREFIXES = {False: "/api/policies", True: "/api/operator-policies"}
@@ -63,12 +64,7 @@ class PolicyApi:
     async def put_policy(self, request: Request) -> Response:
         """Set the policy: applied to the vhost's queues at once, stored with the next commit."""
         operator, vhost, name = self._target(request)
-        try:
-            body = await request.json()
-        except ValueError:
-            raise HTTPException(400, "the body is not JSON") from None
-        if not isinstance(body, dict):
-            raise HTTPException(400, "the body must be a JSON object")
+        body = await json_object(request)
         body = {k: v for k, v in body.items() if not (k in ("name", "vhost") and v in (name, vhost))}
         self.runtime.tick()
         try:

@@ -93,7 +93,9 @@ def test_an_outage_longer_than_the_lease_causes_no_redelivery(brokers: list[Brok
             wait_until(lambda: checker.count("outage") == 0, "the queue to be empty: every ACK deleted its row")
         for broker in brokers:
             assert "its messages are free again" not in broker.stderr, broker.stderr
-            assert "lease on" not in broker.stderr, broker.stderr
+            # Its own lease never ended either.  ("cannot renew the lease on …" may appear: a
+            # renewal in flight when the database went down fails, which is what an outage is.)
+            assert "lapsed" not in broker.stderr, broker.stderr
     finally:
         for consumer in consumers:
             consumer.close()

@@ -31,6 +31,10 @@ PAGE_RETRY_SECONDS = 0.1
 #: subscribers want it too: a subscriber refills without a read per message, and no broker
 #: builds a backlog of its own.
 READ_AHEAD = 10
+#: Messages at most in a page read the store filters by header (storage/header_filter.py): a
+#: read scans the rows it leaves out too, 200 matches in 20,000 rows at a 1 % match (4 ms on
+#: SQLite), and the subscribers take the first pages while the store scans for the next.
+FILTERED_PAGE = 200
 
 
 class Paging:
@@ -53,12 +57,17 @@ class Paging:
             most = READ_AHEAD + queue.room() - queue.window.size
             if most < READ_AHEAD // 2 or most <= 0:
                 return  # (not a read per message: once half the read-ahead is gone)
+        matching = queue.header_filter()
+        if matching is not None:  # (pages the store filters: what it scans, the broker delivers)
+            most = FILTERED_PAGE if most is None else min(most, FILTERED_PAGE)
         request = queue.window.start_page(most)
         name = queue.name
         self.page_reads += 1
+        if matching is not None:
+            queue.window.filtered(request)
 
         def fetch(store: Store) -> Awaitable[Sequence[StoredMessage]]:
-            return store.load_ready(name, request.after, request.limit)
+            return store.load_ready(name, request.after, request.limit, matching)
 
         self.reads.submit(StoreRead(fetch, partial(self._page_loaded, queue, request), partial(self._page_failed, queue)))
 

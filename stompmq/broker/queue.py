@@ -46,6 +46,7 @@ from collections.abc import Iterator
 from typing import Generic, TypeVar
 
 from ..storage.base import MESSAGE_OVERHEAD, StoredMessage
+from ..storage.header_filter import HeaderFilter, Term
 from .consumer import AckMode, Consumer
 from .pacing import RESUME_AT, Pace
 from .stats import QueueStats
@@ -190,6 +191,20 @@ class Queue(Generic[S]):
             return []
         self.aside = self.aside_expires = None
         return list(aside)
+
+    def header_filter(self) -> HeaderFilter | None:
+        """What a page read may leave out (storage/header_filter.py): the union of the
+        subscribers' prefilters while each has one, on a store of one broker (a shared store's
+        rows no selector here matches are freed for the others, sift.py); else None."""
+        if not self.selective or self.selective < self.nsubs or self.give_back is not None:
+            return None
+        terms: list[Term] = []
+        for sub in self.members:
+            prefilter = sub.selector.prefilter if sub.selector is not None else None
+            if prefilter is None:
+                return None
+            terms += prefilter
+        return tuple(terms)
 
     def take_parked(self) -> list[StoredMessage]:
         """Every parked message (their groups' counts drop), for the window or a purge."""

@@ -35,6 +35,7 @@ import re
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from ..storage.header_filter import HeaderFilter, HeaderMatch
 from .errors import ClientError
 
 #: A selector is refused above this length: it is compiled into nested closures, and Python's
@@ -67,13 +68,15 @@ class SelectorError(ClientError):
 
 
 class Selector:
-    """A compiled selector: ``matches(message)`` is true when the selector evaluates to TRUE."""
+    """A compiled selector: ``matches(message)`` is true when the selector evaluates to TRUE;
+    ``prefilter``, when not None, is true of every stored row it matches (storage/header_filter.py)."""
 
-    __slots__ = ("text", "_evaluate")
+    __slots__ = ("text", "_evaluate", "prefilter")
 
-    def __init__(self, text: str, evaluate: Eval) -> None:
+    def __init__(self, text: str, evaluate: Eval, prefilter: HeaderFilter | None = None) -> None:
         self.text = text
         self._evaluate = evaluate
+        self.prefilter = prefilter
 
     def matches(self, message: SelectorMessage) -> bool:
         return self._evaluate(message) is True
@@ -94,7 +97,7 @@ def compile_selector(text: str) -> Selector | None:
     node = parser.parse()
     if node.kind not in (_BOOL, _ANY):
         raise SelectorError(text, node.position, "the selector is not a condition")
-    return Selector(text, _truth(node).evaluate)
+    return Selector(text, _truth(node).evaluate, node.prefilter)
 
 
 # --- tokens -------------------------------------------------------------------------------------
@@ -169,13 +172,38 @@ _BOOL, _NUM, _STR, _ANY, _NULL = "boolean", "number", "string", "any", "null"
 class _Node:
     """An expression: ``kind`` is its static type (``_ANY`` for a header, known only per message)."""
 
-    __slots__ = ("kind", "position", "evaluate", "constant", "header")
+    __slots__ = ("kind", "position", "evaluate", "constant", "header", "prefilter")
 
     def __init__(self, kind: str, position: int, evaluate: Eval, constant: Value = None,
                  is_constant: bool = False, header: str | None = None) -> None:
         self.kind, self.position, self.evaluate = kind, position, evaluate
         self.constant = (constant,) if is_constant else None
         self.header = header  # the header it reads, if it is one: comparisons read it in place
+        #: a condition on stored headers true whenever this condition is (None: none known)
+        self.prefilter: HeaderFilter | None = None
+
+
+# --- prefilters: what a store may test in its scan (storage/header_filter.py) ----------------------
+
+def _header_test(node: _Node, name: str, values: frozenset[str] | None) -> _Node:
+    """``node``, a condition TRUE only if header ``name`` is one of ``values`` (None: present),
+    with that as its prefilter.  A name a JSON path cannot quote plainly gets none."""
+    if '"' not in name and "\\" not in name:
+        node.prefilter = ((HeaderMatch(name, values),),)
+    return node
+
+
+def _prefilter_of(dominant: bool, nodes: list[_Node]) -> HeaderFilter | None:
+    """The prefilter of an AND (``dominant`` False) or OR (True) of ``nodes``: an OR's is the
+    union of its sides' when each has one; an AND's the conjunction of its sides' that are a
+    single term (leaving a side out only widens it)."""
+    filters = [node.prefilter for node in nodes]
+    if dominant:
+        if any(f is None for f in filters):
+            return None
+        return tuple(term for f in filters if f is not None for term in f)
+    term = tuple(match for f in filters if f is not None and len(f) == 1 for match in f[0])
+    return (term,) if term else None
 
 
 def _literal(value: Value, position: int) -> _Node:
@@ -345,7 +373,8 @@ def _comparison(op: str, left: _Node, right: _Node, position: int, text: str) ->
         literal, name = right.constant[0], left.header
         if isinstance(literal, str):
             if op == "=":
-                return _Node(_BOOL, position, lambda m: None if (v := m.headers.get(name)) is None else v == literal)
+                return _header_test(_Node(_BOOL, position, lambda m: None if (v := m.headers.get(name)) is None
+                                          else v == literal), name, frozenset((literal,)))
             return _Node(_BOOL, position, lambda m: None if (v := m.headers.get(name)) is None else compare(v, literal))
         if not isinstance(literal, bool):
             def header_vs_number(m: Any) -> bool | None:
@@ -426,7 +455,9 @@ def _junction(dominant: bool, left: _Node, right: _Node, position: int, text: st
         if b is dominant:
             return dominant
         return None if a is None or b is None else not dominant
-    return _Node(_BOOL, position, evaluate)
+    node = _Node(_BOOL, position, evaluate)
+    node.prefilter = _prefilter_of(dominant, [left, right])
+    return node
 
 
 def _junctions(dominant: bool, nodes: list[_Node], positions: list[int], text: str) -> _Node:
@@ -445,7 +476,9 @@ def _junctions(dominant: bool, nodes: list[_Node], positions: list[int], text: s
             if v is None:
                 unknown = True
         return None if unknown else not dominant
-    return _Node(_BOOL, positions[0], evaluate)
+    node = _Node(_BOOL, positions[0], evaluate)
+    node.prefilter = _prefilter_of(dominant, nodes)
+    return node
 
 
 def _not(node: _Node, position: int, text: str) -> _Node:
@@ -552,7 +585,8 @@ class _Parser:
             self.expect("NULL", "NULL after IS")
             inner = left.evaluate
             if negated:
-                return _Node(_BOOL, token.position, lambda m: inner(m) is not None)
+                present = _Node(_BOOL, token.position, lambda m: inner(m) is not None)
+                return present if left.header is None else _header_test(present, left.header, None)
             return _Node(_BOOL, token.position, lambda m: inner(m) is None)
         negated = False
         if token.kind == "NOT" and self.peek(1).kind in ("BETWEEN", "LIKE", "IN"):
@@ -630,8 +664,9 @@ class _Parser:
             members = frozenset(values)
             if left.header is not None:
                 name = left.header
-                return _Node(_BOOL, token.position,
-                             lambda m: None if (v := m.headers.get(name)) is None else v in members)
+                return _header_test(_Node(_BOOL, token.position,
+                                          lambda m: None if (v := m.headers.get(name)) is None else v in members),
+                                    name, members)
             return _Node(_BOOL, token.position, lambda m: None if (v := inner(m)) is None else v in members)
 
         def evaluate(m: Any) -> bool | None:

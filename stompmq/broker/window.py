@@ -81,6 +81,10 @@ class PageRequest:
     skipped: int
 
 
+#: The order key below every message's: a sift floor from the start of the queue.
+FROM_START: OrderKey = (-(1 << 62), 0)
+
+
 def _just_before(key: OrderKey) -> OrderKey:
     """The order key a page read starts after to read ``key`` first."""
     return key[0], key[1] - 1
@@ -347,7 +351,7 @@ class ReadyWindow:
             self.skipped += 1  # a short page in flight no longer proves the store exhausted
             return
         self.rewind = False
-        if first is None:
+        if first is None or first == FROM_START:
             self.clear()
             return
         while self.size and self.levels[self.prios[0]][-1].order_key >= first:
@@ -367,6 +371,15 @@ class ReadyWindow:
         says where a subscriber that may match starts reading again (``look_back``)."""
         msg.held = False
         key = msg.order_key
+        if self.sift_floor is None or key < self.sift_floor:
+            self.sift_floor = key
+
+    def filtered(self, request: PageRequest) -> None:
+        """The read ``request`` may leave out the rows after its start that no subscriber's
+        selector can match (a header filter, storage/header_filter.py): they are sifted out
+        unread, so the sift floor goes down to the read's start.  Said when the read is asked
+        for, so that a subscriber joining while it is in flight looks back over it too."""
+        key = FROM_START if request.after is None else (request.after[0], request.after[1] + 1)
         if self.sift_floor is None or key < self.sift_floor:
             self.sift_floor = key
 

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 from stompmq.storage.ages import QueueAges
+from stompmq.storage.header_filter import HeaderFilter
 from stompmq.storage.base import QueueCount, Recovery, StoredMessage, StreamMessage, StreamState
 from stompmq.storage.groups import GroupRows
 
@@ -96,11 +97,11 @@ class Backend(Protocol):
         """
 
     def load_ready(
-        self, queue: str, after: tuple[int, int] | None, limit: int
+        self, queue: str, after: tuple[int, int] | None, limit: int, matching: HeaderFilter | None = None
     ) -> Sequence[StoredMessage]:
         """Up to ``limit`` messages of ``queue`` not delivered, in (priority desc, seq asc)
-        order, strictly after the order key ``after`` (None: from the start); fresh
-        ``StoredMessage`` objects (see ``Store.load_ready``)."""
+        order, strictly after the order key ``after`` (None: from the start), perhaps only those
+        ``matching`` (see ``Store.load_ready``); fresh ``StoredMessage`` objects."""
 
     def load_due(self, after: tuple[int, int] | None, limit: int, vhost: str) -> Sequence[StoredMessage]:
         """See ``Store.load_due``: ``vhost``'s delayed messages by (deliver_at, seq) after ``after``."""
@@ -160,7 +161,8 @@ class ConcurrentReads(Protocol):
     """
 
     def read_ready(
-        self, queue: str, after: tuple[int, int] | None, limit: int, hidden: frozenset[int]
+        self, queue: str, after: tuple[int, int] | None, limit: int, hidden: frozenset[int],
+        matching: HeaderFilter | None = None,
     ) -> tuple[list[StoredMessage], bool]:
         """Like ``load_ready`` but leaving out the rows whose seq is in ``hidden`` (the engine
         has newer news of them) and still returning ``limit`` rows if the disk has them, all

@@ -68,6 +68,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..vhost_names import DEFAULT_VHOST
 from .ages import NO_AGES, QueueAges
+from .header_filter import HeaderFilter
 # The engine (broker/engine.py) names the two records with the rest of the interface: handed on.
 from .records import BindingRecord as BindingRecord, ExchangeRecord as ExchangeRecord, QueueRecord
 
@@ -568,11 +569,13 @@ class Store(abc.ABC):
     # -- reads ---------------------------------------------------------------
     @abc.abstractmethod
     async def load_ready(
-        self, queue: str, after: tuple[int, int] | None, limit: int
+        self, queue: str, after: tuple[int, int] | None, limit: int, matching: HeaderFilter | None = None
     ) -> Sequence[StoredMessage]:
         """Up to ``limit`` messages of ``queue`` not delivered, in (priority desc, seq asc)
         order, strictly after the order key ``after`` = ``(-priority, seq)`` (None: from the
-        start).  The broker filters out messages it holds in flight itself."""
+        start).  The broker filters out messages it holds in flight itself.  With ``matching``
+        the store may leave out, and count nothing for, the rows that match none of its terms
+        (header_filter.py); a store that cannot test headers in its scan ignores it."""
 
     @abc.abstractmethod
     async def load_due(

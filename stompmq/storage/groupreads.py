@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, TypeVar, TypeVarTuple
 
 
 from stompmq.storage.ages import QueueAges
+from stompmq.storage.header_filter import HeaderFilter
 from stompmq.storage.backend import Backend, ConcurrentReads
 from stompmq.storage.commit_group import CommitGroup
 from stompmq.storage.base import (
@@ -74,13 +75,13 @@ class GroupReads(Store):
         async def _await_group(self, group: CommitGroup) -> StoreError | None: ...
 
     async def load_ready(
-        self, queue: str, after: tuple[int, int] | None, limit: int
+        self, queue: str, after: tuple[int, int] | None, limit: int, matching: HeaderFilter | None = None
     ) -> Sequence[StoredMessage]:
         if self._reader is None or not self._worth_reading_through(limit) or self._purging(queue):
             # A purge empties the disk view in a way the buffer cannot replay: read behind it.
-            return await self._read(self._backend.load_ready, queue, after, limit)
+            return await self._read(self._backend.load_ready, queue, after, limit, matching)
         try:
-            page = await self._read_through(*self._reader, queue, after, limit)
+            page = await self._read_through(*self._reader, queue, after, limit, matching)
         except StoreError as e:
             self._outage.failed(e)
             raise
@@ -102,7 +103,7 @@ class GroupReads(Store):
 
     async def _read_through(
         self, reader: DatabaseThread, backend: ConcurrentReads, queue: str, after: tuple[int, int] | None,
-        limit: int,
+        limit: int, matching: HeaderFilter | None,
     ) -> list[StoredMessage]:
         """A page of ``queue`` read beside the commits, with the writes not yet on disk laid over it.
 
@@ -118,7 +119,8 @@ class GroupReads(Store):
         or delivery hides its row.  The backend refills past the hidden rows, so a page
         shorter than ``limit`` still proves the queue exhausted.  What the read may see that
         the snapshot did not (writes after it) is what a read behind the batch could miss too:
-        the window's ``late`` key covers it.
+        the window's ``late`` key covers it.  ``matching`` filters the disk's rows only: the
+        buffered ones are few, and the broker's selectors sift them anyway.
         """
         overlay: dict[int, PendingOp] = {}
         vhost, name = split_key(queue)
@@ -129,7 +131,7 @@ class GroupReads(Store):
         buffered = [m for kind, m in overlay.values() if kind != DELETE and not m.delivered]
         if after is not None:
             buffered = [m for m in buffered if m.order_key > after]
-        rows, more = await reader.call(backend.read_ready, queue, after, limit, frozenset(overlay))
+        rows, more = await reader.call(backend.read_ready, queue, after, limit, frozenset(overlay), matching)
         if not buffered:
             return rows
         if more and rows:  # the disk may hold rows after its last one: nothing beyond it yet

@@ -13,6 +13,7 @@ from typing import Any, TypeVar, assert_never
 
 import trio
 
+from .header_filter import HeaderFilter
 from .base import (
     QueueCount,
     Recovery,
@@ -167,7 +168,8 @@ class MemoryStore(Store):
     def disk_bytes(self) -> None:
         return None  # nothing on disk
 
-    async def load_ready(self, queue: str, after: tuple[int, int] | None, limit: int) -> Sequence[StoredMessage]:
+    async def load_ready(self, queue: str, after: tuple[int, int] | None, limit: int,
+                         matching: HeaderFilter | None = None) -> Sequence[StoredMessage]:
         return ()
 
     async def read_stream(self, name: str, start: int, limit: int) -> Sequence[StreamMessage]:

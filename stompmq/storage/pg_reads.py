@@ -23,6 +23,7 @@ from stompmq.storage.base import (
     StreamMessage,
     StreamState,
 )
+from stompmq.storage.header_filter import HeaderFilter
 from stompmq.storage.records import BindingRecord, ExchangeRecord
 from stompmq.vhost_names import split_key, vhost_space
 from stompmq.storage.backend import QUEUE_PAGE_SQL
@@ -64,9 +65,12 @@ class PostgresReads:
         def _queue_id(self, cur: psycopg.Cursor[Any], name: str, *, create: bool) -> int | None: ...
 
     # -- reads -----------------------------------------------------------------------------------
-    def load_ready(self, queue: str, after: tuple[int, int] | None, limit: int) -> Sequence[StoredMessage]:
+    def load_ready(self, queue: str, after: tuple[int, int] | None, limit: int,
+                   matching: HeaderFilter | None = None) -> Sequence[StoredMessage]:
         """Claim up to ``limit`` free ready messages of ``queue`` after ``after`` for this broker,
-        telling the other brokers that its subscribers want that queue (claim on demand)."""
+        telling the other brokers that its subscribers want that queue (claim on demand).
+        ``matching`` is not applied: the broker asks for none on a shared store, whose rows
+        its selectors do not match it frees for the others (broker/sift.py)."""
         messages = self._ready(CLAIM_FIRST_SQL, CLAIM_AFTER_SQL, {"me": self.broker_id, "epoch": self.epoch},
                                queue, after, limit)
         for msg in messages:

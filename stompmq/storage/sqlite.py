@@ -51,6 +51,7 @@ from stompmq.storage.base import (
 from stompmq.vhost_names import split_key, vhost_space
 from stompmq.storage.backend import QUEUE_PAGE_SQL
 from stompmq.storage.groupcommit import FLUSH_INTERVAL, MAX_BACKLOG_BYTES, MAX_GROUP, GroupCommitStore
+from stompmq.storage.header_filter import HeaderFilter
 from stompmq.storage.groups import (
     DROP_VHOST_SQL,
     DelayedRow,
@@ -103,6 +104,7 @@ from stompmq.storage.sqlite_sql import (
     STREAM_READ_SQL,
     UPDATE_SQL,
     delete_rows,
+    filtered_ready_sql,
     insert_rows,
 )
 from stompmq.storage.migrate import VERSION_SQL, is_current, upgrade_to_head
@@ -418,13 +420,14 @@ class SQLiteBackend:
 
     # -- reads -------------------------------------------------------------------------------
     def load_ready(
-        self, queue: str, after: tuple[int, int] | None, limit: int
+        self, queue: str, after: tuple[int, int] | None, limit: int, matching: HeaderFilter | None = None
     ) -> list[StoredMessage]:
         with self._reading() as conn:
-            return self._ready(conn, self._queue_ids, queue, after, limit)
+            return self._ready(conn, self._queue_ids, queue, after, limit, matching)
 
     def read_ready(
-        self, queue: str, after: tuple[int, int] | None, limit: int, hidden: frozenset[int]
+        self, queue: str, after: tuple[int, int] | None, limit: int, hidden: frozenset[int],
+        matching: HeaderFilter | None = None,
     ) -> tuple[list[StoredMessage], bool]:
         """See ``ConcurrentReads``: on the reader's own connection, in one read transaction (one
         snapshot), refilling past the hidden rows."""
@@ -438,7 +441,7 @@ class SQLiteBackend:
                 more = limit > 0
                 while more and len(rows) < limit:
                     want = limit - len(rows)
-                    batch = self._ready(conn, self._reader_queue_ids, queue, after, want)
+                    batch = self._ready(conn, self._reader_queue_ids, queue, after, want, matching)
                     more = len(batch) == want
                     rows += [m for m in batch if m.seq not in hidden]
                     if batch:
@@ -467,22 +470,23 @@ class SQLiteBackend:
         self._reader_queue_ids.clear()
 
     def _ready(
-        self, conn: sqlite3.Connection, ids: dict[str, int], queue: str, after: tuple[int, int] | None, limit: int
+        self, conn: sqlite3.Connection, ids: dict[str, int], queue: str, after: tuple[int, int] | None, limit: int,
+        matching: HeaderFilter | None = None,
     ) -> list[StoredMessage]:
         queue_id = self._find_queue(conn, queue, ids)
         if queue_id is None or limit <= 0:
             return []
+        params: tuple[str, ...] = ()
+        first_sql, same_sql, lower_sql = READY_FIRST_SQL, READY_SAME_PRIORITY_SQL, READY_LOWER_PRIORITY_SQL
+        if matching is not None:
+            first_sql, same_sql, lower_sql, params = filtered_ready_sql(matching)
         if after is None:
-            rows = conn.execute(READY_FIRST_SQL, (queue_id, limit)).fetchall()
+            rows = conn.execute(first_sql, (queue_id, *params, limit)).fetchall()
         else:
             priority, seq = -after[0], after[1]
-            rows = conn.execute(
-                READY_SAME_PRIORITY_SQL, (queue_id, priority, seq, limit)
-            ).fetchall()
+            rows = conn.execute(same_sql, (queue_id, priority, seq, *params, limit)).fetchall()
             if len(rows) < limit:
-                rows += conn.execute(
-                    READY_LOWER_PRIORITY_SQL, (queue_id, priority, limit - len(rows))
-                ).fetchall()
+                rows += conn.execute(lower_sql, (queue_id, priority, *params, limit - len(rows))).fetchall()
         vhost, name = split_key(queue)
         space = vhost_space(vhost)
         # Every argument positional (delivered, expires, deliver_at, space): keywords cost 0.2 us a row.

@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from itertools import chain
 from typing import Any
 
+from stompmq.storage.header_filter import HeaderFilter
+
 # An insert as its SQL parameters: InsertRow with the queue id and the headers as JSON, for
 # INSERT_SQL (with an ack timeout or an expiry) or INSERT_PLAIN_SQL (neither: nearly every message).
 InsertParams = tuple[int, int, int, str, bytes | bytearray, int, float | None, int, int, int | None]
@@ -80,18 +82,52 @@ INSERT_ROWS = 64
 READY_COLUMNS = "seq, priority, headers, body, timestamp, ack_timeout, redeliveries, expires"
 # Three range scans of ix_messages_queue_order, none needs a sort: from the start,
 # the rest of the key's priority, then the lower priorities.
-READY_FIRST_SQL = (
-    f"SELECT {READY_COLUMNS} FROM messages WHERE queue_id = ? AND delivered = 0"
+_READY_FIRST = (
+    f"SELECT {READY_COLUMNS} FROM messages WHERE queue_id = ? AND delivered = 0{{}}"
     " ORDER BY priority DESC, seq LIMIT ?"
 )
-READY_SAME_PRIORITY_SQL = (
+_READY_SAME_PRIORITY = (
     f"SELECT {READY_COLUMNS} FROM messages WHERE queue_id = ? AND priority = ? AND seq > ?"
-    " AND delivered = 0 ORDER BY seq LIMIT ?"
+    " AND delivered = 0{} ORDER BY seq LIMIT ?"
 )
-READY_LOWER_PRIORITY_SQL = (
+_READY_LOWER_PRIORITY = (
     f"SELECT {READY_COLUMNS} FROM messages WHERE queue_id = ? AND priority < ?"
-    " AND delivered = 0 ORDER BY priority DESC, seq LIMIT ?"
+    " AND delivered = 0{} ORDER BY priority DESC, seq LIMIT ?"
 )
+READY_FIRST_SQL, READY_SAME_PRIORITY_SQL, READY_LOWER_PRIORITY_SQL = (
+    sql.format("") for sql in (_READY_FIRST, _READY_SAME_PRIORITY, _READY_LOWER_PRIORITY))
+#: The three reads above with a header filter, by filter (a queue's subscribers change seldom).
+_FILTERED: dict[HeaderFilter, tuple[str, str, str, tuple[str, ...]]] = {}
+_FILTERED_MAX = 256
+
+
+def filtered_ready_sql(matching: HeaderFilter) -> tuple[str, str, str, tuple[str, ...]]:
+    """The three ready reads leaving out the rows that match no term of ``matching`` but those
+    with an expiry (header_filter.py), and the filter's parameters, which follow the key's.
+
+    A header is read with ``json_extract`` (NULL when absent), in the scan of the queue's index:
+    about 0.2 us a row, a sixth of reading and decoding it in the broker."""
+    known = _FILTERED.get(matching)
+    if known is not None:
+        return known
+    terms, params = [], []
+    for term in matching:
+        tests = []
+        for match in term:
+            params.append(f'$."{match.name}"')
+            if match.values is None:
+                tests.append("json_extract(headers, ?) IS NOT NULL")
+            else:
+                tests.append(f"json_extract(headers, ?) IN ({', '.join('?' * len(match.values))})")
+                params += sorted(match.values)
+        terms.append("(" + " AND ".join(tests) + ")")
+    condition = f" AND ({' OR '.join(terms)} OR expires IS NOT NULL)"
+    made = (_READY_FIRST.format(condition), _READY_SAME_PRIORITY.format(condition),
+            _READY_LOWER_PRIORITY.format(condition), tuple(params))
+    if len(_FILTERED) >= _FILTERED_MAX:
+        _FILTERED.clear()
+    _FILTERED[matching] = made
+    return made
 
 
 #: A producer's position only moves up (a group has one row per producer and stream).

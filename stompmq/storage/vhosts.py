@@ -28,6 +28,7 @@ from typing import TypeVar
 import trio
 
 from .ages import QueueAges
+from .header_filter import HeaderFilter
 from .base import (
     BrokerLease,
     QueueCount,
@@ -187,8 +188,9 @@ class VhostStore(Store):
         return self.store.disk_bytes()
 
     # -- reads ---------------------------------------------------------------------------------
-    async def load_ready(self, queue: str, after: tuple[int, int] | None, limit: int) -> Sequence[StoredMessage]:
-        return await self.store.load_ready(self.space + queue, after, limit)
+    async def load_ready(self, queue: str, after: tuple[int, int] | None, limit: int,
+                         matching: HeaderFilter | None = None) -> Sequence[StoredMessage]:
+        return await self.store.load_ready(self.space + queue, after, limit, matching)
 
     async def browse(self, queue: str, after: tuple[int, int] | None, limit: int) -> Sequence[StoredMessage]:
         return await self.store.browse(self.space + queue, after, limit)

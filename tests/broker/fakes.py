@@ -16,6 +16,7 @@ from stompmq.storage.base import (
     StreamMessage,
 )
 from stompmq.storage.rows import CapExpiry, DropStream, Purge, Row, SaveStream, TrimStream
+from stompmq.storage.header_filter import HeaderFilter
 
 
 #: What a ``FakeOutbox`` with room says its socket's buffer can still take: a connection's soft limit.
@@ -50,6 +51,12 @@ class FakeOutbox:
     def take(self, command: str | None = None) -> list[Frame]:
         frames, self.frames = self.frames, []
         return [f for f in frames if command is None or f.command == command]
+
+
+def passes(matching: HeaderFilter, headers: dict[str, str]) -> bool:
+    """Does a message of ``headers`` match a term of ``matching`` (as SQLite's scan tests it)?"""
+    return any(all(headers.get(m.name) is not None and (m.values is None or headers[m.name] in m.values)
+                   for m in term) for term in matching)
 
 
 class DictStore(Store):
@@ -149,13 +156,15 @@ class DictStore(Store):
     async def count_unacked(self, queue: str) -> int:
         return sum(1 for m, delivered, _ in self.rows.values() if m.queue == queue and delivered)
 
-    async def load_ready(self, queue: str, after: tuple[int, int] | None, limit: int) -> Sequence[StoredMessage]:
+    async def load_ready(self, queue: str, after: tuple[int, int] | None, limit: int,
+                         matching: HeaderFilter | None = None) -> Sequence[StoredMessage]:
         ready = sorted(
             (m for m, delivered, _ in self.rows.values()
              if m.queue == queue and not delivered and m.deliver_at is None),
             key=lambda m: m.order_key,
         )
-        ready = [m for m in ready if after is None or m.order_key > after]
+        ready = [m for m in ready if (after is None or m.order_key > after)
+                 and (matching is None or m.expires is not None or passes(matching, m.headers))]
         return [
             StoredMessage(m.seq, m.queue, m.priority, m.headers, m.body, m.timestamp, m.ack_timeout,
                           self.rows[m.seq][2], expires=m.expires)

@@ -313,3 +313,57 @@ def test_a_sifted_message_read_again_is_left_to_dispatch() -> None:
     run_at(broker, 2.0)
     assert broker.expiry.removed == 0 and broker.queue_stats["q"].expired == 0
     assert len(store.rows) == 1
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.sampled_from(["a", "b", "c", None]), min_size=1, max_size=60), st.integers(4, 12),
+       st.lists(st.sampled_from(["send", "join", "read", "take"]), max_size=30), st.randoms())
+def test_a_store_filtering_by_header_loses_no_message(regions, window, steps, rnd: random.Random) -> None:
+    """Only selector subscribers, so the page reads are filtered by header (the fake store
+    applies the filter as SQLite does): a subscriber joining, a page read still in flight or
+    not, gets what the reads left out for the others; one without a selector joining last gets
+    the rest.  Each message goes once, to a subscriber it matches."""
+    broker = Broker(DictStore(), BrokerConfig(window=window))
+    producer, _ = connect(broker, "p")
+    backlog = regions[: len(regions) // 2]
+    for i, region in enumerate(backlog):
+        send(broker, producer, str(i), **({"region": region} if region else {}))
+    sent = len(backlog)
+    selectors = {"a": "region = 'a'", "b": "region IN ('b', 'c') AND region IS NOT NULL", "any": None}
+    sessions = {"a": connect(broker, "a")}
+    subscribe(broker, sessions["a"][0], selectors["a"], prefetch=3)
+    got: dict[str, list[int]] = {name: [] for name in selectors}
+
+    def take(name: str, acking: bool = True) -> None:  # ACK without running the reads asked
+        session, outbox = sessions[name]
+        for frame in outbox.take("MESSAGE"):
+            got[name].append(int(frame.body))
+            if acking:
+                broker.handle(session, Frame("ACK", {"id": frame.headers["ack"]}))  # type: ignore[arg-type]
+
+    for step in steps:
+        if step == "send" and sent < len(regions):
+            region = regions[sent]
+            broker.handle(producer, Frame("SEND", {"destination": "/queue/q", **({"region": region} if region else {})},
+                                          str(sent).encode()))  # type: ignore[arg-type]
+            sent += 1
+        elif step == "join" and "b" not in sessions:
+            sessions["b"] = connect(broker, "b")
+            broker.handle(sessions["b"][0], Frame("SUBSCRIBE", {  # type: ignore[arg-type]
+                "id": "s", "destination": "/queue/q", "ack": "client-individual", "prefetch": "2",
+                "selector": selectors["b"]}))
+        elif step == "read":
+            run_reads(broker)
+        elif step == "take":
+            take(rnd.choice(sorted(sessions)))
+    for i in range(sent, len(regions)):
+        send(broker, producer, str(i), **({"region": regions[i]} if regions[i] else {}))
+    run_reads(broker)
+    sessions["any"] = connect(broker, "any")
+    subscribe(broker, sessions["any"][0], None)
+    for _ in range(2 * len(regions) + 2):
+        for name in sorted(sessions):
+            take(name)
+        run_reads(broker)
+    assert sorted(n for seqs in got.values() for n in seqs) == list(range(len(regions)))
+    assert all(regions[n] == "a" for n in got["a"]) and all(regions[n] in ("b", "c") for n in got["b"])

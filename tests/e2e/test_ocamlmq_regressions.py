@@ -245,8 +245,8 @@ class PageGateStore(SQLiteStore):
         assert self.gate is not None
         self.gate.set()
 
-    async def load_ready(self, queue, after, limit):
-        rows = await super().load_ready(queue, after, limit)
+    async def load_ready(self, queue, after, limit, matching=None):
+        rows = await super().load_ready(queue, after, limit, matching)
         if self.gate is not None and not self.gate.is_set():
             self.reads_held += 1
             await self.gate.wait()

@@ -36,6 +36,7 @@ from stompmq.storage.records import BindingRecord, ExchangeRecord
 from stompmq.storage.groupcommit import RETRY_BACKOFF, GroupCommitStore
 from stompmq.storage.groupreads import READ_THROUGH_BYTES_PER_OP, READ_THROUGH_OPS
 from stompmq.storage.groups import GroupRows
+from stompmq.storage.header_filter import HeaderFilter
 from stompmq.storage.memory import MemoryStore
 from stompmq.storage import sqlite_file
 from stompmq.storage.sqlite import SQLiteBackend, SQLiteStore
@@ -177,13 +178,15 @@ class ControlledBackend:
     def open(self) -> Recovery:
         return self.sqlite.open()
 
-    def load_ready(self, queue: str, after: tuple[int, int] | None, limit: int) -> list[StoredMessage]:
-        return self.sqlite.load_ready(queue, after, limit)
+    def load_ready(self, queue: str, after: tuple[int, int] | None, limit: int,
+                   matching: HeaderFilter | None = None) -> list[StoredMessage]:
+        return self.sqlite.load_ready(queue, after, limit, matching)
 
     def read_ready(
-        self, queue: str, after: tuple[int, int] | None, limit: int, hidden: frozenset[int]
+        self, queue: str, after: tuple[int, int] | None, limit: int, hidden: frozenset[int],
+        matching: HeaderFilter | None = None,
     ) -> tuple[list[StoredMessage], bool]:
-        return self.sqlite.read_ready(queue, after, limit, hidden)
+        return self.sqlite.read_ready(queue, after, limit, hidden, matching)
 
     def close_reader(self) -> None:
         self.sqlite.close_reader()

@@ -402,6 +402,18 @@ class Queue(Generic[S]):
         group.count += 1
         group.closed = msg.headers.get("JMSXGroupSeq") == CLOSING_SEQ
 
+    def own(self, name: str, owner: S, msg: StoredMessage) -> None:
+        """``msg`` of group ``name`` goes to (or was parked for) ``owner``, which owns the group
+        from now on if nobody did (sift.py: the first subscriber that matched it)."""
+        groups = self.groups
+        if groups is None:
+            groups = self.groups = {}
+        group = groups.get(name)
+        if group is None:
+            group = groups[name] = Group(owner)
+        if group.owner is owner:
+            self._assign(name, group, msg)
+
     def _park(self, owner: S, name: str, group: Group[S]) -> bool:
         """Set the head message aside for its group's owner, behind what it already has.
         False: parking is full (the window's capacity), nothing moved."""

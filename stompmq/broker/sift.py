@@ -38,10 +38,17 @@ What a subscriber that joins or leaves may change: the sifted messages may match
 window reads the store again from the sift floor (``ReadyWindow.look_back``), the memory store's
 ``aside`` goes back into the window.  Nothing else reads the sifted rows again.
 
-Message groups are not sticky on a queue while it has selector subscribers, nor is a message
-whose ack timeout expired steered to another subscriber: each message goes to the first match
-with room.  A single active consumer gets what its selector matches; the rest is sifted out
-for its successors.
+Message groups stay sticky: a message of a group whose owner's selector matches it goes to the
+owner, or is parked for it while it has no room, whatever the others' room or priority; the
+first match of a group without owner owns it (``Queue.own``).  One its owner rejects goes to a
+subscriber that matches it, as any message, the group staying its owner's.  A message whose
+ack timeout expired is not steered to another subscriber here.  A single active consumer gets
+what its selector matches; the rest is sifted out for its successors.
+
+A queue whose subscribers all have selectors on a store of one broker asks the store to leave
+out of its page reads what none of them can match (``Queue.header_filter``,
+storage/header_filter.py): those rows are sifted out unread, the sift floor lowered to the
+read's start (``ReadyWindow.filtered``).
 """
 
 from __future__ import annotations
@@ -49,7 +56,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ..storage.base import StoredMessage
-from .queue import Queue, S
+from .queue import Queue, S, group_of
 
 
 def sift(queue: Queue[S], now_ms: int, expired: list[StoredMessage]) -> Iterator[tuple[S, StoredMessage]]:
@@ -79,16 +86,31 @@ def sift(queue: Queue[S], now_ms: int, expired: list[StoredMessage]) -> Iterator
         if head.expires is not None and head.expires < now_ms:
             expired.append(window.pop())
             continue
+        name = group_of(head)
+        if name is not None and queue.groups:
+            group = queue.groups.get(name)
+            if group is not None and _matches(group.owner, head):  # sticky: its owner's
+                holder = group.owner
+                if holder.active and holder.has_room() and not (queue.parked and holder in queue.parked):
+                    queue.own(name, holder, head)
+                    yield holder, window.pop()
+                elif not queue.park(holder):
+                    return  # parking is full: wait for the busy subscribers to take theirs
+                else:
+                    queue.own(name, holder, head)
+                continue
         taker = None
         at = 0
         for index, sub in enumerate(ready_subs):
-            if sub.active and sub.has_room() and (sub.selector is None or sub.selector.matches(head)):
+            if sub.active and sub.has_room() and _matches(sub, head):
                 if taker is None or sub.priority > taker.priority:
                     taker, at = sub, index
                     if not prioritized:
                         break
         if taker is not None:
             ready_subs.rotate(-at - 1)  # the round-robin goes on after the taker
+            if name is not None:
+                queue.own(name, taker, head)
             yield taker, window.pop()
             continue
         owner = _busy_match(queue, head)
@@ -96,12 +118,17 @@ def sift(queue: Queue[S], now_ms: int, expired: list[StoredMessage]) -> Iterator
             queue.sift_out(window.pop())
         elif not queue.park(owner):
             return  # parking is full: wait for the busy subscribers to take theirs
+        elif name is not None:
+            queue.own(name, owner, head)
+
+
+def _matches(sub: S, msg: StoredMessage) -> bool:
+    return sub.selector is None or sub.selector.matches(msg)
 
 
 def _busy_match(queue: Queue[S], msg: StoredMessage) -> S | None:
     """A subscriber without room now whose selector matches ``msg`` (those with room were asked)."""
     for sub in queue.members:
-        if sub.active and not (sub.in_ready and sub.has_room()) and (sub.selector is None
-                                                                     or sub.selector.matches(msg)):
+        if sub.active and not (sub.in_ready and sub.has_room()) and _matches(sub, msg):
             return sub
     return None

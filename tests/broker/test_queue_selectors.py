@@ -367,3 +367,31 @@ def test_a_store_filtering_by_header_loses_no_message(regions, window, steps, rn
         run_reads(broker)
     assert sorted(n for seqs in got.values() for n in seqs) == list(range(len(regions)))
     assert all(regions[n] == "a" for n in got["a"]) and all(regions[n] in ("b", "c") for n in got["b"])
+
+
+@pytest.mark.parametrize(("selector", "priority"), [("kind = 'job'", "0"), (None, "5")], ids=["selector", "priority"])
+@pytest.mark.parametrize("make_store", STORES)
+def test_message_groups_stay_sticky_with_selector_and_priority_subscribers(make_store, selector, priority) -> None:
+    """A group's messages go to the subscriber that got its first one, whichever else has room
+    or a higher priority, until a message with ``JMSXGroupSeq:-1`` closes it; a message its
+    owner's selector rejects goes to one that matches it, the group staying its owner's."""
+    broker = Broker(make_store(), BrokerConfig(window=16))
+    sessions = [connect(broker, name) for name in ("one", "two", "other")]
+    for (session, _), level in zip(sessions[:2], (priority, "9"), strict=True):
+        subscribe(broker, session, selector, prefetch=2, **{"x-priority": level})
+    subscribe(broker, sessions[2][0], "kind = 'chore'", prefetch=100)
+    producer, _ = connect(broker, "p")
+    owners: dict[str, set[int]] = {"g0": set(), "g1": set(), "g2": set()}
+    for i in range(60):
+        group = f"g{i % 3}"
+        send(broker, producer, str(i), kind="chore" if i == 30 else "job", JMSXGroupID=group)
+        for index, (session, outbox) in enumerate(sessions[:2]):
+            if index == 0 or i % 4 == 3:  # the higher one ACKs seldom: often only the lower one has room
+                for body in received(outbox, broker, session):
+                    owners[f"g{int(body) % 3}"].add(index)
+    for _ in range(3):
+        for index, (session, outbox) in enumerate(sessions[:2]):
+            for body in received(outbox, broker, session):
+                owners[f"g{int(body) % 3}"].add(index)
+    assert received(sessions[2][1]) == (["30"] if selector else [])  # (else its owner matches it)
+    assert all(len(indexes) == 1 for indexes in owners.values()), owners

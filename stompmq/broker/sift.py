@@ -102,7 +102,7 @@ def sift(queue: Queue[S], now_ms: int, expired: list[StoredMessage]) -> Iterator
         taker = None
         at = 0
         for index, sub in enumerate(ready_subs):
-            if sub.active and sub.has_room() and _matches(sub, head):
+            if sub.active and sub.has_room() and (sub.selector is None or sub.selector.matches(head)):
                 if taker is None or sub.priority > taker.priority:
                     taker, at = sub, index
                     if not prioritized:

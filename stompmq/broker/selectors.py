@@ -187,8 +187,9 @@ class _Node:
 
 def _header_test(node: _Node, name: str, values: frozenset[str] | None) -> _Node:
     """``node``, a condition TRUE only if header ``name`` is one of ``values`` (None: present),
-    with that as its prefilter.  A name a JSON path cannot quote plainly gets none."""
-    if '"' not in name and "\\" not in name:
+    with that as its prefilter.  A name a JSON path cannot quote plainly gets none, and so does a
+    value with a NUL (SQLite's ``json_extract`` ends its text there)."""
+    if '"' not in name and "\\" not in name and not any("\0" in value for value in values or ()):
         node.prefilter = ((HeaderMatch(name, values),),)
     return node
 

@@ -49,6 +49,7 @@ def one(name: str, *values: str) -> HeaderFilter:
     ("kind", None),
     ("JMSPriority = 4", None),
     ('"we""ird" = \'a\'', None),  # a name with a quote: no plain JSON path
+    ("kind = 'a\0b'", None),  # SQLite's json_extract ends a text at a NUL
 ])
 def test_the_prefilter_of_each_shape(selector: str, prefilter: HeaderFilter | None) -> None:
     compiled = compile_selector(selector)

@@ -135,9 +135,8 @@ class Acks:
             for one in ids:
                 gone.append(self.settle(sub, one))
             queue.stats.acked += len(ids)
-            watch = self.watch
-            if watch is not None:
-                watch.acked(gone[len(gone) - len(ids):], sub)
+            if self.watch is not None:
+                self.watch.acked(gone[len(gone) - len(ids):], sub)
         run.subs[sub] = None
 
     def finish(self, run: AckRun) -> None:

@@ -415,16 +415,15 @@ class Dispatcher:
                                              ack_timeout, 0, False, expires, deliver_at)
         if expires is not None and expires + SWEEP_MS < self.expiry.at:
             self.expiry.arm(max(expires, clock.wall_ms) + SWEEP_MS)
-        watch = self.watch
         if deliver_at is not None:
             if not RECURRING.isdisjoint(headers) and SCHEDULE_LEFT not in headers:  # a new schedule
                 msg.headers = started(headers, msg.seq)
             self.delayed.add(msg)
-            if watch is not None:
-                watch.published(msg)
+            if self.watch is not None:
+                self.watch.published(msg)
             return msg
-        if watch is not None:  # before any delivery of it: its observers hear the publish first
-            watch.published(msg)
+        if self.watch is not None:  # before any delivery of it: its observers hear the publish first
+            self.watch.published(msg)
         queue = self.queues.get(queue_name)
         if queue is None:
             if self.store.durable:
@@ -601,9 +600,8 @@ class Dispatcher:
                 session.unsent.append((outbox.queued, queue, msg))  # type: ignore[union-attr]
             except AttributeError:
                 session.unsent = deque(((outbox.queued, queue, msg),))
-        watch = self.watch
-        if watch is not None:
-            watch.delivered(msg, sub)
+        if self.watch is not None:
+            self.watch.delivered(msg, sub)
 
     def written(self, session: Session, sent: int) -> None:
         """The first ``sent`` bytes of the session's outbox reached the socket: the auto-ack

@@ -14,8 +14,9 @@ stream consumer: a STOMP subscriber, a consumer group, the Spark source,
 ``stompmq admin trace tail``.
 
 Nothing is lost for a receipted message: the observer runs inside the engine step that
-publishes, so the publish entry is buffered right behind the message's insert, and the
-RECEIPT waits for the commit that holds everything buffered before it, both rows included
+publishes, so the publish entry is buffered in the same step as the message's insert (just
+before it), and the RECEIPT waits for the commit that holds everything buffered before it, both
+rows included
 (the same holds for an ACK's receipt and its ``ack`` entry).  Whether the vhost traces, and
 how much body, is kept in the stream's stored options (``x-trace``,
 ``x-trace-body-bytes``), so a restart resumes tracing (``resume``).

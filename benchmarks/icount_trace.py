@@ -28,7 +28,6 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON, TraceIdRatioBased
 
 from stompmq.broker import Broker
-from stompmq.broker.events import watch
 from stompmq.protocol import Frame, FrameParser
 from stompmq.server.otel import Tracing
 from stompmq.storage.memory import MemoryStore
@@ -54,7 +53,7 @@ def main() -> None:
     if mode not in ("off", "plain"):
         provider = TracerProvider(sampler=TraceIdRatioBased(0.01) if mode == "sampled" else ALWAYS_ON)
         provider.add_span_processor(BatchSpanProcessor(EncodingExporter()))
-        watch(broker, Tracing(provider).spans("/"))
+        broker.observers.watch(Tracing(provider).spans("/"))
     outbox = CountingOutbox()
     subscriber = broker.open_session("s", "1.2", outbox)
     broker.handle(subscriber, Frame("SUBSCRIBE", {"id": "1", "destination": "/queue/q", "ack": "client-individual",

@@ -26,6 +26,7 @@ from __future__ import annotations
 from ..storage.base import StoredMessage
 from .dispatch import ACK_TIMEOUT, Dispatcher
 from .errors import ClientError
+from .events import Watch
 from .queue import Queue
 from .consumer import AckMode
 from .send_headers import seconds
@@ -58,6 +59,8 @@ class Acks:
         self.config = dispatcher.config
         self.deadlines = dispatcher.deadlines
         self.ack_timers = dispatcher.ack_timers
+        #: the observers that ``settle_ack`` and ``nack`` tell (events.py); None: nobody watches
+        self.watch: Watch | None = None
 
     def target(self, session: Session, headers: dict[str, str]) -> tuple[Subscription, str] | None:
         """The subscription and ack id an ACK/NACK names; None when it is late (its ack timeout
@@ -132,6 +135,8 @@ class Acks:
             for one in ids:
                 gone.append(self.settle(sub, one))
             queue.stats.acked += len(ids)
+            if self.watch is not None:
+                self.watch.acked(gone[len(gone) - len(ids):], sub)
         run.subs[sub] = None
 
     def finish(self, run: AckRun) -> None:
@@ -145,10 +150,13 @@ class Acks:
                 self.after_settle(sub)
 
     def nack(self, sub: Subscription, ack_id: str, requeue: bool) -> None:
+        watch = self.watch
         for one in acked_ids(sub, ack_id):
             msg = self.settle(sub, one)
             if sub.queue is None:
                 continue  # topic and stream messages are not requeued (a stream is re-read instead)
+            if watch is not None:  # before its requeue or dead letter, whose events follow
+                watch.nacked(msg, sub, requeue)
             if requeue:
                 self.requeue(sub.queue, msg)
             elif self.config.dead_letter_rejected and sub.queue is not None:

@@ -57,6 +57,7 @@ from .config import BrokerConfig
 from .consumer import AckMode
 from .delays import Delayed
 from .delivery import MESSAGE_TYPE, message_frame, message_tail, write_frame
+from .events import Watch
 from .expiry import SWEEP_MS, ExpirySweep
 from .pacing import PACE_AT, SOCKET_PACE_AT, Pace
 from .paging import READ_AHEAD, Paging
@@ -126,6 +127,9 @@ class Dispatcher:
         #: cancels the deadline (a message is in flight to one subscription at a time); empty
         #: unless ack timeouts are on, so a settle pays one test
         self.ack_timers: dict[int, Timer] = {}
+        #: the observers of the engine's queue messages that ``publish``, ``deliver``,
+        #: ``dead_letter`` and ``discard`` tell (events.py); None, the usual case: nobody watches
+        self.watch: Watch | None = None
 
     # -- queues in memory ---------------------------------------------------------------------
     def activate(self, name: str) -> Queue[Subscription]:
@@ -208,6 +212,8 @@ class Dispatcher:
         and ``original-destination``; a message of a dead-letter queue itself, or any message
         when the prefix is empty, is dropped and logged, so dead letters never chain.
         """
+        if self.watch is not None:  # before the dead letter's publish, whose events follow
+            self.watch.dead_lettered(msg, reason)
         self.queue_stats(msg.queue).dead_lettered += 1
         prefix = self.config.dlq_prefix
         if not prefix or msg.queue.startswith(prefix):
@@ -235,6 +241,8 @@ class Dispatcher:
         dead-lettered if the queue's policy says so, deleted otherwise."""
         if reason == EXPIRED:
             stats.expired += 1
+            if self.watch is not None:
+                self.watch.expired(msg)
         else:
             stats.dropped += 1
         policy = self.bounds.policy(msg.queue)
@@ -411,7 +419,11 @@ class Dispatcher:
             if not RECURRING.isdisjoint(headers) and SCHEDULE_LEFT not in headers:  # a new schedule
                 msg.headers = started(headers, msg.seq)
             self.delayed.add(msg)
+            if self.watch is not None:
+                self.watch.published(msg)
             return msg
+        if self.watch is not None:  # before any delivery of it: its observers hear the publish first
+            self.watch.published(msg)
         queue = self.queues.get(queue_name)
         if queue is None:
             if self.store.durable:
@@ -588,6 +600,8 @@ class Dispatcher:
                 session.unsent.append((outbox.queued, queue, msg))  # type: ignore[union-attr]
             except AttributeError:
                 session.unsent = deque(((outbox.queued, queue, msg),))
+        if self.watch is not None and msg.watchers is not self.watch.nobody:  # (a call less when watched)
+            self.watch.delivered(msg, sub)
 
     def written(self, session: Session, sent: int) -> None:
         """The first ``sent`` bytes of the session's outbox reached the socket: the auto-ack

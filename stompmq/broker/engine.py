@@ -55,7 +55,7 @@ from .delays import DELAY_DUE, DELAY_PAGE_RETRY
 from .aside_sweep import ASIDE_SWEEP
 from .dispatch import ACK_TIMEOUT, Dispatcher, SharedDispatcher
 from .paging import PAGE_RETRY
-from .events import MessageEvents
+from .events import Observers
 from .frames import Frames
 from .tracestream import resume as resume_trace
 from .exchanges import Exchange
@@ -104,8 +104,8 @@ class Broker(Queries):
         self.schedules = Schedules(self.dispatcher.delayed, store)  # listed and cancelled by the API
         self.expiry = self.dispatcher.expiry
         self.clock = self.dispatcher.clock  # (read for every SEND's options)
-        #: Who is told what happens to queue messages (events.watch swaps the hooks in)
-        self.observers: list[MessageEvents] = []
+        #: Who is told what happens to queue messages (``observers.watch``; events.py)
+        self.observers = Observers((self.dispatcher, self.acks))
         self._takes = 0  # takes made (take.py), numbering their sessions
         self.frames = Frames(store, config, self.reads, self.dispatcher, self.receipts, self.router, self.streams,
                              self.acks, self.subscriptions, self.transactions, self.control)

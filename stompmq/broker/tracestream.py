@@ -14,8 +14,9 @@ stream consumer: a STOMP subscriber, a consumer group, the Spark source,
 ``stompmq admin trace tail``.
 
 Nothing is lost for a receipted message: the observer runs inside the engine step that
-publishes, so the publish entry is buffered right behind the message's insert, and the
-RECEIPT waits for the commit that holds everything buffered before it, both rows included
+publishes, so the publish entry is buffered in the same step as the message's insert (just
+before it), and the RECEIPT waits for the commit that holds everything buffered before it, both
+rows included
 (the same holds for an ACK's receipt and its ``ack`` entry).  Whether the vhost traces, and
 how much body, is kept in the stream's stored options (``x-trace``,
 ``x-trace-body-bytes``), so a restart resumes tracing (``resume``).
@@ -27,25 +28,17 @@ broker's own, and a stream would take them for a producer's repeats.
 
 from __future__ import annotations
 
-import logging
-
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ..storage.base import PRODUCER_HEADER, PRODUCER_SEQ_HEADER, Store, StoredMessage, StreamMessage
 from .control import Deferred
 from .errors import ClientError
-from .build import COMPILED
-from .events import COMPILED_REFUSAL, unwatch, watch
+from .events import Observers
 from .session import Subscription
 from .stream_log import BODY_BYTES, TRACING
 from .streams import Streams
-
-log = logging.getLogger(__name__)
-
-if TYPE_CHECKING:
-    from .engine import Broker
 
 #: The stream a vhost's trace goes to.
 TRACE_STREAM = "stompmq.trace"
@@ -53,6 +46,19 @@ TRACE_OPTIONS = (TRACING, BODY_BYTES)
 #: The most body bytes an entry keeps (a trace is for following messages, not copying them).
 MAX_BODY_BYTES = 1 << 20
 _RENAMED = {PRODUCER_HEADER: "x-trace-producer-id", PRODUCER_SEQ_HEADER: "x-trace-producer-seq"}
+
+
+class Traced(Protocol):
+    """What a vhost's trace needs of its engine (a ``Broker``, which imports this module)."""
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def streams(self) -> Streams: ...
+
+    @property
+    def observers(self) -> Observers: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,46 +118,43 @@ def _consumer(sub: Subscription) -> dict[str, str]:
     return {"x-trace-subscription": sub.id, "x-trace-connection": sub.session.id}
 
 
-def _tracer(engine: Broker) -> TraceStream | None:
-    return next((o for o in engine.observers if isinstance(o, TraceStream)), None)
+def _tracer(engine: Traced) -> TraceStream | None:
+    return next((o for o in engine.observers.watching if isinstance(o, TraceStream)), None)
 
 
-def set_trace(engine: Broker, on: bool, body_bytes: int = 0) -> TraceState:
+def set_trace(engine: Traced, on: bool, body_bytes: int = 0) -> TraceState:
     """Trace ``engine``'s queue messages into the trace stream (``on``) or stop; stored in the
     stream's options, so a restart resumes it."""
     if not 0 <= body_bytes <= MAX_BODY_BYTES:
         raise ClientError(f"body-bytes must be from 0 to {MAX_BODY_BYTES}, not {body_bytes}")
     current = _tracer(engine)
     if current is not None:
-        unwatch(engine, current)
+        engine.observers.unwatch(current)
     streams = engine.streams
     stream = streams.stream(TRACE_STREAM)
     options = {k: v for k, v in stream.options.items() if k not in TRACE_OPTIONS}
     if on:
         options.update({TRACING: "on", BODY_BYTES: str(body_bytes)})
-        watch(engine, TraceStream(streams, body_bytes))
+        engine.observers.watch(TraceStream(streams, body_bytes))
     streams.set_options(stream, options)
     return trace_state(engine)
 
 
-def resume(engine: Broker) -> None:
+def resume(engine: Traced) -> None:
     """After recovery: trace again if the stored trace stream says so."""
     stream = engine.streams.streams.get(TRACE_STREAM)
     if stream is not None and stream.options.get(TRACING) == "on" and _tracer(engine) is None:
-        if COMPILED:  # (set_trace refuses it here; a store traced by a pure broker says so once)
-            log.warning("the trace stream says tracing is on, but %s: not traced", COMPILED_REFUSAL)
-            return
-        watch(engine, TraceStream(engine.streams, int(stream.options.get(BODY_BYTES, "0"))))
+        engine.observers.watch(TraceStream(engine.streams, int(stream.options.get(BODY_BYTES, "0"))))
 
 
-def trace_state(engine: Broker) -> TraceState:
+def trace_state(engine: Traced) -> TraceState:
     tracer = _tracer(engine)
     stream = engine.streams.streams.get(TRACE_STREAM)
     return TraceState(tracer is not None, tracer.body_bytes if tracer is not None else 0,
                       stream.next if stream is not None else 0)
 
 
-def trace_entries(engine: Broker, start: int, limit: int) -> Deferred[Sequence[StreamMessage]]:
+def trace_entries(engine: Traced, start: int, limit: int) -> Deferred[Sequence[StreamMessage]]:
     """Up to ``limit`` trace entries from offset ``start`` on: from memory while the stream's
     tail holds them, else a store read (always on a shared store, which numbers the entries in
     its commits)."""

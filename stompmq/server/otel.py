@@ -21,7 +21,7 @@ The broker continues traces and starts none: a message without ``traceparent`` m
 (a span per step of an untraced message would be a trace of its own, which nobody could
 follow).  Whether a message is traced is decided once, at its first step (``follows``, which
 the engine asks once per message and remembers, broker/events.py): a standard sampler decides
-from the header's sampled flag and trace id alone (``decider``), without parsing a context, and
+from the header's text alone, its sampled flag and trace id (``decider``), parsing nothing, and
 the later steps of a message not sampled are never told, so they cost the engine an identity
 test.  A sampled message's parent context is cached by ``traceparent`` (bounded) for its
 other steps, which are sampled all or none.  Spans are ended at once, with
@@ -127,8 +127,14 @@ class Spans:
 
     def follows(self, msg: StoredMessage) -> bool:
         """Spans are made of a message whose ``traceparent`` the sampler samples."""
-        traceparent = msg.headers.get("traceparent")
-        return traceparent is not None and self._parent(traceparent, msg.headers) is not None
+        headers = msg.headers
+        traceparent = headers.get("traceparent")
+        if traceparent is None:
+            return False
+        decide = self.decide
+        if decide is not None and len(traceparent) == 55 and not decide(traceparent):
+            return False  # a standard sampler decided from the header alone: nothing parsed
+        return self._parent(traceparent, headers) is not None
 
     def _parent(self, traceparent: str, headers: dict[str, str]) -> Context | None:
         """The parent context of the spans of a message with ``traceparent``, None when the
@@ -136,13 +142,6 @@ class Spans:
         context = self.contexts.get(traceparent)
         if context is not None:
             return context
-        decide = self.decide
-        if decide is not None and len(traceparent) == 55 and traceparent.startswith("00-"):
-            try:  # a standard sampler decides from the header alone, before anything is parsed
-                if not decide(traceparent[54] in _ODD_HEX, int(traceparent[19:35], 16)):
-                    return None
-            except ValueError:
-                pass  # malformed: the propagator below says so
         tracestate = headers.get("tracestate")
         extracted = _PROPAGATOR.extract(
             {"traceparent": traceparent} if tracestate is None else {"traceparent": traceparent, "tracestate": tracestate})
@@ -219,26 +218,33 @@ class Spans:
             self._end(span, "expire", "settle", msg, {})
 
 
-Decide = Callable[[int, int], bool]
+#: Whether a ``traceparent`` of the standard length (55 characters: version, trace id, parent
+#: id, flags) is sampled.
+Decide = Callable[[str], bool]
 
 
 def decider(sampler: Sampler) -> Decide | None:
     """For the SDK's standard samplers (``OTEL_TRACES_SAMPLER``: always_on, always_off,
-    traceidratio and their parentbased_ forms), the decision from a remote parent's sampled
-    flag and its trace id's low 64 bits, without building a context: what ``should_sample``
-    would say, at a fraction of its cost.  None for any other sampler, which is asked."""
+    traceidratio and their parentbased_ forms), the decision from the header's text alone, its
+    sampled flag and its trace id's low 64 bits, without parsing it or building a context: what
+    ``should_sample`` would say of a valid header, at a fraction of its cost (of a malformed
+    one it may say anything: the propagator refuses it before any span).  The trace id's low 64
+    bits are compared as text, 16 lowercase hex digits against the bound spelled the same way.
+    None for any other sampler, which is asked."""
     if sampler is ALWAYS_ON:
-        return lambda flag, low: True
+        return lambda traceparent: True
     if sampler is ALWAYS_OFF:
-        return lambda flag, low: False
+        return lambda traceparent: False
     if isinstance(sampler, TraceIdRatioBased):
-        bound = sampler.bound
-        return lambda flag, low: low < bound
+        if sampler.bound >= 1 << 64:
+            return lambda traceparent: True
+        bound = f"{sampler.bound:016x}"
+        return lambda traceparent: traceparent[19:35] < bound
     if isinstance(sampler, ParentBased):
         when_sampled = decider(getattr(sampler, "_remote_parent_sampled", None))  # type: ignore[arg-type]
         when_not = decider(getattr(sampler, "_remote_parent_not_sampled", None))  # type: ignore[arg-type]
         if when_sampled is not None and when_not is not None:
-            return lambda flag, low: (when_sampled if flag else when_not)(flag, low)
+            return lambda traceparent: (when_sampled if traceparent[54] in _ODD_HEX else when_not)(traceparent)
     return None
 
 

@@ -30,7 +30,6 @@ import trio
 
 from ..broker import Broker
 from ..broker.dispatch import settling_soon
-from ..broker.events import watch
 from ..broker.exchanges import PRIVATE_QUEUE_PREFIX
 from ..broker.reads import StoreRead
 from ..broker.stats import totals
@@ -166,7 +165,7 @@ class Runtime(StoreEvents):
 
     def _watch(self, vhost: str, engine: Broker) -> None:
         if self.tracing is not None:
-            watch(engine, self.tracing.spans(vhost))
+            engine.observers.watch(self.tracing.spans(vhost))
 
     # -- what the store reports (StoreEvents) -------------------------------------------------------
     def committed(self, ticket: int) -> None:

@@ -1,23 +1,16 @@
-"""``watch``: each observer is asked once per message whether it follows it and told the steps
+"""``Broker.observers.watch``: each observer is asked once per message whether it follows it and told the steps
 of those it follows only; a change of observers asks again, so one gone hears nothing more
 and one come hears the steps of messages already in flight."""
 
 from __future__ import annotations
 
-import pytest
-
-from stompmq.broker import Broker, ClientError
-from stompmq.broker.build import COMPILED
-from stompmq.broker.events import COMPILED_REFUSAL, unwatch, watch
+from stompmq.broker import Broker
 from stompmq.broker.session import Subscription
 from stompmq.protocol import Frame
 from stompmq.storage.base import StoredMessage
 from stompmq.storage.memory import MemoryStore
 
 from .fakes import FakeOutbox
-
-#: The compiled engine cannot be watched: it refuses (the last test), and these need a watch.
-needs_watch = pytest.mark.skipif(COMPILED, reason=COMPILED_REFUSAL)
 
 
 class Recorder:
@@ -56,11 +49,10 @@ def send(broker: Broker, body: bytes) -> None:
     broker.handle(producer, Frame("SEND", {"destination": "/queue/q"}, body))
 
 
-@needs_watch
 def test_a_message_is_asked_about_once_and_told_to_its_followers_only() -> None:
     broker = Broker(MemoryStore())
     traced = Recorder(b"t")
-    watch(broker, traced)
+    broker.observers.watch(traced)
     session = broker.open_session("s", "1.2", FakeOutbox())
     broker.handle(session, Frame("SUBSCRIBE", {"id": "s", "destination": "/queue/q", "ack": "client-individual"}, b""))
     for body in (b"t1", b"u1", b"t2"):
@@ -72,29 +64,20 @@ def test_a_message_is_asked_about_once_and_told_to_its_followers_only() -> None:
                            ("ack", b"t1"), ("ack", b"t2")]
 
 
-@needs_watch
 def test_a_change_of_observers_asks_again() -> None:
     broker = Broker(MemoryStore())
     traced, everything = Recorder(b"t"), Recorder(b"")
-    watch(broker, traced)
+    broker.observers.watch(traced)
     send(broker, b"t1")
     send(broker, b"u1")  # both wait: nobody subscribes yet
-    watch(broker, everything)
+    broker.observers.watch(everything)
     session = broker.open_session("s", "1.2", FakeOutbox())
     broker.handle(session, Frame("SUBSCRIBE", {"id": "s", "destination": "/queue/q", "ack": "client-individual"}, b""))
-    unwatch(broker, traced)
+    broker.observers.unwatch(traced)
     broker.handle_frames(session, [Frame("ACK", {"id": "1"}, b""), Frame("ACK", {"id": "2"}, b"")])
     assert traced.asked == [b"t1", b"u1", b"t1", b"u1"]
     assert traced.told == [("publish", b"t1"), ("deliver", b"t1")]  # nothing after its unwatch
     assert everything.told == [("deliver", b"t1"), ("deliver", b"u1"), ("ack", b"t1"), ("ack", b"u1")]
-    unwatch(broker, everything)
-    assert "deliver" not in vars(broker.dispatcher) and "settle_ack" not in vars(broker.acks)
+    broker.observers.unwatch(everything)
+    assert broker.observers.watching == () and broker.dispatcher.watch is None and broker.acks.watch is None
 
-
-@pytest.mark.skipif(not COMPILED, reason="the pure engine can be watched")
-def test_a_compiled_engine_refuses_to_be_watched_with_a_reason() -> None:
-    """Its classes' methods are fixed: a watch would fail half-way, so it is refused whole."""
-    engine = Broker(MemoryStore())
-    with pytest.raises(ClientError, match="pure-Python engine"):
-        watch(engine, object())  # type: ignore[arg-type]
-    assert engine.observers == []

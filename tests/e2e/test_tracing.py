@@ -141,7 +141,7 @@ def test_otlp_http_export_configured_by_the_environment(monkeypatch: pytest.Monk
     traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
     try:
         with BrokerThread(make_store_factory("memory", tmp_path)).start() as broker:
-            assert broker.broker is not None and broker.broker.observers  # watched
+            assert broker.broker is not None and broker.broker.observers.watching  # watched
             with Client(broker.port) as c:
                 c.subscribe("/queue/exported")
                 c.send_to("/queue/exported", "x", headers={"traceparent": traceparent})
@@ -164,8 +164,8 @@ def test_without_otel_variables_nothing_watches_the_engine(tmp_path: Path, monke
     monkeypatch.delenv("OTEL_TRACES_EXPORTER", raising=False)
     with BrokerThread(make_store_factory("memory", tmp_path)).start() as broker:
         engine = broker.broker
-        assert engine is not None and engine.observers == []
-        assert "publish" not in vars(engine.dispatcher) and "settle_ack" not in vars(engine.acks)
+        assert engine is not None and engine.observers.watching == ()
+        assert engine.dispatcher.watch is None and engine.acks.watch is None
 
 
 def test_an_expiry_is_a_span_of_the_message(exported: tuple[InMemorySpanExporter, TracerProvider],

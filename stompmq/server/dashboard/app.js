@@ -103,13 +103,24 @@ function showCluster(cluster) {
   $("#cluster tfoot").replaceChildren(...(cluster.brokers.length ? [total] : []));
 }
 
-// Where a queue's effective setting came from (the engine's queue_settings): its declaration, or
-// the policy or operator policy of that name, linked to the policies view that lists it.
+// Where a queue's (or stream's) effective setting came from (the engine's queue_settings): its
+// declaration, a stream's default (the --stream-max-* flags), or the policy or operator policy of
+// that name, linked to the policies view that lists it.
 function settingSource(setting) {
   if (setting.source === "declaration") return "declared";
+  if (setting.source === "default") return "default";
   const shown = document.createDocumentFragment();
   shown.append(setting.source === "operator-policy" ? "operator policy " : "policy ",
                link("#policies", setting.policy));
+  return shown;
+}
+
+// A stream's retention settings as "max-age=60 (policy keep), ...", each with its source.
+function retention(settings) {
+  const shown = document.createDocumentFragment();
+  Object.entries(settings).forEach(([key, setting], i) => {
+    shown.append(`${i ? ", " : ""}${key}=${setting.value} (`, settingSource(setting), ")");
+  });
   return shown;
 }
 
@@ -188,6 +199,7 @@ const views = {
     const page = await api(`/api/streams?limit=1000&${inVhost()}`);
     fillTable("#streams", page.items, [
       (s) => s.name, (s) => s.first_offset, (s) => s.next_offset, (s) => bytes(s.bytes), (s) => s.subscribers,
+      (s) => retention(s.settings),
       (s) => s.groups.map((g) => `${g.name}: ${g.lag} (${duration(g.lag_seconds)})`).join(", "),
     ]);
   },

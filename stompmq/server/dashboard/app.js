@@ -13,7 +13,8 @@ const state = { sortKey: "name", sortDesc: false, after: "", queueRows: [], char
 const $ = (sel) => document.querySelector(sel);
 // A queue resource: /api/queues/{vhost}/{name}, each one percent-encoded segment.
 const queuePath = (name) => "/api/queues/" + encodeURIComponent(state.vhost) + "/" + encodeURIComponent(name);
-const inVhost = () => "vhost=" + encodeURIComponent(state.vhost);
+// A vhost's list of a kind: /api/{kind}/{vhost}, as RabbitMQ names it.
+const listOf = (kind) => `/api/${kind}/` + encodeURIComponent(state.vhost);
 
 async function api(path, options) {
   const response = await fetch(path, options);
@@ -155,7 +156,7 @@ const views = {
     drawChart("total-chart", "", (await api("/api/history?range=" + state.range)).points);
   },
   async queues() {
-    const page = await api(`/api/queues?limit=1000&${inVhost()}&after=` + encodeURIComponent(state.after));
+    const page = await api(listOf("queues") + "?limit=1000&after=" + encodeURIComponent(state.after));
     state.queueRows = page.items.map((q) => ({ ...q, ...q.rates }));
     state.nextAfter = page.next_after;
     $("#next-page").disabled = !page.next_after;
@@ -183,7 +184,7 @@ const views = {
     drawChart("queue-chart", state.vhost + "\n" + name, history.points);
   },
   async exchanges() {
-    const page = await api(`/api/exchanges?limit=1000&${inVhost()}`);
+    const page = await api(listOf("exchanges") + "?limit=1000");
     fillTable("#exchanges", page.items, [
       (e) => e.name, (e) => e.type,
       (e) => e.bindings.map((b) => `${b.queue} (${b.weight ?? b.routing_key})`).join(", "), (e) => e.routed,
@@ -191,12 +192,12 @@ const views = {
   },
   async policies() {  // the vhost's policies and operator policies, as the queues' settings name them
     const [policies, operator] = await Promise.all([
-      api("/api/policies?" + inVhost()), api("/api/operator-policies?" + inVhost())]);
+      api(listOf("policies")), api(listOf("operator-policies"))]);
     fillTable("#policies", policies.items, POLICY_COLUMNS);
     fillTable("#operator-policies", operator.items, POLICY_COLUMNS);
   },
   async streams() {  // a consumer group's lag in entries, and how long its oldest unread entry has waited
-    const page = await api(`/api/streams?limit=1000&${inVhost()}`);
+    const page = await api(listOf("streams") + "?limit=1000");
     fillTable("#streams", page.items, [
       (s) => s.name, (s) => s.first_offset, (s) => s.next_offset, (s) => bytes(s.bytes), (s) => s.subscribers,
       (s) => retention(s.settings),

@@ -231,14 +231,14 @@ def run(api: Api, args: argparse.Namespace) -> Any:
     if command == "delete-vhost":
         return api.call("DELETE", "/api/vhosts/" + quoted(args.name))
     if command == "list-queues":
-        rows = list(api.pages("/api/queues"))
+        rows = list(api.pages("/api/queues/" + quoted(api.vhost), scoped=False))
         for row in rows:
             row.update({k + "/s": v for k, v in row.pop("rates").items()})
         return rows
     if command == "list-connections":
         return list(api.pages("/api/connections"))
     if command == "list-exchanges":
-        rows = list(api.pages("/api/exchanges"))
+        rows = list(api.pages("/api/exchanges/" + quoted(api.vhost), scoped=False))
         for row in rows:
             row["bindings"] = ",".join(f"{b['queue']}:{b.get('weight', b.get('routing_key'))}" for b in row["bindings"])
         return rows
@@ -302,7 +302,7 @@ def run(api: Api, args: argparse.Namespace) -> Any:
     if command in ("set-policy", "clear-policy", "list-policies"):
         collection = "/api/operator-policies" if args.operator else "/api/policies"
         if command == "list-policies":
-            return api.call("GET", f"{collection}?vhost={quoted(api.vhost)}", scoped=False)["items"]
+            return api.call("GET", f"{collection}/{quoted(api.vhost)}", scoped=False)["items"]
         path = f"{collection}/{quoted(api.vhost)}/{quoted(args.name)}"
         if command == "clear-policy":
             return api.call("DELETE", path, scoped=False)

@@ -20,7 +20,8 @@ prints it.  Then:
   (``--url``, with the credentials of ``--broker``): their keys map one for one but for
   ``dead-letter-exchange`` (``dead-letter``: to ``/queue/DLQ.NAME``) and ``consumer-timeout``
   (``ack-timeout``, in seconds); ``apply-to`` ``classic_queues`` and ``quorum_queues`` are
-  ``queues``.  A policy of which no key maps is listed as not mapped.
+  ``queues``; a stream policy's ``max-age`` ("7D") is in seconds.  A policy of which no key
+  maps, or for exchanges (``alternate-exchange`` has no counterpart), is listed as not mapped.
 * **Permissions**: RabbitMQ's configure/write/read regular expressions match
   resource *names* (``orders``); stompmq's match resources (``/queue/orders``,
   ``/exchange/orders``).  A pattern is rewritten to match the same names of every
@@ -44,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from .admin_api import DEFAULT_URL, Api, ApiError
+from .broker.policy_match import KEYS_OF, MAX_AGE
 from .client import ClientError, Refused, StompConnection, StompUrl, run_client
 from .server.auth import KNOWN_TAGS, Permission, User, Users, UsersFileError, hash_password
 from .vhost_names import DEFAULT_VHOST
@@ -311,12 +313,18 @@ def _policy(entry: dict[str, Any], operator: bool, result: Plan, default: str) -
             result.differs.append(f"{what}: dead letters go to /queue/DLQ.NAME, not to exchange {value!r}")
         elif key == "consumer-timeout" and isinstance(value, int):
             definition["ack-timeout"] = value / 1000 if value % 1000 else value // 1000
+        elif key == MAX_AGE and _seconds(str(value)) is not None:
+            definition[key] = _seconds(str(value))
         else:
             result.unmapped.append(f"{what}: key {key}={json.dumps(value)}")
     apply_to = APPLY_TO.get(str(entry.get("apply-to", "all")))
-    if apply_to in ("streams", "exchanges") or apply_to is None:
-        result.unmapped.append(f"{what}: apply-to {entry.get('apply-to')}: only queues have settings")
+    if apply_to == "exchanges" or apply_to is None:
+        result.unmapped.append(f"{what}: apply-to {entry.get('apply-to')}: exchanges have no settings here")
         return None
+    for key in sorted(definition):
+        if apply_to != "all" and key not in KEYS_OF[apply_to]:
+            result.unmapped.append(f"{what}: key {key}: not a setting of {apply_to}")
+            del definition[key]
     if not definition:
         result.unmapped.append(f"{what}: none of its keys maps")
         return None

@@ -37,7 +37,7 @@ from .errors import ClientError
 from .exchanges import ROUTING_KEY_HEADER, declaration_options, parse_weight
 from .key_exchanges import TYPES as KEY_TYPES
 from .policy_apply import AppliedPolicies
-from .policy_match import header_text
+from .policy_match import Effective, header_text
 from .queue_settings import QueueSettings
 from .routing import STREAM_TARGET, Router
 from .stats import QueueStats
@@ -115,6 +115,7 @@ class Control:
             ("stats", "exchange"): self._exchange_stats,
             ("declare", "stream"): self._declare_stream,
             ("stream-offsets", "stream"): self._stream_offsets,
+            ("settings", "stream"): self._stream_settings,
             ("stream-group", "stream"): self._stream_group,
             ("purge", "stream"): self._purge_stream,
             ("delete", "stream"): self._delete_stream,
@@ -334,11 +335,14 @@ class Control:
     def _queue_settings(self, name: str, frame: Frame) -> Answer:
         """The queue's effective settings, each with ``KEY-source`` saying where it came from
         (``declaration``, ``policy NAME`` or ``operator-policy NAME``: policy_match.py)."""
-        answer: dict[str, str] = {}
-        for key, shown in self.dispatcher.bounds.effective(name).describe().items():
-            answer[key] = header_text(shown["value"])
-            answer[key + "-source"] = " ".join(filter(None, (shown["source"], shown.get("policy"))))
-        return answer
+        return settings_answer(self.dispatcher.bounds.effective(name))
+
+    def _stream_settings(self, name: str, frame: Frame) -> Answer:
+        """The stream's retention as ``_queue_settings`` shows a queue's (``default``: the flags)."""
+        stream = self.streams.streams.get(name)
+        if stream is None:
+            raise ClientError(f"no stream {name!r}")
+        return settings_answer(self.streams.settings(stream))
 
     def _delete_queue(self, name: str, frame: Frame) -> Answer:
         if name in self.dispatcher.bounds.declared:
@@ -475,3 +479,12 @@ def _page_limit(value: str | None) -> int:
 
 def _counts(total: int, unacked: int) -> Headers:
     return {"num-messages": str(total), "num-ready": str(total - unacked), "num-unacked": str(unacked)}
+
+
+def settings_answer(effective: Effective) -> Answer:
+    """Effective settings as headers: ``KEY`` and ``KEY-source`` (the source and any policy's name)."""
+    answer: dict[str, str] = {}
+    for key, shown in effective.describe().items():
+        answer[key] = header_text(shown["value"])
+        answer[key + "-source"] = " ".join(filter(None, (shown["source"], shown.get("policy"))))
+    return answer

@@ -261,8 +261,10 @@ class Broker(Queries):
         self.router.load_definitions(exchanges, bindings)
 
     def set_policies(self, policies: Iterable[Policy]) -> None:
-        """The vhost's policies and operator policies now (policy_apply.py: applied at once)."""
+        """The vhost's policies and operator policies now (policy_apply.py: applied at once, to
+        queues and streams)."""
         self.policies.replace(policies)
+        self.streams.policies_changed()
 
     def set_waker(self, wake: Callable[[], None]) -> None:
         """``wake`` is called when a deadline comes earlier or a store read is queued."""

@@ -76,6 +76,12 @@ class Queries:
         """Queue ``name``'s effective settings: ``{key: {"value", "source", "policy"?}}``."""
         return self.dispatcher.bounds.effective(name).describe()
 
+    def stream_settings(self, name: str) -> dict[str, dict[str, Any]]:
+        """Stream ``name``'s retention (``max-age``, ``max-length-bytes``) as ``queue_settings``
+        shows a queue's; {} for a stream this broker does not know."""
+        stream = self.streams.streams.get(name)
+        return {} if stream is None else self.streams.settings(stream).describe()
+
     # -- exchanges, sessions, streams, delayed messages ------------------------------------------
     def exchange_names(self) -> list[str]:
         """The declared exchanges of every type, sorted (not the built-in ``amq.*`` ones)."""

@@ -91,6 +91,8 @@ from .limits import admit_producer
 from .delivery import stream_tail, write_frame
 from .dispatch import Dispatcher
 from .errors import ClientError
+from .policy_match import MAX_AGE as POLICY_MAX_AGE, STREAMS, Effective, header_text, resolve
+from .queue_settings import MAX_LENGTH_BYTES
 from .reads import StoreRead
 from .send_headers import MAX_COUNT, MAX_SECONDS, non_negative
 from .consumer import AckMode
@@ -166,11 +168,27 @@ class Streams:
 
     def _configure(self, stream: Stream, options: dict[str, str]) -> None:
         stream.options = options
-        config = self.config
-        age = int(options[MAX_AGE]) if MAX_AGE in options else config.stream_max_age
-        size = int(options[MAX_BYTES]) if MAX_BYTES in options else config.stream_max_bytes
+        settings = self.settings(stream).options
+        age, size = float(settings.get(POLICY_MAX_AGE, 0)), int(settings.get(MAX_LENGTH_BYTES, 0))
         stream.max_age_ms = int(age * 1000) if age else None
         stream.max_bytes = size or None
+
+    def settings(self, stream: Stream) -> Effective:
+        """The stream's retention (``max-age`` seconds, ``max-length-bytes``; 0 keeps everything)
+        and where each came from: its declaration (``max-age`` / ``max-bytes``), the vhost's
+        stream policies (policy_match.py), else ``--stream-max-age`` / ``--stream-max-bytes``."""
+        options, config, bounds = stream.options, self.config, self.dispatcher.bounds
+        declared = {key: options[option] for key, option in ((POLICY_MAX_AGE, MAX_AGE), (MAX_LENGTH_BYTES, MAX_BYTES))
+                    if option in options}
+        defaults = {key: header_text(value) for key, value in ((POLICY_MAX_AGE, config.stream_max_age),
+                                                             (MAX_LENGTH_BYTES, config.stream_max_bytes)) if value}
+        return resolve(stream.name, declared, bounds.policies, bounds.operator_policies, STREAMS, defaults)
+
+    def policies_changed(self) -> None:
+        """The vhost's policies changed (policy_apply.py): every stream's retention now, at once."""
+        for stream in self.streams.values():
+            self._configure(stream, stream.options)
+            self.enforce(stream)
 
     def recover(self, records: Sequence[StreamRecord]) -> None:
         for record in records:

@@ -6,13 +6,14 @@ from typing import Any
 
 import pytest
 
-from stompmq.broker import Broker
+from stompmq.broker import Broker, BrokerConfig
 from stompmq.broker.policy_match import Policy
 from stompmq.broker.queue_settings import QueueFull
 from stompmq.protocol import Frame
+from stompmq.storage.base import Recovery
 
 from .fakes import DictStore, FakeOutbox
-from .test_lifecycle import T0, bodies, run, send, started, subscribe
+from .test_lifecycle import T0, at, bodies, run, send, started, subscribe
 
 
 def policy(name: str, pattern: str, operator: bool = False, priority: int = 0, **definition: Any) -> Policy:
@@ -154,3 +155,88 @@ def test_a_declared_expires_starts_when_declared_without_a_consumer_ever() -> No
     assert broker.knows_queue("never-used")
     run_until(broker, T0 + 2.1, T0 + 1.9)
     assert not broker.knows_queue("never-used")
+
+
+def stream_policy(name: str, pattern: str, operator: bool = False, apply_to: str = "streams",
+                  **definition: Any) -> Policy:
+    return Policy.parse(name, {"pattern": pattern, "apply-to": apply_to,
+                               "definition": {k.replace("_", "-"): v for k, v in definition.items()}}, operator)
+
+
+def stream_broker() -> Broker:
+    """A broker whose streams have segments of two entries, so retention shows after a few."""
+    broker = Broker(DictStore(), BrokerConfig(stream_segment=2, stream_max_age=3600))
+    at(broker, T0 - 1.0)
+    broker.recover(Recovery(0, [], []), [])
+    run(broker, T0)
+    return broker
+
+
+def append(broker: Broker, stream: str, count: int, size: int = 10) -> None:
+    session = broker.sessions.get("producer") or broker.open_session("producer", "1.2", FakeOutbox())
+    for _ in range(count):
+        broker.handle(session, Frame("SEND", {"destination": "/stream/" + stream}, b"x" * size))
+
+
+def test_a_stream_policy_trims_existing_streams_at_once_and_says_where_retention_came_from() -> None:
+    broker = stream_broker()
+    append(broker, "events.a", 10)
+    append(broker, "other", 10)
+    assert broker.streams_by_name["events.a"].first == 0
+    assert broker.stream_settings("events.a") == {"max-age": {"value": 3600, "source": "default"}}
+    broker.set_policies([stream_policy("keep", "^events", max_length_bytes=40, max_age=60)])
+    assert broker.streams_by_name["events.a"].first == 6  # two segments of 20 bytes kept: the newest ones
+    assert broker.streams_by_name["other"].first == 0
+    assert broker.stream_settings("events.a") == {
+        "max-age": {"value": 60, "source": "policy", "policy": "keep"},
+        "max-length-bytes": {"value": 40, "source": "policy", "policy": "keep"},
+    }
+    answer = broker.administer("settings/stream/events.a")
+    assert answer["max-length-bytes"] == "40" and answer["max-length-bytes-source"] == "policy keep"
+    broker.set_policies([])  # cleared: nothing more is trimmed
+    append(broker, "events.a", 10)
+    assert broker.streams_by_name["events.a"].first == 6
+    assert broker.stream_settings("events.a") == {"max-age": {"value": 3600, "source": "default"}}
+
+
+def test_a_stream_declaration_wins_over_a_policy_and_an_operator_policy_caps_both() -> None:
+    broker = stream_broker()
+    broker.administer("declare/stream/logs", {"max-bytes": "0"})  # keep everything, declared
+    append(broker, "logs", 10)
+    broker.set_policies([stream_policy("small", ".*", max_length_bytes=20)])
+    assert broker.streams_by_name["logs"].first == 0
+    assert broker.stream_settings("logs")["max-length-bytes"] == {"value": 0, "source": "declaration"}
+    broker.set_policies([stream_policy("small", ".*", max_length_bytes=20),
+                         stream_policy("cap", ".*", operator=True, max_length_bytes=60, max_age=7200)])
+    assert broker.streams_by_name["logs"].first == 4  # 60 bytes: three segments kept
+    assert broker.stream_settings("logs") == {
+        "max-age": {"value": 3600, "source": "default"},  # the flag is stricter than the cap
+        "max-length-bytes": {"value": 60, "source": "operator-policy", "policy": "cap"},
+    }
+
+
+def test_a_policy_for_all_gives_queues_and_streams_each_their_own_keys() -> None:
+    broker = stream_broker()
+    append(broker, "both", 10)
+    broker.set_policies([stream_policy("all", "^both$", apply_to="all", max_length_bytes=40, message_ttl=5000)])
+    assert broker.queue_settings("both") == {
+        "max-length-bytes": {"value": 40, "source": "policy", "policy": "all"},
+        "message-ttl": {"value": 5000, "source": "policy", "policy": "all"},
+    }
+    assert broker.stream_settings("both")["max-length-bytes"] == {"value": 40, "source": "policy", "policy": "all"}
+    assert "message-ttl" not in broker.stream_settings("both")
+    assert broker.streams_by_name["both"].first == 6
+
+
+def test_a_stream_max_age_policy_drops_old_segments_when_they_age_out() -> None:
+    broker = stream_broker()
+    append(broker, "aged", 4)
+    run(broker, T0 + 30.0)
+    append(broker, "aged", 2)
+    broker.set_policies([stream_policy("age", "^aged$", max_age=20)])
+    run(broker, T0 + 31.0)
+    assert broker.streams_by_name["aged"].first == 2  # the first segment; the next ends 30 s later
+    run(broker, T0 + 49.5)
+    assert broker.streams_by_name["aged"].first == 2
+    run(broker, T0 + 50.5)  # its retention timer: the second one's last entry is 20 s old
+    assert broker.streams_by_name["aged"].first == 4

@@ -73,8 +73,9 @@ def test_dashboard_shows_a_queue_and_its_counts_change(
 SCREENSHOT = Path(__file__).parents[2] / "docs" / "dashboard.png"
 
 
-def _put(url: str) -> None:
-    request = urllib.request.Request(url, data=b"{}", method="PUT", headers={"content-type": "application/json"})
+def _put(url: str, body: dict[str, Any] | None = None) -> None:
+    request = urllib.request.Request(url, data=json.dumps(body or {}).encode(), method="PUT",
+                                     headers={"content-type": "application/json"})
     urllib.request.urlopen(request, timeout=10).close()
 
 
@@ -265,11 +266,15 @@ def test_dashboard_lists_streams_with_each_groups_lag(
     with Client(broker.port) as c:
         publish(c, "events", 10)
         group(c, "events", "billing", offset="4")  # 6 entries behind
-    browser.get(f"http://127.0.0.1:{http_port}/#streams")
+    base = f"http://127.0.0.1:{http_port}"
+    _put(base + "/api/policies/%2F/retain", {"pattern": "^events$", "apply-to": "streams",
+                                            "definition": {"max-age": 3600}})
+    browser.get(base + "/#streams")
     WebDriverWait(browser, 10).until(lambda d: "events" in _text(d, "streams"))
     [row] = _rows(browser, "#streams tbody")
     assert row[:3] == ["events", "0", "10"]
-    assert re.fullmatch(r"billing: 6 \(\d+ s\)", row[5]), row[5]
+    assert row[5] == "max-age=3600 (policy retain)"
+    assert re.fullmatch(r"billing: 6 \(\d+ s\)", row[6]), row[6]
     assert browser.get_log("browser") == []
 
 

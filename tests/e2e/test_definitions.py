@@ -63,6 +63,12 @@ def one_of_everything(broker: BrokerThread, url: str, capsys: pytest.CaptureFixt
         c.request("SEND", {"destination": "/control/bind/exchange/jobs", "queue": "/queue/run", "routing-key": "run"})
     for args in (["set-policy", "ttl", "--pattern", "^q", "--priority", "2", "--definition", "message-ttl=5000"],
                  ["set-policy", "--operator", "cap", "--pattern", ".*", "--definition", "max-length=1000"],
+                 ["set-policy", "retain", "--apply-to", "streams", "--pattern", "^events$", "--definition",
+                  "max-age=3600", "--definition", "max-length-bytes=5000000"],
+                 ["set-policy", "--operator", "stream-cap", "--apply-to", "streams", "--pattern", ".*",
+                  "--definition", "max-age=604800"],
+                 ["set-policy", "both", "--apply-to", "all", "--pattern", "^audit", "--priority", "-1",
+                  "--definition", "max-length-bytes=1000000"],
                  ["--vhost", "staging", "set-policy", "idle", "--pattern", "^tmp\\.", "--definition", "expires=60000",
                   "--definition", "expires-when-empty=true"],
                  ["declare-shovel", "move", "--from", "stomp://u:secret@127.0.0.1:1/queue/a",
@@ -98,6 +104,10 @@ def test_export_import_into_an_empty_broker_export_is_byte_identical(
         assert {"name": "jobs", "dead-letter": True, "expires": 3600000, "max-length": 10, "message-ttl": 60000,
                 "overflow": "reject-publish"} in data["queues"]
         assert data["vhosts"][0]["name"] == "staging" and data["vhosts"][0]["policies"][0]["name"] == "idle"
+        assert {"name": "retain", "pattern": "^events$", "apply-to": "streams", "priority": 0,
+                "definition": {"max-age": 3600, "max-length-bytes": 5000000}} in data["policies"]
+        assert {p["name"]: p["apply-to"] for p in data["operator-policies"]} == {"cap": "queues",
+                                                                                "stream-cap": "streams"}
         assert [u["name"] for u in data["users"]] == ["alice", "root"]
 
 

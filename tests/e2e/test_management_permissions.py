@@ -129,6 +129,8 @@ class Walk:
         v = _quoted(vhost)
         n = next(self.serial)
         handler = route.handler.rpartition(".")[2]  # the method of its resource part
+        if route.path.endswith("/{vhost}"):  # a list of the vhost's resources: /api/KIND/VHOST
+            return route.path.replace("{vhost}", v), None
         if route.path.startswith(QUEUE_PATH):
             name = self.queue(vhost)
             action = route.path.removeprefix(QUEUE_PATH)

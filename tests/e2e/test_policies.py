@@ -31,6 +31,10 @@ def ready(api: Api, queue: str) -> int:
     return int(body["ready"]) if status == 200 else -1
 
 
+def stream_settings(api: Api, stream: str) -> dict[str, Any] | None:
+    return next((s["settings"] for s in api.get("/api/streams")["items"] if s["name"] == stream), None)
+
+
 def started(store: Callable[[], Any], http_port: int) -> BrokerThread:
     return BrokerThread(store, settings=ServerSettings(port=0, http_port=http_port)).start()
 
@@ -75,6 +79,10 @@ def test_a_policy_set_over_the_api_expires_stored_messages_and_survives_a_restar
     ("/api/policies/%2F/p", {"pattern": ".*", "definition": {"mesage-ttl": 1}}, 400, "did you mean 'message-ttl'"),
     ("/api/policies/%2F/p", {"pattern": ".*", "definition": {"max-length": "many"}}, 400, "max-length must be"),
     ("/api/operator-policies/%2F/p", {"pattern": ".*", "definition": {"dead-letter": True}}, 400, "cap numbers"),
+    ("/api/policies/%2F/p", {"pattern": ".*", "apply-to": "exchanges", "definition": {"alternate-exchange": "x"}},
+     400, "exchanges have no settings a policy can give"),
+    ("/api/policies/%2F/p", {"pattern": ".*", "apply-to": "streams", "definition": {"max-lenght-bytes": 1}}, 400,
+     "did you mean 'max-length-bytes'"),
     ("/api/policies/nowhere/p", {"pattern": ".*", "definition": {"max-length": 1}}, 404, "no vhost"),
     ("/api/policies/p", {"pattern": ".*", "definition": {"max-length": 1}}, 404, "not a route of /api/policies: use"),
 ])
@@ -130,6 +138,14 @@ def test_a_policy_set_on_one_broker_applies_on_every_broker_sharing_the_database
         wait_until(lambda: ready(second, "orders.shared") == 0, "expired", timeout=10)
         assert first.call("DELETE", "/api/policies/%2F/short")[0] == 200
         wait_until(lambda: second.get("/api/policies")["items"] == [], "cleared on the other broker too", timeout=10)
+        send_all(brokers[1].port, "/stream/events.shared", ["e"])
+        retain = {"pattern": "^events\\.", "apply-to": "streams", "definition": {"max-age": 60}}
+        assert first.call("PUT", "/api/policies/%2F/retain", retain)[0] == 201
+        wait_until(lambda: stream_settings(second, "events.shared") == {
+            "max-age": {"value": 60, "source": "policy", "policy": "retain"}}, "the stream's retention", timeout=10)
+        assert first.call("DELETE", "/api/policies/%2F/retain")[0] == 200
+        wait_until(lambda: stream_settings(second, "events.shared") == {}, "the stream's retention cleared",
+                   timeout=10)
     finally:
         for broker in brokers:
             broker.stop()

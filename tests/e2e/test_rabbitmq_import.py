@@ -43,7 +43,12 @@ DEFINITIONS = {
                   "definition": {"message-ttl": 600000, "dead-letter-exchange": "dlx", "ha-mode": "all"},
                   "priority": 1},
                  {"vhost": "/", "name": "mirrors", "pattern": ".*", "apply-to": "all",
-                  "definition": {"ha-mode": "all"}, "priority": 0}],
+                  "definition": {"ha-mode": "all"}, "priority": 0},
+                 {"vhost": "/", "name": "retain", "pattern": "^events$", "apply-to": "streams", "priority": 0,
+                  "definition": {"max-age": "7D", "max-length-bytes": 10**9, "message-ttl": 5,
+                                 "stream-max-segment-size-bytes": 500000000}},
+                 {"vhost": "/", "name": "ae", "pattern": ".*", "apply-to": "exchanges", "priority": 0,
+                  "definition": {"alternate-exchange": "unrouted"}}],
     "operator_policies": [{"vhost": "/", "name": "caps", "pattern": ".*", "apply-to": "queues",
                            "definition": {"max-length": 100000, "consumer-timeout": 1800000}, "priority": 0}],
     "queues": [
@@ -113,7 +118,9 @@ def test_plan_lists_everything_it_cannot_map():
     result = plan(DEFINITIONS, {"alice": "s3cret"})
     text = result.text()
     for unmapped in ("type headers", "exchange-to-exchange", "'by-headers' -> 'q.all'", "tag management",
-                     "key ha-mode", "'mirrors' on /: none of its keys", "parameter:", "x-stream-max-segment-size-bytes"):
+                     "key ha-mode", "'mirrors' on /: none of its keys", "parameter:", "x-stream-max-segment-size-bytes",
+                     "key stream-max-segment-size-bytes", "key message-ttl: not a setting of streams",
+                     "'ae' on /: apply-to exchanges"):
         assert any(unmapped in line for line in result.unmapped), unmapped
     assert not any("cluster_name" in line for line in result.unmapped)
     assert any("DLQ.q.eu" in line for line in result.differs)
@@ -126,6 +133,8 @@ def test_plan_lists_everything_it_cannot_map():
     assert [(p.name, p.operator, p.body) for p in result.policies] == [
         ("ttl", False, {"pattern": "^q\\.", "apply-to": "queues", "priority": 1,
                         "definition": {"message-ttl": 600000, "dead-letter": True}}),
+        ("retain", False, {"pattern": "^events$", "apply-to": "streams", "priority": 0,
+                           "definition": {"max-age": 604800, "max-length-bytes": 10**9}}),
         ("caps", True, {"pattern": ".*", "apply-to": "queues", "priority": 0,
                         "definition": {"max-length": 100000, "ack-timeout": 1800}})]
     assert any("apply-to classic_queues" in line for line in result.differs)

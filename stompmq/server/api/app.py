@@ -141,6 +141,8 @@ class ManagementApp(Management):
             handler = _administrators_only(handler)
         if route.deprecated:
             handler = _deprecated(handler)
+        if route.listing:
+            handler = _deprecated_query(handler)
         return RawRoute(route.path, handler, route.method)
 
 
@@ -166,6 +168,19 @@ def _deprecated(handler: Endpoint) -> Endpoint:
     async def marked(request: Request) -> Response:
         response = await handler(request)
         response.headers["deprecation"] = "true"
+        return response
+
+    return marked
+
+
+def _deprecated_query(handler: Endpoint) -> Endpoint:
+    """``handler`` answering ``Deprecation: true`` when given ``?vhost=``: a list route whose
+    vhost is a path segment now (``ApiRoute.listing``)."""
+
+    async def marked(request: Request) -> Response:
+        response = await handler(request)
+        if "vhost" in request.query_params:
+            response.headers["deprecation"] = "true"
         return response
 
     return marked

@@ -18,7 +18,8 @@ from starlette.responses import JSONResponse, Response
 
 from ...broker import Broker
 from ...broker.exchanges import EXCHANGE_TYPE, ROUTING_KEY_HEADER
-from .requests import json_object, page_args, query_vhost, queue_name
+from ...vhost_names import DEFAULT_VHOST
+from .requests import json_object, listed_vhost, page_args, query_vhost, queue_name
 
 if TYPE_CHECKING:
     from .management import Management
@@ -30,15 +31,19 @@ class ExchangeApi:
 
     def _target(self, request: Request) -> tuple[str, Broker, str]:
         """(vhost, its engine, exchange name) of the path form or the older ``?vhost=`` one."""
-        vhost = request.path_params.get("vhost")
-        if vhost is None:
-            vhost = query_vhost(request)
+        params = request.path_params
+        if "name" not in params:  # GET /api/exchanges/NAME, read by list_exchanges as the older form
+            vhost, name = request.query_params.get("vhost", DEFAULT_VHOST), params["vhost"]
+        elif "vhost" not in params:
+            vhost, name = query_vhost(request), params["name"]
         elif "vhost" in request.query_params:
             raise HTTPException(400, "give the vhost in the path (/api/exchanges/VHOST/NAME) or ?vhost=, not both")
+        else:
+            vhost, name = params["vhost"], params["name"]
         engine = self.app.engines.get(vhost)
         if engine is None:
             raise HTTPException(404, f"no vhost {vhost!r}")
-        return vhost, engine, request.path_params["name"]
+        return vhost, engine, name
 
     def _exchange_json(self, engine: Broker, name: str) -> dict[str, Any]:
         """A consistent-hash exchange (bindings with weights) or a direct, fanout or topic one
@@ -66,6 +71,10 @@ class ExchangeApi:
         }
 
     async def list_exchanges(self, request: Request) -> Response:
+        if not listed_vhost(request, self.app.engines):  # the older GET /api/exchanges/NAME (?vhost=)
+            response = await self.get_exchange(request)
+            response.headers["deprecation"] = "true"
+            return response
         after, limit = page_args(request)
         engine = self.app.engine(request)
         names = sorted(n for n in (*engine.exchanges, *engine.key_exchanges) if n > after)[:limit]

@@ -48,9 +48,9 @@ class PolicyApi:
         return self._operator(request), vhost, name
 
     async def list_policies(self, request: Request) -> Response:
-        """Every policy (of ``?vhost=`` if given), by vhost and name."""
+        """Every policy (of the path's vhost, or ``?vhost=``, if given), by vhost and name."""
         operator = self._operator(request)
-        wanted = request.query_params.get("vhost")
+        wanted = request.path_params.get("vhost") or request.query_params.get("vhost")
         vhosts = [wanted] if wanted is not None else self.policies.vhosts()
         return JSONResponse({"items": [_json(p, v) for v in vhosts for p in self.policies.of(v, operator)]})
 

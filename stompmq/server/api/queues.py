@@ -23,7 +23,7 @@ from ...broker.policy_match import header_text, unknown_key
 from ...broker.queue_settings import SETTING_KEYS
 from ...vhost_names import DEFAULT_VHOST
 from .rates import history_json, history_range
-from .requests import age, json_object, log, only_fields, page_args, query_vhost, raw_segments
+from .requests import age, json_object, listed_vhost, log, only_fields, page_args, query_vhost, raw_segments
 from .routes import QUEUE_PATH, ApiRoute
 
 if TYPE_CHECKING:
@@ -71,6 +71,8 @@ class QueueApi:
         }
 
     async def list_queues(self, request: Request) -> Response:
+        if not listed_vhost(request, self.app.engines):  # /api/queues/NAME: the default vhost's queue
+            return await self.route(request)
         after, limit = page_args(request)
         engine = self.app.engine(request)
         vhost = query_vhost(request)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 import urllib.parse
+from collections.abc import Container
 from typing import Any
 
 from starlette.exceptions import HTTPException
@@ -44,9 +45,17 @@ def page_args(request: Request) -> tuple[str, int]:
     return request.query_params.get("after", ""), count_param(request, "limit", DEFAULT_PAGE, MAX_PAGE)
 
 
+def listed_vhost(request: Request, vhosts: Container[str]) -> bool:
+    """Does ``/api/KIND/{vhost}`` name a vhost to list?  Not when it is the older
+    ``/api/KIND/NAME`` (``?vhost=`` given, or no such vhost): RabbitMQ's form wins where both read."""
+    vhost = request.path_params.get("vhost")
+    return vhost is None or ("vhost" not in request.query_params and vhost in vhosts)
+
+
 def query_vhost(request: Request) -> str:
-    """The vhost of a route that takes it as ``?vhost=`` (default ``/``)."""
-    return request.query_params.get("vhost", DEFAULT_VHOST)
+    """The vhost of a list route: its path's (``/api/KIND/{vhost}``), else the older ``?vhost=``
+    (default ``/``)."""
+    return request.path_params.get("vhost") or request.query_params.get("vhost", DEFAULT_VHOST)
 
 
 def raw_segments(request: Request, prefix: str, what: str) -> list[str]:

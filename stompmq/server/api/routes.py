@@ -26,7 +26,9 @@ class ApiRoute:
     default ``/``) or ``""`` (broker-wide).  ``admin`` routes need ``administrator`` to read
     too (users and permissions, as in RabbitMQ: ``app.py`` checks it before the handler).
     A ``deprecated`` route is an older form of another (``?vhost=`` where the path names the
-    vhost now); it answers with ``Deprecation: true`` and goes in the release after next."""
+    vhost now); it answers with ``Deprecation: true`` and goes in the release after next.  A
+    ``listing`` is a list route whose ``?vhost=`` is such an older form: its ``/{vhost}`` form
+    (RabbitMQ's ``/api/KIND/{vhost}``) is the route after it in ``ROUTES``."""
 
     method: str
     path: str
@@ -35,6 +37,7 @@ class ApiRoute:
     vhost: str = ""
     admin: bool = False
     deprecated: bool = False
+    listing: bool = False
 
     @property
     def tag(self) -> str:
@@ -50,6 +53,19 @@ QUEUE_PATH = "/api/queues/{vhost}/{name}"
 VHOST_NAME = "/{vhost}/{name}"
 #: An exchange, as RabbitMQ names it.
 EXCHANGE_PATH = "/api/exchanges" + VHOST_NAME
+#: The list routes by vhost: ``GET /api/KIND/{vhost}`` (RabbitMQ's), and ``/api/KIND?vhost=`` of before.
+VHOST_LISTS = (("queues", "queue_api.list_queues"), ("exchanges", "exchange_api.list_exchanges"),
+               ("topics", "stream_api.list_topics"), ("streams", "stream_api.list_streams"),
+               *((prefix.removeprefix("/api/"), "policy_api.list_policies") for prefix in POLICY_PREFIXES.values()))
+
+
+def listings(kind: str) -> tuple[ApiRoute, ApiRoute]:
+    """``GET /api/KIND`` (``?vhost=``, deprecated) and ``GET /api/KIND/{vhost}``."""
+    handler = dict(VHOST_LISTS)[kind]
+    return (ApiRoute("GET", "/api/" + kind, handler, vhost="query", listing=True),
+            ApiRoute("GET", f"/api/{kind}/{{vhost}}", handler, vhost="path"))
+
+
 #: The ``handler`` of the dashboard's static files (a mount, not a method).
 DASHBOARD_ROUTE = "dashboard"
 _QUEUE_CONFIGURE = ("configure /queue/NAME",)
@@ -68,7 +84,7 @@ ROUTES: tuple[ApiRoute, ...] = (
     ApiRoute("GET", "/api/vhosts", "vhost_api.list_vhosts"),
     ApiRoute("PUT", "/api/vhosts/{name:path}", "vhost_api.declare_vhost"),
     ApiRoute("DELETE", "/api/vhosts/{name:path}", "vhost_api.delete_vhost"),
-    ApiRoute("GET", "/api/queues", "queue_api.list_queues", vhost="query"),
+    *listings("queues"),
     ApiRoute("GET", QUEUE_PATH, "queue_api.get_queue", vhost="path"),
     ApiRoute("PUT", QUEUE_PATH, "queue_api.declare_queue", _QUEUE_CONFIGURE, "path"),
     ApiRoute("DELETE", QUEUE_PATH, "queue_api.delete_queue", _QUEUE_CONFIGURE, "path"),
@@ -80,7 +96,7 @@ ROUTES: tuple[ApiRoute, ...] = (
     ApiRoute("POST", QUEUE_PATH + "/move", "message_api.move_messages", ("read /queue/NAME", "write /queue/TO"),
              "path"),
     ApiRoute("GET", QUEUE_PATH + "/history", "queue_api.queue_history", vhost="path"),
-    ApiRoute("GET", "/api/exchanges", "exchange_api.list_exchanges", vhost="query"),
+    *listings("exchanges"),
     ApiRoute("GET", EXCHANGE_PATH, "exchange_api.get_exchange", vhost="path"),
     ApiRoute("PUT", EXCHANGE_PATH, "exchange_api.declare_exchange", _EXCHANGE_CONFIGURE, "path"),
     ApiRoute("DELETE", EXCHANGE_PATH, "exchange_api.delete_exchange", _EXCHANGE_CONFIGURE, "path"),
@@ -91,13 +107,13 @@ ROUTES: tuple[ApiRoute, ...] = (
     ApiRoute("DELETE", "/api/exchanges/{name}/bindings/{queue:path}", "exchange_api.unbind", _BINDING, "query",
              deprecated=True),
     ApiRoute("POST", "/api/exchanges/{name}/bindings", "exchange_api.bind", _BINDING, "query", deprecated=True),
-    ApiRoute("GET", "/api/exchanges/{name}", "exchange_api.get_exchange", vhost="query", deprecated=True),
+    # (GET /api/exchanges/NAME?vhost= is GET /api/exchanges/{vhost}'s: list_exchanges answers it.)
     ApiRoute("PUT", "/api/exchanges/{name}", "exchange_api.declare_exchange", _EXCHANGE_CONFIGURE, "query",
              deprecated=True),
     ApiRoute("DELETE", "/api/exchanges/{name}", "exchange_api.delete_exchange", _EXCHANGE_CONFIGURE, "query",
              deprecated=True),
-    ApiRoute("GET", "/api/topics", "stream_api.list_topics", vhost="query"),
-    ApiRoute("GET", "/api/streams", "stream_api.list_streams", vhost="query"),
+    *listings("topics"),
+    *listings("streams"),
     ApiRoute("GET", "/api/schedules/{vhost:path}", "schedule_api.list_schedules", vhost="path"),
     ApiRoute("DELETE", "/api/schedules/{vhost:path}/{id}", "schedule_api.cancel_schedule",
              ("configure /queue/QUEUE",), "path"),
@@ -108,8 +124,9 @@ ROUTES: tuple[ApiRoute, ...] = (
     ApiRoute("GET", "/api/shovels/{name}", "shovel_api.get_shovel"),
     ApiRoute("PUT", "/api/shovels/{name}", "shovel_api.declare_shovel"),
     ApiRoute("DELETE", "/api/shovels/{name}", "shovel_api.delete_shovel"),
+    *(route for prefix in POLICY_PREFIXES.values() for route in listings(prefix.removeprefix("/api/"))),
     *(ApiRoute(method, path, "policy_api." + handler) for prefix in POLICY_PREFIXES.values()
-      for method, path, handler in (("GET", prefix, "list_policies"), ("GET", prefix + VHOST_NAME, "get_policy"),
+      for method, path, handler in (("GET", prefix + VHOST_NAME, "get_policy"),
                                     ("PUT", prefix + VHOST_NAME, "put_policy"),
                                     ("DELETE", prefix + VHOST_NAME, "delete_policy"))),
     ApiRoute("GET", "/api/definitions", "definitions_api.export"),

@@ -27,8 +27,9 @@ class StreamApi:
 
     # -- streams --------------------------------------------------------------------------------
     async def list_streams(self, request: Request) -> Response:
-        """Streams by name with their offsets and consumer groups (committed offset, lag = the
-        stream's next offset - the committed one, lag_seconds: broker/ages.py)."""
+        """Streams by name with their offsets, retention settings (with where each came from, as a
+        queue's) and consumer groups (committed offset, lag = the stream's next offset - the
+        committed one, lag_seconds: broker/ages.py)."""
         after, limit = page_args(request)
         streams = (engine := self.app.engine(request)).streams_by_name
         names = sorted(name for name in streams if name > after)[:limit]
@@ -37,7 +38,7 @@ class StreamApi:
             stream = streams[name]
             items.append({
                 "name": name, "first_offset": stream.first, "next_offset": stream.next, "bytes": stream.size,
-                "subscribers": len(stream.subscribers),
+                "subscribers": len(stream.subscribers), "settings": engine.stream_settings(name),
                 "groups": [{"name": lag.group, "committed_offset": lag.committed, "lag": lag.entries,
                             "lag_seconds": age(lag.oldest_ms) or 0.0} for lag in engine.stream_group_lags(name)],
             })

@@ -13,7 +13,8 @@ const state = { sortKey: "name", sortDesc: false, after: "", queueRows: [], char
 const $ = (sel) => document.querySelector(sel);
 // A queue resource: /api/queues/{vhost}/{name}, each one percent-encoded segment.
 const queuePath = (name) => "/api/queues/" + encodeURIComponent(state.vhost) + "/" + encodeURIComponent(name);
-const inVhost = () => "vhost=" + encodeURIComponent(state.vhost);
+// A vhost's list of a kind: /api/{kind}/{vhost}, as RabbitMQ names it.
+const listOf = (kind) => `/api/${kind}/` + encodeURIComponent(state.vhost);
 
 async function api(path, options) {
   const response = await fetch(path, options);
@@ -103,13 +104,24 @@ function showCluster(cluster) {
   $("#cluster tfoot").replaceChildren(...(cluster.brokers.length ? [total] : []));
 }
 
-// Where a queue's effective setting came from (the engine's queue_settings): its declaration, or
-// the policy or operator policy of that name, linked to the policies view that lists it.
+// Where a queue's (or stream's) effective setting came from (the engine's queue_settings): its
+// declaration, a stream's default (the --stream-max-* flags), or the policy or operator policy of
+// that name, linked to the policies view that lists it.
 function settingSource(setting) {
   if (setting.source === "declaration") return "declared";
+  if (setting.source === "default") return "default";
   const shown = document.createDocumentFragment();
   shown.append(setting.source === "operator-policy" ? "operator policy " : "policy ",
                link("#policies", setting.policy));
+  return shown;
+}
+
+// A stream's retention settings as "max-age=60 (policy keep), ...", each with its source.
+function retention(settings) {
+  const shown = document.createDocumentFragment();
+  Object.entries(settings).forEach(([key, setting], i) => {
+    shown.append(`${i ? ", " : ""}${key}=${setting.value} (`, settingSource(setting), ")");
+  });
   return shown;
 }
 
@@ -144,7 +156,7 @@ const views = {
     drawChart("total-chart", "", (await api("/api/history?range=" + state.range)).points);
   },
   async queues() {
-    const page = await api(`/api/queues?limit=1000&${inVhost()}&after=` + encodeURIComponent(state.after));
+    const page = await api(listOf("queues") + "?limit=1000&after=" + encodeURIComponent(state.after));
     state.queueRows = page.items.map((q) => ({ ...q, ...q.rates }));
     state.nextAfter = page.next_after;
     $("#next-page").disabled = !page.next_after;
@@ -172,7 +184,7 @@ const views = {
     drawChart("queue-chart", state.vhost + "\n" + name, history.points);
   },
   async exchanges() {
-    const page = await api(`/api/exchanges?limit=1000&${inVhost()}`);
+    const page = await api(listOf("exchanges") + "?limit=1000");
     fillTable("#exchanges", page.items, [
       (e) => e.name, (e) => e.type,
       (e) => e.bindings.map((b) => `${b.queue} (${b.weight ?? b.routing_key})`).join(", "), (e) => e.routed,
@@ -180,14 +192,15 @@ const views = {
   },
   async policies() {  // the vhost's policies and operator policies, as the queues' settings name them
     const [policies, operator] = await Promise.all([
-      api("/api/policies?" + inVhost()), api("/api/operator-policies?" + inVhost())]);
+      api(listOf("policies")), api(listOf("operator-policies"))]);
     fillTable("#policies", policies.items, POLICY_COLUMNS);
     fillTable("#operator-policies", operator.items, POLICY_COLUMNS);
   },
   async streams() {  // a consumer group's lag in entries, and how long its oldest unread entry has waited
-    const page = await api(`/api/streams?limit=1000&${inVhost()}`);
+    const page = await api(listOf("streams") + "?limit=1000");
     fillTable("#streams", page.items, [
       (s) => s.name, (s) => s.first_offset, (s) => s.next_offset, (s) => bytes(s.bytes), (s) => s.subscribers,
+      (s) => retention(s.settings),
       (s) => s.groups.map((g) => `${g.name}: ${g.lag} (${duration(g.lag_seconds)})`).join(", "),
     ]);
   },

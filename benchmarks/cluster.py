@@ -15,7 +15,10 @@ processes, from ``/proc``; "cores busy" is the three together per wall second.
 Fail-over: three brokers, a producer and a client-ack consumer on each of two (the survivors)
 under steady load, and on the third (the victim) a client-ack consumer that takes ``--held``
 messages and acks none.  The victim is ``kill -9``ed; printed are the times from the kill to
-the first and to the last of the held messages delivered again on a survivor, and the lease.
+the first and to the last of the held messages delivered again on a survivor, and the lease;
+and, after ``--warmup`` of steady load, the survivors' rate over three windows of ``--settle``
+each (before the kill, from it, after that), read from one series of samples.  ``--controls N``
+interleaves N rounds that do the same without the kill: how much the windows move anyway.
 
   python -m benchmarks.cluster --quick              # about two minutes
   python -m benchmarks.cluster                      # the figures in docs/benchmarks.md
@@ -36,6 +39,7 @@ import signal
 import statistics
 import socket
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
@@ -272,14 +276,60 @@ def print_rows(rows: list[Row]) -> None:
               f" | {r.clients_us:.1f} | {r.cores:.2f} |")
 
 
-def failover(args: argparse.Namespace, pg: PostgresServer) -> tuple[float, float, float, float]:
-    """One kill -9 of a broker holding ``--held`` unacked messages under load on the two others:
-    seconds from the kill to the first and the last held message delivered again, and the
-    survivors' msg/s over the ``--settle`` before the kill and from the kill to the last (or to
-    ``--settle`` after the kill, whichever is later)."""
+@dataclass
+class Takeover:
+    """One fail-over round: seconds from the kill to the first and last held message delivered
+    again, and the survivors' msg/s over three windows of ``--settle`` each, counted by the same
+    consumers: before the kill, from it, and after that (``after``: how much the rate moves
+    between two windows without a kill in them, the machine's noise)."""
+
+    first: float
+    last: float
+    before: float
+    during: float
+    after: float
+    load: float
+
+
+class Sampled:
+    """The consumers' total, sampled every ``SAMPLE`` seconds by a thread of the main process, so
+    that each window's rate is read from one series of samples (not from reads made at different
+    moments around the kill and the waits)."""
+
+    SAMPLE = 0.05
+
+    def __init__(self, workers: Workers) -> None:
+        self.workers = workers
+        self.samples: list[tuple[float, int]] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            self.samples.append((time.monotonic(), self.workers.received()))
+            time.sleep(self.SAMPLE)
+
+    def rate(self, start: float, end: float) -> float:
+        """msg/s between the samples nearest ``start`` and ``end``."""
+        a = min(self.samples, key=lambda s: abs(s[0] - start))
+        b = min(self.samples, key=lambda s: abs(s[0] - end))
+        return (b[1] - a[1]) / (b[0] - a[0]) if b[0] > a[0] else 0.0
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
+def failover(args: argparse.Namespace, pg: PostgresServer, kill: bool = True) -> Takeover:
+    """One kill -9 of a broker holding ``--held`` unacked messages under load on the two others
+    (after ``--warmup`` seconds of that load, so that the windows do not measure the brokers'
+    start): see ``Takeover``.  ``kill`` False: a control round, the same in every step but the
+    kill (its windows show what the rate does at that moment of a round without a take-over)."""
     dest = f"/queue/failover-{os.getpid()}-{time.monotonic_ns()}"
     with brokers(pg, 3, args.lease) as (victim, *survivors):
         workers = Workers(2, 2)
+        counts = None
         try:
             for slot, broker in enumerate(survivors):
                 workers.start(consume, broker.port, dest, slot, workers.load, "client-individual", args.prefetch)
@@ -292,16 +342,19 @@ def failover(args: argparse.Namespace, pg: PostgresServer) -> tuple[float, float
                 holder.queue(send_frame(dest, b"held-%d " % i))
             holder.flush()
             held = {holder.message()[2].split(b" ", 1)[0] for _ in range(args.held)}  # type: ignore[union-attr]
-            settling, before0 = time.monotonic(), workers.received()
-            time.sleep(args.settle)  # the deliveries' claims reach the database (write-behind)
+            time.sleep(args.warmup)  # the survivors' steady rate; the claims reach the database
+            counts = Sampled(workers)
+            time.sleep(args.settle)  # the window before the kill
             workers.check()
-            received0 = workers.received()
             killed = time.monotonic()
-            before = (received0 - before0) / (killed - settling)
-            os.kill(pid(victim), signal.SIGKILL)
-            assert victim.proc is not None
-            victim.proc.wait(TIMEOUT)
-            times = []
+            times = [0.0]
+            if kill:
+                os.kill(pid(victim), signal.SIGKILL)
+                assert victim.proc is not None
+                victim.proc.wait(TIMEOUT)
+                times.clear()
+            else:
+                held.clear()
             deadline = killed + 3 * args.lease + TIMEOUT
             while held:
                 workers.check()
@@ -315,13 +368,31 @@ def failover(args: argparse.Namespace, pg: PostgresServer) -> tuple[float, float
                 if body in held:
                     held.discard(body)
                     times.append(at - killed)
-            # At least --settle after the kill, as before it: a take-over of 0.3 s is too short a
-            # window for a rate on a busy machine.
-            time.sleep(max(0.0, killed + args.settle - time.monotonic()))
-            rate = (workers.received() - received0) / (time.monotonic() - killed)
+            time.sleep(max(0.0, killed + 2 * args.settle - time.monotonic()))
+            load = os.getloadavg()[0]
         finally:
+            if counts is not None:
+                counts.close()
             workers.close()
-    return min(times), max(times), before, rate
+    assert counts is not None
+    return Takeover(min(times), max(times), counts.rate(killed - args.settle, killed),
+                    counts.rate(killed, killed + args.settle), counts.rate(killed + args.settle, killed + 2 * args.settle),
+                    load)
+
+
+def _kept(rate: float, before: float) -> float:
+    return rate / before if before else 0.0
+
+
+def _windows(args: argparse.Namespace, t: Takeover) -> str:
+    return (f"survivors' msg/s over {args.settle:g} s before {t.before:,.0f}, from the kill {t.during:,.0f}"
+            f" ({100 * _kept(t.during, t.before):.0f} %), after that {t.after:,.0f}"
+            f" ({100 * _kept(t.after, t.before):.0f} %); load average {t.load:.1f}")
+
+
+def _ratios(kept: list[float]) -> str:
+    return (f"{100 * min(kept):.0f}-{100 * max(kept):.0f} % (median {100 * statistics.median(kept):.0f} %,"
+            f" {sum(k < 0.7 for k in kept)} of {len(kept)} below 70 %)")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -341,6 +412,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--held", type=int, default=100, help="unacked messages the killed broker holds")
     parser.add_argument("--settle", type=float, default=0.5, help="seconds between the held deliveries and the kill")
     parser.add_argument("--rounds", type=int, default=3, help="fail-overs")
+    parser.add_argument("--controls", type=int, default=0,
+                        help="rounds without the kill, each before one of the first fail-overs")
     args = parser.parse_args(argv)
     if args.quick:
         args.warmup, args.seconds, args.repeat, args.rounds = 2.0, 5.0, 1, 1
@@ -365,17 +438,24 @@ def main(argv: Sequence[str] | None = None) -> None:
                         rows.append(median_run(runs))
             print_rows(rows)
         if "failover" in args.parts:
-            lasts, kept = [], []
+            rounds: list[Takeover] = []
+            controls: list[Takeover] = []
             for r in range(args.rounds):
-                first, last, before, rate = failover(args, pg)
-                lasts.append(last)
-                kept.append(rate / before if before else 0.0)
+                if r < args.controls:  # interleaved with the kills, so under the same load
+                    controls.append(failover(args, pg, kill=False))
+                    print(f"control {r + 1} (no kill): {_windows(args, controls[-1])}", flush=True)
+                rounds.append(failover(args, pg))
                 print(f"fail-over {r + 1}: kill -9 of a broker holding {args.held} unacked; first taken over after"
-                      f" {first:.2f} s, last after {last:.2f} s (lease {args.lease:g} s); survivors {before:,.0f}"
-                      f" msg/s before, {rate:,.0f} meanwhile ({100 * kept[-1]:.0f} %)", flush=True)
+                      f" {rounds[-1].first:.2f} s, last after {rounds[-1].last:.2f} s (lease {args.lease:g} s);"
+                      f" {_windows(args, rounds[-1])}", flush=True)
+            lasts = [t.last for t in rounds]
             print(f"{args.rounds} fail-overs: last held message taken over after {min(lasts):.2f}-{max(lasts):.2f} s"
-                  f" (median {statistics.median(lasts):.2f} s); survivors kept {100 * min(kept):.0f}-"
-                  f"{100 * max(kept):.0f} % of their rate (median {100 * statistics.median(kept):.0f} %)", flush=True)
+                  f" (median {statistics.median(lasts):.2f} s)", flush=True)
+            for name, taken in (("fail-overs", rounds), ("controls (no kill)", controls)):
+                if taken:
+                    print(f"{name}: {_ratios([_kept(t.during, t.before) for t in taken])} of the rate before in the"
+                          f" window from the kill, {_ratios([_kept(t.after, t.before) for t in taken])} in the one"
+                          f" after it", flush=True)
         print(f"load average {os.getloadavg()[0]:.1f}")
     finally:
         pg.stop()

@@ -145,9 +145,6 @@ class MemoryStore(Store):
     def sync_ticket(self) -> int:
         return 0
 
-    def backlog(self) -> int:
-        return 0
-
     def full(self) -> bool:
         return False  # nothing is ever buffered
 
@@ -156,16 +153,6 @@ class MemoryStore(Store):
 
     def withdraw(self, msg: StoredMessage) -> bool:
         return False  # nothing is stored, so nothing can fail to be: there is nothing to give up
-
-    @property
-    def outages(self) -> int:
-        return 0  # memory is never unavailable
-
-    def outage_seconds(self) -> float:
-        return 0.0
-
-    def disk_bytes(self) -> None:
-        return None  # nothing on disk
 
     async def load_ready(self, queue: str, after: tuple[int, int] | None, limit: int) -> Sequence[StoredMessage]:
         return ()

@@ -71,7 +71,7 @@ from .ages import NO_AGES, QueueAges
 from .records import BindingRecord, ExchangeRecord, QueueRecord
 
 if TYPE_CHECKING:
-    from .rows import Row
+    from .rows import MetaFact, Row
 
 T = TypeVar("T")
 
@@ -293,10 +293,13 @@ class Recovery:
     streams: list[StreamRecord] = field(default_factory=list)  # sorted by name
     vhosts: list[str] = field(default_factory=lambda: [DEFAULT_VHOST])  # declared vhosts, sorted
     queues: list[QueueRecord] = field(default_factory=list)  # declared queues, sorted by name
-    #: declared shovels: name -> their declaration as stored (server/shovels.py reads it)
-    shovels: dict[str, dict[str, Any]] = field(default_factory=dict)
-    #: stored policies, as ``SavePolicy`` rows gave them (server/policies.py reads them)
-    policies: list[dict[str, Any]] = field(default_factory=list)
+    #: broker-wide facts (``rows.MetaFact``): their kind's ``PREFIX`` -> key -> value, by key
+    meta: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def facts(self, kind: type[MetaFact]) -> dict[str, Any]:
+        """The stored facts of ``kind`` (``SaveShovel``, ``SavePolicy`` ...): key -> value as
+        written, in key order."""
+        return self.meta.get(kind.PREFIX, {})
 
 
 @dataclass(frozen=True, slots=True)

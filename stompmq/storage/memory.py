@@ -33,9 +33,8 @@ from .rows import (
     Row,
     SaveBinding,
     SaveExchange,
-    SavePolicy,
+    MetaFact,
     SaveQueue,
-    SaveShovel,
     SaveStream,
     SaveVhost,
     TrimStream,
@@ -65,8 +64,7 @@ class MemoryStore(Store):
         self._vhosts = {DEFAULT_VHOST}
         self._queues: dict[str, dict[str, str]] = {}
         self._groups: dict[str, dict[str, int]] = {}  # stream -> consumer group -> committed offset
-        self._shovels: dict[str, dict[str, Any]] = {}
-        self._policies: dict[str, dict[str, Any]] = {}
+        self._meta: dict[str, dict[str, Any]] = {}  # broker-wide facts: prefix -> key -> value
 
     async def open(self) -> Recovery:
         streams = [StreamRecord(name, options, 0, 0, groups=dict(self._groups.get(name, {})))
@@ -74,7 +72,7 @@ class MemoryStore(Store):
         queues = [QueueRecord(name, options) for name, options in sorted(self._queues.items())]
         return Recovery(
             0, list(self._exchanges.values()), list(self._bindings.values()), streams, sorted(self._vhosts), queues,
-            dict(self._shovels), [self._policies[key] for key in sorted(self._policies)],
+            {prefix: dict(sorted(facts.items())) for prefix, facts in self._meta.items()},
         )
 
     async def run(self) -> None:
@@ -126,10 +124,8 @@ class MemoryStore(Store):
                 self._queues = {k: v for k, v in self._queues.items() if not k.startswith(space)}
             case SaveQueue(name=name, options=options):
                 _put(self._queues, name, options)
-            case SaveShovel(name=name, declaration=declaration):
-                _put(self._shovels, name, declaration)
-            case SavePolicy(key=key, record=record):
-                _put(self._policies, key, record)
+            case MetaFact(key=key, value=value):
+                _put(self._meta.setdefault(row.PREFIX, {}), key, value)
             case Purge() | TrimStream() | CapExpiry() | Release():
                 pass  # messages and stream entries: the broker's own
             case _:

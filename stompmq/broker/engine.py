@@ -44,8 +44,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 
 from ..protocol import Frame
-from ..storage.base import BindingRecord, ExchangeRecord, Recovery, Store, StoredMessage, StoreError
+from ..storage.base import Recovery, Store, StoredMessage, StoreError
 from ..storage.base import StreamMessage, StreamState
+from ..storage.records import BindingRecord, ExchangeRecord
 from ..storage.rows import DropBinding, SaveExchange
 from .acks import Acks
 from .browse import BrowseSubscription

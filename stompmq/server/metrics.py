@@ -138,7 +138,8 @@ async def scrape(management: Scraped) -> bytes:
                      management.broker_id], 1)
     metrics.append(info)
     metrics += PROCESS.collect()
-    disk = management.runtime.store.disk_bytes()
+    health = management.runtime.store.health()
+    disk = health.disk_bytes
     if disk is not None:
         gauge("stompmq_store_disk_bytes", "Bytes the store takes on disk (SQLite: the database and its WAL)", disk)
     alarm = GaugeMetricFamily("stompmq_alarm", "1 while a resource alarm blocks publishers (--disk-free-limit, "
@@ -155,13 +156,12 @@ async def scrape(management: Scraped) -> bytes:
     gauge("stompmq_queues_in_use", "Queues published to or consumed from since start", len(stats))
     gauge("stompmq_queues_active", "Queues in memory (with consumers or deliveries in flight)",
           sum(len(engine.queues) for engine in engines.values()))
-    store = management.runtime.store
-    gauge("stompmq_store_backlog", "Store writes buffered, not yet committed", store.backlog())
+    gauge("stompmq_store_backlog", "Store writes buffered, not yet committed", health.backlog)
     metrics.append(CounterMetricFamily("stompmq_store_outages", "Times the store became unavailable (a failed "
-                                       "commit or read, until the next success)", value=store.outages))
+                                       "commit or read, until the next success)", value=health.outages))
     metrics.append(CounterMetricFamily("stompmq_store_outage_seconds", "Seconds the store was unavailable, the "
                                        "outage going on included (receipts waited meanwhile)",
-                                       value=store.outage_seconds()))
+                                       value=health.outage_seconds))
     counter("stompmq_topic_drops", "Topic deliveries missed by subscribers that could not take them (outbox "
             "over its hard limit, prefetch full)", lambda engine: engine.topic_drops)
     counter("stompmq_topic_lagging", "Topic subscribers singled out as slow (--topic-block-timeout): they miss "

@@ -27,7 +27,7 @@ PolicyKey = tuple[bool, str, str]
 
 
 def stored_key(key: PolicyKey) -> str:
-    """The policy's name in the store (after ``POLICY_PREFIX``): unique, one per policy."""
+    """The policy's name in the store (after ``SavePolicy.PREFIX``): unique, one per policy."""
     operator, vhost, name = key
     return f"{'operator' if operator else 'policy'}/{urllib.parse.quote(vhost, safe='')}/{name}"
 

@@ -42,7 +42,7 @@ from ..storage.base import (
     StreamState,
 )
 from ..storage.records import BindingRecord, ExchangeRecord
-from ..storage.rows import DropVhost, SaveVhost
+from ..storage.rows import DropVhost, SavePolicy, SaveShovel, SaveVhost
 from ..storage.vhosts import VhostStore, split_definitions, split_recovery
 from ..tomlfile import load_definitions
 from ..vhost_names import DEFAULT_VHOST, split_key, vhost_space
@@ -264,7 +264,7 @@ class Runtime(StoreEvents):
         try:
             path = self.broker.config.definitions
             data = load_definitions(path) if path else {}
-            self.shovels.recover(recovery.shovels)
+            self.shovels.recover(recovery.facts(SaveShovel))
             for vhost, part in sorted(split_recovery(recovery).items()):
                 engine = self.engines.get(vhost) or self._add(vhost, part)
                 # Private queues left by a crash of this broker (on a store several brokers share,
@@ -277,7 +277,7 @@ class Runtime(StoreEvents):
                     self.tick()
                     engine.load_stream_marks(name, entries)
             self.tick()
-            self.policies.load(recovery.policies)
+            self.policies.load(list(recovery.facts(SavePolicy).values()))
             if path:  # checked whole first: a file with any invalid entry changes nothing
                 definitions.apply(self, definitions.plan(self, data, path, None))
             for engine in list(self.engines.values()):

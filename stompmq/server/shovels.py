@@ -5,7 +5,7 @@ Theory of operation
 A declaration (``transfer.Declaration``: from, to, prefetch) comes from the management API
 (``PUT /api/shovels/{name}``) or a definitions file's ``[[shovels]]``; it is stored as a
 ``broker_meta`` row (a ``SaveShovel`` row, ``Store.write``), so a restarted broker runs it again
-(``Recovery.shovels``).  Each runs the very transfer loop of ``stompmq shovel``
+(``Recovery.facts(SaveShovel)``).  Each runs the very transfer loop of ``stompmq shovel``
 (``transfer.Shovel``): a message is ACKed at the source only after the destination's RECEIPT,
 and what a broken session left unconfirmed the source delivers again, flagged
 ``shovel-redelivered``.

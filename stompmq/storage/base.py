@@ -20,7 +20,7 @@ the store calls ``events.committed(ticket)`` on the trio thread; when it fails i
 later group retries them.  Tickets commit in increasing order, so a connection
 that queues its RECEIPTs behind tickets keeps them in order.
 
-A store that falls behind the disk says so with ``backlog()``, and
+A store that falls behind the disk says so in ``health().backlog``, and
 ``wait_for_room`` lets the server hold its readers back while the store holds
 more than its limits (operations and bytes) not yet on disk, woken by the store
 rather than by polling.
@@ -69,11 +69,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ..vhost_names import DEFAULT_VHOST
 from .ages import NO_AGES, QueueAges
 from .header_filter import HeaderFilter
-# The engine (broker/engine.py) names the two records with the rest of the interface: handed on.
-from .records import BindingRecord as BindingRecord, ExchangeRecord as ExchangeRecord, QueueRecord
+from .records import BindingRecord, ExchangeRecord, QueueRecord
 
 if TYPE_CHECKING:
-    from .rows import Row
+    from .rows import MetaFact, Row
 
 T = TypeVar("T")
 
@@ -295,10 +294,13 @@ class Recovery:
     streams: list[StreamRecord] = field(default_factory=list)  # sorted by name
     vhosts: list[str] = field(default_factory=lambda: [DEFAULT_VHOST])  # declared vhosts, sorted
     queues: list[QueueRecord] = field(default_factory=list)  # declared queues, sorted by name
-    #: declared shovels: name -> their declaration as stored (server/shovels.py reads it)
-    shovels: dict[str, dict[str, Any]] = field(default_factory=dict)
-    #: stored policies, as ``SavePolicy`` rows gave them (server/policies.py reads them)
-    policies: list[dict[str, Any]] = field(default_factory=list)
+    #: broker-wide facts (``rows.MetaFact``): their kind's ``PREFIX`` -> key -> value, by key
+    meta: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def facts(self, kind: type[MetaFact]) -> dict[str, Any]:
+        """The stored facts of ``kind`` (``SaveShovel``, ``SavePolicy`` ...): key -> value as
+        written, in key order."""
+        return self.meta.get(kind.PREFIX, {})
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,6 +316,31 @@ class BrokerLease:
     version: str | None
     live: bool  # its lease runs now (the database's clock): a lapsed one is forgotten at the next renewal
     counters: dict[str, int]  # what it counted since it started, as of its last renewal
+
+
+@dataclass(frozen=True, slots=True)
+class Brokers:
+    """The brokers on a shared store's database (``Store.brokers``): one read, so the departed
+    brokers' counters are of the same instant as the leases they are summed with."""
+
+    leases: list[BrokerLease] = field(default_factory=list)  # by id
+    #: What the brokers that left the database (stopped, or swept after a crash) counted, summed:
+    #: with the leases' counters, the cluster's totals, cumulative across restarts.
+    departed: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class StoreHealth:
+    """What a store says about itself to ``/metrics``, ``/readyz`` and ``/api/overview``: one
+    read instead of a method per figure, so the interface (and every view forwarding it, as a
+    ``VhostStore``) stays narrow.  The defaults are a store that buffers nothing, keeps
+    nothing on disk and is never unavailable (memory)."""
+
+    backlog: int = 0  # operations buffered and not yet committed
+    outages: int = 0  # times the store became unavailable since start
+    outage_seconds: float = 0.0  # seconds it was unavailable since start, the outage going on included
+    unavailable: bool = False  # not accepting writes now (an outage going on: /readyz says not ready)
+    disk_bytes: int | None = None  # bytes on disk now; None where this process cannot tell
 
 
 @dataclass(frozen=True, slots=True)
@@ -532,10 +559,6 @@ class Store(abc.ABC):
         """Ticket covering every write buffered so far; schedules its commit now."""
 
     @abc.abstractmethod
-    def backlog(self) -> int:
-        """Operations buffered and not yet committed (the server throttles readers on it)."""
-
-    @abc.abstractmethod
     def full(self) -> bool:
         """The store holds as much unflushed work as it may: producers are being held back."""
 
@@ -552,19 +575,10 @@ class Store(abc.ABC):
         commit failed, or it never was tried) and return True; False if it may be stored (its
         group is in flight or in doubt) or is not buffered (stored, or acked before its flush)."""
 
-    @property
-    @abc.abstractmethod
-    def outages(self) -> int:
-        """Times the store became unavailable since start (for /metrics)."""
-
-    @abc.abstractmethod
-    def outage_seconds(self) -> float:
-        """Seconds the store was unavailable since start, the outage going on included."""
-
-    @property
-    def unavailable(self) -> bool:
-        """The store is not accepting writes now (an outage going on: /readyz says not ready)."""
-        return False
+    def health(self) -> StoreHealth:
+        """Backlog, outages and size on disk, as of now (``StoreHealth``); the default is a store
+        that buffers nothing and is never unavailable (memory)."""
+        return StoreHealth()
 
     # -- reads ---------------------------------------------------------------
     @abc.abstractmethod
@@ -652,21 +666,10 @@ class Store(abc.ABC):
         (storage/ages.py); a store that is not durable holds none (the engine knows its own)."""
         return NO_AGES
 
-    @abc.abstractmethod
-    def disk_bytes(self) -> int | None:
-        """Bytes the store takes on disk now, or None where this process cannot tell (memory;
-        a database server's own monitoring knows its size)."""
-
-    async def brokers(self) -> list[BrokerLease]:
-        """Every broker on a shared store's database with its lease and claims, by id; a store of
-        one broker returns none."""
-        return []
-
-    def departed_counters(self) -> dict[str, int]:
-        """What the brokers that left a shared store's database (stopped, or swept after a crash)
-        counted, summed, as of the last ``brokers()``: with the registered brokers' counters,
-        the cluster's totals, cumulative across restarts."""
-        return {}
+    async def brokers(self) -> Brokers:
+        """Every broker on a shared store's database with its lease and claims, and what the
+        departed ones counted (``Brokers``); a store of one broker has none."""
+        return Brokers()
 
     @abc.abstractmethod
     async def queue_page(self, after: str, limit: int, snapshot: Callable[[], T]) -> tuple[list[QueueCount], T]:

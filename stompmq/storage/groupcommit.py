@@ -104,6 +104,7 @@ from stompmq.storage.base import (
     Recovery,
     StoredMessage,
     StoreError,
+    StoreHealth,
     StreamMessage,
 )
 from stompmq.vhost_names import vhost_space
@@ -405,6 +406,7 @@ class GroupCommitStore(GroupReads):
         return self._committed
 
     def backlog(self) -> int:
+        """Operations buffered and not yet committed (``StoreHealth.backlog``; ``full`` weighs it)."""
         inflight = len(self._inflight) if self._inflight is not None else 0
         return (len(self._pending) + len(self._structural) + len(self._stream_appends) + len(self._group_offsets)
                 + inflight)
@@ -427,16 +429,10 @@ class GroupCommitStore(GroupReads):
         self._pending_bytes -= len(msg.body) + MESSAGE_OVERHEAD
         return True
 
-    @property
-    def outages(self) -> int:
-        return self._outage.count
-
-    @property
-    def unavailable(self) -> bool:
-        return self._outage.since is not None
-
-    def outage_seconds(self) -> float:
-        return self._outage.seconds()
+    def health(self) -> StoreHealth:
+        outage = self._outage
+        return StoreHealth(backlog=self.backlog(), outages=outage.count, outage_seconds=outage.seconds(),
+                           unavailable=outage.since is not None, disk_bytes=self.disk_bytes())
 
     def disk_bytes(self) -> int | None:
         """The engine cannot tell how much its backend takes (``SQLiteStore`` knows its file)."""

@@ -34,9 +34,8 @@ from .rows import (
     Row,
     SaveBinding,
     SaveExchange,
-    SavePolicy,
+    MetaFact,
     SaveQueue,
-    SaveShovel,
     SaveStream,
     SaveVhost,
     TrimStream,
@@ -66,8 +65,7 @@ class MemoryStore(Store):
         self._vhosts = {DEFAULT_VHOST}
         self._queues: dict[str, dict[str, str]] = {}
         self._groups: dict[str, dict[str, int]] = {}  # stream -> consumer group -> committed offset
-        self._shovels: dict[str, dict[str, Any]] = {}
-        self._policies: dict[str, dict[str, Any]] = {}
+        self._meta: dict[str, dict[str, Any]] = {}  # broker-wide facts: prefix -> key -> value
 
     async def open(self) -> Recovery:
         streams = [StreamRecord(name, options, 0, 0, groups=dict(self._groups.get(name, {})))
@@ -75,7 +73,7 @@ class MemoryStore(Store):
         queues = [QueueRecord(name, options) for name, options in sorted(self._queues.items())]
         return Recovery(
             0, list(self._exchanges.values()), list(self._bindings.values()), streams, sorted(self._vhosts), queues,
-            dict(self._shovels), [self._policies[key] for key in sorted(self._policies)],
+            {prefix: dict(sorted(facts.items())) for prefix, facts in self._meta.items()},
         )
 
     async def run(self) -> None:
@@ -127,10 +125,8 @@ class MemoryStore(Store):
                 self._queues = {k: v for k, v in self._queues.items() if not k.startswith(space)}
             case SaveQueue(name=name, options=options):
                 _put(self._queues, name, options)
-            case SaveShovel(name=name, declaration=declaration):
-                _put(self._shovels, name, declaration)
-            case SavePolicy(key=key, record=record):
-                _put(self._policies, key, record)
+            case MetaFact(key=key, value=value):
+                _put(self._meta.setdefault(row.PREFIX, {}), key, value)
             case Purge() | TrimStream() | CapExpiry() | Release():
                 pass  # messages and stream entries: the broker's own
             case _:
@@ -146,9 +142,6 @@ class MemoryStore(Store):
     def sync_ticket(self) -> int:
         return 0
 
-    def backlog(self) -> int:
-        return 0
-
     def full(self) -> bool:
         return False  # nothing is ever buffered
 
@@ -157,16 +150,6 @@ class MemoryStore(Store):
 
     def withdraw(self, msg: StoredMessage) -> bool:
         return False  # nothing is stored, so nothing can fail to be: there is nothing to give up
-
-    @property
-    def outages(self) -> int:
-        return 0  # memory is never unavailable
-
-    def outage_seconds(self) -> float:
-        return 0.0
-
-    def disk_bytes(self) -> None:
-        return None  # nothing on disk
 
     async def load_ready(self, queue: str, after: tuple[int, int] | None, limit: int,
                          matching: HeaderFilter | None = None) -> Sequence[StoredMessage]:

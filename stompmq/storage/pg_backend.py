@@ -35,13 +35,13 @@ from stompmq.storage.rows import (
     DropExchange,
     DropStream,
     DropVhost,
+    MetaFact,
     Purge,
     Release,
     SaveBinding,
     SaveExchange,
     SavePolicy,
     SaveQueue,
-    SaveShovel,
     SaveStream,
     SaveVhost,
     TrimStream,
@@ -144,11 +144,11 @@ class PostgresBackend(PostgresReads):
             vhosts, exchanges, bindings = recovery.definitions(conn)
             with conn.cursor() as cur:
                 streams = self.streams.recover(cur)
-            queues, shovels = recovery.declarations(conn)
-            policies = recovery.policies(conn)
+            queues = recovery.queues(conn)
+            meta = recovery.meta_facts(conn)
         except psycopg.Error as exc:
             raise StoreError(f"cannot recover {self.name}: {one_line(exc)}") from None
-        return Recovery(0, exchanges, bindings, streams, vhosts, queues, shovels, policies)
+        return Recovery(0, exchanges, bindings, streams, vhosts, queues, meta)
 
     def close(self) -> None:
         conn, self._conn = self._conn, None
@@ -470,7 +470,7 @@ class PostgresBackend(PostgresReads):
                     cur.execute("DELETE FROM messages WHERE queue_id = %s", (queue_id,))
             case TopicMessage(topic=topic, headers=headers, body=body):
                 self._notify_topic(cur, topic, headers, body)
-            case SaveShovel() | SavePolicy():
+            case MetaFact():
                 name, value = op.meta
                 if value is None:
                     cur.execute("DELETE FROM broker_meta WHERE name = %s", (name,))

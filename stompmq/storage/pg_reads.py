@@ -25,6 +25,7 @@ from stompmq.storage.base import (
 )
 from stompmq.storage.header_filter import HeaderFilter
 from stompmq.storage.records import BindingRecord, ExchangeRecord
+from stompmq.storage.rows import SavePolicy
 from stompmq.vhost_names import split_key, vhost_space
 from stompmq.storage.backend import QUEUE_PAGE_SQL
 from stompmq.storage.pg_streams import SharedStreams
@@ -295,6 +296,7 @@ class PostgresReads:
     def definitions(self) -> tuple[list[str], list[ExchangeRecord], list[BindingRecord], list[dict[str, Any]]]:
         try:
             conn = self._connection()
-            return (*recovery.definitions(conn), recovery.policies(conn))
+            policies = recovery.meta_facts(conn, [SavePolicy.PREFIX])[SavePolicy.PREFIX]
+            return (*recovery.definitions(conn), list(policies.values()))
         except psycopg.Error as exc:
             raise StoreError(f"cannot read {self.name}: {one_line(exc)}") from None

@@ -64,8 +64,8 @@ import trio
 
 from stompmq.storage import jsontext, pg_liveness
 from stompmq.storage.base import (
-    BrokerLease,
     SEQ_CHUNK,
+    Brokers,
     Recovery,
     StoredMessage,
     StoreError,
@@ -109,7 +109,6 @@ class PostgresStore(GroupCommitStore):
         self._want_block = trio.Event()
         self._listener: Listener | None = None
         self._epoch: int | None = None  # the lease epoch of the claims the engine holds in memory
-        self._departed: dict[str, int] = {}  # what departed brokers counted, as of ``brokers()``
 
     @property
     def node_id(self) -> str:
@@ -129,12 +128,9 @@ class PostgresStore(GroupCommitStore):
     ) -> Sequence[StoredMessage]:
         return await self._read(self._pg.browse_due, after, limit, vhost)
 
-    async def brokers(self) -> list[BrokerLease]:
-        leases, self._departed = await self._read(self._pg.brokers)
-        return leases
-
-    def departed_counters(self) -> dict[str, int]:
-        return self._departed
+    async def brokers(self) -> Brokers:
+        leases, departed = await self._read(self._pg.brokers)
+        return Brokers(leases, departed)
 
     async def open(self) -> Recovery:
         recovery = await super().open()

@@ -1,6 +1,6 @@
 """What every SQL backend reads back when it opens, written once for all of them.
 
-The declarations (vhosts, exchanges, bindings, queue options, shovels) and the streams'
+The declarations (vhosts, exchanges, bindings, queue options, broker-wide facts) and the streams'
 idempotent producers and consumer groups are the same rows of ``schema.py``'s tables on
 every database, so their statements live here, portable and without parameters: both
 drivers (``sqlite3``, psycopg 3) run them through ``execute`` alone.  What stays in a
@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from stompmq.storage.records import BindingRecord, ExchangeRecord, QueueRecord
 from stompmq.vhost_names import vhost_space
-from stompmq.storage.rows import POLICY_PREFIX, SHOVEL_PREFIX
+from stompmq.storage.rows import META_PREFIXES
 from stompmq.storage.jsontext import loads
 
 VHOSTS_SQL = "SELECT name FROM vhosts ORDER BY name"
@@ -25,11 +25,6 @@ BINDINGS_SQL = (
     "SELECT vhost, exchange, queue, weight, routing_key FROM bindings ORDER BY vhost, exchange, queue, routing_key"
 )
 QUEUES_SQL = "SELECT vhost, name, options FROM queues WHERE options IS NOT NULL ORDER BY vhost, name"
-# A literal pattern, not a parameter: the one statement then runs unchanged on both drivers.
-assert "'" not in SHOVEL_PREFIX and "%" not in SHOVEL_PREFIX and "_" not in SHOVEL_PREFIX
-SHOVELS_SQL = f"SELECT name, value FROM broker_meta WHERE name LIKE '{SHOVEL_PREFIX}%' ORDER BY name"
-assert "'" not in POLICY_PREFIX and "%" not in POLICY_PREFIX and "_" not in POLICY_PREFIX
-POLICIES_SQL = f"SELECT value FROM broker_meta WHERE name LIKE '{POLICY_PREFIX}%' ORDER BY name"
 PRODUCERS_SQL = "SELECT stream_id, producer, seq FROM stream_producers"
 GROUPS_SQL = "SELECT stream_id, name, committed FROM stream_groups"
 
@@ -55,17 +50,22 @@ def definitions(conn: Connection) -> tuple[list[str], list[ExchangeRecord], list
     return vhosts, exchanges, bindings
 
 
-def declarations(conn: Connection) -> tuple[list[QueueRecord], dict[str, dict[str, Any]]]:
-    """The declared queues (by key) with their options, and the declared shovels by name."""
-    queues = [QueueRecord(vhost_space(vhost) + name, loads(options)) for vhost, name, options in conn.execute(QUEUES_SQL)]
-    shovels = {name[len(SHOVEL_PREFIX):]: loads(value) for name, value in conn.execute(SHOVELS_SQL)}
-    return queues, shovels
+def queues(conn: Connection) -> list[QueueRecord]:
+    """The declared queues (by key) with their options."""
+    return [QueueRecord(vhost_space(vhost) + name, loads(options)) for vhost, name, options in conn.execute(QUEUES_SQL)]
 
 
-def policies(conn: Connection) -> list[dict[str, Any]]:
-    """Every stored policy (the records of ``SavePolicy`` rows): at open, and whenever a shared
-    store hears that another broker changed them."""
-    return [loads(value) for (value,) in conn.execute(POLICIES_SQL)]
+def meta_facts(conn: Connection, prefixes: Iterable[str] = META_PREFIXES) -> dict[str, dict[str, Any]]:
+    """The stored broker-wide facts (``rows.MetaFact``) of those kinds' ``prefixes``
+    (``Recovery.meta``: prefix -> key -> value, in key order): every kind at open, the policies
+    whenever a shared store hears that another broker changed them.  The prefixes are literal
+    patterns (``MetaFact`` checks them), so the one statement runs unchanged on both drivers."""
+    facts: dict[str, dict[str, Any]] = {prefix: {} for prefix in sorted(prefixes)}
+    where = " OR ".join(f"name LIKE '{prefix}%'" for prefix in facts)
+    for name, value in conn.execute(f"SELECT name, value FROM broker_meta WHERE {where} ORDER BY name"):
+        prefix, _, key = name.partition("/")
+        facts[prefix + "/"][key] = loads(value)
+    return facts
 
 
 def stream_positions(conn: Connection) -> tuple[dict[int, dict[str, int]], dict[int, dict[str, int]]]:

@@ -14,6 +14,14 @@ Names: a row's ``KEYS`` are the fields holding a store key (``vhost_space`` + na
 ``storage/base.py``), so one function (``in_space``) puts a vhost's prefix on any row; a
 broker-wide fact (a vhost, a shovel, a policy) has none.  A row owns its values: the dicts it is
 given are copied, so the caller may go on changing its own.
+
+Broker-wide facts: a ``MetaFact`` (a shovel, a policy) is a ``key`` -> JSON ``value`` kept as one
+``broker_meta`` row named ``PREFIX + key``.  Every store handles the base class, not each kind:
+one case in each backend's ``match``, one read at open (``recovery.meta_facts``, of every prefix a
+subclass registered), handed back in ``Recovery.meta`` and read with ``Recovery.facts(kind)``.  A
+new fact of that shape is a subclass here with its own ``PREFIX`` (added to ``ROW_TYPES``, so
+``tests/storage/test_rows.py`` runs it) and the caller that writes it and reads it back; no store,
+backend or migration changes (docs/decisions/one-write-verb.md, "Adding a fact").
 """
 
 from __future__ import annotations
@@ -23,12 +31,6 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
 from stompmq.storage.records import BindingRecord, ExchangeRecord
-
-#: ``broker_meta`` names of the shovels' rows start with it (a shovel name has no '/').
-SHOVEL_PREFIX = "shovel/"
-#: ``broker_meta`` names of the policies' rows start with it (``SavePolicy``).
-POLICY_PREFIX = "policy/"
-
 
 def _own(row: object, name: str) -> None:
     """Replace ``row``'s dict field ``name`` by a copy (a frozen row's ``__post_init__``)."""
@@ -160,47 +162,59 @@ class CapExpiry:
     ttl: int
 
 
-@dataclass(frozen=True, slots=True)
-class SaveShovel:
-    """Insert or replace the declaration of shovel ``name`` (None: forget it); it is in
-    ``Recovery.shovels`` from then on.  Shovels are the broker's, not a vhost's."""
-
-    KEYS: ClassVar[tuple[str, ...]] = ()
-    name: str
-    declaration: dict[str, Any] | None
-
-    def __post_init__(self) -> None:
-        _own(self, "declaration")
-
-    @property
-    def meta(self) -> tuple[str, dict[str, Any] | None]:
-        """Its ``broker_meta`` row: (name, value; None: delete the row)."""
-        return SHOVEL_PREFIX + self.name, self.declaration
+#: The ``PREFIX`` of every kind of broker-wide fact defined (``MetaFact.__init_subclass__``): what
+#: ``recovery.meta_facts`` reads at open.
+META_PREFIXES: set[str] = set()
 
 
 @dataclass(frozen=True, slots=True)
-class SavePolicy:
-    """Insert or replace policy ``key`` (None: forget it); it is in ``Recovery.policies`` from
-    then on, and a shared store tells every broker (``StoreEvents.policies_changed``).  The
-    record names its vhost, so the key carries no prefix."""
+class MetaFact:
+    """Insert or replace the broker-wide fact ``key`` of this kind (None: forget it): the
+    ``broker_meta`` row ``PREFIX + key``, in ``Recovery.facts(kind)`` from then on.  A kind is
+    a subclass naming its ``PREFIX`` (one word and a '/', so the statement that reads them all
+    needs no parameter: ``recovery.meta_facts``)."""
 
     KEYS: ClassVar[tuple[str, ...]] = ()
+    PREFIX: ClassVar[str]
     key: str
-    record: dict[str, Any] | None
+    value: dict[str, Any] | None
+
+    def __init_subclass__(cls) -> None:  # (no super(): a slotted dataclass is a copy of its class)
+        prefix = cls.PREFIX
+        # A word and a '/': a literal LIKE pattern (no quote, '%' or '_') that starts no other.
+        assert prefix[:-1].isalpha() and prefix.endswith("/"), prefix
+        META_PREFIXES.add(prefix)
 
     def __post_init__(self) -> None:
-        _own(self, "record")
+        _own(self, "value")
 
     @property
     def meta(self) -> tuple[str, dict[str, Any] | None]:
         """Its ``broker_meta`` row: (name, value; None: delete the row)."""
-        return POLICY_PREFIX + self.key, self.record
+        return self.PREFIX + self.key, self.value
+
+
+@dataclass(frozen=True, slots=True)
+class SaveShovel(MetaFact):
+    """The declaration of shovel ``key`` (server/shovels.py).  Shovels are the broker's, not a
+    vhost's (a shovel name has no '/')."""
+
+    PREFIX: ClassVar[str] = "shovel/"
+
+
+@dataclass(frozen=True, slots=True)
+class SavePolicy(MetaFact):
+    """Policy ``key`` (server/policies.py); a shared store tells every broker at once
+    (``StoreEvents.policies_changed``).  The record names its vhost, so the key carries no
+    prefix."""
+
+    PREFIX: ClassVar[str] = "policy/"
 
 
 #: What ``Store.write`` takes: every structural fact.
 Row = (
     Purge | SaveExchange | DropExchange | SaveBinding | DropBinding | Release | SaveStream | TrimStream | DropStream
-    | SaveVhost | DropVhost | SaveQueue | CapExpiry | SaveShovel | SavePolicy
+    | SaveVhost | DropVhost | SaveQueue | CapExpiry | MetaFact
 )
 #: Every row type, for tests that go over all of them.
 ROW_TYPES: tuple[type[Row], ...] = (

@@ -68,13 +68,12 @@ from stompmq.storage.rows import (
     DropExchange,
     DropStream,
     DropVhost,
+    MetaFact,
     Purge,
     Release,
     SaveBinding,
     SaveExchange,
-    SavePolicy,
     SaveQueue,
-    SaveShovel,
     SaveStream,
     SaveVhost,
     TrimStream,
@@ -191,14 +190,13 @@ class SQLiteBackend:
             self._stored_last_seq = int(row[0]) if row else 0
             vhosts, exchanges, bindings = recovery.definitions(conn)
             streams = self._recover_streams(conn)
-            queues, shovels = recovery.declarations(conn)
-            policies = recovery.policies(conn)
+            queues = recovery.queues(conn)
+            meta = recovery.meta_facts(conn)
             (max_delayed,) = conn.execute("SELECT COALESCE(MAX(seq), 0) FROM delayed_messages").fetchone()
         except sqlite3.Error as exc:
             raise StoreError(f"cannot recover {self.path}: {exc}") from exc
         return Recovery(
-            max(max_seq, max_delayed, self._stored_last_seq), exchanges, bindings, streams, vhosts, queues, shovels,
-            policies,
+            max(max_seq, max_delayed, self._stored_last_seq), exchanges, bindings, streams, vhosts, queues, meta,
         )
 
     def _recover_streams(self, conn: sqlite3.Connection) -> list[StreamRecord]:
@@ -306,7 +304,7 @@ class SQLiteBackend:
                     "UPDATE queues SET options = ? WHERE id = ?",
                     (None if options is None else _dumps(options), queue_id),
                 )
-            case SaveShovel() | SavePolicy():
+            case MetaFact():
                 name, value = op.meta
                 if value is None:
                     conn.execute("DELETE FROM broker_meta WHERE name = ?", (name,))

@@ -30,11 +30,12 @@ import trio
 from .ages import QueueAges
 from .header_filter import HeaderFilter
 from .base import (
-    BrokerLease,
+    Brokers,
     QueueCount,
     Recovery,
     Store,
     StoredMessage,
+    StoreHealth,
     StreamMessage,
     StreamState,
 )
@@ -110,11 +111,8 @@ class VhostStore(Store):
     def publish_topic(self, topic: str, headers: dict[str, str], body: bytes) -> None:
         self.store.publish_topic(self.space + topic, headers, body)
 
-    async def brokers(self) -> list[BrokerLease]:
+    async def brokers(self) -> Brokers:
         return await self.store.brokers()
-
-    def departed_counters(self) -> dict[str, int]:
-        return self.store.departed_counters()
 
     # -- lifecycle: the shared store's owner opens, runs and closes it --------------------------
     async def open(self) -> Recovery:
@@ -161,9 +159,6 @@ class VhostStore(Store):
     def sync_ticket(self) -> int:
         return self.store.sync_ticket()
 
-    def backlog(self) -> int:
-        return self.store.backlog()
-
     def full(self) -> bool:
         return self.store.full()
 
@@ -173,19 +168,8 @@ class VhostStore(Store):
     def withdraw(self, msg: StoredMessage) -> bool:
         return self.store.withdraw(msg)
 
-    @property
-    def outages(self) -> int:
-        return self.store.outages
-
-    def outage_seconds(self) -> float:
-        return self.store.outage_seconds()
-
-    @property
-    def unavailable(self) -> bool:
-        return self.store.unavailable
-
-    def disk_bytes(self) -> int | None:
-        return self.store.disk_bytes()
+    def health(self) -> StoreHealth:
+        return self.store.health()
 
     # -- reads ---------------------------------------------------------------------------------
     async def load_ready(self, queue: str, after: tuple[int, int] | None, limit: int,

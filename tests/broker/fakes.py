@@ -128,9 +128,6 @@ class DictStore(Store):
         self.events.committed(self._ticket)
         return self._ticket
 
-    def backlog(self) -> int:
-        return 0
-
     async def wait_for_room(self) -> None:
         pass
 
@@ -139,16 +136,6 @@ class DictStore(Store):
 
     def withdraw(self, msg: StoredMessage) -> bool:
         return False  # every write commits at once: nothing is left to give up
-
-    @property
-    def outages(self) -> int:
-        return 0
-
-    def outage_seconds(self) -> float:
-        return 0.0
-
-    def disk_bytes(self) -> None:
-        return None
 
     async def queue_exists(self, name: str) -> bool:
         return any(m.queue == name for m, _, _ in self.rows.values())

@@ -134,13 +134,13 @@ async def test_shovel_declarations_are_recovered(make_store: Callable[[], Store]
     store = make_store()
     if not store.durable:
         store.write(SaveShovel("s", declaration))
-        assert (await store.open()).shovels == {"s": declaration}
+        assert (await store.open()).facts(SaveShovel) == {"s": declaration}
         return
     async with opened(make_store) as (store, recovery):
-        assert recovery.shovels == {}
+        assert recovery.facts(SaveShovel) == {}
         store.write(SaveShovel("s", declaration))
         store.write(SaveShovel("t", {**declaration, "prefetch": 1}))
         store.write(SaveShovel("t", None))  # forgotten again
         store.write(SaveShovel("s", {**declaration, "prefetch": 7}))  # replaced
     async with opened(make_store) as (_, recovery):
-        assert recovery.shovels == {"s": {**declaration, "prefetch": 7}}
+        assert recovery.facts(SaveShovel) == {"s": {**declaration, "prefetch": 7}}

@@ -44,15 +44,15 @@ async def test_failed_groups_are_retried_until_one_commits_and_the_outage_is_log
         start = trio.current_time()
         await committed(store, ticket)
         assert len(failed) == 20 and seqs_on_disk(backend.sqlite.path) == {1}
-        assert store.outages == 1
+        assert store.health().outages == 1
         # From the first failure to the success: 20 back-offs (and the virtual time the waits
         # on the database thread took).
-        assert 20 * RETRY_BACKOFF <= store.outage_seconds() <= trio.current_time() - start
+        assert 20 * RETRY_BACKOFF <= store.health().outage_seconds <= trio.current_time() - start
         assert outage_lines(caplog) == (1, 1)
         backend.failures = 3  # a second outage counts again
         store.insert(msg(2))
         await committed(store, store.sync_ticket())
-        assert store.outages == 2 and outage_lines(caplog) == (2, 2)
+        assert store.health().outages == 2 and outage_lines(caplog) == (2, 2)
 
 
 async def test_withdraw_takes_back_only_an_insert_certainly_not_on_disk(

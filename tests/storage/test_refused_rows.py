@@ -67,7 +67,7 @@ async def test_the_refused_rows_are_left_out_and_the_rest_commits(tmp_path: Path
         refused = [r for r in caplog.records if "refused" in r.getMessage()]
         assert len(refused) == 1, "logged once per group"
         assert f"refused {len(bad)} of the 200 operations" in refused[0].getMessage()
-        assert not store.unavailable and store.outages == 0
+        assert not store.health().unavailable and store.health().outages == 0
         # the store carries on: the next group commits as usual
         store.insert(msg(500))
         await committed(store, store.sync_ticket())
@@ -107,13 +107,13 @@ async def test_an_outage_is_still_retried_and_says_unavailable(tmp_path: Path) -
         try:
             store.insert(msg(2))
             ticket = store.sync_ticket()
-            await until(lambda: store.unavailable, "the store reported unavailable")
+            await until(lambda: store.health().unavailable, "the store reported unavailable")
             assert store.committed < ticket
         finally:
             conn.rollback()
             conn.close()
         await committed(store, ticket)
-        assert not store.unavailable
+        assert not store.health().unavailable
         assert on_disk(path) == {1, 2}
 
 
@@ -134,4 +134,4 @@ async def test_postgres_leaves_out_the_refused_rows_too() -> None:
         await committed(store, ticket)
         assert events.log == [("rejected", [first + 3, first + 11]), ("committed", ticket)]
         assert await store.count("q") == 18
-        assert not store.unavailable
+        assert not store.health().unavailable

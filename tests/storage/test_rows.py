@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -30,6 +31,7 @@ from stompmq.storage.rows import (
     DropExchange,
     DropStream,
     DropVhost,
+    MetaFact,
     Purge,
     Release,
     Row,
@@ -102,10 +104,10 @@ CASES = {
     "SaveQueue": Case(SaveQueue("q", {"max-length": "3"}), lambda s: s.part.queues,
                       [QueueRecord("q", {"max-length": "3"})]),
     "SaveQueue(None)": Case(SaveQueue("q", None), lambda s: s.part.queues, [], [SaveQueue("q", {"max-length": "3"})]),
-    "SaveShovel": Case(SaveShovel("sh", SHOVEL), lambda s: s.full.shovels, {"sh": SHOVEL}),
-    "SaveShovel(None)": Case(SaveShovel("sh", None), lambda s: s.full.shovels, {}, [SaveShovel("sh", SHOVEL)]),
-    "SavePolicy": Case(SavePolicy("p", POLICY), lambda s: s.full.policies, [POLICY]),
-    "SavePolicy(None)": Case(SavePolicy("p", None), lambda s: s.full.policies, [], [SavePolicy("p", POLICY)]),
+    "SaveShovel": Case(SaveShovel("sh", SHOVEL), lambda s: s.full.facts(SaveShovel), {"sh": SHOVEL}),
+    "SaveShovel(None)": Case(SaveShovel("sh", None), lambda s: s.full.facts(SaveShovel), {}, [SaveShovel("sh", SHOVEL)]),
+    "SavePolicy": Case(SavePolicy("p", POLICY), lambda s: s.full.facts(SavePolicy), {"p": POLICY}),
+    "SavePolicy(None)": Case(SavePolicy("p", None), lambda s: s.full.facts(SavePolicy), {}, [SavePolicy("p", POLICY)]),
     "Purge": Case(Purge("q"), lambda s: _messages(s.store), 0, messages=2),
     "CapExpiry": Case(CapExpiry("q", 1000), lambda s: _expired(s.store), [T + 1000], messages=1, volatile=[]),
     "Release": Case(Release("q"), lambda s: _messages(s.store), 1, messages=1, volatile=0),
@@ -164,3 +166,31 @@ async def test_each_row_type_is_stored_and_recovered(make_store: Callable[[], St
         if isinstance(shown, Awaitable):
             shown = await shown
         assert shown == case.expected
+
+
+@dataclass(frozen=True, slots=True)
+class SaveNote(MetaFact):
+    """A broker-wide fact defined here alone: no store, backend or migration knows it."""
+
+    PREFIX: ClassVar[str] = "note/"
+
+
+async def test_a_fact_needs_only_its_row_type(make_store: Callable[[], Store]) -> None:
+    """The worked example of docs/decisions/one-write-verb.md: every store keeps a new
+    ``MetaFact`` kind and hands it back at open, through a vhost's view as well (no keys)."""
+    async with opened(make_store) as (base, recovery):
+        assert recovery.facts(SaveNote) == {}
+        base.write(SaveVhost("v"))
+        recovery.vhosts.append("v")
+        view = _view(base, "v", recovery)
+        view.write(SaveNote("b", {"text": "two"}))
+        base.write(SaveNote("a", {"text": "one"}))
+        base.write(SaveNote("c", {"text": "gone"}))
+        base.write(SaveNote("c", None))
+        await base.queue_exists("q")
+        if not base.durable:
+            assert (await base.open()).facts(SaveNote) == {"a": {"text": "one"}, "b": {"text": "two"}}
+            return
+    async with opened(make_store) as (base, recovery):
+        assert recovery.facts(SaveNote) == {"a": {"text": "one"}, "b": {"text": "two"}}
+        assert recovery.facts(SaveShovel) == {}

@@ -26,7 +26,8 @@ class ClusterApi:
         broker has no cluster: no brokers, no totals).  Ages are on this broker's clock."""
         store = self.app.runtime.store
         now = time.time()
-        leases = await store.brokers()
+        listed = await store.brokers()
+        leases = listed.leases
         brokers = [
             {
                 "id": lease.id,
@@ -44,7 +45,7 @@ class ClusterApi:
             }
             for lease in leases
         ]
-        departed = store.departed_counters()
+        departed = listed.departed
         totals = {key: departed.get(key, 0) + sum(lease.counters.get(key, 0) for lease in leases) for key in TOTALS}
         return JSONResponse({"shared": store.shared, "brokers": brokers, "totals": totals if store.shared else None})
 

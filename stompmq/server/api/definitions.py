@@ -9,8 +9,6 @@ the same document as JSON, checks it whole and applies it (definitions_apply.py)
 
 from __future__ import annotations
 
-from typing import Any
-
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -20,6 +18,7 @@ from .. import definitions_apply
 from ..auth import User
 from ..definitions_export import export_definitions
 from .basic_auth import USER_SCOPE
+from .requests import json_object
 from ..runtime import Runtime
 from ..security import Security
 
@@ -47,10 +46,7 @@ class DefinitionsApi:
 
     async def import_(self, request: Request) -> Response:
         dry_run = _flag(request, "dry_run")
-        try:
-            data: Any = await request.json()
-        except ValueError:
-            raise HTTPException(400, "the body is not JSON") from None
+        data = await json_object(request)
         try:
             steps = definitions_apply.plan(self.runtime, data, "definitions", self.users_file)
         except DefinitionsError as e:

@@ -37,8 +37,9 @@ class HealthApi:
         """Ready for traffic: the store accepts writes and keeps up (a load balancer should go
         elsewhere if not)."""
         store = self.app.runtime.store
-        backlog = store.backlog()
-        if store.unavailable:
+        health = store.health()
+        backlog = health.backlog
+        if health.unavailable:
             return JSONResponse({"status": "store unavailable", "backlog": backlog}, status_code=503)
         if store.full():
             return JSONResponse({"status": "store behind", "backlog": backlog}, status_code=503)
@@ -80,7 +81,7 @@ class OverviewApi:
             fds = None
         return {"memory_used": alarms.memory_used, "memory_limit": alarms.memory_limit,
                 "disk_free": alarms.disk_free, "disk_free_limit": alarms.disk_free_limit,
-                "store_bytes": self.app.runtime.store.disk_bytes(), "open_fds": fds}
+                "store_bytes": self.app.runtime.store.health().disk_bytes, "open_fds": fds}
 
     async def total_history(self, request: Request) -> Response:
         """The rates over every queue, the last ``?range=`` seconds (``server/history.py``)."""

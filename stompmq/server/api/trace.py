@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ...broker.tracestream import MAX_BODY_BYTES, TRACE_STREAM, TraceState, set_trace, trace_entries, trace_state
-from .requests import authorise
+from .requests import authorise, json_object
 
 if TYPE_CHECKING:
     from .management import Management
@@ -38,11 +38,8 @@ class TraceApi:
         management = self.management
         engine = management.engine(request)
         authorise(request, request.query_params.get("vhost", "/"), [("configure", TRACE_RESOURCE)])
-        try:
-            body = await request.json()
-        except ValueError:
-            raise HTTPException(400, "the body is not JSON") from None
-        if not isinstance(body, dict) or set(body) - {"on", "body_bytes"} or not isinstance(body.get("on"), bool):
+        body = await json_object(request)
+        if set(body) - {"on", "body_bytes"} or not isinstance(body.get("on"), bool):
             raise HTTPException(400, 'the body is {"on": true or false, "body_bytes": N} (body_bytes optional)')
         body_bytes = body.get("body_bytes", 0)
         if not isinstance(body_bytes, int) or isinstance(body_bytes, bool) or not 0 <= body_bytes <= MAX_BODY_BYTES:

@@ -48,7 +48,8 @@ def _compiled_engine() -> list[Extension]:
         print(f"setup.py: {MYPYC_VAR} is set but there is no C compiler: the engine stays pure Python",
               file=sys.stderr)
         return []
-    modules = sorted(glob.glob("stompmq/broker/*.py"))
+    modules = sorted([*glob.glob("stompmq/broker/*.py"), *glob.glob("stompmq/broker/kinds/*.py"),
+                      "stompmq/storage/messages.py"])
     # The project's mypy configuration (pyproject.toml) applies; its sections for other packages
     # are unused here.  multi_file: a C file per module, so a rebuild recompiles the changed ones;
     # group_name: the shared library of them all is stompmq_engine__mypyc, not a hash.

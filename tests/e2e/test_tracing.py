@@ -158,6 +158,7 @@ def test_otlp_http_export_configured_by_the_environment(monkeypatch: pytest.Monk
         assert names == {"broker-under-test"}
     finally:
         server.shutdown()
+        server.server_close()
 
 
 def test_without_otel_variables_nothing_watches_the_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

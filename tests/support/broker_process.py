@@ -22,7 +22,9 @@ import socket
 import subprocess
 import sys
 import tempfile
+import weakref
 from pathlib import Path
+from typing import IO
 
 from .rawclient import RawFrame
 from .stompclient import Client
@@ -66,6 +68,12 @@ def stomp_ready(port: int, host: str = "127.0.0.1") -> bool:
         return False
 
 
+def _close_all(files: list[IO[bytes]]) -> None:
+    """Close a broker process's stderr files (its finalizer: it must not hold the process)."""
+    for file in files:
+        file.close()
+
+
 class BrokerProcess:
     """``stompmq`` on ``sqlite:///db_path`` (or on a ``postgresql://`` URL) in a subprocess of its own."""
 
@@ -90,6 +98,13 @@ class BrokerProcess:
         ]
         self.proc: subprocess.Popen[bytes] | None = None
         self._stderr_file = tempfile.TemporaryFile()
+        # Tests that only terminate() (to read stderr after the stop) still close the file once
+        # the process object goes: a file left to the garbage collector is a ResourceWarning.
+        self._files = [self._stderr_file]
+        weakref.finalize(self, _close_all, self._files)
+
+    def _close_stderr(self) -> None:
+        self._stderr_file.close()
 
     # -- lifecycle -------------------------------------------------------------------------
     def spawn(self) -> BrokerProcess:
@@ -128,8 +143,9 @@ class BrokerProcess:
                 # Someone took the free port between our probe and the broker's bind: retry.
                 self.port = free_port()
                 self.args[self.args.index("--port") + 1] = str(self.port)
-                self._stderr_file.close()
+                self._close_stderr()
                 self._stderr_file = tempfile.TemporaryFile()
+                self._files.append(self._stderr_file)
                 continue
             raise RuntimeError(f"broker exited with {self.proc.returncode} before listening:\n{self.stderr}")
         raise AssertionError("unreachable")
@@ -174,7 +190,7 @@ class BrokerProcess:
         """Make sure the process is gone (SIGKILL if still running); for fixtures' teardown."""
         if self.running:
             self.kill9()
-        self._stderr_file.close()
+        self._close_stderr()
 
     def __enter__(self) -> BrokerProcess:
         return self

@@ -22,9 +22,8 @@ import sys
 import tempfile
 import time
 
-from stompmq.storage.migrate import upgrade_to_head
-
 from benchmarks.proc import cpu_seconds, rss_kib
+from stompmq.storage.migrate import upgrade_to_head
 from tests.support.broker_process import free_port
 
 QUEUE = "backlog"

@@ -29,7 +29,6 @@ from pathlib import Path
 from celery import Celery
 
 import stompmq.integrations.celery  # noqa: F401  (registers stompmq://)
-
 from tests.support.local_broker import ROOT, LocalBroker
 
 app = Celery("bench", broker=os.environ.get("BENCH_BROKER", "memory://"))

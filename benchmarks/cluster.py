@@ -37,23 +37,22 @@ import os
 import queue
 import signal
 import statistics
-import socket
 import sys
 import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TypeAlias, cast
 from multiprocessing.process import BaseProcess
 from multiprocessing.queues import Queue
 from multiprocessing.sharedctypes import SynchronizedArray
 from multiprocessing.synchronize import Event
+from typing import TypeAlias, cast
 
 from benchmarks.proc import cpu_seconds, tree_cpu_seconds
+from benchmarks.stompload import Client, send_frame
 from tests.support.local_broker import LocalBroker
 from tests.support.postgres_server import PostgresServer
-from benchmarks.stompload import Client, send_frame
 
 #: Seconds any single wait (a connection, a receipt, a worker's start) may take.
 TIMEOUT = 60.0
@@ -111,7 +110,7 @@ def consume(port: int, dest: str, slot: int, load: Load, ack: str, prefetch: int
     while not load.stop.is_set():
         try:
             frames = client.reader.read()
-        except socket.timeout:
+        except TimeoutError:
             continue
         acks = []
         count = 0

@@ -27,7 +27,6 @@ import tempfile
 import time
 from pathlib import Path
 
-
 from tests.support.local_broker import ROOT, LocalBroker
 
 THREADS = 8

@@ -55,12 +55,11 @@ import trio
 import trio.testing
 
 from benchmarks.proc import cpu_seconds
-
 from stompmq.broker import Broker
 from stompmq.broker.config import BrokerConfig
 from stompmq.protocol import Frame, FrameParser
-from stompmq.server.outbox import ConnectionOutbox
 from stompmq.server.app import tune_gc
+from stompmq.server.outbox import ConnectionOutbox
 from stompmq.server.runtime import Runtime
 from stompmq.storage.sqlite import SQLiteStore
 

@@ -16,8 +16,8 @@ import signal
 import statistics
 import time
 
-from tests.support.local_broker import LocalBroker
 from benchmarks.stompload import Client, send_frame
+from tests.support.local_broker import LocalBroker
 
 #: Seconds any single wait may take before the run is declared failed.
 TIMEOUT = 120.0

@@ -49,9 +49,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import load
-from tests.support.local_broker import LocalBroker
 from benchmarks.sitting import parse_target
 from benchmarks.stompload import LoadError
+from tests.support.local_broker import LocalBroker
 
 #: The figures of a step, medians over repeats in the table and chart.
 FIGURES = ("p50_ms", "p99_ms", "p99.9_ms", "max_ms", "rate", "pace_p99_us", "broker_cpu_pct")

@@ -80,7 +80,6 @@ import os
 import queue as queue_mod
 import resource
 import select
-import socket
 import sys
 import time
 
@@ -264,7 +263,7 @@ def run_worker(target, result_q, *a):
         result_q.put({"error": str(e), "broker_error": True})
     except LoadError as e:
         result_q.put({"error": str(e)})
-    except socket.timeout:
+    except TimeoutError:
         result_q.put({"error": "socket timeout"})
     except Exception as e:  # noqa: BLE001 - report anything
         result_q.put({"error": f"{type(e).__name__}: {e}"})
@@ -368,7 +367,7 @@ def producer(args, dest: str, go, done, mode: str, total: int, warmup: int):
             sock.settimeout(args.timeout)
             try:
                 frames = reader.read()
-            except socket.timeout:
+            except TimeoutError:
                 raise LoadError(
                     f"producer: timeout ({args.timeout:g}s) waiting for receipts "
                     f"({receipted}/{total} receipted)"
@@ -459,7 +458,7 @@ def consumer(args, dest: str, idx: int, ready_q, done, mode: str, total: int, wa
     while (received < total) if shared is None else not shared[1].is_set():
         try:
             frames = reader.read()
-        except socket.timeout:
+        except TimeoutError:
             now = time.monotonic()
             if shared is not None:
                 last_data = now  # another consumer may be the one receiving

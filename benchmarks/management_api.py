@@ -17,9 +17,9 @@ import statistics
 import time
 import urllib.request
 
+from benchmarks.stompload import Client, send_frame
 from tests.support.broker_process import free_port
 from tests.support.local_broker import LocalBroker
-from benchmarks.stompload import Client, send_frame
 
 #: SENDs per write while populating.
 BATCH = 1000

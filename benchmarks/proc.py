@@ -8,7 +8,6 @@ import os
 import threading
 import time
 
-
 #: The kernel's clock ticks per second: the unit of /proc/PID/stat's CPU fields.
 TICKS = os.sysconf("SC_CLK_TCK")
 

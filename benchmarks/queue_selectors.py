@@ -34,11 +34,10 @@ import tempfile
 import time
 import timeit
 
+from benchmarks.proc import cpu_seconds, rss_kib
 from stompmq.broker.selectors import compile_selector
 from stompmq.storage.base import StoredMessage
 from stompmq.storage.migrate import upgrade_to_head
-
-from benchmarks.proc import cpu_seconds, rss_kib
 from tests.support.broker_process import free_port
 
 QUEUE = "work"

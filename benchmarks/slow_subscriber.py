@@ -29,8 +29,8 @@ import threading
 import time
 
 from benchmarks.proc import rss_kib, sample_rss
-from tests.support.local_broker import LocalBroker
 from benchmarks.stompload import Client, send_frame
+from tests.support.local_broker import LocalBroker
 
 TOPIC = "/topic/slow-subscriber"
 #: Seconds after the publisher stops that subscribers keep reading what is still on its way.

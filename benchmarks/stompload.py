@@ -105,7 +105,7 @@ class FrameReader:
     def recv(self) -> bool:
         try:
             data = self.sock.recv(READ_SIZE)
-        except socket.timeout:
+        except TimeoutError:
             raise
         except OSError as e:
             raise LoadError(f"recv failed: {e}") from e
@@ -192,7 +192,7 @@ class FrameReader:
                 if not self.recv():
                     self.parse()
                     raise LoadError(f"connection closed by broker while waiting for {what}")
-            except socket.timeout:
+            except TimeoutError:
                 raise LoadError(f"timeout ({timeout:g}s) waiting for {what}") from None
 
 
@@ -359,7 +359,7 @@ class Client:
                 if not self.reader.recv():
                     self.reader.parse()
                     raise LoadError("connection closed by broker during CONNECT")
-            except socket.timeout:
+            except TimeoutError:
                 raise LoadError(f"timeout ({self.timeout:g}s) waiting for CONNECTED") from None
         self.reader.detect_crlf(bytes(self.reader.buf.lstrip(b"\r\n")))
         f = self.reader.read_until(lambda f: True, self.timeout, "CONNECTED")
@@ -380,7 +380,7 @@ class Client:
         self.sock.settimeout(self.timeout)
         try:
             self.sock.sendall(data)
-        except socket.timeout:
+        except TimeoutError:
             raise LoadError(f"timeout ({self.timeout:g}s) sending to broker") from None
         except OSError as e:
             # the broker may have sent an ERROR frame before closing: surface it
@@ -445,7 +445,7 @@ class Client:
         while True:
             try:
                 yield self.read_frame()
-            except socket.timeout:
+            except TimeoutError:
                 return
 
     def message(self) -> Frame:

@@ -21,10 +21,9 @@ import sys
 import time
 
 from benchmarks.proc import cpu_seconds
-from tests.support.local_broker import LocalBroker
-
 from stompmq.spark.client import Connection
 from stompmq.spark.source import Options, StreamRange, _read
+from tests.support.local_broker import LocalBroker
 
 STREAMS = 4
 BODY = b"x" * 100

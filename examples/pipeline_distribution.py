@@ -30,11 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.hashring_table import chi_squared, critical_p01, route_all
-from tests.support.local_broker import LocalBroker
 from examples.pipeline_events import Help
-
 from stompmq.protocol import Frame, encode_frame
 from stompmq.sync_client import Connection
+from tests.support.local_broker import LocalBroker
 
 #: The bucket counts of the report (argparse parses a string default with ``type``).
 BUCKETS = "2-20,100,1000"

@@ -37,10 +37,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tests.support.local_broker import LocalBroker
-
 from stompmq.protocol import Frame, encode_frame
 from stompmq.spark.client import Connection
+from tests.support.local_broker import LocalBroker
 
 END = "__end__"
 

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from . import __version__
-from .logs import masked
 from .broker import BrokerConfig
 from .broker.overflow import POLICIES
+from .logs import masked
 from .protocol import Limits
 from .server import ServerSettings
 from .server.logins import CONNECT_MAX_BYTES
@@ -217,7 +217,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("max-headers", _int(1), 1000, "most headers accepted in one frame", "N"),
     Option("heart-beat", _heart_beat, (10_000, 10_000), "heart-beats the server offers: SEND_MS,RECEIVE_MS (0 = none)", "SEND_MS,RECEIVE_MS"),
     Option("heart-beat-grace", _seconds(), 2.0, "how many receive intervals a silent client gets before it is closed", "FACTOR"),
-    Option("connect-timeout", _seconds(), 5.0, "seconds a new connection has to be CONNECTED (TLS and WebSocket handshakes and the login included); until then it may send one CONNECT frame of at most %d bytes" % CONNECT_MAX_BYTES, "SECONDS"),
+    Option("connect-timeout", _seconds(), 5.0, f"seconds a new connection has to be CONNECTED (TLS and WebSocket handshakes and the login included); until then it may send one CONNECT frame of at most {CONNECT_MAX_BYTES} bytes", "SECONDS"),
     Option("default-prefetch", _int(1), 100, "prefetch of a client-ack subscription that asks for none", "N"),
     Option("max-prefetch", _int(1), 10_000, "upper bound on the prefetch a subscription may ask for", "N"),
     Option("window", _int(1), 10_000, "ready messages a queue keeps in memory; the rest is paged in from the store", "N"),
@@ -265,7 +265,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("stamp-user-id", _flag, False, "set user-id and JMSXUserID of every message to its sender's login (ActiveMQ's populateJMSXUserID); off, a SEND may carry only its own login there (an ERROR otherwise, as RabbitMQ)", "BOOL"),
     Option("virtual-topic-prefix", str, "VirtualTopic.", "ActiveMQ's virtual topics: a consumer of /queue/Consumer.GROUP.PREFIXNAME makes that queue collect every message sent to /topic/PREFIXNAME from then on, whether or not anyone is subscribed (empty: off)", "PREFIX"),
     Option("max-connections-per-address", _optional_int, None, "connections one source IP address may hold at once (default unlimited); more are refused at once and do not count against --max-connections", "N"),
-    Option("max-login-bytes", _login_budget, 16 * 1024**2, "bytes all connections not yet CONNECTED may buffer together; each reserves %d (its largest CONNECT frame), and a new connection past the budget is refused at once with an ERROR" % CONNECT_MAX_BYTES, "BYTES"),
+    Option("max-login-bytes", _login_budget, 16 * 1024**2, f"bytes all connections not yet CONNECTED may buffer together; each reserves {CONNECT_MAX_BYTES} (its largest CONNECT frame), and a new connection past the budget is refused at once with an ERROR", "BYTES"),
     Option("host-names", _names, (), "more names clients use for this server (DNS aliases, a load balancer): a CONNECT host header with one of them is in the default vhost, like localhost, IP addresses and the machine's name; the management API and the WebSocket listeners answer only a Host among these names (no DNS rebinding; * lets any Host through)", "NAME,..."),
     Option("oauth-jwks", str, None, "token logins: a JWKS file or http(s) URL that JWT access tokens (CONNECT's passcode, or Authorization: Bearer on the WebSocket handshake) are checked against; anonymous access is off (needs the oauth extra)", "FILE|URL"),
     Option("oauth-resource-server-id", str, "stompmq", "token logins: the audience tokens must name and the prefix of their scopes (RS.read:VHOST/NAME, RS.write:..., RS.configure:..., RS.tag:administrator)", "ID"),

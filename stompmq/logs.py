@@ -18,7 +18,7 @@ import json
 import logging
 import sys
 from contextvars import ContextVar
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -77,7 +77,7 @@ class JsonFormatter(logging.Formatter):
     """One JSON object per record (``--log-format json``), for log shippers."""
 
     def format(self, record: logging.LogRecord) -> str:
-        created = datetime.fromtimestamp(record.created, timezone.utc)
+        created = datetime.fromtimestamp(record.created, UTC)
         entry: dict[str, Any] = {
             "time": created.isoformat(timespec="milliseconds"),
             "level": record.levelname,

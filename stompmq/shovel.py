@@ -15,8 +15,16 @@ import time
 import trio
 
 from .client import ClientError, run_client
-from .transfer import DEFAULT_PREFETCH, IDLE_SECONDS, MAX_PREFETCH, PLAIN_PROGRESS_SECONDS, PROGRESS_SECONDS, \
-    REDELIVERED, Shovel, endpoint
+from .transfer import (
+    DEFAULT_PREFETCH,
+    IDLE_SECONDS,
+    MAX_PREFETCH,
+    PLAIN_PROGRESS_SECONDS,
+    PROGRESS_SECONDS,
+    REDELIVERED,
+    Shovel,
+    endpoint,
+)
 
 
 async def _progress(shovel: Shovel, interactive: bool) -> None:

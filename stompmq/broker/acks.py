@@ -24,16 +24,15 @@ in is pumped once, at the end (``finish``), instead of once per ACK.
 from __future__ import annotations
 
 from ..storage.base import StoredMessage
+from .consumer import AckMode
 from .dispatch import ACK_TIMEOUT, Dispatcher
 from .errors import ClientError
 from .events import Watch
 from .queue import Queue
-from .consumer import AckMode
 from .send_headers import seconds
 from .session import EXPIRED_KEPT, Session, Subscription
 from .stream_log import StreamSubscription
 from .streams import Streams
-
 
 #: ``/control/extend-ack``: a delivery's new ack deadline (``Acks.extend``), the connection's own.
 EXTEND_ACK = "extend-ack"

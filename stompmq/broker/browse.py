@@ -33,10 +33,10 @@ from functools import partial
 
 from ..protocol import escape
 from ..storage.base import MESSAGE_OVERHEAD, Store, StoredMessage, StoreError, by_order
+from .consumer import AckMode
 from .delivery import message_frame, message_tail, write_frame
 from .dispatch import Dispatcher
 from .reads import StoreRead
-from .consumer import AckMode
 from .session import Session, Subscription
 
 #: What one page read aims to hold (messages are counted with their overhead).

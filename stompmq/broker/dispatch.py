@@ -59,16 +59,16 @@ from .delays import Delayed
 from .delivery import MESSAGE_TYPE, message_frame, message_tail, write_frame
 from .events import Watch
 from .expiry import SWEEP_MS, ExpirySweep
+from .limits import LimitError
 from .pacing import PACE_AT, SOCKET_PACE_AT, Pace
 from .paging import READ_AHEAD, Paging
-from .limits import LimitError
-from .queue_settings import DROP_HEAD, QueueFull, QueueSettings
 from .queue import Queue
+from .queue_settings import DROP_HEAD, QueueFull, QueueSettings
 from .reads import Reads
 from .schedules import fire, started
-from .sift import sift
 from .send_headers import DEFAULT_PRIORITY, RECURRING, SCHEDULE_LEFT
 from .session import NO_DELIVERIES, Session, Subscription
+from .sift import sift
 from .stats import QueueStats
 from .timers import Deadlines, Timer
 from .window import OrderKey

@@ -44,27 +44,28 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 
 from ..protocol import Frame
-from ..storage.base import Recovery, Store, StoredMessage, StoreError
-from ..storage.base import StreamMessage, StreamState
+from ..storage.base import Recovery, Store, StoredMessage, StoreError, StreamMessage, StreamState
 from ..storage.records import BindingRecord, ExchangeRecord
 from ..storage.rows import DropBinding, SaveExchange
 from .acks import Acks
+from .aside_sweep import ASIDE_SWEEP
 from .browse import BrowseSubscription
 from .config import BrokerConfig
 from .control import Control, Deferred
 from .delays import DELAY_DUE, DELAY_PAGE_RETRY
-from .aside_sweep import ASIDE_SWEEP
 from .dispatch import ACK_TIMEOUT, Dispatcher, SharedDispatcher
-from .paging import PAGE_RETRY
 from .events import Observers
-from .frames import Frames
-from .tracestream import resume as resume_trace
 from .exchanges import Exchange
 from .expiry import EXPIRY_SWEEP
+from .frames import Frames
 from .key_exchanges import BUILT_IN, KeyExchange
 from .kinds.registry import bind_target
-from .queue_settings import QueueSettings
+from .paging import PAGE_RETRY
+from .policy_apply import QUEUE_EXPIRY, AppliedPolicies
+from .policy_match import Policy
+from .queries import Queries
 from .queue import Queue
+from .queue_settings import QueueSettings
 from .reads import Reads, StoreRead
 from .receipts import Headers, Receipts
 from .routing import Router
@@ -73,15 +74,13 @@ from .send_headers import send_options, sender_headers, user_headers, without_fa
 from .session import Outbox, Session, Subscription
 from .stream_log import STREAM_FOLLOW_RETRY, STREAM_READ_RETRY, STREAM_RETENTION, Stream, StreamSubscription
 from .streams import Streams
-from .policy_apply import QUEUE_EXPIRY, AppliedPolicies
-from .policy_match import Policy
-from .queries import Queries
 from .subscriptions import Subscriptions, split_legacy_bindings
 from .take import Take
 from .timers import Deadlines
-from .window import OrderKey
 from .topics import TopicRouter
+from .tracestream import resume as resume_trace
 from .transactions import Transactions
+from .window import OrderKey
 
 
 class Broker(Queries):

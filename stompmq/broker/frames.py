@@ -20,7 +20,7 @@ from typing import TypeVar
 
 from ..protocol import Frame
 from ..storage.base import Store, StoredMessage, StoreError
-from .acks import LATE, Acks, AckRun
+from .acks import LATE, AckRun, Acks
 from .config import BrokerConfig
 from .control import Control, Deferred
 from .destinations import Kind, parse_destination

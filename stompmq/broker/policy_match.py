@@ -24,11 +24,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import ClientError
-from .send_headers import seconds
 from .queue_settings import (
-    ACK_TIMEOUT, DEAD_LETTER, DELIVERY_LIMIT, EXPIRES, EXPIRES_WHEN_EMPTY, MAX_LENGTH, MAX_LENGTH_BYTES,
-    MAX_PRIORITY, MESSAGE_TTL, OVERFLOW, SINGLE_ACTIVE, QueueSettings,
+    ACK_TIMEOUT,
+    DEAD_LETTER,
+    DELIVERY_LIMIT,
+    EXPIRES,
+    EXPIRES_WHEN_EMPTY,
+    MAX_LENGTH,
+    MAX_LENGTH_BYTES,
+    MAX_PRIORITY,
+    MESSAGE_TTL,
+    OVERFLOW,
+    SINGLE_ACTIVE,
+    QueueSettings,
 )
+from .send_headers import seconds
 
 #: What a policy may apply to (RabbitMQ's ``apply-to``).
 QUEUES, STREAMS, EXCHANGES, ALL = "queues", "streams", "exchanges", "all"

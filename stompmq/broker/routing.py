@@ -11,6 +11,7 @@ from __future__ import annotations
 from ..protocol import Frame
 from ..storage.records import BindingRecord, ExchangeRecord
 from ..storage.rows import DropBinding, DropExchange, SaveBinding, SaveExchange
+from .consumer import AckMode
 from .delivery import message_frame, message_tail, write_frame
 from .destinations import Destination
 from .dispatch import Dispatcher
@@ -21,7 +22,6 @@ from .key_exchanges import TYPES as KEY_TYPES
 from .overflow import BLOCK, DISCONNECT, TopicOverflow
 from .queue_settings import QueueFull
 from .send_headers import user_headers, with_facts
-from .consumer import AckMode
 from .session import Session, Subscription
 from .streams import Streams
 from .temp_queues import TempQueues

@@ -11,9 +11,9 @@ from collections import deque
 
 from ..storage.base import GROUP_NAME_LENGTH, StreamMessage
 from .consumer import AckMode
+from .delivery import stream_head
 from .errors import ClientError
 from .session import Session, Subscription
-from .delivery import stream_head
 from .timers import Timer
 
 #: Deadline kinds: a stream's oldest segment ages out; a failed stream read (a subscriber's, or a

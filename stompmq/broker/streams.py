@@ -79,26 +79,26 @@ from ..storage.base import (
     TRIM_ALL,
     UNNUMBERED,
     Store,
-    StoreError,
     StoredMessage,
+    StoreError,
     StreamMessage,
     StreamRecord,
     StreamState,
 )
 from ..storage.rows import DropStream, SaveStream, TrimStream
 from .config import BrokerConfig
-from .limits import admit_producer
+from .consumer import AckMode
 from .delivery import stream_tail, write_frame
 from .dispatch import Dispatcher
 from .errors import ClientError
-from .policy_match import MAX_AGE as POLICY_MAX_AGE, STREAMS, Effective, header_text, resolve
+from .limits import admit_producer
+from .policy_match import MAX_AGE as POLICY_MAX_AGE
+from .policy_match import STREAMS, Effective, header_text, resolve
 from .queue_settings import MAX_LENGTH_BYTES
 from .reads import StoreRead
-from .send_headers import MAX_COUNT, MAX_SECONDS, non_negative
-from .consumer import AckMode
-from .session import Session
-from .stream_settling import Settling
 from .selectors import Selector
+from .send_headers import MAX_COUNT, MAX_SECONDS, non_negative
+from .session import Session
 from .stream_log import (
     END_HEADER,
     FLOOR,
@@ -118,6 +118,7 @@ from .stream_log import (
     StreamSubscription,
     check_group,
 )
+from .stream_settling import Settling
 
 log = logging.getLogger(__name__)
 

@@ -33,21 +33,20 @@ from ..storage.records import BindingRecord
 from .acks import Acks
 from .browse import BROWSER_HEADER, Browsers, BrowseSubscription
 from .config import BrokerConfig
-from .destinations import Destination, is_queue_name
+from .consumer import AckMode
+from .destinations import MAX_NAME_BYTES, Destination, is_queue_name
 from .dispatch import Dispatcher
-from .policy_apply import AppliedPolicies
 from .errors import ClientError
-from .limits import LimitError
-from .destinations import MAX_NAME_BYTES
 from .exchanges import PRIVATE_QUEUE_PREFIX
+from .limits import LimitError
+from .policy_apply import AppliedPolicies
 from .routing import Router
 from .selectors import Selector, compile_selector
-from .virtual_topics import virtual_topic
 from .send_headers import flag, quoted, seconds
-from .consumer import AckMode
 from .session import Session, Subscription
 from .stream_log import StreamSubscription
 from .streams import Streams
+from .virtual_topics import virtual_topic
 
 #: ActiveMQ's prefetch header; 0 there means the consumer pulls (STOMP's nearest: prefetch 1).
 ACTIVEMQ_PREFETCH = "activemq.prefetchSize"

@@ -20,7 +20,7 @@ for that, bounded, then settles.  The source queue counts the messages delivered
 from __future__ import annotations
 
 from ..storage.base import StoredMessage
-from .acks import Acks, AckRun
+from .acks import AckRun, Acks
 from .destinations import is_queue_name, parse_destination
 from .dispatch import DEAD_LETTER_REASON, ORIGINAL_DESTINATION, Dispatcher
 from .errors import ClientError

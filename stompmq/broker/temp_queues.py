@@ -33,8 +33,8 @@ from ..protocol import Frame
 from .destinations import MAX_NAME_BYTES
 from .dispatch import Dispatcher
 from .errors import ClientError
-from .limits import LimitError
 from .exchanges import PRIVATE_QUEUE_PREFIX
+from .limits import LimitError
 from .session import Session
 
 log = logging.getLogger(__name__)

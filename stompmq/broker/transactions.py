@@ -23,9 +23,9 @@ from .acks import Acks
 from .config import BrokerConfig
 from .destinations import parse_destination
 from .errors import ClientError
-from .limits import LimitError, frame_cost
 from .kinds.base import Parts, Planned
 from .kinds.registry import kind_of
+from .limits import LimitError, frame_cost
 from .receipts import HELD, Held
 from .send_headers import flag, send_options
 from .session import Session

@@ -44,7 +44,6 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -146,7 +145,7 @@ class Link:
             if frame is not None:
                 break
             if time.monotonic() >= deadline:
-                raise socket.timeout()
+                raise TimeoutError()
         for _ in range(DRAIN_BATCH):
             self.deliver(frame)
             if not stomp.frames:

@@ -172,7 +172,7 @@ class _Connection:
     async def open(cls, url: StompURL, heart_beat: float = HEART_BEAT) -> _Connection:
         try:
             reader, writer = await asyncio.wait_for(asyncio.open_connection(url.host, url.port), TIMEOUT)
-        except (OSError, asyncio.TimeoutError) as e:
+        except (TimeoutError, OSError) as e:
             raise ConnectionLost(f"cannot reach the broker at {url}: {e}") from None
         conn = cls(url, reader, writer)
         beat_ms = round(heart_beat * 1000)
@@ -185,7 +185,7 @@ class _Connection:
             raise ConnectionLost(f"the broker at {url} answered a bad CONNECTED: {e}") from None
         except StompmqError as e:
             raise StompmqError(f"the broker at {url} refused the connection: {e}") from None
-        except asyncio.TimeoutError:
+        except TimeoutError:
             await conn.close()
             raise ConnectionLost(f"no CONNECTED from {url} within {TIMEOUT} s") from None
         broker_sends, broker_expects = heart_beat_intervals((beat_ms, beat_ms), server)
@@ -209,7 +209,7 @@ class _Connection:
                 if self.expect_every:  # (set once CONNECTED came: the broker's silence counts from then)
                     try:
                         data = await asyncio.wait_for(self.reader.read(1 << 20), self.expect_every * BEAT_GRACE)
-                    except asyncio.TimeoutError:
+                    except TimeoutError:
                         raise ConnectionLost(f"no heart-beat from the broker at {self.url} for "
                                              f"{self.expect_every * BEAT_GRACE:.1f} s") from None
                 else:
@@ -266,7 +266,7 @@ class _Connection:
         await self.send(command, {**headers, "receipt": receipt}, body)
         try:
             return await asyncio.wait_for(waiter, TIMEOUT)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise ConnectionLost(f"no receipt from {self.url} within {TIMEOUT} s") from None
 
     async def close(self) -> None:
@@ -275,7 +275,7 @@ class _Connection:
             return
         try:
             await self.request("DISCONNECT", {})
-        except (StompmqError, asyncio.TimeoutError):
+        except (TimeoutError, StompmqError):
             pass
         self.closed = True
         self.task.cancel()

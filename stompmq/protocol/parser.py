@@ -77,7 +77,8 @@ from typing import NamedTuple
 
 from .errors import ProtocolError
 from .frame import Frame
-from .native import NATIVE, frames as _native
+from .native import NATIVE
+from .native import frames as _native
 from .negotiation import negotiate_version
 
 _COMPACT_AT = 256 * 1024

@@ -16,23 +16,30 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from functools import partial
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
 from ..broker import Broker, ClientError
 from ..broker.definitions import (
-    PASSWORD_HASH, TOP_LEVEL, VHOST_KEYS, VHOST_LISTS, DefinitionsError, known_keys,
+    PASSWORD_HASH,
+    TOP_LEVEL,
+    VHOST_KEYS,
+    VHOST_LISTS,
+    DefinitionsError,
+    known_keys,
 )
 from ..broker.exchanges import EXCHANGE_TYPE, ROUTING_KEY_HEADER, declaration_options, parse_weight
-from ..broker.key_exchanges import BUILT_IN, TYPES as KEY_TYPES
+from ..broker.key_exchanges import BUILT_IN
+from ..broker.key_exchanges import TYPES as KEY_TYPES
 from ..broker.policy_match import FIELDS, Policy, header_text
 from ..broker.queue_settings import SETTING_KEYS, QueueSettings
 from ..broker.routing import STREAM_TARGET
 from ..broker.send_headers import MAX_COUNT, MAX_SECONDS, non_negative
 from ..broker.stream_log import MAX_AGE, MAX_BYTES
-from ..client import ClientError as ShovelError, StompUrl
+from ..client import ClientError as ShovelError
+from ..client import StompUrl
 from ..transfer import Declaration
 from ..vhost_names import DEFAULT_VHOST, vhost_name_error
 from .auth import KNOWN_TAGS, Permission, User, Users

@@ -46,9 +46,9 @@ from ..storage.rows import DropVhost, SavePolicy, SaveShovel, SaveVhost
 from ..storage.vhosts import VhostStore, split_definitions, split_recovery
 from ..tomlfile import load_definitions
 from ..vhost_names import DEFAULT_VHOST, split_key, vhost_space
+from . import definitions_apply as definitions
 from .alarms import ResourceAlarms
 from .outbox import WriteBatch
-from . import definitions_apply as definitions
 from .policies import Policies
 from .shovels import Shovels
 

@@ -33,7 +33,16 @@ import trio
 from .auth import AddressCounter, User, Users, UsersFileError
 from .logins import Key, LoginBudget, LoginThrottle
 from .settings import ServerSettings
-from .tokens import REFETCH_SECONDS, REFRESH_TOKEN, TOKEN_HEADER, TokenError, TokenLease, TokenVerifier, UnknownKey, scoped_user
+from .tokens import (
+    REFETCH_SECONDS,
+    REFRESH_TOKEN,
+    TOKEN_HEADER,
+    TokenError,
+    TokenLease,
+    TokenVerifier,
+    UnknownKey,
+    scoped_user,
+)
 
 log = logging.getLogger(__name__)
 

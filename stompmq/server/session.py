@@ -215,7 +215,7 @@ class ClientSession:
         session.fail = self.fail
         connected = {
             "version": version,
-            "heart-beat": "%d,%d" % connected_heart_beat(client_beats, settings.heart_beat),
+            "heart-beat": "{},{}".format(*connected_heart_beat(client_beats, settings.heart_beat)),
             "server": f"stompmq/{__version__}",
             "session": self.id,
         }

@@ -34,9 +34,9 @@ from typing import Any
 import trio
 
 from ..client import ClientError, client_error
-from ..transfer import Declaration
 from ..storage.base import Store
 from ..storage.rows import SaveShovel
+from ..transfer import Declaration
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ import re
 import sys
 from pathlib import Path
 
-from .auth import KNOWN_TAGS, Permission, User, Users, UsersFileError, hash_password
 from ..vhost_names import DEFAULT_VHOST
+from .auth import KNOWN_TAGS, Permission, User, Users, UsersFileError, hash_password
 
 
 def _parser() -> argparse.ArgumentParser:

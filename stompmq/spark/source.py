@@ -51,7 +51,6 @@ from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
-
 from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSource,

@@ -27,10 +27,9 @@ from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 from stompmq.storage.ages import QueueAges
-from stompmq.storage.header_filter import HeaderFilter
 from stompmq.storage.base import QueueCount, Recovery, StoredMessage, StreamMessage, StreamState
 from stompmq.storage.groups import GroupRows
-
+from stompmq.storage.header_filter import HeaderFilter
 
 #: SQL for ``Backend.queue_page`` (placeholders ``vhost``/``after``/``limit`` are the backend's to adapt):
 #: it walks the unique index on queues.name and counts each listed queue through

@@ -69,7 +69,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ..vhost_names import DEFAULT_VHOST
 from .ages import NO_AGES, QueueAges
 from .header_filter import HeaderFilter
-from .messages import StoredMessage as StoredMessage, StreamMessage as StreamMessage, by_order as by_order
+from .messages import StoredMessage as StoredMessage
+from .messages import StreamMessage as StreamMessage
+from .messages import by_order as by_order
 from .records import BindingRecord, ExchangeRecord, QueueRecord
 
 if TYPE_CHECKING:

@@ -107,27 +107,27 @@ from stompmq.storage.base import (
     StoreHealth,
     StreamMessage,
 )
-from stompmq.vhost_names import vhost_space
+from stompmq.storage.commit_group import CommitGroup
+from stompmq.storage.groupreads import GroupReads
 from stompmq.storage.groups import (
     DELETE,
     INSERT,
     UPDATE,
-    PendingOp,
     DelayedRow,
     DeleteRow,
     GroupRows,
     InsertRow,
+    PendingOp,
     StreamRow,
     StructuralOp,
     TopicMessage,
     UpdateRow,
 )
-from stompmq.storage.rows import CapExpiry, DropStream, DropVhost, Purge, Release, Row, TrimStream
-from stompmq.storage.commit_group import CommitGroup
-from stompmq.storage.groupreads import GroupReads
 from stompmq.storage.outage import Outage
 from stompmq.storage.refusals import commit_isolating, report_rejected
+from stompmq.storage.rows import CapExpiry, DropStream, DropVhost, Purge, Release, Row, TrimStream
 from stompmq.storage.thread import DatabaseThread
+from stompmq.vhost_names import vhost_space
 
 # Longest a buffered write waits for its group when nobody asks for a ticket: bounds what a
 # crash loses of unreceipted SENDs while letting bursts share one fsync.

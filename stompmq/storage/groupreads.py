@@ -17,11 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TypeVar, TypeVarTuple
 
-
 from stompmq.storage.ages import QueueAges
-from stompmq.storage.header_filter import HeaderFilter
 from stompmq.storage.backend import Backend, ConcurrentReads
-from stompmq.storage.commit_group import CommitGroup
 from stompmq.storage.base import (
     QueueCount,
     Store,
@@ -31,15 +28,17 @@ from stompmq.storage.base import (
     StreamState,
     by_order,
 )
-from stompmq.vhost_names import DEFAULT_VHOST, split_key, vhost_space
+from stompmq.storage.commit_group import CommitGroup
 from stompmq.storage.groups import (
     DELETE,
     PendingOp,
     StructuralOp,
 )
-from stompmq.storage.rows import Purge
+from stompmq.storage.header_filter import HeaderFilter
 from stompmq.storage.outage import Outage
+from stompmq.storage.rows import Purge
 from stompmq.storage.thread import DatabaseThread
+from stompmq.vhost_names import DEFAULT_VHOST, split_key, vhost_space
 
 # A page read lays the buffer over the disk only while the buffer (and the group in flight) holds
 # at most this many operations plus two per message asked for, or at least this many bytes of

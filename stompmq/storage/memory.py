@@ -13,7 +13,7 @@ from typing import Any, TypeVar, assert_never
 
 import trio
 
-from .header_filter import HeaderFilter
+from ..vhost_names import DEFAULT_VHOST, vhost_space
 from .base import (
     QueueCount,
     Recovery,
@@ -22,6 +22,7 @@ from .base import (
     StreamMessage,
     StreamRecord,
 )
+from .header_filter import HeaderFilter
 from .records import BindingRecord, ExchangeRecord, QueueRecord
 from .rows import (
     CapExpiry,
@@ -29,18 +30,17 @@ from .rows import (
     DropExchange,
     DropStream,
     DropVhost,
+    MetaFact,
     Purge,
     Release,
     Row,
     SaveBinding,
     SaveExchange,
-    MetaFact,
     SaveQueue,
     SaveStream,
     SaveVhost,
     TrimStream,
 )
-from ..vhost_names import DEFAULT_VHOST, vhost_space
 
 T = TypeVar("T")
 V = TypeVar("V")

@@ -21,14 +21,44 @@ from stompmq import __version__
 from stompmq.logs import masked
 from stompmq.storage import jsontext, pg_liveness, recovery
 from stompmq.storage.base import (
+    REFUSED_VALUES,
     CommitInDoubt,
     Recovery,
-    REFUSED_VALUES,
     StoreError,
     StoreRejected,
 )
-from stompmq.vhost_names import split_key, vhost_space
 from stompmq.storage.groups import DROP_VHOST_SQL, DelayedRow, GroupRows, InsertRow, StructuralOp, TopicMessage
+from stompmq.storage.migrate import is_current, upgrade_to_head
+from stompmq.storage.pg_reads import PostgresReads
+from stompmq.storage.pg_sql import (
+    CAP_EXPIRY_SQL,
+    CHANNEL,
+    COPY_SQL,
+    COPY_TYPES,
+    DELAYED_COPY_SQL,
+    DELAYED_COPY_TYPES,
+    DELAYED_DELETE_SQL,
+    DELETE_SQL,
+    FREE_ROWS_SQL,
+    LEASE_TRUST,
+    MIGRATION_LOCK,
+    MINE,
+    NOTIFY_BODY_MAX,
+    PASSED_PER_NOTIFY,
+    QUEUE_ID_CACHE_MAX,
+    RECONNECT_FIRST,
+    RECONNECT_MAX,
+    RELAY_KEEP,
+    SEQ_BLOCK,
+    UPDATE_SQL,
+    Freed,
+    connect,
+    note_freed,
+    one_line,
+    sqlalchemy_url,
+    stored_revisions,
+)
+from stompmq.storage.pg_streams import SharedStreams
 from stompmq.storage.rows import (
     CapExpiry,
     DropBinding,
@@ -46,38 +76,7 @@ from stompmq.storage.rows import (
     SaveVhost,
     TrimStream,
 )
-from stompmq.storage.migrate import is_current, upgrade_to_head
-from stompmq.storage.pg_reads import PostgresReads
-from stompmq.storage.pg_streams import SharedStreams
-
-from stompmq.storage.pg_sql import (
-    CAP_EXPIRY_SQL,
-    CHANNEL,
-    COPY_SQL,
-    COPY_TYPES,
-    DELAYED_COPY_SQL,
-    DELAYED_COPY_TYPES,
-    DELAYED_DELETE_SQL,
-    DELETE_SQL,
-    FREE_ROWS_SQL,
-    Freed,
-    LEASE_TRUST,
-    MIGRATION_LOCK,
-    MINE,
-    NOTIFY_BODY_MAX,
-    PASSED_PER_NOTIFY,
-    QUEUE_ID_CACHE_MAX,
-    RECONNECT_FIRST,
-    RECONNECT_MAX,
-    RELAY_KEEP,
-    SEQ_BLOCK,
-    UPDATE_SQL,
-    connect,
-    note_freed,
-    one_line,
-    sqlalchemy_url,
-    stored_revisions,
-)
+from stompmq.vhost_names import split_key, vhost_space
 
 log = logging.getLogger(__name__)
 _dumps = jsontext.dumps

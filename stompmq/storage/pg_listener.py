@@ -17,8 +17,6 @@ import psycopg
 import trio
 
 from stompmq.logs import masked
-from stompmq.storage.pg_streams import SharedStreams
-
 from stompmq.storage import jsontext
 from stompmq.storage.pg_sql import (
     CHANNEL,
@@ -26,6 +24,7 @@ from stompmq.storage.pg_sql import (
     LISTEN_RETRY,
     LISTEN_TICK,
 )
+from stompmq.storage.pg_streams import SharedStreams
 
 _dumps, _loads = jsontext.dumps, jsontext.loads
 

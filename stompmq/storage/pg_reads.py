@@ -15,6 +15,7 @@ import psycopg
 
 from stompmq.storage import jsontext, pg_liveness, recovery
 from stompmq.storage.ages import NO_AGES, QUEUE_AGES_SQL, QUEUE_UNACKED_AGE_SQL, QueueAges
+from stompmq.storage.backend import QUEUE_PAGE_SQL
 from stompmq.storage.base import (
     BrokerLease,
     QueueCount,
@@ -24,12 +25,6 @@ from stompmq.storage.base import (
     StreamState,
 )
 from stompmq.storage.header_filter import HeaderFilter
-from stompmq.storage.records import BindingRecord, ExchangeRecord
-from stompmq.storage.rows import SavePolicy
-from stompmq.vhost_names import split_key, vhost_space
-from stompmq.storage.backend import QUEUE_PAGE_SQL
-from stompmq.storage.pg_streams import SharedStreams
-
 from stompmq.storage.pg_sql import (
     BROKERS_SQL,
     BROWSE_AFTER_SQL,
@@ -46,6 +41,10 @@ from stompmq.storage.pg_sql import (
     QUEUE_ID_CACHE_MAX,
     one_line,
 )
+from stompmq.storage.pg_streams import SharedStreams
+from stompmq.storage.records import BindingRecord, ExchangeRecord
+from stompmq.storage.rows import SavePolicy
+from stompmq.vhost_names import split_key, vhost_space
 
 _headers, _loads = jsontext.headers, jsontext.loads
 

@@ -19,8 +19,6 @@ from stompmq.storage.base import (
 )
 from stompmq.storage.migrate import VERSION_SQL
 
-
-
 #: Key of the advisory lock held while migrating (any fixed 64-bit number; "stompmq" in ASCII).
 MIGRATION_LOCK = 0x73746F6D706D71
 #: Seconds to wait for the server when connecting: an unreachable server fails the start fast.

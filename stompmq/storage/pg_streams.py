@@ -35,9 +35,9 @@ import psycopg
 
 from stompmq.storage import jsontext, recovery
 from stompmq.storage.base import StreamMessage, StreamRecord, StreamState, producer_positions
-from stompmq.vhost_names import split_key, vhost_space
 from stompmq.storage.groups import GroupOffsetRow, GroupRows, StreamRow, StructuralOp
 from stompmq.storage.rows import DropStream, SaveStream, TrimStream
+from stompmq.vhost_names import split_key, vhost_space
 
 _dumps, _loads = jsontext.dumps, jsontext.loads
 _headers, _headers_text = jsontext.headers, jsontext.headers_text

@@ -71,14 +71,13 @@ from stompmq.storage.base import (
     StoreError,
     StreamState,
 )
-from stompmq.vhost_names import DEFAULT_VHOST
 from stompmq.storage.groupcommit import FLUSH_INTERVAL, MAX_BACKLOG_BYTES, MAX_GROUP, GroupCommitStore
-
 from stompmq.storage.pg_backend import PostgresBackend
 from stompmq.storage.pg_listener import Listener
 from stompmq.storage.pg_sql import (
     CONNECT_TIMEOUT,
 )
+from stompmq.vhost_names import DEFAULT_VHOST
 
 _loads = jsontext.loads
 

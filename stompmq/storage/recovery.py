@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-from stompmq.storage.records import BindingRecord, ExchangeRecord, QueueRecord
-from stompmq.vhost_names import vhost_space
-from stompmq.storage.rows import META_PREFIXES
 from stompmq.storage.jsontext import loads
+from stompmq.storage.records import BindingRecord, ExchangeRecord, QueueRecord
+from stompmq.storage.rows import META_PREFIXES
+from stompmq.vhost_names import vhost_space
 
 VHOSTS_SQL = "SELECT name FROM vhosts ORDER BY name"
 EXCHANGES_SQL = "SELECT vhost, name, type, options FROM exchanges ORDER BY vhost, name"

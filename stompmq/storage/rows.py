@@ -32,6 +32,7 @@ from typing import Any, ClassVar, TypeVar
 
 from stompmq.storage.records import BindingRecord, ExchangeRecord
 
+
 def _own(row: object, name: str) -> None:
     """Replace ``row``'s dict field ``name`` by a copy (a frozen row's ``__post_init__``)."""
     value = getattr(row, name)

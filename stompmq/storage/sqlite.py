@@ -29,29 +29,26 @@ file (lock, PRAGMAs, check) is ``storage/sqlite_file.py``; the statements are
 from __future__ import annotations
 
 import contextlib
-
 import os
 import sqlite3
 from collections.abc import Iterator
 
 from stompmq.storage import jsontext, recovery
 from stompmq.storage.ages import NO_AGES, QUEUE_AGES_SQL, QUEUE_UNACKED_AGE_SQL, QueueAges
+from stompmq.storage.backend import QUEUE_PAGE_SQL
 from stompmq.storage.base import (
+    REFUSED_VALUES,
     CommitInDoubt,
     QueueCount,
     Recovery,
     StoredMessage,
-    REFUSED_VALUES,
     StoreError,
     StoreRejected,
     StreamMessage,
     StreamRecord,
     producer_positions,
 )
-from stompmq.vhost_names import split_key, vhost_space
-from stompmq.storage.backend import QUEUE_PAGE_SQL
 from stompmq.storage.groupcommit import FLUSH_INTERVAL, MAX_BACKLOG_BYTES, MAX_GROUP, GroupCommitStore
-from stompmq.storage.header_filter import HeaderFilter
 from stompmq.storage.groups import (
     DROP_VHOST_SQL,
     DelayedRow,
@@ -62,6 +59,8 @@ from stompmq.storage.groups import (
     StructuralOp,
     TopicMessage,
 )
+from stompmq.storage.header_filter import HeaderFilter
+from stompmq.storage.migrate import VERSION_SQL, is_current, upgrade_to_head
 from stompmq.storage.rows import (
     CapExpiry,
     DropBinding,
@@ -86,13 +85,10 @@ from stompmq.storage.sqlite_sql import (
     DELAYED_INSERT_SQL,
     DUE_AFTER_SQL,
     DUE_FIRST_SQL,
-    DelayedParams,
     EXPIRED_SQL,
     GROUP_UPSERT_SQL,
     INSERT_PLAIN_SQL,
     INSERT_SQL,
-    InsertParams,
-    InsertPlainParams,
     NEXT_EXPIRY_SQL,
     PRODUCER_UPSERT_SQL,
     READY_FIRST_SQL,
@@ -102,11 +98,14 @@ from stompmq.storage.sqlite_sql import (
     STREAM_INSERT_SQL,
     STREAM_READ_SQL,
     UPDATE_SQL,
+    DelayedParams,
+    InsertParams,
+    InsertPlainParams,
     delete_rows,
     filtered_ready_sql,
     insert_rows,
 )
-from stompmq.storage.migrate import VERSION_SQL, is_current, upgrade_to_head
+from stompmq.vhost_names import split_key, vhost_space
 
 # The reader thread's page cache: page reads scan rows just written (mostly in the OS cache), so
 # it only keeps the paging index's upper pages, and RSS stays bounded.

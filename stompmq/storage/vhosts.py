@@ -27,8 +27,8 @@ from typing import TypeVar
 
 import trio
 
+from ..vhost_names import DEFAULT_VHOST, split_key, vhost_space
 from .ages import QueueAges
-from .header_filter import HeaderFilter
 from .base import (
     Brokers,
     QueueCount,
@@ -39,9 +39,9 @@ from .base import (
     StreamMessage,
     StreamState,
 )
+from .header_filter import HeaderFilter
 from .records import BindingRecord, ExchangeRecord
 from .rows import Row, in_space
-from ..vhost_names import DEFAULT_VHOST, split_key, vhost_space
 
 T = TypeVar("T")
 

@@ -15,9 +15,8 @@ from stompmq.storage.base import (
     StoredMessage,
     StreamMessage,
 )
-from stompmq.storage.rows import CapExpiry, DropStream, Purge, Row, SaveStream, TrimStream
 from stompmq.storage.header_filter import HeaderFilter
-
+from stompmq.storage.rows import CapExpiry, DropStream, Purge, Row, SaveStream, TrimStream
 
 #: What a ``FakeOutbox`` with room says its socket's buffer can still take: a connection's soft limit.
 SOCKET_SPARE = 512 * 1024

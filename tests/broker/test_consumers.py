@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 from stompmq.broker import Broker, ClientError
 from stompmq.protocol import Frame
 from stompmq.storage.memory import MemoryStore
 
 from .fakes import DictStore, FakeOutbox, run_reads
-
-import pytest
 
 
 def connect(broker: Broker, name: str) -> tuple[object, FakeOutbox]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone, tzinfo
+from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -13,7 +13,7 @@ from stompmq.broker.cron import CronError, next_fire, parse_cron
 
 #: Minutes the brute force walks at most; beyond it only "not before" is checked.
 WALK = 6 * 24 * 60
-ZONES: list[tzinfo] = [timezone.utc, timezone(timedelta(hours=5, minutes=30)), ZoneInfo("Europe/Berlin"),
+ZONES: list[tzinfo] = [UTC, timezone(timedelta(hours=5, minutes=30)), ZoneInfo("Europe/Berlin"),
                        ZoneInfo("America/New_York"), ZoneInfo("Australia/Lord_Howe")]
 RANGES = ((0, 59), (0, 23), (1, 31), (1, 12), (0, 6))
 

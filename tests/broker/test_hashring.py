@@ -33,7 +33,7 @@ import re
 import subprocess
 import sys
 from collections import Counter
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -146,7 +146,7 @@ def test_chi2_critical_matches_published_table(df: int) -> None:
 # --- helpers -----------------------------------------------------------------
 
 
-@lru_cache(maxsize=None)
+@cache
 def routes(exchange: str, bindings: tuple[tuple[str, int], ...]) -> tuple[str | None, ...]:
     ring = HashRing(exchange, bindings)
     return tuple(ring.route(key) for key in KEYS)

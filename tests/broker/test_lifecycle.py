@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from stompmq.broker import Broker, BrokerConfig, ClientError
-from stompmq.broker import expiry
+from stompmq.broker import Broker, BrokerConfig, ClientError, expiry
 from stompmq.broker.dispatch import settling_soon
 from stompmq.protocol import Frame
 from stompmq.storage.base import Recovery, StoredMessage

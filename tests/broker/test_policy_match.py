@@ -8,7 +8,14 @@ from hypothesis import strategies as st
 
 from stompmq.broker.errors import ClientError
 from stompmq.broker.policy_match import (
-    CAPPED_KEYS, DECLARATION, OPERATOR_POLICY, POLICY, Policy, resolve, typed, winner,
+    CAPPED_KEYS,
+    DECLARATION,
+    OPERATOR_POLICY,
+    POLICY,
+    Policy,
+    resolve,
+    typed,
+    winner,
 )
 
 NAMES = st.text(alphabet="abcxy.", min_size=1, max_size=6)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections import deque
 
-from stompmq.broker.queue import Queue
 from stompmq.broker.consumer import AckMode
+from stompmq.broker.queue import Queue
 from stompmq.broker.session import Session, Subscription
 from stompmq.storage.base import StoredMessage
 

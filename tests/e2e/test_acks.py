@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from ..support.stores import STORES
+from ..support.broker_thread import restarting
 from ..support.rawclient import RawFrame
 from ..support.stompclient import Client
-from ..support.broker_thread import restarting
+from ..support.stores import STORES
 
 
 def frame_bytes(command: str, headers: dict[str, str]) -> bytes:

@@ -15,9 +15,9 @@ import pytest
 from stompmq.cli import main
 from stompmq.server import ServerSettings
 
+from ..support.broker_process import free_port
 from ..support.broker_thread import BrokerThread
 from ..support.stompclient import Client
-from ..support.broker_process import free_port
 from ..support.waiting import send_all
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from ..support.broker_thread import BrokerThread
-from ..support.stores import make_store_factory
 from ..support.stompclient import Client
+from ..support.stores import make_store_factory
 from ..support.waiting import send_all
 
 

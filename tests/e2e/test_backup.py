@@ -8,13 +8,13 @@ import sys
 import threading
 from pathlib import Path
 
-from ..support.broker_process import ROOT, BrokerProcess
-from ..support.stompclient import Client
-from ..support.waiting import wait_until
 import pytest
 
 from stompmq.cli import main
 
+from ..support.broker_process import ROOT, BrokerProcess
+from ..support.stompclient import Client
+from ..support.waiting import wait_until
 
 
 def test_backup_under_load_keeps_every_receipted_message(tmp_path: Path) -> None:

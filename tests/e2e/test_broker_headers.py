@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from stompmq.broker.config import BrokerConfig
-from stompmq.broker.send_headers import BROKER_FACTS, sender_headers
 from stompmq.broker.errors import ClientError
+from stompmq.broker.send_headers import BROKER_FACTS, sender_headers
 from stompmq.server import ServerSettings
 from stompmq.server.auth import Permission, User, Users, hash_password
 

@@ -15,12 +15,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from ..support.postgres_server import PASSWORD
-
 from ..support.broker_process import BrokerProcess, Peer
+from ..support.postgres_server import PASSWORD
 from ..support.rawclient import RawFrame
-from ..support.stores import TEST_LEASE, postgres_server
 from ..support.stompclient import BrokerError
+from ..support.stores import TEST_LEASE, postgres_server
 from ..support.waiting import holds_for, wait_until
 
 pytestmark = pytest.mark.postgres

@@ -17,8 +17,8 @@ import pytest
 from stompmq.server import ServerSettings
 from stompmq.server.auth import Permission, User, Users, hash_password
 
-from ..support.broker_thread import BrokerThread
 from ..support.broker_process import free_port
+from ..support.broker_thread import BrokerThread
 from ..support.chromium import chromium
 from ..support.stompclient import Client
 from ..support.stores import TEST_LEASE, make_store_factory

@@ -16,8 +16,8 @@ from stompmq.server.auth import Permission
 from stompmq.storage.memory import MemoryStore
 
 from ..support.broker_thread import BrokerThread
-from ..support.stores import make_store_factory
 from ..support.stompclient import Client
+from ..support.stores import make_store_factory
 from ..support.users import NOTHING, write_users
 
 PERMISSIONS = {

@@ -27,8 +27,8 @@ from stompmq.broker.hashring import HashRing
 from stompmq.storage.memory import MemoryStore
 
 from ..support.broker_thread import BrokerThread
-from ..support.stores import make_store_factory
 from ..support.stompclient import Client, control
+from ..support.stores import make_store_factory
 from ..support.waiting import wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -8,7 +8,6 @@ import pytest
 from ..support.stompclient import Client
 from .test_stomp_py import Peer
 
-
 # ---------------------------------------------------------------------------- ACK/NACK subscription
 
 

@@ -16,12 +16,12 @@ from stompmq.broker import BrokerConfig
 from stompmq.server import ServerSettings
 from stompmq.server.logins import CONNECT_MAX_BYTES
 
+from ..support.broker_process import BrokerProcess
 from ..support.broker_thread import BrokerThread
 from ..support.rawclient import RawClient
 from ..support.stompclient import Client
-from ..support.broker_process import BrokerProcess
-from .test_permissions import client_from
 from ..support.waiting import wait_until
+from .test_permissions import client_from
 
 
 def test_connections_per_address_are_limited_and_freed(make_memory_broker: Callable[..., BrokerThread]) -> None:

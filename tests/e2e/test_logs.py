@@ -11,8 +11,8 @@ import pytest
 
 from stompmq.server import ServerSettings
 
-from ..support.broker_thread import BrokerThread
 from ..support.broker_process import BrokerProcess
+from ..support.broker_thread import BrokerThread
 from ..support.stompclient import Client
 from ..support.waiting import wait_until
 

@@ -23,14 +23,14 @@ from typing import Any
 import pytest
 
 from stompmq.broker import Broker
-from stompmq.cli import main
 from stompmq.broker.config import BrokerConfig
+from stompmq.cli import main
 from stompmq.server import ServerSettings
-from stompmq.server.runtime import Runtime
-from stompmq.storage.memory import MemoryStore
-from stompmq.server.auth import Permission, User, Users, hash_password
 from stompmq.server.api.app import ManagementApp
 from stompmq.server.api.routes import DASHBOARD_ROUTE, QUEUE_PATH, ROUTES, VHOST_NAME, ApiRoute
+from stompmq.server.auth import Permission, User, Users, hash_password
+from stompmq.server.runtime import Runtime
+from stompmq.storage.memory import MemoryStore
 
 from ..support.broker_process import free_port
 from ..support.broker_thread import BrokerThread

@@ -19,8 +19,8 @@ from stompmq.server import ServerSettings
 from stompmq.storage.sqlite import SQLiteStore
 
 from ..support.broker_thread import BrokerThread
-from ..support.stores import make_store_factory
 from ..support.stompclient import Client, control
+from ..support.stores import make_store_factory
 from ..support.waiting import send_all, wait_sessions, wait_until
 
 

@@ -15,8 +15,8 @@ from stompmq.server import ServerSettings
 from ..support.broker_process import free_port
 from ..support.broker_thread import BrokerThread
 from ..support.stompclient import Client
-from .test_http import Api
 from ..support.waiting import pace, wait_until
+from .test_http import Api
 
 
 def _produce_past(broker: BrokerThread, destination: str, count: int, subscription: dict[str, str],

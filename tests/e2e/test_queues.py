@@ -16,7 +16,6 @@ from stompmq.broker.subscriptions import PREFETCH_HEADERS
 from ..support.stompclient import Client
 from ..support.waiting import send_all, wait_sessions
 
-
 # ---------------------------------------------------------------------------- competing consumers
 
 

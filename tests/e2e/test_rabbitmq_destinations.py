@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from ..support.broker_thread import BrokerThread
-from ..support.stores import make_store_factory
 from ..support.stompclient import Client, control
+from ..support.stores import make_store_factory
 
 
 def bodies(c: Client, n: int) -> list[bytes]:

@@ -17,8 +17,8 @@ from stompmq.server.users_cli import users_main
 
 from ..support.broker_process import free_port
 from ..support.broker_thread import BrokerThread
-from ..support.stores import make_store_factory
 from ..support.stompclient import BrokerError, Client
+from ..support.stores import make_store_factory
 from .test_http import Api
 
 #: What ``rabbitmqctl export_definitions`` writes, with every kind the importer maps and a few it cannot.

@@ -9,8 +9,8 @@ from stompmq.server import ServerSettings
 
 from ..support.broker_process import free_port
 from ..support.broker_thread import BrokerThread, restarting
-from ..support.stores import make_store_factory
 from ..support.stompclient import Client, control
+from ..support.stores import make_store_factory
 from ..support.waiting import wait_until
 from .test_http import Api
 

@@ -19,8 +19,8 @@ from stompmq.server import ServerSettings
 from stompmq.server.auth import Permission, User, Users, hash_password
 from stompmq.server.definitions_apply import plan
 from stompmq.server.runtime import Runtime
-from stompmq.vhost_names import DEFAULT_VHOST
 from stompmq.storage.memory import MemoryStore
+from stompmq.vhost_names import DEFAULT_VHOST
 
 from ..support.broker_process import BrokerProcess, Peer, free_port
 from ..support.broker_thread import BrokerThread
@@ -77,7 +77,7 @@ def test_a_declared_shovel_outlives_a_kill_9_of_its_source_and_loses_nothing(bro
         wait_until(lambda: p.count("k") >= n // 4, "a quarter moved", timeout=120)
     old.kill9()
     wait_until(lambda: shovel_state(http_port, "k")["state"] == "failed", "the shovel failed", timeout=30)
-    assert "127.0.0.1:%d" % old.port in shovel_state(http_port, "k")["error"]
+    assert f"127.0.0.1:{old.port}" in shovel_state(http_port, "k")["error"]
     old.start()  # the same port: the shovel connects again by itself
     with Peer(old.port) as p:
         wait_until(lambda: p.count("k") == 0, "the source emptied", timeout=120)

@@ -20,13 +20,12 @@ import random
 import sqlite3
 from pathlib import Path
 
-
 from stompmq.broker import BrokerConfig
 from stompmq.storage.sqlite import SQLiteStore
 
 from ..support.broker_process import BrokerProcess, Peer, port_open
-from ..support.on_disk import stored_headers
 from ..support.broker_thread import BrokerThread
+from ..support.on_disk import stored_headers
 from ..support.unwritable import immutable
 from ..support.waiting import wait_until
 

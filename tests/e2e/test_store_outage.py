@@ -27,10 +27,10 @@ from stompmq.server import connection
 from stompmq.server.settings import ServerSettings
 from stompmq.storage.groupcommit import GroupCommitStore
 
+from ..storage.test_sqlite_store import ControlledBackend
 from ..support.broker_process import BrokerProcess, Peer
 from ..support.broker_thread import BrokerThread
 from ..support.stores import postgres_server
-from ..storage.test_sqlite_store import ControlledBackend
 from ..support.waiting import holds_for, wait_until
 
 #: Seconds the database stays down after it stopped (a restart takes about one more).

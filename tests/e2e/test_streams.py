@@ -12,8 +12,8 @@ import pytest
 from stompmq.broker import BrokerConfig
 
 from ..support.broker_thread import BrokerThread
-from ..support.stores import make_store_factory
 from ..support.stompclient import Client
+from ..support.stores import make_store_factory
 from ..support.waiting import wait_past, wait_until
 
 

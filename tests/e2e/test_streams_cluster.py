@@ -14,8 +14,8 @@ from collections.abc import Iterator
 import pytest
 
 from ..support.broker_process import BrokerProcess, Peer
-from ..support.stores import TEST_LEASE, postgres_server
 from ..support.stompclient import BrokerError, Client
+from ..support.stores import TEST_LEASE, postgres_server
 from ..support.waiting import wait_until
 
 pytestmark = pytest.mark.postgres

@@ -9,7 +9,6 @@ a short quiet period only that something must *not* happen.
 
 from __future__ import annotations
 
-
 import pytest
 
 from stompmq.broker import BrokerConfig

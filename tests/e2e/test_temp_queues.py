@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from ..support.stompclient import Client
-from ..support.waiting import wait_sessions
 from stompmq.broker import BrokerConfig
 
+from ..support.stompclient import Client
+from ..support.waiting import wait_sessions
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

@@ -18,6 +18,7 @@ from stompmq.server.listeners import listener_port
 from ..support.broker_process import BrokerProcess, free_port, port_open
 from ..support.broker_thread import BrokerThread
 from ..support.stompclient import Client
+
 pytest.importorskip("jwt", reason="token logins need the oauth extra")
 
 from ..support.tokens import RESOURCE_SERVER, Issuer

@@ -16,8 +16,8 @@ from stompmq.server import ServerSettings
 from stompmq.server.auth import Permission, User, Users, hash_password
 
 from ..support.broker_thread import BrokerThread
-from ..support.stores import make_store_factory
 from ..support.rawclient import RawClient, RawFrame
+from ..support.stores import make_store_factory
 
 _receipts = itertools.count(1)
 

@@ -18,10 +18,10 @@ from stompmq.server.listeners import listener_port
 from stompmq.server.websocket import allowed_origins, choose_subprotocol, origin_allowed
 
 from ..support.broker_thread import BrokerThread
-from .test_tls import client_context, write_cert
 from ..support.users import write_users
-from ..support.wsclient import WSClient
 from ..support.waiting import wait_until
+from ..support.wsclient import WSClient
+from .test_tls import client_context, write_cert
 
 CONNECT = "CONNECT\naccept-version:1.2\nhost:localhost\n\n\x00"
 

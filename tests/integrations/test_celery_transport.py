@@ -30,7 +30,7 @@ def drain_until(conn: Connection, got: list, n: int) -> None:
             return
         try:
             conn.drain_events(timeout=0.2)
-        except socket.timeout:
+        except TimeoutError:
             pass
     assert len(got) >= n, got
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from stompmq.protocol import encoder
-from stompmq.protocol import Frame, FrameParser, LocalProtocolError, encode_frame, encode_header_block, escape
+from stompmq.protocol import Frame, FrameParser, LocalProtocolError, encode_frame, encode_header_block, encoder, escape
 
 ESCAPE_CASES = [
     # (id, value, version, expected)

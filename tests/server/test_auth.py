@@ -8,12 +8,12 @@ import pytest
 
 from stompmq.cli import main
 from stompmq.server.auth import (
+    _DUMMY_HASH,
     AddressCounter,
     Permission,
     User,
     Users,
     UsersFileError,
-    _DUMMY_HASH,
     hash_password,
     required_permissions,
     verify_password,

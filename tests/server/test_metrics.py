@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from prometheus_client import CollectorRegistry, Histogram as PrometheusHistogram
+from prometheus_client import CollectorRegistry
+from prometheus_client import Histogram as PrometheusHistogram
 from prometheus_client.core import Metric
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector

@@ -10,9 +10,14 @@ import pytest
 pytest.importorskip("opentelemetry.sdk")  # the otel extra
 
 from opentelemetry.sdk.trace.sampling import (  # noqa: E402
-    ALWAYS_OFF, ALWAYS_ON, Decision, ParentBased, Sampler, StaticSampler, TraceIdRatioBased,
+    ALWAYS_OFF,
+    ALWAYS_ON,
+    Decision,
+    ParentBased,
+    Sampler,
+    StaticSampler,
+    TraceIdRatioBased,
 )
-
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator  # noqa: E402
 
 from stompmq.server.otel import decider  # noqa: E402

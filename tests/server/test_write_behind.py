@@ -20,8 +20,8 @@ import trio.testing
 
 from stompmq.storage.groupcommit import GroupCommitStore
 
-from ..support.stores import make_store_factory
 from ..support.pair import PeerClient, broker_pair
+from ..support.stores import make_store_factory
 from ..support.waiting import committed
 
 #: The conftest stores' --flush-interval.

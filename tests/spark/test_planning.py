@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pytest
+
 pytest.importorskip("pyspark")  # the spark extra
 
 from pyspark.sql.datasource import InputPartition

@@ -14,8 +14,8 @@ import pytest
 
 from ..support.broker_process import ROOT
 from ..support.broker_thread import BrokerThread
-from ..support.stores import make_store_factory
 from ..support.stompclient import Client
+from ..support.stores import make_store_factory
 from ..support.waiting import wait_until
 
 pytest.importorskip("pyspark")  # the spark extra, in the driver subprocess

@@ -15,8 +15,8 @@ from stompmq.broker import BrokerConfig
 
 from ..support.broker_process import BrokerProcess
 from ..support.broker_thread import BrokerThread
-from ..support.stores import TEST_LEASE, make_store_factory, postgres_server
 from ..support.stompclient import Client
+from ..support.stores import TEST_LEASE, make_store_factory, postgres_server
 
 pytestmark = pytest.mark.spark
 

@@ -15,7 +15,6 @@ import pytest
 
 from stompmq.storage.backend import Backend
 from stompmq.storage.base import Recovery
-from stompmq.storage.records import BindingRecord, ExchangeRecord
 from stompmq.storage.groups import (
     DeleteRow,
     GroupRows,
@@ -24,6 +23,7 @@ from stompmq.storage.groups import (
     StructuralOp,
     UpdateRow,
 )
+from stompmq.storage.records import BindingRecord, ExchangeRecord
 from stompmq.storage.rows import DropBinding, DropExchange, DropStream, Purge, SaveBinding, SaveExchange
 from stompmq.storage.sqlite import SQLiteBackend
 

@@ -15,7 +15,6 @@ from stompmq.storage.groupcommit import RETRY_BACKOFF, GroupCommitStore
 from stompmq.storage.groups import GroupRows
 
 from ..support.stores import Reports
-
 from .test_sqlite_store import NEVER, ControlledBackend, committed, msg, seqs_on_disk, serving, until
 
 

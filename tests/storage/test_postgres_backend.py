@@ -17,12 +17,12 @@ from contextlib import contextmanager
 import pytest
 
 from stompmq.storage.base import UNNUMBERED, StoredMessage, StoreError
-from stompmq.storage.records import BindingRecord, ExchangeRecord
 from stompmq.storage.groups import (
     DelayedRow,
     GroupRows,
     InsertRow,
 )
+from stompmq.storage.records import BindingRecord, ExchangeRecord
 from stompmq.storage.rows import DropBinding, DropExchange, Release, SaveBinding, SaveExchange, SaveQueue, SaveVhost
 
 from ..support.stores import NO_PSYCOPG, TEST_LEASE, postgres_server

@@ -24,24 +24,24 @@ import trio.testing
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from stompmq.storage import sqlite_file
 from stompmq.storage.base import (
-    StoreEvents,
     MESSAGE_OVERHEAD,
     CommitInDoubt,
     Recovery,
     StoredMessage,
     StoreError,
+    StoreEvents,
 )
-from stompmq.storage.records import BindingRecord, ExchangeRecord
 from stompmq.storage.groupcommit import RETRY_BACKOFF, GroupCommitStore
 from stompmq.storage.groupreads import READ_THROUGH_BYTES_PER_OP, READ_THROUGH_OPS
 from stompmq.storage.groups import GroupRows
 from stompmq.storage.header_filter import HeaderFilter
 from stompmq.storage.memory import MemoryStore
-from stompmq.storage import sqlite_file
+from stompmq.storage.records import BindingRecord, ExchangeRecord
+from stompmq.storage.rows import DropBinding, DropExchange, DropStream, Purge, SaveBinding, SaveExchange
 from stompmq.storage.sqlite import SQLiteBackend, SQLiteStore
 from stompmq.storage.sqlite_sql import REQUEUE_DELIVERED_SQL
-from stompmq.storage.rows import DropBinding, DropExchange, DropStream, Purge, SaveBinding, SaveExchange
 
 from ..support.stores import Reports
 from ..support.unwritable import immutable

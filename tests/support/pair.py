@@ -25,7 +25,6 @@ from stompmq.server.settings import ServerSettings
 from stompmq.storage.base import Store
 from stompmq.storage.memory import MemoryStore
 
-
 #: Seconds (virtual under autojump) a receive may wait: a frame that never comes fails the test
 #: instead of hanging it.
 RECEIVE_LIMIT = 600.0

@@ -17,10 +17,10 @@ from ...broker.definitions import DefinitionsError
 from .. import definitions_apply
 from ..auth import User
 from ..definitions_export import export_definitions
-from .basic_auth import USER_SCOPE
-from .requests import json_object
 from ..runtime import Runtime
 from ..security import Security
+from .basic_auth import USER_SCOPE
+from .requests import json_object
 
 
 def _flag(request: Request, name: str) -> bool:

@@ -23,8 +23,18 @@ from ...broker import Broker
 from ...broker.take import Take
 from ...storage.base import StoredMessage
 from ..alarms import CHECK_SECONDS
-from .requests import (age, authorise, count_param, json_count, json_object, log, only_fields, queue_name,
-                       queue_resource, request_user)
+from .requests import (
+    age,
+    authorise,
+    count_param,
+    json_count,
+    json_object,
+    log,
+    only_fields,
+    queue_name,
+    queue_resource,
+    request_user,
+)
 
 if TYPE_CHECKING:
     from .management import Management

@@ -18,7 +18,6 @@ from hypercorn.config import Config as HypercornConfig
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
-from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
@@ -38,6 +37,7 @@ from .cluster import ClusterApi
 from .connections import ConnectionApi
 from .definitions import DefinitionsApi
 from .exchanges import ExchangeApi
+from .gate import RequestGate
 from .health import HealthApi, OverviewApi
 from .listener import serve_bounded
 from .management import Management
@@ -61,30 +61,30 @@ DASHBOARD = Path(__file__).parents[1] / "dashboard"
 Endpoint = Callable[[Request], Awaitable[Response]]
 
 
-class _JsonMutationsOnly(BaseHTTPMiddleware):
+class _JsonMutationsOnly(RequestGate):
     """Refuse a POST/PUT/DELETE without a JSON content type (see the package docstring)."""
 
-    async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
+    async def refuse(self, request: Request) -> Response | None:
         if request.method not in ("GET", "HEAD", "OPTIONS"):
             if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
                 return JSONResponse({"error": "send content-type: application/json", "status": 415}, status_code=415)
-        return await call_next(request)
+        return None
 
 
-class _OwnHostOnly(BaseHTTPMiddleware):
+class _OwnHostOnly(RequestGate):
     """400 for a ``Host`` that is none of the broker's names (``vhosts.own_host``: no DNS rebinding)."""
 
     def __init__(self, app: ASGIApp, names: frozenset[str]) -> None:
         super().__init__(app)
         self.names = names
 
-    async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
+    async def refuse(self, request: Request) -> Response | None:
         host = request.headers.get("host")
         if not own_host(host, self.names):
             log.info("management API: refused a request to host %r, not a name of this broker (--host-names)", host)
             return JSONResponse({"error": f"host {host!r} is not a name of this broker (--host-names)",
                                  "status": 400}, status_code=400)
-        return await call_next(request)
+        return None
 
 
 class ManagementApp(Management):

@@ -26,13 +26,13 @@ import hashlib
 import logging
 import math
 
-from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp
 
 from ..auth import User, Users
 from ..security import LoginThrottled, Security
+from .gate import RequestGate
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ VERIFIED_MAX = 1000
 USER_SCOPE = "user"
 
 
-class BasicAuth(BaseHTTPMiddleware):
+class BasicAuth(RequestGate):
     """401 without good credentials, 403 for a user whose tags do not allow the request."""
 
     def __init__(self, app: ASGIApp, security: Security) -> None:
@@ -55,10 +55,10 @@ class BasicAuth(BaseHTTPMiddleware):
         self._verified: dict[bytes, str] = {}  # digest of "login:password" -> login
         self._users: Users | None = None  # the users the cache was filled from
 
-    async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
+    async def refuse(self, request: Request) -> Response | None:
         users = self.security.users
         if users is None or request.url.path in OPEN_PATHS:
-            return await call_next(request)
+            return None
         credentials = _credentials(request.headers.get("authorization"))
         try:
             user = None if credentials is None else await self._user(users, request, *credentials)
@@ -70,7 +70,7 @@ class BasicAuth(BaseHTTPMiddleware):
                                 headers={"www-authenticate": 'Basic realm="stompmq"'})
         if "administrator" in user.tags or ("monitoring" in user.tags and request.method in READ_METHODS):
             request.scope[USER_SCOPE] = user
-            return await call_next(request)
+            return None
         log.warning("management API: access refused: %s %s for user %r from %s", request.method,
                     request.url.path, user.name, _address(request))
         return JSONResponse({"error": f"user {user.name} may not {request.method} {request.url.path} "

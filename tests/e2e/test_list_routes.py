@@ -59,3 +59,13 @@ def test_where_a_segment_is_no_vhost_the_older_single_resource_forms_still_answe
     assert api.get("/api/exchanges/events?vhost=team%2Fa")["type"] == "direct"
     assert api.call("GET", "/api/exchanges/nowhere")[0] == 404  # neither a vhost nor an exchange of /
     assert api.call("GET", "/api/streams/nowhere")[1]["error"] == "no vhost 'nowhere'"
+
+
+def test_a_stream_is_a_resource_of_its_vhost_as_the_list_shows_it(api: Api) -> None:
+    """``GET /api/streams/{vhost}/{name}``: the list's entry, 404 with a reason elsewhere."""
+    listed = api.get("/api/streams/team%2Fa")["items"]
+    assert [s["name"] for s in listed] == ["log"]
+    assert api.get("/api/streams/team%2Fa/log") == listed[0]
+    assert _deprecation(api, "GET", "/api/streams/team%2Fa/log") == (200, None)
+    assert api.call("GET", "/api/streams/%2F/log") == (404, {"error": "no stream 'log' in vhost '/'", "status": 404})
+    assert api.call("GET", "/api/streams/nowhere/log")[1]["error"] == "no vhost 'nowhere'"

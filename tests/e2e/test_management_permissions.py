@@ -94,6 +94,13 @@ class Walk:
         self.producers[vhost].send_to("/queue/" + name, MARKER)
         return name
 
+    def stream(self, vhost: str) -> str:
+        """A new stream of ``vhost`` holding one entry."""
+        name = f"st{next(self.serial)}"
+        self.queue(vhost)  # (root's producer on the vhost)
+        self.producers[vhost].send_to("/stream/" + name, MARKER)
+        return name
+
     def schedule(self, vhost: str) -> str:
         """The id of a new schedule of ``vhost`` (in a new queue)."""
         name = f"sq{next(self.serial)}"
@@ -157,6 +164,8 @@ class Walk:
             return f"/api/shovels/s{n}", None
         if handler == "declare_shovel":
             return f"/api/shovels/s{n}", self.shovel_fields()
+        if handler == "get_stream":
+            return f"/api/streams/{v}/{self.stream(vhost)}", None
         if handler in ("get_connection", "close_connection"):
             return f"/api/connections/{self.connection()}", None
         if route.handler.startswith("policy_api."):

@@ -114,6 +114,7 @@ ROUTES: tuple[ApiRoute, ...] = (
              deprecated=True),
     *listings("topics"),
     *listings("streams"),
+    ApiRoute("GET", "/api/streams" + VHOST_NAME, "stream_api.get_stream", vhost="path"),
     ApiRoute("GET", "/api/schedules/{vhost:path}", "schedule_api.list_schedules", vhost="path"),
     ApiRoute("DELETE", "/api/schedules/{vhost:path}/{id}", "schedule_api.cancel_schedule",
              ("configure /queue/QUEUE",), "path"),

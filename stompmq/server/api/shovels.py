@@ -1,6 +1,7 @@
 """``/api/shovels``: list, declare and delete the shovels the broker runs (``server/shovels.py``).
 
-Shovels are the broker's, not a vhost's: their URLs name the vhosts they move between.
+Shovels are the broker's, not a vhost's: their URLs name the brokers and vhosts they move between
+(docs/decisions/shovels-broker-wide.md).
 Declaring one is for the users file's administrators only (``basic_auth.py``).
 """
 

@@ -142,7 +142,7 @@ class ManagementApp(Management):
         if route.deprecated:
             handler = _deprecated(handler)
         if route.listing:
-            handler = _deprecated_query(handler)
+            handler = _deprecated(handler, only_with="vhost")
         return RawRoute(route.path, handler, route.method)
 
 
@@ -162,24 +162,14 @@ def _administrators_only(handler: Endpoint) -> Endpoint:
     return checked
 
 
-def _deprecated(handler: Endpoint) -> Endpoint:
-    """``handler`` answering ``Deprecation: true`` (RFC 9745): its route has a newer form."""
+def _deprecated(handler: Endpoint, only_with: str | None = None) -> Endpoint:
+    """``handler`` answering ``Deprecation: true`` (RFC 9745): its route has a newer form; with
+    ``only_with``, only a request giving that query parameter is of the older form (a list route
+    whose ``?vhost=`` is a path segment now, ``ApiRoute.listing``)."""
 
     async def marked(request: Request) -> Response:
         response = await handler(request)
-        response.headers["deprecation"] = "true"
-        return response
-
-    return marked
-
-
-def _deprecated_query(handler: Endpoint) -> Endpoint:
-    """``handler`` answering ``Deprecation: true`` when given ``?vhost=``: a list route whose
-    vhost is a path segment now (``ApiRoute.listing``)."""
-
-    async def marked(request: Request) -> Response:
-        response = await handler(request)
-        if "vhost" in request.query_params:
+        if only_with is None or only_with in request.query_params:
             response.headers["deprecation"] = "true"
         return response
 

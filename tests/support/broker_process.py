@@ -103,9 +103,6 @@ class BrokerProcess:
         self._files = [self._stderr_file]
         weakref.finalize(self, _close_all, self._files)
 
-    def _close_stderr(self) -> None:
-        self._stderr_file.close()
-
     # -- lifecycle -------------------------------------------------------------------------
     def spawn(self) -> BrokerProcess:
         """Start the process without waiting for it to listen (for startup-error tests)."""
@@ -143,7 +140,7 @@ class BrokerProcess:
                 # Someone took the free port between our probe and the broker's bind: retry.
                 self.port = free_port()
                 self.args[self.args.index("--port") + 1] = str(self.port)
-                self._close_stderr()
+                self._stderr_file.close()
                 self._stderr_file = tempfile.TemporaryFile()
                 self._files.append(self._stderr_file)
                 continue
@@ -190,7 +187,7 @@ class BrokerProcess:
         """Make sure the process is gone (SIGKILL if still running); for fixtures' teardown."""
         if self.running:
             self.kill9()
-        self._close_stderr()
+        self._stderr_file.close()
 
     def __enter__(self) -> BrokerProcess:
         return self
